@@ -1,0 +1,104 @@
+// The one typed configuration of kvserve. Plain structs with defaults; loading,
+// overriding and validation live in config_loader.h, the field table in fields.h.
+//
+// Precedence: CLI flags > KVSERVE_* environment > JSON file > defaults.
+// Nothing outside config/ reads the environment.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvserve::config {
+
+enum class LogLevel { kTrace, kDebug, kInfo, kWarn, kError, kOff };
+enum class LogFormat { kText, kJson };
+enum class Backend { kAuto, kCpu, kCuda };
+enum class KvDtype { kFp32, kFp16, kBf16, kFp8E4M3, kInt8 };
+enum class QueuePolicy { kFcfs, kPriority };
+enum class PreemptionMode { kRecompute, kSwap };
+enum class CompressionPolicyKind { kFull, kTriAttention, kStreamingLlm, kSnapKv, kH2O, kAuto };
+enum class MetricsCompat { kNone, kVllm };
+
+struct LoggingConfig {
+  LogLevel level = LogLevel::kInfo;
+  LogFormat format = LogFormat::kText;
+};
+
+struct ModelConfig {
+  std::string path;         // empty: the bundled model (models/kvs-tiny next to the binary's tree)
+  std::string served_name;  // empty: the model directory's name
+  int64_t max_model_len = 0;  // 0: the model's max_position_embeddings
+};
+
+struct EngineConfig {
+  Backend backend = Backend::kAuto;
+  int threads = 0;     // CPU compute threads; 0: all cores
+  uint64_t seed = 0;   // default seed for requests that do not give one
+};
+
+struct CacheConfig {
+  int block_size = 16;                          // tokens per KV block
+  uint64_t kv_bytes = 256ull << 20;             // KV pool budget (CPU backend)
+  double gpu_memory_fraction = 0.90;            // KV pool budget on CUDA: fraction of free memory
+  KvDtype kv_dtype = KvDtype::kFp32;
+  bool enable_prefix_caching = true;
+  uint64_t host_swap_bytes = 256ull << 20;      // host swap tier; 0 disables swapping
+};
+
+struct SchedulerConfig {
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 2048;
+  bool enable_chunked_prefill = true;
+  QueuePolicy queue_policy = QueuePolicy::kFcfs;
+  PreemptionMode preemption_mode = PreemptionMode::kRecompute;
+  int max_waiting = 4096;  // global bound on queued requests; beyond it Submit is refused
+};
+
+struct CompressionConfig {
+  CompressionPolicyKind default_policy = CompressionPolicyKind::kFull;
+  int budget = 2048;         // B: tokens kept per sequence after a round
+  int divide_length = 128;   // beta: slack before a round triggers
+  bool protect_prompt = true;
+  int window = 64;           // recent window (streamingllm / snapkv observation window)
+  int sinks = 4;             // attention sinks kept by streamingllm
+  double auto_high_watermark = 0.90;
+  double auto_low_watermark = 0.75;
+  std::string stats_path;    // TriAttention statistics; empty: <model dir>/triattention_stats.bin
+};
+
+struct ServerConfig {
+  std::string host = "127.0.0.1";
+  int http_port = 8000;   // 0: pick a free port
+  int grpc_port = 50051;  // 0: pick a free port
+  uint64_t max_body_bytes = 8ull << 20;
+  double drain_timeout_seconds = 30.0;
+  int http_max_connections = 512;
+  MetricsCompat metrics_compat = MetricsCompat::kNone;
+};
+
+struct TenantConfig {
+  std::string name;
+  std::vector<std::string> api_keys;   // Bearer tokens; never logged or dumped
+  double weight = 1.0;                 // share of the token budget under contention
+  int priority = 0;                    // default request priority (lower runs first)
+  int max_running = 0;                 // 0: no per-tenant limit
+  int max_queued = 0;                  // 0: no per-tenant limit
+  CompressionPolicyKind default_policy = CompressionPolicyKind::kFull;
+  std::vector<CompressionPolicyKind> allowed_policies;  // empty: all
+  std::string prefix_cache_group;      // tenants sharing a group share prefix-cache blocks;
+                                       // empty: the tenant's own name (isolated)
+};
+
+struct Config {
+  LoggingConfig logging;
+  ModelConfig model;
+  EngineConfig engine;
+  CacheConfig cache;
+  SchedulerConfig scheduler;
+  CompressionConfig compression;
+  ServerConfig server;
+  std::vector<TenantConfig> tenants;
+};
+
+}  // namespace kvserve::config

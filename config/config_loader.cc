@@ -1,0 +1,329 @@
+#include "config/config_loader.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/absl_compat.h"
+#include "base/check.h"
+#include "config/fields.h"
+#include "nlohmann/json.hpp"
+
+namespace kvserve::config {
+namespace {
+
+using Json = nlohmann::json;
+
+std::string Shown(const Json& j) {
+  std::string s = j.dump();
+  if (s.size() > 80) s = s.substr(0, 77) + "...";
+  return s;
+}
+
+// Converts a JSON value to a field Value, or explains the type mismatch.
+absl::StatusOr<Value> FromJson(FieldKind kind, const Json& j, const std::string& allowed) {
+  switch (kind) {
+    case FieldKind::kBool:
+      if (j.is_boolean()) return Value{j.get<bool>()};
+      return absl::InvalidArgumentError("must be true or false");
+    case FieldKind::kInt:
+      if (j.is_number_integer()) return Value{j.get<int64_t>()};
+      if (j.is_number_float()) {
+        double d = j.get<double>();
+        if (d == static_cast<double>(static_cast<int64_t>(d))) return Value{static_cast<int64_t>(d)};
+      }
+      return absl::InvalidArgumentError(allowed);
+    case FieldKind::kBytes:
+      if (j.is_number_integer()) return Value{j.get<int64_t>()};
+      if (j.is_string()) return ParseText(kind, j.get<std::string>());
+      return absl::InvalidArgumentError("must be a byte count such as 268435456 or \"256MiB\"");
+    case FieldKind::kDouble:
+      if (j.is_number()) return Value{j.get<double>()};
+      return absl::InvalidArgumentError(allowed);
+    case FieldKind::kString:
+      if (j.is_string()) return Value{j.get<std::string>()};
+      return absl::InvalidArgumentError("must be a string");
+    case FieldKind::kEnum:
+      if (j.is_string()) return Value{j.get<std::string>()};
+      return absl::InvalidArgumentError(allowed);
+    case FieldKind::kEnumList:
+    case FieldKind::kStringList: {
+      if (!j.is_array()) return absl::InvalidArgumentError(allowed);
+      std::vector<std::string> out;
+      for (const auto& e : j) {
+        if (!e.is_string()) return absl::InvalidArgumentError(allowed);
+        out.push_back(e.get<std::string>());
+      }
+      return Value{out};
+    }
+  }
+  return absl::InternalError("unknown field kind");
+}
+
+Json ToJson(const Value& v, bool secret) {
+  struct Visitor {
+    bool secret;
+    Json operator()(bool b) const { return b; }
+    Json operator()(int64_t i) const { return i; }
+    Json operator()(double d) const { return d; }
+    Json operator()(const std::string& s) const { return secret && !s.empty() ? Json("<redacted>") : Json(s); }
+    Json operator()(const std::vector<std::string>& l) const {
+      Json a = Json::array();
+      for (const auto& s : l) a.push_back(secret ? "<redacted>" : s);
+      return a;
+    }
+  };
+  return std::visit(Visitor{secret}, v);
+}
+
+template <typename Root>
+absl::Status SetField(const Field<Root>& field, Root& root, const Value& v, const std::string& shown,
+                      std::string_view prefix, std::string_view origin) {
+  if (auto why = field.set(root, v)) {
+    return absl::InvalidArgumentError(absl::StrCat(base::AsAbsl(origin), ": ", base::AsAbsl(prefix),
+                                                   field.path, "=", shown, ": ", *why));
+  }
+  return absl::OkStatus();
+}
+
+template <typename Root>
+const Field<Root>* FindField(const std::vector<Field<Root>>& fields, const std::string& path) {
+  for (const auto& f : fields) {
+    if (f.path == path) return &f;
+  }
+  return nullptr;
+}
+
+template <typename Root>
+std::vector<std::string> Paths(const std::vector<Field<Root>>& fields) {
+  std::vector<std::string> out;
+  for (const auto& f : fields) out.push_back(f.path);
+  return out;
+}
+
+absl::Status UnknownKey(std::string_view origin, const std::string& key,
+                        const std::vector<std::string>& candidates) {
+  std::string msg = absl::StrCat(base::AsAbsl(origin), ": unknown key '", key, "'");
+  if (auto hint = DidYouMean(key, candidates)) absl::StrAppend(&msg, " (did you mean '", *hint, "'?)");
+  return absl::InvalidArgumentError(msg);
+}
+
+absl::Status ApplyTenant(const Json& obj, size_t index, std::string_view origin, TenantConfig& t) {
+  std::string prefix = absl::StrCat("tenants[", index, "].");
+  if (!obj.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(base::AsAbsl(origin), ": tenants[", index, "] must be an object"));
+  }
+  const auto& fields = TenantFields();
+  for (const auto& [key, val] : obj.items()) {
+    const Field<TenantConfig>* field = FindField(fields, key);
+    if (field == nullptr) {
+      std::vector<std::string> cands;
+      for (const auto& p : Paths(fields)) cands.push_back(prefix + p);
+      return UnknownKey(origin, prefix + key, cands);
+    }
+    std::string shown = field->secret ? "<redacted>" : Shown(val);
+    auto v = FromJson(field->kind, val, field->allowed);
+    if (!v.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(base::AsAbsl(origin), ": ", prefix, key, "=", shown,
+                                                     ": ", v.status().message()));
+    }
+    auto st = SetField(*field, t, *v, shown, prefix, origin);
+    if (!st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ApplyJson(std::string_view json_text, std::string_view origin, Config& cfg) {
+  Json doc = Json::parse(json_text.begin(), json_text.end(), nullptr, /*allow_exceptions=*/false,
+                         /*ignore_comments=*/true);
+  if (doc.is_discarded()) {
+    // Re-parse with exceptions only to get the position for the message.
+    std::string detail = "invalid JSON";
+    try {
+      Json ignored = Json::parse(json_text.begin(), json_text.end(), nullptr, true, true);
+      (void)ignored;
+    } catch (const Json::parse_error& e) {
+      detail = e.what();
+    }
+    return absl::InvalidArgumentError(absl::StrCat(base::AsAbsl(origin), ": ", detail));
+  }
+  if (!doc.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(base::AsAbsl(origin), ": top level must be a JSON object"));
+  }
+  const auto& fields = ConfigFields();
+  std::vector<std::string> sections = {"tenants"};
+  for (const auto& f : fields) {
+    std::string s = f.path.substr(0, f.path.find('.'));
+    if (std::find(sections.begin(), sections.end(), s) == sections.end()) sections.push_back(s);
+  }
+  for (const auto& [section, body] : doc.items()) {
+    if (section == "tenants") {
+      if (!body.is_array()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(base::AsAbsl(origin), ": tenants must be an array of objects"));
+      }
+      cfg.tenants.clear();
+      for (size_t i = 0; i < body.size(); ++i) {
+        TenantConfig t;
+        KVS_RETURN_IF_ERROR(ApplyTenant(body[i], i, origin, t));
+        cfg.tenants.push_back(std::move(t));
+      }
+      continue;
+    }
+    if (std::find(sections.begin(), sections.end(), section) == sections.end()) {
+      return UnknownKey(origin, section, sections);
+    }
+    if (!body.is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(base::AsAbsl(origin), ": ", section, " must be an object"));
+    }
+    for (const auto& [key, val] : body.items()) {
+      std::string path = absl::StrCat(section, ".", key);
+      const Field<Config>* field = FindField(fields, path);
+      if (field == nullptr) return UnknownKey(origin, path, Paths(fields));
+      std::string shown = field->secret ? "<redacted>" : Shown(val);
+      auto v = FromJson(field->kind, val, field->allowed);
+      if (!v.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(base::AsAbsl(origin), ": ", path, "=", shown, ": ", v.status().message()));
+      }
+      KVS_RETURN_IF_ERROR(SetField(*field, cfg, *v, shown, "", origin));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ApplyText(const std::string& path, const std::string& text, std::string_view origin,
+                       Config& cfg) {
+  const auto& fields = ConfigFields();
+  const Field<Config>* field = FindField(fields, path);
+  if (field == nullptr) return UnknownKey(origin, path, Paths(fields));
+  std::string shown = field->secret ? "<redacted>" : text;
+  auto v = ParseText(field->kind, text);
+  if (!v.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(base::AsAbsl(origin), ": ", path, "=", shown, ": ", v.status().message()));
+  }
+  return SetField(*field, cfg, *v, shown, "", origin);
+}
+
+absl::Status Validate(const Config& cfg) {
+  auto err = [](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
+  const auto& c = cfg.compression;
+  if (c.auto_low_watermark >= c.auto_high_watermark) {
+    return err("compression.auto_low_watermark=", c.auto_low_watermark,
+               ": must be below compression.auto_high_watermark=", c.auto_high_watermark);
+  }
+  if (c.window + c.sinks > c.budget) {
+    return err("compression.budget=", c.budget, ": must hold compression.window (", c.window,
+               ") + compression.sinks (", c.sinks, ")");
+  }
+  const auto& s = cfg.scheduler;
+  if (!s.enable_chunked_prefill && cfg.model.max_model_len > s.max_num_batched_tokens) {
+    return err("scheduler.max_num_batched_tokens=", s.max_num_batched_tokens,
+               ": must be at least model.max_model_len (", cfg.model.max_model_len,
+               ") when scheduler.enable_chunked_prefill is false");
+  }
+  if (cfg.server.http_port != 0 && cfg.server.http_port == cfg.server.grpc_port) {
+    return err("server.grpc_port=", cfg.server.grpc_port, ": must differ from server.http_port");
+  }
+  std::vector<std::string> names;
+  std::vector<std::string> keys;
+  for (size_t i = 0; i < cfg.tenants.size(); ++i) {
+    const auto& t = cfg.tenants[i];
+    if (t.name.empty()) return err("tenants[", i, "].name: is required");
+    if (std::find(names.begin(), names.end(), t.name) != names.end()) {
+      return err("tenants[", i, "].name=\"", t.name, "\": must be unique");
+    }
+    names.push_back(t.name);
+    for (const auto& k : t.api_keys) {
+      if (std::find(keys.begin(), keys.end(), k) != keys.end()) {
+        return err("tenants[", i, "].api_keys: a key is listed twice (keys must map to one tenant)");
+      }
+      keys.push_back(k);
+    }
+    if (!t.allowed_policies.empty() &&
+        std::find(t.allowed_policies.begin(), t.allowed_policies.end(), t.default_policy) ==
+            t.allowed_policies.end()) {
+      return err("tenants[", i, "].default_policy=", base::AsAbsl(Name(t.default_policy)),
+                 ": must be one of the tenant's allowed_policies");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Config> LoadConfig(const ConfigSources& sources) {
+  Config cfg;
+  std::string file_path = sources.file_path;
+  if (file_path.empty()) {
+    for (const auto& [k, v] : sources.env) {
+      if (k == kConfigFileEnv) file_path = v;
+    }
+  }
+  if (!file_path.empty()) {
+    std::ifstream in(file_path, std::ios::binary);
+    if (!in) {
+      return absl::InvalidArgumentError(absl::StrCat("config file ", file_path, ": cannot be read"));
+    }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    KVS_RETURN_IF_ERROR(ApplyJson(ss.str(), absl::StrCat("config file ", file_path), cfg));
+  }
+  const auto& fields = ConfigFields();
+  std::vector<std::string> env_names = {std::string(kConfigFileEnv)};
+  for (const auto& f : fields) env_names.push_back(EnvNameFor(f.path));
+  for (const auto& [name, value] : sources.env) {
+    if (name == kConfigFileEnv) continue;
+    const Field<Config>* match = nullptr;
+    for (const auto& f : fields) {
+      if (EnvNameFor(f.path) == name) match = &f;
+    }
+    if (match == nullptr) {
+      std::string msg = absl::StrCat("environment: unknown variable ", name);
+      if (auto hint = DidYouMean(name, env_names)) absl::StrAppend(&msg, " (did you mean ", *hint, "?)");
+      return absl::InvalidArgumentError(msg);
+    }
+    KVS_RETURN_IF_ERROR(ApplyText(match->path, value, absl::StrCat("environment ", name), cfg));
+  }
+  for (const auto& [path, value] : sources.overrides) {
+    KVS_RETURN_IF_ERROR(ApplyText(path, value, "command line", cfg));
+  }
+  KVS_RETURN_IF_ERROR(Validate(cfg));
+  return cfg;
+}
+
+std::string DumpJson(const Config& cfg) {
+  Json doc = Json::object();
+  for (const auto& f : ConfigFields()) {
+    size_t dot = f.path.find('.');
+    doc[f.path.substr(0, dot)][f.path.substr(dot + 1)] = ToJson(f.get(cfg), f.secret);
+  }
+  Json tenants = Json::array();
+  for (const auto& t : cfg.tenants) {
+    Json obj = Json::object();
+    for (const auto& f : TenantFields()) obj[f.path] = ToJson(f.get(t), f.secret);
+    tenants.push_back(obj);
+  }
+  doc["tenants"] = tenants;
+  return doc.dump(2);
+}
+
+KeyValues EnvFromEnviron(char** envp) {
+  KeyValues out;
+  if (envp == nullptr) return out;
+  for (char** e = envp; *e != nullptr; ++e) {
+    std::string_view entry(*e);
+    if (!entry.starts_with("KVSERVE_")) continue;
+    size_t eq = entry.find('=');
+    if (eq == std::string_view::npos) continue;
+    out.emplace_back(std::string(entry.substr(0, eq)), std::string(entry.substr(eq + 1)));
+  }
+  return out;
+}
+
+}  // namespace kvserve::config

@@ -1,0 +1,456 @@
+#include "config/fields.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "base/absl_compat.h"
+
+namespace kvserve::config {
+namespace {
+
+template <typename E>
+struct EnumName {
+  E value;
+  std::string_view name;
+};
+
+constexpr std::array<EnumName<LogLevel>, 6> kLogLevels{{{LogLevel::kTrace, "trace"},
+                                                        {LogLevel::kDebug, "debug"},
+                                                        {LogLevel::kInfo, "info"},
+                                                        {LogLevel::kWarn, "warn"},
+                                                        {LogLevel::kError, "error"},
+                                                        {LogLevel::kOff, "off"}}};
+constexpr std::array<EnumName<LogFormat>, 2> kLogFormats{{{LogFormat::kText, "text"},
+                                                          {LogFormat::kJson, "json"}}};
+constexpr std::array<EnumName<Backend>, 3> kBackends{
+    {{Backend::kAuto, "auto"}, {Backend::kCpu, "cpu"}, {Backend::kCuda, "cuda"}}};
+constexpr std::array<EnumName<KvDtype>, 5> kKvDtypes{{{KvDtype::kFp32, "fp32"},
+                                                      {KvDtype::kFp16, "fp16"},
+                                                      {KvDtype::kBf16, "bf16"},
+                                                      {KvDtype::kFp8E4M3, "fp8_e4m3"},
+                                                      {KvDtype::kInt8, "int8"}}};
+constexpr std::array<EnumName<QueuePolicy>, 2> kQueuePolicies{
+    {{QueuePolicy::kFcfs, "fcfs"}, {QueuePolicy::kPriority, "priority"}}};
+constexpr std::array<EnumName<PreemptionMode>, 2> kPreemptionModes{
+    {{PreemptionMode::kRecompute, "recompute"}, {PreemptionMode::kSwap, "swap"}}};
+constexpr std::array<EnumName<CompressionPolicyKind>, 6> kPolicies{
+    {{CompressionPolicyKind::kFull, "full"},
+     {CompressionPolicyKind::kTriAttention, "triattention"},
+     {CompressionPolicyKind::kStreamingLlm, "streamingllm"},
+     {CompressionPolicyKind::kSnapKv, "snapkv"},
+     {CompressionPolicyKind::kH2O, "h2o"},
+     {CompressionPolicyKind::kAuto, "auto"}}};
+constexpr std::array<EnumName<MetricsCompat>, 2> kMetricsCompat{
+    {{MetricsCompat::kNone, "none"}, {MetricsCompat::kVllm, "vllm"}}};
+
+template <typename E, size_t N>
+std::string_view NameOf(const std::array<EnumName<E>, N>& table, E v) {
+  for (const auto& e : table) {
+    if (e.value == v) return e.name;
+  }
+  return "?";
+}
+template <typename E, size_t N>
+std::optional<E> Lookup(const std::array<EnumName<E>, N>& table, std::string_view name) {
+  for (const auto& e : table) {
+    if (e.name == name) return e.value;
+  }
+  return std::nullopt;
+}
+template <typename E, size_t N>
+std::vector<std::string> Names(const std::array<EnumName<E>, N>& table) {
+  std::vector<std::string> out;
+  for (const auto& e : table) out.emplace_back(e.name);
+  return out;
+}
+
+// ---- field builders. `Ref` is a captureless lambda Root& -> member&.
+
+template <typename Root, typename Ref>
+Field<Root> BoolField(std::string path, std::string help, Ref ref) {
+  Field<Root> f{std::move(path), FieldKind::kBool, std::move(help), "true or false", {}, false, {}, {}};
+  f.get = [ref](const Root& r) -> Value { return ref(const_cast<Root&>(r)); };
+  f.set = [ref](Root& r, const Value& v) -> std::optional<std::string> {
+    ref(r) = std::get<bool>(v);
+    return std::nullopt;
+  };
+  return f;
+}
+
+template <typename Root, typename Ref>
+Field<Root> IntField(std::string path, std::string help, Ref ref, int64_t lo, int64_t hi,
+                     bool bytes = false, bool pow2 = false) {
+  std::string allowed = pow2 ? absl::StrCat("must be a power of two in [", lo, ",", hi, "]")
+                             : absl::StrCat("must be an integer in [", lo, ",", hi, "]");
+  Field<Root> f{std::move(path), bytes ? FieldKind::kBytes : FieldKind::kInt, std::move(help),
+                allowed, {}, false, {}, {}};
+  f.get = [ref](const Root& r) -> Value {
+    return static_cast<int64_t>(ref(const_cast<Root&>(r)));
+  };
+  f.set = [ref, lo, hi, pow2, allowed](Root& r, const Value& v) -> std::optional<std::string> {
+    int64_t x = std::get<int64_t>(v);
+    if (x < lo || x > hi) return allowed;
+    if (pow2 && (x & (x - 1)) != 0) return allowed;
+    using T = std::remove_reference_t<decltype(ref(r))>;
+    ref(r) = static_cast<T>(x);
+    return std::nullopt;
+  };
+  return f;
+}
+
+template <typename Root, typename Ref>
+Field<Root> DoubleField(std::string path, std::string help, Ref ref, double lo, double hi,
+                        bool lo_open = false) {
+  std::string allowed = absl::StrCat("must be a number in ", lo_open ? "(" : "[", lo, ",", hi, "]");
+  Field<Root> f{std::move(path), FieldKind::kDouble, std::move(help), allowed, {}, false, {}, {}};
+  f.get = [ref](const Root& r) -> Value { return ref(const_cast<Root&>(r)); };
+  f.set = [ref, lo, hi, lo_open, allowed](Root& r, const Value& v) -> std::optional<std::string> {
+    double x = std::get<double>(v);
+    if (!std::isfinite(x) || x > hi || x < lo || (lo_open && x == lo)) return allowed;
+    ref(r) = x;
+    return std::nullopt;
+  };
+  return f;
+}
+
+template <typename Root, typename Ref>
+Field<Root> StringField(std::string path, std::string help, Ref ref, bool non_empty = false,
+                        bool secret = false) {
+  Field<Root> f{std::move(path), FieldKind::kString, std::move(help),
+                non_empty ? "must be a non-empty string" : "any string", {}, secret, {}, {}};
+  f.get = [ref](const Root& r) -> Value { return ref(const_cast<Root&>(r)); };
+  f.set = [ref, non_empty](Root& r, const Value& v) -> std::optional<std::string> {
+    const auto& s = std::get<std::string>(v);
+    if (non_empty && s.empty()) return "must be a non-empty string";
+    ref(r) = s;
+    return std::nullopt;
+  };
+  return f;
+}
+
+template <typename Root, typename Ref>
+Field<Root> StringListField(std::string path, std::string help, Ref ref, bool secret) {
+  Field<Root> f{std::move(path), FieldKind::kStringList, std::move(help),
+                "must be a list of non-empty strings", {}, secret, {}, {}};
+  f.get = [ref](const Root& r) -> Value { return ref(const_cast<Root&>(r)); };
+  f.set = [ref](Root& r, const Value& v) -> std::optional<std::string> {
+    const auto& list = std::get<std::vector<std::string>>(v);
+    for (const auto& s : list) {
+      if (s.empty()) return "must be a list of non-empty strings";
+    }
+    ref(r) = list;
+    return std::nullopt;
+  };
+  return f;
+}
+
+template <typename Root, typename E, size_t N, typename Ref>
+Field<Root> EnumField(std::string path, std::string help, Ref ref,
+                      const std::array<EnumName<E>, N>& table) {
+  std::vector<std::string> choices = Names(table);
+  std::string allowed = absl::StrCat("must be one of ", absl::StrJoin(choices, "|"));
+  Field<Root> f{std::move(path), FieldKind::kEnum, std::move(help), allowed, choices, false, {}, {}};
+  f.get = [ref, &table](const Root& r) -> Value {
+    return std::string(NameOf(table, ref(const_cast<Root&>(r))));
+  };
+  f.set = [ref, &table, allowed](Root& r, const Value& v) -> std::optional<std::string> {
+    auto e = Lookup(table, std::get<std::string>(v));
+    if (!e) return allowed;
+    ref(r) = *e;
+    return std::nullopt;
+  };
+  return f;
+}
+
+template <typename Root, typename E, size_t N, typename Ref>
+Field<Root> EnumListField(std::string path, std::string help, Ref ref,
+                          const std::array<EnumName<E>, N>& table) {
+  std::vector<std::string> choices = Names(table);
+  std::string allowed = absl::StrCat("must be a list of ", absl::StrJoin(choices, "|"));
+  Field<Root> f{std::move(path), FieldKind::kEnumList, std::move(help), allowed, choices, false, {}, {}};
+  f.get = [ref, &table](const Root& r) -> Value {
+    std::vector<std::string> out;
+    for (E e : ref(const_cast<Root&>(r))) out.emplace_back(NameOf(table, e));
+    return out;
+  };
+  f.set = [ref, &table, allowed](Root& r, const Value& v) -> std::optional<std::string> {
+    std::vector<E> out;
+    for (const auto& s : std::get<std::vector<std::string>>(v)) {
+      auto e = Lookup(table, s);
+      if (!e) return allowed;
+      out.push_back(*e);
+    }
+    ref(r) = std::move(out);
+    return std::nullopt;
+  };
+  return f;
+}
+
+constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
+constexpr int64_t kMaxBytes = int64_t{1} << 50;
+
+std::vector<Field<Config>> BuildConfigFields() {
+  using C = Config;
+  std::vector<Field<C>> f;
+  // logging
+  f.push_back(EnumField<C>("logging.level", "log threshold",
+                           [](C& c) -> auto& { return c.logging.level; }, kLogLevels));
+  f.push_back(EnumField<C>("logging.format", "log line shape",
+                           [](C& c) -> auto& { return c.logging.format; }, kLogFormats));
+  // model
+  f.push_back(StringField<C>("model.path", "model directory (HF layout); empty: the bundled model",
+                             [](C& c) -> auto& { return c.model.path; }));
+  f.push_back(StringField<C>("model.served_name",
+                             "name clients use in the `model` field; empty: the directory name",
+                             [](C& c) -> auto& { return c.model.served_name; }));
+  f.push_back(IntField<C>("model.max_model_len", "context limit in tokens; 0: the model's own",
+                          [](C& c) -> auto& { return c.model.max_model_len; }, 0, 1 << 24));
+  // engine
+  f.push_back(EnumField<C>("engine.backend", "compute backend; auto: CUDA if a GPU is usable",
+                           [](C& c) -> auto& { return c.engine.backend; }, kBackends));
+  f.push_back(IntField<C>("engine.threads", "CPU compute threads; 0: all cores",
+                          [](C& c) -> auto& { return c.engine.threads; }, 0, 1024));
+  f.push_back(IntField<C>("engine.seed", "seed for requests that give none",
+                          [](C& c) -> auto& { return c.engine.seed; }, 0,
+                          std::numeric_limits<int64_t>::max()));
+  // cache
+  f.push_back(IntField<C>("cache.block_size", "tokens per KV block",
+                          [](C& c) -> auto& { return c.cache.block_size; }, 8, 128, false, true));
+  f.push_back(IntField<C>("cache.kv_bytes", "KV pool budget in bytes on the CPU backend",
+                          [](C& c) -> auto& { return c.cache.kv_bytes; }, 1 << 16, kMaxBytes, true));
+  f.push_back(DoubleField<C>("cache.gpu_memory_fraction",
+                             "KV pool budget on CUDA, as a fraction of free device memory",
+                             [](C& c) -> auto& { return c.cache.gpu_memory_fraction; }, 0.0, 1.0,
+                             true));
+  f.push_back(EnumField<C>("cache.kv_dtype", "storage precision of K and V",
+                           [](C& c) -> auto& { return c.cache.kv_dtype; }, kKvDtypes));
+  f.push_back(BoolField<C>("cache.enable_prefix_caching", "reuse KV blocks of shared prompt prefixes",
+                           [](C& c) -> auto& { return c.cache.enable_prefix_caching; }));
+  f.push_back(IntField<C>("cache.host_swap_bytes", "host swap tier size in bytes; 0 disables swap",
+                          [](C& c) -> auto& { return c.cache.host_swap_bytes; }, 0, kMaxBytes, true));
+  // scheduler
+  f.push_back(IntField<C>("scheduler.max_num_seqs", "sequences running at once",
+                          [](C& c) -> auto& { return c.scheduler.max_num_seqs; }, 1, 65536));
+  f.push_back(IntField<C>("scheduler.max_num_batched_tokens", "token budget of one step",
+                          [](C& c) -> auto& { return c.scheduler.max_num_batched_tokens; }, 1,
+                          1 << 20));
+  f.push_back(BoolField<C>("scheduler.enable_chunked_prefill",
+                           "split long prompts across steps",
+                           [](C& c) -> auto& { return c.scheduler.enable_chunked_prefill; }));
+  f.push_back(EnumField<C>("scheduler.queue_policy", "waiting-queue order",
+                           [](C& c) -> auto& { return c.scheduler.queue_policy; }, kQueuePolicies));
+  f.push_back(EnumField<C>("scheduler.preemption_mode", "what happens to a preempted sequence's KV",
+                           [](C& c) -> auto& { return c.scheduler.preemption_mode; },
+                           kPreemptionModes));
+  f.push_back(IntField<C>("scheduler.max_waiting", "queued requests before Submit is refused (429)",
+                          [](C& c) -> auto& { return c.scheduler.max_waiting; }, 1, kMaxInt));
+  // compression
+  f.push_back(EnumField<C>("compression.default_policy",
+                           "policy for requests and tenants that name none",
+                           [](C& c) -> auto& { return c.compression.default_policy; }, kPolicies));
+  f.push_back(IntField<C>("compression.budget", "B: KV tokens kept per sequence after a round",
+                          [](C& c) -> auto& { return c.compression.budget; }, 8, 1 << 24));
+  f.push_back(IntField<C>("compression.divide_length", "beta: slack tokens before a round triggers",
+                          [](C& c) -> auto& { return c.compression.divide_length; }, 1, 1 << 20));
+  f.push_back(BoolField<C>("compression.protect_prompt", "never evict prompt tokens",
+                           [](C& c) -> auto& { return c.compression.protect_prompt; }));
+  f.push_back(IntField<C>("compression.window", "recent tokens always kept / observation window",
+                          [](C& c) -> auto& { return c.compression.window; }, 0, 1 << 20));
+  f.push_back(IntField<C>("compression.sinks", "attention-sink tokens kept by streamingllm",
+                          [](C& c) -> auto& { return c.compression.sinks; }, 0, 1 << 20));
+  f.push_back(DoubleField<C>("compression.auto_high_watermark",
+                             "auto: pool usage above which compression switches on",
+                             [](C& c) -> auto& { return c.compression.auto_high_watermark; }, 0.0,
+                             1.0, true));
+  f.push_back(DoubleField<C>("compression.auto_low_watermark",
+                             "auto: pool usage below which compression switches off",
+                             [](C& c) -> auto& { return c.compression.auto_low_watermark; }, 0.0,
+                             1.0));
+  f.push_back(StringField<C>("compression.stats_path",
+                             "TriAttention statistics file; empty: <model>/triattention_stats.bin",
+                             [](C& c) -> auto& { return c.compression.stats_path; }));
+  // server
+  f.push_back(StringField<C>("server.host", "listen address", [](C& c) -> auto& { return c.server.host; },
+                             true));
+  f.push_back(IntField<C>("server.http_port", "OpenAI HTTP port; 0 picks a free one",
+                          [](C& c) -> auto& { return c.server.http_port; }, 0, 65535));
+  f.push_back(IntField<C>("server.grpc_port", "gRPC port; 0 picks a free one",
+                          [](C& c) -> auto& { return c.server.grpc_port; }, 0, 65535));
+  f.push_back(IntField<C>("server.max_body_bytes", "largest accepted request body (413 beyond)",
+                          [](C& c) -> auto& { return c.server.max_body_bytes; }, 1024, 1ll << 32,
+                          true));
+  f.push_back(DoubleField<C>("server.drain_timeout_seconds",
+                             "on SIGTERM, time for in-flight requests before they are aborted",
+                             [](C& c) -> auto& { return c.server.drain_timeout_seconds; }, 0.0,
+                             86400.0));
+  f.push_back(IntField<C>("server.http_max_connections", "concurrent HTTP connections served",
+                          [](C& c) -> auto& { return c.server.http_max_connections; }, 1, 65536));
+  f.push_back(EnumField<C>("server.metrics_compat", "also export metrics under another engine's names",
+                           [](C& c) -> auto& { return c.server.metrics_compat; }, kMetricsCompat));
+  return f;
+}
+
+std::vector<Field<TenantConfig>> BuildTenantFields() {
+  using T = TenantConfig;
+  std::vector<Field<T>> f;
+  f.push_back(StringField<T>("name", "tenant name (metrics label)",
+                             [](T& t) -> auto& { return t.name; }, true));
+  f.push_back(StringListField<T>("api_keys", "Bearer keys that map to this tenant",
+                                 [](T& t) -> auto& { return t.api_keys; }, true));
+  f.push_back(DoubleField<T>("weight", "fair share of the token budget under contention",
+                             [](T& t) -> auto& { return t.weight; }, 0.0, 1e6, true));
+  f.push_back(IntField<T>("priority", "default request priority (lower first)",
+                          [](T& t) -> auto& { return t.priority; }, -1000000, 1000000));
+  f.push_back(IntField<T>("max_running", "running sequences; 0: unlimited",
+                          [](T& t) -> auto& { return t.max_running; }, 0, kMaxInt));
+  f.push_back(IntField<T>("max_queued", "queued requests; 0: unlimited",
+                          [](T& t) -> auto& { return t.max_queued; }, 0, kMaxInt));
+  f.push_back(EnumField<T>("default_policy", "compression policy when a request names none",
+                           [](T& t) -> auto& { return t.default_policy; }, kPolicies));
+  f.push_back(EnumListField<T>("allowed_policies", "policies requests may ask for; empty: all",
+                               [](T& t) -> auto& { return t.allowed_policies; }, kPolicies));
+  f.push_back(StringField<T>("prefix_cache_group",
+                             "tenants in one group share prefix-cache blocks; empty: isolated",
+                             [](T& t) -> auto& { return t.prefix_cache_group; }));
+  return f;
+}
+
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+}  // namespace
+
+const std::vector<Field<Config>>& ConfigFields() {
+  static const auto* fields = new std::vector<Field<Config>>(BuildConfigFields());
+  return *fields;
+}
+
+const std::vector<Field<TenantConfig>>& TenantFields() {
+  static const auto* fields = new std::vector<Field<TenantConfig>>(BuildTenantFields());
+  return *fields;
+}
+
+std::string EnvNameFor(const std::string& path) {
+  std::string out = "KVSERVE_";
+  for (char c : path) out += c == '.' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return out;
+}
+
+absl::StatusOr<Value> ParseText(FieldKind kind, const std::string& text) {
+  std::string t(absl::StripAsciiWhitespace(base::AsAbsl(text)));
+  switch (kind) {
+    case FieldKind::kBool: {
+      std::string l = absl::AsciiStrToLower(base::AsAbsl(t));
+      if (l == "true" || l == "1" || l == "yes" || l == "on") return Value{true};
+      if (l == "false" || l == "0" || l == "no" || l == "off") return Value{false};
+      return absl::InvalidArgumentError("must be true or false");
+    }
+    case FieldKind::kInt: {
+      int64_t v;
+      if (!absl::SimpleAtoi(base::AsAbsl(t), &v)) return absl::InvalidArgumentError("must be an integer");
+      return Value{v};
+    }
+    case FieldKind::kBytes: {
+      // digits followed by an optional unit: K/M/G/T (powers of 1024), with or without "iB"/"B".
+      size_t i = 0;
+      while (i < t.size() && std::isdigit(static_cast<unsigned char>(t[i]))) ++i;
+      int64_t base_v;
+      if (i == 0 || !absl::SimpleAtoi(base::AsAbsl(t.substr(0, i)), &base_v)) {
+        return absl::InvalidArgumentError("must be a byte count such as 268435456, 256MiB or 2GiB");
+      }
+      std::string unit = absl::AsciiStrToLower(base::AsAbsl(t.substr(i)));
+      int shift = 0;
+      if (unit.empty() || unit == "b") shift = 0;
+      else if (unit == "k" || unit == "kib" || unit == "kb") shift = 10;
+      else if (unit == "m" || unit == "mib" || unit == "mb") shift = 20;
+      else if (unit == "g" || unit == "gib" || unit == "gb") shift = 30;
+      else if (unit == "t" || unit == "tib" || unit == "tb") shift = 40;
+      else return absl::InvalidArgumentError("must be a byte count such as 268435456, 256MiB or 2GiB");
+      if (base_v > (std::numeric_limits<int64_t>::max() >> shift)) {
+        return absl::InvalidArgumentError("byte count overflows");
+      }
+      return Value{base_v << shift};
+    }
+    case FieldKind::kDouble: {
+      double v;
+      if (!absl::SimpleAtod(base::AsAbsl(t), &v)) return absl::InvalidArgumentError("must be a number");
+      return Value{v};
+    }
+    case FieldKind::kString:
+    case FieldKind::kEnum:
+      return Value{t};
+    case FieldKind::kEnumList:
+    case FieldKind::kStringList: {
+      std::vector<std::string> out;
+      if (!t.empty()) {
+        for (absl::string_view part : absl::StrSplit(base::AsAbsl(t), ',')) {
+          out.emplace_back(absl::StripAsciiWhitespace(part));
+        }
+      }
+      return Value{out};
+    }
+  }
+  return absl::InternalError("unknown field kind");
+}
+
+std::string FormatValue(const Value& v) {
+  struct Visitor {
+    std::string operator()(bool b) const { return b ? "true" : "false"; }
+    std::string operator()(int64_t i) const { return absl::StrCat(i); }
+    std::string operator()(double d) const { return absl::StrCat(d); }
+    std::string operator()(const std::string& s) const { return s; }
+    std::string operator()(const std::vector<std::string>& l) const { return absl::StrJoin(l, ","); }
+  };
+  return std::visit(Visitor{}, v);
+}
+
+std::string_view Name(LogLevel v) { return NameOf(kLogLevels, v); }
+std::string_view Name(LogFormat v) { return NameOf(kLogFormats, v); }
+std::string_view Name(Backend v) { return NameOf(kBackends, v); }
+std::string_view Name(KvDtype v) { return NameOf(kKvDtypes, v); }
+std::string_view Name(QueuePolicy v) { return NameOf(kQueuePolicies, v); }
+std::string_view Name(PreemptionMode v) { return NameOf(kPreemptionModes, v); }
+std::string_view Name(CompressionPolicyKind v) { return NameOf(kPolicies, v); }
+std::string_view Name(MetricsCompat v) { return NameOf(kMetricsCompat, v); }
+std::optional<CompressionPolicyKind> ParseCompressionPolicy(std::string_view name) {
+  return Lookup(kPolicies, name);
+}
+std::optional<KvDtype> ParseKvDtype(std::string_view name) { return Lookup(kKvDtypes, name); }
+
+std::optional<std::string> DidYouMean(const std::string& key, const std::vector<std::string>& candidates) {
+  std::optional<std::string> best;
+  size_t best_d = std::numeric_limits<size_t>::max();
+  for (const auto& c : candidates) {
+    size_t d = EditDistance(key, c);
+    if (d < best_d) {
+      best_d = d;
+      best = c;
+    }
+  }
+  // A plausible typo: at most a third of the key's length (and at least 1..3 edits).
+  size_t limit = std::max<size_t>(2, std::min<size_t>(key.size() / 3, 6));
+  if (best && best_d <= limit) return best;
+  return std::nullopt;
+}
+
+}  // namespace kvserve::config

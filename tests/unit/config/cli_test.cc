@@ -1,0 +1,86 @@
+#include "app/cli.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+namespace kvserve::app {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Run {
+  int code;
+  std::string out;
+  std::string err;
+};
+
+Run RunArgs(std::vector<std::string> args, std::vector<std::string> env = {}) {
+  args.insert(args.begin(), "kvserve");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::ostringstream out, err;
+  int code = RunCli(static_cast<int>(argv.size()), argv.data(), envp.data(), out, err);
+  return {code, out.str(), err.str()};
+}
+
+TEST(Cli, AliasesAndDottedPathsBecomeOverrides) {
+  auto p = ParseArgs({"config", "--dump", "--http-port", "0", "--cache.block_size=32", "--set",
+                      "scheduler.max_num_seqs=4", "--model=/m"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->command, "config");
+  EXPECT_THAT(p->switches, ::testing::ElementsAre("--dump"));
+  EXPECT_THAT(p->overrides, ::testing::ElementsAre(std::pair<std::string, std::string>{"server.http_port", "0"},
+                                                   std::pair<std::string, std::string>{"cache.block_size", "32"},
+                                                   std::pair<std::string, std::string>{"scheduler.max_num_seqs", "4"},
+                                                   std::pair<std::string, std::string>{"model.path", "/m"}));
+}
+
+TEST(Cli, UnknownFlagSuggests) {
+  auto r = RunArgs({"config", "--dump", "--http-prot", "1"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("unknown flag --http-prot"));
+  EXPECT_THAT(r.err, HasSubstr("did you mean --http-port?"));
+}
+
+TEST(Cli, MissingValue) {
+  auto r = RunArgs({"config", "--dump", "--http-port"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("--http-port: needs a value"));
+}
+
+TEST(Cli, DumpAppliesAllSources) {
+  auto r = RunArgs({"config", "--dump", "--grpc-port", "0"}, {"KVSERVE_CACHE_BLOCK_SIZE=64"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\"block_size\": 64"));
+  EXPECT_THAT(r.out, HasSubstr("\"grpc_port\": 0"));
+}
+
+TEST(Cli, InvalidValueExitsTwoNamingField) {
+  auto r = RunArgs({"config", "--dump", "--block-size", "12"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("cache.block_size=12: must be a power of two in [8,128]"));
+}
+
+TEST(Cli, HelpListsCommandsAndVersionPrints) {
+  auto h = RunArgs({"--help"});
+  EXPECT_EQ(h.code, kExitOk);
+  EXPECT_THAT(h.out, HasSubstr("config --dump"));
+  EXPECT_THAT(h.out, HasSubstr("version"));
+  auto v = RunArgs({"version"});
+  EXPECT_EQ(v.code, kExitOk);
+  EXPECT_THAT(v.out, HasSubstr("kvserve 0.1.0"));
+}
+
+TEST(Cli, UnknownCommand) {
+  auto r = RunArgs({"serv"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("unknown command 'serv'"));
+}
+
+}  // namespace
+}  // namespace kvserve::app

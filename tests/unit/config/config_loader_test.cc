@@ -1,0 +1,210 @@
+#include "config/config_loader.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "config/fields.h"
+#include "nlohmann/json.hpp"
+
+namespace kvserve::config {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string WriteTemp(const std::string& body) {
+  char name[] = "/tmp/kvserve_cfg_XXXXXX";
+  int fd = mkstemp(name);
+  EXPECT_GE(fd, 0);
+  close(fd);
+  std::ofstream(name) << body;
+  return name;
+}
+
+TEST(ConfigLoader, DefaultsAreValid) {
+  auto cfg = LoadConfig({});
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(cfg->cache.block_size, 16);
+  EXPECT_EQ(cfg->server.http_port, 8000);
+  EXPECT_EQ(cfg->server.grpc_port, 50051);
+  EXPECT_EQ(cfg->compression.default_policy, CompressionPolicyKind::kFull);
+}
+
+TEST(ConfigLoader, PrecedenceFlagsOverEnvOverFileOverDefaults) {
+  std::string path = WriteTemp(R"({"cache": {"block_size": 32, "kv_bytes": "64MiB"},
+                                   "server": {"http_port": 9000, "grpc_port": 9001}})");
+  ConfigSources s;
+  s.file_path = path;
+  auto from_file = LoadConfig(s);
+  ASSERT_TRUE(from_file.ok()) << from_file.status();
+  EXPECT_EQ(from_file->cache.block_size, 32);
+  EXPECT_EQ(from_file->cache.kv_bytes, 64ull << 20);
+  EXPECT_EQ(from_file->server.http_port, 9000);
+
+  s.env = {{"KVSERVE_CACHE_BLOCK_SIZE", "64"}, {"KVSERVE_SERVER_HTTP_PORT", "9100"}};
+  auto from_env = LoadConfig(s);
+  ASSERT_TRUE(from_env.ok()) << from_env.status();
+  EXPECT_EQ(from_env->cache.block_size, 64);
+  EXPECT_EQ(from_env->server.http_port, 9100);
+  EXPECT_EQ(from_env->server.grpc_port, 9001);  // file value kept
+
+  s.overrides = {{"cache.block_size", "128"}};
+  auto from_flags = LoadConfig(s);
+  ASSERT_TRUE(from_flags.ok()) << from_flags.status();
+  EXPECT_EQ(from_flags->cache.block_size, 128);
+  EXPECT_EQ(from_flags->server.http_port, 9100);
+  std::remove(path.c_str());
+}
+
+TEST(ConfigLoader, ConfigFileFromEnvironment) {
+  std::string path = WriteTemp(R"({"scheduler": {"max_num_seqs": 7}})");
+  ConfigSources s;
+  s.env = {{"KVSERVE_CONFIG", path}};
+  auto cfg = LoadConfig(s);
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(cfg->scheduler.max_num_seqs, 7);
+  std::remove(path.c_str());
+}
+
+TEST(ConfigLoader, BlockSizeMustBePowerOfTwo) {
+  Config cfg;
+  auto st = ApplyJson(R"({"cache": {"block_size": 12}})", "test", cfg);
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(std::string(st.message()),
+              HasSubstr("cache.block_size=12: must be a power of two in [8,128]"));
+  EXPECT_EQ(cfg.cache.block_size, 16);  // unchanged
+}
+
+TEST(ConfigLoader, OutOfRangeNamesFieldValueAndRange) {
+  Config cfg;
+  auto st = ApplyText("server.http_port", "70000", "command line", cfg);
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(std::string(st.message()), HasSubstr("server.http_port=70000: must be an integer in [0,65535]"));
+  st = ApplyText("cache.gpu_memory_fraction", "0", "command line", cfg);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("cache.gpu_memory_fraction=0: must be a number in (0,1]"));
+  st = ApplyText("cache.kv_dtype", "fp4", "command line", cfg);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("cache.kv_dtype=fp4: must be one of fp32|fp16|bf16|fp8_e4m3|int8"));
+}
+
+TEST(ConfigLoader, WrongJsonTypeNamesField) {
+  Config cfg;
+  auto st = ApplyJson(R"({"scheduler": {"max_num_seqs": "many"}})", "f.json", cfg);
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(std::string(st.message()), HasSubstr("scheduler.max_num_seqs=\"many\""));
+  st = ApplyJson(R"({"cache": {"enable_prefix_caching": 1}})", "f.json", cfg);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("cache.enable_prefix_caching=1: must be true or false"));
+}
+
+TEST(ConfigLoader, UnknownKeyGetsDidYouMean) {
+  Config cfg;
+  auto st = ApplyJson(R"({"cache": {"blok_size": 16}})", "f.json", cfg);
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(std::string(st.message()), HasSubstr("unknown key 'cache.blok_size'"));
+  EXPECT_THAT(std::string(st.message()), HasSubstr("did you mean 'cache.block_size'?"));
+  st = ApplyJson(R"({"schedular": {}})", "f.json", cfg);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("did you mean 'scheduler'?"));
+  st = ApplyJson(R"({"tenants": [{"name": "a", "wieght": 2}]})", "f.json", cfg);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("did you mean 'tenants[0].weight'?"));
+}
+
+TEST(ConfigLoader, UnknownEnvironmentVariableIsAnError) {
+  ConfigSources s;
+  s.env = {{"KVSERVE_CACHE_BLOKC_SIZE", "16"}};
+  auto cfg = LoadConfig(s);
+  ASSERT_FALSE(cfg.ok());
+  EXPECT_THAT(std::string(cfg.status().message()), HasSubstr("KVSERVE_CACHE_BLOCK_SIZE"));
+}
+
+TEST(ConfigLoader, InvalidJsonReportsPosition) {
+  Config cfg;
+  auto st = ApplyJson("{\"cache\": {", "bad.json", cfg);
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(std::string(st.message()), HasSubstr("bad.json"));
+  EXPECT_THAT(std::string(st.message()), HasSubstr("parse error"));
+}
+
+TEST(ConfigLoader, ByteSizesAcceptUnits) {
+  auto v = ParseText(FieldKind::kBytes, "512MiB");
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(std::get<int64_t>(*v), 512ll << 20);
+  EXPECT_EQ(std::get<int64_t>(*ParseText(FieldKind::kBytes, "2G")), 2ll << 30);
+  EXPECT_EQ(std::get<int64_t>(*ParseText(FieldKind::kBytes, "4096")), 4096);
+  EXPECT_FALSE(ParseText(FieldKind::kBytes, "12 parsecs").ok());
+  EXPECT_FALSE(ParseText(FieldKind::kBytes, "99999999999T").ok());
+}
+
+TEST(ConfigLoader, TenantsParseAndValidate) {
+  Config cfg;
+  auto st = ApplyJson(R"({"tenants": [
+      {"name": "gold", "api_keys": ["k1"], "weight": 3, "max_running": 8,
+       "default_policy": "triattention", "allowed_policies": ["full", "triattention"]},
+      {"name": "free", "api_keys": ["k2"], "weight": 1, "prefix_cache_group": "shared"}]})",
+                      "f.json", cfg);
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_EQ(cfg.tenants.size(), 2u);
+  EXPECT_EQ(cfg.tenants[0].weight, 3.0);
+  EXPECT_EQ(cfg.tenants[0].default_policy, CompressionPolicyKind::kTriAttention);
+  EXPECT_EQ(cfg.tenants[0].allowed_policies.size(), 2u);
+  EXPECT_TRUE(Validate(cfg).ok());
+
+  cfg.tenants[1].api_keys = {"k1"};
+  EXPECT_THAT(std::string(Validate(cfg).message()), HasSubstr("tenants[1].api_keys"));
+  cfg.tenants[1].api_keys = {"k2"};
+  cfg.tenants[1].name = "gold";
+  EXPECT_THAT(std::string(Validate(cfg).message()), HasSubstr("tenants[1].name=\"gold\": must be unique"));
+  cfg.tenants[1].name = "free";
+  cfg.tenants[0].allowed_policies = {CompressionPolicyKind::kFull};
+  EXPECT_THAT(std::string(Validate(cfg).message()), HasSubstr("tenants[0].default_policy=triattention"));
+}
+
+TEST(ConfigLoader, CrossFieldWatermarks) {
+  ConfigSources s;
+  s.overrides = {{"compression.auto_low_watermark", "0.95"}};
+  auto cfg = LoadConfig(s);
+  ASSERT_FALSE(cfg.ok());
+  EXPECT_THAT(std::string(cfg.status().message()), HasSubstr("compression.auto_low_watermark=0.95"));
+}
+
+TEST(ConfigLoader, DumpRoundTripsAndRedactsKeys) {
+  Config cfg;
+  cfg.cache.block_size = 64;
+  TenantConfig t;
+  t.name = "t";
+  t.api_keys = {"secret-key"};
+  cfg.tenants.push_back(t);
+  std::string dumped = DumpJson(cfg);
+  EXPECT_THAT(dumped, ::testing::Not(HasSubstr("secret-key")));
+  EXPECT_THAT(dumped, HasSubstr("<redacted>"));
+  // Every field of the dump loads back (apart from redacted keys) to the same value.
+  auto j = nlohmann::json::parse(dumped);
+  j.erase("tenants");
+  Config back;
+  ASSERT_TRUE(ApplyJson(j.dump(), "dump", back).ok());
+  EXPECT_EQ(back.cache.block_size, 64);
+  for (const auto& f : ConfigFields()) {
+    EXPECT_EQ(FormatValue(f.get(back)), FormatValue(f.get(cfg))) << f.path;
+  }
+}
+
+TEST(ConfigLoader, EnvFromEnvironPicksOnlyOurVariables) {
+  std::string a = "KVSERVE_CACHE_BLOCK_SIZE=32", b = "PATH=/bin", c = "KVSERVE_X";
+  char* envp[] = {a.data(), b.data(), c.data(), nullptr};
+  auto kv = EnvFromEnviron(envp);
+  ASSERT_EQ(kv.size(), 1u);
+  EXPECT_EQ(kv[0].first, "KVSERVE_CACHE_BLOCK_SIZE");
+  EXPECT_EQ(kv[0].second, "32");
+}
+
+TEST(ConfigFields, EveryFieldHasHelpAndEnvName) {
+  for (const auto& f : ConfigFields()) {
+    EXPECT_FALSE(f.help.empty()) << f.path;
+    EXPECT_NE(f.path.find('.'), std::string::npos) << f.path;
+    EXPECT_TRUE(EnvNameFor(f.path).starts_with("KVSERVE_"));
+  }
+  EXPECT_EQ(EnvNameFor("cache.block_size"), "KVSERVE_CACHE_BLOCK_SIZE");
+}
+
+}  // namespace
+}  // namespace kvserve::config
