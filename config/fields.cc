@@ -214,6 +214,9 @@ std::vector<Field<Config>> BuildConfigFields() {
                              [](C& c) -> auto& { return c.model.served_name; }));
   f.push_back(IntField<C>("model.max_model_len", "context limit in tokens; 0: the model's own",
                           [](C& c) -> auto& { return c.model.max_model_len; }, 0, 1 << 24));
+  f.push_back(StringField<C>("model.chat_template",
+                             "chat template family: auto|chatml|llama3|llama2|mistral|kvs-tiny",
+                             [](C& c) -> auto& { return c.model.chat_template; }, true));
   // engine
   f.push_back(EnumField<C>("engine.backend", "compute backend; auto: CUDA if a GPU is usable",
                            [](C& c) -> auto& { return c.engine.backend; }, kBackends));
