@@ -1,0 +1,70 @@
+// Value types that cross between the front ends and the engine: what a request asks
+// for (RequestSpec, in request_spec.h) and what comes back (TokenEvent). No back-pointers,
+// printable, copyable.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvserve::engine {
+
+enum class FinishReason { kStop, kLength, kAbort, kError };
+std::string_view Name(FinishReason r);  // "stop", "length", "abort", "error" (OpenAI/vLLM names)
+
+struct TopLogprob {
+  int32_t token_id = 0;
+  float logprob = 0.0f;
+};
+
+struct TokenLogprobs {
+  int32_t token_id = 0;
+  float logprob = 0.0f;
+  std::vector<TopLogprob> top;  // top-N alternatives, best first
+};
+
+// One eviction round of one sequence, for the audit record.
+struct EvictionRecord {
+  int round = 0;
+  int64_t at_token = 0;                // tokens seen by the sequence when the round ran
+  std::vector<int64_t> positions;      // absolute positions evicted (ascending)
+  uint64_t token_ids_hash = 0;         // 64-bit hash of the evicted token ids, in position order
+};
+
+// What compression did to one sequence; carried in usage.kv_compression.
+struct CompressionSummary {
+  std::string policy = "full";
+  int64_t budget = 0;                  // 0 for full
+  int64_t rounds = 0;
+  int64_t evicted_tokens = 0;
+  int64_t evicted_prompt_tokens = 0;
+  int64_t peak_kv_tokens = 0;          // most tokens held at once
+  double compression_ratio = 1.0;      // tokens seen / peak tokens held
+  std::vector<EvictionRecord> audit;   // only when the request asked for it
+};
+
+struct RequestUsage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;       // summed over the n samples
+  int64_t cached_prompt_tokens = 0;    // prefix-cache hit
+  CompressionSummary compression;      // of sample 0 (all samples share the policy)
+};
+
+// Engine → consumer. Events of the n samples of one request interleave, each tagged
+// with its sample index. The final event of a sample has `finish` set; the stream closes
+// after the final event of the last sample, which also carries `usage`.
+struct TokenEvent {
+  int sample_index = 0;
+  std::vector<int32_t> token_ids;          // newly generated ids (may be empty in a final event)
+  std::vector<TokenLogprobs> logprobs;     // parallel to token_ids when requested
+  std::optional<FinishReason> finish;
+  std::optional<int32_t> stop_token_id;    // the stop token id that finished the sample, if any
+  std::optional<RequestUsage> usage;       // on the request's last event
+  std::string error;                       // set with FinishReason::kError
+};
+
+std::string ToString(const TokenEvent& e);
+
+}  // namespace kvserve::engine
