@@ -1,0 +1,40 @@
+// Builds the serving engine for a model directory: tokenizer-independent, owns the loop
+// thread, the scheduler, the KV cache and the model runner.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "base/clock.h"
+#include "base/logger.h"
+#include "config/config.h"
+#include "engine/engine_client.h"
+#include "engine/engine_observer.h"
+
+namespace kvserve::engine {
+
+// The running engine. Destroying it stops the loop (pending requests end with kAbort).
+class ServingEngine : public EngineClient {
+ public:
+  // Stops admitting (Submit returns Unavailable); running requests continue.
+  virtual void StartDrain() = 0;
+  // Number of accepted requests that have not finished yet.
+  virtual int InFlight() const = 0;
+  // Aborts everything still in flight (end of the drain timeout).
+  virtual void AbortAll() = 0;
+  // Max tokens of prompt + completion the model accepts.
+  virtual int64_t max_model_len() const = 0;
+};
+
+struct EngineDeps {
+  base::Logger logger;
+  EngineObserver* observer = nullptr;        // may be null; must outlive the engine
+  std::shared_ptr<const base::Clock> clock;  // null: SteadyClock
+};
+
+absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config& config,
+                                                            const std::string& model_dir,
+                                                            EngineDeps deps);
+
+}  // namespace kvserve::engine
