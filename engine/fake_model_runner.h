@@ -1,0 +1,55 @@
+// FakeModelRunner: a deterministic stand-in for the model, for scheduler and engine tests.
+//
+// The next token of a sequence is a pure function of (its token history, its seed), so a
+// sequence produces the same tokens alone, in any batch, and after any preemption. It also
+// simulates the KV cache at token granularity: every device and host slot holds the token
+// id written there, copies (swap, copy-on-write) move those ids, and each step checks that
+// the slots a sequence's block table points at hold exactly its token history. A wrong
+// block table, a missed copy or a block shared when it should not be fails the step.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "engine/model_runner.h"
+
+namespace kvserve::engine {
+
+struct FakeModelRunnerOptions {
+  int vocab_size = 1000;
+  int block_size = 16;
+  int32_t num_device_blocks = 0;  // must match the cache manager's pool
+  int32_t num_host_blocks = 0;
+};
+
+class FakeModelRunner final : public ModelRunner {
+ public:
+  explicit FakeModelRunner(FakeModelRunnerOptions options);
+
+  absl::Status Execute(const scheduler::StepPlan& plan, scheduler::StepResult& result) override;
+  int vocab_size() const override { return options_.vocab_size; }
+
+  // The deterministic "model": the token that follows `history`.
+  static int32_t NextToken(const std::vector<int32_t>& history, uint64_t seed, int vocab_size);
+
+  int64_t steps() const { return steps_; }
+  int64_t tokens_processed() const { return tokens_processed_; }
+  size_t known_sequences() const { return seqs_.size(); }
+
+ private:
+  struct Seq {
+    std::vector<int32_t> history;
+    std::vector<int32_t> table;
+    uint64_t seed = 0;
+  };
+
+  FakeModelRunnerOptions options_;
+  std::vector<int32_t> device_slots_;
+  std::vector<int32_t> host_slots_;
+  absl::flat_hash_map<int64_t, Seq> seqs_;
+  int64_t steps_ = 0;
+  int64_t tokens_processed_ = 0;
+};
+
+}  // namespace kvserve::engine

@@ -1,0 +1,20 @@
+// ModelRunner: turns a StepPlan into a StepResult. Implementations: CpuModelRunner (the
+// real model on the CPU backend), FakeModelRunner (deterministic tokens, for scheduler and
+// engine tests), and later a CUDA runner. Called only from the engine thread.
+#pragma once
+
+#include "absl/status/status.h"
+#include "scheduler/step_plan.h"
+
+namespace kvserve::engine {
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+  // Applies the plan's copies, runs the forward pass and samples. `result` is cleared and
+  // refilled (its capacity is reused). A non-OK status fails every sequence of the step.
+  virtual absl::Status Execute(const scheduler::StepPlan& plan, scheduler::StepResult& result) = 0;
+  virtual int vocab_size() const = 0;
+};
+
+}  // namespace kvserve::engine

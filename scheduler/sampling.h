@@ -1,0 +1,24 @@
+// Sampling parameters as the scheduler carries them to a model runner: resolved values
+// (the seed is always set by the time a sequence is scheduled). Front ends fill the same
+// struct in engine::RequestSpec; ranges are validated there.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+namespace kvserve::scheduler {
+
+struct SamplingParams {
+  float temperature = 1.0f;         // 0: greedy
+  float top_p = 1.0f;               // (0, 1]
+  int top_k = 0;                    // 0: off
+  float min_p = 0.0f;               // [0, 1]
+  std::optional<uint64_t> seed;     // resolved by the engine before scheduling
+  float presence_penalty = 0.0f;    // [-2, 2]
+  float frequency_penalty = 0.0f;   // [-2, 2]
+  float repetition_penalty = 1.0f;  // > 0; 1: off
+  int logprobs = 0;                 // top-N alternatives per generated token; 0: none
+  int sample_index = 0;             // which of the request's n samples (seeds differ per sample)
+};
+
+}  // namespace kvserve::scheduler

@@ -1,0 +1,454 @@
+#include "scheduler/scheduler.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "base/check.h"
+
+namespace kvserve::scheduler {
+
+Scheduler::Scheduler(SchedulerOptions options, cache::KvCacheManager& cache)
+    : options_(std::move(options)), cache_(cache) {
+  if (options_.tenants.empty()) options_.tenants.push_back(TenantLimits{});
+  size_t n = options_.tenants.size();
+  running_.resize(n);
+  waiting_.resize(n);
+  vtime_.assign(n, 0.0);
+  backlogged_.assign(n, 0);
+  tenant_running_.assign(n, 0);
+  cursor_.assign(n, 0);
+  counters_.tenant_tokens.assign(n, 0);
+  KVS_CHECK(options_.max_num_batched_tokens > 0);
+  KVS_CHECK(options_.max_num_seqs > 0);
+}
+
+Scheduler::QueueKey Scheduler::queue_key(const SequenceState& s) const {
+  int prio = options_.queue_policy == config::QueuePolicy::kPriority ? s.priority : 0;
+  return {prio, s.arrival_seq, s.id.value()};
+}
+
+SequenceState& Scheduler::state(cache::SeqId seq) {
+  auto it = seqs_.find(seq.value());
+  KVS_CHECK(it != seqs_.end(), "unknown sequence ", seq.value());
+  return it->second;
+}
+
+const SequenceState* Scheduler::find(cache::SeqId seq) const {
+  auto it = seqs_.find(seq.value());
+  return it == seqs_.end() ? nullptr : &it->second;
+}
+
+void Scheduler::Add(SequenceState seq) {
+  KVS_CHECK(seq.tenant >= 0 && seq.tenant < static_cast<int>(options_.tenants.size()),
+            "tenant index ", seq.tenant);
+  KVS_CHECK(!seq.tokens.empty() && seq.num_prompt_tokens > 0);
+  KVS_CHECK(!seqs_.contains(seq.id.value()), "duplicate sequence ", seq.id.value());
+  seq.status = SeqStatus::kWaiting;
+  seq.num_computed = 0;
+  cache::SeqId id = seq.id;
+  bool pending = seq.fork_parent.has_value();
+  auto [it, inserted] = seqs_.emplace(id.value(), std::move(seq));
+  if (pending) {
+    pending_forks_.push_back(id);
+    state(*it->second.fork_parent).pending_children++;
+  } else {
+    waiting_[it->second.tenant].insert({queue_key(it->second), id});
+  }
+}
+
+int Scheduler::num_waiting() const {
+  size_t n = pending_forks_.size();
+  for (const auto& q : waiting_) n += q.size();
+  return static_cast<int>(n);
+}
+
+bool Scheduler::has_work() const {
+  return running_count_ > 0 || !swapped_.empty() || num_waiting() > 0 || !forget_next_.empty();
+}
+
+void Scheduler::add_running(SequenceState& s) {
+  auto& list = running_[s.tenant];
+  QueueKey key = queue_key(s);
+  auto pos = std::lower_bound(list.begin(), list.end(), key, [&](cache::SeqId id, const QueueKey& k) {
+    return queue_key(seqs_.at(id.value())) < k;
+  });
+  list.insert(pos, s.id);
+  s.status = SeqStatus::kRunning;
+  ++running_count_;
+  ++tenant_running_[s.tenant];
+}
+
+void Scheduler::remove_running(SequenceState& s) {
+  auto& list = running_[s.tenant];
+  auto it = std::find(list.begin(), list.end(), s.id);
+  KVS_CHECK(it != list.end(), "sequence ", s.id.value(), " not running");
+  list.erase(it);
+  --running_count_;
+  --tenant_running_[s.tenant];
+}
+
+void Scheduler::release(SequenceState& s) {
+  switch (s.status) {
+    case SeqStatus::kRunning:
+      remove_running(s);
+      break;
+    case SeqStatus::kWaiting:
+      if (s.fork_parent) {
+        auto it = std::find(pending_forks_.begin(), pending_forks_.end(), s.id);
+        if (it != pending_forks_.end()) pending_forks_.erase(it);
+        if (auto p = seqs_.find(s.fork_parent->value()); p != seqs_.end()) p->second.pending_children--;
+      } else {
+        waiting_[s.tenant].erase({queue_key(s), s.id});
+      }
+      break;
+    case SeqStatus::kSwapped:
+      swapped_.erase({queue_key(s), s.id});
+      break;
+    case SeqStatus::kFinished:
+      break;
+  }
+  cache_.free(s.id);
+  if (s.known_to_runner) forget_next_.push_back(s.id);
+  s.known_to_runner = false;
+  s.status = SeqStatus::kFinished;
+}
+
+void Scheduler::Abort(cache::SeqId seq) {
+  auto it = seqs_.find(seq.value());
+  if (it == seqs_.end()) return;
+  release(it->second);
+  seqs_.erase(it);
+}
+
+// A running sequence's next chunk: everything unfed, limited by the budget (chunked
+// prefill) and, while samples are waiting to fork from it, stopping one token short of
+// the prompt's end so the children can share every block but the last token's.
+int Scheduler::tokens_to_feed(const SequenceState& s, int budget) const {
+  int remaining = static_cast<int>(s.tokens.size()) - s.num_computed;
+  if (s.pending_children > 0) remaining = std::min(remaining, s.num_prompt_tokens - 1 - s.num_computed);
+  if (remaining <= 0) return 0;
+  if (remaining <= budget) return remaining;
+  return options_.enable_chunked_prefill ? budget : 0;
+}
+
+void Scheduler::emit(SequenceState& s, int num_tokens, const cache::AllocationDelta& delta,
+                     StepPlan& plan) {
+  ScheduledSeq q;
+  q.seq = s.id;
+  q.first_position = s.num_computed;
+  q.token_begin = static_cast<int32_t>(plan.token_ids.size());
+  q.num_tokens = num_tokens;
+  plan.token_ids.insert(plan.token_ids.end(), s.tokens.begin() + s.num_computed,
+                        s.tokens.begin() + s.num_computed + num_tokens);
+  q.kv_len_after = static_cast<int32_t>(cache_.num_tokens(s.id));
+  q.blocks_begin = static_cast<int32_t>(plan.new_blocks.size());
+  if (!s.known_to_runner) {
+    auto table = cache_.block_table(s.id);
+    plan.new_blocks.insert(plan.new_blocks.end(), table.begin(), table.end());
+    q.num_new_blocks = static_cast<int32_t>(table.size());
+    q.table_offset = 0;
+    q.table_reset = true;
+    plan.new_seqs.push_back(NewSeq{s.id, s.sampling, s.num_prompt_tokens, s.tokens});
+    s.known_to_runner = true;
+  } else {
+    plan.new_blocks.insert(plan.new_blocks.end(), delta.blocks.begin(), delta.blocks.end());
+    q.num_new_blocks = static_cast<int32_t>(delta.blocks.size());
+    q.table_offset = delta.first_changed_block;
+  }
+  if (delta.cow) plan.copies.push_back(*delta.cow);
+  q.sample = s.num_computed + num_tokens == static_cast<int32_t>(s.tokens.size());
+  q.num_generated = s.num_generated();
+  plan.seqs.push_back(q);
+  plan.total_tokens += num_tokens;
+  s.last_scheduled_step = step_;
+  vtime_[s.tenant] += num_tokens / options_.tenants[s.tenant].weight;
+  counters_.tenant_tokens[s.tenant] += num_tokens;
+}
+
+SequenceState* Scheduler::pick_victim(const SequenceState& exclude) {
+  SequenceState* worst = nullptr;
+  for (auto& list : running_) {
+    // Lists are ordered best first: scan from the back for the first one not yet run.
+    for (auto it = list.rbegin(); it != list.rend(); ++it) {
+      SequenceState& c = seqs_.at(it->value());
+      if (c.id == exclude.id || c.last_scheduled_step == step_) continue;
+      if (worst == nullptr || queue_key(c) > queue_key(*worst)) worst = &c;
+      break;
+    }
+  }
+  return worst;
+}
+
+void Scheduler::preempt(SequenceState& victim, StepPlan& plan) {
+  preempted_this_step_ = true;
+  remove_running(victim);
+  ++victim.num_preemptions;
+  if (victim.known_to_runner) plan.preempted.push_back(victim.id);
+  victim.known_to_runner = false;
+  if (options_.preemption_mode == config::PreemptionMode::kSwap && cache_.can_swap_out(victim.id)) {
+    auto copies = cache_.swap_out(victim.id);
+    if (copies) {
+      plan.swap_out.insert(plan.swap_out.end(), copies->begin(), copies->end());
+      victim.status = SeqStatus::kSwapped;
+      swapped_.insert({queue_key(victim), victim.id});
+      ++counters_.preemptions_swap;
+      return;
+    }
+  }
+  cache_.free(victim.id);
+  victim.num_computed = 0;
+  victim.status = SeqStatus::kWaiting;
+  waiting_[victim.tenant].insert({queue_key(victim), victim.id});
+  ++counters_.preemptions_recompute;
+}
+
+bool Scheduler::schedule_running(SequenceState& s, int num_tokens, StepPlan& plan) {
+  while (true) {
+    if (auto delta = cache_.allocate(s.id, num_tokens)) {
+      emit(s, num_tokens, *delta, plan);
+      return true;
+    }
+    SequenceState* victim = pick_victim(s);
+    if (victim == nullptr) {
+      preempt(s, plan);
+      return false;
+    }
+    preempt(*victim, plan);
+  }
+}
+
+void Scheduler::run_forks(StepPlan& plan) {
+  for (size_t i = 0; i < pending_forks_.size();) {
+    SequenceState& child = seqs_.at(pending_forks_[i].value());
+    auto parent_it = seqs_.find(child.fork_parent->value());
+    if (parent_it == seqs_.end()) {
+      // The parent is gone (aborted alone): the child computes its prompt itself.
+      pending_forks_.erase(pending_forks_.begin() + static_cast<std::ptrdiff_t>(i));
+      child.fork_parent.reset();
+      waiting_[child.tenant].insert({queue_key(child), child.id});
+      continue;
+    }
+    SequenceState& parent = parent_it->second;
+    bool ready = parent.status == SeqStatus::kRunning &&
+                 parent.num_computed == parent.num_prompt_tokens - 1 && parent.num_computed > 0;
+    bool parent_needs_none = parent.num_prompt_tokens == 1;  // nothing to share
+    if ((!ready && !parent_needs_none) ||
+        (ready && static_cast<int>(running_count_) >= options_.max_num_seqs)) {
+      ++i;
+      continue;
+    }
+    pending_forks_.erase(pending_forks_.begin() + static_cast<std::ptrdiff_t>(i));
+    child.fork_parent.reset();
+    parent.pending_children--;
+    if (ready) {
+      cache_.fork(parent.id, child.id);
+      child.num_computed = parent.num_computed;
+      add_running(child);
+    } else {
+      waiting_[child.tenant].insert({queue_key(child), child.id});
+    }
+  }
+  (void)plan;
+}
+
+void Scheduler::refresh_virtual_times() {
+  // A tenant that becomes backlogged starts at the smallest virtual time of the tenants
+  // that stayed backlogged, so time spent idle is not banked as credit.
+  double min_busy = std::numeric_limits<double>::infinity();
+  for (size_t t = 0; t < vtime_.size(); ++t) {
+    if (backlogged_[t]) min_busy = std::min(min_busy, vtime_[t]);
+  }
+  for (size_t t = 0; t < vtime_.size(); ++t) {
+    bool busy = !running_[t].empty() || !waiting_[t].empty();
+    if (busy && !backlogged_[t] && min_busy != std::numeric_limits<double>::infinity()) {
+      vtime_[t] = std::max(vtime_[t], min_busy);
+    }
+    backlogged_[t] = busy;
+  }
+}
+
+void Scheduler::admit_swapped(StepPlan& plan, int& budget) {
+  while (!swapped_.empty() && static_cast<int>(running_count_) < options_.max_num_seqs) {
+    SequenceState& s = seqs_.at(swapped_.begin()->second.value());
+    const auto& limits = options_.tenants[s.tenant];
+    if (limits.max_running > 0 && tenant_running_[s.tenant] >= limits.max_running) break;
+    // Swap back only when the sequence can also take its next tokens without preempting
+    // anyone: otherwise it would be swapped straight out again (thrashing).
+    int n_next = tokens_to_feed(s, std::max(budget, 1));
+    int64_t bs = cache_.block_size();
+    int64_t need = (cache_.num_tokens(s.id) + n_next + bs - 1) / bs;
+    if (need > cache_.block_pool().num_free()) break;
+    auto copies = cache_.swap_in(s.id);
+    if (!copies) break;
+    swapped_.erase(swapped_.begin());
+    plan.swap_in.insert(plan.swap_in.end(), copies->begin(), copies->end());
+    add_running(s);
+    // Run it now only if that needs no preemption: evicting someone to make room for a
+    // sequence that was just swapped back would ping-pong. Otherwise it runs next step.
+    int n = tokens_to_feed(s, budget);
+    if (n == 0) continue;
+    auto delta = cache_.allocate(s.id, n);
+    if (!delta) break;
+    emit(s, n, *delta, plan);
+    budget -= n;
+  }
+}
+
+void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
+  size_t n_tenants = waiting_.size();
+  std::vector<char>& blocked = scratch_blocked_;
+  blocked.assign(n_tenants, 0);
+  while (budget > 0 && static_cast<int>(running_count_) < options_.max_num_seqs) {
+    int best = -1;
+    for (size_t t = 0; t < n_tenants; ++t) {
+      if (blocked[t] || waiting_[t].empty()) continue;
+      if (best < 0 || vtime_[t] < vtime_[best]) best = static_cast<int>(t);
+    }
+    if (best < 0) return;
+    const auto& limits = options_.tenants[best];
+    if (limits.max_running > 0 && tenant_running_[best] >= limits.max_running) {
+      blocked[best] = 1;
+      continue;
+    }
+    SequenceState& s = seqs_.at(waiting_[best].begin()->second.value());
+    if (!cache_.contains(s.id)) {
+      cache::PrefixMatch hit = cache_.match_prefix(s.id, s.tokens, s.prefix_key);
+      s.num_computed = static_cast<int32_t>(hit.num_tokens);
+    }
+    int n = tokens_to_feed(s, budget);
+    if (n == 0) {
+      // Without chunked prefill the prompt does not fit in what is left of the budget.
+      blocked[best] = 1;
+      continue;
+    }
+    auto delta = cache_.allocate(s.id, n);
+    if (!delta) {
+      // No room: give the prefix references back and stop admitting this step, so that
+      // a smaller request behind cannot overtake (and starve) this one.
+      cache_.free(s.id);
+      s.num_computed = 0;
+      return;
+    }
+    waiting_[best].erase(waiting_[best].begin());
+    add_running(s);
+    emit(s, n, *delta, plan);
+    budget -= n;
+  }
+}
+
+void Scheduler::Schedule(StepPlan& plan) {
+  plan.clear();
+  plan.step_id = ++step_;
+  ++counters_.steps;
+  plan.finished.swap(forget_next_);
+  forget_next_.clear();
+  run_forks(plan);
+  refresh_virtual_times();
+
+  int budget = options_.max_num_batched_tokens;
+  preempted_this_step_ = false;
+
+  // Phase A: running sequences, tenants interleaved by virtual time.
+  std::fill(cursor_.begin(), cursor_.end(), 0);
+  while (budget > 0) {
+    int best = -1;
+    for (size_t t = 0; t < running_.size(); ++t) {
+      if (cursor_[t] >= running_[t].size()) continue;
+      if (best < 0 || vtime_[t] < vtime_[best]) best = static_cast<int>(t);
+    }
+    if (best < 0) break;
+    auto& list = running_[best];
+    SequenceState& s = seqs_.at(list[cursor_[best]].value());
+    int n = tokens_to_feed(s, budget);
+    if (n == 0) {
+      s.last_scheduled_step = step_;  // holds its blocks; not a victim this step
+      ++cursor_[best];
+      continue;
+    }
+    if (schedule_running(s, n, plan)) {
+      ++cursor_[best];
+      budget -= n;
+    }
+    // Preemption removed entries from running lists: cursors stay valid because victims
+    // are never before the cursor (they were not scheduled yet, and lists are ordered
+    // best first; the victim is the worst), except `s` itself, which was at the cursor.
+  }
+
+  // Phase B: admission, only when this step preempted nothing (a preempting step is
+  // short of blocks; admitting would only preempt again).
+  if (!preempted_this_step_) {
+    admit_swapped(plan, budget);
+    admit_waiting(plan, budget);
+  }
+}
+
+std::optional<SeqFinish> Scheduler::check_stop(const SequenceState& s, int32_t token,
+                                               std::optional<int32_t>& stop_token) const {
+  int generated = s.num_generated();
+  if (generated >= s.stop.min_tokens) {
+    if (!s.stop.ignore_eos && std::find(options_.eos_token_ids.begin(), options_.eos_token_ids.end(),
+                                        token) != options_.eos_token_ids.end()) {
+      stop_token = token;
+      return SeqFinish::kEos;
+    }
+    if (std::find(s.stop.stop_token_ids.begin(), s.stop.stop_token_ids.end(), token) !=
+        s.stop.stop_token_ids.end()) {
+      stop_token = token;
+      return SeqFinish::kStopToken;
+    }
+  }
+  if (generated >= s.stop.max_tokens) return SeqFinish::kLength;
+  if (static_cast<int64_t>(s.tokens.size()) >= options_.max_model_len) return SeqFinish::kMaxModelLen;
+  return std::nullopt;
+}
+
+void Scheduler::Update(const StepPlan& plan, const StepResult& result, std::vector<SeqUpdate>& out) {
+  size_t next_sample = 0;
+  for (const ScheduledSeq& q : plan.seqs) {
+    const SampledToken* sampled = nullptr;
+    if (q.sample) {
+      KVS_CHECK(next_sample < result.sampled.size(), "runner returned too few samples");
+      sampled = &result.sampled[next_sample++];
+      KVS_CHECK(sampled->seq == q.seq, "sample order mismatch");
+    }
+    auto it = seqs_.find(q.seq.value());
+    // Aborted while the step ran (future async engines): nothing to update.
+    if (it == seqs_.end() || it->second.status != SeqStatus::kRunning) continue;
+    SequenceState& s = it->second;
+    s.num_computed += q.num_tokens;
+    if (cache_.prefix_caching_enabled()) {
+      cache_.commit_full_blocks(s.id, std::span<const int32_t>(s.tokens.data(), s.num_computed));
+    }
+    if (sampled == nullptr) continue;
+    s.tokens.push_back(sampled->token_id);
+    SeqUpdate u;
+    u.seq = s.id;
+    u.request_key = s.request_key;
+    u.sample_index = s.sampling.sample_index;
+    u.token = *sampled;
+    u.finish = check_stop(s, sampled->token_id, u.stop_token);
+    out.push_back(std::move(u));
+    if (out.back().finish) {
+      release(s);
+      seqs_.erase(it);
+    }
+  }
+}
+
+int64_t Scheduler::live_logical_tokens() const {
+  int64_t n = 0;
+  for (const auto& list : running_) {
+    for (cache::SeqId id : list) n += seqs_.at(id.value()).num_computed;
+  }
+  return n;
+}
+
+int64_t Scheduler::live_physical_tokens() const {
+  int64_t n = 0;
+  for (const auto& list : running_) {
+    for (cache::SeqId id : list) n += cache_.num_tokens(id);
+  }
+  return n;
+}
+
+}  // namespace kvserve::scheduler

@@ -1,0 +1,154 @@
+// Scheduler: continuous batching over the paged KV cache. Owned and called only by the
+// engine thread.
+//
+//            submit                      admit (phase B)              finish / abort
+//   ────────► waiting[tenant] ─────────────────────────► running ─────────────────────► gone
+//                  ▲                 (prefix match,        │  ▲
+//                  │ preempt: recompute  allocate)         │  │ swap in (phase B, first)
+//                  └───────────────────────────────────────┤  │
+//                                   preempt: swap          ▼  │
+//                                                         swapped
+//   pending_forks: samples 1..n-1 of a request wait until sample 0 has computed its
+//   prompt up to the last token, then fork its blocks (copy-on-write) and run.
+//
+// One step (Schedule):
+//   0. forks that became possible;
+//   A. running sequences, decode and prefill chunks alike, picked across tenants by
+//      weighted fair queuing (smallest virtual time first; a tenant's virtual time grows by
+//      tokens / weight). When the pool has no room, the worst running sequence (highest
+//      priority value, then newest) that is not yet in this step is preempted: swapped to
+//      the host tier (preemption_mode=swap, when it fits) or freed for recompute.
+//   B. only if nothing was preempted: swapped sequences come back first, then waiting ones
+//      are admitted, again picked across tenants by virtual time, subject to max_num_seqs
+//      and the tenant's max_running. A sequence that does not get its blocks stops
+//      admission for the step (no overtaking by smaller requests).
+// Admission (who may hold KV: phase B, the capacity decision) is kept apart from packing
+// (which tokens run now: the token budget and chunking in both phases).
+//
+// Fairness is weighted fair queuing on scheduled tokens, not deficit round robin: virtual
+// time is per tenant, and a tenant that was idle restarts at the smallest virtual time of
+// the tenants that stayed busy, so idling earns no credit. Over a run in which several
+// tenants are backlogged, each receives tokens in proportion to its weight.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <set>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "cache/kv_cache_manager.h"
+#include "config/config.h"
+#include "scheduler/sequence.h"
+#include "scheduler/step_plan.h"
+
+namespace kvserve::scheduler {
+
+struct TenantLimits {
+  double weight = 1.0;
+  int max_running = 0;  // 0: no limit
+};
+
+struct SchedulerOptions {
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 2048;
+  bool enable_chunked_prefill = true;
+  config::QueuePolicy queue_policy = config::QueuePolicy::kFcfs;
+  config::PreemptionMode preemption_mode = config::PreemptionMode::kRecompute;
+  int64_t max_model_len = 2048;
+  std::vector<int32_t> eos_token_ids;
+  std::vector<TenantLimits> tenants;  // index = SequenceState::tenant; at least one
+};
+
+// What happened to a sequence in Update: a new token and/or its end.
+struct SeqUpdate {
+  cache::SeqId seq;
+  uint64_t request_key = 0;
+  int sample_index = 0;
+  std::optional<SampledToken> token;
+  std::optional<SeqFinish> finish;
+  std::optional<int32_t> stop_token;  // the stop/EOS id that finished it
+};
+
+struct SchedulerCounters {
+  uint64_t steps = 0;
+  uint64_t preemptions_recompute = 0;
+  uint64_t preemptions_swap = 0;
+  std::vector<uint64_t> tenant_tokens;  // tokens scheduled per tenant (prefill + decode)
+};
+
+class Scheduler {
+ public:
+  Scheduler(SchedulerOptions options, cache::KvCacheManager& cache);
+
+  // Adds a sequence (status waiting; or pending fork when fork_parent is set). The caller
+  // assigns unique ids and fills tokens, num_prompt_tokens, sampling (seed resolved), stop,
+  // tenant, priority, arrival and prefix_key.
+  void Add(SequenceState seq);
+  // Removes a sequence in any state, frees its KV, and tells the runner next step.
+  // Unknown ids are ignored.
+  void Abort(cache::SeqId seq);
+
+  // Builds the next step into `plan` (cleared first). An empty plan means there is nothing
+  // to run (or nothing fits: then the caller waits for new requests or aborts).
+  void Schedule(StepPlan& plan);
+  // Applies the runner's result: advances computed counts, appends sampled tokens, checks
+  // stop conditions, publishes full blocks, frees finished sequences. Appends to `out`.
+  void Update(const StepPlan& plan, const StepResult& result, std::vector<SeqUpdate>& out);
+
+  int num_running() const { return static_cast<int>(running_count_); }
+  int num_waiting() const;
+  int num_swapped() const { return static_cast<int>(swapped_.size()); }
+  bool has_work() const;
+  const SequenceState* find(cache::SeqId seq) const;
+  const SchedulerCounters& counters() const { return counters_; }
+  // Tokens seen (logical) and held in KV (physical) by running sequences.
+  int64_t live_logical_tokens() const;
+  int64_t live_physical_tokens() const;
+
+ private:
+  using QueueKey = std::tuple<int, uint64_t, int64_t>;  // (priority or 0, arrival seq, seq id)
+
+  QueueKey queue_key(const SequenceState& s) const;
+  SequenceState& state(cache::SeqId seq);
+  void run_forks(StepPlan& plan);
+  // Schedules `num_tokens` of running sequence `s` (allocating KV; may preempt others).
+  // Returns false if `s` itself was preempted.
+  bool schedule_running(SequenceState& s, int num_tokens, StepPlan& plan);
+  void emit(SequenceState& s, int num_tokens, const cache::AllocationDelta& delta, StepPlan& plan);
+  int tokens_to_feed(const SequenceState& s, int budget) const;
+  void preempt(SequenceState& victim, StepPlan& plan);
+  SequenceState* pick_victim(const SequenceState& exclude);
+  void add_running(SequenceState& s);
+  void remove_running(SequenceState& s);
+  void admit_swapped(StepPlan& plan, int& budget);
+  void admit_waiting(StepPlan& plan, int& budget);
+  void refresh_virtual_times();
+  std::optional<SeqFinish> check_stop(const SequenceState& s, int32_t token, std::optional<int32_t>& stop_token) const;
+  void release(SequenceState& s);
+
+  SchedulerOptions options_;
+  cache::KvCacheManager& cache_;
+
+  absl::flat_hash_map<int64_t, SequenceState> seqs_;
+  // Per tenant, running sequences ordered by queue key (best first).
+  std::vector<std::vector<cache::SeqId>> running_;
+  size_t running_count_ = 0;
+  std::vector<std::set<std::pair<QueueKey, cache::SeqId>>> waiting_;
+  std::set<std::pair<QueueKey, cache::SeqId>> swapped_;
+  std::vector<cache::SeqId> pending_forks_;
+  std::vector<cache::SeqId> forget_next_;  // runner must drop these (finished or aborted)
+
+  std::vector<double> vtime_;
+  std::vector<char> backlogged_;
+  std::vector<int> tenant_running_;
+  std::vector<size_t> cursor_;  // scratch: phase A position per tenant
+  std::vector<char> scratch_blocked_;
+  bool preempted_this_step_ = false;
+  int64_t step_ = 0;
+  SchedulerCounters counters_;
+};
+
+}  // namespace kvserve::scheduler

@@ -1,0 +1,66 @@
+// SequenceState: the scheduler's record of one sequence (one sample of one request).
+//
+//   tokens: [ prompt ............ | generated ...... ]
+//            0       num_prompt_tokens            tokens.size()
+//   num_computed: tokens already fed through the model (their KV was written, whether or
+//   not compression later evicted it). The next step feeds tokens[num_computed, ...).
+//
+// A sequence is waiting (no KV), running (holds KV blocks in the device pool), swapped
+// (its KV sits in the host tier) or finished. Preemption by recompute resets num_computed
+// to 0 and keeps `tokens`, so the resumed sequence re-reads its generated tokens as
+// prompt and continues exactly where it stopped.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/clock.h"
+#include "cache/block_hasher.h"
+#include "cache/cache_types.h"
+#include "scheduler/sampling.h"
+
+namespace kvserve::scheduler {
+
+enum class SeqStatus { kWaiting, kRunning, kSwapped, kFinished };
+enum class SeqFinish { kStopToken, kEos, kLength, kMaxModelLen, kAborted };
+
+struct StopConditions {
+  int max_tokens = 16;
+  int min_tokens = 0;
+  bool ignore_eos = false;
+  std::vector<int32_t> stop_token_ids;
+};
+
+struct SequenceState {
+  cache::SeqId id;
+  uint64_t request_key = 0;     // the engine's handle of the owning request
+  int tenant = 0;               // index into the scheduler's tenant table
+  int priority = 0;             // lower runs first
+  base::Nanos arrival = 0;
+  uint64_t arrival_seq = 0;     // tie-break for equal arrival times (submission order)
+  SamplingParams sampling;
+  StopConditions stop;
+  cache::PrefixKey prefix_key;  // extra keys of the prefix-cache hash chain (tenant group, salt)
+
+  std::vector<int32_t> tokens;
+  int32_t num_prompt_tokens = 0;
+  int32_t num_computed = 0;
+  SeqStatus status = SeqStatus::kWaiting;
+  bool known_to_runner = false;  // the runner holds our table and history
+  int num_preemptions = 0;
+  int64_t last_scheduled_step = -1;  // step in which it last ran (victim selection)
+  std::optional<SeqFinish> finish;
+
+  // n > 1: samples 1..n-1 start as children waiting on sample 0. They fork from it once its
+  // prompt is computed up to the last token, then each feeds that last token itself and so
+  // samples its own first token from identical logits.
+  std::optional<cache::SeqId> fork_parent;
+  int pending_children = 0;  // on a parent: children still waiting to fork
+
+  int32_t num_generated() const { return static_cast<int32_t>(tokens.size()) - num_prompt_tokens; }
+  bool prefill_done() const { return num_computed >= static_cast<int32_t>(tokens.size()); }
+};
+
+}  // namespace kvserve::scheduler

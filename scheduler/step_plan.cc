@@ -1,0 +1,76 @@
+#include "scheduler/step_plan.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace kvserve::scheduler {
+namespace {
+
+std::string Copies(const std::vector<cache::BlockCopy>& copies) {
+  return absl::StrJoin(copies, ",", [](std::string* out, const cache::BlockCopy& c) {
+    absl::StrAppend(out, c.src.value(), "->", c.dst.value());
+  });
+}
+
+std::string Ids(const std::vector<cache::SeqId>& ids) {
+  return absl::StrJoin(ids, ",", [](std::string* out, cache::SeqId s) { absl::StrAppend(out, s.value()); });
+}
+
+}  // namespace
+
+void StepPlan::clear() {
+  step_id = 0;
+  new_seqs.clear();
+  seqs.clear();
+  token_ids.clear();
+  new_blocks.clear();
+  swap_out.clear();
+  swap_in.clear();
+  copies.clear();
+  finished.clear();
+  preempted.clear();
+  total_tokens = 0;
+}
+
+std::string StepPlan::ToString() const {
+  std::string s = absl::StrCat("step ", step_id, " tokens=", total_tokens, "\n");
+  for (const auto& q : seqs) {
+    absl::StrAppend(&s, "  seq ", q.seq.value(), " pos=", q.first_position, " n=", q.num_tokens,
+                    " kv=", q.kv_len_after);
+    if (q.num_new_blocks > 0 || q.table_reset) {
+      absl::StrAppend(&s, q.table_reset ? " table=[" : absl::StrCat(" table@", q.table_offset, "+=["));
+      for (int i = 0; i < q.num_new_blocks; ++i) {
+        absl::StrAppend(&s, i ? "," : "", new_blocks[q.blocks_begin + i].value());
+      }
+      absl::StrAppend(&s, "]");
+    }
+    if (q.sample) absl::StrAppend(&s, " sample#", q.num_generated);
+    absl::StrAppend(&s, "\n");
+  }
+  if (!new_seqs.empty()) {
+    absl::StrAppend(&s, "  new=[", absl::StrJoin(new_seqs, ",", [](std::string* out, const NewSeq& n) {
+                      absl::StrAppend(out, n.seq.value(), "(", n.history.size(), " tok)");
+                    }), "]\n");
+  }
+  if (!swap_out.empty()) absl::StrAppend(&s, "  swap_out=[", Copies(swap_out), "]\n");
+  if (!swap_in.empty()) absl::StrAppend(&s, "  swap_in=[", Copies(swap_in), "]\n");
+  if (!copies.empty()) absl::StrAppend(&s, "  cow=[", Copies(copies), "]\n");
+  if (!preempted.empty()) absl::StrAppend(&s, "  preempted=[", Ids(preempted), "]\n");
+  if (!finished.empty()) absl::StrAppend(&s, "  finished=[", Ids(finished), "]\n");
+  return s;
+}
+
+void StepResult::clear() {
+  step_id = 0;
+  sampled.clear();
+  status = absl::OkStatus();
+}
+
+std::string StepResult::ToString() const {
+  std::string s = absl::StrCat("result ", step_id, ":");
+  for (const auto& t : sampled) absl::StrAppend(&s, " ", t.seq.value(), "->", t.token_id);
+  if (!status.ok()) absl::StrAppend(&s, " status=", status.ToString());
+  return s;
+}
+
+}  // namespace kvserve::scheduler

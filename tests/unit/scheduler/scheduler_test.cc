@@ -1,0 +1,307 @@
+#include "scheduler/scheduler.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "tests/unit/scheduler/scheduler_harness.h"
+
+namespace kvserve::scheduler {
+namespace {
+
+using testing::Harness;
+using testing::HarnessOptions;
+
+HarnessOptions Small(int budget, int32_t blocks, int max_seqs = 8) {
+  HarnessOptions o;
+  o.sched.max_num_batched_tokens = budget;
+  o.sched.max_num_seqs = max_seqs;
+  o.sched.max_model_len = 4096;
+  o.num_blocks = blocks;
+  o.block_size = 4;
+  return o;
+}
+
+// Reference: a sequence's tokens when it runs alone with plenty of room.
+std::vector<int32_t> RunAlone(int prompt_len, int max_tokens, uint64_t seed, int prompt_salt = 0) {
+  Harness h(Small(64, 256));
+  cache::SeqId s = h.Add(prompt_len, max_tokens, 0, 0, seed, 1, prompt_salt);
+  h.RunUntilIdle();
+  return h.output(s);
+}
+
+TEST(Scheduler, ChunkedPrefillSplitsLongPromptsAcrossSteps) {
+  Harness h(Small(/*budget=*/8, /*blocks=*/32));
+  cache::SeqId s = h.Add(/*prompt_len=*/20, /*max_tokens=*/3);
+  h.RunUntilIdle();
+  // 8 + 8 + 4 prompt tokens, the last chunk samples; then two decode steps.
+  EXPECT_EQ(h.output(s).size(), 3u);
+  EXPECT_EQ(h.finished()[s.value()], SeqFinish::kLength);
+  EXPECT_EQ(h.output(s), RunAlone(20, 3, 1));
+  h.ExpectGolden("chunked_prefill");
+  h.ExpectAllFree();
+}
+
+TEST(Scheduler, WithoutChunkingAPromptWaitsForAWholeBudget) {
+  HarnessOptions o = Small(8, 32);
+  o.sched.enable_chunked_prefill = false;
+  Harness h(o);
+  cache::SeqId a = h.Add(6, 2);
+  cache::SeqId b = h.Add(6, 2);
+  h.Step();
+  // a takes 6 of 8 tokens; b's 6 do not fit in the remaining 2 and must not be split.
+  ASSERT_EQ(h.last_plan().seqs.size(), 1u);
+  EXPECT_EQ(h.last_plan().seqs[0].seq, a);
+  h.RunUntilIdle();
+  EXPECT_EQ(h.output(b).size(), 2u);
+  h.ExpectAllFree();
+}
+
+TEST(Scheduler, PreemptionWithRecomputeResumesExactly) {
+  // 7 usable blocks of 4 tokens = 28 slots. Two sequences of 8 + 12 tokens need 10 blocks:
+  // the newer one is preempted, freed, and recomputed later.
+  Harness h(Small(16, /*blocks=*/8));
+  cache::SeqId a = h.Add(8, 12, 0, 0, /*seed=*/5, 1, 1);
+  cache::SeqId b = h.Add(8, 12, 0, 0, /*seed=*/6, 1, 2);
+  h.RunUntilIdle();
+  EXPECT_GE(h.sched().counters().preemptions_recompute, 1u);
+  EXPECT_EQ(h.output(a), RunAlone(8, 12, 5, 1));
+  EXPECT_EQ(h.output(b), RunAlone(8, 12, 6, 2));
+  h.ExpectGolden("preempt_recompute");
+  h.ExpectAllFree();
+}
+
+TEST(Scheduler, PreemptionWithSwapMovesBlocksToHostAndBack) {
+  HarnessOptions o = Small(16, 8);
+  o.sched.preemption_mode = config::PreemptionMode::kSwap;
+  o.num_host_blocks = 16;
+  Harness h(o);
+  cache::SeqId a = h.Add(8, 12, 0, 0, 5, 1, 1);
+  cache::SeqId b = h.Add(8, 12, 0, 0, 6, 1, 2);
+  h.RunUntilIdle();
+  EXPECT_GE(h.sched().counters().preemptions_swap, 1u);
+  EXPECT_EQ(h.sched().counters().preemptions_recompute, 0u);
+  EXPECT_GT(h.cache().usage().swapped_in_blocks, 0u);
+  // The fake runner checked at every step that swapped-in slots hold the right tokens.
+  EXPECT_EQ(h.output(a), RunAlone(8, 12, 5, 1));
+  EXPECT_EQ(h.output(b), RunAlone(8, 12, 6, 2));
+  h.ExpectGolden("preempt_swap");
+  h.ExpectAllFree();
+}
+
+TEST(Scheduler, SwapFallsBackToRecomputeWhenHostTierIsFull) {
+  HarnessOptions o = Small(16, 8);
+  o.sched.preemption_mode = config::PreemptionMode::kSwap;
+  o.num_host_blocks = 1;  // too small for any victim
+  Harness h(o);
+  cache::SeqId a = h.Add(8, 12, 0, 0, 5, 1, 1);
+  cache::SeqId b = h.Add(8, 12, 0, 0, 6, 1, 2);
+  h.RunUntilIdle();
+  EXPECT_EQ(h.sched().counters().preemptions_swap, 0u);
+  EXPECT_GE(h.sched().counters().preemptions_recompute, 1u);
+  EXPECT_EQ(h.output(a), RunAlone(8, 12, 5, 1));
+  EXPECT_EQ(h.output(b), RunAlone(8, 12, 6, 2));
+  h.ExpectAllFree();
+}
+
+TEST(Scheduler, AbortMidPrefillAndMidDecodeFreesBlocksNextStep) {
+  Harness h(Small(8, 32));
+  cache::SeqId a = h.Add(20, 10);  // long prompt: still prefilling after one step
+  cache::SeqId b = h.Add(2, 10);
+  h.Step();
+  h.Step();
+  h.Step();  // a finished its prefill (8+8+4) at step 3; b was admitted in between
+  ASSERT_FALSE(h.output(b).empty());
+  h.sched().Abort(b);  // mid-decode
+  cache::SeqId c = h.Add(24, 10);
+  h.Step();            // c starts its prefill
+  h.sched().Abort(c);  // mid-prefill
+  EXPECT_EQ(h.cache().num_sequences(), 1);  // only a holds blocks now
+  h.RunUntilIdle();
+  EXPECT_EQ(h.output(a).size(), 10u);
+  h.ExpectGolden("abort");
+  h.ExpectAllFree();
+  EXPECT_EQ(h.runner().known_sequences(), 0u);  // the runner was told to forget all three
+}
+
+TEST(Scheduler, AbortIsIdempotentAndIgnoresUnknownIds) {
+  Harness h(Small(8, 32));
+  cache::SeqId a = h.Add(4, 4);
+  h.sched().Abort(a);
+  h.sched().Abort(a);
+  h.sched().Abort(cache::SeqId{999});
+  h.RunUntilIdle();
+  h.ExpectAllFree();
+}
+
+TEST(Scheduler, PriorityPolicyAdmitsLowerValuesFirst) {
+  HarnessOptions o = Small(64, 64, /*max_seqs=*/1);
+  o.sched.queue_policy = config::QueuePolicy::kPriority;
+  Harness h(o);
+  cache::SeqId low = h.Add(4, 2, 0, /*priority=*/5);
+  cache::SeqId high = h.Add(4, 2, 0, /*priority=*/-1);
+  cache::SeqId mid = h.Add(4, 2, 0, /*priority=*/0);
+  std::vector<int64_t> order;
+  while (h.Step()) {
+    for (const auto& q : h.last_plan().seqs) {
+      if (q.table_reset) order.push_back(q.seq.value());
+    }
+  }
+  EXPECT_THAT(order, ::testing::ElementsAre(high.value(), mid.value(), low.value()));
+  h.ExpectGolden("priority");
+  h.ExpectAllFree();
+}
+
+TEST(Scheduler, FcfsPolicyIgnoresPriority) {
+  HarnessOptions o = Small(64, 64, 1);
+  Harness h(o);
+  cache::SeqId first = h.Add(4, 2, 0, 5);
+  cache::SeqId second = h.Add(4, 2, 0, -1);
+  std::vector<int64_t> order;
+  while (h.Step()) {
+    for (const auto& q : h.last_plan().seqs) {
+      if (q.table_reset) order.push_back(q.seq.value());
+    }
+  }
+  EXPECT_THAT(order, ::testing::ElementsAre(first.value(), second.value()));
+}
+
+TEST(Scheduler, PreemptionPicksTheLowestPriorityVictim) {
+  HarnessOptions o = Small(32, 8);
+  o.sched.queue_policy = config::QueuePolicy::kPriority;
+  Harness h(o);
+  cache::SeqId urgent = h.Add(8, 12, 0, /*priority=*/0, 5, 1, 1);
+  cache::SeqId background = h.Add(8, 12, 0, /*priority=*/9, 6, 1, 2);
+  h.RunUntilIdle();
+  const SequenceState* none = h.sched().find(urgent);
+  EXPECT_EQ(none, nullptr);
+  // The urgent one never lost its blocks: it finished first, untouched by preemption.
+  EXPECT_EQ(h.output(urgent), RunAlone(8, 12, 5, 1));
+  EXPECT_EQ(h.output(background), RunAlone(8, 12, 6, 2));
+  EXPECT_GE(h.sched().counters().preemptions_recompute, 1u);
+}
+
+TEST(Scheduler, TwoTenantsShareTokensByWeightUnderOverload) {
+  HarnessOptions o = Small(/*budget=*/32, /*blocks=*/4096, /*max_seqs=*/64);
+  o.sched.tenants = {TenantLimits{3.0, 0}, TenantLimits{1.0, 0}};
+  Harness h(o);
+  // Both tenants flood the queue with more work than the run can finish.
+  for (int i = 0; i < 200; ++i) {
+    h.Add(24, 40, /*tenant=*/0, 0, 1 + i, 1, i);
+    h.Add(24, 40, /*tenant=*/1, 0, 1000 + i, 1, 500 + i);
+  }
+  for (int i = 0; i < 400; ++i) ASSERT_TRUE(h.Step());
+  const auto& tokens = h.sched().counters().tenant_tokens;
+  double share = static_cast<double>(tokens[0]) / static_cast<double>(tokens[1]);
+  std::printf("tenant tokens: weight 3 -> %llu, weight 1 -> %llu, ratio %.3f (target 3)\n",
+              static_cast<unsigned long long>(tokens[0]), static_cast<unsigned long long>(tokens[1]), share);
+  EXPECT_NEAR(share, 3.0, 0.3);
+}
+
+TEST(Scheduler, IdleTenantDoesNotBankCredit) {
+  HarnessOptions o = Small(16, 4096, 64);
+  o.sched.tenants = {TenantLimits{1.0, 0}, TenantLimits{1.0, 0}};
+  Harness h(o);
+  for (int i = 0; i < 200; ++i) h.Add(16, 20, 0, 0, 1 + i, 1, i);
+  for (int i = 0; i < 100; ++i) h.Step();  // tenant 0 alone for a while, still backlogged
+  uint64_t before0 = h.sched().counters().tenant_tokens[0];
+  for (int i = 0; i < 40; ++i) h.Add(16, 20, 1, 0, 100 + i, 1, 100 + i);
+  for (int i = 0; i < 100; ++i) h.Step();
+  uint64_t got0 = h.sched().counters().tenant_tokens[0] - before0;
+  uint64_t got1 = h.sched().counters().tenant_tokens[1];
+  // Equal weights: after tenant 1 arrives the two split the budget, rather than tenant 1
+  // taking everything until it "catches up" on the time it was idle.
+  EXPECT_NEAR(static_cast<double>(got0) / static_cast<double>(got1), 1.0, 0.2)
+      << got0 << " vs " << got1;
+}
+
+TEST(Scheduler, TenantMaxRunningCapsAdmission) {
+  HarnessOptions o = Small(64, 256, 16);
+  o.sched.tenants = {TenantLimits{1.0, /*max_running=*/2}};
+  Harness h(o);
+  for (int i = 0; i < 5; ++i) h.Add(4, 8, 0, 0, i + 1, 1, i);
+  h.Step();
+  EXPECT_EQ(h.sched().num_running(), 2);
+  EXPECT_EQ(h.sched().num_waiting(), 3);
+  h.RunUntilIdle();
+  h.ExpectAllFree();
+}
+
+TEST(Scheduler, ParallelSamplesShareThePromptBlocks) {
+  Harness h(Small(64, 64));
+  cache::SeqId first = h.Add(/*prompt_len=*/10, /*max_tokens=*/6, 0, 0, /*seed=*/3, /*n=*/3);
+  // Step 1: sample 0 computes 9 of 10 prompt tokens (stops one short for the fork).
+  h.Step();
+  ASSERT_EQ(h.last_plan().seqs.size(), 1u);
+  EXPECT_EQ(h.last_plan().seqs[0].num_tokens, 9);
+  // Step 2: the children fork; all three feed the last prompt token. Blocks 0-1 (8 tokens)
+  // are shared; the partial third block is copied on write for two of the three.
+  h.Step();
+  EXPECT_EQ(h.last_plan().seqs.size(), 3u);
+  EXPECT_EQ(h.last_plan().copies.size(), 2u);
+  h.RunUntilIdle();
+  std::set<std::vector<int32_t>> distinct;
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(h.output(cache::SeqId{first.value() + k}).size(), 6u);
+    distinct.insert(h.output(cache::SeqId{first.value() + k}));
+  }
+  EXPECT_EQ(distinct.size(), 3u);  // different sample indices, different tokens
+  h.ExpectGolden("parallel_samples");
+  h.ExpectAllFree();
+}
+
+TEST(Scheduler, PrefixCacheHitSkipsComputedBlocks) {
+  HarnessOptions o = Small(64, 64);
+  o.prefix_caching = true;
+  Harness h(o);
+  h.Add(17, 2, 0, 0, 1, 1, /*prompt_salt=*/0);
+  h.RunUntilIdle();
+  cache::SeqId second = h.Add(17, 2, 0, 0, 1, 1, /*prompt_salt=*/0);
+  h.Step();
+  // 16 of 17 prompt tokens (4 full blocks) come from the cache; only the last is fed.
+  ASSERT_EQ(h.last_plan().seqs.size(), 1u);
+  EXPECT_EQ(h.last_plan().seqs[0].first_position, 16);
+  EXPECT_EQ(h.last_plan().seqs[0].num_tokens, 1);
+  h.RunUntilIdle();
+  EXPECT_EQ(h.output(second), RunAlone(17, 2, 1));
+  h.ExpectAllFree();
+}
+
+TEST(Scheduler, StopTokenAndMaxModelLenEndSequences) {
+  HarnessOptions o = Small(64, 64);
+  o.sched.max_model_len = 12;
+  Harness h(o);
+  cache::SeqId a = h.Add(10, 100);
+  h.RunUntilIdle();
+  EXPECT_EQ(h.output(a).size(), 2u);  // 10 prompt + 2 generated = max_model_len
+  EXPECT_EQ(h.finished()[a.value()], SeqFinish::kMaxModelLen);
+
+  std::vector<int32_t> alone = RunAlone(6, 20, 9);
+  HarnessOptions o2 = Small(64, 64);
+  o2.sched.eos_token_ids = {alone[4]};
+  Harness h2(o2);
+  cache::SeqId b = h2.Add(6, 20, 0, 0, 9);
+  h2.RunUntilIdle();
+  // Stops at the first occurrence of the EOS id (which may come before index 4).
+  auto first = std::find(alone.begin(), alone.end(), alone[4]);
+  EXPECT_EQ(h2.output(b), std::vector<int32_t>(alone.begin(), first + 1));
+  EXPECT_EQ(h2.finished()[b.value()], SeqFinish::kEos);
+}
+
+TEST(Scheduler, ManySequencesUnderMemoryPressureAllFinishCorrectly) {
+  HarnessOptions o = Small(48, 40, 32);
+  o.sched.tenants = {TenantLimits{2.0, 0}, TenantLimits{1.0, 0}};
+  Harness h(o);
+  std::vector<std::tuple<cache::SeqId, int, int, uint64_t, int>> reqs;
+  for (int i = 0; i < 60; ++i) {
+    int plen = 3 + (i * 5) % 17, gen = 1 + (i * 3) % 13;
+    reqs.emplace_back(h.Add(plen, gen, i % 2, 0, 50 + i, 1, i), plen, gen, 50 + i, i);
+  }
+  h.RunUntilIdle();
+  for (auto& [id, plen, gen, seed, salt] : reqs) {
+    EXPECT_EQ(h.output(id), RunAlone(plen, gen, seed, salt)) << "seq " << id.value();
+  }
+  h.ExpectAllFree();
+}
+
+}  // namespace
+}  // namespace kvserve::scheduler
