@@ -35,6 +35,7 @@ int32_t FakeModelRunner::NextToken(const std::vector<int32_t>& history, uint64_t
 }
 
 absl::Status FakeModelRunner::Execute(const scheduler::StepPlan& plan, scheduler::StepResult& result) {
+  if (options_.before_step) options_.before_step(plan.step_id);
   result.clear();
   result.step_id = plan.step_id;
   ++steps_;

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -21,6 +22,8 @@ struct FakeModelRunnerOptions {
   int block_size = 16;
   int32_t num_device_blocks = 0;  // must match the cache manager's pool
   int32_t num_host_blocks = 0;
+  // Called at the start of every Execute (tests use it to hold the engine mid-request).
+  std::function<void(int64_t step)> before_step;
 };
 
 class FakeModelRunner final : public ModelRunner {

@@ -1,0 +1,561 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "base/absl_compat.h"
+#include "base/check.h"
+#include "cache/block_hasher.h"
+#include "config/fields.h"
+
+namespace kvserve::engine {
+namespace {
+
+constexpr int kMaxSamples = 64;
+constexpr const char* kDefaultTenant = "default";
+
+std::vector<std::string> TenantNames(const config::Config& cfg) {
+  std::vector<std::string> names;
+  for (const auto& t : cfg.tenants) names.push_back(t.name);
+  if (std::find(names.begin(), names.end(), kDefaultTenant) == names.end()) names.push_back(kDefaultTenant);
+  return names;
+}
+
+scheduler::SchedulerOptions MakeSchedulerOptions(const config::Config& cfg, const ModelInfo& model) {
+  scheduler::SchedulerOptions o;
+  o.max_num_seqs = cfg.scheduler.max_num_seqs;
+  o.max_num_batched_tokens = cfg.scheduler.max_num_batched_tokens;
+  o.enable_chunked_prefill = cfg.scheduler.enable_chunked_prefill;
+  o.queue_policy = cfg.scheduler.queue_policy;
+  o.preemption_mode = cfg.scheduler.preemption_mode;
+  o.max_model_len = model.max_model_len;
+  o.eos_token_ids = model.eos_token_ids;
+  for (const auto& name : TenantNames(cfg)) {
+    scheduler::TenantLimits limits;
+    for (const auto& t : cfg.tenants) {
+      if (t.name == name) limits = {t.weight, t.max_running};
+    }
+    o.tenants.push_back(limits);
+  }
+  return o;
+}
+
+FinishReason ToFinishReason(scheduler::SeqFinish f) {
+  switch (f) {
+    case scheduler::SeqFinish::kEos:
+    case scheduler::SeqFinish::kStopToken: return FinishReason::kStop;
+    case scheduler::SeqFinish::kLength:
+    case scheduler::SeqFinish::kMaxModelLen: return FinishReason::kLength;
+    case scheduler::SeqFinish::kAborted: return FinishReason::kAbort;
+  }
+  return FinishReason::kStop;
+}
+
+uint64_t MixSeed(uint64_t a, uint64_t b) {
+  uint64_t x = a ^ (b + 0x9e3779b97f4a7c15ULL + (a << 6) + (a >> 2));
+  x ^= x >> 31;
+  x *= 0x7fb5d329728ea185ULL;
+  x ^= x >> 27;
+  return x;
+}
+
+absl::Status Invalid(const std::string& field, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
+}
+
+}  // namespace
+
+Engine::Engine(const config::Config& config, ModelInfo model, cache::KvCacheManager& cache,
+               ModelRunner& runner, EngineDeps deps)
+    : config_(config),
+      model_(std::move(model)),
+      cache_(cache),
+      runner_(runner),
+      logger_(deps.logger),
+      observer_(deps.observer),
+      clock_(deps.clock ? deps.clock : std::make_shared<base::SteadyClock>()),
+      tenant_names_(TenantNames(config)),
+      scheduler_(MakeSchedulerOptions(config, model_), cache) {
+  tenant_queued_ = std::make_unique<std::atomic<int>[]>(tenant_names_.size());
+  for (size_t i = 0; i < tenant_names_.size(); ++i) tenant_queued_[i] = 0;
+}
+
+Engine::~Engine() { Stop(); }
+
+void Engine::Start() {
+  KVS_CHECK(!thread_.joinable(), "engine started twice");
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void Engine::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+absl::StatusOr<int> Engine::ResolveTenant(const std::string& name) const {
+  const std::string& want = name.empty() ? std::string(kDefaultTenant) : name;
+  for (size_t i = 0; i < tenant_names_.size(); ++i) {
+    if (tenant_names_[i] == want) return static_cast<int>(i);
+  }
+  return absl::PermissionDeniedError(absl::StrCat("tenant '", want, "' is not configured"));
+}
+
+absl::StatusOr<config::CompressionPolicyKind> Engine::ResolvePolicy(const RequestSpec& spec,
+                                                                    int tenant) const {
+  const config::TenantConfig* tc = nullptr;
+  for (const auto& t : config_.tenants) {
+    if (t.name == tenant_names_[tenant]) tc = &t;
+  }
+  config::CompressionPolicyKind policy = config_.compression.default_policy;
+  if (tc != nullptr) policy = tc->default_policy;
+  if (spec.compression.policy) policy = *spec.compression.policy;
+  if (tc != nullptr && !tc->allowed_policies.empty() &&
+      std::find(tc->allowed_policies.begin(), tc->allowed_policies.end(), policy) ==
+          tc->allowed_policies.end()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("kv_compression.policy: tenant '", tc->name, "' may not use policy '",
+                     base::AsAbsl(config::Name(policy)), "'"));
+  }
+  if (policy != config::CompressionPolicyKind::kFull) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kv_compression.policy: '", base::AsAbsl(config::Name(policy)),
+        "' is not available in this build yet (only 'full')"));
+  }
+  return policy;
+}
+
+absl::Status Engine::Validate(const RequestSpec& spec) const {
+  if (spec.request_id.empty()) return Invalid("request_id", "must not be empty");
+  if (spec.prompt_tokens.empty()) return Invalid("prompt", "must contain at least one token");
+  for (int32_t t : spec.prompt_tokens) {
+    if (t < 0 || t >= model_.vocab_size) {
+      return Invalid("prompt", absl::StrCat("token id ", t, " is outside the vocabulary [0,",
+                                            model_.vocab_size, ")"));
+    }
+  }
+  if (spec.max_tokens < 1) return Invalid("max_tokens", "must be at least 1");
+  if (spec.min_tokens < 0 || spec.min_tokens > spec.max_tokens) {
+    return Invalid("min_tokens", "must be in [0, max_tokens]");
+  }
+  if (spec.n < 1 || spec.n > kMaxSamples) return Invalid("n", absl::StrCat("must be in [1,", kMaxSamples, "]"));
+  const auto& s = spec.sampling;
+  if (!(s.temperature >= 0.0f) || s.temperature > 100.0f) return Invalid("temperature", "must be in [0,100]");
+  if (!(s.top_p > 0.0f) || s.top_p > 1.0f) return Invalid("top_p", "must be in (0,1]");
+  if (s.top_k < 0) return Invalid("top_k", "must be >= 0 (0 disables it)");
+  if (!(s.min_p >= 0.0f) || s.min_p > 1.0f) return Invalid("min_p", "must be in [0,1]");
+  if (!(std::fabs(s.presence_penalty) <= 2.0f)) return Invalid("presence_penalty", "must be in [-2,2]");
+  if (!(std::fabs(s.frequency_penalty) <= 2.0f)) return Invalid("frequency_penalty", "must be in [-2,2]");
+  if (!(s.repetition_penalty > 0.0f) || s.repetition_penalty > 10.0f) {
+    return Invalid("repetition_penalty", "must be in (0,10]");
+  }
+  if (s.logprobs < 0 || s.logprobs > 20) return Invalid("logprobs", "must be in [0,20]");
+  for (int32_t t : spec.stop_token_ids) {
+    if (t < 0 || t >= model_.vocab_size) return Invalid("stop_token_ids", absl::StrCat("token id ", t, " is outside the vocabulary"));
+  }
+  int64_t prompt = static_cast<int64_t>(spec.prompt_tokens.size());
+  if (prompt >= model_.max_model_len) {
+    return Invalid("prompt", absl::StrCat("is ", prompt, " tokens; the model's context is ",
+                                          model_.max_model_len, " tokens (prompt + at least one new token)"));
+  }
+  // One sample must fit in the KV pool on its own, or it could never run.
+  int64_t need = std::min<int64_t>(prompt + spec.max_tokens, model_.max_model_len);
+  if (need > cache_.max_tokens()) {
+    return Invalid("max_tokens", absl::StrCat("prompt + max_tokens = ", need,
+                                              " tokens exceeds the KV pool (", cache_.max_tokens(),
+                                              " tokens); lower max_tokens or raise cache.kv_bytes"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<TokenStream>> Engine::Submit(RequestSpec spec) {
+  if (draining_.load() || !alive_.load()) {
+    return absl::UnavailableError(alive_.load() ? "server is draining" : "engine has stopped");
+  }
+  KVS_RETURN_IF_ERROR(Validate(spec));
+  KVS_ASSIGN_OR_RETURN(int tenant, ResolveTenant(spec.tenant));
+  KVS_ASSIGN_OR_RETURN(config::CompressionPolicyKind policy, ResolvePolicy(spec, tenant));
+
+  // Admission: reserve a queue slot, globally and for the tenant, or refuse.
+  if (queued_.fetch_add(1) >= config_.scheduler.max_waiting) {
+    queued_.fetch_sub(1);
+    return absl::ResourceExhaustedError(absl::StrCat("waiting queue is full (",
+                                                     config_.scheduler.max_waiting, " requests)"));
+  }
+  int tenant_limit = 0;
+  for (const auto& t : config_.tenants) {
+    if (t.name == tenant_names_[tenant]) tenant_limit = t.max_queued;
+  }
+  if (tenant_queued_[tenant].fetch_add(1) >= tenant_limit && tenant_limit > 0) {
+    tenant_queued_[tenant].fetch_sub(1);
+    queued_.fetch_sub(1);
+    return absl::ResourceExhaustedError(absl::StrCat("tenant '", tenant_names_[tenant],
+                                                     "' has too many queued requests (",
+                                                     tenant_limit, ")"));
+  }
+  if (!spec.sampling.seed) {
+    spec.sampling.seed = MixSeed(config_.engine.seed, next_request_number_.fetch_add(1));
+  }
+  auto stream = std::make_shared<TokenStream>();
+  Command cmd;
+  cmd.kind = Command::Kind::kSubmit;
+  cmd.spec = std::move(spec);
+  cmd.stream = stream;
+  cmd.tenant = tenant;
+  cmd.policy = policy;
+  cmd.arrival = clock_->now_ns();
+  in_flight_.fetch_add(1);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) {
+      in_flight_.fetch_sub(1);
+      tenant_queued_[tenant].fetch_sub(1);
+      queued_.fetch_sub(1);
+      return absl::UnavailableError("engine has stopped");
+    }
+    inbox_.push_back(std::move(cmd));
+  }
+  cv_.notify_one();
+  return stream;
+}
+
+void Engine::Abort(const std::string& request_id) {
+  Command cmd;
+  cmd.kind = Command::Kind::kAbort;
+  cmd.request_id = request_id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    inbox_.push_back(std::move(cmd));
+  }
+  cv_.notify_one();
+}
+
+void Engine::AbortAll() {
+  Command cmd;
+  cmd.kind = Command::Kind::kAbortAll;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    inbox_.push_back(std::move(cmd));
+  }
+  cv_.notify_one();
+}
+
+void Engine::StartDrain() { draining_.store(true); }
+
+EngineStats Engine::Stats() const {
+  EngineStats s;
+  s.running = stat_running_.load();
+  s.waiting = stat_waiting_.load();
+  s.swapped = stat_swapped_.load();
+  s.kv_usage = stat_kv_usage_.load();
+  s.alive = alive_.load();
+  return s;
+}
+
+void Engine::Loop() {
+  logger_.info("engine loop started: max_num_seqs=%d max_num_batched_tokens=%d pool=%d tokens",
+               config_.scheduler.max_num_seqs, config_.scheduler.max_num_batched_tokens,
+               static_cast<int>(cache_.max_tokens()));
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      // Sleep when there is nothing to run (or nothing that can run: see Step).
+      cv_.wait(lock, [&] { return stop_ || !inbox_.empty() || (scheduler_.has_work() && !warned_stuck_); });
+      if (stop_) break;
+      commands_.swap(inbox_);
+    }
+    for (auto& cmd : commands_) Apply(cmd);
+    commands_.clear();
+    if (scheduler_.has_work()) Step();
+  }
+  // Requests still in the inbox were accepted too: add them so that they end like the rest.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    commands_.swap(inbox_);
+  }
+  for (auto& cmd : commands_) {
+    if (cmd.kind == Command::Kind::kSubmit) AddRequest(cmd);
+  }
+  commands_.clear();
+  FailAll(absl::CancelledError("engine stopped"));
+  alive_.store(false);
+}
+
+void Engine::Apply(Command& cmd) {
+  switch (cmd.kind) {
+    case Command::Kind::kSubmit:
+      AddRequest(cmd);
+      break;
+    case Command::Kind::kAbort: {
+      auto it = request_ids_.find(cmd.request_id);
+      if (it != request_ids_.end()) AbortRequest(it->second, FinishReason::kAbort);
+      break;
+    }
+    case Command::Kind::kAbortAll: {
+      std::vector<uint64_t> keys;
+      for (const auto& [key, r] : requests_) keys.push_back(key);
+      for (uint64_t key : keys) AbortRequest(key, FinishReason::kAbort);
+      break;
+    }
+  }
+}
+
+void Engine::AddRequest(Command& cmd) {
+  RequestSpec& spec = cmd.spec;
+  uint64_t key = next_key_++;
+  Request r;
+  r.id = spec.request_id;
+  r.stream = cmd.stream;
+  r.unfinished = spec.n;
+  r.generated.assign(spec.n, 0);
+  r.timeline.labels = {tenant_names_[cmd.tenant], std::string(config::Name(cmd.policy))};
+  r.timeline.arrival = cmd.arrival;
+  r.timeline.prompt_tokens = static_cast<int64_t>(spec.prompt_tokens.size());
+  if (request_ids_.contains(r.id)) {
+    // Duplicate ids would make Abort ambiguous: refuse the newcomer.
+    TokenEvent e;
+    e.finish = FinishReason::kError;
+    e.error = absl::StrCat("request_id '", r.id, "' is already in flight");
+    cmd.stream->push(std::move(e));
+    cmd.stream->close();
+    queued_.fetch_sub(1);
+    tenant_queued_[cmd.tenant].fetch_sub(1);
+    in_flight_.fetch_sub(1);
+    return;
+  }
+  // Prefix-cache isolation: blocks are keyed by model, tenant group and cache_salt.
+  std::string group = tenant_names_[cmd.tenant];
+  for (const auto& t : config_.tenants) {
+    if (t.name == group && !t.prefix_cache_group.empty()) group = t.prefix_cache_group;
+  }
+  cache::PrefixKey prefix_key = cache::MakePrefixKey(model_.name, group, spec.cache_salt);
+  cache::SeqId first{next_seq_};
+  for (int k = 0; k < spec.n; ++k) {
+    scheduler::SequenceState s;
+    s.id = cache::SeqId{next_seq_++};
+    s.request_key = key;
+    s.tenant = cmd.tenant;
+    s.priority = spec.priority;
+    s.arrival = cmd.arrival;
+    s.arrival_seq = arrival_seq_++;
+    s.sampling = spec.sampling;
+    s.sampling.sample_index = k;
+    s.stop.max_tokens = spec.max_tokens;
+    s.stop.min_tokens = spec.min_tokens;
+    s.stop.ignore_eos = spec.ignore_eos;
+    s.stop.stop_token_ids = spec.stop_token_ids;
+    s.prefix_key = prefix_key;
+    s.tokens = spec.prompt_tokens;
+    s.num_prompt_tokens = static_cast<int32_t>(spec.prompt_tokens.size());
+    if (k > 0) s.fork_parent = first;
+    r.seqs.push_back(s.id);
+    seq_owner_[s.id.value()] = {key, k};
+    scheduler_.Add(std::move(s));
+  }
+  request_ids_[r.id] = key;
+  requests_.emplace(key, std::move(r));
+}
+
+void Engine::Forget(uint64_t key) {
+  auto it = requests_.find(key);
+  if (it == requests_.end()) return;
+  Request& r = it->second;
+  if (!r.admitted) {
+    queued_.fetch_sub(1);
+    for (size_t t = 0; t < tenant_names_.size(); ++t) {
+      if (tenant_names_[t] == r.timeline.labels.tenant) tenant_queued_[t].fetch_sub(1);
+    }
+  }
+  for (cache::SeqId s : r.seqs) seq_owner_.erase(s.value());
+  request_ids_.erase(r.id);
+  // Counters first: a consumer that sees the stream end may immediately look at them.
+  in_flight_.fetch_sub(1);
+  std::shared_ptr<TokenStream> stream = std::move(r.stream);
+  requests_.erase(it);
+  stream->close();
+}
+
+void Engine::AbortRequest(uint64_t key, FinishReason reason, const std::string& error) {
+  auto it = requests_.find(key);
+  if (it == requests_.end()) return;
+  Request& r = it->second;
+  for (size_t k = 0; k < r.seqs.size(); ++k) {
+    if (!seq_owner_.contains(r.seqs[k].value())) continue;  // sample already finished
+    scheduler_.Abort(r.seqs[k]);
+    TokenEvent e;
+    e.error = error;
+    FinishSample(r, key, static_cast<int>(k), reason, std::nullopt, std::move(e));
+    if (!requests_.contains(key)) return;  // that was the last sample
+  }
+}
+
+void Engine::FinishSample(Request& r, uint64_t key, int sample, FinishReason reason,
+                          std::optional<int32_t> stop_token, TokenEvent event) {
+  seq_owner_.erase(r.seqs[sample].value());
+  event.sample_index = sample;
+  event.finish = reason;
+  event.stop_token_id = stop_token;
+  --r.unfinished;
+  if (r.unfinished == 0) {
+    r.timeline.finished = clock_->now_ns();
+    r.timeline.finish = reason;
+    if (r.timeline.first_token != 0) {
+      r.timeline.decode_ns = r.timeline.finished - r.timeline.first_token;
+    }
+    RequestUsage usage;
+    usage.prompt_tokens = r.timeline.prompt_tokens;
+    for (int64_t g : r.generated) usage.completion_tokens += g;
+    usage.cached_prompt_tokens = r.timeline.cached_prompt_tokens;
+    usage.compression.policy = r.timeline.labels.policy;
+    usage.compression.peak_kv_tokens = r.timeline.prompt_tokens + (r.generated.empty() ? 0 : r.generated[0]);
+    usage.compression.compression_ratio = 1.0;
+    r.timeline.generation_tokens = usage.completion_tokens;
+    r.timeline.compression = usage.compression;
+    event.usage = std::move(usage);
+    r.stream->push(std::move(event));
+    if (observer_ != nullptr) observer_->OnRequestFinished(r.timeline);
+    Forget(key);
+    return;
+  }
+  r.stream->push(std::move(event));
+}
+
+void Engine::OnScheduled(const scheduler::StepPlan& plan) {
+  base::Nanos now = clock_->now_ns();
+  for (const auto& q : plan.seqs) {
+    auto owner = seq_owner_.find(q.seq.value());
+    if (owner == seq_owner_.end()) continue;
+    Request& r = requests_.at(owner->second.first);
+    if (!r.admitted) {
+      r.admitted = true;
+      r.timeline.first_scheduled = now;
+      r.timeline.cached_prompt_tokens = q.first_position;  // prefix-cache hit of the first sample
+      queued_.fetch_sub(1);
+      for (size_t t = 0; t < tenant_names_.size(); ++t) {
+        if (tenant_names_[t] == r.timeline.labels.tenant) tenant_queued_[t].fetch_sub(1);
+      }
+    }
+  }
+}
+
+void Engine::Publish(const std::vector<scheduler::SeqUpdate>& updates) {
+  base::Nanos now = clock_->now_ns();
+  for (const auto& u : updates) {
+    auto owner = seq_owner_.find(u.seq.value());
+    if (owner == seq_owner_.end()) continue;
+    auto [key, sample] = owner->second;
+    Request& r = requests_.at(key);
+    TokenEvent e;
+    e.sample_index = sample;
+    if (u.token) {
+      e.token_ids.push_back(u.token->token_id);
+      if (!u.token->top_logprobs.empty() || u.token->logprob != 0.0f) {
+        TokenLogprobs lp;
+        lp.token_id = u.token->token_id;
+        lp.logprob = u.token->logprob;
+        for (const auto& [id, p] : u.token->top_logprobs) lp.top.push_back({id, p});
+        e.logprobs.push_back(std::move(lp));
+      }
+      ++r.generated[sample];
+      if (r.timeline.first_token == 0) {
+        r.timeline.first_token = now;
+        r.timeline.prefill_ns = now - r.timeline.first_scheduled;
+      }
+      if (observer_ != nullptr) {
+        observer_->OnTokens(r.timeline.labels, 1, r.last_token == 0 ? 0 : now - r.last_token);
+      }
+      r.last_token = now;
+    }
+    if (u.finish) {
+      FinishSample(r, key, sample, ToFinishReason(*u.finish), u.stop_token, std::move(e));
+    } else {
+      r.stream->push(std::move(e));
+    }
+  }
+}
+
+void Engine::FailAll(const absl::Status& status) {
+  std::vector<uint64_t> keys;
+  for (const auto& [key, r] : requests_) keys.push_back(key);
+  for (uint64_t key : keys) {
+    AbortRequest(key, status.code() == absl::StatusCode::kCancelled ? FinishReason::kAbort : FinishReason::kError,
+                 std::string(status.message()));
+  }
+}
+
+void Engine::Step() {
+  base::Nanos started = clock_->now_ns();
+  scheduler_.Schedule(plan_);
+  if (plan_.seqs.empty() && plan_.swap_out.empty()) {
+    // Work exists but nothing can run (e.g. every waiting request needs more blocks than
+    // are free and nothing runs that could free them). Submit's validation makes this
+    // unreachable for single requests; sleep until something new arrives.
+    if (!plan_.finished.empty() || !plan_.preempted.empty()) {
+      // The runner still has to forget these sequences.
+      (void)runner_.Execute(plan_, result_);
+    }
+    if (scheduler_.num_running() == 0 && !warned_stuck_) {
+      warned_stuck_ = true;
+      logger_.warn("no waiting request fits in the KV pool; waiting for new requests");
+    }
+    return;
+  }
+  warned_stuck_ = false;
+  OnScheduled(plan_);
+  absl::Status st = runner_.Execute(plan_, result_);
+  if (!st.ok()) {
+    logger_.error("model runner failed at step %d: %s", static_cast<int>(plan_.step_id),
+                  std::string(st.message()));
+    // Fail the requests of this step; keep serving the others.
+    std::vector<uint64_t> keys;
+    for (const auto& q : plan_.seqs) {
+      auto owner = seq_owner_.find(q.seq.value());
+      if (owner != seq_owner_.end()) keys.push_back(owner->second.first);
+    }
+    for (uint64_t key : keys) AbortRequest(key, FinishReason::kError, std::string(st.message()));
+    return;
+  }
+  updates_.clear();
+  scheduler_.Update(plan_, result_, updates_);
+  Publish(updates_);
+  ReportStep(started, plan_);
+}
+
+void Engine::ReportStep(base::Nanos started, const scheduler::StepPlan& plan) {
+  cache::CacheUsage usage = cache_.usage();
+  stat_running_.store(scheduler_.num_running());
+  stat_waiting_.store(scheduler_.num_waiting());
+  stat_swapped_.store(scheduler_.num_swapped());
+  stat_kv_usage_.store(usage.usage_ratio());
+  if (observer_ == nullptr) return;
+  StepStats s;
+  s.duration_ns = clock_->now_ns() - started;
+  s.num_seqs = static_cast<int>(plan.seqs.size());
+  for (const auto& q : plan.seqs) {
+    if (q.sample && q.num_tokens == 1 && q.first_position > 0 && !q.table_reset) {
+      ++s.num_decode_tokens;
+    } else {
+      s.num_prefill_tokens += q.num_tokens;
+    }
+  }
+  s.running = scheduler_.num_running();
+  s.waiting = scheduler_.num_waiting();
+  s.swapped = scheduler_.num_swapped();
+  s.preemptions = static_cast<int>(plan.preempted.size());
+  s.blocks_total = usage.total_blocks;
+  s.blocks_free = usage.free_blocks;
+  s.kv_usage = usage.usage_ratio();
+  s.host_blocks_total = usage.swap_total_blocks;
+  s.host_blocks_used = usage.swap_used_blocks;
+  s.prefix_queries_tokens = static_cast<int64_t>(usage.prefix_query_tokens);
+  s.prefix_hits_tokens = static_cast<int64_t>(usage.prefix_hit_tokens);
+  s.live_logical_tokens = scheduler_.live_logical_tokens();
+  s.live_physical_tokens = scheduler_.live_physical_tokens();
+  observer_->OnStep(s);
+}
+
+}  // namespace kvserve::engine
