@@ -11,11 +11,11 @@ build_pkgs=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   nlohmann-json3-dev prometheus-cpp-dev libcpp-httplib-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libopenblas-dev libpcre2-dev libhiredis-dev
+  libopenblas-dev libpcre2-dev libhiredis-dev libicu-dev
 )
 # Test: what the test suite drives or checks against besides our binaries.
 test_pkgs=(
-  curl wamerican python3
+  curl wamerican python3 nodejs npm
 )
 
 pkgs=()

@@ -1,0 +1,156 @@
+#include "tokenizer/chat_template.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "tests/unit/tokenizer/test_util.h"
+
+namespace kvserve::tokenizer {
+namespace {
+
+using testing::FixturePath;
+using ::testing::HasSubstr;
+using testing::ReadFileOrDie;
+
+std::string Jinja(const std::string& name) {
+  return ReadFileOrDie(FixturePath("chat_templates/" + name + ".jinja"));
+}
+
+std::unique_ptr<ChatTemplate> Select(std::string_view value, const std::string& jinja,
+                                     const ChatTemplateTokens& tokens = {}) {
+  auto t = SelectChatTemplate(value, jinja, tokens);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? *std::move(t) : nullptr;
+}
+
+const std::vector<ChatMessage> kConversation = {
+    {"system", "You are terse."},
+    {"user", "Hi there "},
+    {"assistant", " Hello! "},
+    {"user", "Bye"},
+};
+
+TEST(ChatTemplate, AutoRecognisesEachFamilyFromItsJinja) {
+  EXPECT_EQ(Select("auto", Jinja("llama3"))->name(), "llama3");
+  EXPECT_EQ(Select("auto", Jinja("llama2"))->name(), "llama2");
+  EXPECT_EQ(Select("auto", Jinja("mistral"))->name(), "mistral");
+  EXPECT_EQ(Select("auto", Jinja("chatml"))->name(), "chatml");
+  EXPECT_EQ(Select("auto", Jinja("qwen2"))->name(), "chatml");
+  EXPECT_EQ(Select("auto", Jinja("qwen2_5"))->name(), "chatml");
+  EXPECT_EQ(Select("auto", Jinja("kvs_tiny"))->name(), "kvs-tiny");
+  EXPECT_EQ(std::string(kKvsTinyChatTemplate), Jinja("kvs_tiny"));
+}
+
+TEST(ChatTemplate, ChatmlRendering) {
+  const auto t = Select("auto", Jinja("chatml"));
+  auto out = t->Render(kConversation, /*add_generation_prompt=*/true);
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(*out,
+            "<|im_start|>system\nYou are terse.<|im_end|>\n"
+            "<|im_start|>user\nHi there <|im_end|>\n"
+            "<|im_start|>assistant\n Hello! <|im_end|>\n"
+            "<|im_start|>user\nBye<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  EXPECT_FALSE(t->renders_bos());
+  auto no_prompt = t->Render(std::vector<ChatMessage>{{"user", "x"}}, false);
+  EXPECT_EQ(*no_prompt, "<|im_start|>user\nx<|im_end|>\n");
+}
+
+TEST(ChatTemplate, QwenDefaultSystemPromptComesFromTheTemplate) {
+  const std::vector<ChatMessage> user_only = {{"user", "Hi"}};
+  auto qwen2 = Select("auto", Jinja("qwen2"))->Render(user_only, true);
+  EXPECT_EQ(*qwen2,
+            "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  auto qwen25 = Select("auto", Jinja("qwen2_5"))->Render(user_only, true);
+  EXPECT_THAT(*qwen25, ::testing::StartsWith(
+                           "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a "
+                           "helpful assistant.<|im_end|>\n<|im_start|>user\nHi"));
+  // An explicit system message replaces the default.
+  auto with_system = Select("auto", Jinja("qwen2"))->Render(kConversation, false);
+  EXPECT_THAT(*with_system, ::testing::StartsWith("<|im_start|>system\nYou are terse.<|im_end|>"));
+  // kvs-tiny has no default system prompt.
+  auto tiny = Select("kvs-tiny", Jinja("kvs_tiny"))->Render(user_only, true);
+  EXPECT_EQ(*tiny, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplate, Llama3Rendering) {
+  const auto t = Select("auto", Jinja("llama3"));
+  auto out = t->Render(kConversation, true);
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(*out,
+            "<|begin_of_text|>"
+            "<|start_header_id|>system<|end_header_id|>\n\nYou are terse.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_TRUE(t->renders_bos());
+}
+
+TEST(ChatTemplate, Llama2Rendering) {
+  const auto t = Select("auto", Jinja("llama2"));
+  auto out = t->Render(kConversation, true);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out,
+            "<s>[INST] <<SYS>>\nYou are terse.\n<</SYS>>\n\nHi there [/INST] Hello! </s>"
+            "<s>[INST] Bye [/INST]");
+  auto no_system = t->Render(std::vector<ChatMessage>{{"user", " q "}}, true);
+  EXPECT_EQ(*no_system, "<s>[INST] q [/INST]");
+  EXPECT_TRUE(t->renders_bos());
+}
+
+TEST(ChatTemplate, MistralRendering) {
+  const auto t = Select("auto", Jinja("mistral"));
+  auto out = t->Render(kConversation, true);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, "<s>[INST] You are terse.\n\nHi there  [/INST] Hello! </s>[INST] Bye [/INST]");
+  // The model's own BOS/EOS texts are used when given.
+  auto custom = Select("mistral", "", {.bos = "<BOS>", .eos = "<EOS>"})
+                    ->Render(std::vector<ChatMessage>{{"user", "a"}, {"assistant", "b"}}, false);
+  EXPECT_EQ(*custom, "<BOS>[INST] a [/INST]b<EOS>");
+}
+
+TEST(ChatTemplate, RoleOrderAndEmptyConversationsAreRejected) {
+  const std::vector<ChatMessage> two_users = {{"user", "a"}, {"user", "b"}};
+  for (const char* family : {"llama2", "mistral"}) {
+    auto out = Select(family, "")->Render(two_users, true);
+    ASSERT_FALSE(out.ok()) << family;
+    EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(out.status().message()), HasSubstr("must alternate"));
+  }
+  auto starts_with_assistant =
+      Select("llama2", "")
+          ->Render(std::vector<ChatMessage>{{"system", "s"}, {"assistant", "a"}}, true);
+  EXPECT_FALSE(starts_with_assistant.ok());
+  for (const char* family : {"chatml", "llama3", "llama2", "mistral", "kvs-tiny"}) {
+    EXPECT_FALSE(Select(family, "")->Render({}, true).ok()) << family;
+  }
+  // chatml and llama3 take any role.
+  EXPECT_TRUE(Select("chatml", "")->Render(std::vector<ChatMessage>{{"tool", "42"}}, true).ok());
+}
+
+TEST(ChatTemplate, ExplicitConfigOverridesRecognition) {
+  EXPECT_EQ(Select("llama3", Jinja("chatml"))->name(), "llama3");
+  EXPECT_EQ(Select("chatml", "")->name(), "chatml");
+  EXPECT_EQ(Select("kvs-tiny", Jinja("gemma_unsupported"))->name(), "kvs-tiny");
+}
+
+TEST(ChatTemplate, ErrorsNameTheConfigOption) {
+  auto unknown = SelectChatTemplate("auto", Jinja("gemma_unsupported"));
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_THAT(std::string(unknown.status().message()), HasSubstr("model.chat_template"));
+  EXPECT_THAT(std::string(unknown.status().message()),
+              HasSubstr("chatml|llama3|llama2|mistral|kvs-tiny"));
+  auto none = SelectChatTemplate("auto", "");
+  ASSERT_FALSE(none.ok());
+  EXPECT_THAT(std::string(none.status().message()), HasSubstr("has no chat template"));
+  EXPECT_THAT(std::string(none.status().message()), HasSubstr("model.chat_template"));
+  auto bad_value = SelectChatTemplate("vicuna", Jinja("chatml"));
+  ASSERT_FALSE(bad_value.ok());
+  EXPECT_THAT(std::string(bad_value.status().message()),
+              HasSubstr("model.chat_template: unknown value \"vicuna\"; allowed: auto|chatml"));
+}
+
+}  // namespace
+}  // namespace kvserve::tokenizer

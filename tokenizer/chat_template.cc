@@ -1,0 +1,273 @@
+#include "tokenizer/chat_template.h"
+
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "tokenizer/utf8.h"
+
+namespace kvserve::tokenizer {
+namespace {
+
+bool Contains(std::string_view haystack, std::string_view needle) {
+  return haystack.find(needle) != std::string_view::npos;
+}
+
+// Python's str.isspace for the characters Jinja's trim filter and str.strip() remove.
+bool IsPySpace(char32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+         c == 0x205F || c == 0x3000;
+}
+
+// Jinja `| trim` / Python `.strip()`.
+std::string_view Strip(std::string_view s) {
+  size_t begin = 0;
+  while (begin < s.size()) {
+    const Utf8Scan scan = ScanUtf8(s, begin);
+    if (scan.step != Utf8Step::kValid || !IsPySpace(scan.code_point)) break;
+    begin += scan.length;
+  }
+  size_t end = s.size();
+  while (end > begin) {
+    size_t start = end - 1;
+    while (start > begin && (static_cast<uint8_t>(s[start]) & 0xC0) == 0x80) --start;
+    const Utf8Scan scan = ScanUtf8(s, start);
+    if (scan.step != Utf8Step::kValid || scan.length != end - start || !IsPySpace(scan.code_point))
+      break;
+    end = start;
+  }
+  return s.substr(begin, end - begin);
+}
+
+absl::Status EmptyConversation(std::string_view family) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("chat template ", std::string(family), ": the conversation has no messages"));
+}
+
+// Splits off a leading system message and checks that the rest alternates user, assistant,
+// user, ... as the llama2 and mistral templates demand (they raise_exception otherwise).
+absl::StatusOr<std::optional<std::string_view>> CheckAlternation(
+    std::span<const ChatMessage>& messages, std::string_view family) {
+  if (messages.empty()) return EmptyConversation(family);
+  std::optional<std::string_view> system;
+  if (messages.front().role == "system") {
+    system = messages.front().content;
+    messages = messages.subspan(1);
+  }
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string_view want = i % 2 == 0 ? "user" : "assistant";
+    if (messages[i].role != want) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "chat template ", std::string(family),
+          ": roles must alternate user/assistant/user/... after an optional system message; "
+          "message ",
+          i + (system ? 1 : 0), " has role \"", messages[i].role, "\", expected \"",
+          std::string(want), "\""));
+    }
+  }
+  return system;
+}
+
+class ChatmlTemplate final : public ChatTemplate {
+ public:
+  ChatmlTemplate(std::string name, std::string default_system)
+      : name_(std::move(name)), default_system_(std::move(default_system)) {}
+
+  absl::StatusOr<std::string> Render(std::span<const ChatMessage> messages,
+                                     bool add_generation_prompt) const override {
+    if (messages.empty()) return EmptyConversation(name_);
+    std::string out;
+    if (!default_system_.empty() && messages.front().role != "system") {
+      absl::StrAppend(&out, "<|im_start|>system\n", default_system_, "<|im_end|>\n");
+    }
+    for (const ChatMessage& m : messages) {
+      absl::StrAppend(&out, "<|im_start|>", m.role, "\n", m.content, "<|im_end|>\n");
+    }
+    if (add_generation_prompt) out += "<|im_start|>assistant\n";
+    return out;
+  }
+  std::string_view name() const override { return name_; }
+  bool renders_bos() const override { return false; }
+
+ private:
+  std::string name_;
+  std::string default_system_;  // Qwen-style templates inject one when no system message leads
+};
+
+class Llama3Template final : public ChatTemplate {
+ public:
+  explicit Llama3Template(std::string bos) : bos_(std::move(bos)) {}
+
+  absl::StatusOr<std::string> Render(std::span<const ChatMessage> messages,
+                                     bool add_generation_prompt) const override {
+    if (messages.empty()) return EmptyConversation("llama3");
+    std::string out = bos_;
+    for (const ChatMessage& m : messages) {
+      absl::StrAppend(&out, "<|start_header_id|>", m.role, "<|end_header_id|>\n\n");
+      const std::string_view content = Strip(m.content);
+      out.append(content.data(), content.size());
+      out += "<|eot_id|>";
+    }
+    if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+    return out;
+  }
+  std::string_view name() const override { return "llama3"; }
+  bool renders_bos() const override { return true; }
+
+ private:
+  std::string bos_;
+};
+
+// Llama-2 chat: every user turn opens with BOS; the system prompt lives inside the first [INST].
+class Llama2Template final : public ChatTemplate {
+ public:
+  Llama2Template(std::string bos, std::string eos) : bos_(std::move(bos)), eos_(std::move(eos)) {}
+
+  absl::StatusOr<std::string> Render(
+      std::span<const ChatMessage> messages,
+      bool /*add_generation_prompt: the prompt ends in [/INST]*/) const override {
+    auto system = CheckAlternation(messages, "llama2");
+    if (!system.ok()) return system.status();
+    std::string out;
+    for (size_t i = 0; i < messages.size(); ++i) {
+      std::string content;
+      if (i == 0 && system->has_value()) {
+        const std::string_view sys = **system;
+        content =
+            absl::StrCat("<<SYS>>\n", std::string(sys), "\n<</SYS>>\n\n", messages[i].content);
+      } else {
+        content = messages[i].content;
+      }
+      const std::string_view stripped = Strip(content);
+      if (messages[i].role == "user") {
+        absl::StrAppend(&out, bos_, "[INST] ");
+        out.append(stripped.data(), stripped.size());
+        out += " [/INST]";
+      } else {
+        out += " ";
+        out.append(stripped.data(), stripped.size());
+        absl::StrAppend(&out, " ", eos_);
+      }
+    }
+    return out;
+  }
+  std::string_view name() const override { return "llama2"; }
+  bool renders_bos() const override { return true; }
+
+ private:
+  std::string bos_;
+  std::string eos_;
+};
+
+// Mistral instruct: one BOS, no system block; a system message is prepended to the first user
+// message, separated by a blank line.
+class MistralTemplate final : public ChatTemplate {
+ public:
+  MistralTemplate(std::string bos, std::string eos) : bos_(std::move(bos)), eos_(std::move(eos)) {}
+
+  absl::StatusOr<std::string> Render(
+      std::span<const ChatMessage> messages,
+      bool /*add_generation_prompt: the prompt ends in [/INST]*/) const override {
+    auto system = CheckAlternation(messages, "mistral");
+    if (!system.ok()) return system.status();
+    std::string out = bos_;
+    for (size_t i = 0; i < messages.size(); ++i) {
+      if (messages[i].role == "user") {
+        out += "[INST] ";
+        if (i == 0 && system->has_value()) absl::StrAppend(&out, std::string(**system), "\n\n");
+        absl::StrAppend(&out, messages[i].content, " [/INST]");
+      } else {
+        absl::StrAppend(&out, messages[i].content, eos_);
+      }
+    }
+    return out;
+  }
+  std::string_view name() const override { return "mistral"; }
+  bool renders_bos() const override { return true; }
+
+ private:
+  std::string bos_;
+  std::string eos_;
+};
+
+// Qwen-style templates write their default system prompt as one Jinja string literal,
+// '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' (with a literal backslash-n in
+// the source). Returns that prompt, or "" when the template has none.
+std::string DefaultChatmlSystem(std::string_view jinja) {
+  constexpr std::string_view kOpen = "<|im_start|>system\\n";
+  constexpr std::string_view kClose = "<|im_end|>";
+  size_t pos = jinja.find(kOpen);
+  while (pos != std::string_view::npos) {
+    const size_t begin = pos + kOpen.size();
+    const size_t end = jinja.find(kClose, begin);
+    if (end == std::string_view::npos) break;
+    const std::string_view text = jinja.substr(begin, end - begin);
+    // Only a plain literal counts: quotes, braces or escapes mean Jinja code sits in between.
+    if (!text.empty() && text.find_first_of("'\"{}%\\") == std::string_view::npos) {
+      return std::string(text);
+    }
+    pos = jinja.find(kOpen, begin);
+  }
+  return "";
+}
+
+std::string Or(const std::string& value, std::string_view fallback) {
+  return value.empty() ? std::string(fallback) : value;
+}
+
+std::unique_ptr<ChatTemplate> Make(std::string_view family, std::string_view jinja,
+                                   const ChatTemplateTokens& tokens) {
+  if (family == "chatml" || family == "kvs-tiny") {
+    return std::make_unique<ChatmlTemplate>(std::string(family), DefaultChatmlSystem(jinja));
+  }
+  if (family == "llama3")
+    return std::make_unique<Llama3Template>(Or(tokens.bos, "<|begin_of_text|>"));
+  if (family == "llama2") {
+    return std::make_unique<Llama2Template>(Or(tokens.bos, "<s>"), Or(tokens.eos, "</s>"));
+  }
+  if (family == "mistral") {
+    return std::make_unique<MistralTemplate>(Or(tokens.bos, "<s>"), Or(tokens.eos, "</s>"));
+  }
+  return nullptr;
+}
+
+std::optional<std::string_view> Recognise(std::string_view jinja) {
+  if (jinja == kKvsTinyChatTemplate) return "kvs-tiny";
+  if (Contains(jinja, "<|start_header_id|>") && Contains(jinja, "<|eot_id|>")) return "llama3";
+  if (Contains(jinja, "<|im_start|>")) return "chatml";
+  if (Contains(jinja, "[INST]") && Contains(jinja, "<<SYS>>")) return "llama2";
+  if (Contains(jinja, "[INST]")) return "mistral";
+  return std::nullopt;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ChatTemplate>> SelectChatTemplate(std::string_view config_value,
+                                                                 std::string_view jinja_text,
+                                                                 const ChatTemplateTokens& tokens) {
+  const std::string option(kChatTemplateOption);
+  const std::string values(kChatTemplateValues);
+  if (config_value != "auto") {
+    auto t = Make(config_value, jinja_text, tokens);
+    if (t == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          option, ": unknown value \"", std::string(config_value), "\"; allowed: ", values));
+    }
+    return t;
+  }
+  if (jinja_text.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the model has no chat template (tokenizer_config.json has no chat_template); set ", option,
+        " to one of ", values.substr(5)));
+  }
+  std::optional<std::string_view> family = Recognise(jinja_text);
+  if (!family) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the model's chat template (tokenizer_config.json chat_template) is not a family kvserve "
+        "renders natively; set ",
+        option, " to one of ", values.substr(5), " (allowed values: ", values, ")"));
+  }
+  return Make(*family, jinja_text, tokens);
+}
+
+}  // namespace kvserve::tokenizer

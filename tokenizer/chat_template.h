@@ -1,0 +1,67 @@
+// Chat templates, rendered natively. Hugging Face ships chat templates as Jinja source in
+// tokenizer_config.json; rather than embed a Jinja interpreter we recognise the common families
+// by distinctive markers in that source and render them in C++:
+//
+//   family    marker(s) in the Jinja text          rendered shape (user "Hi", system "sys")
+//   llama3    <|start_header_id|> and <|eot_id|>   <|begin_of_text|><|start_header_id|>user
+//                                                  <|end_header_id|>\n\nHi<|eot_id|>
+//   chatml    <|im_start|> (Qwen, kvs-tiny, ...)   <|im_start|>user\nHi<|im_end|>\n
+//   llama2    [INST] and <<SYS>>                   <s>[INST] <<SYS>>\nsys\n<</SYS>>\n\nHi [/INST]
+//   mistral   [INST] without <<SYS>>               <s>[INST] sys\n\nHi [/INST]
+//   kvs-tiny  the bundled model's exact template   (chatml)
+//
+// The choice is the config option model.chat_template: "auto" recognises the family from the
+// template text; a family name forces it. An unrecognised template is a startup error that
+// names the option.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace kvserve::tokenizer {
+
+struct ChatMessage {
+  std::string role;  // "system", "user", "assistant" (chatml and llama3 accept any role)
+  std::string content;
+};
+
+// Token texts some templates write into the prompt; empty means the family's usual token.
+struct ChatTemplateTokens {
+  std::string bos;
+  std::string eos;
+};
+
+inline constexpr std::string_view kChatTemplateOption = "model.chat_template";
+inline constexpr std::string_view kChatTemplateValues =
+    "auto|chatml|llama3|llama2|mistral|kvs-tiny";
+
+// The bundled model's template (models/kvs-tiny/tokenizer_config.json).
+inline constexpr std::string_view kKvsTinyChatTemplate =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] "
+    "+ '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ "
+    "'<|im_start|>assistant\\n' }}{% endif %}";
+
+class ChatTemplate {
+ public:
+  virtual ~ChatTemplate() = default;
+  // InvalidArgument for conversations the template rejects (empty, or roles out of order for
+  // llama2/mistral, which require user/assistant alternation after an optional system message).
+  virtual absl::StatusOr<std::string> Render(std::span<const ChatMessage> messages,
+                                             bool add_generation_prompt) const = 0;
+  // "chatml", "llama3", "llama2", "mistral" or "kvs-tiny".
+  virtual std::string_view name() const = 0;
+  // True when the rendered text already carries the BOS token, so the prompt must be encoded
+  // with add_special=false (else BOS would appear twice).
+  virtual bool renders_bos() const = 0;
+};
+
+// `config_value` is model.chat_template; `jinja_text` the model's template ("" if it has none).
+absl::StatusOr<std::unique_ptr<ChatTemplate>> SelectChatTemplate(
+    std::string_view config_value, std::string_view jinja_text,
+    const ChatTemplateTokens& tokens = {});
+
+}  // namespace kvserve::tokenizer
