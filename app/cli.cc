@@ -8,6 +8,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "app/build_info.h"
+#include "app/calibrate_command.h"
+#include "app/generate_command.h"
+#include "app/serve_command.h"
 #include "config/fields.h"
 
 namespace kvserve::app {
@@ -41,7 +44,7 @@ struct Command {
   std::string name;
   std::string summary;
   std::string usage;
-  std::vector<std::string> switches;  // accepted command-specific switches
+  std::vector<std::string> switches;  // accepted command-specific switches; "--x=" takes a value
   std::function<int(const ParsedArgs&, char** envp, std::ostream& out, std::ostream& err)> run;
 };
 
@@ -102,9 +105,18 @@ int RunConfig(const ParsedArgs& args, char** envp, std::ostream& out, std::ostre
 
 std::vector<Command> Commands() {
   return {
+      {"calibrate", "measure TriAttention query statistics of a model on plain text",
+       "kvserve calibrate --model DIR --text FILE --out FILE [--max-tokens N] [--window N]",
+       {std::begin(kCalibrateSwitches), std::end(kCalibrateSwitches)}, RunCalibrate},
       {"config", "print the effective configuration, or the table of all fields",
        "kvserve config --dump [--config FILE] [config flags] | kvserve config --fields",
        {"--dump", "--fields"}, RunConfig},
+      {"generate", "complete one prompt on the CPU and print the text (smoke test)",
+       "kvserve generate --prompt TEXT [--max-tokens N] [--temperature T] [--seed S] [--model DIR]",
+       {std::begin(kGenerateSwitches), std::end(kGenerateSwitches)}, RunGenerate},
+      {"serve", "serve the model over the OpenAI-compatible HTTP API and gRPC until SIGTERM",
+       "kvserve serve [--config FILE] [--model DIR] [--host H] [--http-port P] [--grpc-port P]",
+       {}, RunServe},
       {"version", "print version and build information", "kvserve version", {}, RunVersion},
   };
 }
@@ -145,7 +157,7 @@ absl::StatusOr<ParsedArgs> ParseArgs(const std::vector<std::string>& args) {
   for (const auto& a : kAliases) known_flags.emplace_back(a.flag);
   for (const auto& f : config::ConfigFields()) known_flags.push_back("--" + f.path);
   for (const auto& c : Commands()) {
-    for (const auto& s : c.switches) known_flags.push_back(s);
+    for (const auto& s : c.switches) known_flags.push_back(s.ends_with("=") ? s.substr(0, s.size() - 1) : s);
   }
 
   size_t i = 0;
@@ -199,14 +211,20 @@ absl::StatusOr<ParsedArgs> ParseArgs(const std::vector<std::string>& args) {
       continue;
     }
     bool is_switch = false;
+    bool is_valued_switch = false;
     for (const auto& c : Commands()) {
-      if (c.name == parsed.command &&
-          std::find(c.switches.begin(), c.switches.end(), name) != c.switches.end()) {
-        is_switch = true;
-      }
+      if (c.name != parsed.command) continue;
+      is_switch |= std::find(c.switches.begin(), c.switches.end(), name) != c.switches.end();
+      is_valued_switch |= std::find(c.switches.begin(), c.switches.end(), name + "=") != c.switches.end();
     }
     if (is_switch && !value) {
       parsed.switches.push_back(name);
+      continue;
+    }
+    if (is_valued_switch) {
+      auto v = take_value();
+      if (!v.ok()) return v.status();
+      parsed.switch_values.emplace_back(name, *v);
       continue;
     }
     std::string msg = absl::StrCat("unknown flag ", name);
@@ -227,6 +245,7 @@ int RunCli(int argc, char** argv, char** envp, std::ostream& out, std::ostream& 
     err << "kvserve: " << parsed.status().message() << "\n(see `kvserve --help`)\n";
     return kExitUsage;
   }
+  parsed->program = argv[0];
   if (parsed->command == "help") {
     PrintHelp(out);
     return kExitOk;

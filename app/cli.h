@@ -4,6 +4,7 @@
 
 #include <iosfwd>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -22,6 +23,10 @@ struct ParsedArgs {
   std::string config_file;           // --config FILE
   config::KeyValues overrides;       // (field path, text) from flags
   std::vector<std::string> switches; // command-specific switches such as "--dump"
+  // Command switches that take a value (declared as "--name=" in the command table), in
+  // order: ("--prompt", "hello").
+  std::vector<std::pair<std::string, std::string>> switch_values;
+  std::string program;               // argv[0]
   std::vector<std::string> positional;
 };
 

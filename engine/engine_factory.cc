@@ -1,13 +1,74 @@
 #include "engine/engine_factory.h"
 
-namespace kvserve::engine {
+#include <algorithm>
+#include <filesystem>
 
-// Temporary until the engine loop lands (issue 5, in progress in this session): the serve
-// command reports this error and exits 1 instead of pretending to serve.
-absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config&,
+#include "absl/strings/str_cat.h"
+#include "base/check.h"
+#include "cache/host_kv_cache.h"
+#include "engine/cpu_model_runner.h"
+#include "engine/engine.h"
+#include "model/llama_model.h"
+
+namespace kvserve::engine {
+namespace {
+
+// Owns the model, the KV cache and the runner, and forwards the client API to the Engine.
+// Members are declared in dependency order so destruction stops the loop first.
+class LocalEngine final : public ServingEngine {
+ public:
+  std::unique_ptr<model::LlamaModel> model;
+  cache::HostKvCache kv;
+  std::unique_ptr<CpuModelRunner> runner;
+  std::unique_ptr<Engine> engine;
+
+  ~LocalEngine() override {
+    if (engine) engine->Stop();
+  }
+  absl::StatusOr<std::shared_ptr<TokenStream>> Submit(RequestSpec spec) override {
+    return engine->Submit(std::move(spec));
+  }
+  void Abort(const std::string& id) override { engine->Abort(id); }
+  EngineStats Stats() const override { return engine->Stats(); }
+  void StartDrain() override { engine->StartDrain(); }
+  int InFlight() const override { return engine->InFlight(); }
+  void AbortAll() override { engine->AbortAll(); }
+  int64_t max_model_len() const override { return engine->max_model_len(); }
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config& config,
                                                             const std::string& model_dir,
-                                                            EngineDeps) {
-  return absl::UnimplementedError("the serving engine is not built yet; cannot serve " + model_dir);
+                                                            EngineDeps deps) {
+  if (config.engine.backend == config::Backend::kCuda) {
+    return absl::UnimplementedError(
+        "engine.backend=cuda: the CUDA backend is not built yet; use auto or cpu");
+  }
+  auto local = std::make_unique<LocalEngine>();
+  model::ModelOptions mo;
+  mo.threads = config.engine.threads;
+  mo.max_tokens_per_step = config.scheduler.max_num_batched_tokens;
+  mo.logger = deps.logger.child("model");
+  KVS_ASSIGN_OR_RETURN(local->model, model::LlamaModel::Load(model_dir, mo));
+  const model::ModelConfig& mc = local->model->config();
+
+  cache::KvLayout layout = local->model->KvLayoutFor(config.cache.block_size, config.cache.kv_dtype);
+  KVS_ASSIGN_OR_RETURN(local->kv, cache::MakeHostKvCache(config.cache, layout, deps.logger.child("cache")));
+  local->runner = std::make_unique<CpuModelRunner>(*local->model, *local->kv.storage, local->kv.swap.get());
+
+  ModelInfo info;
+  info.name = config.model.served_name.empty()
+                  ? std::filesystem::path(model_dir).lexically_normal().filename().string()
+                  : config.model.served_name;
+  if (info.name.empty()) info.name = std::filesystem::path(model_dir).parent_path().filename().string();
+  info.max_model_len = mc.max_context();
+  if (config.model.max_model_len > 0) info.max_model_len = std::min(info.max_model_len, config.model.max_model_len);
+  info.eos_token_ids = mc.eos_token_ids;
+  info.vocab_size = mc.vocab_size;
+  local->engine = std::make_unique<Engine>(config, info, *local->kv.manager, *local->runner, std::move(deps));
+  local->engine->Start();
+  return std::unique_ptr<ServingEngine>(std::move(local));
 }
 
 }  // namespace kvserve::engine

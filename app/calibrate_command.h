@@ -1,0 +1,32 @@
+// `kvserve calibrate --model DIR --text FILE --out FILE [--max-tokens N] [--window N]`
+// measures the TriAttention query statistics of a model on plain text and writes the stats
+// file (compression/triattention_stats.h) that the `triattention` policy loads. It runs the
+// model on the CPU over the first N tokens of the text (default 32768, the paper's
+// calibration length; a shorter text is an error unless --max-tokens is lowered explicitly),
+// in fresh sequences of --window tokens (default 512, capped at the model's context).
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "app/cli.h"
+
+namespace kvserve::app {
+
+inline constexpr const char* kCalibrateSwitches[] = {"--text=", "--out=", "--max-tokens=", "--window="};
+
+struct CalibrateOptions {
+  std::string text_path;
+  std::string out_path;
+  int64_t max_tokens = 32768;
+  int64_t window = 512;
+};
+
+// Reads the switches; errors name the flag.
+absl::StatusOr<CalibrateOptions> ParseCalibrateOptions(const ParsedArgs& args);
+
+int RunCalibrate(const ParsedArgs& args, char** envp, std::ostream& out, std::ostream& err);
+
+}  // namespace kvserve::app

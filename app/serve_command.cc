@@ -1,0 +1,134 @@
+#include "app/serve_command.h"
+
+#include <filesystem>
+#include <ostream>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "app/build_info.h"
+#include "app/model_dir.h"
+#include "base/check.h"
+#include "base/clock.h"
+#include "base/logger.h"
+#include "config/config_loader.h"
+#include "server/server_app.h"
+#include "server/signals.h"
+#include "server/tokenizer_text_codec.h"
+#include "server/wall_clock.h"
+
+namespace kvserve::app {
+namespace {
+
+base::LogLevel ToBase(config::LogLevel level) {
+  switch (level) {
+    case config::LogLevel::kTrace: return base::LogLevel::kTrace;
+    case config::LogLevel::kDebug: return base::LogLevel::kDebug;
+    case config::LogLevel::kInfo: return base::LogLevel::kInfo;
+    case config::LogLevel::kWarn: return base::LogLevel::kWarn;
+    case config::LogLevel::kError: return base::LogLevel::kError;
+    case config::LogLevel::kOff: return base::LogLevel::kOff;
+  }
+  return base::LogLevel::kInfo;
+}
+
+std::string ServedModelName(const config::Config& cfg, const std::string& model_dir) {
+  if (!cfg.model.served_name.empty()) return cfg.model.served_name;
+  std::filesystem::path p(model_dir);
+  if (!p.has_filename()) p = p.parent_path();  // "models/kvs-tiny/"
+  return p.filename().string();
+}
+
+}  // namespace
+
+ServeFactories DefaultServeFactories() {
+  ServeFactories f;
+  f.model_dir = [](const config::Config& cfg, const ParsedArgs& args) {
+    return ResolveModelDir(cfg.model.path, ExecutablePath(args.program));
+  };
+  f.codec = [](const config::Config& cfg, const std::string& model_dir)
+      -> absl::StatusOr<std::unique_ptr<server::TextCodec>> {
+    KVS_ASSIGN_OR_RETURN(auto codec, server::TokenizerTextCodec::Load(model_dir, cfg.model.chat_template));
+    return std::unique_ptr<server::TextCodec>(std::move(codec));
+  };
+  f.engine = [](const config::Config& cfg, const std::string& model_dir, engine::EngineDeps deps) {
+    return engine::CreateEngine(cfg, model_dir, std::move(deps));
+  };
+  return f;
+}
+
+int RunServe(const ParsedArgs& args, char** envp, std::ostream& out, std::ostream& err) {
+  return RunServeWith(args, envp, out, err, DefaultServeFactories());
+}
+
+int RunServeWith(const ParsedArgs& args, char** envp, std::ostream& out, std::ostream& err,
+                 const ServeFactories& factories) {
+  // Before any thread exists: every thread inherits the mask, main takes the signals.
+  const server::TerminationSignals signals = server::TerminationSignals::Block();
+
+  config::ConfigSources sources;
+  sources.file_path = args.config_file;
+  sources.env = config::EnvFromEnviron(envp);
+  sources.overrides = args.overrides;
+  absl::StatusOr<config::Config> cfg = config::LoadConfig(sources);
+  if (!cfg.ok()) {
+    err << "kvserve: invalid configuration: " << cfg.status().message() << "\n";
+    return kExitUsage;
+  }
+  auto sinks = base::LogSinks::Stderr(ToBase(cfg->logging.level),
+                                      cfg->logging.format == config::LogFormat::kJson
+                                          ? base::LogFormat::kJson
+                                          : base::LogFormat::kText);
+  base::Logger logger(sinks, "serve");
+
+  absl::StatusOr<std::string> model_dir = factories.model_dir(*cfg, args);
+  if (!model_dir.ok()) {
+    err << "kvserve: " << model_dir.status().message() << "\n";
+    return kExitFailure;
+  }
+  absl::StatusOr<std::unique_ptr<server::TextCodec>> codec = factories.codec(*cfg, *model_dir);
+  if (!codec.ok()) {
+    err << "kvserve: cannot load the tokenizer of " << *model_dir << ": " << codec.status().message() << "\n";
+    return kExitFailure;
+  }
+  auto clock = std::make_shared<base::SteadyClock>();
+  engine::EngineDeps deps;
+  deps.logger = logger.child("engine");
+  deps.clock = clock;
+  absl::StatusOr<std::unique_ptr<engine::ServingEngine>> engine = factories.engine(*cfg, *model_dir, deps);
+  if (!engine.ok()) {
+    err << "kvserve: cannot start the engine: " << engine.status().message() << "\n";
+    return kExitFailure;
+  }
+
+  server::WallClock wall_clock;
+  server::ServerAppOptions options;
+  options.server = cfg->server;
+  options.tenants = cfg->tenants;
+  options.model_name = ServedModelName(*cfg, *model_dir);
+  options.version = kBuildVersion;
+  options.id_seed = std::random_device{}();
+  server::ServerAppDeps app_deps;
+  app_deps.engine = engine->get();
+  app_deps.codec = codec->get();
+  app_deps.clock = clock.get();
+  app_deps.wall_clock = &wall_clock;
+  app_deps.logger = logger;
+  {
+    server::ServerApp app(std::move(options), std::move(app_deps));
+    if (absl::Status st = app.Start(); !st.ok()) {
+      err << "kvserve: " << st.message() << "\n";
+      return kExitFailure;
+    }
+    out << app.ListeningLine() << std::endl;  // flushed: scripts wait for this line
+
+    const int sig = signals.Wait();
+    logger.info("received %s: draining", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    // A second signal cuts the drain short (requests still running are aborted).
+    app.Drain([&](std::chrono::milliseconds d) { return signals.WaitFor(d).has_value(); });
+  }
+  engine->reset();  // after the servers: no stream is read any more
+  logger.info("stopped");
+  return kExitOk;
+}
+
+}  // namespace kvserve::app

@@ -1,0 +1,164 @@
+#include "cache/cache_invariants.h"
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "cache/kv_cache_manager.h"
+
+namespace kvserve::cache {
+namespace {
+
+absl::Status Violation(std::string msg) {
+  return absl::FailedPreconditionError(absl::StrCat("cache invariant: ", msg));
+}
+
+absl::Status CheckPool(const BlockPool& pool) {
+  const int32_t n = pool.num_blocks();
+  if (pool.num_free() + pool.num_used() != pool.num_usable()) {
+    return Violation(absl::StrCat("free ", pool.num_free(), " + used ", pool.num_used(),
+                                  " != usable ", pool.num_usable()));
+  }
+  std::vector<uint8_t> queued(n, 0);
+  int32_t walked = 0;
+  absl::Status st;
+  pool.free_queue().for_each([&](BlockId b) {
+    if (!st.ok()) return;
+    if (b.value() <= 0 || b.value() >= n) {
+      st = Violation(absl::StrCat("free queue holds bad id ", b.value()));
+    } else if (queued[b.value()]++) {
+      st = Violation(absl::StrCat("block ", b.value(), " queued twice"));
+    }
+    ++walked;
+  });
+  KVS_RETURN_IF_ERROR(st);
+  if (walked != pool.num_free()) {
+    return Violation(absl::StrCat("free queue walk found ", walked, " blocks, size says ",
+                                  pool.num_free()));
+  }
+  int32_t cached_free = 0;
+  for (int32_t i = 1; i < n; ++i) {
+    const BlockId b{i};
+    const bool zero = pool.refcount(b) == 0;
+    if (pool.refcount(b) < 0) return Violation(absl::StrCat("block ", i, " refcount < 0"));
+    if (zero != static_cast<bool>(queued[i])) {
+      return Violation(absl::StrCat("block ", i, " refcount ", pool.refcount(b),
+                                    queued[i] ? " but in the free queue" : " but not free"));
+    }
+    if (zero && pool.hash(b) != kNoHash) ++cached_free;
+  }
+  if (cached_free != pool.num_cached_free()) {
+    return Violation(absl::StrCat("cached free blocks ", cached_free, " != counter ",
+                                  pool.num_cached_free()));
+  }
+  // Prefix index <-> block hashes.
+  int32_t indexed = 0;
+  std::vector<uint8_t> seen(n, 0);
+  pool.index().for_each([&](BlockHash h, BlockId b) {
+    if (!st.ok()) return;
+    ++indexed;
+    if (b.value() <= 0 || b.value() >= n) {
+      st = Violation(absl::StrCat("prefix index holds bad id ", b.value()));
+    } else if (seen[b.value()]++) {
+      st = Violation(absl::StrCat("block ", b.value(), " indexed twice"));
+    } else if (pool.hash(b) != h) {
+      st = Violation(absl::StrCat("block ", b.value(), " indexed under a hash it does not hold"));
+    }
+  });
+  KVS_RETURN_IF_ERROR(st);
+  int32_t hashed = 0;
+  for (int32_t i = 1; i < n; ++i) hashed += pool.hash(BlockId{i}) != kNoHash;
+  if (hashed != indexed || indexed != pool.index().size()) {
+    return Violation(absl::StrCat(hashed, " hashed blocks, ", indexed, " indexed, index size ",
+                                  pool.index().size()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckCacheInvariants(const KvCacheManager& m) {
+  const BlockPool& pool = m.block_pool();
+  KVS_RETURN_IF_ERROR(CheckPool(pool));
+  // The null block can be neither queued nor indexed (both walks above reject id 0).
+  if (pool.is_free(kNullBlock)) return Violation("null block is free");
+
+  const int32_t n = pool.num_blocks();
+  const int bs = m.block_size();
+  std::vector<int32_t> refs(n, 0);
+  const SwapSpace& swap = m.swap_space();
+  std::vector<uint8_t> host_owned(swap.num_blocks(), 0);
+  int32_t host_total = 0;
+  absl::Status st;
+  m.for_each_sequence([&](SeqId id, const SequenceKvState& s) {
+    if (!st.ok()) return;
+    const std::string who = absl::StrCat("sequence ", id.value(), ": ");
+    if (s.swapped) {
+      if (!s.table.empty() || s.table.num_tokens() != 0) {
+        st = Violation(who + "swapped out but holds device blocks");
+        return;
+      }
+      if (static_cast<int64_t>(s.host_blocks.size()) != s.table.BlocksFor(s.swapped_num_tokens)) {
+        st = Violation(absl::StrCat(who, s.host_blocks.size(), " host blocks for ",
+                                    s.swapped_num_tokens, " tokens"));
+        return;
+      }
+      for (BlockId h : s.host_blocks) {
+        if (h.value() < 0 || h.value() >= swap.num_blocks() || swap.is_free(h) ||
+            host_owned[h.value()]++) {
+          st = Violation(absl::StrCat(who, "bad, free or shared host block ", h.value()));
+          return;
+        }
+      }
+      host_total += static_cast<int32_t>(s.host_blocks.size());
+    } else {
+      if (!s.host_blocks.empty()) {
+        st = Violation(who + "resident but holds host blocks");
+        return;
+      }
+      if (s.table.num_blocks() != s.table.BlocksFor(s.table.num_tokens())) {
+        st = Violation(absl::StrCat(who, s.table.num_blocks(), " blocks for ",
+                                    s.table.num_tokens(), " tokens"));
+        return;
+      }
+      for (BlockId b : s.table.blocks()) {
+        if (b.value() <= 0 || b.value() >= n) {
+          st = Violation(absl::StrCat(who, "table entry ", b.value(), " out of range or null"));
+          return;
+        }
+        ++refs[b.value()];
+      }
+    }
+    const int64_t tokens = s.num_tokens();
+    if (static_cast<int64_t>(s.hashes.size()) * bs > tokens) {
+      st = Violation(absl::StrCat(who, s.hashes.size(), " committed blocks but ", tokens,
+                                  " tokens"));
+      return;
+    }
+    if (!s.swapped) {
+      for (size_t i = 0; i < s.hashes.size(); ++i) {
+        if (pool.hash(s.table[static_cast<int32_t>(i)]) != s.hashes[i]) {
+          st = Violation(absl::StrCat(who, "committed block ", i, " (id ",
+                                      s.table[static_cast<int32_t>(i)].value(),
+                                      ") does not hold its chain hash"));
+          return;
+        }
+      }
+    }
+  });
+  KVS_RETURN_IF_ERROR(st);
+
+  for (int32_t i = 1; i < n; ++i) {
+    if (refs[i] != pool.refcount(BlockId{i})) {
+      return Violation(absl::StrCat("block ", i, " refcount ", pool.refcount(BlockId{i}), " but ",
+                                    refs[i], " table entries"));
+    }
+  }
+  if (host_total != swap.num_used() || swap.num_free() + swap.num_used() != swap.num_blocks()) {
+    return Violation(absl::StrCat("host tier: ", host_total, " blocks owned, ", swap.num_used(),
+                                  " used, ", swap.num_free(), " free of ", swap.num_blocks()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kvserve::cache

@@ -1,0 +1,49 @@
+#include "cache/host_kv_cache.h"
+
+#include <bit>
+
+#include "absl/strings/str_cat.h"
+#include "base/check.h"
+#include "cache/cache_sizing.h"
+
+namespace kvserve::cache {
+
+absl::StatusOr<HostKvCache> MakeHostKvCache(const config::CacheConfig& cfg, KvLayout model_dims,
+                                            base::Logger logger) {
+  if (cfg.block_size < 8 || cfg.block_size > 128 ||
+      !std::has_single_bit(static_cast<unsigned>(cfg.block_size))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cache.block_size=", cfg.block_size, ": must be a power of two in [8,128]"));
+  }
+  if (model_dims.num_layers <= 0 || model_dims.num_kv_heads <= 0 || model_dims.head_dim <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kv cache: bad model dimensions (layers=", model_dims.num_layers, " kv_heads=",
+        model_dims.num_kv_heads, " head_dim=", model_dims.head_dim, ")"));
+  }
+  KvLayout layout = model_dims;
+  layout.block_size = cfg.block_size;
+  layout.dtype = cfg.kv_dtype;
+
+  const int32_t usable = UsableBlocksForBudget(cfg.kv_bytes, layout);
+  if (usable < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cache.kv_bytes=", cfg.kv_bytes, ": buys no block of ",
+                     layout.bytes_per_block(), " bytes"));
+  }
+  const int32_t host_blocks = UsableBlocksForBudget(cfg.host_swap_bytes, layout);
+
+  HostKvCache cache;
+  KVS_ASSIGN_OR_RETURN(cache.storage, HostKvStorage::Create(layout, usable + 1));
+  if (host_blocks > 0) {
+    KVS_ASSIGN_OR_RETURN(cache.swap, HostKvStorage::Create(layout, host_blocks));
+  }
+  KvCacheManagerOptions opts;
+  opts.layout = layout;
+  opts.num_blocks = usable + 1;
+  opts.num_host_blocks = host_blocks;
+  opts.enable_prefix_caching = cfg.enable_prefix_caching;
+  cache.manager = std::make_unique<KvCacheManager>(opts, std::move(logger));
+  return cache;
+}
+
+}  // namespace kvserve::cache

@@ -1,0 +1,33 @@
+// Factory for the CPU backend's KV cache: the device pool and the swap tier both in host
+// memory, and the manager sized to match.
+//
+//   cache.kv_bytes        -> usable = kv_bytes / bytes_per_block;  pool = usable + 1 (null)
+//   cache.host_swap_bytes -> host blocks = host_swap_bytes / bytes_per_block (0: no swap)
+//   bytes_per_block = layers * (2 * kv_heads * block_size * head_dim * dtype bytes
+//                               + scales for fp8/int8)            (kv_layout.h)
+#pragma once
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "base/logger.h"
+#include "cache/host_kv_storage.h"
+#include "cache/kv_cache_manager.h"
+#include "cache/kv_layout.h"
+#include "config/config.h"
+
+namespace kvserve::cache {
+
+struct HostKvCache {
+  std::unique_ptr<HostKvStorage> storage;    // the KV pool ("device" blocks)
+  std::unique_ptr<HostKvStorage> swap;       // host swap tier; null when disabled
+  std::unique_ptr<KvCacheManager> manager;
+};
+
+// `model_dims` gives num_layers, num_kv_heads and head_dim; block_size and dtype come from
+// `cfg`. InvalidArgument when the config or the dimensions are unusable (the budget must
+// buy at least one block); ResourceExhausted when the memory cannot be allocated.
+absl::StatusOr<HostKvCache> MakeHostKvCache(const config::CacheConfig& cfg, KvLayout model_dims,
+                                            base::Logger logger);
+
+}  // namespace kvserve::cache

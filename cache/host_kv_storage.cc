@@ -1,0 +1,151 @@
+#include "cache/host_kv_storage.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "base/check.h"
+#include "kernels/cpu/kv_quant.h"
+
+namespace kvserve::cache {
+namespace {
+
+constexpr size_t kAlign = 64;
+size_t RoundUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+}  // namespace
+
+HostKvStorage::HostKvStorage(const KvLayout& layout, int32_t num_blocks)
+    : layout_(layout), num_blocks_(num_blocks) {}
+
+HostKvStorage::~HostKvStorage() { std::free(raw_); }
+
+absl::StatusOr<std::unique_ptr<HostKvStorage>> HostKvStorage::Create(const KvLayout& layout,
+                                                                     int32_t num_blocks) {
+  if (layout.num_layers <= 0 || layout.num_kv_heads <= 0 || layout.head_dim <= 0 ||
+      layout.block_size <= 0 || num_blocks <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "host kv storage: bad layout (layers=", layout.num_layers, " kv_heads=",
+        layout.num_kv_heads, " head_dim=", layout.head_dim, " block_size=", layout.block_size,
+        ") or num_blocks=", num_blocks));
+  }
+  std::unique_ptr<HostKvStorage> s(new HostKvStorage(layout, num_blocks));
+  const size_t data_bytes = RoundUp(num_blocks * layout.block_elems() * layout.elem_bytes());
+  const size_t scale_bytes = RoundUp(num_blocks * layout.block_scales() * sizeof(float));
+  const size_t layers = static_cast<size_t>(layout.num_layers);
+  s->total_bytes_ = layers * (data_bytes + scale_bytes);
+  // calloc: large blocks come straight from mmap as zero pages, so an unused pool costs no
+  // resident memory. Over-allocate to align the base by hand.
+  s->raw_ = std::calloc(s->total_bytes_ + kAlign, 1);
+  if (s->raw_ == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("host kv storage: cannot allocate ", s->total_bytes_, " bytes"));
+  }
+  auto* base = reinterpret_cast<std::byte*>(
+      RoundUp(reinterpret_cast<uintptr_t>(s->raw_)));
+  for (size_t l = 0; l < layers; ++l) s->data_.push_back(base + l * data_bytes);
+  std::byte* scales_base = base + layers * data_bytes;
+  for (size_t l = 0; l < layers; ++l) {
+    s->scales_.push_back(layout.has_scales()
+                             ? reinterpret_cast<float*>(scales_base + l * scale_bytes)
+                             : nullptr);
+  }
+  return s;
+}
+
+absl::Status HostKvStorage::CheckIds(const KvStorage& dst,
+                                     std::span<const BlockCopy> copies) const {
+  for (const BlockCopy& c : copies) {
+    if (c.src.value() < 0 || c.src.value() >= num_blocks_ || c.dst.value() < 0 ||
+        c.dst.value() >= dst.num_blocks()) {
+      return absl::InvalidArgumentError(absl::StrCat("block copy ", c.src.value(), " -> ",
+                                                     c.dst.value(), " out of range"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HostKvStorage::copy_blocks(std::span<const BlockCopy> copies) {
+  return copy_blocks_to(*this, copies);
+}
+
+absl::Status HostKvStorage::copy_blocks_to(KvStorage& dst, std::span<const BlockCopy> copies) {
+  const KvLayout& d = dst.layout();
+  if (d.num_layers != layout_.num_layers || d.num_kv_heads != layout_.num_kv_heads ||
+      d.head_dim != layout_.head_dim || d.block_size != layout_.block_size ||
+      d.dtype != layout_.dtype) {
+    return absl::InvalidArgumentError("block copy between storages of different layouts");
+  }
+  if (!dst.host_addressable()) {
+    // Host -> device copies belong to the device storage (its copy engine).
+    return absl::UnimplementedError("host kv storage cannot copy into device memory");
+  }
+  KVS_RETURN_IF_ERROR(CheckIds(dst, copies));
+  const size_t block_bytes = layout_.block_elems() * layout_.elem_bytes();
+  const size_t scale_count = layout_.block_scales();
+  for (int l = 0; l < layout_.num_layers; ++l) {
+    const std::byte* src_data = data_[l];
+    std::byte* dst_data = dst.layer_data(l);
+    for (const BlockCopy& c : copies) {
+      if (&dst == this && c.src == c.dst) continue;
+      std::memcpy(dst_data + c.dst.value() * block_bytes, src_data + c.src.value() * block_bytes,
+                  block_bytes);
+    }
+    if (scale_count == 0) continue;
+    const float* src_scales = scales_[l];
+    float* dst_scales = dst.layer_scales(l);
+    for (const BlockCopy& c : copies) {
+      if (&dst == this && c.src == c.dst) continue;
+      std::memcpy(dst_scales + c.dst.value() * scale_count, src_scales + c.src.value() * scale_count,
+                  scale_count * sizeof(float));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HostKvStorage::zero_blocks(std::span<const BlockId> blocks) {
+  for (BlockId b : blocks) {
+    if (b.value() < 0 || b.value() >= num_blocks_) {
+      return absl::InvalidArgumentError(absl::StrCat("zero of block ", b.value(), " out of range"));
+    }
+  }
+  const size_t block_bytes = layout_.block_elems() * layout_.elem_bytes();
+  const size_t scale_count = layout_.block_scales();
+  for (int l = 0; l < layout_.num_layers; ++l) {
+    for (BlockId b : blocks) {
+      std::memset(data_[l] + b.value() * block_bytes, 0, block_bytes);
+      if (scale_count) std::memset(scales_[l] + b.value() * scale_count, 0, scale_count * sizeof(float));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void WriteKvToken(KvStorage& storage, int layer, int64_t slot, const float* k, const float* v) {
+  const KvLayout& l = storage.layout();
+  KVS_CHECK(storage.layer_data(layer) != nullptr, "WriteKvToken needs host-addressable storage");
+  const int64_t block = slot / l.block_size;
+  const int offset = static_cast<int>(slot % l.block_size);
+  KVS_DCHECK(block >= 0 && block < storage.num_blocks(), "slot ", slot, " out of range");
+  for (int h = 0; h < l.num_kv_heads; ++h) {
+    kernels::cpu::WriteKvRow(l, storage.layer_data(layer), storage.layer_scales(layer), block, 0,
+                             h, offset, k + static_cast<size_t>(h) * l.head_dim);
+    kernels::cpu::WriteKvRow(l, storage.layer_data(layer), storage.layer_scales(layer), block, 1,
+                             h, offset, v + static_cast<size_t>(h) * l.head_dim);
+  }
+}
+
+void ReadKvToken(const KvStorage& storage, int layer, int64_t slot, float* k, float* v) {
+  const KvLayout& l = storage.layout();
+  KVS_CHECK(storage.layer_data(layer) != nullptr, "ReadKvToken needs host-addressable storage");
+  const int64_t block = slot / l.block_size;
+  const int offset = static_cast<int>(slot % l.block_size);
+  KVS_DCHECK(block >= 0 && block < storage.num_blocks(), "slot ", slot, " out of range");
+  for (int h = 0; h < l.num_kv_heads; ++h) {
+    kernels::cpu::ReadKvRow(l, storage.layer_data(layer), storage.layer_scales(layer), block, 0, h,
+                            offset, k + static_cast<size_t>(h) * l.head_dim);
+    kernels::cpu::ReadKvRow(l, storage.layer_data(layer), storage.layer_scales(layer), block, 1, h,
+                            offset, v + static_cast<size_t>(h) * l.head_dim);
+  }
+}
+
+}  // namespace kvserve::cache

@@ -1,0 +1,60 @@
+// KvStorage in host memory: the CPU backend's KV pool and the host swap tier.
+//
+//   one allocation, 64-byte aligned, zero-filled lazily by the OS (calloc):
+//   [data layer 0][data layer 1]...[data layer L-1][scales layer 0]...[scales layer L-1]
+//
+// Each region is padded to 64 bytes so every layer base is cache-line (and AVX-512) aligned.
+// Copies are memcpy per layer: one block's K and V of one layer are contiguous (kv_layout.h).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "cache/kv_storage.h"
+
+namespace kvserve::cache {
+
+class HostKvStorage final : public KvStorage {
+ public:
+  // ResourceExhausted when the memory cannot be allocated; InvalidArgument on a bad layout.
+  static absl::StatusOr<std::unique_ptr<HostKvStorage>> Create(const KvLayout& layout,
+                                                               int32_t num_blocks);
+  ~HostKvStorage() override;
+  HostKvStorage(const HostKvStorage&) = delete;
+  HostKvStorage& operator=(const HostKvStorage&) = delete;
+
+  const KvLayout& layout() const override { return layout_; }
+  int32_t num_blocks() const override { return num_blocks_; }
+  absl::Status copy_blocks(std::span<const BlockCopy> copies) override;
+  absl::Status copy_blocks_to(KvStorage& dst, std::span<const BlockCopy> copies) override;
+  absl::Status zero_blocks(std::span<const BlockId> blocks) override;
+
+  std::byte* layer_data(int layer) override { return data_[layer]; }
+  float* layer_scales(int layer) override { return scales_[layer]; }
+  const std::byte* layer_data(int layer) const override { return data_[layer]; }
+  const float* layer_scales(int layer) const override { return scales_[layer]; }
+
+  size_t total_bytes() const { return total_bytes_; }
+
+ private:
+  HostKvStorage(const KvLayout& layout, int32_t num_blocks);
+  absl::Status CheckIds(const KvStorage& dst, std::span<const BlockCopy> copies) const;
+
+  KvLayout layout_;
+  int32_t num_blocks_;
+  void* raw_ = nullptr;  // calloc'd, owns everything below
+  size_t total_bytes_ = 0;
+  std::vector<std::byte*> data_;
+  std::vector<float*> scales_;  // null entries for unscaled dtypes
+};
+
+// Token-level access for CPU code and tests. `k` and `v` are [num_kv_heads][head_dim]
+// floats; quantized on write (kernels/cpu/kv_quant.h), dequantized on read. The storage must
+// be host-addressable; `slot` = block * block_size + offset.
+void WriteKvToken(KvStorage& storage, int layer, int64_t slot, const float* k, const float* v);
+void ReadKvToken(const KvStorage& storage, int layer, int64_t slot, float* k, float* v);
+
+}  // namespace kvserve::cache

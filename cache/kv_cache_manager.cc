@@ -1,0 +1,395 @@
+#include "cache/kv_cache_manager.h"
+
+#include <algorithm>
+#include <string>
+
+#include "base/check.h"
+#include "cache/cache_invariants.h"
+#include "config/fields.h"
+
+namespace kvserve::cache {
+
+KvCacheManager::KvCacheManager(const KvCacheManagerOptions& options, base::Logger logger)
+    : block_size_(options.layout.block_size),
+      enable_prefix_caching_(options.enable_prefix_caching),
+      logger_(std::move(logger)),
+      pool_(options.num_blocks),
+      hasher_(options.hash_seed),
+      swap_(options.num_host_blocks) {
+  KVS_CHECK(block_size_ > 0 && (block_size_ & (block_size_ - 1)) == 0,
+            "block_size must be a power of two, got ", block_size_);
+  slots_.reserve(options.expected_sequences);
+  free_slots_.reserve(options.expected_sequences);
+  seq_index_.reserve(options.expected_sequences);
+  const KvLayout& l = options.layout;
+  logger_.info(
+      "kv cache: %d blocks of %d tokens (+1 null block), %d bytes per block, max %d tokens, "
+      "dtype %s (%.1f bytes/token), prefix caching %s, host swap %d blocks",
+      pool_.num_usable(), block_size_, static_cast<int64_t>(l.bytes_per_block()), max_tokens(),
+      std::string(config::Name(l.dtype)), l.block_size > 0 ? l.bytes_per_token() : 0.0,
+      enable_prefix_caching_ ? "on" : "off", swap_.num_blocks());
+}
+
+// ------------------------------------------------------------------ sequence states
+
+SequenceKvState* KvCacheManager::find(SeqId seq) {
+  auto it = seq_index_.find(seq);
+  return it == seq_index_.end() ? nullptr : &slots_[it->second];
+}
+
+const SequenceKvState* KvCacheManager::find(SeqId seq) const {
+  auto it = seq_index_.find(seq);
+  return it == seq_index_.end() ? nullptr : &slots_[it->second];
+}
+
+SequenceKvState& KvCacheManager::create(SeqId seq) {
+  int32_t slot;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    slot = static_cast<int32_t>(slots_.size());
+    slots_.emplace_back(block_size_);
+  }
+  const bool inserted = seq_index_.try_emplace(seq, slot).second;
+  KVS_CHECK(inserted, "sequence ", seq.value(), " already exists");
+  SequenceKvState& s = slots_[slot];
+  s.reset();
+  return s;
+}
+
+void KvCacheManager::erase(SeqId seq) {
+  auto it = seq_index_.find(seq);
+  KVS_DCHECK(it != seq_index_.end(), "erase of unknown sequence ", seq.value());
+  slots_[it->second].reset();  // keeps vector capacity for the next sequence
+  free_slots_.push_back(it->second);
+  seq_index_.erase(it);
+}
+
+void KvCacheManager::release_table_tail_first(SequenceKvState& s) {
+  // NOTE: tail first, so that with LRU eviction the end of a cached prefix chain goes
+  // before its beginning (which more requests share).
+  while (!s.table.empty()) pool_.release(s.table.pop_block());
+  s.table.clear();
+}
+
+// ------------------------------------------------------------------ prefix cache
+
+PrefixMatch KvCacheManager::match_prefix(SeqId seq, std::span<const int32_t> prompt_tokens,
+                                         const PrefixKey& key) {
+  SequenceKvState* existing = find(seq);
+  SequenceKvState& s = existing ? *existing : create(seq);
+  KVS_CHECK(!s.swapped && s.table.empty() && s.table.num_tokens() == 0,
+            "match_prefix on sequence ", seq.value(), " that already holds KV");
+  s.root = hasher_.root(key);
+  s.hashes.clear();
+  ++prefix_queries_;
+  prefix_query_tokens_ += prompt_tokens.size();
+  if (!enable_prefix_caching_ || prompt_tokens.empty()) return {};
+
+  // NOTE: cap at prompt_len - 1: the last prompt token must be computed to produce the
+  // logits of the first output token, so a full-prompt hit still recomputes one block.
+  const int32_t max_blocks = static_cast<int32_t>((prompt_tokens.size() - 1) / block_size_);
+  prefix_query_blocks_ += max_blocks;
+  BlockHash parent = s.root;
+  int32_t n = 0;
+  for (; n < max_blocks; ++n) {
+    const BlockHash h = hasher_.chain(
+        parent, prompt_tokens.subspan(static_cast<size_t>(n) * block_size_, block_size_));
+    const std::optional<BlockId> b = pool_.find_cached(h);
+    if (!b) break;
+    pool_.retain(*b);
+    s.table.append_block(*b);
+    s.hashes.push_back(h);
+    parent = h;
+  }
+  const int64_t tokens = static_cast<int64_t>(n) * block_size_;
+  s.table.set_num_tokens(tokens);
+  prefix_hit_blocks_ += n;
+  prefix_hit_tokens_ += tokens;
+  return {n, tokens};
+}
+
+void KvCacheManager::commit_full_blocks(SeqId seq, std::span<const int32_t> tokens) {
+  SequenceKvState* s = find(seq);
+  if (!enable_prefix_caching_ || s == nullptr || s->swapped || s->root == kNoHash) return;
+  const int64_t limit_tokens = std::min<int64_t>(
+      {s->table.num_tokens(), static_cast<int64_t>(tokens.size()), s->publish_limit_tokens});
+  const int32_t limit_blocks = static_cast<int32_t>(limit_tokens / block_size_);
+  for (int32_t i = s->num_committed_blocks(); i < limit_blocks; ++i) {
+    const BlockHash parent = i == 0 ? s->root : s->hashes[i - 1];
+    const BlockHash h = hasher_.chain(
+        parent, tokens.subspan(static_cast<size_t>(i) * block_size_, block_size_));
+    const BlockId b = s->table[i];
+    const BlockHash current = pool_.hash(b);
+    if (current == kNoHash) {
+      pool_.publish(b, h);
+    } else {
+      // Shared with a fork sibling that committed it first: same tokens, same hash.
+      KVS_DCHECK(current == h, "block ", b.value(), " of sequence ", seq.value(),
+                 " already published with different content");
+    }
+    s->hashes.push_back(h);
+  }
+}
+
+void KvCacheManager::set_publish_limit(SeqId seq, int64_t max_tokens) {
+  SequenceKvState* existing = find(seq);
+  SequenceKvState& s = existing ? *existing : create(seq);
+  s.publish_limit_tokens = std::max<int64_t>(0, max_tokens);
+}
+
+// ------------------------------------------------------------------ allocation
+
+int32_t KvCacheManager::blocks_needed(const SequenceKvState& s, int num_new_tokens) const {
+  int32_t need = s.table.BlocksFor(s.table.num_tokens() + num_new_tokens) - s.table.num_blocks();
+  // A partially filled tail block shared with another sequence is copied before writing.
+  if (num_new_tokens > 0 && s.table.tail_fill() != 0 && pool_.refcount(s.table.back()) > 1) ++need;
+  return need;
+}
+
+int32_t KvCacheManager::blocks_needed(SeqId seq, int num_new_tokens) const {
+  KVS_CHECK(num_new_tokens >= 0, "negative token count ", num_new_tokens);
+  const SequenceKvState* s = find(seq);
+  if (s == nullptr) return static_cast<int32_t>((num_new_tokens + block_size_ - 1) / block_size_);
+  KVS_CHECK(!s->swapped, "blocks_needed on swapped-out sequence ", seq.value());
+  return blocks_needed(*s, num_new_tokens);
+}
+
+bool KvCacheManager::can_allocate(SeqId seq, int num_new_tokens) const {
+  const SequenceKvState* s = find(seq);
+  if (s != nullptr && s->swapped) return false;
+  return blocks_needed(seq, num_new_tokens) <= pool_.num_free();
+}
+
+std::optional<AllocationDelta> KvCacheManager::allocate(SeqId seq, int num_new_tokens) {
+  KVS_CHECK(num_new_tokens >= 0, "negative token count ", num_new_tokens);
+  SequenceKvState* existing = find(seq);
+  KVS_CHECK(existing == nullptr || !existing->swapped, "allocate on swapped-out sequence ",
+            seq.value());
+  const int32_t need = existing ? blocks_needed(*existing, num_new_tokens)
+                                : static_cast<int32_t>((num_new_tokens + block_size_ - 1) / block_size_);
+  if (need > pool_.num_free()) return std::nullopt;
+  SequenceKvState& s = existing ? *existing : create(seq);
+  BlockTable& t = s.table;
+
+  AllocationDelta d;
+  d.first_pos = t.num_tokens();
+  d.num_tokens = num_new_tokens;
+  d.first_changed_block = t.num_blocks();
+  if (num_new_tokens > 0 && t.tail_fill() != 0) {
+    // The tail block is about to receive new rows: it must be private and unpublished.
+    const BlockId tail = t.back();
+    const int32_t tail_index = t.num_blocks() - 1;
+    KVS_DCHECK(tail_index >= s.num_committed_blocks(), "partial tail block ", tail.value(),
+               " counted as committed");
+    if (pool_.refcount(tail) > 1) {
+      const BlockId copy = *pool_.allocate();
+      pool_.release(tail);
+      t.replace_block(tail_index, copy);
+      d.first_changed_block = tail_index;
+      d.blocks.push_back(copy);
+      d.cow = BlockCopy{tail, copy};
+      ++cow_copies_;
+      ++allocated_blocks_;
+    } else if (pool_.hash(tail) != kNoHash) {
+      // Published full block that truncate() made partial again: its cached content is
+      // about to change, so it leaves the prefix index first.
+      pool_.unpublish(tail);
+    }
+  }
+  const int32_t target = t.BlocksFor(t.num_tokens() + num_new_tokens);
+  while (t.num_blocks() < target) {
+    const BlockId b = *pool_.allocate();  // availability checked above
+    t.append_block(b);
+    d.blocks.push_back(b);
+    ++allocated_blocks_;
+  }
+  t.set_num_tokens(t.num_tokens() + num_new_tokens);
+  return d;
+}
+
+void KvCacheManager::fork(SeqId parent, SeqId child) {
+  KVS_CHECK(find(parent) != nullptr, "fork of unknown sequence ", parent.value());
+  KVS_CHECK(!find(parent)->swapped, "fork of swapped-out sequence ", parent.value());
+  SequenceKvState& c = create(child);  // may move slots_: look the parent up again after
+  const SequenceKvState& p = *find(parent);
+  c.table.assign(p.table);
+  c.hashes.assign(p.hashes.begin(), p.hashes.end());
+  c.root = p.root;
+  c.publish_limit_tokens = p.publish_limit_tokens;
+  for (BlockId b : c.table.blocks()) pool_.retain(b);
+}
+
+int32_t KvCacheManager::truncate(SeqId seq, int64_t new_num_tokens) {
+  SequenceKvState* s = find(seq);
+  KVS_CHECK(s != nullptr, "truncate of unknown sequence ", seq.value());
+  KVS_CHECK(!s->swapped, "truncate of swapped-out sequence ", seq.value());
+  KVS_CHECK(new_num_tokens >= 0 && new_num_tokens <= s->table.num_tokens(), "truncate of sequence ",
+            seq.value(), " to ", new_num_tokens, " tokens, it holds ", s->table.num_tokens());
+  const int32_t keep = s->table.BlocksFor(new_num_tokens);
+  int32_t released = 0;
+  while (s->table.num_blocks() > keep) {
+    pool_.release(s->table.pop_block());
+    ++released;
+  }
+  s->table.set_num_tokens(new_num_tokens);
+  const size_t full = static_cast<size_t>(new_num_tokens / block_size_);
+  if (s->hashes.size() > full) s->hashes.resize(full);
+  return released;
+}
+
+int32_t KvCacheManager::free(SeqId seq) {
+  SequenceKvState* s = find(seq);
+  if (s == nullptr) return 0;
+  int32_t released;
+  if (s->swapped) {
+    released = static_cast<int32_t>(s->host_blocks.size());
+    swap_.release(s->host_blocks);
+  } else {
+    released = s->table.num_blocks();
+    release_table_tail_first(*s);
+  }
+  erase(seq);
+  return released;
+}
+
+// ------------------------------------------------------------------ host swap tier
+
+bool KvCacheManager::can_swap_out(SeqId seq) const {
+  const SequenceKvState* s = find(seq);
+  return s != nullptr && !s->swapped && s->table.num_blocks() <= swap_.num_free() &&
+         swap_.num_blocks() > 0;
+}
+
+std::optional<std::vector<BlockCopy>> KvCacheManager::swap_out(SeqId seq) {
+  SequenceKvState* s = find(seq);
+  KVS_CHECK(s != nullptr, "swap_out of unknown sequence ", seq.value());
+  KVS_CHECK(!s->swapped, "sequence ", seq.value(), " is already swapped out");
+  if (!can_swap_out(seq)) return std::nullopt;
+  const int32_t n = s->table.num_blocks();
+  s->host_blocks.clear();
+  KVS_CHECK(swap_.allocate(n, s->host_blocks), "swap space lost blocks");
+  std::vector<BlockCopy> copies;
+  copies.reserve(n);
+  for (int32_t i = 0; i < n; ++i) copies.push_back({s->table[i], s->host_blocks[i]});
+  s->swapped_num_tokens = s->table.num_tokens();
+  release_table_tail_first(*s);
+  s->swapped = true;
+  swapped_out_blocks_ += n;
+  return copies;
+}
+
+bool KvCacheManager::can_swap_in(SeqId seq) const {
+  const SequenceKvState* s = find(seq);
+  return s != nullptr && s->swapped &&
+         static_cast<int32_t>(s->host_blocks.size()) <= pool_.num_free();
+}
+
+std::optional<std::vector<BlockCopy>> KvCacheManager::swap_in(SeqId seq) {
+  SequenceKvState* s = find(seq);
+  KVS_CHECK(s != nullptr, "swap_in of unknown sequence ", seq.value());
+  KVS_CHECK(s->swapped, "sequence ", seq.value(), " is not swapped out");
+  if (!can_swap_in(seq)) return std::nullopt;
+  const int32_t n = static_cast<int32_t>(s->host_blocks.size());
+  std::vector<BlockCopy> copies;
+  copies.reserve(n);
+  for (int32_t i = 0; i < n; ++i) {
+    const bool committed = enable_prefix_caching_ && i < s->num_committed_blocks();
+    if (committed) {
+      // The block may still sit in the device cache (freed by swap_out, not yet evicted,
+      // or shared by another sequence): take it instead of copying it back.
+      if (const std::optional<BlockId> cached = pool_.find_cached(s->hashes[i])) {
+        pool_.retain(*cached);
+        s->table.append_block(*cached);
+        ++swap_in_reused_blocks_;
+        continue;
+      }
+    }
+    const BlockId b = *pool_.allocate();  // each step takes at most one free block
+    s->table.append_block(b);
+    copies.push_back({s->host_blocks[i], b});
+    ++allocated_blocks_;
+    // Full, committed content: findable again once the copy has run (copies run before
+    // the next forward pass, see kv_storage.h).
+    if (committed) pool_.publish(b, s->hashes[i]);
+  }
+  swap_.release(s->host_blocks);
+  s->host_blocks.clear();
+  s->table.set_num_tokens(s->swapped_num_tokens);
+  s->swapped_num_tokens = 0;
+  s->swapped = false;
+  swapped_in_blocks_ += copies.size();
+  return copies;
+}
+
+// ------------------------------------------------------------------ queries
+
+void KvCacheManager::debug_check() const {
+#if defined(KVSERVE_DEBUG_CHECKS)
+  const absl::Status st = CheckCacheInvariants(*this);
+  KVS_CHECK(st.ok(), st.ToString());
+#endif
+}
+
+bool KvCacheManager::is_swapped(SeqId seq) const {
+  const SequenceKvState* s = find(seq);
+  return s != nullptr && s->swapped;
+}
+
+std::span<const BlockId> KvCacheManager::block_table(SeqId seq) const {
+  const SequenceKvState* s = find(seq);
+  if (s == nullptr) return {};
+  return s->table.blocks();
+}
+
+int64_t KvCacheManager::num_tokens(SeqId seq) const {
+  const SequenceKvState* s = find(seq);
+  return s == nullptr ? 0 : s->num_tokens();
+}
+
+int32_t KvCacheManager::num_committed_blocks(SeqId seq) const {
+  const SequenceKvState* s = find(seq);
+  return s == nullptr ? 0 : s->num_committed_blocks();
+}
+
+int64_t KvCacheManager::slot(SeqId seq, int64_t pos) const {
+  const SequenceKvState* s = find(seq);
+  KVS_CHECK(s != nullptr && !s->swapped, "slot of unknown or swapped-out sequence ", seq.value());
+  KVS_CHECK(pos >= 0 && pos < static_cast<int64_t>(s->table.num_blocks()) * block_size_,
+            "position ", pos, " outside the table of sequence ", seq.value());
+  return s->table.slot(pos);
+}
+
+void KvCacheManager::slot_mapping(SeqId seq, int64_t first_pos, std::span<int64_t> out) const {
+  const SequenceKvState* s = find(seq);
+  KVS_CHECK(s != nullptr && !s->swapped, "slot mapping of unknown or swapped-out sequence ",
+            seq.value());
+  s->table.slot_mapping(first_pos, out);
+}
+
+CacheUsage KvCacheManager::usage() const {
+  CacheUsage u;
+  u.block_size = block_size_;
+  u.total_blocks = pool_.num_usable();
+  u.free_blocks = pool_.num_free();
+  u.used_blocks = pool_.num_used();
+  u.cached_free_blocks = pool_.num_cached_free();
+  u.num_sequences = num_sequences();
+  u.prefix_queries = prefix_queries_;
+  u.prefix_query_tokens = prefix_query_tokens_;
+  u.prefix_hit_tokens = prefix_hit_tokens_;
+  u.prefix_query_blocks = prefix_query_blocks_;
+  u.prefix_hit_blocks = prefix_hit_blocks_;
+  u.allocated_blocks = allocated_blocks_;
+  u.evicted_blocks = pool_.num_evictions();
+  u.cow_copies = cow_copies_;
+  u.swap_total_blocks = swap_.num_blocks();
+  u.swap_used_blocks = swap_.num_used();
+  u.swapped_out_blocks = swapped_out_blocks_;
+  u.swapped_in_blocks = swapped_in_blocks_;
+  u.swap_in_reused_blocks = swap_in_reused_blocks_;
+  return u;
+}
+
+}  // namespace kvserve::cache

@@ -1,0 +1,210 @@
+// KvCacheManager: the paged KV cache as the scheduler sees it. Block ids and counts only,
+// no tensors; the bytes live in a KvStorage that the model runner owns and fills.
+//
+//   scheduler ──match_prefix / can_allocate / allocate / commit_full_blocks / fork / free──┐
+//             ──swap_out / swap_in / truncate (compression) / usage──────────────────────┐ │
+//                                                                                        ▼ ▼
+//   KvCacheManager ── SequenceKvState per SeqId (block table, hash chain, swap state)
+//        │             slots_[i] recycled through free_slots_; seq_index_: SeqId -> slot
+//        ├── BlockPool (device): refcounts, LRU free queue, PrefixIndex (hash -> block)
+//        ├── BlockHasher: chained hash of full blocks (+ PrefixKey extra keys)
+//        └── SwapSpace (host tier): free host block ids
+//
+// Threading: owned and called only by the engine thread, so there are no locks.
+//
+// Lifecycle of a sequence's KV:
+//   match_prefix (optional, first)  -> table starts with cached blocks (refs taken)
+//   allocate(n) ... allocate(1)     -> slots appended; copy-on-write of a shared tail block
+//   commit_full_blocks(tokens)      -> newly filled full blocks published for prefix hits
+//   fork(parent, child)             -> n > 1 samples share every block until they diverge
+//   truncate(new_len)               -> compression drops trailing blocks
+//   swap_out / swap_in              -> preemption without recompute (host tier)
+//   free                            -> blocks back to the LRU, tail first; idempotent
+//
+// "No room" is an ordinary answer (false / nullopt), never an error: the scheduler preempts,
+// swaps or waits. Misuse (e.g. allocate on a swapped-out sequence) is a bug and aborts.
+// Copy lists returned here must be executed in call order (kv_storage.h).
+//
+// Design notes (NOTE):
+//   - Writing into a partially filled tail block: if it is shared (refcount > 1) allocate()
+//     copies it first (CoW, reported in AllocationDelta::cow); if it is private but
+//     published (a full block that truncate() made partial again) it leaves the prefix
+//     index first, so cached content never changes under a hit.
+//   - The delta names the first changed table index: with CoW the last entry is replaced,
+//     so "append only" holds for every entry but a CoW'd tail.
+//   - Swap-out copies every block, shared ones included (a swapped sequence owns its host
+//     copy; sharing is not preserved across a swap). Swap-in first looks committed blocks
+//     up in the prefix index: blocks still cached on the device are reused, not copied.
+//   - Hot paths (allocate, free, match_prefix, commit) do not allocate in steady state:
+//     sequence states are recycled with their vectors' capacity and deltas hold up to 4
+//     blocks inline. swap_out/swap_in return vectors (rare, preemption only).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
+#include "absl/hash/hash.h"
+#include "base/logger.h"
+#include "cache/block_hasher.h"
+#include "cache/block_pool.h"
+#include "cache/cache_types.h"
+#include "cache/cache_usage.h"
+#include "cache/kv_layout.h"
+#include "cache/sequence_kv_state.h"
+#include "cache/swap_space.h"
+
+namespace kvserve::cache {
+
+struct KvCacheManagerOptions {
+  KvLayout layout;                 // block_size and the bytes per block (for the log)
+  int32_t num_blocks = 0;          // device pool, including the null block (>= 2)
+  int32_t num_host_blocks = 0;     // host swap tier; 0: swapping disabled
+  bool enable_prefix_caching = true;
+  uint64_t hash_seed = BlockHasher::kDefaultSeed;
+  int32_t expected_sequences = 256;  // capacity reserved up front (not a limit)
+};
+
+// Result of match_prefix: the first num_blocks table entries (num_tokens tokens) came from
+// the prefix cache; the sequence computes from token num_tokens on.
+struct PrefixMatch {
+  int32_t num_blocks = 0;
+  int64_t num_tokens = 0;
+};
+
+// What allocate() changed: the model runner applies it to its copy of the block table.
+struct AllocationDelta {
+  int64_t first_pos = 0;            // position of the first new token slot
+  int32_t num_tokens = 0;           // new token slots
+  int32_t first_changed_block = 0;  // table index of blocks[0]
+  // New values of table entries [first_changed_block, first_changed_block + blocks.size()):
+  // appended blocks, preceded by the private copy of the tail block when `cow` is set.
+  absl::InlinedVector<BlockId, 4> blocks;
+  // Copy-on-write: copy cow->src into cow->dst (== blocks[0]) before writing new tokens.
+  std::optional<BlockCopy> cow;
+};
+
+class KvCacheManager {
+ public:
+  KvCacheManager(const KvCacheManagerOptions& options, base::Logger logger);
+  KvCacheManager(const KvCacheManager&) = delete;
+  KvCacheManager& operator=(const KvCacheManager&) = delete;
+
+  // ---- prefix cache
+  // Looks up the longest cached prefix of `prompt_tokens` (full blocks, at most
+  // prompt_len - 1 tokens so the last prompt token is always computed and yields logits),
+  // takes a reference on each hit block and starts `seq`'s table with them. Also records
+  // `key` as the sequence's extra keys for commit_full_blocks. `seq` must hold no KV yet
+  // (new, or freed after preemption). With prefix caching off it only records the key.
+  PrefixMatch match_prefix(SeqId seq, std::span<const int32_t> prompt_tokens,
+                           const PrefixKey& key);
+  // Hashes the full blocks filled since the last call and publishes them for prefix hits.
+  // `tokens` are all tokens of the sequence so far (prompt + output) whose KV is stored.
+  // Blocks reaching past the publish limit are not published; sequences that never went
+  // through match_prefix have no key and publish nothing.
+  void commit_full_blocks(SeqId seq, std::span<const int32_t> tokens);
+  // Blocks holding tokens at or past `max_tokens` are never published (compression: blocks
+  // with evictable tokens must not become cache hits). Set it before those blocks commit;
+  // creates the sequence if it does not exist yet.
+  void set_publish_limit(SeqId seq, int64_t max_tokens);
+
+  // ---- allocation
+  // Blocks allocate(seq, num_new_tokens) would take from the free queue (CoW included).
+  int32_t blocks_needed(SeqId seq, int num_new_tokens) const;
+  bool can_allocate(SeqId seq, int num_new_tokens) const;
+  // Appends `num_new_tokens` token slots to `seq` (created on first use). nullopt, with no
+  // change, when the free queue cannot supply the blocks.
+  std::optional<AllocationDelta> allocate(SeqId seq, int num_new_tokens);
+  // `child` (must not exist) shares all of `parent`'s blocks and prefix state.
+  void fork(SeqId parent, SeqId child);
+  // Shrinks `seq` to its first `new_num_tokens` tokens, freeing trailing blocks (tail
+  // first). Returns the number of blocks released.
+  int32_t truncate(SeqId seq, int64_t new_num_tokens);
+  // Releases everything `seq` holds (device blocks tail first, or host blocks) and forgets
+  // it. Idempotent: unknown sequences are a no-op. Returns the blocks released.
+  int32_t free(SeqId seq);
+
+  // ---- host swap tier
+  bool can_swap_out(SeqId seq) const;
+  // Copies (device src -> host dst) to run before the freed device blocks are reused;
+  // nullopt when the host tier is disabled or full (the scheduler recomputes instead).
+  std::optional<std::vector<BlockCopy>> swap_out(SeqId seq);
+  bool can_swap_in(SeqId seq) const;
+  // Copies (host src -> device dst); nullopt when the device pool cannot hold the
+  // sequence. Blocks whose content is still cached on the device are reused, not copied.
+  std::optional<std::vector<BlockCopy>> swap_in(SeqId seq);
+
+  // ---- queries
+  bool contains(SeqId seq) const { return seq_index_.contains(seq); }
+  bool is_swapped(SeqId seq) const;
+  // Empty for unknown or swapped-out sequences.
+  std::span<const BlockId> block_table(SeqId seq) const;
+  int64_t num_tokens(SeqId seq) const;
+  int32_t num_committed_blocks(SeqId seq) const;
+  // Physical slot of token position `pos` / of a run of positions (the slot mapping).
+  int64_t slot(SeqId seq, int64_t pos) const;
+  void slot_mapping(SeqId seq, int64_t first_pos, std::span<int64_t> out) const;
+  CacheUsage usage() const;
+
+  int block_size() const { return block_size_; }
+  bool prefix_caching_enabled() const { return enable_prefix_caching_; }
+  int32_t num_sequences() const { return static_cast<int32_t>(seq_index_.size()); }
+  // Tokens the device pool holds when full.
+  int64_t max_tokens() const { return static_cast<int64_t>(pool_.num_usable()) * block_size_; }
+
+  // Aborts with the violated invariant (cache_invariants.h) in builds with
+  // KVSERVE_DEBUG_CHECKS; a no-op otherwise. The engine calls it once per step.
+  void debug_check() const;
+
+  // ---- introspection (invariant checker, tests)
+  const BlockPool& block_pool() const { return pool_; }
+  const SwapSpace& swap_space() const { return swap_; }
+  const BlockHasher& hasher() const { return hasher_; }
+  // f(SeqId, const SequenceKvState&) for every known sequence.
+  template <typename F>
+  void for_each_sequence(F&& f) const {
+    for (const auto& [id, index] : seq_index_) f(id, slots_[index]);
+  }
+
+ private:
+  friend struct KvCacheManagerTestPeer;  // tests corrupt state to prove the checker catches it
+
+  SequenceKvState* find(SeqId seq);
+  const SequenceKvState* find(SeqId seq) const;
+  // Creates an empty state for a sequence that must not exist yet.
+  SequenceKvState& create(SeqId seq);
+  void erase(SeqId seq);
+  int32_t blocks_needed(const SequenceKvState& s, int num_new_tokens) const;
+  void release_table_tail_first(SequenceKvState& s);
+
+  const int block_size_;
+  const bool enable_prefix_caching_;
+  base::Logger logger_;
+  BlockPool pool_;
+  BlockHasher hasher_;
+  SwapSpace swap_;
+
+  std::vector<SequenceKvState> slots_;
+  std::vector<int32_t> free_slots_;
+  struct SeqIdHash {
+    size_t operator()(SeqId s) const { return absl::Hash<int64_t>{}(s.value()); }
+  };
+  absl::flat_hash_map<SeqId, int32_t, SeqIdHash> seq_index_;
+
+  // Cumulative counters (see CacheUsage).
+  uint64_t prefix_queries_ = 0;
+  uint64_t prefix_query_tokens_ = 0;
+  uint64_t prefix_hit_tokens_ = 0;
+  uint64_t prefix_query_blocks_ = 0;
+  uint64_t prefix_hit_blocks_ = 0;
+  uint64_t allocated_blocks_ = 0;
+  uint64_t cow_copies_ = 0;
+  uint64_t swapped_out_blocks_ = 0;
+  uint64_t swapped_in_blocks_ = 0;
+  uint64_t swap_in_reused_blocks_ = 0;
+};
+
+}  // namespace kvserve::cache

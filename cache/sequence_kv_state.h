@@ -1,0 +1,49 @@
+// What the cache manager keeps per sequence. Read-only to everyone but KvCacheManager
+// (the invariant checker and tests inspect it through KvCacheManager::for_each_sequence).
+//
+//   table:     [b3][b8][b1][b6]          num_tokens = 58 (block_size 16)
+//   hashes:    [h0][h1]                  committed: full blocks published (or hit) so far,
+//                                        hashes[i] = chain hash of block i
+//   publish_limit_tokens = 40            blocks reaching past token 40 are never published
+//   root:      chain parent of block 0   (from the PrefixKey; kNoHash: never publish)
+//
+// Swapped out: the table is empty, host_blocks holds the KV (one host block per former
+// table entry, same order) and swapped_num_tokens the length; hashes stay valid.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "cache/block_table.h"
+#include "cache/cache_types.h"
+
+namespace kvserve::cache {
+
+struct SequenceKvState {
+  explicit SequenceKvState(int block_size) : table(block_size) {}
+
+  // Back to the state of a brand-new sequence, keeping vector capacities for reuse.
+  void reset() {
+    table.clear();
+    hashes.clear();
+    host_blocks.clear();
+    root = kNoHash;
+    publish_limit_tokens = std::numeric_limits<int64_t>::max();
+    swapped = false;
+    swapped_num_tokens = 0;
+  }
+
+  int32_t num_committed_blocks() const { return static_cast<int32_t>(hashes.size()); }
+  int64_t num_tokens() const { return swapped ? swapped_num_tokens : table.num_tokens(); }
+
+  BlockTable table;
+  std::vector<BlockHash> hashes;
+  BlockHash root = kNoHash;
+  int64_t publish_limit_tokens = std::numeric_limits<int64_t>::max();
+  bool swapped = false;
+  int64_t swapped_num_tokens = 0;
+  std::vector<BlockId> host_blocks;
+};
+
+}  // namespace kvserve::cache

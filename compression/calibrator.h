@@ -1,0 +1,63 @@
+// Offline TriAttention calibration: run the model over plain text and average its pre-RoPE
+// queries per (layer, query head, frequency pair).
+//
+//   text tokens ──► windows of `window` tokens, each a fresh sequence (BOS first when the
+//                   tokenizer adds one), prefilled in chunks of max_tokens_per_step through
+//                   a private HostKvBuffer
+//        forward ──► ForwardObservers::pre_rope_queries(layer, q [T][q_stride])
+//                     = the q_proj output (+ bias), before RoPE: Llama-family models have no
+//                       q_norm, so this is exactly where queries enter RoPE
+//    accumulator ──► per (l, h, f): sum q_f (complex), sum |q_f|   (float64)
+//         Finish ──► A = mean q_f, M = mean |q_f|, plus the model's shape and RoPE table
+//
+// Every query row of every window counts (no sink exclusion, no windowing inside a window).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "base/logger.h"
+#include "compression/triattention_stats.h"
+#include "model/llama_model.h"
+
+namespace kvserve::compression {
+
+// The paper's calibration length; `kvserve calibrate` refuses shorter texts unless asked.
+inline constexpr int64_t kDefaultCalibrationTokens = 32768;
+
+class QueryStatsAccumulator {
+ public:
+  QueryStatsAccumulator(int num_layers, int num_q_heads, int head_dim);
+
+  // q: [num_tokens][q_stride]; each row starts with num_q_heads * head_dim pre-RoPE floats.
+  void Add(int layer, const float* q, int64_t q_stride, int64_t num_tokens);
+  int64_t num_tokens(int layer) const { return counts_[static_cast<size_t>(layer)]; }
+
+  // Means over everything added. FailedPrecondition when a layer saw no rows or the layers
+  // saw different numbers of rows (a forward pass was cut short).
+  absl::StatusOr<TriAttentionStats> Finish(int num_kv_heads, std::span<const float> inv_freq,
+                                           std::string source) const;
+
+ private:
+  int num_layers_, num_q_heads_, head_dim_;
+  std::vector<double> sums_;    // [L][Hq][F][3]: sum Re, sum Im, sum |.|
+  std::vector<int64_t> counts_;  // [L]
+};
+
+struct CalibrationOptions {
+  int64_t max_tokens = kDefaultCalibrationTokens;  // text tokens to run; the text must hold as many
+  int64_t window = 512;            // tokens per fresh sequence (capped at the model's context)
+  std::optional<int32_t> bos;      // prepended to every window (counts toward `window`)
+  std::string source;              // provenance recorded in the stats file
+  base::Logger logger;             // progress lines
+};
+
+// InvalidArgument when text_tokens holds fewer than max_tokens tokens.
+absl::StatusOr<TriAttentionStats> CalibrateModel(model::LlamaModel& model, std::span<const int32_t> text_tokens,
+                                                 const CalibrationOptions& options);
+
+}  // namespace kvserve::compression

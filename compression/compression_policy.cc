@@ -1,0 +1,146 @@
+#include "compression/compression_policy.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "base/check.h"
+#include "kernels/cpu/kv_compact.h"
+
+namespace kvserve::compression {
+
+CompressionPolicy::CompressionPolicy(const PolicyParams& params, const PolicyContext& context)
+    : params_(params),
+      context_(context),
+      lo_(params.kind == config::CompressionPolicyKind::kFull ? 0 : FirstEvictableSlot(params)),
+      target_(params.kind == config::CompressionPolicyKind::kFull ? 0 : TargetLength(params)) {
+  KVS_CHECK(context.clock != nullptr, "PolicyContext::clock is required");
+  KVS_CHECK(context.num_kv_heads > 0 && context.num_q_heads % context.num_kv_heads == 0);
+}
+
+bool CompressionPolicy::Due(int64_t phys_len, int64_t /*next_position*/) const {
+  return target_ > 0 && phys_len >= target_ + params_.divide_length;
+}
+
+SlotState CompressionPolicy::NewSlotState() const {
+  SlotStateOptions o;
+  o.num_layers = context_.num_layers;
+  o.num_kv_heads = context_.num_kv_heads;
+  return SlotState(o);
+}
+
+void CompressionPolicy::ObserveQueries(SlotState& slots, int layer, const float* q, int64_t q_stride,
+                                       const int32_t* positions, int64_t num_rows) const {
+  slots.AddQueries(layer, q, q_stride, positions, num_rows);  // no-op unless the state keeps queries
+}
+
+void CompressionPolicy::ObserveAttentionMass(SlotState& slots, const MassView& mass) const {
+  if (!slots.tracks_mass()) return;
+  for (int l = 0; l < context_.num_layers; ++l) {
+    for (int h = 0; h < context_.num_kv_heads; ++h) {
+      slots.AddMass(l, h, mass.data + l * mass.layer_stride + h * mass.head_stride, mass.kv_len);
+    }
+  }
+}
+
+absl::StatusOr<RoundResult> CompressionPolicy::Run(const RoundInput& in) {
+  if (in.slots == nullptr) return absl::InvalidArgumentError("compression round: no SlotState");
+  KVS_RETURN_IF_ERROR(ValidateSeqKvView(in.kv));
+  const cache::KvLayout& layout = in.kv.layout;
+  if (layout.num_layers != context_.num_layers || layout.num_kv_heads != context_.num_kv_heads ||
+      layout.head_dim != context_.head_dim) {
+    return absl::InvalidArgumentError("compression round: KV layout does not match the model");
+  }
+  const int64_t n = in.kv.phys_len;
+  if (in.slots->size() != n) {
+    return absl::FailedPreconditionError(absl::StrCat("compression round: SlotState holds ", in.slots->size(),
+                                                      " slots, the sequence ", n));
+  }
+  RoundResult r;
+  r.phys_len_before = n;
+  r.new_phys_len = n;
+  r.blocks_before = r.blocks_after = in.kv.blocks_for(n);
+  if (target_ == 0 || n <= target_) return r;  // nothing to evict: touch nothing
+  if (!in.slots->tracks_slots() || in.slots->options().num_layers != context_.num_layers ||
+      in.slots->options().num_kv_heads != context_.num_kv_heads) {
+    return absl::FailedPreconditionError("compression round: the SlotState was not made by this policy's NewSlotState");
+  }
+
+  const int64_t lo = lo_;
+  const int64_t num_keep = target_ - lo;
+  KVS_CHECK(lo < n && num_keep > 0 && num_keep < n - lo);
+  const int64_t rows = static_cast<int64_t>(layout.num_layers) * layout.num_kv_heads;
+  for (int64_t row = 0; row < rows; ++row) {
+    const std::span<const int32_t> pos = in.slots->positions(static_cast<int>(row / layout.num_kv_heads),
+                                                             static_cast<int>(row % layout.num_kv_heads));
+    if (pos[n - 1] >= in.next_position) {
+      return absl::InvalidArgumentError(absl::StrCat("compression round: next_position ", in.next_position,
+                                                     " is not after the cached position ", pos[n - 1]));
+    }
+  }
+  keep_.resize(static_cast<size_t>(rows * num_keep));
+  KVS_RETURN_IF_ERROR(SelectKeep(in, lo, num_keep, keep_, r));
+
+  const kernels::cpu::KeepPlan plan{lo, n, n, num_keep, keep_.data()};
+  if (absl::Status st = kernels::cpu::ValidateKeepPlan(layout, static_cast<int64_t>(in.kv.block_table.size()), plan);
+      !st.ok()) {
+    return absl::InternalError(absl::StrCat("compression round: policy produced a bad plan: ", st.message()));
+  }
+  // Audit before the move, while the dropped slots still hold their positions.
+  CollectEvicted(in, keep_.data(), lo, num_keep, r);
+
+  const base::Nanos t0 = context_.clock->now_ns();
+  kernels::cpu::SlotSideArray side[2];
+  const int num_side = in.slots->SideArrays(side);
+  const kernels::cpu::CompactStats cs = kernels::cpu::CompactKv(
+      layout, in.kv.layer_data.data(), layout.has_scales() ? in.kv.layer_scales.data() : nullptr,
+      in.kv.block_table.data(), plan, side, num_side);
+  in.slots->Shrink(cs.new_len);
+  r.compact_ns += context_.clock->now_ns() - t0;
+  r.compacted = true;
+  r.new_phys_len = cs.new_len;
+  r.evicted_slots = n - cs.new_len;
+  r.blocks_after = in.kv.blocks_for(cs.new_len);
+  r.bytes_moved = cs.bytes_moved;
+  return r;
+}
+
+void CompressionPolicy::CollectEvicted(const RoundInput& in, const int32_t* keep, int64_t lo, int64_t num_keep,
+                                       RoundResult& r) {
+  const size_t t = static_cast<size_t>(in.next_position);
+  if (dropped_mark_.size() < t) {
+    dropped_mark_.resize(t, 0);
+    held_mark_.resize(t, 0);
+  }
+  if (++epoch_ == 0) {  // wrapped: old stamps could alias the new epoch
+    std::fill(dropped_mark_.begin(), dropped_mark_.end(), 0);
+    std::fill(held_mark_.begin(), held_mark_.end(), 0);
+    epoch_ = 1;
+  }
+  const int64_t n = in.kv.phys_len;
+  const int kv_heads = in.kv.layout.num_kv_heads;
+  const int64_t rows = static_cast<int64_t>(in.kv.layout.num_layers) * kv_heads;
+  // Positions of the prefix [0, lo) are the same in every row and never dropped, so only the
+  // candidates need marks: a candidate is held if any row keeps it.
+  for (int64_t row = 0; row < rows; ++row) {
+    const std::span<const int32_t> pos = in.slots->positions(static_cast<int>(row / kv_heads),
+                                                             static_cast<int>(row % kv_heads));
+    const int32_t* k = keep + row * num_keep;
+    int64_t next = 0;
+    for (int64_t j = lo; j < n; ++j) {
+      const size_t p = static_cast<size_t>(pos[j]);
+      if (next < num_keep && k[next] == j) {
+        held_mark_[p] = epoch_;
+        ++next;
+      } else if (dropped_mark_[p] != epoch_) {
+        dropped_mark_[p] = epoch_;
+        r.evicted_positions.push_back(pos[j]);
+      }
+    }
+  }
+  std::erase_if(r.evicted_positions, [&](int64_t p) { return held_mark_[static_cast<size_t>(p)] == epoch_; });
+  std::sort(r.evicted_positions.begin(), r.evicted_positions.end());
+  r.evicted_prompt_tokens = std::count_if(r.evicted_positions.begin(), r.evicted_positions.end(),
+                                          [&](int64_t p) { return p < params_.prompt_len; });
+}
+
+}  // namespace kvserve::compression

@@ -1,0 +1,163 @@
+// CompressionPolicy: the per-request KV eviction strategy (full, triattention, streamingllm,
+// snapkv, h2o), created once by CreatePolicy (policy_factory.h) from the resolved settings.
+// No code outside the factory branches on the policy kind.
+//
+// Integration (engine thread, after a step's forward pass, per sequence):
+//
+//   forward(step) ──► slots.Append(first_position, num_new)          every step that wrote KV
+//                 ──► policy.ObserveQueries / ObserveAttentionMass    if policy.needs() asks
+//   if policy.Due(phys_len, next_position):
+//       result = policy.Run({kv view, &slots, next_position})        score, select, compact
+//       kv_cache_manager.truncate(seq, result.new_phys_len)          frees result.blocks_freed()
+//
+// One round, for every (layer, KV head) row of the sequence:
+//
+//   slots:   [0, lo)            candidates [lo, n)                       n = phys_len
+//            pinned prefix      score -> select K = target - lo          (K equal for all rows)
+//   after:   [0, lo)  [kept, ascending by slot, i.e. by position]        n' = target
+//
+// A round with nothing to evict (n <= target) returns compacted = false and touches neither
+// the cache nor the SlotState, so a policy whose budget covers the whole sequence behaves
+// exactly like `full`.
+//
+// Audit semantics (RoundResult): evicted_slots = n - n' (the same for every row: the memory a
+// round frees); evicted_positions = the absolute positions that no (layer, KV head) row holds
+// any more after this round but at least one row held before it. With per-head selection a
+// position can survive in some rows; it is reported in the round where its last copy goes, so
+// over a request's life every position is reported at most once and evicted_positions sums
+// to the tokens fully gone from the cache.
+//
+// Preconditions of Run: every block from index first_evictable_slot() / block_size on is
+// owned by this sequence alone (not shared with a fork, not published for prefix hits: see
+// KvCacheManager::set_publish_limit); no other thread touches the KV during the call.
+// Not thread-safe; one engine thread owns every policy. One instance per request: n > 1
+// samples share it (each sample has its own SlotState).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "base/clock.h"
+#include "compression/policy_params.h"
+#include "compression/seq_kv_view.h"
+#include "compression/slot_state.h"
+
+namespace kvserve::compression {
+
+struct TriAttentionStats;
+
+// Model-wide inputs every policy of a model shares; must outlive the policies.
+struct PolicyContext {
+  int num_layers = 0;
+  int num_q_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  std::span<const float> rope_inv_freq;                // [head_dim / 2], the model's RoPE table
+  const TriAttentionStats* triattention_stats = nullptr;  // required by triattention (checked
+                                                          // with CheckCompatible at load)
+  const base::Clock* clock = nullptr;                  // phase timings; required
+};
+
+// What a policy needs from the forward pass of the steps of its sequences.
+struct ObserverNeeds {
+  bool attention_mass = false;    // ForwardObservers::attention_mass -> ObserveAttentionMass
+  bool pre_rope_queries = false;  // ForwardObservers::pre_rope_queries -> ObserveQueries
+};
+
+// One sequence's slice of ForwardObservers::attention_mass for one step:
+//   mass(layer, head)[i] = data[layer * layer_stride + head * head_stride + i], i < kv_len.
+struct MassView {
+  const float* data = nullptr;
+  int64_t layer_stride = 0;
+  int64_t head_stride = 0;
+  int64_t kv_len = 0;
+
+  // From the observer buffer [num_layers][num_seqs][num_kv_heads][mass_stride] of a batch.
+  static MassView FromObservers(std::span<const float> attention_mass, int64_t mass_stride, int num_seqs,
+                                int seq_index, int num_kv_heads, int64_t kv_len) {
+    return {attention_mass.data() + static_cast<int64_t>(seq_index) * num_kv_heads * mass_stride,
+            static_cast<int64_t>(num_seqs) * num_kv_heads * mass_stride, mass_stride, kv_len};
+  }
+};
+
+struct RoundInput {
+  SeqKvView kv;
+  SlotState* slots = nullptr;  // the sequence's state; slots->size() == kv.phys_len
+  int64_t next_position = 0;   // t: absolute position of the next token (tokens seen so far)
+};
+
+struct RoundResult {
+  bool compacted = false;          // false: nothing evicted, cache and SlotState untouched
+  int64_t phys_len_before = 0;
+  int64_t new_phys_len = 0;        // truncate the block table to this many tokens
+  int64_t evicted_slots = 0;       // phys_len_before - new_phys_len
+  std::vector<int64_t> evicted_positions;  // ascending; see the audit semantics above
+  int64_t evicted_prompt_tokens = 0;       // entries of evicted_positions < prompt_len
+  int64_t blocks_before = 0;       // ceil(phys_len_before / block_size)
+  int64_t blocks_after = 0;        // ceil(new_phys_len / block_size)
+  base::Nanos score_ns = 0;
+  base::Nanos select_ns = 0;
+  base::Nanos compact_ns = 0;
+  int64_t bytes_moved = 0;         // KV bytes copied (K, V and scales)
+
+  int64_t blocks_freed() const { return blocks_before - blocks_after; }
+};
+
+class CompressionPolicy {
+ public:
+  virtual ~CompressionPolicy() = default;
+  CompressionPolicy(const CompressionPolicy&) = delete;
+  CompressionPolicy& operator=(const CompressionPolicy&) = delete;
+
+  const PolicyParams& params() const { return params_; }
+  config::CompressionPolicyKind kind() const { return params_.kind; }
+  // Slots [0, first_evictable_slot()) are never evicted or moved (publish limit for prefix
+  // caching).
+  int64_t first_evictable_slot() const { return lo_; }
+  // Length a round compresses back to; 0 for `full`.
+  int64_t target_length() const { return target_; }
+
+  // Whether a round is due for a sequence holding phys_len slots whose next token has
+  // absolute position next_position. Default: phys_len >= target + divide_length.
+  virtual bool Due(int64_t phys_len, int64_t next_position) const;
+  virtual ObserverNeeds needs() const { return {}; }
+  // A SlotState shaped for this policy (nothing tracked for `full`).
+  virtual SlotState NewSlotState() const;
+
+  // This sequence's pre-RoPE query rows of one layer: q [num_rows][q_stride] (each row
+  // starts with num_q_heads * head_dim floats), positions [num_rows].
+  virtual void ObserveQueries(SlotState& slots, int layer, const float* q, int64_t q_stride,
+                              const int32_t* positions, int64_t num_rows) const;
+  // This sequence's attention mass of one step (all layers); mass.kv_len <= slots.size().
+  virtual void ObserveAttentionMass(SlotState& slots, const MassView& mass) const;
+
+  // Score, select and compact one sequence (see the header comment).
+  absl::StatusOr<RoundResult> Run(const RoundInput& in);
+
+ protected:
+  CompressionPolicy(const PolicyParams& params, const PolicyContext& context);
+
+  // Fills keep: [num_layers][num_kv_heads][num_keep] strictly ascending slots in [lo, n)
+  // (n = in.kv.phys_len, num_keep = target - lo < n - lo), and adds its phase times.
+  virtual absl::Status SelectKeep(const RoundInput& in, int64_t lo, int64_t num_keep, std::span<int32_t> keep,
+                                  RoundResult& timings) = 0;
+
+  const PolicyContext& context() const { return context_; }
+  int group_size() const { return context_.num_q_heads / context_.num_kv_heads; }
+
+ private:
+  void CollectEvicted(const RoundInput& in, const int32_t* keep, int64_t lo, int64_t num_keep, RoundResult& r);
+
+  PolicyParams params_;
+  PolicyContext context_;
+  int64_t lo_ = 0;
+  int64_t target_ = 0;
+  // Round scratch, grown once and reused (n > 1 samples run their rounds one at a time).
+  std::vector<int32_t> keep_;
+  std::vector<uint32_t> dropped_mark_, held_mark_;  // [position] = round epoch
+  uint32_t epoch_ = 0;
+};
+
+}  // namespace kvserve::compression

@@ -1,0 +1,144 @@
+#include "engine/cpu_model_runner.h"
+
+#include "absl/strings/str_cat.h"
+#include "base/check.h"
+
+namespace kvserve::engine {
+namespace {
+
+uint64_t TokenSeed(uint64_t seed, int64_t token_index) {
+  uint64_t x = seed + 0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(token_index + 1);
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+model::SamplingParams ToModelParams(const scheduler::SamplingParams& s) {
+  model::SamplingParams p;
+  p.temperature = s.temperature;
+  p.top_k = s.top_k;
+  p.top_p = s.top_p;
+  p.min_p = s.min_p;
+  p.seed = s.seed;
+  p.repetition_penalty = s.repetition_penalty;
+  p.presence_penalty = s.presence_penalty;
+  p.frequency_penalty = s.frequency_penalty;
+  // The sampled token's own logprob is always reported; top-N only when asked.
+  p.logprobs = s.logprobs;
+  return p;
+}
+
+}  // namespace
+
+CpuModelRunner::CpuModelRunner(model::LlamaModel& model, cache::KvStorage& storage,
+                               cache::KvStorage* swap)
+    : model_(model), storage_(storage), swap_(swap), sampler_(model.config().vocab_size) {
+  const auto& layout = storage_.layout();
+  KVS_CHECK(storage_.host_addressable(), "the CPU runner needs host-addressable KV storage");
+  for (int l = 0; l < layout.num_layers; ++l) {
+    layer_data_.push_back(storage_.layer_data(l));
+    layer_scales_.push_back(storage_.layer_scales(l));
+  }
+}
+
+absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan, scheduler::StepResult& result) {
+  result.clear();
+  result.step_id = plan.step_id;
+  if (!plan.swap_out.empty() || !plan.swap_in.empty()) {
+    if (swap_ == nullptr) return absl::InternalError("swap requested but no host swap tier exists");
+    KVS_RETURN_IF_ERROR(storage_.copy_blocks_to(*swap_, plan.swap_out));
+    KVS_RETURN_IF_ERROR(swap_->copy_blocks_to(storage_, plan.swap_in));
+  }
+  KVS_RETURN_IF_ERROR(storage_.copy_blocks(plan.copies));
+
+  for (const auto& n : plan.new_seqs) {
+    Seq s;
+    s.history = n.history;
+    s.num_prompt = n.num_prompt_tokens;
+    s.sampling = ToModelParams(n.sampling);
+    s.seed = n.sampling.seed.value_or(0);
+    s.sample_index = n.sampling.sample_index;
+    seqs_[n.seq.value()] = std::move(s);
+  }
+
+  const int bs = storage_.layout().block_size;
+  positions_.clear();
+  slots_.clear();
+  seq_starts_.assign(1, 0);
+  kv_lens_.clear();
+  table_offsets_.assign(1, 0);
+  tables_.clear();
+  logits_rows_.clear();
+  sampling_seqs_.clear();
+  for (const auto& q : plan.seqs) {
+    auto it = seqs_.find(q.seq.value());
+    if (it == seqs_.end()) {
+      return absl::InternalError(absl::StrCat("sequence ", q.seq.value(), " was never sent to the runner"));
+    }
+    Seq& s = it->second;
+    if (q.table_reset) s.table.clear();
+    size_t need = static_cast<size_t>(q.table_offset + q.num_new_blocks);
+    if (s.table.size() < need) s.table.resize(need);
+    for (int i = 0; i < q.num_new_blocks; ++i) {
+      s.table[q.table_offset + i] = plan.new_blocks[q.blocks_begin + i].value();
+    }
+    int64_t first_index = q.kv_len_after - q.num_tokens;
+    for (int j = 0; j < q.num_tokens; ++j) {
+      positions_.push_back(static_cast<int32_t>(q.first_position + j));
+      int64_t idx = first_index + j;
+      slots_.push_back(static_cast<int64_t>(s.table[idx / bs]) * bs + idx % bs);
+    }
+    seq_starts_.push_back(seq_starts_.back() + q.num_tokens);
+    kv_lens_.push_back(q.kv_len_after);
+    tables_.insert(tables_.end(), s.table.begin(), s.table.end());
+    table_offsets_.push_back(static_cast<int32_t>(tables_.size()));
+    if (q.sample) {
+      logits_rows_.push_back(seq_starts_.back() - 1);
+      sampling_seqs_.push_back(&s);
+    }
+  }
+
+  if (!plan.seqs.empty()) {
+    const int vocab = model_.config().vocab_size;
+    logits_.resize(logits_rows_.size() * static_cast<size_t>(vocab));
+    model::ForwardBatch batch;
+    batch.token_ids = plan.token_ids;
+    batch.positions = positions_;
+    batch.slot_mapping = slots_;
+    batch.seq_starts = seq_starts_;
+    batch.kv_lens = kv_lens_;
+    batch.block_table_offsets = table_offsets_;
+    batch.block_tables = tables_;
+    batch.logits_rows = logits_rows_;
+    model::KvCacheView view;
+    view.layout = storage_.layout();
+    view.num_blocks = storage_.num_blocks();
+    view.layer_data = layer_data_;
+    if (view.layout.has_scales()) view.layer_scales = layer_scales_;
+    KVS_RETURN_IF_ERROR(model_.Forward(batch, view, logits_));
+
+    size_t row = 0;
+    for (const auto& q : plan.seqs) {
+      if (!q.sample) continue;
+      Seq& s = *sampling_seqs_[row];
+      model::SamplerRng rng(TokenSeed(s.seed, q.num_generated), static_cast<uint64_t>(s.sample_index));
+      std::span<const float> logits(logits_.data() + row * static_cast<size_t>(vocab), vocab);
+      std::span<const int32_t> prompt(s.history.data(), s.num_prompt);
+      std::span<const int32_t> output(s.history.data() + s.num_prompt, s.history.size() - s.num_prompt);
+      model::SampleResult r = sampler_.Sample(logits, s.sampling, prompt, output, rng);
+      scheduler::SampledToken t;
+      t.seq = q.seq;
+      t.token_id = r.token;
+      t.logprob = r.logprob;
+      for (const auto& lp : r.top_logprobs) t.top_logprobs.emplace_back(lp.token, lp.logprob);
+      s.history.push_back(r.token);
+      result.sampled.push_back(std::move(t));
+      ++row;
+    }
+  }
+  for (cache::SeqId id : plan.finished) seqs_.erase(id.value());
+  for (cache::SeqId id : plan.preempted) seqs_.erase(id.value());
+  return absl::OkStatus();
+}
+
+}  // namespace kvserve::engine

@@ -1,0 +1,57 @@
+// CpuModelRunner: executes StepPlans with the Llama model on the CPU backend.
+//
+//   StepPlan ──► copies (swap out/in, copy-on-write) on the host KV storages
+//            ──► ForwardBatch (tokens, positions, slot mapping, block tables) ──► LlamaModel
+//            ──► logits of sampling rows ──► Sampler ──► StepResult
+//
+// Runner-side state per sequence: its block table and token history (sent in full once
+// by the scheduler, then deltas). Sampling is stateless per token: the RNG of the k-th
+// generated token is seeded from (seed, k) and the sample index, so a sequence draws the
+// same tokens alone or batched, and after preemption and recompute.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "cache/host_kv_storage.h"
+#include "engine/model_runner.h"
+#include "model/llama_model.h"
+#include "model/sampler.h"
+
+namespace kvserve::engine {
+
+class CpuModelRunner final : public ModelRunner {
+ public:
+  // `swap` may be null (no host swap tier). All three must outlive the runner.
+  CpuModelRunner(model::LlamaModel& model, cache::KvStorage& storage, cache::KvStorage* swap);
+
+  absl::Status Execute(const scheduler::StepPlan& plan, scheduler::StepResult& result) override;
+  int vocab_size() const override { return model_.config().vocab_size; }
+
+ private:
+  struct Seq {
+    std::vector<int32_t> table;
+    std::vector<int32_t> history;  // prompt then generated
+    int32_t num_prompt = 0;
+    model::SamplingParams sampling;
+    uint64_t seed = 0;
+    int sample_index = 0;
+  };
+
+  model::LlamaModel& model_;
+  cache::KvStorage& storage_;
+  cache::KvStorage* swap_;
+  model::Sampler sampler_;
+  std::vector<std::byte*> layer_data_;
+  std::vector<float*> layer_scales_;
+  absl::flat_hash_map<int64_t, Seq> seqs_;
+
+  // Per-step scratch, reused.
+  std::vector<int32_t> positions_, seq_starts_, kv_lens_, table_offsets_, tables_, logits_rows_;
+  std::vector<int64_t> slots_;
+  std::vector<float> logits_;
+  std::vector<Seq*> sampling_seqs_;
+};
+
+}  // namespace kvserve::engine

@@ -1,0 +1,27 @@
+#include "kernels/cpu/kv_write.h"
+
+#include "base/check.h"
+#include "kernels/cpu/kv_quant.h"
+
+namespace kvserve::kernels::cpu {
+
+void WriteKv(const cache::KvLayout& layout, std::byte* layer_data, float* layer_scales,
+             const float* k, const float* v, int64_t kv_stride, const int64_t* slot_mapping,
+             int64_t num_tokens) {
+  KVS_DCHECK(!layout.has_scales() || layer_scales != nullptr, "scaled KV dtype without scales");
+  const int64_t rows = num_tokens * layout.num_kv_heads;
+#pragma omp parallel for schedule(static) if (rows * layout.head_dim >= (1 << 15))
+  for (int64_t idx = 0; idx < rows; ++idx) {
+    const int64_t t = idx / layout.num_kv_heads;
+    const int head = static_cast<int>(idx - t * layout.num_kv_heads);
+    const int64_t slot = slot_mapping[t];
+    if (slot < 0) continue;
+    const int64_t block = slot / layout.block_size;
+    const int offset = static_cast<int>(slot - block * layout.block_size);
+    const int64_t col = static_cast<int64_t>(head) * layout.head_dim;
+    WriteKvRow(layout, layer_data, layer_scales, block, 0, head, offset, k + t * kv_stride + col);
+    WriteKvRow(layout, layer_data, layer_scales, block, 1, head, offset, v + t * kv_stride + col);
+  }
+}
+
+}  // namespace kvserve::kernels::cpu

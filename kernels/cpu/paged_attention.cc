@@ -1,0 +1,260 @@
+#include "kernels/cpu/paged_attention.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "base/check.h"
+#include "kernels/cpu/kv_quant.h"
+#include "kernels/cpu/simd.h"
+
+namespace kvserve::kernels::cpu {
+namespace {
+
+constexpr size_t kAlignFloats = 16;  // 64-byte spacing between per-thread regions
+size_t RoundUp(size_t n) { return (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats; }
+
+// Per-thread scratch, carved from the caller's workspace:
+//   k_rows [block_size][head_dim]   dequantized K of the current block (unused for fp32)
+//   v_rows [block_size][head_dim]   dequantized V of the current block (unused for fp32)
+//   scores [group][block_size]      scores, then probabilities, of the current block
+//   acc    [group][head_dim]        running softmax-weighted V sum
+//   max    [group], sum [group]     running max and normaliser
+struct ThreadScratch {
+  float* k_rows;
+  float* v_rows;
+  float* scores;
+  float* acc;
+  float* max;
+  float* sum;
+};
+
+size_t PerThreadFloats(const cache::KvLayout& layout, int group) {
+  const size_t run = layout.head_run_elems();
+  return 2 * RoundUp(run) + RoundUp(static_cast<size_t>(group) * layout.block_size) +
+         RoundUp(static_cast<size_t>(group) * layout.head_dim) + 2 * RoundUp(group);
+}
+
+ThreadScratch CarveScratch(const cache::KvLayout& layout, int group, float* base) {
+  ThreadScratch s;
+  const size_t run = RoundUp(layout.head_run_elems());
+  s.k_rows = base;
+  s.v_rows = s.k_rows + run;
+  s.scores = s.v_rows + run;
+  s.acc = s.scores + RoundUp(static_cast<size_t>(group) * layout.block_size);
+  s.max = s.acc + RoundUp(static_cast<size_t>(group) * layout.head_dim);
+  s.sum = s.max + RoundUp(group);
+  return s;
+}
+
+using simd::Dot;
+
+// Rows [0, n) of the (block, kv, head) run as floats: a direct pointer for fp32, else
+// dequantized into `buf`.
+const float* LoadRun(const cache::KvLayout& layout, const std::byte* layer_data,
+                     const float* layer_scales, int64_t block, int kv, int head, int n, float* buf) {
+  const size_t elem = layout.elem_offset(block, kv, head, 0);
+  if (layout.dtype == config::KvDtype::kFp32) {
+    return reinterpret_cast<const float*>(layer_data) + elem;
+  }
+  const float* scales =
+      layout.has_scales() ? layer_scales + layout.scale_offset(block, kv, head, 0) : nullptr;
+  DequantizeRows(layer_data + elem * layout.elem_bytes(), scales, n, layout.head_dim, layout.dtype,
+                 buf);
+  return buf;
+}
+
+// Multiply-adds of a step's attention (QK and PV over every attended entry), used to keep
+// small steps on one thread: a fork/join costs more than a short decode's whole attention.
+int64_t AttentionMacs(const PagedSeqs& seqs, int num_heads, int head_dim) {
+  int64_t entries = 0;
+  for (int s = 0; s < seqs.num_seqs; ++s) {
+    const int64_t n = seqs.seq_starts[s + 1] - seqs.seq_starts[s];
+    entries += n * (seqs.kv_lens[s] - n) + n * (n + 1) / 2;
+  }
+  return 2 * entries * num_heads * head_dim;
+}
+constexpr int64_t kParallelMacs = 1 << 16;
+
+int SeqOfRow(const PagedSeqs& seqs, int64_t row) {
+  const int32_t* end = seqs.seq_starts + seqs.num_seqs + 1;
+  return static_cast<int>(std::upper_bound(seqs.seq_starts, end, row) - seqs.seq_starts) - 1;
+}
+
+
+struct AttnArgs {
+  const cache::KvLayout& layout;
+  const std::byte* layer_data;
+  const float* layer_scales;
+  const PagedSeqs& seqs;
+  const float* q;
+  int64_t q_stride;
+  int num_heads;
+  int group;
+  float scale;
+};
+
+// NOTE: the per-item bodies are separate functions so target_clones can build an AVX2
+// variant next to the baseline one (resolved once at load time); the OpenMP-outlined loop
+// bodies themselves cannot be cloned. head_dim-long dot products, axpys and the exps of
+// the scores are where the time goes (simd.h), and they are twice as wide with AVX2.
+#define KVS_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+
+// Attention of one (query row, KV head) pair: the group's query heads over the row's
+// visible entries, block by block with an online softmax.
+KVS_SIMD_CLONES void AttendItem(const AttnArgs& a, int64_t item, float* scratch, float* out, int64_t out_stride,
+                                float* lse) {
+  const cache::KvLayout& layout = a.layout;
+  const int kv_heads = layout.num_kv_heads;
+  const int group = a.group;
+  const int hd = layout.head_dim;
+  const int bs = layout.block_size;
+  const int64_t row = item / kv_heads;
+  const int g = static_cast<int>(item - row * kv_heads);
+  const int s = SeqOfRow(a.seqs, row);
+  const int64_t n_s = a.seqs.seq_starts[s + 1] - a.seqs.seq_starts[s];
+  const int64_t j = row - a.seqs.seq_starts[s];
+  const int64_t len = a.seqs.kv_lens[s] - n_s + j + 1;  // physical indices [0, len) attended
+  KVS_DCHECK(len >= 1, "seq ", s, " row ", j, ": kv_len ", a.seqs.kv_lens[s], " < rows ", n_s);
+  const int32_t* table = a.seqs.block_tables + a.seqs.block_table_offsets[s];
+  ThreadScratch ws = CarveScratch(layout, group, scratch);
+  const float* q_group = a.q + row * a.q_stride + static_cast<int64_t>(g) * group * hd;
+
+  std::fill(ws.acc, ws.acc + static_cast<size_t>(group) * hd, 0.0f);
+  std::fill(ws.max, ws.max + group, -std::numeric_limits<float>::infinity());
+  std::fill(ws.sum, ws.sum + group, 0.0f);
+  const int64_t num_blocks = (len + bs - 1) / bs;
+  for (int64_t b = 0; b < num_blocks; ++b) {
+    const int n = static_cast<int>(std::min<int64_t>(bs, len - b * bs));
+    const int64_t block = table[b];
+    const float* k = LoadRun(layout, a.layer_data, a.layer_scales, block, 0, g, n, ws.k_rows);
+    // Scores of every head of the group, four K rows at a time (one shared reduction).
+    for (int i = 0; i < group; ++i) {
+      const float* qi = q_group + static_cast<int64_t>(i) * hd;
+      float* sc = ws.scores + static_cast<size_t>(i) * bs;
+      int r = 0;
+      for (; r + 4 <= n; r += 4) {
+        const float* kr = k + static_cast<int64_t>(r) * hd;
+        simd::Dot4(qi, kr, kr + hd, kr + 2 * hd, kr + 3 * hd, hd, sc + r);
+      }
+      for (; r < n; ++r) sc[r] = Dot(qi, k + static_cast<int64_t>(r) * hd, hd);
+      for (r = 0; r < n; ++r) sc[r] *= a.scale;
+    }
+    for (int i = 0; i < group; ++i) {
+      float* sc = ws.scores + static_cast<size_t>(i) * bs;
+      float block_max = -std::numeric_limits<float>::infinity();
+      for (int r = 0; r < n; ++r) block_max = std::max(block_max, sc[r]);
+      const float new_max = std::max(ws.max[i], block_max);
+      // exp(-inf) flushes to ~0 on the first block: the empty running state is dropped.
+      const float correction = simd::ExpNonPositive(ws.max[i] - new_max);
+      const float block_sum = simd::ExpShiftedInPlace(sc, n, new_max);
+      ws.sum[i] = ws.sum[i] * correction + block_sum;
+      ws.max[i] = new_max;
+      if (correction != 1.0f) simd::Scale(correction, ws.acc + static_cast<size_t>(i) * hd, hd);
+    }
+    const float* v = LoadRun(layout, a.layer_data, a.layer_scales, block, 1, g, n, ws.v_rows);
+    for (int i = 0; i < group; ++i) {
+      simd::WeightedRowSum(ws.scores + static_cast<size_t>(i) * bs, v, n, hd, ws.acc + static_cast<size_t>(i) * hd);
+    }
+  }
+  for (int i = 0; i < group; ++i) {
+    const int h = g * group + i;
+    const float inv = 1.0f / ws.sum[i];
+    const float* acc = ws.acc + static_cast<size_t>(i) * hd;
+    float* o = out + row * out_stride + static_cast<int64_t>(h) * hd;
+    for (int d = 0; d < hd; ++d) o[d] = acc[d] * inv;
+    if (lse != nullptr) lse[row * a.num_heads + h] = ws.max[i] + std::log(ws.sum[i]);
+  }
+}
+
+// Attention mass of one (sequence, KV head): K of each block is loaded once and scored
+// against every row and query head of the group.
+KVS_SIMD_CLONES void MassItem(const AttnArgs& a, int64_t item, float* scratch, const float* lse, float* mass,
+                              int64_t mass_stride) {
+  const cache::KvLayout& layout = a.layout;
+  const int kv_heads = layout.num_kv_heads;
+  const int hd = layout.head_dim;
+  const int bs = layout.block_size;
+  const int s = static_cast<int>(item / kv_heads);
+  const int g = static_cast<int>(item - static_cast<int64_t>(s) * kv_heads);
+  const int64_t first = a.seqs.seq_starts[s];
+  const int64_t n_s = a.seqs.seq_starts[s + 1] - first;
+  const int64_t kv_len = a.seqs.kv_lens[s];
+  const int32_t* table = a.seqs.block_tables + a.seqs.block_table_offsets[s];
+  ThreadScratch ws = CarveScratch(layout, a.group, scratch);
+  float* m = mass + (static_cast<int64_t>(s) * kv_heads + g) * mass_stride;
+  const int64_t num_blocks = (kv_len + bs - 1) / bs;
+  for (int64_t b = 0; b < num_blocks; ++b) {
+    const int n = static_cast<int>(std::min<int64_t>(bs, kv_len - b * bs));
+    const float* k = LoadRun(layout, a.layer_data, a.layer_scales, table[b], 0, g, n, ws.k_rows);
+    for (int64_t j = 0; j < n_s; ++j) {
+      const int64_t len = kv_len - n_s + j + 1;
+      const int visible = static_cast<int>(std::min<int64_t>(n, len - b * bs));
+      if (visible <= 0) continue;
+      const int64_t row = first + j;
+      for (int i = 0; i < a.group; ++i) {
+        const int h = g * a.group + i;
+        const float* qi = a.q + row * a.q_stride + static_cast<int64_t>(h) * hd;
+        const float row_lse = lse[row * a.num_heads + h];
+        for (int r = 0; r < visible; ++r) {
+          m[b * bs + r] += simd::ExpNonPositive(Dot(qi, k + static_cast<int64_t>(r) * hd, hd) * a.scale - row_lse);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+size_t PagedAttentionWorkspaceFloats(const cache::KvLayout& layout, int num_heads,
+                                     int num_threads) {
+  const int group = num_heads / layout.num_kv_heads;
+  return PerThreadFloats(layout, group) * static_cast<size_t>(std::max(num_threads, 1));
+}
+
+void PagedAttention(const cache::KvLayout& layout, const std::byte* layer_data,
+                    const float* layer_scales, const PagedSeqs& seqs, const float* q,
+                    int64_t q_stride, int num_heads, float scale, float* out, int64_t out_stride,
+                    float* lse, float* workspace, size_t workspace_floats) {
+  const int kv_heads = layout.num_kv_heads;
+  const int group = num_heads / kv_heads;
+  KVS_CHECK(group * kv_heads == num_heads, "num_heads ", num_heads, " not a multiple of ", kv_heads);
+  const size_t per_thread = PerThreadFloats(layout, group);
+  KVS_CHECK(workspace_floats >= per_thread * static_cast<size_t>(omp_get_max_threads()),
+            "attention workspace too small: ", workspace_floats, " floats");
+  const AttnArgs a{layout, layer_data, layer_scales, seqs, q, q_stride, num_heads, group, scale};
+  const int64_t items = static_cast<int64_t>(seqs.seq_starts[seqs.num_seqs]) * kv_heads;
+  const bool parallel = items > 1 && AttentionMacs(seqs, num_heads, layout.head_dim) >= kParallelMacs;
+
+#pragma omp parallel for schedule(dynamic, 1) if (parallel)
+  for (int64_t item = 0; item < items; ++item) {
+    AttendItem(a, item, workspace + per_thread * static_cast<size_t>(omp_get_thread_num()), out, out_stride, lse);
+  }
+}
+
+void AttentionMass(const cache::KvLayout& layout, const std::byte* layer_data,
+                   const float* layer_scales, const PagedSeqs& seqs, const float* q,
+                   int64_t q_stride, int num_heads, float scale, const float* lse, float* mass,
+                   int64_t mass_stride, float* workspace, size_t workspace_floats) {
+  const int kv_heads = layout.num_kv_heads;
+  const int group = num_heads / kv_heads;
+  const size_t per_thread = PerThreadFloats(layout, group);
+  KVS_CHECK(workspace_floats >= per_thread * static_cast<size_t>(omp_get_max_threads()),
+            "attention workspace too small: ", workspace_floats, " floats");
+  for (int s = 0; s < seqs.num_seqs; ++s) {
+    KVS_CHECK(seqs.kv_lens[s] <= mass_stride, "attention mass stride ", mass_stride, " < kv_len ", seqs.kv_lens[s]);
+  }
+  const AttnArgs a{layout, layer_data, layer_scales, seqs, q, q_stride, num_heads, group, scale};
+  const int64_t items = static_cast<int64_t>(seqs.num_seqs) * kv_heads;
+  const bool parallel = items > 1 && AttentionMacs(seqs, num_heads, layout.head_dim) >= kParallelMacs;
+
+  // One item owns mass[s][g][*], so no two threads add into the same slot.
+#pragma omp parallel for schedule(dynamic, 1) if (parallel)
+  for (int64_t item = 0; item < items; ++item) {
+    MassItem(a, item, workspace + per_thread * static_cast<size_t>(omp_get_thread_num()), lse, mass, mass_stride);
+  }
+}
+
+}  // namespace kvserve::kernels::cpu

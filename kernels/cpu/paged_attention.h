@@ -1,0 +1,63 @@
+// Causal attention of one step's query rows over the paged KV cache (after this step's K/V
+// were written), for a batch that mixes prefill chunks and decode tokens of many sequences.
+//
+//   sequence s, its n_s query rows t = seq_starts[s] + j  (j in [0, n_s)):
+//
+//   physical index:  0   1   2   ...                 kv_len-n_s+j   ...  kv_len-1
+//                   [K0][K1][K2] ... (older tokens) ... [this row] ... (later rows of the step)
+//                   |<------------- attended by row j ------------->|
+//
+//   physical index i lives in block block_tables[block_table_offsets[s] + i / block_size],
+//   slot i % block_size. Indices are NOT positions: after compression kept slots are
+//   compacted, while RoPE positions travel separately. GQA: query head h reads KV head
+//   h / (num_heads / num_kv_heads).
+//
+// Per (row, KV head) the kernel streams the sequence block by block with an online softmax,
+// so no buffer grows with the context; the per-thread workspace holds one block of
+// dequantized K and V and the group's running state. The CUDA kernel takes the same
+// PagedSeqs and pointer arguments (plus a stream).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cache/kv_layout.h"
+
+namespace kvserve::kernels::cpu {
+
+// The step's sequences as the attention kernels see them (no ownership).
+struct PagedSeqs {
+  int num_seqs = 0;
+  const int32_t* seq_starts = nullptr;           // [num_seqs + 1] query rows of s: [start_s, start_s+1)
+  const int32_t* kv_lens = nullptr;              // [num_seqs] KV length after this step's writes
+  const int32_t* block_table_offsets = nullptr;  // [num_seqs + 1]
+  const int32_t* block_tables = nullptr;         // [block_table_offsets[num_seqs]] block ids
+};
+
+// Floats of workspace PagedAttention / AttentionMass need for `num_threads` threads.
+size_t PagedAttentionWorkspaceFloats(const cache::KvLayout& layout, int num_heads,
+                                     int num_threads);
+
+// q:     [num_tokens][q_stride]; each row starts with num_heads * head_dim floats (RoPE applied)
+// out:   [num_tokens][out_stride]; num_heads * head_dim floats written per row
+// lse:   [num_tokens][num_heads] log-sum-exp of each row's scaled scores, or nullptr
+// workspace: PagedAttentionWorkspaceFloats(layout, num_heads, omp_get_max_threads()) floats
+// scale: softmax scale (1/sqrt(head_dim) for Llama)
+void PagedAttention(const cache::KvLayout& layout, const std::byte* layer_data,
+                    const float* layer_scales, const PagedSeqs& seqs, const float* q,
+                    int64_t q_stride, int num_heads, float scale, float* out, int64_t out_stride,
+                    float* lse, float* workspace, size_t workspace_floats);
+
+// Attention-probability mass per cached slot, for score-based KV compression (H2O, SnapKV):
+//
+//   mass[s][g][i] += sum over this step's rows j of s and query heads h of group g of
+//                    softmax_i(q_{j,h} · k_{g,i} * scale)          (i in [0, kv_len_s))
+//
+// mass: [num_seqs][num_kv_heads][mass_stride] (mass_stride >= max kv_len); accumulated into,
+// so the caller zeroes it once per step. lse: from PagedAttention on the same inputs.
+void AttentionMass(const cache::KvLayout& layout, const std::byte* layer_data,
+                   const float* layer_scales, const PagedSeqs& seqs, const float* q,
+                   int64_t q_stride, int num_heads, float scale, const float* lse, float* mass,
+                   int64_t mass_stride, float* workspace, size_t workspace_floats);
+
+}  // namespace kvserve::kernels::cpu

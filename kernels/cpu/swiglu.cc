@@ -1,0 +1,46 @@
+#include "kernels/cpu/swiglu.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kvserve::kernels::cpu {
+namespace {
+
+inline void SiluMulRange(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+// Below this many elements a parallel region costs more than the exps it spreads.
+constexpr int64_t kParallelElems = 16384;
+constexpr int64_t kColumnChunk = 1024;
+
+}  // namespace
+
+void SiluMul(const float* gate_up, int64_t rows, int inter, float* out) {
+  if (rows * inter < kParallelElems) {
+    for (int64_t r = 0; r < rows; ++r) {
+      SiluMulRange(gate_up + r * 2 * inter, gate_up + r * 2 * inter + inter, out + r * inter, inter);
+    }
+    return;
+  }
+  if (rows < 4) {
+    // A few wide decode rows: split the columns instead.
+    const int64_t chunks = (inter + kColumnChunk - 1) / kColumnChunk;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < chunks; ++c) {
+        const int64_t begin = c * kColumnChunk;
+        const int64_t n = std::min<int64_t>(kColumnChunk, inter - begin);
+        const float* row = gate_up + r * 2 * inter;
+        SiluMulRange(row + begin, row + inter + begin, out + r * inter + begin, n);
+      }
+    }
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    SiluMulRange(gate_up + r * 2 * inter, gate_up + r * 2 * inter + inter, out + r * inter, inter);
+  }
+}
+
+}  // namespace kvserve::kernels::cpu

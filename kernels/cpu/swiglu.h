@@ -1,0 +1,17 @@
+// SwiGLU activation of the Llama MLP on a fused gate/up projection:
+//
+//   gate_up row: [ gate_0 .. gate_{n-1} | up_0 .. up_{n-1} ]      (n = intermediate size)
+//   out[i] = silu(gate_i) * up_i,   silu(g) = g / (1 + exp(-g))
+//
+// The fused layout lets one GEMM produce both halves (weights are stacked at load time).
+#pragma once
+
+#include <cstdint>
+
+namespace kvserve::kernels::cpu {
+
+// gate_up: [rows][2 * inter]
+// out:     [rows][inter]
+void SiluMul(const float* gate_up, int64_t rows, int inter, float* out);
+
+}  // namespace kvserve::kernels::cpu

@@ -1,0 +1,63 @@
+// What one forward step computes: a flat list of token rows from many sequences (prefill
+// chunks and decode tokens mixed), plus where their K/V go and what they attend to. Plain
+// spans, no ownership: the runner fills reusable arrays and points a ForwardBatch at them.
+//
+//   rows t:          0    1    2    3  | 4  | 5    6      (token_ids, positions, slot_mapping)
+//   sequences s:     [------ s0 -----] [s1] [-- s2 --]   seq_starts = {0, 4, 5, 7}
+//   kv_lens:         s0: 4 (fresh prefill)  s1: 90 (decode)  s2: 12 (2nd prefill chunk)
+//
+// Sequence s has n_s = seq_starts[s+1] - seq_starts[s] rows this step and kv_lens[s]
+// physical KV entries AFTER this step's writes. Its row j sits at physical index
+// kv_lens[s] - n_s + j and attends physical indices [0, kv_lens[s] - n_s + j]. Physical
+// index i is slot i % block_size of block block_tables[block_table_offsets[s] + i / block_size].
+// Positions (RoPE) are separate inputs because after compression they differ from
+// physical indices. slot_mapping[t] = block * block_size + offset is where row t's K/V is
+// written (-1: not written); normally it is the slot of the row's own physical index.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+
+#include "cache/kv_layout.h"
+
+namespace kvserve::model {
+
+struct ForwardBatch {
+  std::span<const int32_t> token_ids;            // [T]
+  std::span<const int32_t> positions;            // [T] absolute RoPE positions
+  std::span<const int64_t> slot_mapping;         // [T] physical slot or -1
+  std::span<const int32_t> seq_starts;           // [S + 1], seq_starts[0] = 0, seq_starts[S] = T
+  std::span<const int32_t> kv_lens;              // [S]
+  std::span<const int32_t> block_table_offsets;  // [S + 1] into block_tables
+  std::span<const int32_t> block_tables;         // block ids, sequences concatenated
+  std::span<const int32_t> logits_rows;          // rows of [0, T) whose logits are wanted
+
+  int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
+  int num_seqs() const { return seq_starts.empty() ? 0 : static_cast<int>(seq_starts.size()) - 1; }
+};
+
+// The paged KV storage a step reads and writes (layout in cache/kv_layout.h); no ownership.
+struct KvCacheView {
+  cache::KvLayout layout;
+  int64_t num_blocks = 0;
+  std::span<std::byte* const> layer_data;  // [num_layers]
+  std::span<float* const> layer_scales;    // [num_layers]; empty unless layout.has_scales()
+};
+
+// Optional per-step side outputs for the KV-compression policies. Costs nothing when unset.
+struct ForwardObservers {
+  // Attention-probability mass per cached entry (H2O / SnapKV scores):
+  //   attention_mass[layer][s][kv_head][i] = sum over this step's rows of s and the query heads
+  //   of kv_head's group of softmax weight on physical index i   (i < kv_lens[s]).
+  // Shape [num_layers][S][num_kv_heads][mass_stride]; mass_stride >= max kv_lens. Forward
+  // zeroes the whole span first.
+  std::span<float> attention_mass;
+  int64_t mass_stride = 0;
+  // Pre-RoPE queries of every layer (TriAttention calibration): called once per layer with
+  // q rows [T][q_stride], each starting with num_heads * head_dim floats. The pointer is
+  // valid only during the call.
+  std::function<void(int layer, const float* q, int64_t q_stride, int64_t num_tokens)> pre_rope_queries;
+};
+
+}  // namespace kvserve::model

@@ -1,0 +1,221 @@
+#include "model/llama_model.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "base/check.h"
+#include "kernels/cpu/kv_write.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/paged_attention.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/swiglu.h"
+
+namespace kvserve::model {
+namespace {
+
+absl::Status BatchError(absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("forward batch: ", what));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& model_dir,
+                                                             const ModelOptions& options) {
+  KVS_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir));
+  KVS_ASSIGN_OR_RETURN(SafetensorsCheckpoint ckpt, SafetensorsCheckpoint::Open(model_dir));
+  KVS_ASSIGN_OR_RETURN(LlamaWeights weights, LlamaWeights::Load(config, ckpt));
+  return Create(std::move(config), std::move(weights), options);
+}
+
+absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(ModelConfig config, LlamaWeights weights,
+                                                               const ModelOptions& options) {
+  if (options.max_tokens_per_step < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("max_tokens_per_step must be >= 1, got ", options.max_tokens_per_step));
+  }
+  if (options.threads < 0) return absl::InvalidArgumentError("threads must be >= 0");
+  if (weights.num_layers() != config.num_layers) {
+    return absl::InvalidArgumentError("weights and config disagree on the number of layers");
+  }
+  return std::unique_ptr<LlamaModel>(new LlamaModel(std::move(config), std::move(weights), options));
+}
+
+LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, const ModelOptions& options)
+    : config_(std::move(config)),
+      weights_(std::move(weights)),
+      inv_freq_(RopeInvFreq(config_)),
+      threads_(options.threads > 0 ? options.threads : omp_get_num_procs()),
+      max_tokens_(options.max_tokens_per_step),
+      logger_(options.logger) {
+  const size_t m = static_cast<size_t>(max_tokens_);
+  const auto& c = config_;
+  x_.resize(m * c.hidden_size);
+  h_.resize(m * c.hidden_size);
+  qkv_.resize(m * (c.q_size() + 2 * c.kv_size()));
+  attn_.resize(m * c.q_size());
+  gate_up_.resize(m * 2 * c.intermediate_size);
+  act_.resize(m * c.intermediate_size);
+  cos_sin_.resize(m * c.head_dim);
+  logger_.info("model %s: %d layers, hidden %d, heads %d/%d x %d, vocab %d, %.1f M params, %d threads",
+               c.architecture_name, c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim,
+               c.vocab_size, static_cast<double>(c.num_parameters()) * 1e-6, threads_);
+}
+
+cache::KvLayout LlamaModel::KvLayoutFor(int block_size, config::KvDtype dtype) const {
+  cache::KvLayout l;
+  l.num_layers = config_.num_layers;
+  l.num_kv_heads = config_.num_kv_heads;
+  l.head_dim = config_.head_dim;
+  l.block_size = block_size;
+  l.dtype = dtype;
+  return l;
+}
+
+absl::Status LlamaModel::Validate(const ForwardBatch& b, const KvCacheView& kv, std::span<float> logits,
+                                  const ForwardObservers* observers) const {
+  const int64_t t = b.num_tokens();
+  const int s = b.num_seqs();
+  const auto& l = kv.layout;
+  if (l.num_layers != config_.num_layers || l.num_kv_heads != config_.num_kv_heads ||
+      l.head_dim != config_.head_dim || l.block_size < 1) {
+    return BatchError("KV layout does not match the model (layers, KV heads, head_dim)");
+  }
+  if (static_cast<int>(kv.layer_data.size()) != l.num_layers) return BatchError("KV view needs one data pointer per layer");
+  if (l.has_scales() && static_cast<int>(kv.layer_scales.size()) != l.num_layers) {
+    return BatchError("KV view needs one scale pointer per layer for this dtype");
+  }
+  if (t > max_tokens_) return BatchError(absl::StrCat(t, " tokens exceed max_tokens_per_step ", max_tokens_));
+  if (static_cast<int64_t>(b.positions.size()) != t || static_cast<int64_t>(b.slot_mapping.size()) != t) {
+    return BatchError("token_ids, positions and slot_mapping differ in length");
+  }
+  if (b.seq_starts.empty() || b.seq_starts.front() != 0 || b.seq_starts.back() != t) {
+    return BatchError("seq_starts must start at 0 and end at the number of tokens");
+  }
+  if (static_cast<int>(b.kv_lens.size()) != s || static_cast<int>(b.block_table_offsets.size()) != s + 1) {
+    return BatchError("kv_lens needs S entries and block_table_offsets S + 1");
+  }
+  if (b.block_table_offsets.front() != 0 ||
+      b.block_table_offsets.back() != static_cast<int32_t>(b.block_tables.size())) {
+    return BatchError("block_table_offsets must start at 0 and end at block_tables.size()");
+  }
+  for (int i = 0; i < s; ++i) {
+    const int64_t n = b.seq_starts[i + 1] - b.seq_starts[i];
+    const int64_t blocks = b.block_table_offsets[i + 1] - b.block_table_offsets[i];
+    if (n < 0 || blocks < 0) return BatchError(absl::StrCat("sequence ", i, ": offsets decrease"));
+    if (b.kv_lens[i] < n) {
+      return BatchError(absl::StrCat("sequence ", i, ": kv_len ", b.kv_lens[i], " < its ", n, " rows"));
+    }
+    if (b.kv_lens[i] > blocks * l.block_size) {
+      return BatchError(absl::StrCat("sequence ", i, ": kv_len ", b.kv_lens[i], " needs more than its ",
+                                     blocks, " blocks"));
+    }
+  }
+  for (int32_t block : b.block_tables) {
+    if (block < 0 || block >= kv.num_blocks) return BatchError(absl::StrCat("block id ", block, " out of range"));
+  }
+  const int64_t num_slots = kv.num_blocks * l.block_size;
+  for (int64_t i = 0; i < t; ++i) {
+    if (b.token_ids[i] < 0 || b.token_ids[i] >= config_.vocab_size) {
+      return BatchError(absl::StrCat("token id ", b.token_ids[i], " at row ", i, " outside the vocabulary"));
+    }
+    if (b.positions[i] < 0) return BatchError(absl::StrCat("negative position at row ", i));
+    if (b.slot_mapping[i] < -1 || b.slot_mapping[i] >= num_slots) {
+      return BatchError(absl::StrCat("slot ", b.slot_mapping[i], " at row ", i, " out of range"));
+    }
+  }
+  for (int32_t r : b.logits_rows) {
+    if (r < 0 || r >= t) return BatchError(absl::StrCat("logits row ", r, " out of range"));
+  }
+  if (logits.size() < b.logits_rows.size() * static_cast<size_t>(config_.vocab_size)) {
+    return BatchError("logits buffer too small");
+  }
+  if (observers != nullptr && !observers->attention_mass.empty()) {
+    int64_t max_len = 0;
+    for (int32_t len : b.kv_lens) max_len = std::max<int64_t>(max_len, len);
+    if (observers->mass_stride < max_len ||
+        static_cast<int64_t>(observers->attention_mass.size()) <
+            static_cast<int64_t>(config_.num_layers) * s * config_.num_kv_heads * observers->mass_stride) {
+      return BatchError("attention_mass buffer or stride too small");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, std::span<float> logits,
+                                 const ForwardObservers* observers) {
+  KVS_RETURN_IF_ERROR(Validate(b, kv, logits, observers));
+  kernels::cpu::SetComputeThreads(threads_);
+  const auto& c = config_;
+  const int64_t t = b.num_tokens();
+  const int d = c.hidden_size;
+  const int q_size = c.q_size();
+  const int kv_size = c.kv_size();
+  const int qkv_stride = q_size + 2 * kv_size;
+  const int inter = c.intermediate_size;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const bool want_mass = observers != nullptr && !observers->attention_mass.empty();
+
+  const size_t ws_floats =
+      kernels::cpu::PagedAttentionWorkspaceFloats(kv.layout, c.num_heads, omp_get_max_threads());
+  if (attn_workspace_.size() < ws_floats) attn_workspace_.resize(ws_floats);  // once per layout
+  if (want_mass) {
+    if (lse_.size() < static_cast<size_t>(max_tokens_) * c.num_heads) lse_.resize(static_cast<size_t>(max_tokens_) * c.num_heads);
+    std::fill(observers->attention_mass.begin(), observers->attention_mass.end(), 0.0f);
+  }
+  const kernels::cpu::PagedSeqs seqs{b.num_seqs(), b.seq_starts.data(), b.kv_lens.data(),
+                                     b.block_table_offsets.data(), b.block_tables.data()};
+
+  for (int64_t i = 0; i < t; ++i) {
+    std::memcpy(x_.data() + i * d, weights_.embed() + static_cast<int64_t>(b.token_ids[i]) * d, d * sizeof(float));
+  }
+  kernels::cpu::RopeCosSin(b.positions.data(), t, inv_freq_.data(), c.head_dim / 2, cos_sin_.data());
+
+  for (int layer = 0; layer < c.num_layers; ++layer) {
+    const LayerWeights& w = weights_.layer(layer);
+    std::byte* data = kv.layer_data[layer];
+    float* scales = kv.layout.has_scales() ? kv.layer_scales[layer] : nullptr;
+
+    kernels::cpu::RmsNorm(x_.data(), d, w.input_norm, h_.data(), d, t, d, c.rms_norm_eps);
+    kernels::cpu::Linear(h_.data(), d, w.qkv, w.qkv_bias, qkv_.data(), qkv_stride, t, d, qkv_stride, false);
+    if (observers != nullptr && observers->pre_rope_queries) {
+      observers->pre_rope_queries(layer, qkv_.data(), qkv_stride, t);
+    }
+    float* q = qkv_.data();
+    float* k = q + q_size;
+    float* v = k + kv_size;
+    kernels::cpu::ApplyRope(q, t, c.num_heads, c.head_dim, qkv_stride, cos_sin_.data());
+    kernels::cpu::ApplyRope(k, t, c.num_kv_heads, c.head_dim, qkv_stride, cos_sin_.data());
+    kernels::cpu::WriteKv(kv.layout, data, scales, k, v, qkv_stride, b.slot_mapping.data(), t);
+    kernels::cpu::PagedAttention(kv.layout, data, scales, seqs, q, qkv_stride, c.num_heads, scale, attn_.data(),
+                                 q_size, want_mass ? lse_.data() : nullptr, attn_workspace_.data(),
+                                 attn_workspace_.size());
+    if (want_mass) {
+      float* mass = observers->attention_mass.data() +
+                    static_cast<int64_t>(layer) * b.num_seqs() * c.num_kv_heads * observers->mass_stride;
+      kernels::cpu::AttentionMass(kv.layout, data, scales, seqs, q, qkv_stride, c.num_heads, scale, lse_.data(),
+                                  mass, observers->mass_stride, attn_workspace_.data(), attn_workspace_.size());
+    }
+    kernels::cpu::Linear(attn_.data(), q_size, w.o, w.o_bias, x_.data(), d, t, q_size, d, true);
+
+    kernels::cpu::RmsNorm(x_.data(), d, w.post_norm, h_.data(), d, t, d, c.rms_norm_eps);
+    kernels::cpu::Linear(h_.data(), d, w.gate_up, nullptr, gate_up_.data(), 2 * inter, t, d, 2 * inter, false);
+    kernels::cpu::SiluMul(gate_up_.data(), t, inter, act_.data());
+    kernels::cpu::Linear(act_.data(), inter, w.down, nullptr, x_.data(), d, t, inter, d, true);
+  }
+
+  // Only the requested rows go through the final norm and the (large) vocabulary projection.
+  const int64_t rows = static_cast<int64_t>(b.logits_rows.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(h_.data() + r * d, x_.data() + static_cast<int64_t>(b.logits_rows[r]) * d, d * sizeof(float));
+  }
+  kernels::cpu::RmsNorm(h_.data(), d, weights_.final_norm(), h_.data(), d, rows, d, c.rms_norm_eps);
+  kernels::cpu::Linear(h_.data(), d, weights_.lm_head(), nullptr, logits.data(), c.vocab_size, rows, d,
+                       c.vocab_size, false);
+  return absl::OkStatus();
+}
+
+}  // namespace kvserve::model

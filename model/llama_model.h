@@ -1,0 +1,82 @@
+// The Llama-family forward pass on the CPU (fp32 compute), over a mixed batch of prefill
+// chunks and decode tokens reading and writing a paged KV cache (see forward_batch.h).
+//
+//   x = embed[token_ids]                                        [T][D]
+//   per layer:  h   = rmsnorm(x)
+//               qkv = h · Wqkvᵀ (+ b)                           [T][(H + 2 Hkv) hd]
+//               q, k = rope(q, k, positions)
+//               cache[slot_mapping] = k, v
+//               a   = paged_attention(q, cache, block tables)   [T][H hd]
+//               x  += a · Woᵀ (+ b)
+//               x  += silu_mul(rmsnorm(x) · Wgate_upᵀ) · Wdownᵀ
+//   logits = rmsnorm(x[logits_rows]) · lm_headᵀ                 [R][V]
+//
+// Threads: the OpenMP team size is fixed at construction (ModelOptions::threads; 0: all
+// cores) and applied on whichever thread calls Forward; OpenBLAS runs single-threaded
+// inside that team. Scratch is sized once for max_tokens_per_step rows, so a step does
+// not allocate. Not thread-safe: one engine thread owns a model.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "base/logger.h"
+#include "cache/kv_layout.h"
+#include "model/forward_batch.h"
+#include "model/llama_weights.h"
+#include "model/model_config.h"
+
+namespace kvserve::model {
+
+struct ModelOptions {
+  int threads = 0;                 // 0: all cores
+  int max_tokens_per_step = 2048;  // rows per Forward; sizes the scratch buffers
+  base::Logger logger;
+};
+
+class LlamaModel {
+ public:
+  // Reads <dir>/config.json and the safetensors checkpoint in <dir>.
+  static absl::StatusOr<std::unique_ptr<LlamaModel>> Load(const std::string& model_dir,
+                                                          const ModelOptions& options);
+  static absl::StatusOr<std::unique_ptr<LlamaModel>> Create(ModelConfig config,
+                                                            LlamaWeights weights,
+                                                            const ModelOptions& options);
+
+  const ModelConfig& config() const { return config_; }
+  const LlamaWeights& weights() const { return weights_; }
+  // RoPE inverse frequencies after scaling, [head_dim / 2].
+  std::span<const float> rope_inv_freq() const { return inv_freq_; }
+  int threads() const { return threads_; }
+  int max_tokens_per_step() const { return max_tokens_; }
+  // The KV layout this model needs for a given block size and KV dtype.
+  cache::KvLayout KvLayoutFor(int block_size, config::KvDtype dtype) const;
+
+  // Runs one step. Writes the K/V of every row with slot_mapping >= 0 into `kv` and the
+  // logits of batch.logits_rows (in that order) into `logits` ([R][vocab], R =
+  // logits_rows.size()). The batch is validated first (sizes, ranges, block ids); a bad
+  // batch is an InvalidArgument naming the field and leaves the cache untouched.
+  absl::Status Forward(const ForwardBatch& batch, const KvCacheView& kv, std::span<float> logits,
+                       const ForwardObservers* observers = nullptr);
+
+ private:
+  LlamaModel(ModelConfig config, LlamaWeights weights, const ModelOptions& options);
+  absl::Status Validate(const ForwardBatch& batch, const KvCacheView& kv, std::span<float> logits,
+                        const ForwardObservers* observers) const;
+
+  ModelConfig config_;
+  LlamaWeights weights_;
+  std::vector<float> inv_freq_;
+  int threads_;
+  int max_tokens_;
+  base::Logger logger_;
+
+  // Scratch, [max_tokens_][...] each (see Forward for the roles).
+  std::vector<float> x_, h_, qkv_, attn_, gate_up_, act_, cos_sin_, lse_, attn_workspace_;
+};
+
+}  // namespace kvserve::model

@@ -1,0 +1,116 @@
+#include "model/llama_weights.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "base/check.h"
+
+namespace kvserve::model {
+namespace {
+
+constexpr size_t kAlignFloats = 16;  // 64 bytes
+size_t Align(size_t n) { return (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats; }
+
+// Offsets (in floats) of one layer's pieces inside storage_.
+struct LayerOffsets {
+  size_t input_norm, qkv, qkv_bias, o, o_bias, post_norm, gate_up, down;
+};
+
+// Loads named tensors into consecutive rows of one destination matrix.
+class Loader {
+ public:
+  Loader(const SafetensorsCheckpoint& ckpt, std::vector<float>& storage) : ckpt_(ckpt), storage_(storage) {}
+
+  // Copies tensor `name` of shape `shape` to storage_[offset...].
+  absl::Status Load(const std::string& name, std::vector<int64_t> shape, size_t offset) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return ckpt_.LoadF32(name, shape, std::span<float>(storage_.data() + offset, static_cast<size_t>(n)));
+  }
+
+ private:
+  const SafetensorsCheckpoint& ckpt_;
+  std::vector<float>& storage_;
+};
+
+}  // namespace
+
+absl::StatusOr<LlamaWeights> LlamaWeights::Load(const ModelConfig& c, const SafetensorsCheckpoint& ckpt) {
+  const int64_t d = c.hidden_size;
+  const int64_t q = c.q_size();
+  const int64_t kv = c.kv_size();
+  const int64_t inter = c.intermediate_size;
+  const int64_t vocab = c.vocab_size;
+  const int64_t qkv_rows = q + 2 * kv;
+
+  // Plan the single allocation.
+  size_t cursor = 0;
+  auto take = [&](int64_t floats) {
+    const size_t at = cursor;
+    cursor += Align(static_cast<size_t>(floats));
+    return at;
+  };
+  const size_t embed_off = take(vocab * d);
+  const size_t norm_off = take(d);
+  const size_t lm_head_off = c.tie_word_embeddings ? embed_off : take(vocab * d);
+  std::vector<LayerOffsets> offs(static_cast<size_t>(c.num_layers));
+  for (auto& o : offs) {
+    o.input_norm = take(d);
+    o.qkv = take(qkv_rows * d);
+    o.qkv_bias = c.qkv_bias ? take(qkv_rows) : 0;
+    o.o = take(d * q);
+    o.o_bias = c.o_bias ? take(d) : 0;
+    o.post_norm = take(d);
+    o.gate_up = take(2 * inter * d);
+    o.down = take(d * inter);
+  }
+
+  LlamaWeights w;
+  w.storage_.assign(cursor, 0.0f);
+  Loader l(ckpt, w.storage_);
+  KVS_RETURN_IF_ERROR(l.Load("model.embed_tokens.weight", {vocab, d}, embed_off));
+  KVS_RETURN_IF_ERROR(l.Load("model.norm.weight", {d}, norm_off));
+  if (!c.tie_word_embeddings) KVS_RETURN_IF_ERROR(l.Load("lm_head.weight", {vocab, d}, lm_head_off));
+
+  for (int i = 0; i < c.num_layers; ++i) {
+    const LayerOffsets& o = offs[static_cast<size_t>(i)];
+    const std::string p = absl::StrCat("model.layers.", i, ".");
+    KVS_RETURN_IF_ERROR(l.Load(p + "input_layernorm.weight", {d}, o.input_norm));
+    KVS_RETURN_IF_ERROR(l.Load(p + "self_attn.q_proj.weight", {q, d}, o.qkv));
+    KVS_RETURN_IF_ERROR(l.Load(p + "self_attn.k_proj.weight", {kv, d}, o.qkv + q * d));
+    KVS_RETURN_IF_ERROR(l.Load(p + "self_attn.v_proj.weight", {kv, d}, o.qkv + (q + kv) * d));
+    if (c.qkv_bias) {
+      KVS_RETURN_IF_ERROR(l.Load(p + "self_attn.q_proj.bias", {q}, o.qkv_bias));
+      KVS_RETURN_IF_ERROR(l.Load(p + "self_attn.k_proj.bias", {kv}, o.qkv_bias + q));
+      KVS_RETURN_IF_ERROR(l.Load(p + "self_attn.v_proj.bias", {kv}, o.qkv_bias + q + kv));
+    }
+    KVS_RETURN_IF_ERROR(l.Load(p + "self_attn.o_proj.weight", {d, q}, o.o));
+    if (c.o_bias) KVS_RETURN_IF_ERROR(l.Load(p + "self_attn.o_proj.bias", {d}, o.o_bias));
+    KVS_RETURN_IF_ERROR(l.Load(p + "post_attention_layernorm.weight", {d}, o.post_norm));
+    KVS_RETURN_IF_ERROR(l.Load(p + "mlp.gate_proj.weight", {inter, d}, o.gate_up));
+    KVS_RETURN_IF_ERROR(l.Load(p + "mlp.up_proj.weight", {inter, d}, o.gate_up + inter * d));
+    KVS_RETURN_IF_ERROR(l.Load(p + "mlp.down_proj.weight", {d, inter}, o.down));
+  }
+
+  const float* base = w.storage_.data();
+  w.embed_ = base + embed_off;
+  w.final_norm_ = base + norm_off;
+  w.lm_head_ = base + lm_head_off;
+  for (const auto& o : offs) {
+    LayerWeights lw;
+    lw.input_norm = base + o.input_norm;
+    lw.qkv = base + o.qkv;
+    lw.qkv_bias = c.qkv_bias ? base + o.qkv_bias : nullptr;
+    lw.o = base + o.o;
+    lw.o_bias = c.o_bias ? base + o.o_bias : nullptr;
+    lw.post_norm = base + o.post_norm;
+    lw.gate_up = base + o.gate_up;
+    lw.down = base + o.down;
+    w.layers_.push_back(lw);
+  }
+  w.streamed_bytes_ = static_cast<size_t>(c.num_parameters() - (c.tie_word_embeddings ? 0 : vocab * d)) *
+                      sizeof(float);
+  return w;
+}
+
+}  // namespace kvserve::model

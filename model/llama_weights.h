@@ -1,0 +1,70 @@
+// fp32 weights of a Llama-family model, laid out for the CPU forward pass. Everything lives
+// in one allocation; projections that read the same input are stacked at load time so one
+// GEMM computes them together:
+//
+//   storage_: [embed][final_norm][lm_head?][layer 0][layer 1] ...     (64-byte aligned pieces)
+//   layer:    input_norm [D]
+//             qkv        [(H + 2*Hkv) * hd][D]   rows: q_proj | k_proj | v_proj
+//             qkv_bias   [(H + 2*Hkv) * hd]      (Qwen2, Llama attention_bias)
+//             o          [D][H * hd]
+//             o_bias     [D]                     (Llama attention_bias)
+//             post_norm  [D]
+//             gate_up    [2 * I][D]              rows: gate_proj | up_proj
+//             down       [D][I]
+//
+// With tied embeddings lm_head points at embed. Loading checks that every expected tensor
+// is present with the expected shape; extra tensors (rotary caches and the like) are ignored.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/model_config.h"
+#include "model/safetensors.h"
+
+namespace kvserve::model {
+
+struct LayerWeights {
+  const float* input_norm = nullptr;
+  const float* qkv = nullptr;
+  const float* qkv_bias = nullptr;  // null when the model has none
+  const float* o = nullptr;
+  const float* o_bias = nullptr;    // null when the model has none
+  const float* post_norm = nullptr;
+  const float* gate_up = nullptr;
+  const float* down = nullptr;
+};
+
+class LlamaWeights {
+ public:
+  static absl::StatusOr<LlamaWeights> Load(const ModelConfig& config,
+                                           const SafetensorsCheckpoint& checkpoint);
+
+  LlamaWeights(LlamaWeights&&) = default;
+  LlamaWeights& operator=(LlamaWeights&&) = default;
+  LlamaWeights(const LlamaWeights&) = delete;
+  LlamaWeights& operator=(const LlamaWeights&) = delete;
+
+  const float* embed() const { return embed_; }            // [V][D]
+  const float* final_norm() const { return final_norm_; }  // [D]
+  const float* lm_head() const { return lm_head_; }        // [V][D]
+  const LayerWeights& layer(int i) const { return layers_[static_cast<size_t>(i)]; }
+  int num_layers() const { return static_cast<int>(layers_.size()); }
+  // Bytes a forward step streams per token at batch 1: every weight except the embedding
+  // table (only one row of it is read), including lm_head even when tied.
+  size_t streamed_bytes() const { return streamed_bytes_; }
+  size_t total_bytes() const { return storage_.size() * sizeof(float); }
+
+ private:
+  LlamaWeights() = default;
+  std::vector<float> storage_;
+  const float* embed_ = nullptr;
+  const float* final_norm_ = nullptr;
+  const float* lm_head_ = nullptr;
+  std::vector<LayerWeights> layers_;
+  size_t streamed_bytes_ = 0;
+};
+
+}  // namespace kvserve::model

@@ -1,0 +1,196 @@
+#include "model/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "base/check.h"
+
+namespace kvserve::model {
+namespace {
+
+uint64_t SplitMix64(uint64_t& x) {
+  uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+absl::Status FieldError(absl::string_view field, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+}
+
+}  // namespace
+
+absl::Status SamplingParams::Validate(int vocab_size) const {
+  if (!std::isfinite(temperature) || temperature < 0.0f) return FieldError("temperature", "must be >= 0");
+  if (top_k < -1) return FieldError("top_k", "must be -1, 0 (disabled) or a positive count");
+  if (!(top_p > 0.0f && top_p <= 1.0f)) return FieldError("top_p", "must be in (0, 1]");
+  if (!(min_p >= 0.0f && min_p <= 1.0f)) return FieldError("min_p", "must be in [0, 1]");
+  if (!(repetition_penalty > 0.0f) || !std::isfinite(repetition_penalty)) {
+    return FieldError("repetition_penalty", "must be > 0");
+  }
+  if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) return FieldError("presence_penalty", "must be in [-2, 2]");
+  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) {
+    return FieldError("frequency_penalty", "must be in [-2, 2]");
+  }
+  for (int32_t id : stop_token_ids) {
+    if (id < 0 || id >= vocab_size) return FieldError("stop_token_ids", absl::StrCat(id, " is not a token id"));
+  }
+  if (logprobs && (*logprobs < 0 || *logprobs > vocab_size)) {
+    return FieldError("logprobs", absl::StrCat("must be in [0, ", vocab_size, "]"));
+  }
+  return absl::OkStatus();
+}
+
+SamplerRng::SamplerRng(uint64_t seed, uint64_t stream) {
+  uint64_t x = seed ^ (stream * 0xd1342543de82ef95ull);
+  for (uint64_t& s : s_) s = SplitMix64(x);
+}
+
+uint64_t SamplerRng::Next() {
+  const uint64_t result = Rotl(s_[1] * 5, 7) * 9;
+  const uint64_t t = s_[1] << 17;
+  s_[2] ^= s_[0];
+  s_[3] ^= s_[1];
+  s_[1] ^= s_[2];
+  s_[0] ^= s_[3];
+  s_[2] ^= t;
+  s_[3] = Rotl(s_[3], 45);
+  return result;
+}
+
+double SamplerRng::Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
+
+Sampler::Sampler(int vocab_size)
+    : vocab_(vocab_size),
+      work_(static_cast<size_t>(vocab_size)),
+      order_(static_cast<size_t>(vocab_size)),
+      counts_(static_cast<size_t>(vocab_size), 0),
+      seen_(static_cast<size_t>(vocab_size), 0),
+      probs_(static_cast<size_t>(vocab_size)) {}
+
+void Sampler::ApplyPenalties(const SamplingParams& p, std::span<const int32_t> prompt,
+                             std::span<const int32_t> output) {
+  const bool repetition = p.repetition_penalty != 1.0f;
+  const bool additive = p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+  if (!repetition && !additive) return;
+  // counts_ / seen_ are all-zero between calls; only touched entries are reset at the end.
+  for (int32_t t : output) ++counts_[static_cast<size_t>(t)];
+  if (repetition) {
+    auto penalise = [&](int32_t t) {
+      if (seen_[static_cast<size_t>(t)]) return;
+      seen_[static_cast<size_t>(t)] = 1;
+      float& l = work_[static_cast<size_t>(t)];
+      l = l > 0.0f ? l / p.repetition_penalty : l * p.repetition_penalty;
+    };
+    for (int32_t t : prompt) penalise(t);
+    for (int32_t t : output) penalise(t);
+  }
+  if (additive) {
+    for (int32_t t : output) {
+      int32_t& c = counts_[static_cast<size_t>(t)];
+      if (c == 0) continue;  // already applied for this token
+      work_[static_cast<size_t>(t)] -= p.frequency_penalty * static_cast<float>(c) + p.presence_penalty;
+      c = 0;
+    }
+  }
+  for (int32_t t : output) counts_[static_cast<size_t>(t)] = 0;
+  for (int32_t t : prompt) seen_[static_cast<size_t>(t)] = 0;
+  for (int32_t t : output) seen_[static_cast<size_t>(t)] = 0;
+}
+
+int32_t Sampler::SampleFiltered(const SamplingParams& p, SamplerRng& rng) {
+  const float inv_t = 1.0f / p.temperature;
+  float max_logit = -std::numeric_limits<float>::infinity();
+  for (int i = 0; i < vocab_; ++i) {
+    work_[static_cast<size_t>(i)] *= inv_t;
+    max_logit = std::max(max_logit, work_[static_cast<size_t>(i)]);
+  }
+  // min_p: p_i >= min_p * p_max  <=>  l_i >= l_max + log(min_p).
+  const float floor = p.min_p > 0.0f ? max_logit + std::log(p.min_p) : -std::numeric_limits<float>::infinity();
+  size_t n = 0;
+  for (int i = 0; i < vocab_; ++i) {
+    if (work_[static_cast<size_t>(i)] >= floor) order_[n++] = i;
+  }
+  auto better = [this](int32_t a, int32_t b) {
+    const float la = work_[static_cast<size_t>(a)];
+    const float lb = work_[static_cast<size_t>(b)];
+    return la != lb ? la > lb : a < b;
+  };
+  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < n) {
+    std::nth_element(order_.begin(), order_.begin() + p.top_k, order_.begin() + static_cast<ptrdiff_t>(n), better);
+    n = static_cast<size_t>(p.top_k);
+  }
+  if (p.top_p < 1.0f) std::sort(order_.begin(), order_.begin() + static_cast<ptrdiff_t>(n), better);
+
+  double total = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    probs_[i] = std::exp(static_cast<double>(work_[static_cast<size_t>(order_[i])]) - max_logit);
+    total += probs_[i];
+  }
+  if (p.top_p < 1.0f) {
+    // Smallest prefix (best first) holding top_p of the mass; always at least one token.
+    double mass = 0.0;
+    size_t keep = 0;
+    while (keep < n) {
+      mass += probs_[keep++];
+      if (mass >= static_cast<double>(p.top_p) * total) break;
+    }
+    n = keep;
+    total = mass;
+  }
+  if (!(total > 0.0) || !std::isfinite(total)) return order_[0];
+  const double u = rng.Uniform() * total;
+  double acc = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    acc += probs_[i];
+    if (u < acc) return order_[i];
+  }
+  return order_[n - 1];  // rounding: u landed on the very top of the range
+}
+
+SampleResult Sampler::Sample(std::span<const float> logits, const SamplingParams& p,
+                             std::span<const int32_t> prompt, std::span<const int32_t> output,
+                             SamplerRng& rng) {
+  KVS_CHECK(static_cast<int>(logits.size()) == vocab_, "logits row of ", logits.size(), " for vocab ", vocab_);
+  SampleResult r;
+  std::copy(logits.begin(), logits.end(), work_.begin());
+  ApplyPenalties(p, prompt, output);
+  if (p.greedy()) {
+    r.token = static_cast<int32_t>(std::max_element(work_.begin(), work_.end()) - work_.begin());
+  } else {
+    r.token = SampleFiltered(p, rng);
+  }
+  r.is_stop = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), r.token) != p.stop_token_ids.end();
+
+  if (p.logprobs) {
+    // Log-softmax of the raw row (before penalties and temperature), as vLLM reports by default.
+    const float max_logit = *std::max_element(logits.begin(), logits.end());
+    double sum = 0.0;
+    for (float l : logits) sum += std::exp(static_cast<double>(l) - max_logit);
+    const double lse = max_logit + std::log(sum);
+    r.logprob = static_cast<float>(logits[static_cast<size_t>(r.token)] - lse);
+    const int top = *p.logprobs;
+    if (top > 0) {
+      for (int i = 0; i < vocab_; ++i) order_[static_cast<size_t>(i)] = i;
+      auto better = [&](int32_t a, int32_t b) {
+        return logits[static_cast<size_t>(a)] != logits[static_cast<size_t>(b)]
+                   ? logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)]
+                   : a < b;
+      };
+      std::partial_sort(order_.begin(), order_.begin() + top, order_.end(), better);
+      r.top_logprobs.reserve(static_cast<size_t>(top));
+      for (int i = 0; i < top; ++i) {
+        const int32_t id = order_[static_cast<size_t>(i)];
+        r.top_logprobs.push_back({id, static_cast<float>(logits[static_cast<size_t>(id)] - lse)});
+      }
+    }
+  }
+  return r;
+}
+
+}  // namespace kvserve::model

@@ -1,0 +1,95 @@
+// Token sampling from one row of logits, per-sequence parameters, deterministic per seed.
+//
+//   raw logits ──► logprobs (log_softmax of the raw row: what `logprobs` reports)
+//        │
+//        ▼ penalties: repetition (prompt ∪ output; divides positive logits, multiplies
+//        │            negative ones), presence and frequency (output tokens only)
+//        ├── temperature == 0 ──► argmax (lowest id on ties)
+//        ▼ / temperature
+//        ▼ min_p: drop tokens with p < min_p * p_max
+//        ▼ top_k: keep the k largest (ties broken by lower id)
+//        ▼ top_p: keep the smallest prefix of the sorted tokens whose mass reaches top_p
+//        ▼ renormalise, draw u ~ U[0,1) from the sequence's SamplerRng
+//
+// The order follows vLLM. Same seed, same logits, same history -> same token, whatever the
+// batch or thread count. A Sampler owns vocab-sized scratch (no allocation per call unless
+// top-N logprobs are requested); it is not thread-safe, use one per thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace kvserve::model {
+
+struct SamplingParams {
+  float temperature = 1.0f;          // 0: greedy
+  int top_k = 0;                     // 0 or -1: disabled
+  float top_p = 1.0f;                // (0, 1]
+  float min_p = 0.0f;                // [0, 1]
+  std::optional<uint64_t> seed;      // none: the engine derives one
+  float repetition_penalty = 1.0f;   // > 0; 1: disabled
+  float presence_penalty = 0.0f;     // [-2, 2]
+  float frequency_penalty = 0.0f;    // [-2, 2]
+  std::vector<int32_t> stop_token_ids;
+  // none: no logprobs; 0: the sampled token's only; N: also the N most likely tokens.
+  std::optional<int> logprobs;
+
+  bool greedy() const { return temperature == 0.0f; }
+  // Range checks; errors name the field.
+  absl::Status Validate(int vocab_size) const;
+};
+
+// xoshiro256** seeded through splitmix64: small, fast, and reproducible across platforms
+// (std:: distributions are not). One per sequence.
+class SamplerRng {
+ public:
+  // `stream` separates the samples of one request (n > 1) sharing a seed.
+  explicit SamplerRng(uint64_t seed, uint64_t stream = 0);
+  uint64_t Next();
+  double Uniform();  // [0, 1), 53 random bits
+
+ private:
+  uint64_t s_[4];
+};
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+};
+
+struct SampleResult {
+  int32_t token = 0;
+  float logprob = 0.0f;    // of `token` under the raw model distribution (if requested)
+  bool is_stop = false;    // token is one of stop_token_ids
+  std::vector<TokenLogprob> top_logprobs;  // *params.logprobs entries, best first
+};
+
+class Sampler {
+ public:
+  explicit Sampler(int vocab_size);
+
+  // logits: [vocab] raw row. prompt / output: the sequence's tokens so far (penalties).
+  SampleResult Sample(std::span<const float> logits, const SamplingParams& params,
+                      std::span<const int32_t> prompt, std::span<const int32_t> output,
+                      SamplerRng& rng);
+
+  int vocab_size() const { return vocab_; }
+
+ private:
+  void ApplyPenalties(const SamplingParams& p, std::span<const int32_t> prompt,
+                      std::span<const int32_t> output);
+  int32_t SampleFiltered(const SamplingParams& p, SamplerRng& rng);
+
+  int vocab_;
+  std::vector<float> work_;       // [vocab] processed logits
+  std::vector<int32_t> order_;    // [vocab] candidate ids
+  std::vector<int32_t> counts_;   // [vocab] output-token counts, zero between calls
+  std::vector<uint8_t> seen_;     // [vocab] prompt ∪ output marks, zero between calls
+  std::vector<double> probs_;     // [vocab]
+};
+
+}  // namespace kvserve::model

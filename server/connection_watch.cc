@@ -1,0 +1,111 @@
+#include "server/connection_watch.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <string>
+
+#include "base/check.h"
+
+namespace kvserve::server {
+namespace {
+
+// Port and numeric address of a socket address (IPv4, IPv6, v4-mapped IPv6).
+bool Describe(const sockaddr_storage& ss, int* port, std::string* addr) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (ss.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&ss);
+    *port = ntohs(in->sin_port);
+    if (addr != nullptr && inet_ntop(AF_INET, &in->sin_addr, buf, sizeof buf) != nullptr) *addr = buf;
+    return true;
+  }
+  if (ss.ss_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&ss);
+    *port = ntohs(in6->sin6_port);
+    if (addr != nullptr && inet_ntop(AF_INET6, &in6->sin6_addr, buf, sizeof buf) != nullptr) *addr = buf;
+    return true;
+  }
+  return false;
+}
+
+bool SameAddress(std::string_view a, std::string_view b) {
+  if (a == b) return true;
+  constexpr std::string_view kMapped = "::ffff:";  // "::ffff:127.0.0.1" is 127.0.0.1
+  if (a.starts_with(kMapped)) a.remove_prefix(kMapped.size());
+  if (b.starts_with(kMapped)) b.remove_prefix(kMapped.size());
+  return a == b;
+}
+
+}  // namespace
+
+std::optional<int> FindConnectionSocket(std::string_view peer_addr, int peer_port, int local_port) {
+  if (peer_port <= 0 || local_port <= 0) return std::nullopt;
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return std::nullopt;
+  std::optional<int> found;
+  while (dirent* entry = readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0' || fd == dirfd(dir)) continue;
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    int port = 0;
+    // getsockname fails (ENOTSOCK) on everything that is not a socket.
+    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&ss), &len) != 0 ||
+        !Describe(ss, &port, nullptr) || port != local_port) {
+      continue;
+    }
+    len = sizeof ss;
+    std::string addr;
+    if (getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&ss), &len) != 0 ||
+        !Describe(ss, &port, &addr) || port != peer_port || !SameAddress(addr, peer_addr)) {
+      continue;
+    }
+    found = static_cast<int>(fd);
+    break;
+  }
+  closedir(dir);
+  return found;
+}
+
+ConnectionWaiter::ConnectionWaiter(std::optional<int> socket_fd) : socket_fd_(socket_fd) {
+  event_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  KVS_CHECK(event_fd_ >= 0, "eventfd failed, errno ", errno);
+}
+
+ConnectionWaiter::~ConnectionWaiter() { close(event_fd_); }
+
+void ConnectionWaiter::Notify() {
+  const uint64_t one = 1;
+  // EAGAIN means the counter is saturated: a wake-up is pending anyway.
+  [[maybe_unused]] ssize_t n = write(event_fd_, &one, sizeof one);
+}
+
+ConnectionWaiter::Wake ConnectionWaiter::Wait(std::chrono::milliseconds timeout) {
+  pollfd fds[2];
+  fds[0] = pollfd{event_fd_, POLLIN, 0};
+  nfds_t n = 1;
+  if (socket_fd_) {
+    // Only the hang-up: data the client sends (a pipelined request) must not wake us.
+    fds[1] = pollfd{*socket_fd_, POLLRDHUP, 0};
+    n = 2;
+  }
+  int r;
+  do {
+    r = poll(fds, n, static_cast<int>(timeout.count()));
+  } while (r < 0 && errno == EINTR);
+  if (r <= 0) return Wake::kTimeout;
+  if (n == 2 && (fds[1].revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) return Wake::kPeerClosed;
+  uint64_t count;
+  [[maybe_unused]] ssize_t got = read(event_fd_, &count, sizeof count);
+  return Wake::kNotified;
+}
+
+}  // namespace kvserve::server

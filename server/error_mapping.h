@@ -1,0 +1,44 @@
+// The one place where an absl::Status becomes an HTTP status + OpenAI error object or a
+// gRPC status code. Everything below the front ends reports errors as absl::Status; a
+// field error carries the offending field (OpenAI's `param`) as a payload and as the
+// message prefix ("max_tokens: must be >= 1"), so the gRPC message names it too.
+//
+//   absl code            HTTP  OpenAI type                gRPC
+//   InvalidArgument      400   invalid_request_error      INVALID_ARGUMENT
+//   OutOfRange           400   invalid_request_error      OUT_OF_RANGE
+//   Unauthenticated      401   authentication_error       UNAUTHENTICATED
+//   PermissionDenied     403   permission_error           PERMISSION_DENIED
+//   NotFound             404   not_found_error            NOT_FOUND
+//   ResourceExhausted    429   rate_limit_error           RESOURCE_EXHAUSTED
+//   Unavailable          503   service_unavailable_error  UNAVAILABLE
+//   Cancelled            499   cancelled                  CANCELLED
+//   anything else        500   server_error               (same code)
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+
+namespace kvserve::server {
+
+// InvalidArgument naming `field` (dotted path such as "kv_compression.budget").
+absl::Status FieldError(std::string_view field, std::string_view message);
+// The field a status names: its payload, else a "field: ..." message prefix; "" if none.
+std::string ErrorParam(const absl::Status& status);
+
+struct HttpError {
+  int status = 500;
+  std::string type;     // OpenAI error type
+  std::string message;
+  std::string param;    // empty: JSON null
+};
+
+HttpError ToHttpError(const absl::Status& status);
+// For errors produced by the HTTP layer itself (unknown route, body too large).
+HttpError MakeHttpError(int http_status, std::string message, std::string param = {});
+
+// Numeric grpc::StatusCode for `status` (absl codes share gRPC's numbering).
+int ToGrpcCode(const absl::Status& status);
+
+}  // namespace kvserve::server

@@ -1,0 +1,110 @@
+#include "server/frontend.h"
+
+#include "absl/strings/str_cat.h"
+#include "base/absl_compat.h"
+#include "base/check.h"
+#include "server/error_mapping.h"
+
+namespace kvserve::server {
+
+Frontend::Frontend(engine::EngineClient& engine, const TextCodec& codec, Authenticator auth,
+                   FrontendOptions options, base::Logger logger)
+    : engine_(engine),
+      codec_(codec),
+      auth_(std::move(auth)),
+      options_(std::move(options)),
+      logger_(std::move(logger)),
+      ids_(options_.id_seed) {}
+
+absl::StatusOr<const config::TenantConfig*> Frontend::Authenticate(
+    std::string_view authorization) const {
+  return auth_.Authenticate(authorization);
+}
+
+absl::Status Frontend::CheckAccepting() const {
+  if (draining()) return absl::UnavailableError("the server is shutting down; not accepting new requests");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Generation>> Frontend::Generate(const GenerationRequest& request,
+                                                               const config::TenantConfig* tenant) {
+  KVS_RETURN_IF_ERROR(CheckAccepting());
+  const std::string tenant_name = tenant == nullptr ? std::string() : tenant->name;
+  std::string id = request.caller_request_id;
+  if (id.empty()) id = ids_.Next(request.kind == RequestKind::kChat ? "chatcmpl-" : "cmpl-");
+
+  KVS_ASSIGN_OR_RETURN(
+      std::vector<PreparedPrompt> prepared,
+      BuildRequests(request, tenant, codec_, {options_.model_name, options_.max_model_len}, id));
+
+  std::optional<RequestRegistry::Registration> registration = registry_.Add(id, tenant_name);
+  if (!registration) return FieldError("request_id", absl::StrCat("'", id, "' is already in use"));
+
+  std::vector<std::unique_ptr<StreamConsumer>> parts;
+  const bool logprobs = request.return_logprobs;
+  for (size_t i = 0; i < prepared.size(); ++i) {
+    PreparedPrompt& p = prepared[i];
+    StreamConsumer::Options opts;
+    opts.engine_request_id = p.spec.request_id;
+    opts.n = p.spec.n;
+    opts.first_choice_index = static_cast<int>(i) * p.spec.n;
+    opts.stop = request.stop;
+    opts.logprobs = logprobs;
+    opts.top_logprobs = request.sampling.logprobs;
+    opts.skip_special_tokens = request.skip_special_tokens;
+    opts.echo_text = std::move(p.echo_text);
+    opts.prompt_ids = p.spec.prompt_tokens;
+    opts.at_text_start = request.kind == RequestKind::kChat;
+    auto stream = engine_.Submit(std::move(p.spec));
+    if (!stream.ok()) {
+      for (auto& part : parts) part->Abort();
+      logger_.req_info(id, "rejected: %s", stream.status().ToString());
+      return stream.status();
+    }
+    parts.push_back(std::make_unique<StreamConsumer>(codec_, engine_, std::move(*stream), std::move(opts)));
+  }
+  if (logger_.enabled(base::LogLevel::kDebug)) {
+    logger_.log(base::LogLevel::kDebug, id,
+                absl::StrCat("accepted tenant=", tenant_name.empty() ? "-" : tenant_name,
+                             " prompts=", parts.size(), " n=", request.n));
+  }
+  const int num_choices = static_cast<int>(parts.size() * request.n);
+  return std::make_unique<Generation>(std::move(id), num_choices, std::move(parts), engine_,
+                                      std::move(*registration));
+}
+
+absl::StatusOr<TokenizeResult> Frontend::Tokenize(const TokenizeRequest& request) const {
+  KVS_RETURN_IF_ERROR(CheckAccepting());
+  KVS_RETURN_IF_ERROR(CheckModel(request.model, options_.model_name));
+  TokenizeResult result;
+  if (request.use_messages) {
+    if (request.messages.empty()) return FieldError("messages", "must contain at least one message");
+    KVS_ASSIGN_OR_RETURN(result.tokens,
+                         codec_.EncodeChat(request.messages, request.add_generation_prompt));
+  } else {
+    KVS_ASSIGN_OR_RETURN(result.tokens, codec_.Encode(request.prompt, request.add_special_tokens));
+  }
+  if (request.return_token_strs) {
+    for (int32_t id : result.tokens) result.token_strs.push_back(codec_.TokenText(id));
+  }
+  result.max_model_len = options_.max_model_len;
+  return result;
+}
+
+absl::StatusOr<std::string> Frontend::Detokenize(const DetokenizeRequest& request) const {
+  KVS_RETURN_IF_ERROR(CheckAccepting());
+  KVS_RETURN_IF_ERROR(CheckModel(request.model, options_.model_name));
+  for (int32_t id : request.tokens) {
+    if (id < 0 || id >= codec_.vocab_size()) {
+      return FieldError("tokens", absl::StrCat("token id ", id, " is outside the vocabulary [0, ",
+                                               codec_.vocab_size(), ")"));
+    }
+  }
+  return codec_.Decode(request.tokens, /*skip_special_tokens=*/false);
+}
+
+bool Frontend::Abort(std::string_view request_id, const config::TenantConfig* tenant) {
+  return registry_.Abort(request_id, tenant == nullptr ? std::string_view() : std::string_view(tenant->name));
+}
+
+}  // namespace kvserve::server

@@ -1,0 +1,61 @@
+// Generation: one client request in flight, i.e. one or more engine requests (a completion
+// with several prompts submits one per prompt) read through StreamConsumers, plus its
+// registry entry. Pull-style consumers (HTTP handlers) call Poll() with a short timeout;
+// push-style consumers (gRPC reactors) install a wake-up and call Poll(0).
+//
+//   engine thread: stream.push ──listener──► Signal { ++seq; cv.notify; wakeup() }
+//   consumer:      Poll(timeout): drain all parts; if nothing, wait on Signal, drain again
+//
+// The listeners hold the Signal by shared_ptr, so an engine that pushes after the
+// Generation is gone touches nothing freed. Destroying an unfinished Generation aborts its
+// engine requests (the client went away).
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "server/generation_output.h"
+#include "server/request_registry.h"
+#include "server/stream_consumer.h"
+
+namespace kvserve::server {
+
+class Generation {
+ public:
+  // `engine` (which outlives every generation) runs the parts' engine requests.
+  Generation(std::string id, int num_choices, std::vector<std::unique_ptr<StreamConsumer>> parts,
+             engine::EngineClient& engine, RequestRegistry::Registration registration);
+  ~Generation();
+  Generation(const Generation&) = delete;
+  Generation& operator=(const Generation&) = delete;
+
+  const std::string& id() const { return id_; }
+  int num_choices() const { return num_choices_; }
+
+  // Appends the deltas available now; if there are none, waits up to `timeout` for the
+  // engine and tries once more. Consumer thread only.
+  void Poll(std::chrono::milliseconds timeout, std::vector<ChoiceDelta>& out);
+  // Every part finished: all choices have their final delta and usage is complete.
+  bool done() const;
+  UsageSummary usage() const;  // summed over the parts
+
+  // Runs `fn` (on the engine's thread, under an internal lock: it must only schedule
+  // work, never call back into this Generation) whenever new output may be waiting.
+  // nullptr detaches; after SetWakeup returns, the previous function no longer runs.
+  void SetWakeup(std::function<void()> fn);
+  // Aborts every engine request still running. Thread-safe.
+  void Abort();
+
+ private:
+  struct Signal;
+  std::string id_;
+  int num_choices_;
+  std::vector<std::unique_ptr<StreamConsumer>> parts_;
+  std::shared_ptr<Signal> signal_;
+  RequestRegistry::Registration registration_;
+};
+
+}  // namespace kvserve::server

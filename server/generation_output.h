@@ -1,0 +1,73 @@
+// What a generation produces for the front ends, after detokenization and stop-string
+// handling: per-choice deltas while it runs, per-choice results once it is over, and the
+// request's usage. Value types, protocol-neutral (the OpenAI writer and the gRPC
+// converter both render these).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/request_types.h"
+
+namespace kvserve::server {
+
+struct TopLogprobEntry {
+  int32_t token_id = 0;
+  std::string token;   // TokenText(token_id); may be a partial UTF-8 sequence
+  float logprob = 0.0f;
+};
+
+struct LogprobEntry {
+  int32_t token_id = 0;
+  std::string token;
+  float logprob = 0.0f;
+  std::vector<TopLogprobEntry> top;
+};
+
+// New output of one choice. Choice index = prompt index * n + sample index.
+struct ChoiceDelta {
+  int index = 0;
+  std::string text;
+  std::vector<int32_t> token_ids;
+  std::vector<LogprobEntry> logprobs;        // parallel to token_ids when requested
+  std::optional<engine::FinishReason> finish;
+  std::optional<std::string> stop_string;    // the stop string that ended the choice
+  std::optional<int32_t> stop_token_id;      // the stop token id that ended it
+  std::string error;                         // with FinishReason::kError
+};
+
+struct ChoiceResult {
+  int index = 0;
+  std::string text;
+  std::vector<int32_t> token_ids;
+  std::vector<LogprobEntry> logprobs;
+  engine::FinishReason finish = engine::FinishReason::kStop;
+  std::optional<std::string> stop_string;
+  std::optional<int32_t> stop_token_id;
+  std::string error;
+};
+
+struct UsageSummary {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t cached_prompt_tokens = 0;
+  engine::CompressionSummary compression;
+  int64_t total_tokens() const { return prompt_tokens + completion_tokens; }
+};
+
+// Folds deltas into per-choice results (non-streaming responses, gRPC Complete).
+class ChoiceAccumulator {
+ public:
+  explicit ChoiceAccumulator(int num_choices);
+  void Add(ChoiceDelta delta);
+  const std::vector<ChoiceResult>& results() const { return results_; }
+  // The first choice that ended with an engine error, if any.
+  const ChoiceResult* first_error() const;
+
+ private:
+  std::vector<ChoiceResult> results_;
+};
+
+}  // namespace kvserve::server

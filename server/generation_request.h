@@ -1,0 +1,53 @@
+// GenerationRequest: a completion or chat request as both front ends understand it, after
+// the wire format (OpenAI JSON or kvserve.v1 proto) has been decoded and before it is
+// validated, tokenized and turned into engine::RequestSpec by request_builder.h. Having
+// one neutral shape is what keeps the HTTP and gRPC layers from re-implementing each
+// other: they only decode into it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/request_spec.h"
+#include "server/text_codec.h"
+
+namespace kvserve::server {
+
+// The engine's sampling knobs, whatever type RequestSpec carries them in.
+using SamplingParams = decltype(engine::RequestSpec::sampling);
+
+enum class RequestKind { kCompletion, kChat };
+
+// One completion prompt: text, or token ids given by the client.
+struct PromptInput {
+  std::string text;
+  std::vector<int32_t> token_ids;
+  bool is_token_ids = false;
+};
+
+struct GenerationRequest {
+  RequestKind kind = RequestKind::kCompletion;
+  std::string model;                    // empty: the served model
+  std::vector<PromptInput> prompts;     // completions: one engine request per prompt
+  std::vector<ChatMessage> messages;    // chat
+  std::optional<int64_t> max_tokens;    // none: 16 for completions, the rest of the context for chat
+  int64_t min_tokens = 0;
+  int64_t n = 1;
+  SamplingParams sampling;              // logprobs: top-N alternatives per token
+  bool return_logprobs = false;         // logprobs of the sampled tokens (with sampling.logprobs alternatives)
+  std::vector<std::string> stop;        // stop strings (matched on decoded text)
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  std::optional<int64_t> priority;      // none: the tenant's default
+  std::string cache_salt;
+  std::string caller_request_id;        // gRPC request_id / vLLM request_id; empty: generated
+  bool echo = false;                    // completions: prepend the prompt to the text
+  bool add_special_tokens = true;       // completions: BOS for text prompts
+  bool add_generation_prompt = true;    // chat
+  bool skip_special_tokens = true;
+  engine::CompressionRequest compression;
+};
+
+}  // namespace kvserve::server

@@ -1,0 +1,79 @@
+#include "server/grpc_server.h"
+
+#include <mutex>
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/impl/service_type.h>
+
+#include "absl/strings/str_cat.h"
+#include "server/grpc_service.h"
+#include "server/stream_pump.h"
+
+namespace kvserve::server {
+
+namespace {
+constexpr char kServiceName[] = "kvserve.v1.KvServe";
+}
+
+struct GrpcServer::Impl {
+  Frontend& frontend;
+  GrpcServerOptions options;
+  base::Logger logger;
+  StreamPump pump;
+  std::unique_ptr<grpc::Service> service;
+  std::unique_ptr<grpc::Server> server;
+  std::once_flag shutdown;
+
+  Impl(Frontend& f, GrpcServerOptions o, base::Logger l)
+      : frontend(f), options(std::move(o)), logger(std::move(l)) {}
+};
+
+GrpcServer::GrpcServer(Frontend& frontend, GrpcServerOptions options, base::Logger logger)
+    : impl_(std::make_unique<Impl>(frontend, std::move(options), std::move(logger))) {}
+
+GrpcServer::~GrpcServer() { Shutdown(std::chrono::milliseconds(0)); }
+
+absl::StatusOr<int> GrpcServer::Start() {
+  // Both are process-wide switches of the gRPC library, read when a server is built.
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+
+  impl_->service = MakeKvServeService(impl_->frontend, impl_->pump);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  const std::string address = absl::StrCat(impl_->options.host, ":", impl_->options.port);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(impl_->service.get());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(
+      std::min<uint64_t>(impl_->options.max_message_bytes, INT32_MAX)));
+  impl_->server = builder.BuildAndStart();
+  if (impl_->server == nullptr || port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("gRPC: cannot listen on ", address, " (in use? set server.grpc_port)"));
+  }
+  SetServing(true);
+  return port;
+}
+
+void GrpcServer::SetServing(bool serving) {
+  if (impl_->server == nullptr) return;
+  if (auto* health = impl_->server->GetHealthCheckService()) {
+    health->SetServingStatus(serving);  // every service, including "" (the whole server)
+    health->SetServingStatus(kServiceName, serving);
+  }
+}
+
+void GrpcServer::Shutdown(std::chrono::milliseconds grace) {
+  std::call_once(impl_->shutdown, [this, grace] {
+    if (impl_->server != nullptr) {
+      impl_->server->Shutdown(std::chrono::system_clock::now() + grace);
+      impl_->server->Wait();
+    }
+    // After Shutdown no call is left, so nothing schedules on the pump any more.
+    impl_->pump.Stop();
+  });
+}
+
+}  // namespace kvserve::server

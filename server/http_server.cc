@@ -1,0 +1,215 @@
+#include "server/http_server.h"
+
+#include <httplib.h>
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "server/worker_pool.h"
+
+namespace kvserve::server {
+namespace {
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// httplib's task queue interface over our growing pool.
+class PoolTaskQueue final : public httplib::TaskQueue {
+ public:
+  explicit PoolTaskQueue(int max_threads) : pool_(max_threads) {}
+  void enqueue(std::function<void()> fn) override { pool_.Enqueue(std::move(fn)); }
+  void shutdown() override { pool_.Shutdown(); }
+
+ private:
+  WorkerPool pool_;
+};
+
+// httplib 0.11 listens with a backlog of 5, which drops connections when hundreds of
+// clients connect at once; listen() again on the bound socket raises it.
+class Server final : public httplib::Server {
+ public:
+  void RaiseBacklog(int backlog) { ::listen(svr_sock_.load(), backlog); }
+};
+
+// State of one streaming body, shared by the content provider and its releaser.
+struct StreamState {
+  std::function<StreamStep(std::string&)> next;
+  std::function<void(bool)> on_end;
+  std::atomic<bool> ended{false};
+  bool completed = false;
+
+  void End(bool ok) {
+    if (ended.exchange(true)) return;
+    if (on_end) on_end(ok);
+  }
+};
+
+HttpRequest Convert(const httplib::Request& req) {
+  HttpRequest r;
+  r.method = req.method;
+  r.path = req.path;
+  r.body = req.body;
+  r.remote_addr = req.remote_addr;
+  r.remote_port = req.remote_port;
+  r.local_port = req.local_port;
+  for (const auto& [k, v] : req.headers) r.headers.emplace_back(k, v);
+  return r;
+}
+
+void Apply(HttpResponse r, httplib::Response& res) {
+  res.status = r.status;
+  for (const auto& [k, v] : r.headers) res.set_header(k, v);
+  if (!r.next_chunk) {
+    res.set_content(r.body, r.content_type.c_str());
+    return;
+  }
+  auto state = std::make_shared<StreamState>();
+  state->next = std::move(r.next_chunk);
+  state->on_end = std::move(r.on_stream_end);
+  res.set_chunked_content_provider(
+      r.content_type,
+      [state](size_t, httplib::DataSink& sink) {
+        std::string out;
+        const StreamStep step = state->next(out);
+        if (step == StreamStep::kCancel) {
+          state->End(false);
+          return false;
+        }
+        // Never write zero bytes: httplib reads an empty write as the end of the body.
+        if (!out.empty() && !sink.write(out.data(), out.size())) {
+          state->End(false);
+          return false;
+        }
+        if (step == StreamStep::kDone) {
+          sink.done();
+          state->completed = true;
+          state->End(true);
+        }
+        return true;
+      },
+      [state](bool) { state->End(state->completed); });
+}
+
+}  // namespace
+
+std::string HttpRequest::header(std::string_view name) const {
+  for (const auto& [k, v] : headers) {
+    if (EqualsIgnoreCase(k, name)) return v;
+  }
+  return {};
+}
+
+struct HttpServer::Impl {
+  HttpServerOptions options;
+  base::Logger logger;
+  Server server;
+  std::thread listen_thread;
+  std::once_flag stopped;
+
+  httplib::Server::Handler Wrap(HttpHandler handler) {
+    return [handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
+      Apply(handler(Convert(req)), res);
+    };
+  }
+};
+
+HttpServer::HttpServer(HttpServerOptions options, base::Logger logger)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->options = std::move(options);
+  impl_->logger = std::move(logger);
+  httplib::Server& s = impl_->server;
+  const int max_connections = impl_->options.max_connections;
+  s.new_task_queue = [max_connections] { return new PoolTaskQueue(max_connections); };
+  s.set_payload_max_length(impl_->options.max_body_bytes);
+  s.set_tcp_nodelay(true);  // SSE chunks are tiny; Nagle would hold them back
+  s.set_keep_alive_max_count(100);
+  s.set_keep_alive_timeout(impl_->options.keep_alive_seconds);
+  Impl* impl = impl_.get();
+  s.set_error_handler(httplib::Server::HandlerWithResponse(
+      [impl](const httplib::Request& req, httplib::Response& res) {
+    // Our handlers always write a body; an empty one means httplib answered by itself.
+    if (!res.body.empty() || !impl->options.error_response) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    std::string message;
+    switch (res.status) {
+      case 404: message = absl::StrCat("route not found: ", req.method, " ", req.path); break;
+      case 413:
+        message = absl::StrCat("request body too large: the limit is ", impl->options.max_body_bytes,
+                               " bytes (server.max_body_bytes)");
+        break;
+      default: message = absl::StrCat("HTTP error ", res.status); break;
+    }
+    Apply(impl->options.error_response(res.status, std::move(message)), res);
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+  s.set_exception_handler([impl](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "internal error";
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    impl->logger.error("handler failed: %s", what);
+    res.status = 500;
+    if (impl->options.error_response) {
+      Apply(impl->options.error_response(500, "internal server error"), res);
+    }
+  });
+  s.set_logger([impl](const httplib::Request& req, const httplib::Response& res) {
+    if (impl->logger.enabled(base::LogLevel::kDebug)) {
+      impl->logger.debug("%s %s -> %d", req.method, req.path, res.status);
+    }
+  });
+}
+
+HttpServer::~HttpServer() { Stop(); }
+
+void HttpServer::Get(const std::string& path, HttpHandler handler) {
+  impl_->server.Get(path, impl_->Wrap(std::move(handler)));
+}
+
+void HttpServer::Post(const std::string& path, HttpHandler handler) {
+  impl_->server.Post(path, impl_->Wrap(std::move(handler)));
+}
+
+absl::StatusOr<int> HttpServer::Start() {
+  const auto& o = impl_->options;
+  int port = o.port;
+  if (port == 0) {
+    port = impl_->server.bind_to_any_port(o.host);
+    if (port < 0) return absl::UnavailableError(absl::StrCat("HTTP: cannot bind ", o.host, ":0"));
+  } else if (!impl_->server.bind_to_port(o.host, port)) {
+    return absl::UnavailableError(absl::StrCat("HTTP: cannot bind ", o.host, ":", port,
+                                               " (in use? set server.http_port)"));
+  }
+  impl_->server.RaiseBacklog(std::max(128, o.max_connections));
+  impl_->listen_thread = std::thread([this] { impl_->server.listen_after_bind(); });
+  // httplib's stop() does nothing until the accept loop runs (is_running()): wait for it,
+  // so that a Stop() right after Start() cannot leave the listener blocked in accept().
+  while (!impl_->server.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return port;
+}
+
+void HttpServer::Stop() {
+  std::call_once(impl_->stopped, [this] {
+    impl_->server.stop();
+    if (impl_->listen_thread.joinable()) impl_->listen_thread.join();
+  });
+}
+
+}  // namespace kvserve::server

@@ -1,0 +1,87 @@
+// HttpServer: our own small HTTP interface, implemented (pimpl) over cpp-httplib so that
+// handlers never see the library and an async server could replace it later.
+//
+// Threading: each connection is served on a thread of a WorkerPool that grows up to
+// `max_connections`; a streaming response keeps its thread until it ends. Streaming bodies
+// are produced by `HttpResponse::next_chunk`, called repeatedly on that thread; a failed
+// write (the client went away) ends the stream with on_stream_end(false).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "base/logger.h"
+
+namespace kvserve::server {
+
+struct HttpRequest {
+  std::string method;
+  std::string path;
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string remote_addr;
+  int remote_port = 0;
+  int local_port = 0;
+
+  // Case-insensitive; "" when absent.
+  std::string header(std::string_view name) const;
+};
+
+// kMore: call again. kDone: the body is complete. kCancel: the client is gone; close the
+// connection without finishing the body.
+enum class StreamStep { kMore, kDone, kCancel };
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+  // Streaming body (chunked transfer encoding) when set: appends the next bytes to `out`
+  // (possibly none, after waiting a little) and says whether more will follow.
+  std::function<StreamStep(std::string& out)> next_chunk;
+  // Runs once when a streaming body ends: true if next_chunk reached kDone and everything
+  // was written, false if the client disconnected or the server stopped first.
+  std::function<void(bool completed)> on_stream_end;
+};
+
+using HttpHandler = std::function<HttpResponse(const HttpRequest&)>;
+
+struct HttpServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 0;                     // 0: an ephemeral port
+  uint64_t max_body_bytes = 8ull << 20;
+  int max_connections = 512;        // worker threads at most
+  int keep_alive_seconds = 5;
+  // Body of errors raised by the server itself (unknown route: 404, body too large: 413,
+  // malformed HTTP: 400). Receives the status and a message.
+  std::function<HttpResponse(int status, std::string message)> error_response;
+};
+
+class HttpServer {
+ public:
+  HttpServer(HttpServerOptions options, base::Logger logger);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Exact-path routes; register before Start.
+  void Get(const std::string& path, HttpHandler handler);
+  void Post(const std::string& path, HttpHandler handler);
+
+  // Binds and starts accepting; returns the bound port.
+  absl::StatusOr<int> Start();
+  // Stops accepting, ends open connections (streams still running are cut) and joins.
+  void Stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvserve::server

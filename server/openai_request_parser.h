@@ -1,0 +1,26 @@
+// OpenAI-compatible request bodies (JSON) → GenerationRequest and friends. Unknown fields
+// are ignored (clients send extras); a known field with the wrong type or range is an
+// InvalidArgument naming it (OpenAI's `param`). nlohmann::json stays inside the .cc.
+#pragma once
+
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "server/frontend.h"
+#include "server/generation_request.h"
+
+namespace kvserve::server {
+
+struct HttpGenerationRequest {
+  GenerationRequest request;
+  bool stream = false;
+  bool include_usage = false;     // stream_options.include_usage: a last chunk with usage
+  bool continuous_usage = false;  // stream_options.continuous_usage_stats: usage on every chunk
+};
+
+absl::StatusOr<HttpGenerationRequest> ParseCompletionRequest(std::string_view body);
+absl::StatusOr<HttpGenerationRequest> ParseChatRequest(std::string_view body);
+absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(std::string_view body);
+absl::StatusOr<DetokenizeRequest> ParseDetokenizeRequest(std::string_view body);
+
+}  // namespace kvserve::server

@@ -1,0 +1,316 @@
+#include "server/openai_routes.h"
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "base/check.h"
+#include "server/connection_watch.h"
+#include "server/generation_output.h"
+#include "server/openai_request_parser.h"
+#include "server/openai_response_writer.h"
+#include "server/sse.h"
+
+namespace kvserve::server {
+namespace {
+
+using std::chrono::milliseconds;
+
+constexpr std::string_view kSseContentType = "text/event-stream";
+
+HttpResponse JsonResponse(int status, std::string body) {
+  HttpResponse r;
+  r.status = status;
+  r.body = std::move(body);
+  return r;
+}
+
+HttpResponse StatusResponse(const absl::Status& status) { return ErrorResponse(ToHttpError(status)); }
+
+int64_t UnixSeconds(const base::Clock& wall) { return wall.now_ns() / 1'000'000'000; }
+
+base::Nanos Ns(milliseconds d) { return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count(); }
+
+// Keeps a generation's wake-ups pointed at a ConnectionWaiter while it is in scope.
+class WakeupBinding {
+ public:
+  WakeupBinding(Generation& generation, ConnectionWaiter& waiter) : generation_(generation) {
+    generation_.SetWakeup([&waiter] { waiter.Notify(); });
+  }
+  ~WakeupBinding() { generation_.SetWakeup(nullptr); }
+  WakeupBinding(const WakeupBinding&) = delete;
+  WakeupBinding& operator=(const WakeupBinding&) = delete;
+
+ private:
+  Generation& generation_;
+};
+
+// Streams one generation as SSE. Lives as long as the HTTP response (shared by the
+// content provider and its end callback); only the connection's thread calls Next().
+//
+// Between outputs the thread sleeps on its ConnectionWaiter: engine output or the client
+// hanging up wake it. Where the connection's socket could not be found, liveness is
+// probed instead: a write to a peer that has closed succeeds once (the peer answers with
+// a reset) and fails the next time, so keep-alive comments go out in pairs
+// `probe_follow_up` apart every `probe_interval` of silence.
+class SseStream {
+ public:
+  SseStream(std::unique_ptr<Generation> generation, std::optional<int> socket_fd, ResponseMeta meta,
+            bool chat, bool logprobs, bool include_usage, bool continuous_usage,
+            const OpenAiRoutesOptions& options)
+      : waiter_(socket_fd),
+        generation_(std::move(generation)),
+        binding_(std::make_unique<WakeupBinding>(*generation_, waiter_)),
+        meta_(std::move(meta)),
+        chat_(chat),
+        logprobs_(logprobs),
+        include_usage_(include_usage),
+        continuous_usage_(continuous_usage),
+        options_(options),
+        text_offsets_(generation_->num_choices(), 0),
+        next_keepalive_ns_(options.clock->now_ns() + Ns(SilenceLimit())) {}
+
+  StreamStep Next(std::string& out) {
+    if (finished_) return StreamStep::kDone;
+    const bool usage_null = include_usage_ && !continuous_usage_;
+    if (!started_) {
+      started_ = true;
+      if (chat_) {
+        for (int i = 0; i < generation_->num_choices(); ++i) {
+          AppendSseEvent(ChatRoleChunkJson(meta_, i, usage_null), out);
+        }
+      }
+    }
+    deltas_.clear();
+    generation_->Poll(milliseconds(0), deltas_);
+    if (deltas_.empty() && !generation_->done() && out.empty()) {
+      const base::Nanos wait_ns = std::max<base::Nanos>(0, next_keepalive_ns_ - options_.clock->now_ns());
+      const auto wait = std::chrono::duration_cast<milliseconds>(std::chrono::nanoseconds(wait_ns));
+      if (waiter_.Wait(wait + milliseconds(wait_ns > 0 ? 1 : 0)) == ConnectionWaiter::Wake::kPeerClosed) {
+        generation_->Abort();
+        return StreamStep::kCancel;
+      }
+      generation_->Poll(milliseconds(0), deltas_);
+    }
+    for (const ChoiceDelta& d : deltas_) {
+      if (d.finish == engine::FinishReason::kError) {
+        // The status line is long gone: report the failure in-band, as vLLM does.
+        AppendSseEvent(ErrorJson(MakeHttpError(500, d.error.empty() ? "generation failed" : d.error)), out);
+        continue;
+      }
+      UsageSummary usage;
+      if (continuous_usage_) usage = generation_->usage();
+      const UsageSummary* usage_ptr = continuous_usage_ ? &usage : nullptr;
+      if (chat_) {
+        AppendSseEvent(ChatChunkJson(meta_, d, logprobs_, usage_ptr, usage_null), out);
+      } else {
+        int64_t& offset = text_offsets_[d.index];
+        AppendSseEvent(CompletionChunkJson(meta_, d, logprobs_, offset, usage_ptr, usage_null), out);
+        offset += static_cast<int64_t>(d.text.size());
+      }
+    }
+    if (generation_->done()) {
+      if (include_usage_) AppendSseEvent(UsageChunkJson(meta_, chat_, generation_->usage()), out);
+      out.append(kSseDone);
+      finished_ = true;
+      return StreamStep::kDone;
+    }
+    const base::Nanos now = options_.clock->now_ns();
+    if (!out.empty()) {
+      next_keepalive_ns_ = now + Ns(SilenceLimit());
+      probe_follow_up_ = false;
+    } else if (now >= next_keepalive_ns_) {
+      out.append(kSseKeepAlive);
+      probe_follow_up_ = !waiter_.watches_peer() && !probe_follow_up_;
+      next_keepalive_ns_ = now + Ns(probe_follow_up_ ? options_.probe_follow_up : SilenceLimit());
+    }
+    return StreamStep::kMore;
+  }
+
+  // The response is over: abort what is still running if the client left early, and
+  // release the generation (and its registry entry) right away.
+  void End(bool completed) {
+    if (!generation_) return;
+    binding_.reset();
+    if (!completed && !generation_->done()) generation_->Abort();
+    generation_.reset();
+  }
+
+ private:
+  milliseconds SilenceLimit() const {
+    return waiter_.watches_peer() ? options_.keepalive_interval : options_.probe_interval;
+  }
+
+  ConnectionWaiter waiter_;  // outlives the generation's wake-ups (declared first)
+  std::unique_ptr<Generation> generation_;
+  std::unique_ptr<WakeupBinding> binding_;
+  ResponseMeta meta_;
+  bool chat_;
+  bool logprobs_;
+  bool include_usage_;
+  bool continuous_usage_;
+  const OpenAiRoutesOptions& options_;
+  std::vector<int64_t> text_offsets_;
+  std::vector<ChoiceDelta> deltas_;
+  base::Nanos next_keepalive_ns_;
+  bool probe_follow_up_ = false;  // the next keep-alive completes a probe pair
+  bool started_ = false;
+  bool finished_ = false;
+};
+
+class Routes {
+ public:
+  Routes(Frontend& frontend, OpenAiRoutesOptions options)
+      : frontend_(frontend), options_(std::move(options)) {
+    KVS_CHECK(options_.clock != nullptr && options_.wall_clock != nullptr, "clocks are required");
+  }
+
+  // The handlers own the routes object (it lives as long as the server's handlers).
+  static void Register(HttpServer& http, std::shared_ptr<Routes> self) {
+    http.Post("/v1/completions", [self](const HttpRequest& r) { return self->Generate(r, false); });
+    http.Post("/v1/chat/completions", [self](const HttpRequest& r) { return self->Generate(r, true); });
+    http.Get("/v1/models", [self](const HttpRequest& r) { return self->Models(r); });
+    http.Post("/tokenize", [self](const HttpRequest& r) { return self->Tokenize(r); });
+    http.Post("/detokenize", [self](const HttpRequest& r) { return self->Detokenize(r); });
+    http.Get("/health", [self](const HttpRequest&) { return self->Health(); });
+    http.Get("/ready", [self](const HttpRequest&) { return self->Ready(); });
+    http.Get("/version", [self](const HttpRequest&) { return self->Version(); });
+    http.Get("/metrics", [self](const HttpRequest&) { return self->Metrics(); });
+  }
+
+ private:
+  // Authentication and the drain gate of every guarded route.
+  absl::StatusOr<const config::TenantConfig*> Admit(const HttpRequest& req) {
+    KVS_ASSIGN_OR_RETURN(const config::TenantConfig* tenant,
+                         frontend_.Authenticate(req.header("Authorization")));
+    KVS_RETURN_IF_ERROR(frontend_.CheckAccepting());
+    return tenant;
+  }
+
+  HttpResponse Generate(const HttpRequest& req, bool chat) {
+    auto tenant = Admit(req);
+    if (!tenant.ok()) return StatusResponse(tenant.status());
+    auto parsed = chat ? ParseChatRequest(req.body) : ParseCompletionRequest(req.body);
+    if (!parsed.ok()) return StatusResponse(parsed.status());
+    auto generation = frontend_.Generate(parsed->request, *tenant);
+    if (!generation.ok()) return StatusResponse(generation.status());
+
+    const std::string request_id = (*generation)->id();
+    ResponseMeta meta{request_id, UnixSeconds(*options_.wall_clock),
+                      frontend_.options().model_name};
+    const bool logprobs = parsed->request.return_logprobs;
+    // The connection's socket, to notice a client that hangs up mid-generation.
+    const std::optional<int> socket_fd =
+        options_.watch_connections ? FindConnectionSocket(req.remote_addr, req.remote_port, req.local_port)
+                                   : std::nullopt;
+    if (parsed->stream) {
+      auto stream = std::make_shared<SseStream>(std::move(*generation), socket_fd, std::move(meta), chat,
+                                                logprobs, parsed->include_usage, parsed->continuous_usage,
+                                                options_);
+      HttpResponse r;
+      r.content_type = std::string(kSseContentType);
+      r.headers.emplace_back("Cache-Control", "no-cache");
+      r.headers.emplace_back("X-Request-Id", request_id);
+      r.next_chunk = [stream](std::string& out) { return stream->Next(out); };
+      r.on_stream_end = [stream](bool completed) { stream->End(completed); };
+      return r;
+    }
+
+    Generation& gen = **generation;
+    ChoiceAccumulator acc(gen.num_choices());
+    std::vector<ChoiceDelta> deltas;
+    {
+      ConnectionWaiter waiter(socket_fd);
+      WakeupBinding binding(gen, waiter);
+      for (;;) {
+        deltas.clear();
+        gen.Poll(milliseconds(0), deltas);
+        for (auto& d : deltas) acc.Add(std::move(d));
+        if (gen.done()) break;
+        if (deltas.empty() && waiter.Wait(milliseconds(1000)) == ConnectionWaiter::Wake::kPeerClosed) {
+          gen.Abort();
+          // Nobody reads this; 499 is what proxies log for a client that closed first.
+          return ErrorResponse(MakeHttpError(499, "client closed the connection"));
+        }
+      }
+    }
+    if (const ChoiceResult* failed = acc.first_error()) {
+      return ErrorResponse(MakeHttpError(500, failed->error.empty() ? "generation failed" : failed->error));
+    }
+    const UsageSummary usage = gen.usage();
+    HttpResponse r = JsonResponse(200, chat ? ChatResponseJson(meta, acc.results(), usage, logprobs)
+                                            : CompletionResponseJson(meta, acc.results(), usage, logprobs));
+    r.headers.emplace_back("X-Request-Id", request_id);
+    return r;
+  }
+
+  HttpResponse Models(const HttpRequest& req) {
+    auto tenant = Admit(req);
+    if (!tenant.ok()) return StatusResponse(tenant.status());
+    return JsonResponse(200, ModelsJson(frontend_.options()));
+  }
+
+  HttpResponse Tokenize(const HttpRequest& req) {
+    auto tenant = Admit(req);
+    if (!tenant.ok()) return StatusResponse(tenant.status());
+    auto parsed = ParseTokenizeRequest(req.body);
+    if (!parsed.ok()) return StatusResponse(parsed.status());
+    auto result = frontend_.Tokenize(*parsed);
+    if (!result.ok()) return StatusResponse(result.status());
+    return JsonResponse(200, TokenizeResponseJson(*result));
+  }
+
+  HttpResponse Detokenize(const HttpRequest& req) {
+    auto tenant = Admit(req);
+    if (!tenant.ok()) return StatusResponse(tenant.status());
+    auto parsed = ParseDetokenizeRequest(req.body);
+    if (!parsed.ok()) return StatusResponse(parsed.status());
+    auto text = frontend_.Detokenize(*parsed);
+    if (!text.ok()) return StatusResponse(text.status());
+    return JsonResponse(200, DetokenizeResponseJson(*text));
+  }
+
+  // Empty 200 while the engine runs (as vLLM); 503 with a JSON status once it died.
+  HttpResponse Health() {
+    if (!frontend_.alive()) return JsonResponse(503, R"({"status":"engine stopped"})");
+    HttpResponse r;
+    r.content_type = "text/plain";
+    return r;
+  }
+
+  HttpResponse Ready() {
+    if (frontend_.ready()) return JsonResponse(200, R"({"status":"ready"})");
+    return JsonResponse(503, frontend_.draining() ? R"({"status":"draining"})"
+                                                  : R"({"status":"unavailable"})");
+  }
+
+  HttpResponse Version() { return JsonResponse(200, VersionJson(frontend_.options().version)); }
+
+  HttpResponse Metrics() {
+    HttpResponse r;
+    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    if (options_.metrics_text) r.body = options_.metrics_text();
+    return r;
+  }
+
+  Frontend& frontend_;
+  const OpenAiRoutesOptions options_;
+};
+
+}  // namespace
+
+HttpResponse ErrorResponse(const HttpError& error) {
+  HttpResponse r;
+  r.status = error.status;
+  r.body = ErrorJson(error);
+  if (error.status == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer");
+  if (error.status == 429 || error.status == 503) r.headers.emplace_back("Retry-After", "1");
+  return r;
+}
+
+void RegisterOpenAiRoutes(HttpServer& http, Frontend& frontend, OpenAiRoutesOptions options) {
+  Routes::Register(http, std::make_shared<Routes>(frontend, std::move(options)));
+}
+
+}  // namespace kvserve::server

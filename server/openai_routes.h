@@ -1,0 +1,40 @@
+// The OpenAI-compatible HTTP surface on an HttpServer, over a Frontend:
+//   POST /v1/completions  POST /v1/chat/completions  GET /v1/models
+//   POST /tokenize  POST /detokenize            (API key required when keys are configured)
+//   GET /health  GET /ready  GET /version  GET /metrics   (public)
+// Streaming responses are SSE. A client that hangs up while its request generates (streaming
+// or not) is noticed on its socket at once and the request is aborted in the engine.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+
+#include "base/clock.h"
+#include "server/error_mapping.h"
+#include "server/frontend.h"
+#include "server/http_server.h"
+
+namespace kvserve::server {
+
+struct OpenAiRoutesOptions {
+  // Longest silence on a stream before an SSE keep-alive comment (for proxies' idle timers).
+  std::chrono::milliseconds keepalive_interval{15000};
+  // Only where the connection's socket cannot be watched: liveness is probed by writing
+  // keep-alive comments in pairs `probe_follow_up` apart after `probe_interval` of silence
+  // (worst-case abort delay ~ probe_interval + probe_follow_up).
+  std::chrono::milliseconds probe_interval{30};
+  std::chrono::milliseconds probe_follow_up{10};
+  bool watch_connections = true;  // false: always probe (tests of the fallback)
+  const base::Clock* clock = nullptr;       // monotonic; required
+  const base::Clock* wall_clock = nullptr;  // Unix epoch ("created"); required
+  // Prometheus text exposition for /metrics; null: an empty (valid) exposition.
+  std::function<std::string()> metrics_text;
+};
+
+void RegisterOpenAiRoutes(HttpServer& http, Frontend& frontend, OpenAiRoutesOptions options);
+
+// An OpenAI error response (also used for errors raised by the HTTP layer itself).
+HttpResponse ErrorResponse(const HttpError& error);
+
+}  // namespace kvserve::server

@@ -1,0 +1,160 @@
+#include "server/stream_consumer.h"
+
+#include <algorithm>
+
+#include "base/check.h"
+
+namespace kvserve::server {
+namespace {
+
+bool IsUtf8Continuation(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
+
+}  // namespace
+
+StreamConsumer::StreamConsumer(const TextCodec& codec, engine::EngineClient& engine,
+                               std::shared_ptr<engine::TokenStream> stream, Options options)
+    : codec_(codec), engine_(engine), stream_(std::move(stream)), options_(std::move(options)) {
+  KVS_CHECK(options_.n >= 1, "n=", options_.n);
+  for (const auto& s : options_.stop) hold_back_ = std::max(hold_back_, s.size());
+  if (hold_back_ > 0) --hold_back_;
+  samples_.resize(options_.n);
+  for (auto& s : samples_) {
+    s.decoder = codec_.NewStreamDecoder(options_.at_text_start, options_.skip_special_tokens);
+  }
+}
+
+bool StreamConsumer::Drain(std::vector<ChoiceDelta>& out) {
+  const size_t before = out.size();
+  if (!echo_sent_) {
+    echo_sent_ = true;
+    if (!options_.echo_text.empty()) {
+      for (int s = 0; s < options_.n; ++s) {
+        ChoiceDelta d;
+        d.index = options_.first_choice_index + s;
+        d.text = options_.echo_text;
+        out.push_back(std::move(d));
+      }
+    }
+  }
+  if (done_) return out.size() > before;
+  while (auto event = stream_->try_pop()) OnEvent(*event, out);
+  // The request's last event carries usage and comes after every sample's final event;
+  // the close that follows adds nothing, so do not wait for it.
+  bool all_finished = true;
+  for (const auto& s : samples_) all_finished &= s.finished;
+  if (all_finished && engine_usage_) {
+    done_ = true;
+  } else if (stream_->done()) {
+    // The engine closed the stream: a sample without its final event was cut short.
+    for (int s = 0; s < options_.n; ++s) {
+      Sample& sample = samples_[s];
+      if (sample.finished) continue;
+      ChoiceDelta d;
+      d.index = options_.first_choice_index + s;
+      sample.decoder->Finish(sample.pending);
+      Emit(sample, /*everything=*/true, d);
+      sample.finished = true;
+      d.finish = engine::FinishReason::kAbort;
+      out.push_back(std::move(d));
+    }
+    done_ = true;
+  }
+  return out.size() > before;
+}
+
+void StreamConsumer::OnEvent(engine::TokenEvent& event, std::vector<ChoiceDelta>& out) {
+  if (event.usage) engine_usage_ = std::move(event.usage);
+  if (event.sample_index < 0 || event.sample_index >= options_.n) return;
+  Sample& sample = samples_[event.sample_index];
+  if (sample.finished) return;  // finished by a stop string; the engine is catching up
+
+  ChoiceDelta d;
+  d.index = options_.first_choice_index + event.sample_index;
+  for (size_t i = 0; i < event.token_ids.size(); ++i) {
+    const int32_t id = event.token_ids[i];
+    ++sample.tokens;
+    d.token_ids.push_back(id);
+    if (options_.logprobs && i < event.logprobs.size()) {
+      const engine::TokenLogprobs& lp = event.logprobs[i];
+      LogprobEntry entry{id, codec_.TokenText(id), lp.logprob, {}};
+      for (const auto& t : lp.top) {
+        if (static_cast<int>(entry.top.size()) >= options_.top_logprobs) break;
+        entry.top.push_back(TopLogprobEntry{t.token_id, codec_.TokenText(t.token_id), t.logprob});
+      }
+      d.logprobs.push_back(std::move(entry));
+    }
+    sample.decoder->Push(id, sample.pending);
+    if (auto hit = FindStop(sample.pending)) {
+      d.stop_string = sample.pending.substr(hit->first, hit->second);
+      sample.pending.resize(hit->first);
+      sample.finished = sample.finished_locally = true;
+      d.finish = engine::FinishReason::kStop;
+      break;
+    }
+  }
+  if (!sample.finished && event.finish) {
+    sample.decoder->Finish(sample.pending);
+    if (auto hit = FindStop(sample.pending)) {
+      d.stop_string = sample.pending.substr(hit->first, hit->second);
+      sample.pending.resize(hit->first);
+      d.finish = engine::FinishReason::kStop;
+    } else {
+      d.finish = *event.finish;
+      d.stop_token_id = event.stop_token_id;
+      d.error = event.error;
+    }
+    sample.finished = true;
+  }
+  Emit(sample, sample.finished, d);
+  if (!d.text.empty() || !d.token_ids.empty() || d.finish) out.push_back(std::move(d));
+  if (sample.finished_locally) MaybeAbortAfterStop();
+}
+
+std::optional<std::pair<size_t, size_t>> StreamConsumer::FindStop(std::string_view text) const {
+  std::optional<std::pair<size_t, size_t>> best;
+  for (const auto& stop : options_.stop) {
+    size_t pos = text.find(stop);
+    if (pos != std::string_view::npos && (!best || pos < best->first)) {
+      best = std::make_pair(pos, stop.size());
+    }
+  }
+  return best;
+}
+
+void StreamConsumer::Emit(Sample& sample, bool everything, ChoiceDelta& delta) const {
+  size_t n = sample.pending.size();
+  if (!everything) {
+    n = n > hold_back_ ? n - hold_back_ : 0;
+    // Never split a character: the held-back tail starts on a UTF-8 lead byte.
+    while (n > 0 && n < sample.pending.size() && IsUtf8Continuation(sample.pending[n])) --n;
+  }
+  if (n == 0) return;
+  delta.text.append(sample.pending, 0, n);
+  sample.pending.erase(0, n);
+}
+
+void StreamConsumer::MaybeAbortAfterStop() {
+  if (abort_sent_) return;
+  for (const auto& s : samples_) {
+    if (!s.finished) return;
+  }
+  // Every sample is done as far as the client is concerned; stop the engine from
+  // generating past the stop string. Its final events still arrive (with usage).
+  abort_sent_ = true;
+  engine_.Abort(options_.engine_request_id);
+}
+
+UsageSummary StreamConsumer::usage() const {
+  UsageSummary u;
+  u.prompt_tokens = static_cast<int64_t>(options_.prompt_ids.size());
+  for (const auto& s : samples_) u.completion_tokens += s.tokens;
+  if (engine_usage_) {
+    u.cached_prompt_tokens = engine_usage_->cached_prompt_tokens;
+    u.compression = engine_usage_->compression;
+  }
+  return u;
+}
+
+void StreamConsumer::Abort() { engine_.Abort(options_.engine_request_id); }
+
+}  // namespace kvserve::server

@@ -1,0 +1,93 @@
+// StreamConsumer: turns the token events of one engine request (one prompt, n samples)
+// into choice deltas. Both front ends use it, so detokenization, stop strings and usage
+// are implemented once.
+//
+//   TokenStream ─► per sample: decoder.Push(id) ─► pending text ─► emitted text (delta)
+//                                                   │
+//                      stop strings are searched in `pending`; the last (longest stop - 1)
+//                      bytes stay held back so a stop string split across tokens is never
+//                      half-emitted. A match truncates the sample there, finishes it with
+//                      reason "stop", and once every sample is finished the engine request
+//                      is aborted (stop strings are the front end's job; stop ids, EOS and
+//                      max_tokens are the engine's).
+//
+// Invariants: every choice gets exactly one delta with `finish` set, after all its text;
+// tokens that arrive after a choice finished are dropped and not counted in usage.
+// Drain() runs on one consumer thread at a time; Abort() may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/engine_client.h"
+#include "engine/token_stream.h"
+#include "server/generation_output.h"
+#include "server/text_codec.h"
+
+namespace kvserve::server {
+
+class StreamConsumer {
+ public:
+  struct Options {
+    std::string engine_request_id{};
+    int n = 1;                        // samples of this engine request
+    int first_choice_index = 0;       // choice index of sample 0
+    std::vector<std::string> stop{};  // stop strings
+    bool logprobs = false;            // attach per-token logprob entries
+    int top_logprobs = 0;             // alternatives kept per entry
+    bool skip_special_tokens = true;
+    std::string echo_text{};          // emitted first in every choice (completions echo)
+    std::vector<int32_t> prompt_ids{};  // its size is usage.prompt_tokens
+    bool at_text_start = false;       // chat replies start a text; completions continue the prompt
+  };
+
+  StreamConsumer(const TextCodec& codec, engine::EngineClient& engine,
+                 std::shared_ptr<engine::TokenStream> stream, Options options);
+  StreamConsumer(const StreamConsumer&) = delete;
+  StreamConsumer& operator=(const StreamConsumer&) = delete;
+
+  // Consumes every event available now without blocking and appends the deltas.
+  // Returns true if anything was appended.
+  bool Drain(std::vector<ChoiceDelta>& out);
+  // True once every choice finished and the engine's last event (the one with usage)
+  // arrived, or the engine closed the stream.
+  bool done() const { return done_; }
+  UsageSummary usage() const;
+  // Cancels the engine request (client gone). Thread-safe; the stream still ends normally.
+  void Abort();
+
+  engine::TokenStream& stream() { return *stream_; }
+  const std::string& engine_request_id() const { return options_.engine_request_id; }
+
+ private:
+  struct Sample {
+    std::unique_ptr<TextStreamDecoder> decoder;
+    std::string pending;           // decoded, not yet emitted
+    bool finished = false;
+    bool finished_locally = false; // by a stop string (the engine still runs it)
+    int64_t tokens = 0;
+  };
+
+  void OnEvent(engine::TokenEvent& event, std::vector<ChoiceDelta>& out);
+  // Position and length of the earliest stop string in `text`.
+  std::optional<std::pair<size_t, size_t>> FindStop(std::string_view text) const;
+  // Moves the emittable part of `pending` into `delta.text`.
+  void Emit(Sample& sample, bool everything, ChoiceDelta& delta) const;
+  void MaybeAbortAfterStop();
+
+  const TextCodec& codec_;
+  engine::EngineClient& engine_;
+  std::shared_ptr<engine::TokenStream> stream_;
+  Options options_;
+  size_t hold_back_ = 0;           // longest stop string - 1
+  std::vector<Sample> samples_;
+  bool echo_sent_ = false;
+  bool abort_sent_ = false;
+  bool done_ = false;
+  std::optional<engine::RequestUsage> engine_usage_;
+};
+
+}  // namespace kvserve::server

@@ -1,0 +1,70 @@
+#include "server/tokenizer_text_codec.h"
+
+#include <vector>
+
+#include "base/absl_compat.h"
+#include "base/check.h"
+#include "server/error_mapping.h"
+#include "tokenizer/incremental_detokenizer.h"
+
+namespace kvserve::server {
+namespace {
+
+class Detokenizer final : public TextStreamDecoder {
+ public:
+  Detokenizer(const tokenizer::Tokenizer& t, tokenizer::DetokenizerOptions o) : detok_(t, o) {}
+  void Push(int32_t token_id, std::string& out) override { out += detok_.feed(token_id); }
+  void Finish(std::string& out) override { out += detok_.flush(); }
+
+ private:
+  tokenizer::IncrementalDetokenizer detok_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TokenizerTextCodec>> TokenizerTextCodec::Load(
+    const std::string& model_dir, std::string_view chat_template_option) {
+  KVS_ASSIGN_OR_RETURN(std::unique_ptr<tokenizer::Tokenizer> tok, tokenizer::LoadTokenizerDir(model_dir));
+  KVS_ASSIGN_OR_RETURN(std::unique_ptr<tokenizer::ChatTemplate> tmpl,
+                       tokenizer::SelectChatTemplate(chat_template_option, tok->chat_template(),
+                                                     {tok->bos_token(), tok->eos_token()}));
+  return std::make_unique<TokenizerTextCodec>(std::move(tok), std::move(tmpl));
+}
+
+TokenizerTextCodec::TokenizerTextCodec(std::unique_ptr<tokenizer::Tokenizer> tokenizer,
+                                       std::unique_ptr<tokenizer::ChatTemplate> chat_template)
+    : tokenizer_(std::move(tokenizer)), chat_template_(std::move(chat_template)) {
+  KVS_CHECK(tokenizer_ != nullptr && chat_template_ != nullptr);
+}
+
+absl::StatusOr<std::vector<int32_t>> TokenizerTextCodec::Encode(std::string_view text,
+                                                                bool add_special_tokens) const {
+  return tokenizer_->encode(text, add_special_tokens);
+}
+
+std::string TokenizerTextCodec::Decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
+  return tokenizer_->decode(ids, skip_special_tokens);
+}
+
+std::string TokenizerTextCodec::TokenText(int32_t id) const {
+  return std::string(tokenizer_->token_decoder().bytes(id));
+}
+
+std::unique_ptr<TextStreamDecoder> TokenizerTextCodec::NewStreamDecoder(bool at_text_start,
+                                                                        bool skip_special_tokens) const {
+  return std::make_unique<Detokenizer>(*tokenizer_,
+                                       tokenizer::DetokenizerOptions{skip_special_tokens, at_text_start});
+}
+
+absl::StatusOr<std::vector<int32_t>> TokenizerTextCodec::EncodeChat(std::span<const ChatMessage> messages,
+                                                                    bool add_generation_prompt) const {
+  std::vector<tokenizer::ChatMessage> converted;
+  converted.reserve(messages.size());
+  for (const auto& m : messages) converted.push_back({m.role, m.content});
+  auto text = chat_template_->Render(converted, add_generation_prompt);
+  if (!text.ok()) return FieldError("messages", base::AsStd(text.status().message()));
+  // A template that writes BOS itself must not get a second one from the tokenizer.
+  return tokenizer_->encode(*text, /*add_special=*/!chat_template_->renders_bos());
+}
+
+}  // namespace kvserve::server

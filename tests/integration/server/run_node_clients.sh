@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Runs node/clients_test.mjs (OpenAI Node SDK + @grpc/grpc-js) against a server command.
+# Installs the client packages itself into a temporary directory with npm.
+#   run_node_clients.sh PROTO_FILE KV_POLICY SERVER_CMD...
+# KV_POLICY is the kv_compression policy the requests ask for (and usage must report).
+set -u
+here="$(cd "$(dirname "$0")" && pwd)"
+proto="$1"; policy="$2"; shift 2
+for tool in node npm; do
+  command -v "$tool" >/dev/null || { echo "FAIL: '$tool' is required for the Node client tests"; exit 1; }
+done
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+if ! npm install --prefix "$tmp" --no-audit --no-fund --loglevel=error \
+      openai@5.23.2 @grpc/grpc-js@1.14.7 @grpc/proto-loader@0.8.1 >"$tmp/npm.log" 2>&1; then
+  echo "FAIL: npm install of the client packages failed (is the npm registry reachable?)"
+  cat "$tmp/npm.log"
+  exit 1
+fi
+exec node "$here/node/clients_test.mjs" --modules "$tmp/node_modules" --proto "$proto" --policy "$policy" -- "$@"

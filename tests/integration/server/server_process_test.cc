@@ -1,0 +1,428 @@
+// The serving daemon driven as a user drives it: a separate process (KVSERVE_SERVER_BIN,
+// the fake-engine server or `kvserve serve`), started on 127.0.0.1 with ephemeral ports,
+// exercised over real sockets with cpp-httplib's client and the generated gRPC stubs,
+// stopped with SIGTERM. Assertions hold for any engine (they never assume the fake's text).
+#include <arpa/inet.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "kvserve/v1/kvserve.grpc.pb.h"
+#include "tests/integration/server/server_process.h"
+
+namespace kvserve::server::testing {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+
+constexpr int kMaxModelLen = 2048;
+constexpr char kConfig[] = R"({
+  "logging": {"level": "warn"},
+  "model": {"max_model_len": 2048},
+  "server": {"host": "127.0.0.1", "http_port": 0, "grpc_port": 0, "max_body_bytes": 65536,
+             "drain_timeout_seconds": 0.5},
+  "scheduler": {"max_num_seqs": 2, "max_waiting": 1},
+  "tenants": [
+    {"name": "alpha", "api_keys": ["sk-alpha"]},
+    {"name": "beta", "api_keys": ["sk-beta"], "allowed_policies": ["full"]}
+  ]
+})";
+
+// The suite is named per server binary (KVSERVE_SERVER_SUITE) so that the fake-engine and
+// the real-engine builds of this file register distinct ctest names.
+class ServerProcessFixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::vector<std::string> argv = {KVSERVE_SERVER_BIN};
+    if (std::string(KVSERVE_SERVER_SUBCOMMAND).size() > 0) argv.push_back(KVSERVE_SERVER_SUBCOMMAND);
+    argv.push_back("--config");
+    argv.push_back(WriteTempFile("kvserve.json", kConfig));
+    std::string error;
+    server_ = ServerProcess::Start(argv, milliseconds(120000), &error);
+    ASSERT_NE(server_, nullptr) << error;
+    channel_ = grpc::CreateChannel(server_->grpc_target(), grpc::InsecureChannelCredentials());
+    stub_ = v1::KvServe::NewStub(channel_);
+  }
+  void TearDown() override {
+    if (HasFailure() && server_) std::cerr << "server stderr:\n" << server_->stderr_text();
+  }
+
+  httplib::Client Client() {
+    httplib::Client c(server_->host(), server_->http_port());
+    c.set_read_timeout(60, 0);
+    return c;
+  }
+  httplib::Result Post(const std::string& path, const std::string& body, const std::string& key = "sk-alpha") {
+    httplib::Headers h;
+    if (!key.empty()) h.emplace("Authorization", "Bearer " + key);
+    return Client().Post(path.c_str(), h, body, "application/json");
+  }
+  httplib::Result Get(const std::string& path, const std::string& key = "sk-alpha") {
+    httplib::Headers h;
+    if (!key.empty()) h.emplace("Authorization", "Bearer " + key);
+    return Client().Get(path.c_str(), h);
+  }
+  json Error(const httplib::Result& res, int status) {
+    EXPECT_TRUE(res);
+    if (!res) return json();
+    EXPECT_EQ(res->status, status) << res->body;
+    json j = json::parse(res->body, nullptr, false);
+    EXPECT_TRUE(j.is_object() && j.contains("error")) << res->body;
+    if (!j.is_object() || !j.contains("error")) return json();
+    EXPECT_EQ(j["error"]["code"], status);
+    return j["error"];
+  }
+  std::unique_ptr<grpc::ClientContext> Context(const std::string& key = "sk-alpha") {
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    if (!key.empty()) ctx->AddMetadata("authorization", "Bearer " + key);
+    return ctx;
+  }
+  // Sends a long streaming completion on a raw socket and returns the socket once the
+  // response head arrived, i.e. once the engine has accepted the request, or with
+  // `running`, once its first token arrived (-1 on failure).
+  int OpenStream(bool running, std::string* consumed = nullptr) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(server_->http_port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return -1;
+    const std::string body = R"({"prompt": "a", "max_tokens": 2000, "ignore_eos": true, "stream": true,
+                                 "stream_options": {"include_usage": true}})";
+    const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-alpha\r\n"
+                                "Content-Type: application/json\r\nContent-Length: " +
+                                std::to_string(body.size()) + "\r\n\r\n" + body;
+    if (send(fd, request.data(), request.size(), 0) != static_cast<ssize_t>(request.size())) return -1;
+    std::string head;
+    char c;
+    while (head.find("\r\n\r\n") == std::string::npos && recv(fd, &c, 1, 0) == 1) head.push_back(c);
+    if (head.rfind("HTTP/1.1 200", 0) != 0) {
+      ADD_FAILURE() << "stream refused: " << head;
+      close(fd);
+      return -1;
+    }
+    // Skip the keep-alive comments up to the first data event (a role-less completion chunk).
+    std::string seen;
+    while (running && seen.find("data: ") == std::string::npos && recv(fd, &c, 1, 0) == 1) seen.push_back(c);
+    if (consumed != nullptr) *consumed = seen;
+    return fd;
+  }
+  // The body of a stream opened by OpenStream (`consumed`: what OpenStream read of it),
+  // chunked framing removed.
+  static std::string ReadStream(int fd, std::string raw) {
+    char buf[4096];
+    ssize_t n;
+    while ((n = recv(fd, buf, sizeof buf, 0)) > 0) {
+      raw.append(buf, static_cast<size_t>(n));
+      if (raw.find("\r\n0\r\n\r\n") != std::string::npos || raw.rfind("0\r\n\r\n", 0) == 0) break;
+    }
+    close(fd);
+    std::string body;
+    size_t pos = 0;
+    while (pos < raw.size()) {
+      size_t eol = raw.find("\r\n", pos);
+      if (eol == std::string::npos) break;
+      const size_t len = std::stoul(raw.substr(pos, eol - pos), nullptr, 16);
+      if (len == 0) break;
+      body.append(raw, eol + 2, len);
+      pos = eol + 2 + len + 2;
+    }
+    return body;
+  }
+
+  std::unique_ptr<ServerProcess> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::KvServe::Stub> stub_;
+};
+
+class KVSERVE_SERVER_SUITE : public ServerProcessFixture {};
+
+std::vector<std::string> SseData(const std::string& body) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos < body.size()) {
+    size_t end = body.find("\n\n", pos);
+    if (end == std::string::npos) end = body.size();
+    std::string event = body.substr(pos, end - pos);
+    if (event.rfind("data: ", 0) == 0) out.push_back(event.substr(6));
+    pos = end + 2;
+  }
+  return out;
+}
+
+TEST_F(KVSERVE_SERVER_SUITE, HttpEndpoints) {
+  auto health = Get("/health", "");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(Get("/ready", "")->status, 200);
+  EXPECT_TRUE(json::parse(Get("/version", "")->body)["version"].is_string());
+  auto metrics = Get("/metrics", "");
+  EXPECT_EQ(metrics->status, 200);
+  EXPECT_TRUE(metrics->get_header_value("Content-Type").starts_with("text/plain"));
+
+  auto models = Get("/v1/models");
+  ASSERT_EQ(models->status, 200);
+  json m = json::parse(models->body);
+  const std::string model = m["data"][0]["id"];
+  EXPECT_EQ(m["data"][0]["max_model_len"], kMaxModelLen);
+
+  // Completions, non-streaming: greedy text is reproducible.
+  const std::string greedy = R"({"model": ")" + model +
+                             R"(", "prompt": "Once upon a time", "max_tokens": 12, "temperature": 0, "ignore_eos": true})";
+  auto a = Post("/v1/completions", greedy);
+  auto b = Post("/v1/completions", greedy);
+  ASSERT_EQ(a->status, 200) << a->body;
+  json ja = json::parse(a->body);
+  EXPECT_EQ(ja["object"], "text_completion");
+  EXPECT_EQ(ja["model"], model);
+  EXPECT_EQ(ja["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(ja["usage"]["completion_tokens"], 12);
+  EXPECT_EQ(ja["usage"]["total_tokens"], ja["usage"]["prompt_tokens"].get<int>() + 12);
+  EXPECT_TRUE(ja["usage"]["kv_compression"]["policy"].is_string());
+  EXPECT_EQ(ja["choices"][0]["text"], json::parse(b->body)["choices"][0]["text"]);
+
+  // A stop string taken from that text cuts it right before its first occurrence.
+  const std::string text = ja["choices"][0]["text"];
+  ASSERT_GE(text.size(), 4u);
+  std::string stop = text.substr(text.size() / 2, 2);
+  auto stopped = Post("/v1/completions", R"({"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0,
+                                             "ignore_eos": true, "stop": [)" + json(stop).dump() + "]}");
+  ASSERT_EQ(stopped->status, 200) << stopped->body;
+  json js = json::parse(stopped->body);
+  EXPECT_EQ(js["choices"][0]["text"], text.substr(0, text.find(stop)));
+  EXPECT_EQ(js["choices"][0]["finish_reason"], "stop");
+
+  // Chat, streaming with usage and two seeded choices.
+  auto chat = Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "Hello"}], "n": 2,
+      "seed": 7, "max_tokens": 6, "stream": true, "stream_options": {"include_usage": true},
+      "kv_compression": {"policy": "full"}})");
+  ASSERT_EQ(chat->status, 200) << chat->body;
+  EXPECT_EQ(chat->get_header_value("Content-Type"), "text/event-stream");
+  std::vector<std::string> events = SseData(chat->body);
+  ASSERT_GE(events.size(), 4u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  json usage = json::parse(events[events.size() - 2]);
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_GT(usage["usage"]["completion_tokens"].get<int>(), 0);
+  EXPECT_EQ(usage["usage"]["kv_compression"]["policy"], "full");
+  std::set<int> finished;
+  for (size_t i = 0; i + 2 < events.size(); ++i) {
+    json c = json::parse(events[i]);
+    if (!c["choices"][0]["finish_reason"].is_null()) finished.insert(c["choices"][0]["index"].get<int>());
+  }
+  EXPECT_EQ(finished, (std::set<int>{0, 1}));
+
+  // Tokenizer endpoints round-trip.
+  auto tok = Post("/tokenize", R"({"prompt": "hello world", "add_special_tokens": false})");
+  ASSERT_EQ(tok->status, 200) << tok->body;
+  json t = json::parse(tok->body);
+  EXPECT_EQ(t["count"], t["tokens"].size());
+  auto detok = Post("/detokenize", json{{"tokens", t["tokens"]}}.dump());
+  ASSERT_EQ(detok->status, 200) << detok->body;
+  EXPECT_NE(json::parse(detok->body)["prompt"].get<std::string>().find("hello world"), std::string::npos);
+}
+
+TEST_F(KVSERVE_SERVER_SUITE, HttpErrors) {
+  EXPECT_EQ(Error(Post("/v1/completions", "{oops"), 400)["type"], "invalid_request_error");
+  EXPECT_EQ(Error(Post("/v1/completions", R"({"prompt": "x", "n": "two"})"), 400)["param"], "n");
+  EXPECT_EQ(Error(Post("/v1/completions", R"({"prompt": "x", "top_p": 0})"), 400)["param"], "top_p");
+  std::string long_prompt;
+  for (int i = 0; i < 4000; ++i) long_prompt += "hello ";
+  EXPECT_EQ(Error(Post("/v1/completions", json{{"prompt", long_prompt}}.dump()), 400)["param"], "prompt");
+  EXPECT_EQ(Error(Post("/v1/completions", R"({"prompt": "x", "max_tokens": 5000})"), 400)["param"], "max_tokens");
+  Error(Post("/v1/completions", R"({"prompt": "x"})", ""), 401);
+  Error(Post("/v1/completions", R"({"prompt": "x"})", "sk-wrong"), 401);
+  Error(Get("/v1/models", ""), 401);
+  EXPECT_EQ(Error(Post("/v1/completions", R"({"prompt": "x", "kv_compression": {"policy": "streamingllm"}})", "sk-beta"), 403)["type"],
+            "permission_error");
+  EXPECT_EQ(Error(Post("/v1/completions", R"({"model": "no-such-model", "prompt": "x"})"), 404)["type"], "not_found_error");
+  Error(Get("/v1/no/such/route"), 404);
+  Error(Post("/v1/completions", json{{"prompt", std::string(70000, 'x')}}.dump()), 413);
+}
+
+TEST_F(KVSERVE_SERVER_SUITE, QueueFullIs429AndResourceExhausted) {
+  // 2 running + 1 waiting fill the engine (scheduler.max_num_seqs=2, max_waiting=1).
+  std::vector<int> held;
+  for (int i = 0; i < 3; ++i) {
+    held.push_back(OpenStream(/*running=*/i < 2));
+    ASSERT_GE(held.back(), 0);
+  }
+  EXPECT_EQ(Error(Post("/v1/completions", R"({"prompt": "x", "max_tokens": 1})"), 429)["type"], "rate_limit_error");
+  v1::GenerateRequest req;
+  req.set_prompt("x");
+  req.mutable_sampling()->set_max_tokens(1);
+  v1::CompleteResponse resp;
+  auto ctx = Context();
+  EXPECT_EQ(stub_->Complete(ctx.get(), req, &resp).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  for (int fd : held) close(fd);  // hanging up aborts them
+}
+
+TEST_F(KVSERVE_SERVER_SUITE, Grpc) {
+  v1::ListModelsResponse models;
+  auto c0 = Context();
+  ASSERT_TRUE(stub_->ListModels(c0.get(), v1::ListModelsRequest(), &models).ok());
+  ASSERT_EQ(models.models_size(), 1);
+
+  v1::GenerateRequest req;
+  req.set_prompt("Once upon a time");
+  req.mutable_sampling()->set_max_tokens(8);
+  req.mutable_sampling()->set_temperature(0.0f);
+  req.mutable_sampling()->set_ignore_eos(true);
+  req.mutable_kv_compression()->set_policy("full");
+  auto c1 = Context();
+  auto reader = stub_->Generate(c1.get(), req);
+  v1::GenerateChunk chunk;
+  std::string streamed;
+  int tokens = 0;
+  bool usage = false;
+  std::string finish;
+  while (reader->Read(&chunk)) {
+    streamed += chunk.text();
+    tokens += chunk.token_ids_size();
+    if (!chunk.finish_reason().empty()) finish = chunk.finish_reason();
+    usage |= chunk.has_usage();
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(tokens, 8);
+  EXPECT_EQ(finish, "length");
+  EXPECT_TRUE(usage);
+
+  v1::CompleteResponse complete;
+  auto c2 = Context();
+  ASSERT_TRUE(stub_->Complete(c2.get(), req, &complete).ok());
+  EXPECT_EQ(complete.choices(0).text(), streamed);
+  EXPECT_EQ(complete.usage().completion_tokens(), 8);
+
+  v1::ChatRequest chat;
+  auto* m = chat.add_messages();
+  m->set_role("user");
+  m->set_content("Hi");
+  chat.mutable_sampling()->set_max_tokens(4);
+  auto c3 = Context();
+  auto chat_reader = stub_->Chat(c3.get(), chat);
+  while (chat_reader->Read(&chunk)) {
+  }
+  EXPECT_TRUE(chat_reader->Finish().ok());
+
+  v1::TokenizeRequest t;
+  t.set_prompt("hello");
+  v1::TokenizeResponse tr;
+  auto c4 = Context();
+  ASSERT_TRUE(stub_->Tokenize(c4.get(), t, &tr).ok());
+  EXPECT_GT(tr.count(), 0);
+  v1::DetokenizeRequest d;
+  *d.mutable_tokens() = tr.tokens();
+  v1::DetokenizeResponse dr;
+  auto c5 = Context();
+  ASSERT_TRUE(stub_->Detokenize(c5.get(), d, &dr).ok());
+  EXPECT_NE(dr.prompt().find("hello"), std::string::npos);
+
+  // Status codes.
+  v1::GenerateRequest bad = req;
+  bad.mutable_sampling()->set_top_p(2.0f);
+  v1::CompleteResponse r;
+  auto c6 = Context();
+  grpc::Status st = stub_->Complete(c6.get(), bad, &r);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("top_p"), std::string::npos);
+  auto c7 = Context("");
+  EXPECT_EQ(stub_->Complete(c7.get(), req, &r).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  v1::GenerateRequest denied = req;
+  denied.mutable_kv_compression()->set_policy("snapkv");
+  auto c8 = Context("sk-beta");
+  EXPECT_EQ(stub_->Complete(c8.get(), denied, &r).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+
+  // Abort by id, and a client cancel, both end the request in the engine.
+  v1::GenerateRequest long_req = req;
+  long_req.mutable_sampling()->set_max_tokens(2000);
+  long_req.set_request_id("grpc-long-1");
+  auto c9 = Context();
+  auto long_reader = stub_->Generate(c9.get(), long_req);
+  ASSERT_TRUE(long_reader->Read(&chunk));
+  v1::AbortRequest abort;
+  abort.set_request_id("grpc-long-1");
+  v1::AbortResponse abort_resp;
+  auto c10 = Context();
+  ASSERT_TRUE(stub_->Abort(c10.get(), abort, &abort_resp).ok());
+  EXPECT_TRUE(abort_resp.found());
+  std::string last_finish;
+  while (long_reader->Read(&chunk)) {
+    if (!chunk.finish_reason().empty()) last_finish = chunk.finish_reason();
+  }
+  EXPECT_TRUE(long_reader->Finish().ok());
+  EXPECT_EQ(last_finish, "abort");
+
+  long_req.set_request_id("grpc-long-2");
+  auto c11 = Context();
+  auto cancel_reader = stub_->Generate(c11.get(), long_req);
+  ASSERT_TRUE(cancel_reader->Read(&chunk));
+  c11->TryCancel();
+  while (cancel_reader->Read(&chunk)) {
+  }
+  EXPECT_EQ(cancel_reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+}
+
+TEST_F(KVSERVE_SERVER_SUITE, DisconnectedClientFreesItsSlot) {
+  // Both engine slots are taken by long streams; the client of one of them hangs up. A
+  // short request then runs at once instead of waiting for the long ones to finish.
+  const int keeper = OpenStream(/*running=*/true);
+  const int victim = OpenStream(/*running=*/true);
+  ASSERT_GE(keeper, 0);
+  ASSERT_GE(victim, 0);
+  close(victim);
+  const auto start = std::chrono::steady_clock::now();
+  auto res = Post("/v1/completions", R"({"prompt": "b", "max_tokens": 2, "ignore_eos": true})");
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
+  EXPECT_LT(took, milliseconds(500));
+  close(keeper);
+}
+
+TEST_F(KVSERVE_SERVER_SUITE, SigtermDrainsAndExitsZero) {
+  std::string consumed;
+  const int stream = OpenStream(/*running=*/true, &consumed);
+  ASSERT_GE(stream, 0);
+  server_->Signal(SIGTERM);
+  // Refusals start at once; poll for the observable switch.
+  bool refused = false;
+  for (int i = 0; i < 400 && !refused; ++i) {
+    auto r = Get("/ready", "");
+    refused = r && r->status == 503;
+    if (!refused) std::this_thread::sleep_for(milliseconds(5));
+  }
+  EXPECT_TRUE(refused);
+  Error(Post("/v1/completions", R"({"prompt": "x", "max_tokens": 1})"), 503);
+  v1::GenerateRequest req;
+  req.set_prompt("x");
+  v1::CompleteResponse resp;
+  auto ctx = Context();
+  EXPECT_EQ(stub_->Complete(ctx.get(), req, &resp).error_code(), grpc::StatusCode::UNAVAILABLE);
+  std::vector<std::string> events = SseData(ReadStream(stream, consumed));
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  const int64_t tokens = json::parse(events[events.size() - 2])["usage"]["completion_tokens"];
+  const std::string finish = json::parse(events[events.size() - 3])["choices"][0]["finish_reason"];
+  // Cut with "abort" at the drain timeout (0.5 s), unless the engine managed all 2000 tokens.
+  if (tokens < 2000) {
+    EXPECT_EQ(finish, "abort");
+  } else {
+    EXPECT_EQ(finish, "length");
+  }
+  std::optional<int> status = server_->WaitExit(milliseconds(30000));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(*status, 0);
+}
+
+}  // namespace
+}  // namespace kvserve::server::testing

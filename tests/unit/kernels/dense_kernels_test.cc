@@ -1,0 +1,154 @@
+// RMSNorm, RoPE, SwiGLU and Linear against naive double-precision loops, at several sizes
+// (both sides of each kernel's serial/parallel threshold) and thread counts.
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/swiglu.h"
+
+namespace kvserve::kernels::cpu {
+namespace {
+
+std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+class DenseKernels : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override { SetComputeThreads(GetParam()); }
+  void TearDown() override { SetComputeThreads(0); }
+};
+
+TEST_P(DenseKernels, RmsNormMatchesNaive) {
+  for (int64_t rows : {1, 3, 40, 400}) {
+    const int dim = 96;
+    const int64_t stride = dim + 5;
+    auto x = Random(static_cast<size_t>(rows * stride), 1);
+    auto w = Random(dim, 2);
+    std::vector<float> out(static_cast<size_t>(rows * dim));
+    RmsNorm(x.data(), stride, w.data(), out.data(), dim, rows, dim, 1e-5f);
+    for (int64_t r = 0; r < rows; ++r) {
+      double ss = 0;
+      for (int i = 0; i < dim; ++i) ss += static_cast<double>(x[r * stride + i]) * x[r * stride + i];
+      const double inv = 1.0 / std::sqrt(ss / dim + 1e-5);
+      for (int i = 0; i < dim; ++i) {
+        EXPECT_NEAR(out[r * dim + i], x[r * stride + i] * inv * w[i], 1e-5) << "row " << r << " col " << i;
+      }
+    }
+  }
+}
+
+TEST_P(DenseKernels, RmsNormInPlace) {
+  auto x = Random(2 * 32, 3);
+  std::vector<float> w(32, 1.5f);
+  std::vector<float> out(64);
+  RmsNorm(x.data(), 32, w.data(), out.data(), 32, 2, 32, 1e-6f);
+  RmsNorm(x.data(), 32, w.data(), x.data(), 32, 2, 32, 1e-6f);
+  for (int i = 0; i < 64; ++i) EXPECT_FLOAT_EQ(x[i], out[i]);
+}
+
+TEST_P(DenseKernels, RopeRotateHalfMatchesNaive) {
+  const int head_dim = 16, half = 8, heads = 3;
+  const int64_t tokens = 100, stride = heads * head_dim + 7;
+  std::vector<int32_t> positions(tokens);
+  for (int64_t t = 0; t < tokens; ++t) positions[t] = static_cast<int32_t>(t * 37 % 1000);
+  std::vector<float> inv_freq(half);
+  for (int f = 0; f < half; ++f) inv_freq[f] = static_cast<float>(1.0 / std::pow(10000.0, 2.0 * f / head_dim));
+  std::vector<float> cos_sin(tokens * head_dim);
+  RopeCosSin(positions.data(), tokens, inv_freq.data(), half, cos_sin.data());
+  auto x = Random(static_cast<size_t>(tokens * stride), 4);
+  const auto orig = x;
+  ApplyRope(x.data(), tokens, heads, head_dim, stride, cos_sin.data());
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int h = 0; h < heads; ++h) {
+      const float* in = orig.data() + t * stride + h * head_dim;
+      const float* got = x.data() + t * stride + h * head_dim;
+      for (int f = 0; f < half; ++f) {
+        const double a = static_cast<double>(positions[t]) * inv_freq[f];
+        EXPECT_NEAR(got[f], in[f] * std::cos(a) - in[f + half] * std::sin(a), 1e-5);
+        EXPECT_NEAR(got[f + half], in[f + half] * std::cos(a) + in[f] * std::sin(a), 1e-5);
+      }
+    }
+    // Bytes past the heads are untouched.
+    for (int64_t i = heads * head_dim; i < stride; ++i) EXPECT_EQ(x[t * stride + i], orig[t * stride + i]);
+  }
+}
+
+TEST_P(DenseKernels, RopeScoresDependOnRelativePositionOnly) {
+  // The property attention relies on: <R(p) q, R(p') k> depends on p - p' only.
+  const int head_dim = 32, half = 16;
+  std::vector<float> inv_freq(half);
+  for (int f = 0; f < half; ++f) inv_freq[f] = static_cast<float>(1.0 / std::pow(10000.0, 2.0 * f / head_dim));
+  auto q0 = Random(head_dim, 5);
+  auto k0 = Random(head_dim, 6);
+  auto score = [&](int32_t pq, int32_t pk) {
+    std::vector<float> q = q0, k = k0, cs(head_dim);
+    RopeCosSin(&pq, 1, inv_freq.data(), half, cs.data());
+    ApplyRope(q.data(), 1, 1, head_dim, head_dim, cs.data());
+    RopeCosSin(&pk, 1, inv_freq.data(), half, cs.data());
+    ApplyRope(k.data(), 1, 1, head_dim, head_dim, cs.data());
+    double s = 0;
+    for (int i = 0; i < head_dim; ++i) s += static_cast<double>(q[i]) * k[i];
+    return s;
+  };
+  EXPECT_NEAR(score(10, 3), score(1007, 1000), 1e-3);
+  EXPECT_NEAR(score(5, 5), score(0, 0), 1e-4);
+}
+
+TEST_P(DenseKernels, SiluMulMatchesNaive) {
+  for (auto [rows, inter] : {std::pair<int64_t, int>{1, 40}, {2, 20000}, {30, 700}}) {
+    auto gu = Random(static_cast<size_t>(rows * 2 * inter), 7, 3.0f);
+    std::vector<float> out(static_cast<size_t>(rows * inter));
+    SiluMul(gu.data(), rows, inter, out.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int i = 0; i < inter; ++i) {
+        const double g = gu[r * 2 * inter + i];
+        const double u = gu[r * 2 * inter + inter + i];
+        ASSERT_NEAR(out[r * inter + i], g / (1 + std::exp(-g)) * u, 1e-4) << rows << "x" << inter;
+      }
+    }
+  }
+}
+
+TEST_P(DenseKernels, LinearMatchesNaive) {
+  struct Case {
+    int64_t rows;
+    int in, out;
+    bool bias, accumulate;
+  };
+  for (const Case& c : {Case{1, 64, 40, false, false}, Case{1, 256, 1000, true, false},
+                        Case{3, 128, 300, true, true}, Case{37, 96, 250, false, true},
+                        Case{64, 64, 64, true, false}}) {
+    const int64_t x_stride = c.in + 3, y_stride = c.out + 2;
+    auto x = Random(static_cast<size_t>(c.rows * x_stride), 8);
+    auto w = Random(static_cast<size_t>(c.out) * c.in, 9, 0.1f);
+    auto b = Random(static_cast<size_t>(c.out), 10);
+    auto y = Random(static_cast<size_t>(c.rows * y_stride), 11);
+    const auto y0 = y;
+    Linear(x.data(), x_stride, w.data(), c.bias ? b.data() : nullptr, y.data(), y_stride, c.rows, c.in, c.out,
+           c.accumulate);
+    for (int64_t r = 0; r < c.rows; ++r) {
+      for (int o = 0; o < c.out; ++o) {
+        double acc = c.accumulate ? y0[r * y_stride + o] : 0.0;
+        if (c.bias) acc += b[o];
+        for (int i = 0; i < c.in; ++i) acc += static_cast<double>(x[r * x_stride + i]) * w[o * c.in + i];
+        ASSERT_NEAR(y[r * y_stride + o], acc, 1e-4) << "rows " << c.rows << " out " << o;
+      }
+      // Padding columns stay as they were.
+      for (int64_t o = c.out; o < y_stride; ++o) ASSERT_EQ(y[r * y_stride + o], y0[r * y_stride + o]);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, DenseKernels, ::testing::Values(1, 2, 3));
+
+}  // namespace
+}  // namespace kvserve::kernels::cpu

@@ -1,0 +1,352 @@
+// The gRPC front end over real sockets with the generated stubs (and a generic stub for
+// the standard health and reflection services) and a FakeEngine.
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "kvserve/v1/kvserve.grpc.pb.h"
+#include "tests/unit/server/test_server.h"
+
+namespace kvserve::server::testing {
+namespace {
+
+using std::chrono::milliseconds;
+
+class GrpcFrontendTest : public ::testing::Test {
+ protected:
+  void Start(TestServerOptions options = {}) {
+    server_ = std::make_unique<TestServer>(std::move(options));
+    channel_ = grpc::CreateChannel(server_->grpc_target(), grpc::InsecureChannelCredentials());
+    stub_ = v1::KvServe::NewStub(channel_);
+  }
+  FakeEngine& engine() { return server_->engine(); }
+
+  std::unique_ptr<grpc::ClientContext> Context(const std::string& key = "") {
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    if (!key.empty()) ctx->AddMetadata("authorization", "Bearer " + key);
+    return ctx;
+  }
+
+  // Runs Generate to the end; returns the chunks and the final status.
+  std::pair<std::vector<v1::GenerateChunk>, grpc::Status> Generate(const v1::GenerateRequest& req,
+                                                                   const std::string& key = "") {
+    auto ctx = Context(key);
+    auto reader = stub_->Generate(ctx.get(), req);
+    std::vector<v1::GenerateChunk> chunks;
+    v1::GenerateChunk c;
+    while (reader->Read(&c)) chunks.push_back(c);
+    return {chunks, reader->Finish()};
+  }
+
+  // A unary call through the generic stub: raw bytes in, raw bytes out.
+  grpc::Status RawUnary(const std::string& method, const std::string& request, std::string* response) {
+    grpc::GenericStub generic(channel_);
+    grpc::CompletionQueue cq;
+    grpc::ClientContext ctx;
+    grpc::Slice slice(request);
+    grpc::ByteBuffer in(&slice, 1), out;
+    auto call = generic.PrepareUnaryCall(&ctx, method, in, &cq);
+    call->StartCall();
+    grpc::Status status;
+    call->Finish(&out, &status, reinterpret_cast<void*>(1));
+    void* tag;
+    bool ok;
+    EXPECT_TRUE(cq.Next(&tag, &ok));
+    std::vector<grpc::Slice> slices;
+    if (status.ok() && out.Dump(&slices).ok()) {
+      for (const auto& s : slices) response->append(reinterpret_cast<const char*>(s.begin()), s.size());
+    }
+    cq.Shutdown();
+    while (cq.Next(&tag, &ok)) {
+    }
+    return status;
+  }
+
+  std::unique_ptr<TestServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::KvServe::Stub> stub_;
+};
+
+v1::GenerateRequest Prompt(const std::string& text, int max_tokens) {
+  v1::GenerateRequest r;
+  r.set_prompt(text);
+  r.mutable_sampling()->set_max_tokens(max_tokens);
+  r.mutable_sampling()->set_temperature(0.0f);
+  return r;
+}
+
+TEST_F(GrpcFrontendTest, GenerateStreamsChunksThenUsage) {
+  Start();
+  v1::GenerateRequest req = Prompt("Hi", 10);
+  req.mutable_kv_compression()->set_policy("streamingllm");
+  req.mutable_kv_compression()->set_budget(32);
+  auto [chunks, status] = Generate(req);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_FALSE(chunks.empty());
+  std::string text;
+  int token_count = 0;
+  for (const auto& c : chunks) {
+    EXPECT_EQ(c.request_id(), chunks[0].request_id());
+    text += c.text();
+    token_count += c.token_ids_size();
+  }
+  EXPECT_EQ(text, "The quick ");
+  EXPECT_EQ(token_count, 10);
+  const v1::GenerateChunk& last = chunks.back();
+  EXPECT_TRUE(last.has_usage());
+  EXPECT_EQ(last.usage().prompt_tokens(), 3);
+  EXPECT_EQ(last.usage().completion_tokens(), 10);
+  EXPECT_EQ(last.usage().total_tokens(), 13);
+  EXPECT_EQ(last.usage().kv_compression().policy(), "streamingllm");
+  EXPECT_EQ(last.usage().kv_compression().budget(), 32);
+  int finishes = 0;
+  for (const auto& c : chunks) finishes += !c.finish_reason().empty();
+  EXPECT_EQ(finishes, 1);
+  ASSERT_EQ(engine().submitted().size(), 1u);
+  EXPECT_EQ(engine().submitted()[0].compression.policy, config::CompressionPolicyKind::kStreamingLlm);
+}
+
+TEST_F(GrpcFrontendTest, CompleteWithTwoSeededSamplesAndStop) {
+  Start();
+  v1::GenerateRequest req;
+  req.mutable_prompt_token_ids()->add_ids(50);
+  auto* s = req.mutable_sampling();
+  s->set_max_tokens(8);
+  s->set_n(2);
+  s->set_seed(11);
+  s->set_temperature(0.7f);
+  v1::CompleteResponse resp;
+  auto ctx = Context();
+  grpc::Status status = stub_->Complete(ctx.get(), req, &resp);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(resp.model(), "kvs-tiny");
+  ASSERT_EQ(resp.choices_size(), 2);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(resp.choices(i).index(), i);
+    EXPECT_EQ(resp.choices(i).text(), engine().ExpectedText(11, 0.7f, i, 8));
+    EXPECT_EQ(resp.choices(i).finish_reason(), "length");
+  }
+  EXPECT_EQ(resp.usage().completion_tokens(), 16);
+
+  v1::GenerateRequest stop = Prompt("x", 30);
+  stop.mutable_sampling()->add_stop("brown");
+  v1::CompleteResponse stopped;
+  auto ctx2 = Context();
+  ASSERT_TRUE(stub_->Complete(ctx2.get(), stop, &stopped).ok());
+  EXPECT_EQ(stopped.choices(0).text(), "The quick ");
+  EXPECT_EQ(stopped.choices(0).finish_reason(), "stop");
+}
+
+TEST_F(GrpcFrontendTest, ChatStreamsTheReply) {
+  Start();
+  v1::ChatRequest req;
+  auto* m = req.add_messages();
+  m->set_role("user");
+  m->set_content("Hello");
+  req.mutable_sampling()->set_max_tokens(4);
+  req.mutable_sampling()->set_temperature(0.0f);
+  auto ctx = Context();
+  auto reader = stub_->Chat(ctx.get(), req);
+  std::string text;
+  v1::GenerateChunk c;
+  bool usage = false;
+  while (reader->Read(&c)) {
+    text += c.text();
+    usage |= c.has_usage();
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(text, "The ");
+  EXPECT_TRUE(usage);
+  ASSERT_EQ(engine().submitted().size(), 1u);
+  EXPECT_EQ(engine().submitted()[0].prompt_tokens[1], kFakeImStart);
+}
+
+TEST_F(GrpcFrontendTest, TokenizeDetokenizeAndListModels) {
+  Start();
+  v1::TokenizeRequest t;
+  t.set_prompt("ab");
+  v1::TokenizeResponse tr;
+  auto c1 = Context();
+  ASSERT_TRUE(stub_->Tokenize(c1.get(), t, &tr).ok());
+  EXPECT_EQ(tr.count(), 3);
+  EXPECT_EQ(tr.tokens(1), 100);
+  EXPECT_EQ(tr.max_model_len(), 2048);
+
+  v1::DetokenizeRequest d;
+  d.add_tokens(100);
+  d.add_tokens(101);
+  v1::DetokenizeResponse dr;
+  auto c2 = Context();
+  ASSERT_TRUE(stub_->Detokenize(c2.get(), d, &dr).ok());
+  EXPECT_EQ(dr.prompt(), "ab");
+
+  v1::ListModelsResponse lm;
+  auto c3 = Context();
+  ASSERT_TRUE(stub_->ListModels(c3.get(), v1::ListModelsRequest(), &lm).ok());
+  ASSERT_EQ(lm.models_size(), 1);
+  EXPECT_EQ(lm.models(0).id(), "kvs-tiny");
+  EXPECT_EQ(lm.models(0).max_model_len(), 2048);
+}
+
+TEST_F(GrpcFrontendTest, StatusCodes) {
+  TestServerOptions o;
+  o.tenants.push_back(MakeTenant("alpha", {"sk-a"}));
+  o.tenants.back().allowed_policies = {config::CompressionPolicyKind::kFull};
+  Start(o);
+  v1::GenerateRequest bad = Prompt("x", 2);
+  bad.mutable_sampling()->set_temperature(5.0f);
+  auto [c1, s1] = Generate(bad, "sk-a");
+  EXPECT_EQ(s1.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s1.error_message().find("temperature"), std::string::npos);
+
+  auto [c2, s2] = Generate(Prompt("x", 2));
+  EXPECT_EQ(s2.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  auto [c3, s3] = Generate(Prompt("x", 2), "sk-wrong");
+  EXPECT_EQ(s3.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+
+  v1::GenerateRequest denied = Prompt("x", 2);
+  denied.mutable_kv_compression()->set_policy("triattention");
+  auto [c4, s4] = Generate(denied, "sk-a");
+  EXPECT_EQ(s4.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+
+  v1::GenerateRequest unknown = Prompt("x", 2);
+  unknown.set_model("other");
+  auto [c5, s5] = Generate(unknown, "sk-a");
+  EXPECT_EQ(s5.error_code(), grpc::StatusCode::NOT_FOUND);
+
+  engine().FailNextSubmit(absl::ResourceExhaustedError("the waiting queue is full"));
+  v1::CompleteResponse r;
+  auto ctx = Context("sk-a");
+  EXPECT_EQ(stub_->Complete(ctx.get(), Prompt("x", 2), &r).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+
+  v1::GenerateRequest no_prompt;
+  auto [c6, s6] = Generate(no_prompt, "sk-a");
+  EXPECT_EQ(s6.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s6.error_message().find("prompt"), std::string::npos);
+
+  server_->app().frontend().StartDrain();
+  auto [c7, s7] = Generate(Prompt("x", 2), "sk-a");
+  EXPECT_EQ(s7.error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_F(GrpcFrontendTest, ClientCancelAbortsTheEngineRequest) {
+  Start();
+  engine().SetPaused(true);
+  v1::GenerateRequest req = Prompt("x", 50);
+  req.set_request_id("cancel-me");
+  auto ctx = Context();
+  auto reader = stub_->Generate(ctx.get(), req);
+  ASSERT_TRUE(engine().WaitForSubmitted(1, milliseconds(10000)));
+  const auto cancelled = std::chrono::steady_clock::now();
+  ctx->TryCancel();
+  v1::GenerateChunk c;
+  while (reader->Read(&c)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  auto aborted = engine().WaitForAbort("cancel-me", milliseconds(5000));
+  ASSERT_TRUE(aborted.has_value());
+  EXPECT_LT(*aborted - cancelled, milliseconds(100));
+}
+
+TEST_F(GrpcFrontendTest, AbortRpcEndsTheStreamWithAbort) {
+  TestServerOptions o;
+  o.tenants.push_back(MakeTenant("alpha", {"sk-a"}));
+  o.tenants.push_back(MakeTenant("beta", {"sk-b"}));
+  Start(o);
+  engine().SetPaused(true);
+  v1::GenerateRequest req = Prompt("x", 50);
+  req.set_request_id("job-1");
+  std::vector<v1::GenerateChunk> chunks;
+  grpc::Status status;
+  std::thread client([&] { std::tie(chunks, status) = Generate(req, "sk-a"); });
+  ASSERT_TRUE(engine().WaitForSubmitted(1, milliseconds(10000)));
+
+  v1::AbortRequest abort;
+  abort.set_request_id("job-1");
+  v1::AbortResponse resp;
+  auto other = Context("sk-b");  // another tenant cannot see it
+  ASSERT_TRUE(stub_->Abort(other.get(), abort, &resp).ok());
+  EXPECT_FALSE(resp.found());
+  auto mine = Context("sk-a");
+  ASSERT_TRUE(stub_->Abort(mine.get(), abort, &resp).ok());
+  EXPECT_TRUE(resp.found());
+  client.join();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_FALSE(chunks.empty());
+  EXPECT_EQ(chunks.back().finish_reason(), "abort");
+  EXPECT_EQ(chunks.back().request_id(), "job-1");
+  EXPECT_TRUE(chunks.back().has_usage());
+}
+
+TEST_F(GrpcFrontendTest, HealthServiceAndReflectionAreOn) {
+  Start();
+  // grpc.health.v1.HealthCheckRequest{service: ""} is the empty message; the response
+  // {status: SERVING} is field 1 = 1: bytes 08 01.
+  std::string health;
+  grpc::Status st = RawUnary("/grpc.health.v1.Health/Check", "", &health);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(health, std::string("\x08\x01", 2));
+  health.clear();
+  ASSERT_TRUE(RawUnary("/grpc.health.v1.Health/Check", std::string("\x0a\x12kvserve.v1.KvServe", 20), &health).ok());
+  EXPECT_EQ(health, std::string("\x08\x01", 2));
+
+  // Reflection: ServerReflectionRequest{list_services: ""} (field 7) on the bidi stream.
+  grpc::GenericStub generic(channel_);
+  grpc::CompletionQueue cq;
+  grpc::ClientContext ctx;
+  auto call = generic.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  void* tag;
+  bool ok;
+  call->StartCall(reinterpret_cast<void*>(1));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  grpc::Slice req_slice(std::string("\x3a\x00", 2));
+  grpc::ByteBuffer req(&req_slice, 1);
+  call->Write(req, reinterpret_cast<void*>(2));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  grpc::ByteBuffer reply;
+  call->Read(&reply, reinterpret_cast<void*>(3));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(reply.Dump(&slices).ok());
+  std::string bytes;
+  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  EXPECT_NE(bytes.find("kvserve.v1.KvServe"), std::string::npos);
+  EXPECT_NE(bytes.find("grpc.health.v1.Health"), std::string::npos);
+  call->WritesDone(reinterpret_cast<void*>(4));
+  ASSERT_TRUE(cq.Next(&tag, &ok));
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(5));
+  ASSERT_TRUE(cq.Next(&tag, &ok));
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+
+  // Draining flips health to NOT_SERVING (2) while an in-flight call finishes.
+  engine().SetPaused(true);
+  std::thread client([this] { Generate(Prompt("x", 5)); });
+  ASSERT_TRUE(engine().WaitForSubmitted(1, milliseconds(10000)));
+  std::thread drain([this] {
+    server_->app().Drain([](milliseconds d) {
+      std::this_thread::sleep_for(d);
+      return false;
+    });
+  });
+  bool not_serving = false;
+  for (int i = 0; i < 500 && !not_serving; ++i) {
+    health.clear();
+    RawUnary("/grpc.health.v1.Health/Check", "", &health);
+    not_serving = health == std::string("\x08\x02", 2);
+    if (!not_serving) std::this_thread::sleep_for(milliseconds(10));
+  }
+  EXPECT_TRUE(not_serving);
+  engine().SetPaused(false);
+  client.join();
+  drain.join();
+}
+
+}  // namespace
+}  // namespace kvserve::server::testing

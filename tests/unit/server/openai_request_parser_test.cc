@@ -1,0 +1,198 @@
+#include "server/openai_request_parser.h"
+
+#include <gtest/gtest.h>
+
+#include "server/error_mapping.h"
+
+namespace kvserve::server {
+namespace {
+
+// The field a parse error names (OpenAI's `param`).
+template <typename T>
+std::string ParamOf(const absl::StatusOr<T>& r) {
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  return ErrorParam(r.status());
+}
+
+TEST(CompletionParserTest, ReadsEveryHonouredField) {
+  auto r = ParseCompletionRequest(R"({
+    "model": "kvs-tiny", "prompt": "Hello", "max_tokens": 7, "temperature": 0.5, "top_p": 0.9,
+    "top_k": 40, "min_p": 0.05, "n": 2, "stop": ["\n", "END"], "stop_token_ids": [2, 5],
+    "seed": 42, "presence_penalty": 0.1, "frequency_penalty": -0.2, "repetition_penalty": 1.1,
+    "logprobs": 3, "echo": true, "ignore_eos": true, "user": "u1", "priority": -3,
+    "min_tokens": 2, "cache_salt": "s", "stream": true,
+    "stream_options": {"include_usage": true, "continuous_usage_stats": true},
+    "kv_compression": {"policy": "triattention", "budget": 256, "ratio": 0.5, "divide_length": 64,
+                       "window": 32, "sinks": 4, "protect_prompt": false, "audit": true},
+    "some_unknown_extension": {"ignored": [1, 2, 3]}
+  })");
+  ASSERT_TRUE(r.ok()) << r.status();
+  const GenerationRequest& g = r->request;
+  EXPECT_EQ(g.kind, RequestKind::kCompletion);
+  EXPECT_EQ(g.model, "kvs-tiny");
+  ASSERT_EQ(g.prompts.size(), 1u);
+  EXPECT_EQ(g.prompts[0].text, "Hello");
+  EXPECT_EQ(g.max_tokens, 7);
+  EXPECT_FLOAT_EQ(g.sampling.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(g.sampling.top_p, 0.9f);
+  EXPECT_EQ(g.sampling.top_k, 40);
+  EXPECT_FLOAT_EQ(g.sampling.min_p, 0.05f);
+  EXPECT_EQ(g.n, 2);
+  EXPECT_EQ(g.stop, (std::vector<std::string>{"\n", "END"}));
+  EXPECT_EQ(g.stop_token_ids, (std::vector<int32_t>{2, 5}));
+  EXPECT_EQ(g.sampling.seed, 42u);
+  EXPECT_FLOAT_EQ(g.sampling.presence_penalty, 0.1f);
+  EXPECT_FLOAT_EQ(g.sampling.frequency_penalty, -0.2f);
+  EXPECT_FLOAT_EQ(g.sampling.repetition_penalty, 1.1f);
+  EXPECT_EQ(g.sampling.logprobs, 3);
+  EXPECT_TRUE(g.return_logprobs);
+  EXPECT_TRUE(g.echo);
+  EXPECT_TRUE(g.ignore_eos);
+  EXPECT_EQ(g.priority, -3);
+  EXPECT_EQ(g.min_tokens, 2);
+  EXPECT_EQ(g.cache_salt, "s");
+  EXPECT_TRUE(r->stream);
+  EXPECT_TRUE(r->include_usage);
+  EXPECT_TRUE(r->continuous_usage);
+  EXPECT_EQ(g.compression.policy, config::CompressionPolicyKind::kTriAttention);
+  EXPECT_EQ(g.compression.budget, 256);
+  EXPECT_EQ(g.compression.ratio, 0.5);
+  EXPECT_EQ(g.compression.divide_length, 64);
+  EXPECT_EQ(g.compression.window, 32);
+  EXPECT_EQ(g.compression.sinks, 4);
+  EXPECT_EQ(g.compression.protect_prompt, false);
+  EXPECT_TRUE(g.compression.audit);
+}
+
+TEST(CompletionParserTest, PromptShapes) {
+  auto strings = ParseCompletionRequest(R"({"prompt": ["a", "b"]})");
+  ASSERT_TRUE(strings.ok());
+  ASSERT_EQ(strings->request.prompts.size(), 2u);
+  EXPECT_EQ(strings->request.prompts[1].text, "b");
+
+  auto ids = ParseCompletionRequest(R"({"prompt": [5, 6, 7]})");
+  ASSERT_TRUE(ids.ok());
+  ASSERT_EQ(ids->request.prompts.size(), 1u);
+  EXPECT_TRUE(ids->request.prompts[0].is_token_ids);
+  EXPECT_EQ(ids->request.prompts[0].token_ids, (std::vector<int32_t>{5, 6, 7}));
+
+  auto batch = ParseCompletionRequest(R"({"prompt": [[5], [6, 7]]})");
+  ASSERT_TRUE(batch.ok());
+  ASSERT_EQ(batch->request.prompts.size(), 2u);
+  EXPECT_EQ(batch->request.prompts[1].token_ids, (std::vector<int32_t>{6, 7}));
+
+  EXPECT_EQ(ParamOf(ParseCompletionRequest(R"({"max_tokens": 3})")), "prompt");
+  EXPECT_EQ(ParamOf(ParseCompletionRequest(R"({"prompt": []})")), "prompt");
+  EXPECT_EQ(ParamOf(ParseCompletionRequest(R"({"prompt": 5})")), "prompt");
+  EXPECT_EQ(ParamOf(ParseCompletionRequest(R"({"prompt": [1, "a"]})")), "prompt");
+  EXPECT_EQ(ParamOf(ParseCompletionRequest(R"({"prompt": [true]})")), "prompt");
+}
+
+TEST(CompletionParserTest, WrongTypesNameTheField) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"prompt": "x", "max_tokens": "16"})", "max_tokens"},
+      {R"({"prompt": "x", "max_tokens": 1.5})", "max_tokens"},
+      {R"({"prompt": "x", "temperature": "hot"})", "temperature"},
+      {R"({"prompt": "x", "n": [1]})", "n"},
+      {R"({"prompt": "x", "stop": 3})", "stop"},
+      {R"({"prompt": "x", "stop": ["a", 3]})", "stop"},
+      {R"({"prompt": "x", "stop_token_ids": "2"})", "stop_token_ids"},
+      {R"({"prompt": "x", "seed": "42"})", "seed"},
+      {R"({"prompt": "x", "echo": 1})", "echo"},
+      {R"({"prompt": "x", "stream": "yes"})", "stream"},
+      {R"({"prompt": "x", "logprobs": 21})", "logprobs"},
+      {R"({"prompt": "x", "top_k": -2})", "top_k"},
+      {R"({"prompt": "x", "kv_compression": 3})", "kv_compression"},
+      {R"({"prompt": "x", "kv_compression": {"policy": "zip"}})", "kv_compression.policy"},
+      {R"({"prompt": "x", "kv_compression": {"budget": "big"}})", "kv_compression.budget"},
+      {R"({"prompt": "x", "stream_options": {"include_usage": true}})", "stream_options"},
+      {R"({"prompt": "x", "stream": true, "stream_options": {"include_usage": 1}})",
+       "stream_options.include_usage"},
+      {R"({"prompt": "x", "suffix": "tail"})", "suffix"},
+  };
+  for (const auto& [body, param] : cases) {
+    EXPECT_EQ(ParamOf(ParseCompletionRequest(body)), param) << body;
+  }
+}
+
+TEST(CompletionParserTest, NullsAndIntegralFloatsAreAccepted) {
+  auto r = ParseCompletionRequest(
+      R"({"prompt": "x", "max_tokens": 16.0, "temperature": null, "stop": null, "logprobs": null})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->request.max_tokens, 16);
+  EXPECT_FLOAT_EQ(r->request.sampling.temperature, 1.0f);
+  EXPECT_FALSE(r->request.return_logprobs);
+}
+
+TEST(CompletionParserTest, KvCompressionShorthandsAndVllmXargs) {
+  auto s = ParseCompletionRequest(R"({"prompt": "x", "kv_compression": "streamingllm"})");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->request.compression.policy, config::CompressionPolicyKind::kStreamingLlm);
+  auto x = ParseCompletionRequest(
+      R"({"prompt": "x", "vllm_xargs": {"kv_compression": "triattention", "kv_budget": 512}})");
+  ASSERT_TRUE(x.ok());
+  EXPECT_EQ(x->request.compression.policy, config::CompressionPolicyKind::kTriAttention);
+  EXPECT_EQ(x->request.compression.budget, 512);
+}
+
+TEST(CompletionParserTest, RejectsNonJsonAndNonObjects) {
+  EXPECT_EQ(ParseCompletionRequest("{").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseCompletionRequest("[1]").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseCompletionRequest("").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ChatParserTest, MessagesAndChatOnlyFields) {
+  auto r = ParseChatRequest(R"({
+    "messages": [{"role": "system", "content": "Be brief."},
+                 {"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "there"}]},
+                 {"role": "assistant", "content": null}],
+    "max_tokens": 9, "max_completion_tokens": 5, "logprobs": true, "top_logprobs": 2})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  const GenerationRequest& g = r->request;
+  EXPECT_EQ(g.kind, RequestKind::kChat);
+  ASSERT_EQ(g.messages.size(), 3u);
+  EXPECT_EQ(g.messages[0].role, "system");
+  EXPECT_EQ(g.messages[1].content, "Hi\nthere");
+  EXPECT_EQ(g.messages[2].content, "");
+  EXPECT_EQ(g.max_tokens, 5);  // max_completion_tokens wins
+  EXPECT_TRUE(g.return_logprobs);
+  EXPECT_EQ(g.sampling.logprobs, 2);
+}
+
+TEST(ChatParserTest, BadMessagesNameTheField) {
+  EXPECT_EQ(ParamOf(ParseChatRequest(R"({"prompt": "x"})")), "messages");
+  EXPECT_EQ(ParamOf(ParseChatRequest(R"({"messages": {}})")), "messages");
+  EXPECT_EQ(ParamOf(ParseChatRequest(R"({"messages": [{"content": "x"}]})")), "messages[0].role");
+  EXPECT_EQ(ParamOf(ParseChatRequest(R"({"messages": [{"role": "user", "content": 4}]})")),
+            "messages[0].content");
+  EXPECT_EQ(ParamOf(ParseChatRequest(
+                R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})")),
+            "messages[0].content[0].type");
+  EXPECT_EQ(ParamOf(ParseChatRequest(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})")),
+            "top_logprobs");
+  EXPECT_EQ(ParamOf(ParseChatRequest(
+                R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 0})")),
+            "max_completion_tokens");
+}
+
+TEST(TokenizerEndpointsParserTest, TokenizeAndDetokenize) {
+  auto t = ParseTokenizeRequest(R"({"prompt": "abc", "add_special_tokens": false, "return_token_strs": true})");
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->prompt, "abc");
+  EXPECT_FALSE(t->add_special_tokens);
+  EXPECT_TRUE(t->return_token_strs);
+  auto m = ParseTokenizeRequest(R"({"messages": [{"role": "user", "content": "hi"}]})");
+  ASSERT_TRUE(m.ok());
+  EXPECT_TRUE(m->use_messages);
+  EXPECT_EQ(ParamOf(ParseTokenizeRequest(R"({})")), "prompt");
+
+  auto d = ParseDetokenizeRequest(R"({"tokens": [1, 2, 3]})");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->tokens, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(ParamOf(ParseDetokenizeRequest(R"({"tokens": "1 2"})")), "tokens");
+  EXPECT_EQ(ParamOf(ParseDetokenizeRequest(R"({})")), "tokens");
+}
+
+}  // namespace
+}  // namespace kvserve::server
