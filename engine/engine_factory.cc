@@ -8,6 +8,7 @@
 #include "cache/host_kv_cache.h"
 #include "engine/cpu_model_runner.h"
 #include "engine/engine.h"
+#include "kernels/device_probe.h"
 #include "model/llama_model.h"
 
 namespace kvserve::engine {
@@ -44,6 +45,16 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config
   if (config.engine.backend == config::Backend::kCuda) {
     return absl::UnimplementedError(
         "engine.backend=cuda: the CUDA backend is not built yet; use auto or cpu");
+  }
+  if (config.engine.backend == config::Backend::kAuto) {
+    // One line that says which backend runs and why.
+    kernels::DeviceProbe probe = kernels::ProbeCudaDevice();
+    if (probe.usable()) {
+      deps.logger.info("backend: CUDA device %s found, but the CUDA backend is not built yet: using the CPU backend",
+                       probe.device_name);
+    } else {
+      deps.logger.info("backend: no usable CUDA device (%s): using the CPU backend", probe.reason);
+    }
   }
   auto local = std::make_unique<LocalEngine>();
   model::ModelOptions mo;

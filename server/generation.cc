@@ -36,7 +36,7 @@ Generation::Generation(std::string id, int num_choices,
   std::vector<std::string> ids;
   for (auto& part : parts_) ids.push_back(part->engine_request_id());
   registration_.set_abort([&engine, ids = std::move(ids)] {
-    for (const auto& id : ids) engine.Abort(id);
+    for (const auto& request_id : ids) engine.Abort(request_id);
   });
 }
 
