@@ -15,13 +15,20 @@ build_pkgs=(
 )
 # Test: what the test suite drives or checks against besides our binaries.
 test_pkgs=(
-  curl wamerican python3 nodejs npm
+  curl wamerican python3
 )
+# Node.js and npm drive the independent-client tests (OpenAI SDK, @grpc/grpc-js). Machines that
+# already have them (e.g. from another repository, which bundles npm inside its nodejs
+# package and conflicts with Debian's npm) keep theirs.
+node_pkgs=()
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  node_pkgs=(nodejs npm)
+fi
 
 pkgs=()
 case "$what" in
   build) pkgs=("${build_pkgs[@]}") ;;
-  test|all) pkgs=("${build_pkgs[@]}" "${test_pkgs[@]}") ;;
+  test|all) pkgs=("${build_pkgs[@]}" "${test_pkgs[@]}" "${node_pkgs[@]}") ;;
   *) echo "usage: $0 [build|test|all]" >&2; exit 2 ;;
 esac
 
