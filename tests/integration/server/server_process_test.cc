@@ -41,11 +41,14 @@ constexpr char kConfig[] = R"({
 // the real-engine builds of this file register distinct ctest names.
 class ServerProcessFixture : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { ASSERT_NO_FATAL_FAILURE(StartServer(kConfig)); }
+  // (Re)starts the server under test with `config` (JSON).
+  void StartServer(const std::string& config) {
+    server_.reset();
     std::vector<std::string> argv = {KVSERVE_SERVER_BIN};
     if (std::string(KVSERVE_SERVER_SUBCOMMAND).size() > 0) argv.push_back(KVSERVE_SERVER_SUBCOMMAND);
     argv.push_back("--config");
-    argv.push_back(WriteTempFile("kvserve.json", kConfig));
+    argv.push_back(WriteTempFile("kvserve.json", config));
     std::string error;
     server_ = ServerProcess::Start(argv, milliseconds(120000), &error);
     ASSERT_NE(server_, nullptr) << error;
@@ -370,6 +373,33 @@ TEST_F(KVSERVE_SERVER_SUITE, Grpc) {
   while (cancel_reader->Read(&chunk)) {
   }
   EXPECT_EQ(cancel_reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+}
+
+TEST_F(KVSERVE_SERVER_SUITE, ServesHundredsOfConcurrentStreams) {
+  // The default scheduler limits (256 running sequences), one key.
+  ASSERT_NO_FATAL_FAILURE(StartServer(R"({"logging": {"level": "warn"},
+      "server": {"host": "127.0.0.1", "http_port": 0, "grpc_port": 0},
+      "tenants": [{"name": "alpha", "api_keys": ["sk-alpha"]}]})"));
+  constexpr int kStreams = 256;
+  std::vector<std::string> bodies(kStreams);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kStreams; ++i) {
+    clients.emplace_back([this, &bodies, i] {
+      auto res = Post("/v1/completions", R"({"prompt": "In the beginning", "max_tokens": 8, "ignore_eos": true,
+                                             "stream": true})");
+      if (res && res->status == 200) bodies[i] = res->body;
+    });
+  }
+  // Other requests are served while the streams run.
+  auto models = Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(models->status, 200);
+  for (auto& t : clients) t.join();
+  for (int i = 0; i < kStreams; ++i) {
+    std::vector<std::string> events = SseData(bodies[i]);
+    ASSERT_GE(events.size(), 2u) << "stream " << i;
+    EXPECT_EQ(events.back(), "[DONE]") << "stream " << i;
+  }
 }
 
 TEST_F(KVSERVE_SERVER_SUITE, DisconnectedClientFreesItsSlot) {
