@@ -75,6 +75,21 @@ Collected Drain(TokenStream& stream, int n = 1) {
   return c;
 }
 
+// For the end of every test whose requests have all ended (their streams are done): no KV
+// block may still be referenced. Stop() first: it joins the engine thread, the cache's only
+// writer, so reading the cache here is race-free; it frees nothing of a request that has
+// already ended, so a block still used afterwards is a real leak.
+void ExpectNoBlocksLeaked(Rig& rig) {
+  rig.engine->Stop();
+  EXPECT_EQ(rig.engine->InFlight(), 0);
+  const absl::Status invariants = cache::CheckCacheInvariants(*rig.cache);
+  EXPECT_TRUE(invariants.ok()) << invariants;
+  const cache::CacheUsage usage = rig.cache->usage();
+  EXPECT_EQ(usage.used_blocks, 0) << usage.ToString();
+  EXPECT_EQ(usage.num_sequences, 0) << usage.ToString();
+  EXPECT_EQ(usage.swap_used_blocks, 0) << usage.ToString();
+}
+
 // The fake model's tokens for a request: the chain of NextToken over the history.
 std::vector<int32_t> Expected(const RequestSpec& s, int sample = 0) {
   std::vector<int32_t> history = s.prompt_tokens, out;
@@ -112,9 +127,7 @@ TEST(Engine, ServesConcurrentRequestsFromManyThreads) {
   for (auto& th : threads) th.join();
   EXPECT_EQ(ok.load(), kThreads * kPerThread);
   EXPECT_EQ(rig.engine->InFlight(), 0);
-  rig.engine->Stop();
-  EXPECT_TRUE(cache::CheckCacheInvariants(*rig.cache).ok());
-  EXPECT_EQ(rig.cache->usage().used_blocks, 0);
+  ExpectNoBlocksLeaked(rig);
 }
 
 TEST(Engine, ParallelSamplesEachFinish) {
@@ -127,6 +140,7 @@ TEST(Engine, ParallelSamplesEachFinish) {
   for (int k = 0; k < 3; ++k) EXPECT_EQ(c.tokens[k], Expected(spec, k)) << k;
   EXPECT_EQ(c.usage->completion_tokens,
             static_cast<int64_t>(c.tokens[0].size() + c.tokens[1].size() + c.tokens[2].size()));
+  ExpectNoBlocksLeaked(rig);  // the forked samples share blocks copy-on-write
 }
 
 TEST(Engine, RejectsInvalidRequestsNamingTheField) {
@@ -148,6 +162,7 @@ TEST(Engine, RejectsInvalidRequestsNamingTheField) {
   s.compression.policy = config::CompressionPolicyKind::kTriAttention;
   EXPECT_THAT(std::string(rig.engine->Submit(s).status().message()), HasSubstr("kv_compression.policy"));
   EXPECT_EQ(rig.engine->InFlight(), 0);
+  ExpectNoBlocksLeaked(rig);  // a refused request never takes a block
 }
 
 TEST(Engine, QueueBoundsRefuseWithResourceExhausted) {
@@ -169,7 +184,10 @@ TEST(Engine, QueueBoundsRefuseWithResourceExhausted) {
   EXPECT_GT(refused, 0);
   for (auto& s : streams) Drain(*s);
   // Accepted requests all complete; afterwards the queue admits again.
-  EXPECT_TRUE(rig.engine->Submit(Spec("after", 4, 2)).ok());
+  auto after = rig.engine->Submit(Spec("after", 4, 2));
+  ASSERT_TRUE(after.ok()) << after.status();
+  Drain(**after);
+  ExpectNoBlocksLeaked(rig);
 }
 
 TEST(Engine, TenantQueueLimitAndPolicyPermissions) {
@@ -202,6 +220,9 @@ TEST(Engine, TenantQueueLimitAndPolicyPermissions) {
   EXPECT_EQ(rig.engine->Submit(e).status().code(), absl::StatusCode::kPermissionDenied);
   rig.engine->AbortAll();
   Drain(**sa);
+  if (sb.ok()) Drain(**sb);
+  if (sc.ok()) Drain(**sc);
+  ExpectNoBlocksLeaked(rig);
 }
 
 // Holds the engine thread inside the model runner until released.
@@ -240,8 +261,7 @@ TEST(Engine, AbortEndsTheStreamAndFreesBlocks) {
   Collected c = Drain(**stream);
   EXPECT_EQ(c.finish[0], FinishReason::kAbort);
   EXPECT_LT(c.tokens[0].size() + first->token_ids.size(), 400u);
-  rig.engine->Stop();
-  EXPECT_EQ(rig.cache->usage().used_blocks, 0);
+  ExpectNoBlocksLeaked(rig);
 }
 
 TEST(Engine, DrainRefusesNewWorkAndAbortAllEndsInFlight) {
@@ -258,7 +278,7 @@ TEST(Engine, DrainRefusesNewWorkAndAbortAllEndsInFlight) {
   gate.Open();
   Collected c = Drain(**s);
   EXPECT_EQ(c.finish[0], FinishReason::kAbort);
-  EXPECT_EQ(rig.engine->InFlight(), 0);
+  ExpectNoBlocksLeaked(rig);
 }
 
 TEST(Engine, StopAbortsEverythingStillRunning) {
@@ -280,6 +300,7 @@ TEST(Engine, StopAbortsEverythingStillRunning) {
   EXPECT_EQ(c.finish[0], FinishReason::kAbort);
   EXPECT_FALSE(rig.engine->Stats().alive);
   EXPECT_EQ(rig.engine->Submit(Spec("y", 4, 4)).status().code(), absl::StatusCode::kUnavailable);
+  ExpectNoBlocksLeaked(rig);  // Stop() itself must free what the aborted request held
 }
 
 TEST(Engine, PreemptionUnderPressureKeepsOutputsExact) {
@@ -299,8 +320,7 @@ TEST(Engine, PreemptionUnderPressureKeepsOutputsExact) {
     Collected c = Drain(*streams[i]);
     EXPECT_EQ(c.tokens[0], Expected(specs[i])) << i;
   }
-  rig.engine->Stop();
-  EXPECT_EQ(rig.cache->usage().used_blocks, 0);
+  ExpectNoBlocksLeaked(rig);
 }
 
 }  // namespace
