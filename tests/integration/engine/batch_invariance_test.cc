@@ -15,15 +15,35 @@
 namespace kvserve::engine {
 namespace {
 
+// Counts preemptions and the largest batch, and keeps the KV blocks in use after the latest
+// step: ServingEngine does not expose its cache, and the final step's report is the
+// engine's last word on it (a finished sequence frees its blocks inside that step).
 class CountingObserver : public EngineObserver {
  public:
   void OnStep(const StepStats& s) override {
     preemptions += s.preemptions;
     max_batch = std::max(max_batch.load(), s.num_seqs);
+    used_blocks = s.blocks_total - s.blocks_free;
+    peak_used_blocks = std::max(peak_used_blocks.load(), used_blocks.load());
+    host_used_blocks = s.host_blocks_used;
   }
   std::atomic<int> preemptions{0};
   std::atomic<int> max_batch{0};
+  std::atomic<int64_t> used_blocks{-1};
+  std::atomic<int64_t> peak_used_blocks{0};
+  std::atomic<int64_t> host_used_blocks{-1};
 };
+
+// Destroys the engine (joining its loop, so its last step has been reported) once every
+// request's stream is done, then checks that no KV block is still held.
+void ExpectNoBlocksLeaked(std::unique_ptr<ServingEngine>& engine, const CountingObserver& obs,
+                          const std::string& where) {
+  ASSERT_NE(engine, nullptr);
+  engine.reset();
+  ASSERT_GT(obs.peak_used_blocks.load(), 0) << where << ": the step reports never showed a used block";
+  EXPECT_EQ(obs.used_blocks.load(), 0) << where << ": KV blocks still used after every request ended";
+  EXPECT_EQ(obs.host_used_blocks.load(), 0) << where << ": host swap blocks still used";
+}
 
 std::vector<int32_t> Prompt(int len, int salt, int vocab) {
   std::vector<int32_t> p{1};
@@ -75,7 +95,8 @@ TEST_P(BatchInvariance, GreedyOutputDoesNotDependOnTheBatch) {
   config::Config base;
   base.cache.kv_bytes = 64ull << 20;
   // Reference: alone, chunked prefill on with a generous budget.
-  auto alone_engine = Make(base);
+  CountingObserver alone_obs;
+  auto alone_engine = Make(base, &alone_obs);
   ASSERT_NE(alone_engine, nullptr);
   const int vocab = 256;  // token ids used below stay inside every test model's vocabulary
   RequestSpec probe = Greedy("probe", Prompt(70, 0, vocab), 24);
@@ -83,7 +104,7 @@ TEST_P(BatchInvariance, GreedyOutputDoesNotDependOnTheBatch) {
   ASSERT_TRUE(s.ok()) << s.status();
   std::vector<int32_t> alone = Collect(**s);
   ASSERT_EQ(alone.size(), 24u);
-  alone_engine.reset();
+  ExpectNoBlocksLeaked(alone_engine, alone_obs, "alone");
 
   // With 31 other requests in flight.
   {
@@ -103,16 +124,20 @@ TEST_P(BatchInvariance, GreedyOutputDoesNotDependOnTheBatch) {
     EXPECT_EQ(Collect(**ps), alone) << "in a batch of 32";
     for (auto& o : others) Collect(*o);
     EXPECT_GE(obs.max_batch.load(), 16);
+    ExpectNoBlocksLeaked(engine, obs, "batch of 32");
   }
   // Chunked prefill off (the whole prompt in one step) and on with a tiny budget.
   for (bool chunked : {false, true}) {
     config::Config cfg = base;
     cfg.scheduler.enable_chunked_prefill = chunked;
     cfg.scheduler.max_num_batched_tokens = chunked ? 16 : 2048;
-    auto engine = Make(cfg);
+    CountingObserver obs;
+    auto engine = Make(cfg, &obs);
+    ASSERT_NE(engine, nullptr);
     auto ps = engine->Submit(probe);
     ASSERT_TRUE(ps.ok());
     EXPECT_EQ(Collect(**ps), alone) << "chunked=" << chunked;
+    ExpectNoBlocksLeaked(engine, obs, chunked ? "chunked prefill" : "whole-prompt prefill");
   }
   // Preempted and resumed (recompute and swap): a pool of 12 blocks of 16 tokens holds
   // two of these requests at a time, not seven.
@@ -140,6 +165,7 @@ TEST_P(BatchInvariance, GreedyOutputDoesNotDependOnTheBatch) {
     EXPECT_EQ(Collect(**ps), alone) << "preemption mode " << static_cast<int>(mode);
     for (auto& st : streams) Collect(*st);
     EXPECT_GT(obs.preemptions.load(), 0) << "the pool was meant to force preemption";
+    ExpectNoBlocksLeaked(engine, obs, mode == config::PreemptionMode::kSwap ? "swap" : "recompute");
   }
 }
 
