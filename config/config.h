@@ -66,6 +66,7 @@ struct CompressionConfig {
   double auto_high_watermark = 0.90;
   double auto_low_watermark = 0.75;
   std::string stats_path;    // TriAttention statistics; empty: <model dir>/triattention_stats.bin
+  int max_prefill_chunk = 256;  // prefill chunk cap of compressing requests (footprint bound)
 };
 
 struct ServerConfig {

@@ -278,6 +278,10 @@ std::vector<Field<Config>> BuildConfigFields() {
                              "auto: pool usage below which compression switches off",
                              [](C& c) -> auto& { return c.compression.auto_low_watermark; }, 0.0,
                              1.0));
+  f.push_back(IntField<C>("compression.max_prefill_chunk",
+                          "prefill chunk cap of compressing requests: their KV stays under "
+                          "budget + divide_length + this",
+                          [](C& c) -> auto& { return c.compression.max_prefill_chunk; }, 1, 1 << 20));
   f.push_back(StringField<C>("compression.stats_path",
                              "TriAttention statistics file; empty: <model>/triattention_stats.bin",
                              [](C& c) -> auto& { return c.compression.stats_path; }));

@@ -1,5 +1,7 @@
 #include "engine/cpu_model_runner.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
 
@@ -31,7 +33,7 @@ model::SamplingParams ToModelParams(const scheduler::SamplingParams& s) {
 }  // namespace
 
 CpuModelRunner::CpuModelRunner(model::LlamaModel& model, cache::KvStorage& storage,
-                               cache::KvStorage* swap)
+                               cache::KvStorage* swap, const compression::PolicyContext* compression)
     : model_(model), storage_(storage), swap_(swap), sampler_(model.config().vocab_size) {
   const auto& layout = storage_.layout();
   KVS_CHECK(storage_.host_addressable(), "the CPU runner needs host-addressable KV storage");
@@ -39,6 +41,7 @@ CpuModelRunner::CpuModelRunner(model::LlamaModel& model, cache::KvStorage& stora
     layer_data_.push_back(storage_.layer_data(l));
     layer_scales_.push_back(storage_.layer_scales(l));
   }
+  compressor_ = std::make_unique<KvCompressor>(compression, layout, layer_data_, layer_scales_);
 }
 
 absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan, scheduler::StepResult& result) {
@@ -59,6 +62,7 @@ absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan, scheduler:
     s.seed = n.sampling.seed.value_or(0);
     s.sample_index = n.sampling.sample_index;
     seqs_[n.seq.value()] = std::move(s);
+    KVS_RETURN_IF_ERROR(compressor_->Track(n.seq, n.compression, n.compression_auto, n.resume));
   }
 
   const int bs = storage_.layout().block_size;
@@ -70,6 +74,9 @@ absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan, scheduler:
   tables_.clear();
   logits_rows_.clear();
   sampling_seqs_.clear();
+  observing_.clear();
+  bool want_queries = false, want_mass = false;
+  int32_t max_kv = 0;
   for (const auto& q : plan.seqs) {
     auto it = seqs_.find(q.seq.value());
     if (it == seqs_.end()) {
@@ -88,6 +95,14 @@ absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan, scheduler:
       int64_t idx = first_index + j;
       slots_.push_back(static_cast<int64_t>(s.table[idx / bs]) * bs + idx % bs);
     }
+    compressor_->BeginStep(q.seq, q.first_position, q.num_tokens, q.kv_len_after);
+    const compression::ObserverNeeds needs = compressor_->needs(q.seq);
+    if (needs.pre_rope_queries || needs.attention_mass) {
+      observing_.push_back(static_cast<int>(seq_starts_.size()) - 1);
+      want_queries |= needs.pre_rope_queries;
+      want_mass |= needs.attention_mass;
+    }
+    max_kv = std::max(max_kv, q.kv_len_after);
     seq_starts_.push_back(seq_starts_.back() + q.num_tokens);
     kv_lens_.push_back(q.kv_len_after);
     tables_.insert(tables_.end(), s.table.begin(), s.table.end());
@@ -115,7 +130,36 @@ absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan, scheduler:
     view.num_blocks = storage_.num_blocks();
     view.layer_data = layer_data_;
     if (view.layout.has_scales()) view.layer_scales = layer_scales_;
-    KVS_RETURN_IF_ERROR(model_.Forward(batch, view, logits_));
+    // Side outputs only for the policies that read them (snapkv: queries, h2o: mass).
+    model::ForwardObservers observers;
+    const int num_layers = storage_.layout().num_layers;
+    const int num_kv_heads = storage_.layout().num_kv_heads;
+    const int num_seqs = static_cast<int>(plan.seqs.size());
+    if (want_mass) {
+      mass_.resize(static_cast<size_t>(num_layers) * num_seqs * num_kv_heads * max_kv);
+      observers.attention_mass = mass_;
+      observers.mass_stride = max_kv;
+    }
+    if (want_queries) {
+      observers.pre_rope_queries = [&](int layer, const float* q, int64_t q_stride, int64_t /*num_tokens*/) {
+        for (int i : observing_) {
+          const auto& sq = plan.seqs[i];
+          if (!compressor_->needs(sq.seq).pre_rope_queries) continue;
+          const int32_t begin = seq_starts_[i];
+          compressor_->ObserveQueries(sq.seq, layer, q + begin * q_stride, q_stride, positions_.data() + begin,
+                                      sq.num_tokens);
+        }
+      };
+    }
+    KVS_RETURN_IF_ERROR(model_.Forward(batch, view, logits_, observing_.empty() ? nullptr : &observers));
+    if (want_mass) {
+      for (int i : observing_) {
+        const auto& sq = plan.seqs[i];
+        if (!compressor_->needs(sq.seq).attention_mass) continue;
+        compressor_->ObserveAttentionMass(
+            sq.seq, compression::MassView::FromObservers(mass_, max_kv, num_seqs, i, num_kv_heads, sq.kv_len_after));
+      }
+    }
 
     size_t row = 0;
     for (const auto& q : plan.seqs) {
@@ -136,8 +180,26 @@ absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan, scheduler:
       ++row;
     }
   }
-  for (cache::SeqId id : plan.finished) seqs_.erase(id.value());
-  for (cache::SeqId id : plan.preempted) seqs_.erase(id.value());
+  // Compression rounds, after every KV write of the step and before the next step reads.
+  for (const auto& q : plan.seqs) {
+    if (!compressor_->tracking(q.seq)) continue;
+    Seq& s = seqs_.at(q.seq.value());
+    KVS_ASSIGN_OR_RETURN(bool compacted, compressor_->EndStep(q.seq, q.first_position + q.num_tokens,
+                                                              plan.compress_auto, s.table, result.compactions));
+    (void)compacted;
+  }
+  for (cache::SeqId id : plan.finished) {
+    seqs_.erase(id.value());
+    compressor_->Forget(id);
+  }
+  for (cache::SeqId id : plan.preempted) {
+    seqs_.erase(id.value());
+    if (std::find(plan.parked.begin(), plan.parked.end(), id) != plan.parked.end()) {
+      compressor_->Park(id);
+    } else {
+      compressor_->Forget(id);
+    }
+  }
   return absl::OkStatus();
 }
 

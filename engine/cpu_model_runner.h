@@ -5,7 +5,9 @@
 //            ──► logits of sampling rows ──► Sampler ──► StepResult
 //
 // Runner-side state per sequence: its block table and token history (sent in full once
-// by the scheduler, then deltas). Sampling is stateless per token: the RNG of the k-th
+// by the scheduler, then deltas), and for compressing sequences their policy state
+// (KvCompressor): rounds run right after the forward pass, before the next step reads the
+// KV, and come back as StepResult::compactions. Sampling is stateless per token: the RNG of the k-th
 // generated token is seeded from (seed, k) and the sample index, so a sequence draws the
 // same tokens alone or batched, and after preemption and recompute.
 #pragma once
@@ -15,6 +17,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "cache/host_kv_storage.h"
+#include "compression/compression_policy.h"
+#include "engine/kv_compressor.h"
 #include "engine/model_runner.h"
 #include "model/llama_model.h"
 #include "model/sampler.h"
@@ -23,8 +27,10 @@ namespace kvserve::engine {
 
 class CpuModelRunner final : public ModelRunner {
  public:
-  // `swap` may be null (no host swap tier). All three must outlive the runner.
-  CpuModelRunner(model::LlamaModel& model, cache::KvStorage& storage, cache::KvStorage* swap);
+  // `swap` may be null (no host swap tier). `compression` may be null: then only `full`
+  // sequences run. All must outlive the runner.
+  CpuModelRunner(model::LlamaModel& model, cache::KvStorage& storage, cache::KvStorage* swap,
+                 const compression::PolicyContext* compression = nullptr);
 
   absl::Status Execute(const scheduler::StepPlan& plan, scheduler::StepResult& result) override;
   int vocab_size() const override { return model_.config().vocab_size; }
@@ -46,12 +52,15 @@ class CpuModelRunner final : public ModelRunner {
   std::vector<std::byte*> layer_data_;
   std::vector<float*> layer_scales_;
   absl::flat_hash_map<int64_t, Seq> seqs_;
+  std::unique_ptr<KvCompressor> compressor_;
 
   // Per-step scratch, reused.
   std::vector<int32_t> positions_, seq_starts_, kv_lens_, table_offsets_, tables_, logits_rows_;
   std::vector<int64_t> slots_;
   std::vector<float> logits_;
   std::vector<Seq*> sampling_seqs_;
+  std::vector<float> mass_;
+  std::vector<int> observing_;  // indices into plan.seqs of sequences whose policy observes
 };
 
 }  // namespace kvserve::engine

@@ -74,6 +74,7 @@ Engine::Engine(const config::Config& config, ModelInfo model, cache::KvCacheMana
       runner_(runner),
       logger_(deps.logger),
       observer_(deps.observer),
+      compression_(deps.compression),
       clock_(deps.clock ? deps.clock : std::make_shared<base::SteadyClock>()),
       tenant_names_(TenantNames(config)),
       scheduler_(MakeSchedulerOptions(config, model_), cache) {
@@ -105,28 +106,24 @@ absl::StatusOr<int> Engine::ResolveTenant(const std::string& name) const {
   return absl::PermissionDeniedError(absl::StrCat("tenant '", want, "' is not configured"));
 }
 
-absl::StatusOr<config::CompressionPolicyKind> Engine::ResolvePolicy(const RequestSpec& spec,
-                                                                    int tenant) const {
-  const config::TenantConfig* tc = nullptr;
+const config::TenantConfig* Engine::tenant_config(int tenant) const {
   for (const auto& t : config_.tenants) {
-    if (t.name == tenant_names_[tenant]) tc = &t;
+    if (t.name == tenant_names_[tenant]) return &t;
   }
-  config::CompressionPolicyKind policy = config_.compression.default_policy;
-  if (tc != nullptr) policy = tc->default_policy;
-  if (spec.compression.policy) policy = *spec.compression.policy;
-  if (tc != nullptr && !tc->allowed_policies.empty() &&
-      std::find(tc->allowed_policies.begin(), tc->allowed_policies.end(), policy) ==
-          tc->allowed_policies.end()) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("kv_compression.policy: tenant '", tc->name, "' may not use policy '",
-                     base::AsAbsl(config::Name(policy)), "'"));
+  return nullptr;
+}
+
+absl::StatusOr<ResolvedCompression> Engine::ResolvePolicy(const RequestSpec& spec, int tenant) const {
+  KVS_ASSIGN_OR_RETURN(ResolvedCompression r, ResolveCompression(spec, config_, tenant_config(tenant), compression_));
+  // One sample must fit in the KV pool on its own, or it could never run.
+  const int64_t prompt = static_cast<int64_t>(spec.prompt_tokens.size());
+  const int64_t need = std::min<int64_t>(r.footprint(prompt, spec.max_tokens), model_.max_model_len);
+  if (need > cache_.max_tokens()) {
+    return Invalid("max_tokens", absl::StrCat("the request can hold ", need,
+                                              " KV tokens, more than the KV pool (", cache_.max_tokens(),
+                                              " tokens); lower max_tokens, compress, or raise cache.kv_bytes"));
   }
-  if (policy != config::CompressionPolicyKind::kFull) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "kv_compression.policy: '", base::AsAbsl(config::Name(policy)),
-        "' is not available in this build yet (only 'full')"));
-  }
-  return policy;
+  return r;
 }
 
 absl::Status Engine::Validate(const RequestSpec& spec) const {
@@ -162,13 +159,6 @@ absl::Status Engine::Validate(const RequestSpec& spec) const {
     return Invalid("prompt", absl::StrCat("is ", prompt, " tokens; the model's context is ",
                                           model_.max_model_len, " tokens (prompt + at least one new token)"));
   }
-  // One sample must fit in the KV pool on its own, or it could never run.
-  int64_t need = std::min<int64_t>(prompt + spec.max_tokens, model_.max_model_len);
-  if (need > cache_.max_tokens()) {
-    return Invalid("max_tokens", absl::StrCat("prompt + max_tokens = ", need,
-                                              " tokens exceeds the KV pool (", cache_.max_tokens(),
-                                              " tokens); lower max_tokens or raise cache.kv_bytes"));
-  }
   return absl::OkStatus();
 }
 
@@ -178,7 +168,7 @@ absl::StatusOr<std::shared_ptr<TokenStream>> Engine::Submit(RequestSpec spec) {
   }
   KVS_RETURN_IF_ERROR(Validate(spec));
   KVS_ASSIGN_OR_RETURN(int tenant, ResolveTenant(spec.tenant));
-  KVS_ASSIGN_OR_RETURN(config::CompressionPolicyKind policy, ResolvePolicy(spec, tenant));
+  KVS_ASSIGN_OR_RETURN(ResolvedCompression compression, ResolvePolicy(spec, tenant));
 
   // Admission: reserve a queue slot, globally and for the tenant, or refuse.
   if (queued_.fetch_add(1) >= config_.scheduler.max_waiting) {
@@ -206,7 +196,7 @@ absl::StatusOr<std::shared_ptr<TokenStream>> Engine::Submit(RequestSpec spec) {
   cmd.spec = std::move(spec);
   cmd.stream = stream;
   cmd.tenant = tenant;
-  cmd.policy = policy;
+  cmd.compression = std::move(compression);
   cmd.arrival = clock_->now_ns();
   in_flight_.fetch_add(1);
   {
@@ -307,12 +297,12 @@ void Engine::Apply(Command& cmd) {
 void Engine::AddRequest(Command& cmd) {
   RequestSpec& spec = cmd.spec;
   uint64_t key = next_key_++;
-  Request r;
+  Request r(cmd.compression);
   r.id = spec.request_id;
   r.stream = cmd.stream;
   r.unfinished = spec.n;
   r.generated.assign(spec.n, 0);
-  r.timeline.labels = {tenant_names_[cmd.tenant], std::string(config::Name(cmd.policy))};
+  r.timeline.labels = {tenant_names_[cmd.tenant], std::string(config::Name(cmd.compression.requested))};
   r.timeline.arrival = cmd.arrival;
   r.timeline.prompt_tokens = static_cast<int64_t>(spec.prompt_tokens.size());
   if (request_ids_.contains(r.id)) {
@@ -351,6 +341,9 @@ void Engine::AddRequest(Command& cmd) {
     s.prefix_key = prefix_key;
     s.tokens = spec.prompt_tokens;
     s.num_prompt_tokens = static_cast<int32_t>(spec.prompt_tokens.size());
+    s.compression = cmd.compression.params;
+    s.compression_auto = cmd.compression.auto_mode;
+    s.max_chunk = cmd.compression.max_chunk;
     if (k > 0) s.fork_parent = first;
     r.seqs.push_back(s.id);
     seq_owner_[s.id.value()] = {key, k};
@@ -410,9 +403,7 @@ void Engine::FinishSample(Request& r, uint64_t key, int sample, FinishReason rea
     usage.prompt_tokens = r.timeline.prompt_tokens;
     for (int64_t g : r.generated) usage.completion_tokens += g;
     usage.cached_prompt_tokens = r.timeline.cached_prompt_tokens;
-    usage.compression.policy = r.timeline.labels.policy;
-    usage.compression.peak_kv_tokens = r.timeline.prompt_tokens + (r.generated.empty() ? 0 : r.generated[0]);
-    usage.compression.compression_ratio = 1.0;
+    usage.compression = r.compression.Summary();
     r.timeline.generation_tokens = usage.completion_tokens;
     r.timeline.compression = usage.compression;
     event.usage = std::move(usage);
@@ -430,6 +421,7 @@ void Engine::OnScheduled(const scheduler::StepPlan& plan) {
     auto owner = seq_owner_.find(q.seq.value());
     if (owner == seq_owner_.end()) continue;
     Request& r = requests_.at(owner->second.first);
+    if (owner->second.second == 0) r.compression.OnScheduled(q.kv_len_after, q.first_position + q.num_tokens);
     if (!r.admitted) {
       r.admitted = true;
       r.timeline.first_scheduled = now;
@@ -506,6 +498,7 @@ void Engine::Step() {
   }
   warned_stuck_ = false;
   OnScheduled(plan_);
+  plan_.compress_auto = auto_pressure_;
   absl::Status st = runner_.Execute(plan_, result_);
   if (!st.ok()) {
     logger_.error("model runner failed at step %d: %s", static_cast<int>(plan_.step_id),
@@ -519,14 +512,54 @@ void Engine::Step() {
     for (uint64_t key : keys) AbortRequest(key, FinishReason::kError, std::string(st.message()));
     return;
   }
+  if (!result_.compactions.empty()) OnCompactions(result_);
   updates_.clear();
   scheduler_.Update(plan_, result_, updates_);
   Publish(updates_);
   ReportStep(started, plan_);
 }
 
+void Engine::OnCompactions(const scheduler::StepResult& result) {
+  for (const scheduler::Compaction& c : result.compactions) {
+    auto owner = seq_owner_.find(c.seq.value());
+    if (owner == seq_owner_.end()) continue;
+    Request& r = requests_.at(owner->second.first);
+    const scheduler::SequenceState* seq = scheduler_.find(c.seq);
+    if (seq == nullptr) continue;
+    if (owner->second.second == 0) r.compression.OnRound(c, seq->tokens);
+    if (observer_ == nullptr) continue;
+    CompressionRoundStats stats;
+    stats.labels = r.timeline.labels;
+    stats.score_ns = c.score_ns;
+    stats.select_ns = c.select_ns;
+    stats.compact_ns = c.compact_ns;
+    stats.evicted_tokens = static_cast<int64_t>(c.evicted_positions.size());
+    stats.evicted_prompt_tokens = c.evicted_prompt_tokens;
+    stats.blocks_reclaimed = c.blocks_freed;
+    stats.bytes_moved = c.bytes_moved;
+    const double t = static_cast<double>(std::max<int64_t>(1, c.next_position));
+    for (int64_t p : c.evicted_positions) {
+      stats.evicted_relative_positions.push_back(static_cast<double>(p) / t);
+      stats.evicted_ages.push_back(c.next_position - p);
+    }
+    observer_->OnCompressionRound(stats);
+  }
+}
+
+// Hysteresis: `auto` requests compress from the step the pool crosses the high watermark
+// until it falls under the low one, so the mode does not flap around a single threshold.
+void Engine::UpdatePressure(double kv_usage) {
+  const bool before = auto_pressure_;
+  if (kv_usage >= config_.compression.auto_high_watermark) auto_pressure_ = true;
+  if (kv_usage <= config_.compression.auto_low_watermark) auto_pressure_ = false;
+  if (before != auto_pressure_) {
+    logger_.info("auto compression %s at KV pool usage %.3f", auto_pressure_ ? "on" : "off", kv_usage);
+  }
+}
+
 void Engine::ReportStep(base::Nanos started, const scheduler::StepPlan& plan) {
   cache::CacheUsage usage = cache_.usage();
+  UpdatePressure(usage.usage_ratio());
   stat_running_.store(scheduler_.num_running());
   stat_waiting_.store(scheduler_.num_waiting());
   stat_swapped_.store(scheduler_.num_swapped());

@@ -32,6 +32,7 @@
 #include "config/config.h"
 #include "engine/engine_factory.h"
 #include "engine/model_runner.h"
+#include "engine/request_compression.h"
 #include "scheduler/scheduler.h"
 
 namespace kvserve::engine {
@@ -74,7 +75,7 @@ class Engine final : public ServingEngine {
     RequestSpec spec;                     // kSubmit
     std::shared_ptr<TokenStream> stream;  // kSubmit
     int tenant = 0;                       // kSubmit
-    config::CompressionPolicyKind policy = config::CompressionPolicyKind::kFull;
+    ResolvedCompression compression;      // kSubmit
     base::Nanos arrival = 0;
     std::string request_id;               // kAbort
   };
@@ -88,11 +89,18 @@ class Engine final : public ServingEngine {
     RequestTimeline timeline;
     base::Nanos last_token = 0;
     std::vector<int64_t> generated;       // per sample
+    CompressionAccount compression;       // sample 0's rounds, peak, audit
+
+    explicit Request(const ResolvedCompression& c) : compression(c) {}
   };
 
   absl::Status Validate(const RequestSpec& spec) const;
   absl::StatusOr<int> ResolveTenant(const std::string& name) const;
-  absl::StatusOr<config::CompressionPolicyKind> ResolvePolicy(const RequestSpec& spec, int tenant) const;
+  absl::StatusOr<ResolvedCompression> ResolvePolicy(const RequestSpec& spec, int tenant) const;
+  const config::TenantConfig* tenant_config(int tenant) const;
+  // Summaries and observer reports of the rounds the runner ran this step.
+  void OnCompactions(const scheduler::StepResult& result);
+  void UpdatePressure(double kv_usage);
 
   void Loop();
   void Apply(Command& cmd);
@@ -113,6 +121,7 @@ class Engine final : public ServingEngine {
   ModelRunner& runner_;
   base::Logger logger_;
   EngineObserver* observer_;
+  const compression::PolicyContext* compression_;
   std::shared_ptr<const base::Clock> clock_;
   std::vector<std::string> tenant_names_;   // index = scheduler tenant index
 
@@ -144,6 +153,7 @@ class Engine final : public ServingEngine {
   std::vector<scheduler::SeqUpdate> updates_;
   std::vector<Command> commands_;  // inbox swapped out here
   bool warned_stuck_ = false;
+  bool auto_pressure_ = false;  // `auto` requests compress (pool above the high watermark)
 
   std::thread thread_;
 };

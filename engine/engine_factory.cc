@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
 #include "cache/host_kv_cache.h"
+#include "compression/triattention_stats.h"
 #include "engine/cpu_model_runner.h"
 #include "engine/engine.h"
 #include "kernels/device_probe.h"
@@ -19,6 +20,9 @@ namespace {
 class LocalEngine final : public ServingEngine {
  public:
   std::unique_ptr<model::LlamaModel> model;
+  std::unique_ptr<compression::TriAttentionStats> stats;  // null: triattention unavailable
+  compression::PolicyContext compression;
+  base::SteadyClock clock;                                 // compression phase timings
   cache::HostKvCache kv;
   std::unique_ptr<CpuModelRunner> runner;
   std::unique_ptr<Engine> engine;
@@ -36,6 +40,31 @@ class LocalEngine final : public ServingEngine {
   void AbortAll() override { engine->AbortAll(); }
   int64_t max_model_len() const override { return engine->max_model_len(); }
 };
+
+// TriAttention statistics: an explicit compression.stats_path must load and match the model;
+// the default <model>/triattention_stats.bin is optional (triattention is then refused per
+// request with a clear error) but must match when present.
+absl::StatusOr<std::unique_ptr<compression::TriAttentionStats>> LoadStatsFor(const config::Config& config,
+                                                                           const std::string& model_dir,
+                                                                           const model::LlamaModel& model,
+                                                                           const base::Logger& logger) {
+  const bool explicit_path = !config.compression.stats_path.empty();
+  const std::string path = explicit_path
+                               ? config.compression.stats_path
+                               : (std::filesystem::path(model_dir) / "triattention_stats.bin").string();
+  if (!explicit_path && !std::filesystem::exists(path)) {
+    logger.warn("no TriAttention statistics at %s: policies triattention and auto are unavailable "
+                "(run `kvserve calibrate`)", path);
+    return std::unique_ptr<compression::TriAttentionStats>();
+  }
+  auto stats = compression::LoadStats(path);
+  if (!stats.ok()) {
+    return absl::Status(stats.status().code(), absl::StrCat("compression.stats_path: ", stats.status().message()));
+  }
+  KVS_RETURN_IF_ERROR(compression::CheckCompatible(*stats, model.config(), model.rope_inv_freq()));
+  logger.info("TriAttention statistics loaded from %s", path);
+  return std::make_unique<compression::TriAttentionStats>(std::move(*stats));
+}
 
 }  // namespace
 
@@ -64,9 +93,20 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config
   KVS_ASSIGN_OR_RETURN(local->model, model::LlamaModel::Load(model_dir, mo));
   const model::ModelConfig& mc = local->model->config();
 
+  KVS_ASSIGN_OR_RETURN(local->stats, LoadStatsFor(config, model_dir, *local->model, deps.logger));
+  local->compression.num_layers = mc.num_layers;
+  local->compression.num_q_heads = mc.num_heads;
+  local->compression.num_kv_heads = mc.num_kv_heads;
+  local->compression.head_dim = mc.head_dim;
+  local->compression.rope_inv_freq = local->model->rope_inv_freq();
+  local->compression.triattention_stats = local->stats.get();
+  local->compression.clock = &local->clock;
+  deps.compression = &local->compression;
+
   cache::KvLayout layout = local->model->KvLayoutFor(config.cache.block_size, config.cache.kv_dtype);
   KVS_ASSIGN_OR_RETURN(local->kv, cache::MakeHostKvCache(config.cache, layout, deps.logger.child("cache")));
-  local->runner = std::make_unique<CpuModelRunner>(*local->model, *local->kv.storage, local->kv.swap.get());
+  local->runner = std::make_unique<CpuModelRunner>(*local->model, *local->kv.storage, local->kv.swap.get(),
+                                                   &local->compression);
 
   ModelInfo info;
   info.name = config.model.served_name.empty()

@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "base/clock.h"
 #include "base/logger.h"
+#include "compression/compression_policy.h"
 #include "config/config.h"
 #include "engine/engine_client.h"
 #include "engine/engine_observer.h"
@@ -31,6 +32,9 @@ struct EngineDeps {
   base::Logger logger;
   EngineObserver* observer = nullptr;        // may be null; must outlive the engine
   std::shared_ptr<const base::Clock> clock;  // null: SteadyClock
+  // Model-wide compression inputs (RoPE table, TriAttention statistics); null: only `full`.
+  // Set by CreateEngine; must outlive the engine.
+  const compression::PolicyContext* compression = nullptr;
 };
 
 absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config& config,

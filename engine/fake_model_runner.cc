@@ -52,6 +52,13 @@ absl::Status FakeModelRunner::Execute(const scheduler::StepPlan& plan, scheduler
     Seq s;
     s.history = n.history;
     s.seed = n.sampling.seed.value_or(0) * 31 + static_cast<uint64_t>(n.sampling.sample_index);
+    s.compression = n.compression;
+    s.compression_auto = n.compression_auto;
+    auto parked = parked_.find(n.seq.value());
+    if (parked != parked_.end()) {
+      if (n.resume) s.slot_pos = std::move(parked->second);
+      parked_.erase(parked);
+    }
     seqs_[n.seq.value()] = std::move(s);
   }
   for (const auto& q : plan.seqs) {
@@ -69,6 +76,15 @@ absl::Status FakeModelRunner::Execute(const scheduler::StepPlan& plan, scheduler
     }
     // Write this step's tokens into their slots, then check every slot of the sequence.
     int64_t first_slot_index = q.kv_len_after - q.num_tokens;
+    // Slots not seen yet (prefix hit, fork) hold positions in order; then this step's.
+    while (static_cast<int64_t>(s.slot_pos.size()) < first_slot_index) {
+      s.slot_pos.push_back(static_cast<int64_t>(s.slot_pos.size()));
+    }
+    if (static_cast<int64_t>(s.slot_pos.size()) != first_slot_index) {
+      return absl::InternalError(absl::StrCat("step ", plan.step_id, ": seq ", q.seq.value(), " holds ",
+                                              s.slot_pos.size(), " slots but writes from slot ", first_slot_index));
+    }
+    for (int j = 0; j < q.num_tokens; ++j) s.slot_pos.push_back(q.first_position + j);
     for (int j = 0; j < q.num_tokens; ++j) {
       int32_t token = plan.token_ids[q.token_begin + j];
       int64_t pos = q.first_position + j;
@@ -87,10 +103,12 @@ absl::Status FakeModelRunner::Execute(const scheduler::StepPlan& plan, scheduler
     }
     for (int64_t idx = 0; idx < q.kv_len_after; ++idx) {
       int32_t got = device_slots_[static_cast<size_t>(s.table[idx / bs]) * bs + idx % bs];
-      if (got != s.history[idx]) {
+      const int64_t pos = s.slot_pos[idx];
+      if (got != s.history[pos]) {
         return absl::InternalError(absl::StrCat("step ", plan.step_id, ": seq ", q.seq.value(),
                                                 " KV slot ", idx, " (block ", s.table[idx / bs],
-                                                ") holds ", got, ", history has ", s.history[idx]));
+                                                ") holds ", got, ", history has ", s.history[pos],
+                                                " at position ", pos));
       }
     }
     tokens_processed_ += q.num_tokens;
@@ -107,8 +125,60 @@ absl::Status FakeModelRunner::Execute(const scheduler::StepPlan& plan, scheduler
       result.sampled.push_back(std::move(t));
     }
   }
-  for (cache::SeqId id : plan.finished) seqs_.erase(id.value());
-  for (cache::SeqId id : plan.preempted) seqs_.erase(id.value());
+  for (const auto& q : plan.seqs) {
+    Seq& s = seqs_.at(q.seq.value());
+    if (s.compression.kind == config::CompressionPolicyKind::kFull) continue;
+    if (s.compression_auto && !plan.compress_auto) continue;
+    const int64_t target = compression::TargetLength(s.compression);
+    if (q.kv_len_after < target + s.compression.divide_length) continue;
+    absl::Status st = Compact(s, q.seq, q.first_position + q.num_tokens, result);
+    if (!st.ok()) return st;
+  }
+  for (cache::SeqId id : plan.finished) {
+    seqs_.erase(id.value());
+    parked_.erase(id.value());
+  }
+  for (cache::SeqId id : plan.preempted) {
+    auto it = seqs_.find(id.value());
+    if (it != seqs_.end() &&
+        std::find(plan.parked.begin(), plan.parked.end(), id) != plan.parked.end()) {
+      parked_[id.value()] = std::move(it->second.slot_pos);
+    }
+    seqs_.erase(id.value());
+  }
+  return absl::OkStatus();
+}
+
+// Keeps slots [0, lo) and the newest target - lo, moved to the front in order.
+absl::Status FakeModelRunner::Compact(Seq& s, cache::SeqId id, int64_t next_position,
+                                      scheduler::StepResult& result) {
+  const int bs = options_.block_size;
+  const int64_t n = static_cast<int64_t>(s.slot_pos.size());
+  const int64_t lo = compression::FirstEvictableSlot(s.compression);
+  const int64_t target = compression::TargetLength(s.compression);
+  if (lo >= target || n <= target) return absl::OkStatus();
+  auto at = [&](int64_t idx) -> int32_t& {
+    return device_slots_[static_cast<size_t>(s.table[idx / bs]) * bs + idx % bs];
+  };
+  scheduler::Compaction c;
+  c.seq = id;
+  c.next_position = next_position;
+  c.phys_len_before = n;
+  c.new_phys_len = target;
+  const int64_t drop = n - target;
+  for (int64_t idx = lo; idx < lo + drop; ++idx) {
+    c.evicted_positions.push_back(s.slot_pos[idx]);
+    if (s.slot_pos[idx] < static_cast<int64_t>(s.compression.prompt_len)) ++c.evicted_prompt_tokens;
+  }
+  for (int64_t idx = lo; idx < target; ++idx) {
+    at(idx) = at(idx + drop);
+    s.slot_pos[idx] = s.slot_pos[idx + drop];
+  }
+  s.slot_pos.resize(static_cast<size_t>(target));
+  const int64_t blocks_after = (target + bs - 1) / bs;
+  c.blocks_freed = static_cast<int32_t>(static_cast<int64_t>(s.table.size()) - blocks_after);
+  s.table.resize(static_cast<size_t>(blocks_after));
+  result.compactions.push_back(std::move(c));
   return absl::OkStatus();
 }
 

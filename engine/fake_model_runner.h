@@ -6,6 +6,12 @@
 // id written there, copies (swap, copy-on-write) move those ids, and each step checks that
 // the slots a sequence's block table points at hold exactly its token history. A wrong
 // block table, a missed copy or a block shared when it should not be fails the step.
+//
+// Compressing sequences (NewSeq::compression not `full`) get a deterministic stand-in round
+// once they hold target + divide_length slots: keep the first evictable slot's prefix and the
+// most recent slots (streaming-style), compact them to the front of the sequence's own
+// blocks, and report a Compaction. The runner tracks which position each slot holds, so the
+// per-step check still proves that every slot the scheduler points at is right.
 #pragma once
 
 #include <cstdint>
@@ -45,12 +51,17 @@ class FakeModelRunner final : public ModelRunner {
     std::vector<int32_t> history;
     std::vector<int32_t> table;
     uint64_t seed = 0;
+    compression::PolicyParams compression;
+    bool compression_auto = false;
+    std::vector<int64_t> slot_pos;  // position held by physical slot i (compressing only)
   };
+  absl::Status Compact(Seq& s, cache::SeqId id, int64_t next_position, scheduler::StepResult& result);
 
   FakeModelRunnerOptions options_;
   std::vector<int32_t> device_slots_;
   std::vector<int32_t> host_slots_;
   absl::flat_hash_map<int64_t, Seq> seqs_;
+  absl::flat_hash_map<int64_t, std::vector<int64_t>> parked_;  // swapped out: slot positions
   int64_t steps_ = 0;
   int64_t tokens_processed_ = 0;
 };

@@ -108,8 +108,10 @@ void Scheduler::release(SequenceState& s) {
       break;
   }
   cache_.free(s.id);
-  if (s.known_to_runner) forget_next_.push_back(s.id);
+  // A swapped-out sequence is unknown to the runner except for its parked compression state.
+  if (s.known_to_runner || s.runner_keeps_state) forget_next_.push_back(s.id);
   s.known_to_runner = false;
+  s.runner_keeps_state = false;
   s.status = SeqStatus::kFinished;
 }
 
@@ -123,12 +125,19 @@ void Scheduler::Abort(cache::SeqId seq) {
 // A running sequence's next chunk: everything unfed, limited by the budget (chunked
 // prefill) and, while samples are waiting to fork from it, stopping one token short of
 // the prompt's end so the children can share every block but the last token's.
+// A compressing sequence always chunks at max_chunk: its footprint bound (target + slack +
+// one chunk) is what admission counts on.
 int Scheduler::tokens_to_feed(const SequenceState& s, int budget) const {
   int remaining = static_cast<int>(s.tokens.size()) - s.num_computed;
   if (s.pending_children > 0) remaining = std::min(remaining, s.num_prompt_tokens - 1 - s.num_computed);
   if (remaining <= 0) return 0;
+  bool may_chunk = options_.enable_chunked_prefill;
+  if (s.max_chunk > 0 && s.max_chunk < budget) {
+    budget = s.max_chunk;
+    may_chunk = true;
+  }
   if (remaining <= budget) return remaining;
-  return options_.enable_chunked_prefill ? budget : 0;
+  return may_chunk ? budget : 0;
 }
 
 void Scheduler::emit(SequenceState& s, int num_tokens, const cache::AllocationDelta& delta,
@@ -148,8 +157,11 @@ void Scheduler::emit(SequenceState& s, int num_tokens, const cache::AllocationDe
     q.num_new_blocks = static_cast<int32_t>(table.size());
     q.table_offset = 0;
     q.table_reset = true;
-    plan.new_seqs.push_back(NewSeq{s.id, s.sampling, s.num_prompt_tokens, s.tokens});
+    plan.new_seqs.push_back(
+        NewSeq{s.id, s.sampling, s.num_prompt_tokens, s.tokens, s.compression, s.compression_auto,
+               s.runner_keeps_state});
     s.known_to_runner = true;
+    s.runner_keeps_state = false;
   } else {
     plan.new_blocks.insert(plan.new_blocks.end(), delta.blocks.begin(), delta.blocks.end());
     q.num_new_blocks = static_cast<int32_t>(delta.blocks.size());
@@ -183,13 +195,18 @@ void Scheduler::preempt(SequenceState& victim, StepPlan& plan) {
   preempted_this_step_ = true;
   remove_running(victim);
   ++victim.num_preemptions;
-  if (victim.known_to_runner) plan.preempted.push_back(victim.id);
+  const bool was_known = victim.known_to_runner;
+  if (was_known) plan.preempted.push_back(victim.id);
   victim.known_to_runner = false;
+  victim.runner_keeps_state = false;
   if (options_.preemption_mode == config::PreemptionMode::kSwap && cache_.can_swap_out(victim.id)) {
     auto copies = cache_.swap_out(victim.id);
     if (copies) {
       plan.swap_out.insert(plan.swap_out.end(), copies->begin(), copies->end());
       victim.status = SeqStatus::kSwapped;
+      // Its KV comes back as it was, compacted or not: the runner keeps the slot positions.
+      victim.runner_keeps_state = was_known && victim.compressing();
+      if (victim.runner_keeps_state) plan.parked.push_back(victim.id);
       swapped_.insert({queue_key(victim), victim.id});
       ++counters_.preemptions_swap;
       return;
@@ -312,8 +329,17 @@ void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
     }
     SequenceState& s = seqs_.at(waiting_[best].begin()->second.value());
     if (!cache_.contains(s.id)) {
-      cache::PrefixMatch hit = cache_.match_prefix(s.id, s.tokens, s.prefix_key);
+      std::span<const int32_t> lookup(s.tokens);
+      int64_t lo = 0;
+      if (s.compressing()) {
+        // Only blocks wholly before the first evictable slot may be shared: a round moves
+        // everything after it. (match_prefix keeps the last looked-up token uncached.)
+        lo = compression::FirstEvictableSlot(s.compression);
+        lookup = lookup.first(static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(lookup.size()), lo + 1)));
+      }
+      cache::PrefixMatch hit = cache_.match_prefix(s.id, lookup, s.prefix_key);
       s.num_computed = static_cast<int32_t>(hit.num_tokens);
+      if (s.compressing()) cache_.set_publish_limit(s.id, lo);
     }
     int n = tokens_to_feed(s, budget);
     if (n == 0) {
@@ -403,6 +429,16 @@ std::optional<SeqFinish> Scheduler::check_stop(const SequenceState& s, int32_t t
 }
 
 void Scheduler::Update(const StepPlan& plan, const StepResult& result, std::vector<SeqUpdate>& out) {
+  // Compression rounds first: the runner already compacted the KV and shrank its table.
+  for (const Compaction& c : result.compactions) {
+    auto it = seqs_.find(c.seq.value());
+    if (it == seqs_.end() || it->second.status != SeqStatus::kRunning) continue;
+    KVS_CHECK(cache_.num_tokens(c.seq) == c.phys_len_before, "compaction of sequence ", c.seq.value(),
+              " from ", c.phys_len_before, " slots, the cache holds ", cache_.num_tokens(c.seq));
+    const int32_t released = cache_.truncate(c.seq, c.new_phys_len);
+    KVS_CHECK(released == c.blocks_freed, "compaction of sequence ", c.seq.value(), " freed ", released,
+              " blocks, the runner expected ", c.blocks_freed);
+  }
   size_t next_sample = 0;
   for (const ScheduledSeq& q : plan.seqs) {
     const SampledToken* sampled = nullptr;

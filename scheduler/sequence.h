@@ -19,6 +19,7 @@
 #include "base/clock.h"
 #include "cache/block_hasher.h"
 #include "cache/cache_types.h"
+#include "compression/policy_params.h"
 #include "scheduler/sampling.h"
 
 namespace kvserve::scheduler {
@@ -58,6 +59,17 @@ struct SequenceState {
   // samples its own first token from identical logits.
   std::optional<cache::SeqId> fork_parent;
   int pending_children = 0;  // on a parent: children still waiting to fork
+
+  // KV compression, resolved by the engine (kind full: none). The scheduler only needs its
+  // shape: prefix hits and publishing stop at the first evictable slot (compacted blocks
+  // must never become cache hits), and prefill chunks are capped at max_chunk so the
+  // sequence's footprint stays bounded by target + divide_length + max_chunk.
+  compression::PolicyParams compression;
+  bool compression_auto = false;     // `auto`: rounds only while the engine reports pressure
+  int32_t max_chunk = 0;             // 0: no cap beyond the step's token budget
+  bool runner_keeps_state = false;   // swapped out: the runner parked its compression state
+
+  bool compressing() const { return compression.kind != config::CompressionPolicyKind::kFull; }
 
   int32_t num_generated() const { return static_cast<int32_t>(tokens.size()) - num_prompt_tokens; }
   bool prefill_done() const { return num_computed >= static_cast<int32_t>(tokens.size()); }

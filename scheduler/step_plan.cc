@@ -2,6 +2,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/absl_compat.h"
+#include "config/fields.h"
 
 namespace kvserve::scheduler {
 namespace {
@@ -29,7 +31,9 @@ void StepPlan::clear() {
   copies.clear();
   finished.clear();
   preempted.clear();
+  parked.clear();
   total_tokens = 0;
+  compress_auto = false;
 }
 
 std::string StepPlan::ToString() const {
@@ -49,26 +53,37 @@ std::string StepPlan::ToString() const {
   }
   if (!new_seqs.empty()) {
     absl::StrAppend(&s, "  new=[", absl::StrJoin(new_seqs, ",", [](std::string* out, const NewSeq& n) {
-                      absl::StrAppend(out, n.seq.value(), "(", n.history.size(), " tok)");
+                      absl::StrAppend(out, n.seq.value(), "(", n.history.size(), " tok");
+                      if (n.compression.kind != config::CompressionPolicyKind::kFull) {
+                        absl::StrAppend(out, " ", base::AsAbsl(config::Name(n.compression.kind)), n.compression_auto ? "/auto" : "",
+                                        " target=", compression::TargetLength(n.compression));
+                      }
+                      absl::StrAppend(out, n.resume ? " resume)" : ")");
                     }), "]\n");
   }
   if (!swap_out.empty()) absl::StrAppend(&s, "  swap_out=[", Copies(swap_out), "]\n");
   if (!swap_in.empty()) absl::StrAppend(&s, "  swap_in=[", Copies(swap_in), "]\n");
   if (!copies.empty()) absl::StrAppend(&s, "  cow=[", Copies(copies), "]\n");
   if (!preempted.empty()) absl::StrAppend(&s, "  preempted=[", Ids(preempted), "]\n");
+  if (!parked.empty()) absl::StrAppend(&s, "  parked=[", Ids(parked), "]\n");
   if (!finished.empty()) absl::StrAppend(&s, "  finished=[", Ids(finished), "]\n");
+  if (compress_auto) absl::StrAppend(&s, "  compress_auto\n");
   return s;
 }
 
 void StepResult::clear() {
   step_id = 0;
   sampled.clear();
+  compactions.clear();
   status = absl::OkStatus();
 }
 
 std::string StepResult::ToString() const {
   std::string s = absl::StrCat("result ", step_id, ":");
   for (const auto& t : sampled) absl::StrAppend(&s, " ", t.seq.value(), "->", t.token_id);
+  for (const auto& c : compactions) {
+    absl::StrAppend(&s, " compact(", c.seq.value(), ":", c.phys_len_before, "->", c.new_phys_len, ")");
+  }
   if (!status.ok()) absl::StrAppend(&s, " status=", status.ToString());
   return s;
 }

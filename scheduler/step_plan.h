@@ -22,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "cache/cache_types.h"
+#include "compression/policy_params.h"
 #include "scheduler/sampling.h"
 
 namespace kvserve::scheduler {
@@ -31,6 +32,10 @@ struct NewSeq {
   SamplingParams sampling;
   int32_t num_prompt_tokens = 0;
   std::vector<int32_t> history;  // every token known so far: prompt then generated
+  // KV compression of the sequence (kind full: none); the runner owns the policy state.
+  compression::PolicyParams compression;
+  bool compression_auto = false;  // rounds only in steps with StepPlan::compress_auto
+  bool resume = false;            // back from the host tier: reuse the parked policy state
 };
 
 struct ScheduledSeq {
@@ -59,7 +64,9 @@ struct StepPlan {
   std::vector<cache::BlockCopy> copies;   // copy-on-write inside the device pool
   std::vector<cache::SeqId> finished;
   std::vector<cache::SeqId> preempted;
+  std::vector<cache::SeqId> parked;        // of `preempted`: swapped, keep compression state
   int32_t total_tokens = 0;
+  bool compress_auto = false;  // pool under pressure: `auto` sequences compress this step
 
   void clear();
   bool empty() const { return seqs.empty() && swap_out.empty(); }
@@ -73,9 +80,24 @@ struct SampledToken {
   std::vector<std::pair<int32_t, float>> top_logprobs;  // only when requested
 };
 
+// One compression round the runner ran after a step's forward pass. The scheduler
+// truncates the sequence's blocks to new_phys_len; the engine reports the rest.
+struct Compaction {
+  cache::SeqId seq;
+  int64_t next_position = 0;     // tokens the sequence had seen when the round ran
+  int64_t phys_len_before = 0;
+  int64_t new_phys_len = 0;
+  int32_t blocks_freed = 0;      // must equal what truncating the block table releases
+  std::vector<int64_t> evicted_positions;  // ascending; see compression_policy.h (audit)
+  int64_t evicted_prompt_tokens = 0;
+  int64_t score_ns = 0, select_ns = 0, compact_ns = 0;
+  int64_t bytes_moved = 0;
+};
+
 struct StepResult {
   int64_t step_id = 0;
   std::vector<SampledToken> sampled;  // one per ScheduledSeq with sample == true, in plan order
+  std::vector<Compaction> compactions;  // rounds run after the forward pass, in plan order
   absl::Status status;
 
   void clear();

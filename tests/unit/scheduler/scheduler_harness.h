@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "cache/cache_invariants.h"
 #include "cache/kv_cache_manager.h"
 #include "engine/fake_model_runner.h"
@@ -66,6 +67,9 @@ class Harness {
       s.tokens = prompt;
       s.num_prompt_tokens = prompt_len;
       if (k > 0) s.fork_parent = first;
+      s.compression = compression;
+      s.compression.prompt_len = prompt_len;
+      s.max_chunk = compression.kind == config::CompressionPolicyKind::kFull ? 0 : max_chunk;
       sched_->Add(std::move(s));
     }
     return first;
@@ -79,6 +83,10 @@ class Harness {
     absl::Status st = runner_->Execute(plan_, result_);
     EXPECT_TRUE(st.ok()) << st << "\n" << plan_.ToString();
     if (!st.ok()) return false;
+    for (const auto& c : result_.compactions) {
+      trace_ += absl::StrCat("  compact seq ", c.seq.value(), ": ", c.phys_len_before, "->", c.new_phys_len,
+                             " slots, ", c.blocks_freed, " blocks freed\n");
+    }
     updates_.clear();
     sched_->Update(plan_, result_, updates_);
     for (const auto& u : updates_) {
@@ -122,6 +130,10 @@ class Harness {
     EXPECT_EQ(cache_->num_sequences(), 0);
     EXPECT_FALSE(sched_->has_work());
   }
+
+  // Compression settings of the sequences Add creates from now on (prompt_len is filled in).
+  compression::PolicyParams compression;
+  int max_chunk = 0;
 
   Scheduler& sched() { return *sched_; }
   cache::KvCacheManager& cache() { return *cache_; }

@@ -1,0 +1,134 @@
+#include "engine/request_compression.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "base/absl_compat.h"
+#include "base/check.h"
+#include "config/fields.h"
+
+namespace kvserve::engine {
+
+using config::CompressionPolicyKind;
+
+int64_t ResolvedCompression::footprint(int64_t prompt_tokens, int64_t max_tokens) const {
+  const int64_t uncompressed = prompt_tokens + max_tokens;
+  if (!compressing() || auto_mode) return uncompressed;
+  const int64_t target = std::max(compression::TargetLength(params), compression::FirstEvictableSlot(params));
+  return std::min(uncompressed, target + params.divide_length + max_chunk);
+}
+
+int64_t ResolvedCompression::reported_budget() const {
+  return compressing() ? compression::TargetLength(params) : 0;
+}
+
+absl::StatusOr<ResolvedCompression> ResolveCompression(const RequestSpec& spec, const config::Config& config,
+                                                       const config::TenantConfig* tenant,
+                                                       const compression::PolicyContext* context) {
+  const CompressionRequest& req = spec.compression;
+  CompressionPolicyKind kind = tenant != nullptr ? tenant->default_policy : config.compression.default_policy;
+  if (req.policy) kind = *req.policy;
+  const std::string name(config::Name(kind));
+  if (tenant != nullptr && !tenant->allowed_policies.empty() &&
+      std::find(tenant->allowed_policies.begin(), tenant->allowed_policies.end(), kind) ==
+          tenant->allowed_policies.end()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("kv_compression.policy: tenant '", tenant->name, "' may not use policy '", name, "'"));
+  }
+  ResolvedCompression r;
+  r.requested = kind;
+  r.audit = req.audit;
+  if (kind == CompressionPolicyKind::kFull) return r;
+
+  r.auto_mode = kind == CompressionPolicyKind::kAuto;
+  const CompressionPolicyKind concrete = r.auto_mode ? CompressionPolicyKind::kTriAttention : kind;
+  if (context == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("kv_compression.policy: '", name, "' is not available on this server (no compression support)"));
+  }
+  if (concrete == CompressionPolicyKind::kTriAttention && context->triattention_stats == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "kv_compression.policy: '", name, "' needs TriAttention statistics and none are loaded; run "
+        "`kvserve calibrate` and set compression.stats_path"));
+  }
+  if (req.budget && req.ratio) {
+    return absl::InvalidArgumentError("kv_compression: give either budget or ratio, not both");
+  }
+  const int64_t prompt = static_cast<int64_t>(spec.prompt_tokens.size());
+  compression::PolicyParams p = compression::ParamsFromConfig(config.compression, concrete, prompt);
+  if (req.budget) p.budget = *req.budget;
+  if (req.ratio) {
+    // A fraction of everything the request can see: ratio 0.25 is 4x compression at the end.
+    p.budget = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(*req.ratio * (prompt + spec.max_tokens))));
+  }
+  if (req.divide_length) p.divide_length = *req.divide_length;
+  if (req.window) p.window = *req.window;
+  if (req.sinks) p.sinks = *req.sinks;
+  if (req.protect_prompt) p.protect_prompt = *req.protect_prompt;
+  absl::Status valid = compression::ValidateParams(p);
+  if (!valid.ok()) {
+    if (!r.auto_mode) return valid;
+    // `auto` with settings that cannot compress this prompt (e.g. a protected prompt longer
+    // than the budget) runs uncompressed rather than failing a request that asked for none.
+    r.params.kind = CompressionPolicyKind::kFull;
+    r.auto_mode = false;
+    return r;
+  }
+  if (spec.n > 1 && compression::FirstEvictableSlot(p) < prompt) {
+    return absl::InvalidArgumentError(
+        "kv_compression.protect_prompt: n > 1 needs the prompt protected (the samples share the prompt's "
+        "KV blocks, which a round would move)");
+  }
+  r.params = p;
+  r.max_chunk = config.compression.max_prefill_chunk;
+  return r;
+}
+
+uint64_t HashTokenIds(std::span<const int32_t> ids) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (int32_t id : ids) {
+    const uint32_t v = static_cast<uint32_t>(id);
+    for (int b = 0; b < 4; ++b) {
+      h ^= (v >> (8 * b)) & 0xffu;
+      h *= 0x100000001b3ULL;
+    }
+  }
+  return h;
+}
+
+CompressionAccount::CompressionAccount(const ResolvedCompression& resolved) : audit_(resolved.audit) {
+  summary_.policy = std::string(config::Name(resolved.requested));
+  summary_.budget = resolved.reported_budget();
+}
+
+void CompressionAccount::OnScheduled(int64_t kv_len, int64_t seen) {
+  summary_.peak_kv_tokens = std::max(summary_.peak_kv_tokens, kv_len);
+  seen_ = std::max(seen_, seen);
+}
+
+void CompressionAccount::OnRound(const scheduler::Compaction& round, std::span<const int32_t> tokens) {
+  ++summary_.rounds;
+  summary_.evicted_tokens += static_cast<int64_t>(round.evicted_positions.size());
+  summary_.evicted_prompt_tokens += round.evicted_prompt_tokens;
+  if (!audit_) return;
+  EvictionRecord rec;
+  rec.round = static_cast<int>(summary_.rounds);
+  rec.at_token = round.next_position;
+  rec.positions = round.evicted_positions;
+  scratch_.clear();
+  for (int64_t p : round.evicted_positions) {
+    KVS_CHECK(p >= 0 && p < static_cast<int64_t>(tokens.size()), "evicted position ", p, " of ", tokens.size());
+    scratch_.push_back(tokens[static_cast<size_t>(p)]);
+  }
+  rec.token_ids_hash = HashTokenIds(scratch_);
+  summary_.audit.push_back(std::move(rec));
+}
+
+CompressionSummary CompressionAccount::Summary() const {
+  CompressionSummary s = summary_;
+  s.compression_ratio = s.peak_kv_tokens > 0 ? static_cast<double>(seen_) / static_cast<double>(s.peak_kv_tokens) : 1.0;
+  return s;
+}
+
+}  // namespace kvserve::engine

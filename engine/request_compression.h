@@ -1,0 +1,74 @@
+// The KV compression of one request: which policy and settings it runs with (resolved once at
+// Submit: request > tenant > server defaults) and what the rounds did to it (the summary in
+// usage.kv_compression and the optional audit record).
+//
+//   RequestSpec.compression ─┐
+//   tenant default_policy ───┼─► ResolveCompression ─► ResolvedCompression (value)
+//   config.compression ──────┘        policy `auto` → triattention params + auto_mode
+//                                      ratio → budget = ceil(ratio * (prompt + max_tokens))
+//
+//   Compaction (runner, per round) ─► CompressionAccount::OnRound ─► CompressionSummary
+//
+// The audit hash lets an auditor recompute what the model could no longer see: FNV-1a 64
+// over the evicted token ids in position order, each id as 4 little-endian bytes.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compression/compression_policy.h"
+#include "compression/policy_params.h"
+#include "config/config.h"
+#include "engine/request_spec.h"
+#include "engine/request_types.h"
+#include "scheduler/step_plan.h"
+
+namespace kvserve::engine {
+
+struct ResolvedCompression {
+  config::CompressionPolicyKind requested = config::CompressionPolicyKind::kFull;  // label (may be auto)
+  compression::PolicyParams params;  // concrete kind: auto runs triattention under pressure
+  bool auto_mode = false;
+  bool audit = false;
+  int32_t max_chunk = 0;             // prefill chunk cap; 0 for full
+
+  bool compressing() const { return params.kind != config::CompressionPolicyKind::kFull; }
+  // Most KV tokens one sample of the request can hold: prompt + max_tokens for full (and
+  // auto, which may run uncompressed), else the target plus the slack and one chunk.
+  int64_t footprint(int64_t prompt_tokens, int64_t max_tokens) const;
+  // The budget reported in the summary: the length a round compresses back to (0: full).
+  int64_t reported_budget() const;
+};
+
+// InvalidArgument naming the kv_compression field for bad settings; PermissionDenied when the
+// tenant may not use the policy; FailedPrecondition when the policy needs what this server
+// lacks (TriAttention statistics). `tenant` may be null (no tenant config); `context` may be
+// null (only `full` available).
+absl::StatusOr<ResolvedCompression> ResolveCompression(const RequestSpec& spec, const config::Config& config,
+                                                       const config::TenantConfig* tenant,
+                                                       const compression::PolicyContext* context);
+
+// FNV-1a 64 of token ids (4 little-endian bytes each), in order.
+uint64_t HashTokenIds(std::span<const int32_t> ids);
+
+// Accounting of sample 0 of a request (all samples share the policy).
+class CompressionAccount {
+ public:
+  explicit CompressionAccount(const ResolvedCompression& resolved);
+  // A step wrote KV: the sequence holds kv_len slots and has seen `seen` tokens.
+  void OnScheduled(int64_t kv_len, int64_t seen);
+  // A round ran; `tokens` are the sequence's token ids (position p holds tokens[p]).
+  void OnRound(const scheduler::Compaction& round, std::span<const int32_t> tokens);
+  CompressionSummary Summary() const;
+
+ private:
+  CompressionSummary summary_;
+  bool audit_ = false;
+  int64_t seen_ = 0;
+  std::vector<int32_t> scratch_;
+};
+
+}  // namespace kvserve::engine
