@@ -30,6 +30,22 @@ model::SamplingParams ToModelParams(const scheduler::SamplingParams& s) {
   return p;
 }
 
+scheduler::Compaction ToCompaction(cache::SeqId seq, int64_t next_position, compression::RoundResult r) {
+  scheduler::Compaction c;
+  c.seq = seq;
+  c.next_position = next_position;
+  c.phys_len_before = r.phys_len_before;
+  c.new_phys_len = r.new_phys_len;
+  c.blocks_freed = static_cast<int32_t>(r.blocks_freed());
+  c.evicted_positions = std::move(r.evicted_positions);
+  c.evicted_prompt_tokens = r.evicted_prompt_tokens;
+  c.score_ns = r.score_ns;
+  c.select_ns = r.select_ns;
+  c.compact_ns = r.compact_ns;
+  c.bytes_moved = r.bytes_moved;
+  return c;
+}
+
 }  // namespace
 
 CpuModelRunner::CpuModelRunner(model::LlamaModel& model, cache::KvStorage& storage,
@@ -41,7 +57,7 @@ CpuModelRunner::CpuModelRunner(model::LlamaModel& model, cache::KvStorage& stora
     layer_data_.push_back(storage_.layer_data(l));
     layer_scales_.push_back(storage_.layer_scales(l));
   }
-  compressor_ = std::make_unique<KvCompressor>(compression, layout, layer_data_, layer_scales_);
+  compressor_ = std::make_unique<compression::KvCompressor>(compression, layout, layer_data_, layer_scales_);
 }
 
 absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan, scheduler::StepResult& result) {
@@ -74,9 +90,7 @@ absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan, scheduler:
   tables_.clear();
   logits_rows_.clear();
   sampling_seqs_.clear();
-  observing_.clear();
-  bool want_queries = false, want_mass = false;
-  int32_t max_kv = 0;
+  batch_seqs_.clear();
   for (const auto& q : plan.seqs) {
     auto it = seqs_.find(q.seq.value());
     if (it == seqs_.end()) {
@@ -96,13 +110,7 @@ absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan, scheduler:
       slots_.push_back(static_cast<int64_t>(s.table[idx / bs]) * bs + idx % bs);
     }
     compressor_->BeginStep(q.seq, q.first_position, q.num_tokens, q.kv_len_after);
-    const compression::ObserverNeeds needs = compressor_->needs(q.seq);
-    if (needs.pre_rope_queries || needs.attention_mass) {
-      observing_.push_back(static_cast<int>(seq_starts_.size()) - 1);
-      want_queries |= needs.pre_rope_queries;
-      want_mass |= needs.attention_mass;
-    }
-    max_kv = std::max(max_kv, q.kv_len_after);
+    batch_seqs_.push_back({q.seq, seq_starts_.back(), q.num_tokens, q.kv_len_after});
     seq_starts_.push_back(seq_starts_.back() + q.num_tokens);
     kv_lens_.push_back(q.kv_len_after);
     tables_.insert(tables_.end(), s.table.begin(), s.table.end());
@@ -131,35 +139,9 @@ absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan, scheduler:
     view.layer_data = layer_data_;
     if (view.layout.has_scales()) view.layer_scales = layer_scales_;
     // Side outputs only for the policies that read them (snapkv: queries, h2o: mass).
-    model::ForwardObservers observers;
-    const int num_layers = storage_.layout().num_layers;
-    const int num_kv_heads = storage_.layout().num_kv_heads;
-    const int num_seqs = static_cast<int>(plan.seqs.size());
-    if (want_mass) {
-      mass_.resize(static_cast<size_t>(num_layers) * num_seqs * num_kv_heads * max_kv);
-      observers.attention_mass = mass_;
-      observers.mass_stride = max_kv;
-    }
-    if (want_queries) {
-      observers.pre_rope_queries = [&](int layer, const float* q, int64_t q_stride, int64_t /*num_tokens*/) {
-        for (int i : observing_) {
-          const auto& sq = plan.seqs[i];
-          if (!compressor_->needs(sq.seq).pre_rope_queries) continue;
-          const int32_t begin = seq_starts_[i];
-          compressor_->ObserveQueries(sq.seq, layer, q + begin * q_stride, q_stride, positions_.data() + begin,
-                                      sq.num_tokens);
-        }
-      };
-    }
-    KVS_RETURN_IF_ERROR(model_.Forward(batch, view, logits_, observing_.empty() ? nullptr : &observers));
-    if (want_mass) {
-      for (int i : observing_) {
-        const auto& sq = plan.seqs[i];
-        if (!compressor_->needs(sq.seq).attention_mass) continue;
-        compressor_->ObserveAttentionMass(
-            sq.seq, compression::MassView::FromObservers(mass_, max_kv, num_seqs, i, num_kv_heads, sq.kv_len_after));
-      }
-    }
+    const model::ForwardObservers* observers = compressor_->PrepareObservers(batch_seqs_, positions_);
+    KVS_RETURN_IF_ERROR(model_.Forward(batch, view, logits_, observers));
+    if (observers != nullptr) compressor_->FinishObservers();
 
     size_t row = 0;
     for (const auto& q : plan.seqs) {
@@ -184,9 +166,10 @@ absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan, scheduler:
   for (const auto& q : plan.seqs) {
     if (!compressor_->tracking(q.seq)) continue;
     Seq& s = seqs_.at(q.seq.value());
-    KVS_ASSIGN_OR_RETURN(bool compacted, compressor_->EndStep(q.seq, q.first_position + q.num_tokens,
-                                                              plan.compress_auto, s.table, result.compactions));
-    (void)compacted;
+    const int64_t next_position = q.first_position + q.num_tokens;
+    KVS_ASSIGN_OR_RETURN(std::optional<compression::RoundResult> r,
+                         compressor_->EndStep(q.seq, next_position, plan.compress_auto, s.table));
+    if (r) result.compactions.push_back(ToCompaction(q.seq, next_position, std::move(*r)));
   }
   for (cache::SeqId id : plan.finished) {
     seqs_.erase(id.value());

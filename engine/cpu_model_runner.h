@@ -6,7 +6,7 @@
 //
 // Runner-side state per sequence: its block table and token history (sent in full once
 // by the scheduler, then deltas), and for compressing sequences their policy state
-// (KvCompressor): rounds run right after the forward pass, before the next step reads the
+// (compression::KvCompressor): rounds run right after the forward pass, before the next step reads the
 // KV, and come back as StepResult::compactions. Sampling is stateless per token: the RNG of the k-th
 // generated token is seeded from (seed, k) and the sample index, so a sequence draws the
 // same tokens alone or batched, and after preemption and recompute.
@@ -18,7 +18,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "cache/host_kv_storage.h"
 #include "compression/compression_policy.h"
-#include "engine/kv_compressor.h"
+#include "compression/kv_compressor.h"
 #include "engine/model_runner.h"
 #include "model/llama_model.h"
 #include "model/sampler.h"
@@ -52,15 +52,14 @@ class CpuModelRunner final : public ModelRunner {
   std::vector<std::byte*> layer_data_;
   std::vector<float*> layer_scales_;
   absl::flat_hash_map<int64_t, Seq> seqs_;
-  std::unique_ptr<KvCompressor> compressor_;
+  std::unique_ptr<compression::KvCompressor> compressor_;
 
   // Per-step scratch, reused.
   std::vector<int32_t> positions_, seq_starts_, kv_lens_, table_offsets_, tables_, logits_rows_;
   std::vector<int64_t> slots_;
   std::vector<float> logits_;
   std::vector<Seq*> sampling_seqs_;
-  std::vector<float> mass_;
-  std::vector<int> observing_;  // indices into plan.seqs of sequences whose policy observes
+  std::vector<compression::BatchSeq> batch_seqs_;
 };
 
 }  // namespace kvserve::engine

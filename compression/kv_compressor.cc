@@ -1,4 +1,4 @@
-#include "engine/kv_compressor.h"
+#include "compression/kv_compressor.h"
 
 #include <algorithm>
 
@@ -6,9 +6,9 @@
 #include "base/check.h"
 #include "compression/policy_factory.h"
 
-namespace kvserve::engine {
+namespace kvserve::compression {
 
-KvCompressor::KvCompressor(const compression::PolicyContext* context, const cache::KvLayout& layout,
+KvCompressor::KvCompressor(const PolicyContext* context, const cache::KvLayout& layout,
                            std::span<std::byte* const> layer_data, std::span<float* const> layer_scales)
     : context_(context), layout_(layout), layer_data_(layer_data), layer_scales_(layer_scales) {}
 
@@ -17,7 +17,7 @@ KvCompressor::State* KvCompressor::find(cache::SeqId seq) {
   return it == states_.end() ? nullptr : &it->second;
 }
 
-absl::Status KvCompressor::Track(cache::SeqId seq, const compression::PolicyParams& params, bool auto_mode,
+absl::Status KvCompressor::Track(cache::SeqId seq, const PolicyParams& params, bool auto_mode,
                                  bool resume) {
   auto parked = parked_.find(seq.value());
   if (resume && parked != parked_.end()) {
@@ -32,7 +32,7 @@ absl::Status KvCompressor::Track(cache::SeqId seq, const compression::PolicyPara
     return absl::FailedPreconditionError(
         absl::StrCat("sequence ", seq.value(), " asks for KV compression, but the runner has no policy context"));
   }
-  KVS_ASSIGN_OR_RETURN(auto policy, compression::CreatePolicy(params, *context_));
+  KVS_ASSIGN_OR_RETURN(auto policy, CreatePolicy(params, *context_));
   State st;
   st.slots = policy->NewSlotState();
   // The bound a compressing sequence oscillates under; growing past it only happens for
@@ -56,11 +56,6 @@ void KvCompressor::Forget(cache::SeqId seq) {
   parked_.erase(seq.value());
 }
 
-compression::ObserverNeeds KvCompressor::needs(cache::SeqId seq) const {
-  auto it = states_.find(seq.value());
-  return it == states_.end() ? compression::ObserverNeeds{} : it->second.policy->needs();
-}
-
 void KvCompressor::BeginStep(cache::SeqId seq, int64_t first_position, int32_t num_tokens, int64_t kv_len_after) {
   State* st = find(seq);
   if (st == nullptr) return;
@@ -76,28 +71,65 @@ void KvCompressor::BeginStep(cache::SeqId seq, int64_t first_position, int32_t n
   st->slots.Append(first_position, num_tokens);
 }
 
-void KvCompressor::ObserveQueries(cache::SeqId seq, int layer, const float* q, int64_t q_stride,
-                                  const int32_t* positions, int64_t num_rows) {
-  State* st = find(seq);
-  if (st == nullptr) return;
-  st->policy->ObserveQueries(st->slots, layer, q, q_stride, positions, num_rows);
+const model::ForwardObservers* KvCompressor::PrepareObservers(std::span<const BatchSeq> batch,
+                                                             std::span<const int32_t> positions) {
+  observing_.clear();
+  bool want_queries = false, want_mass = false;
+  mass_stride_ = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    State* st = find(batch[i].seq);
+    if (st == nullptr) continue;
+    const ObserverNeeds needs = st->policy->needs();
+    if (!needs.pre_rope_queries && !needs.attention_mass) continue;
+    observing_.emplace_back(static_cast<int>(i), st);
+    want_queries |= needs.pre_rope_queries;
+    want_mass |= needs.attention_mass;
+  }
+  if (observing_.empty()) return nullptr;
+  batch_ = batch;
+  positions_ = positions;
+  observers_ = model::ForwardObservers{};
+  if (want_mass) {
+    for (const BatchSeq& b : batch) mass_stride_ = std::max(mass_stride_, b.kv_len);
+    mass_.resize(static_cast<size_t>(layout_.num_layers) * batch.size() * layout_.num_kv_heads * mass_stride_);
+    observers_.attention_mass = mass_;
+    observers_.mass_stride = mass_stride_;
+  }
+  if (want_queries) {
+    observers_.pre_rope_queries = [this](int layer, const float* q, int64_t q_stride, int64_t /*num_rows*/) {
+      for (auto [i, st] : observing_) {
+        if (!st->policy->needs().pre_rope_queries) continue;
+        const BatchSeq& b = batch_[i];
+        st->policy->ObserveQueries(st->slots, layer, q + static_cast<int64_t>(b.row_begin) * q_stride, q_stride,
+                                   positions_.data() + b.row_begin, b.num_rows);
+      }
+    };
+  }
+  return &observers_;
 }
 
-void KvCompressor::ObserveAttentionMass(cache::SeqId seq, const compression::MassView& mass) {
-  State* st = find(seq);
-  if (st == nullptr) return;
-  st->policy->ObserveAttentionMass(st->slots, mass);
+void KvCompressor::FinishObservers() {
+  if (mass_stride_ > 0) {
+    for (auto [i, st] : observing_) {
+      if (!st->policy->needs().attention_mass) continue;
+      st->policy->ObserveAttentionMass(
+          st->slots, MassView::FromObservers(mass_, mass_stride_, static_cast<int>(batch_.size()), i,
+                                             layout_.num_kv_heads, batch_[i].kv_len));
+    }
+  }
+  observing_.clear();
+  mass_stride_ = 0;
 }
 
-absl::StatusOr<bool> KvCompressor::EndStep(cache::SeqId seq, int64_t next_position, bool pressure,
-                                           std::vector<int32_t>& table, std::vector<scheduler::Compaction>& out) {
+absl::StatusOr<std::optional<RoundResult>> KvCompressor::EndStep(cache::SeqId seq, int64_t next_position,
+                                                                 bool pressure, std::vector<int32_t>& table) {
   State* st = find(seq);
-  if (st == nullptr) return false;
+  if (st == nullptr) return std::nullopt;
   const int64_t n = st->slots.size();
-  if (st->auto_mode && !pressure) return false;
-  if (!st->policy->Due(n, next_position)) return false;
+  if (st->auto_mode && !pressure) return std::nullopt;
+  if (!st->policy->Due(n, next_position)) return std::nullopt;
 
-  compression::RoundInput in;
+  RoundInput in;
   in.kv.layout = layout_;
   in.kv.layer_data = layer_data_;
   if (layout_.has_scales()) in.kv.layer_scales = layer_scales_;
@@ -105,23 +137,10 @@ absl::StatusOr<bool> KvCompressor::EndStep(cache::SeqId seq, int64_t next_positi
   in.kv.phys_len = n;
   in.slots = &st->slots;
   in.next_position = next_position;
-  KVS_ASSIGN_OR_RETURN(compression::RoundResult r, st->policy->Run(in));
-  if (!r.compacted) return false;
+  KVS_ASSIGN_OR_RETURN(RoundResult r, st->policy->Run(in));
+  if (!r.compacted) return std::nullopt;
   table.resize(static_cast<size_t>(r.blocks_after));
-  scheduler::Compaction c;
-  c.seq = seq;
-  c.next_position = next_position;
-  c.phys_len_before = r.phys_len_before;
-  c.new_phys_len = r.new_phys_len;
-  c.blocks_freed = static_cast<int32_t>(r.blocks_freed());
-  c.evicted_positions = std::move(r.evicted_positions);
-  c.evicted_prompt_tokens = r.evicted_prompt_tokens;
-  c.score_ns = r.score_ns;
-  c.select_ns = r.select_ns;
-  c.compact_ns = r.compact_ns;
-  c.bytes_moved = r.bytes_moved;
-  out.push_back(std::move(c));
-  return true;
+  return r;
 }
 
-}  // namespace kvserve::engine
+}  // namespace kvserve::compression
