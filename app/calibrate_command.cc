@@ -1,7 +1,6 @@
 #include "app/calibrate_command.h"
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -10,31 +9,19 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "app/model_dir.h"
+#include "app/command_switches.h"
+#include "app/model_loading.h"
 #include "base/check.h"
 #include "compression/calibrator.h"
 #include "compression/triattention_stats.h"
-#include "config/config_loader.h"
 #include "model/llama_model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvserve::app {
 namespace {
 
-std::optional<std::string> Value(const ParsedArgs& args, std::string_view name) {
-  std::optional<std::string> v;
-  for (const auto& [k, value] : args.switch_values) {
-    if (k == name) v = value;  // the last occurrence wins
-  }
-  return v;
-}
-
 absl::Status ParseCount(absl::string_view flag, const std::string& text, int64_t min, int64_t& out) {
-  const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, out);
-  if (ec != std::errc() || ptr != end) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, "=", text, ": not a number"));
-  }
+  KVS_RETURN_IF_ERROR(ParseSwitchNumber(flag, text, out));
   if (out < min) return absl::InvalidArgumentError(absl::StrCat(flag, ": must be >= ", min));
   return absl::OkStatus();
 }
@@ -51,14 +38,14 @@ double MeanResultantLength(const compression::TriAttentionStats& s) {
 
 absl::StatusOr<CalibrateOptions> ParseCalibrateOptions(const ParsedArgs& args) {
   CalibrateOptions o;
-  auto text = Value(args, "--text");
+  auto text = SwitchValue(args, "--text");
   if (!text) return absl::InvalidArgumentError("calibrate: --text FILE is required");
-  auto out = Value(args, "--out");
+  auto out = SwitchValue(args, "--out");
   if (!out) return absl::InvalidArgumentError("calibrate: --out FILE is required");
   o.text_path = *text;
   o.out_path = *out;
-  if (auto v = Value(args, "--max-tokens")) KVS_RETURN_IF_ERROR(ParseCount("--max-tokens", *v, 1, o.max_tokens));
-  if (auto v = Value(args, "--window")) KVS_RETURN_IF_ERROR(ParseCount("--window", *v, 2, o.window));
+  if (auto v = SwitchValue(args, "--max-tokens")) KVS_RETURN_IF_ERROR(ParseCount("--max-tokens", *v, 1, o.max_tokens));
+  if (auto v = SwitchValue(args, "--window")) KVS_RETURN_IF_ERROR(ParseCount("--window", *v, 2, o.window));
   return o;
 }
 
@@ -68,25 +55,18 @@ int RunCalibrate(const ParsedArgs& args, char** envp, std::ostream& /*out*/, std
     err << "kvserve: " << opts.status().message() << "\n";
     return kExitUsage;
   }
-  config::ConfigSources sources;
-  sources.file_path = args.config_file;
-  sources.env = config::EnvFromEnviron(envp);
-  sources.overrides = args.overrides;
-  auto cfg = config::LoadConfig(sources);
-  if (!cfg.ok()) {
-    err << "kvserve: invalid configuration: " << cfg.status().message() << "\n";
-    return kExitUsage;
-  }
-  auto dir = ResolveModelDir(cfg->model.path, ExecutablePath(args.program));
-  if (!dir.ok()) {
-    err << "kvserve calibrate: " << dir.status().message() << "\n";
-    return kExitFailure;
-  }
-  auto tok = tokenizer::LoadTokenizerDir(*dir);
-  if (!tok.ok()) {
-    err << "kvserve calibrate: " << tok.status().message() << "\n";
-    return kExitFailure;
-  }
+  LoadedModel loaded;
+  const int64_t window = opts->window;
+  const int rc = LoadModelForCommand(
+      args, envp, "calibrate",
+      // One calibration window per forward step, capped by the model's context.
+      [window](const config::Config&, const model::ModelConfig& mc) {
+        return static_cast<int>(std::min(window, mc.max_context()));
+      },
+      err, loaded);
+  if (rc != kExitOk) return rc;
+  const tokenizer::Tokenizer& tok = *loaded.tokenizer;
+  model::LlamaModel& m = *loaded.model;
   std::ifstream in(opts->text_path, std::ios::binary);
   if (!in) {
     err << "kvserve calibrate: --text " << opts->text_path << ": cannot open\n";
@@ -94,7 +74,7 @@ int RunCalibrate(const ParsedArgs& args, char** envp, std::ostream& /*out*/, std
   }
   std::ostringstream text;
   text << in.rdbuf();
-  const std::vector<int32_t> tokens = (*tok)->encode(text.str(), /*add_special=*/false);
+  const std::vector<int32_t> tokens = tok.encode(text.str(), /*add_special=*/false);
   if (static_cast<int64_t>(tokens.size()) < opts->max_tokens) {
     err << "kvserve calibrate: --text " << opts->text_path << " holds " << tokens.size() << " tokens, fewer than the "
         << opts->max_tokens << " to calibrate on"
@@ -105,34 +85,24 @@ int RunCalibrate(const ParsedArgs& args, char** envp, std::ostream& /*out*/, std
     return kExitUsage;
   }
 
-  model::ModelOptions mopts;
-  mopts.threads = cfg->engine.threads;
-  auto cfg_only = model::LoadModelConfig(*dir);
-  const int64_t context = cfg_only.ok() ? cfg_only->max_context() : opts->window;
-  mopts.max_tokens_per_step = static_cast<int>(std::min(opts->window, context));
-  auto m = model::LlamaModel::Load(*dir, mopts);
-  if (!m.ok()) {
-    err << "kvserve calibrate: " << m.status().message() << "\n";
-    return kExitFailure;
-  }
-
+  const int64_t context = m.config().max_context();
   compression::CalibrationOptions copts;
   copts.max_tokens = opts->max_tokens;
   copts.window = opts->window;
   // Windows start the way prompts do: with BOS when the tokenizer adds one.
-  const std::vector<int32_t> special = (*tok)->encode("", /*add_special=*/true);
-  if (special.size() == 1 && special.front() == (*tok)->bos_id()) copts.bos = special.front();
-  copts.source = absl::StrCat("model ", std::filesystem::path(*dir).filename().string(), ", text ",
+  const std::vector<int32_t> special = tok.encode("", /*add_special=*/true);
+  if (special.size() == 1 && special.front() == tok.bos_id()) copts.bos = special.front();
+  copts.source = absl::StrCat("model ", std::filesystem::path(loaded.dir).filename().string(), ", text ",
                               std::filesystem::path(opts->text_path).filename().string(), ", ", opts->max_tokens,
                               " tokens, window ", std::min(opts->window, context));
   const auto t0 = std::chrono::steady_clock::now();
-  auto stats = compression::CalibrateModel(**m, tokens, copts);
+  auto stats = compression::CalibrateModel(m, tokens, copts);
   if (!stats.ok()) {
     err << "kvserve calibrate: " << stats.status().message() << "\n";
     return kExitFailure;
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (absl::Status st = compression::CheckCompatible(*stats, (*m)->config(), (*m)->rope_inv_freq()); !st.ok()) {
+  if (absl::Status st = compression::CheckCompatible(*stats, m.config(), m.rope_inv_freq()); !st.ok()) {
     err << "kvserve calibrate: internal error: " << st.message() << "\n";
     return kExitFailure;
   }

@@ -1,15 +1,14 @@
 #include "app/generate_command.h"
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <numeric>
 #include <ostream>
 
 #include "absl/strings/str_cat.h"
-#include "app/model_dir.h"
+#include "app/command_switches.h"
+#include "app/model_loading.h"
 #include "base/check.h"
-#include "config/config_loader.h"
 #include "model/batch_builder.h"
 #include "model/host_kv_buffer.h"
 #include "model/llama_model.h"
@@ -19,24 +18,6 @@
 
 namespace kvserve::app {
 namespace {
-
-std::optional<std::string> SwitchValue(const ParsedArgs& args, std::string_view name) {
-  std::optional<std::string> v;
-  for (const auto& [k, value] : args.switch_values) {
-    if (k == name) v = value;  // the last occurrence wins
-  }
-  return v;
-}
-
-template <typename T>
-absl::Status ParseNumber(absl::string_view flag, const std::string& text, T& out) {
-  const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, out);
-  if (ec != std::errc() || ptr != end) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, "=", text, ": not a number"));
-  }
-  return absl::OkStatus();
-}
 
 // Completion of one prompt; writes text to `out` as it is produced.
 struct GenerateStats {
@@ -121,16 +102,16 @@ absl::StatusOr<GenerateOptions> ParseGenerateOptions(const ParsedArgs& args) {
   if (!prompt) return absl::InvalidArgumentError("generate: --prompt TEXT is required");
   o.prompt = *prompt;
   if (auto v = SwitchValue(args, "--max-tokens")) {
-    KVS_RETURN_IF_ERROR(ParseNumber("--max-tokens", *v, o.max_tokens));
+    KVS_RETURN_IF_ERROR(ParseSwitchNumber("--max-tokens", *v, o.max_tokens));
     if (o.max_tokens < 1) return absl::InvalidArgumentError("--max-tokens: must be >= 1");
   }
   if (auto v = SwitchValue(args, "--temperature")) {
-    KVS_RETURN_IF_ERROR(ParseNumber("--temperature", *v, o.temperature));
+    KVS_RETURN_IF_ERROR(ParseSwitchNumber("--temperature", *v, o.temperature));
     if (!(o.temperature >= 0.0f)) return absl::InvalidArgumentError("--temperature: must be >= 0");
   }
   if (auto v = SwitchValue(args, "--seed")) {
     uint64_t seed = 0;
-    KVS_RETURN_IF_ERROR(ParseNumber("--seed", *v, seed));
+    KVS_RETURN_IF_ERROR(ParseSwitchNumber("--seed", *v, seed));
     o.seed = seed;
   }
   return o;
@@ -142,37 +123,20 @@ int RunGenerate(const ParsedArgs& args, char** envp, std::ostream& out, std::ost
     err << "kvserve: " << opts.status().message() << "\n";
     return kExitUsage;
   }
-  config::ConfigSources sources;
-  sources.file_path = args.config_file;
-  sources.env = config::EnvFromEnviron(envp);
-  sources.overrides = args.overrides;
-  auto cfg = config::LoadConfig(sources);
-  if (!cfg.ok()) {
-    err << "kvserve: invalid configuration: " << cfg.status().message() << "\n";
-    return kExitUsage;
-  }
-  auto dir = ResolveModelDir(cfg->model.path, ExecutablePath(args.program));
-  if (!dir.ok()) {
-    err << "kvserve generate: " << dir.status().message() << "\n";
-    return kExitFailure;
-  }
-  auto tok = tokenizer::LoadTokenizerDir(*dir);
-  if (!tok.ok()) {
-    err << "kvserve generate: " << tok.status().message() << "\n";
-    return kExitFailure;
-  }
-  model::ModelOptions mopts;
-  mopts.threads = cfg->engine.threads;
-  mopts.max_tokens_per_step = std::min(cfg->scheduler.max_num_batched_tokens, 512);
-  auto m = model::LlamaModel::Load(*dir, mopts);
-  if (!m.ok()) {
-    err << "kvserve generate: " << m.status().message() << "\n";
-    return kExitFailure;
-  }
-  const int64_t context = cfg->model.max_model_len > 0
-                              ? std::min<int64_t>(cfg->model.max_model_len, (*m)->config().max_context())
-                              : (*m)->config().max_context();
-  auto stats = Complete(**m, **tok, *opts, cfg->cache.block_size, opts->seed.value_or(cfg->engine.seed), context, out);
+  LoadedModel loaded;
+  const int rc = LoadModelForCommand(
+      args, envp, "generate",
+      [](const config::Config& cfg, const model::ModelConfig&) {
+        return std::min(cfg.scheduler.max_num_batched_tokens, 512);
+      },
+      err, loaded);
+  if (rc != kExitOk) return rc;
+  const config::Config& cfg = loaded.config;
+  const int64_t model_context = loaded.model->config().max_context();
+  const int64_t context =
+      cfg.model.max_model_len > 0 ? std::min<int64_t>(cfg.model.max_model_len, model_context) : model_context;
+  auto stats = Complete(*loaded.model, *loaded.tokenizer, *opts, cfg.cache.block_size,
+                        opts->seed.value_or(cfg.engine.seed), context, out);
   if (!stats.ok()) {
     err << "kvserve generate: " << stats.status().message() << "\n";
     return stats.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
