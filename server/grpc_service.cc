@@ -46,26 +46,70 @@ void WireWakeup(const std::shared_ptr<Reactor>& reactor, Generation& generation,
   });
 }
 
+// What the streaming (Generate, Chat) and unary (Complete) reactors share: the Generation,
+// its wake-up wiring, self-ownership until OnDone, and cancellation. A subclass implements
+// Advance(): decide under mu_, then act outside it.
+//
+// The reactor owns itself (self_) until OnDone; the pump holds it weakly, so the engine
+// thread never holds the last reference.
+template <typename GrpcReactor>
+class GenerationReactor : public GrpcReactor, public Pumpable {
+ public:
+  void Pump() final {
+    wake_->scheduled.store(false);
+    Advance();
+  }
+
+  void OnCancel() final {
+    generation_->Abort();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cancelled_ = true;
+    }
+    Advance();
+  }
+
+  void OnDone() final {
+    generation_->SetWakeup(nullptr);
+    std::shared_ptr<GenerationReactor> keep;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      keep = std::move(self_);
+    }
+    // `keep` may be the last reference: this object is destroyed on return.
+  }
+
+ protected:
+  explicit GenerationReactor(std::unique_ptr<Generation> generation)
+      : generation_(std::move(generation)), wake_(std::make_shared<WakeState>()) {}
+
+  // Second half of construction, once a shared_ptr owns `reactor`: take ownership of
+  // itself, install the wake-up, and handle output that arrived before the wake-up existed.
+  static GrpcReactor* Launch(std::shared_ptr<GenerationReactor> reactor, StreamPump& pump) {
+    reactor->self_ = reactor;
+    WireWakeup(reactor, *reactor->generation_, pump, reactor->wake_);
+    reactor->Advance();
+    return reactor.get();
+  }
+
+  virtual void Advance() = 0;
+
+  std::unique_ptr<Generation> generation_;
+  std::shared_ptr<WakeState> wake_;
+  std::shared_ptr<GenerationReactor> self_;
+  std::mutex mu_;
+  bool cancelled_ = false;
+};
+
 // Generate and Chat: one chunk per delta, one write in flight, usage on the last chunk.
 //
 //   Advance(): [lock] decide: write next chunk | finish | nothing  [unlock] perform
 //   triggers:  pump (engine output), OnWriteDone, OnCancel
-//
-// The reactor owns itself (self_) until OnDone; the pump holds it weakly.
-class GenerateReactor final : public grpc::ServerWriteReactor<GenerateChunk>, public Pumpable {
+class GenerateReactor final : public GenerationReactor<grpc::ServerWriteReactor<GenerateChunk>> {
  public:
   static grpc::ServerWriteReactor<GenerateChunk>* Start(std::unique_ptr<Generation> generation,
                                                         StreamPump& pump) {
-    std::shared_ptr<GenerateReactor> r(new GenerateReactor(std::move(generation)));
-    r->self_ = r;
-    WireWakeup(r, *r->generation_, pump, r->wake_);
-    r->Advance();  // output that arrived before the wake-up was installed
-    return r.get();
-  }
-
-  void Pump() override {
-    wake_->scheduled.store(false);
-    Advance();
+    return Launch(std::shared_ptr<GenerateReactor>(new GenerateReactor(std::move(generation))), pump);
   }
 
   void OnWriteDone(bool ok) override {
@@ -78,30 +122,10 @@ class GenerateReactor final : public grpc::ServerWriteReactor<GenerateChunk>, pu
     Advance();
   }
 
-  void OnCancel() override {
-    generation_->Abort();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      cancelled_ = true;
-    }
-    Advance();
-  }
-
-  void OnDone() override {
-    generation_->SetWakeup(nullptr);
-    std::shared_ptr<GenerateReactor> keep;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      keep = std::move(self_);
-    }
-    // `keep` may be the last reference: this object is destroyed on return.
-  }
-
  private:
-  explicit GenerateReactor(std::unique_ptr<Generation> generation)
-      : generation_(std::move(generation)), wake_(std::make_shared<WakeState>()) {}
+  explicit GenerateReactor(std::unique_ptr<Generation> generation) : GenerationReactor(std::move(generation)) {}
 
-  void Advance() {
+  void Advance() override {
     enum { kNothing, kWrite, kFinish } action = kNothing;
     grpc::Status status;
     {
@@ -147,66 +171,34 @@ class GenerateReactor final : public grpc::ServerWriteReactor<GenerateChunk>, pu
     }
   }
 
-  std::unique_ptr<Generation> generation_;
-  std::shared_ptr<WakeState> wake_;
-  std::shared_ptr<GenerateReactor> self_;
-  std::mutex mu_;
   std::deque<GenerateChunk> pending_;
   GenerateChunk current_;  // the message being written; untouched while write_in_flight_
   std::vector<ChoiceDelta> deltas_;
   std::string error_;
   bool write_in_flight_ = false;
-  bool cancelled_ = false;
   bool finished_ = false;
   bool usage_sent_ = false;
 };
 
 // Complete: collects the generation, then answers once.
-class CompleteReactor final : public grpc::ServerUnaryReactor, public Pumpable {
+class CompleteReactor final : public GenerationReactor<grpc::ServerUnaryReactor> {
  public:
   static grpc::ServerUnaryReactor* Start(std::unique_ptr<Generation> generation, std::string model,
                                          v1::CompleteResponse* response, StreamPump& pump) {
-    std::shared_ptr<CompleteReactor> r(
-        new CompleteReactor(std::move(generation), std::move(model), response));
-    r->self_ = r;
-    WireWakeup(r, *r->generation_, pump, r->wake_);
-    r->Advance();
-    return r.get();
-  }
-
-  void Pump() override {
-    wake_->scheduled.store(false);
-    Advance();
-  }
-
-  void OnCancel() override {
-    generation_->Abort();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      cancelled_ = true;
-    }
-    Advance();
-  }
-
-  void OnDone() override {
-    generation_->SetWakeup(nullptr);
-    std::shared_ptr<CompleteReactor> keep;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      keep = std::move(self_);
-    }
+    return Launch(std::shared_ptr<CompleteReactor>(
+                      new CompleteReactor(std::move(generation), std::move(model), response)),
+                  pump);
   }
 
  private:
   CompleteReactor(std::unique_ptr<Generation> generation, std::string model,
                   v1::CompleteResponse* response)
-      : generation_(std::move(generation)),
-        wake_(std::make_shared<WakeState>()),
+      : GenerationReactor(std::move(generation)),
         model_(std::move(model)),
         response_(response),
         acc_(generation_->num_choices()) {}
 
-  void Advance() {
+  void Advance() override {
     grpc::Status status;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -233,15 +225,10 @@ class CompleteReactor final : public grpc::ServerUnaryReactor, public Pumpable {
     Finish(std::move(status));
   }
 
-  std::unique_ptr<Generation> generation_;
-  std::shared_ptr<WakeState> wake_;
-  std::shared_ptr<CompleteReactor> self_;
   std::string model_;
   v1::CompleteResponse* response_;
-  std::mutex mu_;
   ChoiceAccumulator acc_;
   std::vector<ChoiceDelta> deltas_;
-  bool cancelled_ = false;
   bool finished_ = false;
 };
 
