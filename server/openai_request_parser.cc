@@ -1,7 +1,10 @@
 #include "server/openai_request_parser.h"
 
 #include <cmath>
+#include <initializer_list>
 #include <limits>
+#include <optional>
+#include <variant>
 
 #include <nlohmann/json.hpp>
 
@@ -104,13 +107,37 @@ absl::StatusOr<std::vector<int32_t>> AsTokenIds(const json& v, std::string_view 
   return ids;
 }
 
-template <typename T>
-void SetIf(const std::optional<int64_t>& v, T& dst) {
-  if (v) dst = static_cast<T>(*v);
-}
-template <typename T>
-void SetIf(const std::optional<double>& v, T& dst) {
-  if (v) dst = static_cast<T>(*v);
+// A table entry for an optional member copied through when present; an absent member leaves
+// the destination's default. The typed getter does the reading, so a wrong type fails with
+// the getter's message. A null std::string* type-checks the member and drops it.
+struct OptionalField {
+  std::string_view key;
+  std::variant<bool*, int64_t*, std::optional<int64_t>*, float*, std::string*> dst;
+};
+
+// Reads `fields` in order (the first bad one is the error reported).
+absl::Status ReadOptionalFields(const json& obj, std::initializer_list<OptionalField> fields) {
+  for (const OptionalField& f : fields) {
+    if (bool* const* b = std::get_if<bool*>(&f.dst)) {
+      KVS_ASSIGN_OR_RETURN(auto v, GetBool(obj, f.key));
+      if (v) **b = *v;
+    } else if (std::string* const* str = std::get_if<std::string*>(&f.dst)) {
+      KVS_ASSIGN_OR_RETURN(auto v, GetString(obj, f.key));
+      if (v && *str != nullptr) **str = *std::move(v);
+    } else if (float* const* x = std::get_if<float*>(&f.dst)) {
+      KVS_ASSIGN_OR_RETURN(auto v, GetNumber(obj, f.key));
+      if (v) **x = static_cast<float>(*v);
+    } else {
+      KVS_ASSIGN_OR_RETURN(auto v, GetInt(obj, f.key));
+      if (!v) continue;
+      if (int64_t* const* i = std::get_if<int64_t*>(&f.dst)) {
+        **i = *v;
+      } else {
+        *std::get<std::optional<int64_t>*>(f.dst) = *v;
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<config::CompressionPolicyKind> ParsePolicy(const std::string& name,
@@ -178,33 +205,22 @@ absl::Status ParseCompression(const json& body, engine::CompressionRequest& c) {
 // Fields shared by completions and chat.
 absl::Status ParseCommon(const json& body, HttpGenerationRequest& out) {
   GenerationRequest& r = out.request;
-  KVS_ASSIGN_OR_RETURN(auto model, GetString(body, "model"));
-  if (model) r.model = *model;
-  KVS_ASSIGN_OR_RETURN(auto max_tokens, GetInt(body, "max_tokens"));
-  if (max_tokens) r.max_tokens = *max_tokens;
-  KVS_ASSIGN_OR_RETURN(auto min_tokens, GetInt(body, "min_tokens"));
-  SetIf(min_tokens, r.min_tokens);
-  KVS_ASSIGN_OR_RETURN(auto n, GetInt(body, "n"));
-  SetIf(n, r.n);
+  KVS_RETURN_IF_ERROR(ReadOptionalFields(body, {{"model", &r.model},
+                                                {"max_tokens", &r.max_tokens},
+                                                {"min_tokens", &r.min_tokens},
+                                                {"n", &r.n}}));
 
   SamplingParams& s = r.sampling;
-  KVS_ASSIGN_OR_RETURN(auto temperature, GetNumber(body, "temperature"));
-  SetIf(temperature, s.temperature);
-  KVS_ASSIGN_OR_RETURN(auto top_p, GetNumber(body, "top_p"));
-  SetIf(top_p, s.top_p);
+  KVS_RETURN_IF_ERROR(ReadOptionalFields(body, {{"temperature", &s.temperature}, {"top_p", &s.top_p}}));
   KVS_ASSIGN_OR_RETURN(auto top_k, GetInt(body, "top_k"));
   if (top_k) {
     if (*top_k < -1 || *top_k > INT32_MAX) return FieldError("top_k", "must be -1 (off) or >= 0");
     s.top_k = *top_k < 0 ? 0 : static_cast<int>(*top_k);
   }
-  KVS_ASSIGN_OR_RETURN(auto min_p, GetNumber(body, "min_p"));
-  SetIf(min_p, s.min_p);
-  KVS_ASSIGN_OR_RETURN(auto presence, GetNumber(body, "presence_penalty"));
-  SetIf(presence, s.presence_penalty);
-  KVS_ASSIGN_OR_RETURN(auto frequency, GetNumber(body, "frequency_penalty"));
-  SetIf(frequency, s.frequency_penalty);
-  KVS_ASSIGN_OR_RETURN(auto repetition, GetNumber(body, "repetition_penalty"));
-  SetIf(repetition, s.repetition_penalty);
+  KVS_RETURN_IF_ERROR(ReadOptionalFields(body, {{"min_p", &s.min_p},
+                                                {"presence_penalty", &s.presence_penalty},
+                                                {"frequency_penalty", &s.frequency_penalty},
+                                                {"repetition_penalty", &s.repetition_penalty}}));
   if (const json* seed = Member(body, "seed")) {
     if (seed->is_number_unsigned()) {
       s.seed = seed->get<uint64_t>();
@@ -230,18 +246,12 @@ absl::Status ParseCommon(const json& body, HttpGenerationRequest& out) {
   if (const json* ids = Member(body, "stop_token_ids")) {
     KVS_ASSIGN_OR_RETURN(r.stop_token_ids, AsTokenIds(*ids, "stop_token_ids"));
   }
-  KVS_ASSIGN_OR_RETURN(auto ignore_eos, GetBool(body, "ignore_eos"));
-  if (ignore_eos) r.ignore_eos = *ignore_eos;
-  KVS_ASSIGN_OR_RETURN(auto priority, GetInt(body, "priority"));
-  if (priority) r.priority = *priority;
-  KVS_ASSIGN_OR_RETURN(auto user, GetString(body, "user"));  // accepted, not used
-  (void)user;
-  KVS_ASSIGN_OR_RETURN(auto salt, GetString(body, "cache_salt"));
-  if (salt) r.cache_salt = *salt;
-  KVS_ASSIGN_OR_RETURN(auto request_id, GetString(body, "request_id"));
-  if (request_id) r.caller_request_id = *request_id;
-  KVS_ASSIGN_OR_RETURN(auto skip_special, GetBool(body, "skip_special_tokens"));
-  if (skip_special) r.skip_special_tokens = *skip_special;
+  KVS_RETURN_IF_ERROR(ReadOptionalFields(body, {{"ignore_eos", &r.ignore_eos},
+                                                {"priority", &r.priority},
+                                                {"user", static_cast<std::string*>(nullptr)},  // accepted, not used
+                                                {"cache_salt", &r.cache_salt},
+                                                {"request_id", &r.caller_request_id},
+                                                {"skip_special_tokens", &r.skip_special_tokens}}));
   KVS_RETURN_IF_ERROR(ParseCompression(body, r.compression));
 
   KVS_ASSIGN_OR_RETURN(auto stream, GetBool(body, "stream"));
@@ -328,10 +338,8 @@ absl::StatusOr<HttpGenerationRequest> ParseCompletionRequest(std::string_view te
     return TypeError("prompt", "a string, an array of strings or token ids", *prompt);
   }
   KVS_RETURN_IF_ERROR(ParseCommon(body, out));
-  KVS_ASSIGN_OR_RETURN(auto echo, GetBool(body, "echo"));
-  r.echo = echo.value_or(false);
-  KVS_ASSIGN_OR_RETURN(auto add_special, GetBool(body, "add_special_tokens"));
-  r.add_special_tokens = add_special.value_or(true);
+  KVS_RETURN_IF_ERROR(
+      ReadOptionalFields(body, {{"echo", &r.echo}, {"add_special_tokens", &r.add_special_tokens}}));
   KVS_ASSIGN_OR_RETURN(auto logprobs, GetInt(body, "logprobs"));
   if (logprobs) {
     if (*logprobs < 0 || *logprobs > 20) return FieldError("logprobs", "must be in [0, 20]");
@@ -366,16 +374,14 @@ absl::StatusOr<HttpGenerationRequest> ParseChatRequest(std::string_view text) {
     r.sampling.logprobs = static_cast<int>(*top_logprobs);
   }
   r.return_logprobs = logprobs.value_or(false);
-  KVS_ASSIGN_OR_RETURN(auto add_gen, GetBool(body, "add_generation_prompt"));
-  r.add_generation_prompt = add_gen.value_or(true);
+  KVS_RETURN_IF_ERROR(ReadOptionalFields(body, {{"add_generation_prompt", &r.add_generation_prompt}}));
   return out;
 }
 
 absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(std::string_view text) {
   KVS_ASSIGN_OR_RETURN(json body, ParseObject(text));
   TokenizeRequest r;
-  KVS_ASSIGN_OR_RETURN(auto model, GetString(body, "model"));
-  if (model) r.model = *model;
+  KVS_RETURN_IF_ERROR(ReadOptionalFields(body, {{"model", &r.model}}));
   if (const json* messages = Member(body, "messages")) {
     r.use_messages = true;
     KVS_ASSIGN_OR_RETURN(r.messages, ParseMessages(*messages));
@@ -384,20 +390,16 @@ absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(std::string_view text) {
     if (!prompt) return FieldError("prompt", "is required (or messages)");
     r.prompt = *prompt;
   }
-  KVS_ASSIGN_OR_RETURN(auto add_special, GetBool(body, "add_special_tokens"));
-  r.add_special_tokens = add_special.value_or(true);
-  KVS_ASSIGN_OR_RETURN(auto add_gen, GetBool(body, "add_generation_prompt"));
-  r.add_generation_prompt = add_gen.value_or(true);
-  KVS_ASSIGN_OR_RETURN(auto strs, GetBool(body, "return_token_strs"));
-  r.return_token_strs = strs.value_or(false);
+  KVS_RETURN_IF_ERROR(ReadOptionalFields(body, {{"add_special_tokens", &r.add_special_tokens},
+                                                {"add_generation_prompt", &r.add_generation_prompt},
+                                                {"return_token_strs", &r.return_token_strs}}));
   return r;
 }
 
 absl::StatusOr<DetokenizeRequest> ParseDetokenizeRequest(std::string_view text) {
   KVS_ASSIGN_OR_RETURN(json body, ParseObject(text));
   DetokenizeRequest r;
-  KVS_ASSIGN_OR_RETURN(auto model, GetString(body, "model"));
-  if (model) r.model = *model;
+  KVS_RETURN_IF_ERROR(ReadOptionalFields(body, {{"model", &r.model}}));
   const json* tokens = Member(body, "tokens");
   if (tokens == nullptr) return FieldError("tokens", "is required");
   KVS_ASSIGN_OR_RETURN(r.tokens, AsTokenIds(*tokens, "tokens"));
