@@ -11,6 +11,7 @@
 #include "base/clock.h"
 #include "base/logger.h"
 #include "config/config_loader.h"
+#include "server/prometheus_metrics.h"
 #include "server/server_app.h"
 #include "server/signals.h"
 #include "server/tokenizer_text_codec.h"
@@ -90,10 +91,18 @@ int RunServeWith(const ParsedArgs& args, char** envp, std::ostream& out, std::os
     err << "kvserve: cannot load the tokenizer of " << *model_dir << ": " << codec.status().message() << "\n";
     return kExitFailure;
   }
+  // The metrics observe the engine, so they are built first and outlive it.
+  server::PrometheusMetricsOptions metrics_options;
+  metrics_options.model_name = ServedModelName(*cfg, *model_dir);
+  for (const auto& t : cfg->tenants) metrics_options.tenants.push_back(t.name);
+  metrics_options.vllm_compat = cfg->server.metrics_compat == config::MetricsCompat::kVllm;
+  server::PrometheusMetrics metrics(std::move(metrics_options));
+
   auto clock = std::make_shared<base::SteadyClock>();
   engine::EngineDeps deps;
   deps.logger = logger.child("engine");
   deps.clock = clock;
+  deps.observer = &metrics;
   absl::StatusOr<std::unique_ptr<engine::ServingEngine>> engine = factories.engine(*cfg, *model_dir, deps);
   if (!engine.ok()) {
     err << "kvserve: cannot start the engine: " << engine.status().message() << "\n";
@@ -107,6 +116,11 @@ int RunServeWith(const ParsedArgs& args, char** envp, std::ostream& out, std::os
   options.model_name = ServedModelName(*cfg, *model_dir);
   options.version = kBuildVersion;
   options.id_seed = std::random_device{}();
+  options.metrics_text = [&metrics] { return metrics.ExpositionText(); };
+  options.on_http_response = [&metrics](std::string_view route, int status) {
+    metrics.OnHttpResponse(route, status);
+  };
+  options.on_grpc_status = [&metrics](std::string_view method, int code) { metrics.OnGrpcStatus(method, code); };
   server::ServerAppDeps app_deps;
   app_deps.engine = engine->get();
   app_deps.codec = codec->get();

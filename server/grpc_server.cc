@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/grpc_service.h"
+#include "server/grpc_status_interceptor.h"
 #include "server/stream_pump.h"
 
 namespace kvserve::server {
@@ -46,6 +47,11 @@ absl::StatusOr<int> GrpcServer::Start() {
   const std::string address = absl::StrCat(impl_->options.host, ":", impl_->options.port);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(impl_->service.get());
+  if (impl_->options.on_status) {
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+    interceptors.push_back(MakeGrpcStatusInterceptorFactory(impl_->options.on_status));
+    builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  }
   builder.SetMaxReceiveMessageSize(static_cast<int>(
       std::min<uint64_t>(impl_->options.max_message_bytes, INT32_MAX)));
   impl_->server = builder.BuildAndStart();

@@ -5,8 +5,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "base/logger.h"
@@ -18,6 +20,9 @@ struct GrpcServerOptions {
   std::string host = "127.0.0.1";
   int port = 0;                           // 0: an ephemeral port
   uint64_t max_message_bytes = 8ull << 20;  // largest request message (server.max_body_bytes)
+  // Every call's final status (method label, grpc::StatusCode value), for the metrics; may
+  // be null. See grpc_status_interceptor.h.
+  std::function<void(std::string_view method, int code)> on_status;
 };
 
 class GrpcServer {

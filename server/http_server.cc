@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "server/worker_pool.h"
 
@@ -118,6 +119,8 @@ struct HttpServer::Impl {
   Server server;
   std::thread listen_thread;
   std::once_flag stopped;
+  // Registered paths (filled before Start, read-only after): the bounded route label.
+  absl::flat_hash_set<std::string> routes;
 
   httplib::Server::Handler Wrap(HttpHandler handler) {
     return [handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
@@ -170,7 +173,13 @@ HttpServer::HttpServer(HttpServerOptions options, base::Logger logger)
       Apply(impl->options.error_response(500, "internal server error"), res);
     }
   });
+  // httplib calls the logger once for every response it wrote (also its own 400/404/413
+  // and streams, when they end): the one place that sees every final status.
   s.set_logger([impl](const httplib::Request& req, const httplib::Response& res) {
+    if (impl->options.on_response) {
+      const bool matched = res.status != 404 && impl->routes.contains(req.path);
+      impl->options.on_response(matched ? std::string_view(req.path) : std::string_view("unmatched"), res.status);
+    }
     if (impl->logger.enabled(base::LogLevel::kDebug)) {
       impl->logger.debug("%s %s -> %d", req.method, req.path, res.status);
     }
@@ -180,10 +189,12 @@ HttpServer::HttpServer(HttpServerOptions options, base::Logger logger)
 HttpServer::~HttpServer() { Stop(); }
 
 void HttpServer::Get(const std::string& path, HttpHandler handler) {
+  impl_->routes.insert(path);
   impl_->server.Get(path, impl_->Wrap(std::move(handler)));
 }
 
 void HttpServer::Post(const std::string& path, HttpHandler handler) {
+  impl_->routes.insert(path);
   impl_->server.Post(path, impl_->Wrap(std::move(handler)));
 }
 

@@ -61,6 +61,9 @@ struct HttpServerOptions {
   // Body of errors raised by the server itself (unknown route: 404, body too large: 413,
   // malformed HTTP: 400). Receives the status and a message.
   std::function<HttpResponse(int status, std::string message)> error_response;
+  // Called once per response after it was written (streams: when they end), with the
+  // registered route it matched, or "unmatched", so it is safe as a metrics label.
+  std::function<void(std::string_view route, int status)> on_response;
 };
 
 class HttpServer {

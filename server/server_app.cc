@@ -31,6 +31,7 @@ ServerApp::ServerApp(ServerAppOptions options, ServerAppDeps deps)
   ho.port = options_.server.http_port;
   ho.max_body_bytes = options_.server.max_body_bytes;
   ho.max_connections = options_.server.http_max_connections;
+  ho.on_response = options_.on_http_response;
   ho.error_response = [](int status, std::string message) {
     return ErrorResponse(MakeHttpError(status, std::move(message)));
   };
@@ -47,6 +48,7 @@ ServerApp::ServerApp(ServerAppOptions options, ServerAppDeps deps)
   go.host = options_.server.host;
   go.port = options_.server.grpc_port;
   go.max_message_bytes = options_.server.max_body_bytes;
+  go.on_status = options_.on_grpc_status;
   grpc_ = std::make_unique<GrpcServer>(*frontend_, std::move(go), deps_.logger.child("grpc"));
 }
 

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -34,6 +35,9 @@ struct ServerAppOptions {
   std::string version;
   uint64_t id_seed = 0;
   std::function<std::string()> metrics_text;  // /metrics body; null: empty exposition
+  // Every HTTP response (route, status) and gRPC call end (method, code), for the metrics.
+  std::function<void(std::string_view route, int status)> on_http_response;
+  std::function<void(std::string_view method, int code)> on_grpc_status;
   std::chrono::milliseconds keepalive_interval{15000};  // SSE keep-alive (openai_routes.h)
   bool watch_connections = true;                        // see OpenAiRoutesOptions
   // After the drain timeout aborted what was left: how long the aborted responses get to

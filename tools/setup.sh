@@ -16,6 +16,7 @@ build_pkgs=(
 # Test: what the test suite drives or checks against besides our binaries.
 test_pkgs=(
   curl wamerican python3
+  prometheus   # the real Prometheus server and promtool (tests/integration/observability)
 )
 # Node.js and npm drive the independent-client tests (OpenAI SDK, @grpc/grpc-js). Machines that
 # already have them (e.g. from another repository, which bundles npm inside its nodejs
