@@ -490,6 +490,8 @@ void Engine::Step() {
       // The runner still has to forget these sequences.
       (void)runner_.Execute(plan_, result_);
     }
+    // Publish the state anyway: after aborts the gauges would otherwise keep showing them.
+    ReportStep(started, plan_);
     if (scheduler_.num_running() == 0 && !warned_stuck_) {
       warned_stuck_ = true;
       logger_.warn("no waiting request fits in the KV pool; waiting for new requests");
@@ -567,6 +569,7 @@ void Engine::ReportStep(base::Nanos started, const scheduler::StepPlan& plan) {
   if (observer_ == nullptr) return;
   StepStats s;
   s.duration_ns = clock_->now_ns() - started;
+  s.ran_batch = !plan.seqs.empty() || !plan.swap_out.empty();
   s.num_seqs = static_cast<int>(plan.seqs.size());
   for (const auto& q : plan.seqs) {
     if (q.sample && q.num_tokens == 1 && q.first_position > 0 && !q.table_reset) {

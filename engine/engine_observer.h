@@ -52,6 +52,10 @@ struct StepStats {
   int64_t prefix_hits_tokens = 0;     // cumulative
   int64_t live_logical_tokens = 0;    // tokens the running sequences have seen
   int64_t live_physical_tokens = 0;   // tokens whose KV they hold
+  // False for a state refresh after a step that ran no batch (only aborted or finished
+  // sequences to forget): the state fields are current, duration and token counts are not
+  // a step's.
+  bool ran_batch = true;
 };
 
 struct CompressionRoundStats {

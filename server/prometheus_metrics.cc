@@ -373,9 +373,11 @@ void PrometheusMetrics::OnStep(const engine::StepStats& step) {
   live_logical_->Set(static_cast<double>(step.live_logical_tokens));
   live_physical_->Set(static_cast<double>(step.live_physical_tokens));
   if (step.preemptions > 0) preemptions_->Increment(step.preemptions);
-  step_duration_->Observe(Seconds(step.duration_ns));
-  step_tokens_->Observe(step.num_prefill_tokens + step.num_decode_tokens);
-  step_seqs_->Observe(step.num_seqs);
+  if (step.ran_batch) {
+    step_duration_->Observe(Seconds(step.duration_ns));
+    step_tokens_->Observe(step.num_prefill_tokens + step.num_decode_tokens);
+    step_seqs_->Observe(step.num_seqs);
+  }
 
   int64_t queries = 0;
   int64_t hits = 0;

@@ -141,7 +141,7 @@ void VllmCompatMetrics::OnStep(const engine::StepStats& s, int64_t prefix_querie
   if (prefix_hits > 0) prefix_hits_->Increment(static_cast<double>(prefix_hits));
   if (s.preemptions > 0) preemptions_->Increment(s.preemptions);
   const int tokens = s.num_prefill_tokens + s.num_decode_tokens;
-  if (tokens > 0) iteration_tokens_->Observe(tokens);
+  if (s.ran_batch && tokens > 0) iteration_tokens_->Observe(tokens);
 }
 
 }  // namespace kvserve::server

@@ -157,6 +157,29 @@ TEST(PrometheusMetricsTest, StepGaugesAndCumulativePrefixCounters) {
   EXPECT_EQ(e.Sum("kvserve_prefix_cache_hits_total"), 32);
 }
 
+TEST(PrometheusMetricsTest, StateRefreshWithoutBatchUpdatesGaugesOnly) {
+  PrometheusMetrics m(Options(true));
+  engine::StepStats s;
+  s.running = 1;
+  s.kv_usage = 0.5;
+  s.num_decode_tokens = 1;
+  s.num_seqs = 1;
+  m.OnStep(s);
+  // The only request was aborted: the engine publishes its state without running a batch.
+  engine::StepStats idle;
+  idle.ran_batch = false;
+  idle.preemptions = 1;
+  m.OnStep(idle);
+  Exposition e = Scrape(m);
+  EXPECT_EQ(e.Sum("kvserve_num_requests_running"), 0);
+  EXPECT_EQ(e.Sum("kvserve_kv_cache_usage_ratio"), 0);
+  EXPECT_EQ(e.Sum("vllm:num_requests_running"), 0);
+  EXPECT_EQ(e.Sum("kvserve_num_preemptions_total"), 1);
+  EXPECT_EQ(e.Sum("kvserve_engine_step_duration_seconds_count"), 1);
+  EXPECT_EQ(e.Sum("kvserve_engine_step_sequences_count"), 1);
+  EXPECT_EQ(e.Sum("vllm:iteration_tokens_total_count"), 1);
+}
+
 TEST(PrometheusMetricsTest, FinishedRequestFeedsLatencyHistogramsWithItsLabels) {
   PrometheusMetrics m(Options());
   m.OnRequestFinished(Timeline("alpha", "full"));
