@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "app/command_switches.h"
 #include "app/model_loading.h"
+#include "base/absl_compat.h"
 #include "base/check.h"
 #include "compression/calibrator.h"
 #include "compression/triattention_stats.h"
@@ -20,9 +21,9 @@
 namespace kvserve::app {
 namespace {
 
-absl::Status ParseCount(absl::string_view flag, const std::string& text, int64_t min, int64_t& out) {
+absl::Status ParseCount(std::string_view flag, const std::string& text, int64_t min, int64_t& out) {
   KVS_RETURN_IF_ERROR(ParseSwitchNumber(flag, text, out));
-  if (out < min) return absl::InvalidArgumentError(absl::StrCat(flag, ": must be >= ", min));
+  if (out < min) return absl::InvalidArgumentError(absl::StrCat(base::AsAbsl(flag), ": must be >= ", min));
   return absl::OkStatus();
 }
 

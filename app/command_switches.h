@@ -10,8 +10,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/string_view.h"
 #include "app/cli.h"
+#include "base/absl_compat.h"
 
 namespace kvserve::app {
 
@@ -21,11 +21,11 @@ std::optional<std::string> SwitchValue(const ParsedArgs& args, std::string_view 
 // The whole of `text` as a number of type T (integer or floating point); otherwise
 // InvalidArgument "<flag>=<text>: not a number".
 template <typename T>
-absl::Status ParseSwitchNumber(absl::string_view flag, const std::string& text, T& out) {
+absl::Status ParseSwitchNumber(std::string_view flag, const std::string& text, T& out) {
   const char* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, out);
   if (ec != std::errc() || ptr != end) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, "=", text, ": not a number"));
+    return absl::InvalidArgumentError(absl::StrCat(base::AsAbsl(flag), "=", text, ": not a number"));
   }
   return absl::OkStatus();
 }
