@@ -9,6 +9,7 @@
 #include "absl/strings/str_replace.h"
 #include "app/build_info.h"
 #include "app/calibrate_command.h"
+#include "app/eval_command.h"
 #include "app/generate_command.h"
 #include "app/serve_command.h"
 #include "config/fields.h"
@@ -111,6 +112,11 @@ std::vector<Command> Commands() {
       {"config", "print the effective configuration, or the table of all fields",
        "kvserve config --dump [--config FILE] [config flags] | kvserve config --fields",
        {"--dump", "--fields"}, RunConfig},
+      {"eval", "perplexity and passkey accuracy of every KV compression policy and budget",
+       "kvserve eval --text FILE [--model DIR] [--passkey N] [--filler N] [--budgets 64,128,...] "
+       "[--policies triattention,...] [--divide-length N] [--chunk N] [--ppl-tokens N] [--ppl-window N] "
+       "[--seed S] [--out-tsv FILE]",
+       {std::begin(kEvalSwitches), std::end(kEvalSwitches)}, RunEval},
       {"generate", "complete one prompt on the CPU and print the text (smoke test)",
        "kvserve generate --prompt TEXT [--max-tokens N] [--temperature T] [--seed S] [--model DIR]",
        {std::begin(kGenerateSwitches), std::end(kGenerateSwitches)}, RunGenerate},

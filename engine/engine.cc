@@ -499,6 +499,10 @@ void Engine::Step() {
     return;
   }
   warned_stuck_ = false;
+  for (cache::SeqId id : plan_.preempted) {
+    auto owner = seq_owner_.find(id.value());
+    if (owner != seq_owner_.end()) ++requests_.at(owner->second.first).timeline.num_preemptions;
+  }
   OnScheduled(plan_);
   plan_.compress_auto = auto_pressure_;
   absl::Status st = runner_.Execute(plan_, result_);

@@ -37,7 +37,8 @@ struct ResolvedCompression {
 
   bool compressing() const { return params.kind != config::CompressionPolicyKind::kFull; }
   // Most KV tokens one sample of the request can hold: prompt + max_tokens for full (and
-  // auto, which may run uncompressed), else the target plus the slack and one chunk.
+  // auto, which may run uncompressed), else the target plus the slack and one chunk (snapkv:
+  // at least the prompt plus one chunk, since it first compresses at the end of prefill).
   int64_t footprint(int64_t prompt_tokens, int64_t max_tokens) const;
   // The budget reported in the summary: the length a round compresses back to (0: full).
   int64_t reported_budget() const;

@@ -1,0 +1,294 @@
+#include "app/eval_command.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <ostream>
+#include <random>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "app/command_switches.h"
+#include "app/model_loading.h"
+#include "base/absl_compat.h"
+#include "base/check.h"
+#include "base/clock.h"
+#include "compression/quality_eval.h"
+#include "compression/triattention_stats.h"
+#include "config/fields.h"
+
+namespace kvserve::app {
+namespace {
+
+using config::CompressionPolicyKind;
+
+// The passkey format of the bundled model's trainer (tools/train_tiny_model/passkey.py).
+constexpr const char* kKeyTemplate = "The pass key is {k}. Remember it. {k} is the pass key.";
+constexpr const char* kQuestion = "What is the pass key? The pass key is";
+
+template <typename T>
+absl::Status ParseAtLeast(const char* flag, const std::string& text, int64_t min, T& out) {
+  int64_t v = 0;
+  KVS_RETURN_IF_ERROR(ParseSwitchNumber<int64_t>(flag, text, v));
+  if (v < min) return absl::InvalidArgumentError(absl::StrCat(flag, ": must be >= ", min));
+  out = static_cast<T>(v);
+  return absl::OkStatus();
+}
+
+std::string ReadFile(const std::string& path, bool& ok) {
+  std::ifstream in(path, std::ios::binary);
+  ok = static_cast<bool>(in);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string KeyText(int64_t k) {
+  std::string s = kKeyTemplate;
+  const std::string key = std::to_string(k);
+  for (size_t p; (p = s.find("{k}")) != std::string::npos;) s.replace(p, 3, key);
+  return s;
+}
+
+struct PasskeyItem {
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> answer;
+};
+
+struct Row {
+  std::string policy;
+  int64_t budget = 0;
+  double ppl = 0.0;
+  double ppl_ratio = 1.0;   // tokens seen / peak held, perplexity windows (mean)
+  int passkey_ok = 0;
+  int passkey_n = 0;
+  double passkey_ratio = 1.0;
+  double seconds = 0.0;
+};
+
+compression::PolicyParams ParamsFor(CompressionPolicyKind kind, int64_t budget, const EvalCommandOptions& o,
+                                    const config::Config& cfg, int64_t prompt_len) {
+  compression::PolicyParams p = compression::ParamsFromConfig(cfg.compression, kind, prompt_len);
+  p.protect_prompt = false;
+  p.budget = budget;
+  p.divide_length = o.divide_length;
+  // streamingllm keeps sinks + window: give it the same budget. snapkv's observation window
+  // must leave room to select: at most a quarter of the budget.
+  if (kind == CompressionPolicyKind::kStreamingLlm) p.window = std::max<int64_t>(1, budget - p.sinks);
+  if (kind == CompressionPolicyKind::kSnapKv) p.window = std::max<int64_t>(1, std::min<int64_t>(p.window, budget / 4));
+  return p;
+}
+
+}  // namespace
+
+absl::StatusOr<EvalCommandOptions> ParseEvalOptions(const ParsedArgs& args) {
+  EvalCommandOptions o;
+  auto text = SwitchValue(args, "--text");
+  if (!text) return absl::InvalidArgumentError("eval: --text FILE is required (held-out text, not the training text)");
+  o.text_path = *text;
+  o.filler_path = SwitchValue(args, "--filler-text").value_or(o.text_path);
+  if (auto v = SwitchValue(args, "--passkey")) KVS_RETURN_IF_ERROR(ParseAtLeast("--passkey", *v, 0, o.passkey_prompts));
+  if (auto v = SwitchValue(args, "--filler")) KVS_RETURN_IF_ERROR(ParseAtLeast("--filler", *v, 1, o.filler_tokens));
+  if (auto v = SwitchValue(args, "--divide-length")) {
+    KVS_RETURN_IF_ERROR(ParseAtLeast("--divide-length", *v, 1, o.divide_length));
+  }
+  if (auto v = SwitchValue(args, "--chunk")) KVS_RETURN_IF_ERROR(ParseAtLeast("--chunk", *v, 1, o.chunk));
+  if (auto v = SwitchValue(args, "--ppl-tokens")) KVS_RETURN_IF_ERROR(ParseAtLeast("--ppl-tokens", *v, 0, o.ppl_tokens));
+  if (auto v = SwitchValue(args, "--ppl-window")) KVS_RETURN_IF_ERROR(ParseAtLeast("--ppl-window", *v, 2, o.ppl_window));
+  if (auto v = SwitchValue(args, "--seed")) KVS_RETURN_IF_ERROR(ParseSwitchNumber("--seed", *v, o.seed));
+  o.out_tsv = SwitchValue(args, "--out-tsv").value_or("");
+  if (auto v = SwitchValue(args, "--budgets")) {
+    o.budgets.clear();
+    for (absl::string_view b : absl::StrSplit(*v, ',')) {
+      int64_t x = 0;
+      KVS_RETURN_IF_ERROR(ParseAtLeast("--budgets", std::string(b), 8, x));
+      o.budgets.push_back(x);
+    }
+  }
+  if (auto v = SwitchValue(args, "--policies")) {
+    o.policies.clear();
+    for (absl::string_view name : absl::StrSplit(*v, ',')) {
+      auto kind = config::ParseCompressionPolicy(std::string(name));
+      if (!kind || *kind == CompressionPolicyKind::kFull || *kind == CompressionPolicyKind::kAuto) {
+        return absl::InvalidArgumentError(absl::StrCat("--policies: '", name,
+                                                       "' is not one of triattention, streamingllm, snapkv, h2o"));
+      }
+      o.policies.push_back(*kind);
+    }
+  }
+  return o;
+}
+
+int RunEval(const ParsedArgs& args, char** envp, std::ostream& out, std::ostream& err) {
+  auto opts = ParseEvalOptions(args);
+  if (!opts.ok()) {
+    err << "kvserve: " << opts.status().message() << "\n";
+    return kExitUsage;
+  }
+  const EvalCommandOptions& o = *opts;
+  LoadedModel loaded;
+  const int chunk = o.chunk;
+  const int rc = LoadModelForCommand(
+      args, envp, "eval", [chunk](const config::Config&, const model::ModelConfig&) { return chunk; }, err, loaded);
+  if (rc != kExitOk) return rc;
+  const tokenizer::Tokenizer& tok = *loaded.tokenizer;
+  model::LlamaModel& m = *loaded.model;
+
+  bool ok_text = false, ok_filler = false;
+  const std::string text = ReadFile(o.text_path, ok_text);
+  const std::string filler_text = ReadFile(o.filler_path, ok_filler);
+  if (!ok_text || !ok_filler) {
+    err << "kvserve eval: " << (ok_text ? o.filler_path : o.text_path) << ": cannot open\n";
+    return kExitFailure;
+  }
+  const std::vector<int32_t> text_ids = tok.encode(text, /*add_special=*/false);
+  const std::vector<int32_t> filler_ids = tok.encode(filler_text, /*add_special=*/false);
+  const int32_t bos = tok.bos_id().value_or(1);
+  if (static_cast<int64_t>(text_ids.size()) < o.ppl_tokens || static_cast<int64_t>(filler_ids.size()) <= o.filler_tokens) {
+    err << "kvserve eval: the text holds " << text_ids.size() << " tokens and the filler text " << filler_ids.size()
+        << "; need at least --ppl-tokens " << o.ppl_tokens << " and --filler " << o.filler_tokens << "\n";
+    return kExitUsage;
+  }
+
+  // TriAttention statistics beside the model (the file `serve` loads by default).
+  std::unique_ptr<compression::TriAttentionStats> stats;
+  const std::string stats_path = loaded.config.compression.stats_path.empty()
+                                     ? (std::filesystem::path(loaded.dir) / "triattention_stats.bin").string()
+                                     : loaded.config.compression.stats_path;
+  if (std::find(o.policies.begin(), o.policies.end(), CompressionPolicyKind::kTriAttention) != o.policies.end()) {
+    auto s = compression::LoadStats(stats_path);
+    if (!s.ok()) {
+      err << "kvserve eval: " << s.status().message() << "\n";
+      return kExitFailure;
+    }
+    if (absl::Status st = compression::CheckCompatible(*s, m.config(), m.rope_inv_freq()); !st.ok()) {
+      err << "kvserve eval: " << st.message() << "\n";
+      return kExitFailure;
+    }
+    stats = std::make_unique<compression::TriAttentionStats>(std::move(*s));
+  }
+  base::SteadyClock clock;
+  compression::PolicyContext ctx;
+  ctx.num_layers = m.config().num_layers;
+  ctx.num_q_heads = m.config().num_heads;
+  ctx.num_kv_heads = m.config().num_kv_heads;
+  ctx.head_dim = m.config().head_dim;
+  ctx.rope_inv_freq = m.rope_inv_freq();
+  ctx.triattention_stats = stats.get();
+  ctx.clock = &clock;
+
+  // Passkey prompts, deterministic in --seed.
+  std::mt19937_64 rng(o.seed);
+  const std::vector<int32_t> question = tok.encode(kQuestion, false);
+  std::vector<PasskeyItem> items;
+  for (int i = 0; i < o.passkey_prompts; ++i) {
+    const int64_t k = std::uniform_int_distribution<int64_t>(10000, 99999)(rng);
+    const size_t off = std::uniform_int_distribution<size_t>(0, filler_ids.size() - o.filler_tokens)(rng);
+    const double depth = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+    const size_t d = static_cast<size_t>(depth * o.filler_tokens);
+    PasskeyItem it;
+    it.prompt.push_back(bos);
+    it.prompt.insert(it.prompt.end(), filler_ids.begin() + off, filler_ids.begin() + off + d);
+    const std::vector<int32_t> key = tok.encode(KeyText(k), false);
+    it.prompt.insert(it.prompt.end(), key.begin(), key.end());
+    it.prompt.insert(it.prompt.end(), filler_ids.begin() + off + d, filler_ids.begin() + off + o.filler_tokens);
+    it.prompt.insert(it.prompt.end(), question.begin(), question.end());
+    it.answer = tok.encode(std::to_string(k), false);
+    items.push_back(std::move(it));
+  }
+
+  compression::EvalOptions eo;
+  eo.chunk = o.chunk;
+  eo.block_size = loaded.config.cache.block_size;
+  eo.kv_dtype = loaded.config.cache.kv_dtype;
+
+  std::vector<std::pair<CompressionPolicyKind, int64_t>> configs{{CompressionPolicyKind::kFull, 0}};
+  for (auto kind : o.policies) {
+    for (int64_t b : o.budgets) configs.emplace_back(kind, b);
+  }
+  std::vector<Row> rows;
+  for (auto [kind, budget] : configs) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Row row;
+    row.policy = std::string(config::Name(kind));
+    row.budget = budget;
+    double nll = 0.0, ratio_sum = 0.0;
+    int64_t scored = 0, windows = 0;
+    for (int64_t begin = 0; begin + 1 < o.ppl_tokens; begin += o.ppl_window - 1) {
+      std::vector<int32_t> window{bos};
+      const int64_t end = std::min<int64_t>(o.ppl_tokens, begin + o.ppl_window - 1);
+      window.insert(window.end(), text_ids.begin() + begin, text_ids.begin() + end);
+      if (window.size() < 2) break;
+      const auto params = ParamsFor(kind, budget, o, loaded.config, /*prompt_len=*/1);
+      if (absl::Status st = compression::ValidateParams(params); !st.ok()) {
+        err << "kvserve eval: " << row.policy << " budget " << budget << ": " << st.message() << "\n";
+        return kExitUsage;
+      }
+      auto r = compression::EvalPerplexity(m, &ctx, params, window, eo);
+      if (!r.ok()) {
+        err << "kvserve eval: " << r.status().message() << "\n";
+        return kExitFailure;
+      }
+      nll += r->nll;
+      scored += r->scored;
+      ratio_sum += r->stats.compression_ratio();
+      ++windows;
+    }
+    row.ppl = scored > 0 ? std::exp(nll / static_cast<double>(scored)) : 0.0;
+    row.ppl_ratio = windows > 0 ? ratio_sum / static_cast<double>(windows) : 1.0;
+    double pk_ratio = 0.0;
+    for (const auto& it : items) {
+      const auto params = ParamsFor(kind, budget, o, loaded.config, static_cast<int64_t>(it.prompt.size()));
+      auto r = compression::EvalPasskey(m, &ctx, params, it.prompt, it.answer, eo);
+      if (!r.ok()) {
+        err << "kvserve eval: " << r.status().message() << "\n";
+        return kExitFailure;
+      }
+      row.passkey_ok += r->correct ? 1 : 0;
+      ++row.passkey_n;
+      pk_ratio += r->stats.compression_ratio();
+    }
+    row.passkey_ratio = row.passkey_n > 0 ? pk_ratio / row.passkey_n : 1.0;
+    row.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    err << absl::StrFormat("[eval] %-12s B=%-4d ppl %.3f (ratio %.2fx)  passkey %d/%d (ratio %.2fx)  %.1f s\n",
+                           row.policy, budget, row.ppl, row.ppl_ratio, row.passkey_ok, row.passkey_n,
+                           row.passkey_ratio, row.seconds);
+    rows.push_back(row);
+  }
+
+  const double full_ppl = rows.front().ppl;
+  const double full_pk = rows.front().passkey_n > 0 ? static_cast<double>(rows.front().passkey_ok) / rows.front().passkey_n : 0;
+  out << "| policy | budget | perplexity | vs full | KV ratio (ppl) | passkey | KV ratio (passkey) |\n"
+      << "|---|---:|---:|---:|---:|---:|---:|\n";
+  for (const Row& r : rows) {
+    const double acc = r.passkey_n > 0 ? static_cast<double>(r.passkey_ok) / r.passkey_n : 0.0;
+    out << absl::StrFormat("| %s | %s | %.3f | %+.2f%% | %.2fx | %d/%d (%.0f%%) | %.2fx |\n", r.policy,
+                           r.budget > 0 ? std::to_string(r.budget) : std::string("-"), r.ppl,
+                           100.0 * (r.ppl / full_ppl - 1.0), r.ppl_ratio, r.passkey_ok, r.passkey_n, 100.0 * acc,
+                           r.passkey_ratio);
+  }
+  out << absl::StrFormat("\nfull: perplexity %.3f, passkey accuracy %.0f%%; %d passkey prompts of %d filler tokens, "
+                         "perplexity over %d tokens in windows of %d, chunk %d, divide_length %d, prompt unprotected\n",
+                         full_ppl, 100.0 * full_pk, o.passkey_prompts, o.filler_tokens, static_cast<int>(o.ppl_tokens),
+                         static_cast<int>(o.ppl_window), o.chunk, static_cast<int>(o.divide_length));
+  if (!o.out_tsv.empty()) {
+    std::ofstream tsv(o.out_tsv);
+    tsv << "policy\tbudget\tppl\tppl_ratio\tpasskey_acc\tpasskey_ratio\n";
+    for (const Row& r : rows) {
+      tsv << r.policy << "\t" << r.budget << "\t" << r.ppl << "\t" << r.ppl_ratio << "\t"
+          << (r.passkey_n > 0 ? static_cast<double>(r.passkey_ok) / r.passkey_n : 0.0) << "\t" << r.passkey_ratio
+          << "\n";
+    }
+    if (!tsv) {
+      err << "kvserve eval: --out-tsv " << o.out_tsv << ": cannot write\n";
+      return kExitFailure;
+    }
+  }
+  return kExitOk;
+}
+
+}  // namespace kvserve::app

@@ -1,0 +1,65 @@
+// Quality of a compression policy on a real model, one sequence at a time, compressing
+// exactly as the serving runner does (KvCompressor after every forward chunk):
+//
+//   perplexity: the text is fed in chunks of `chunk` tokens after a BOS; every token's
+//               next-token log-probability is read from the logits of its row, so tokens
+//               late in a chunk see the chunk in full and everything the policy kept.
+//   passkey:    the prompt is prefilled in chunks (rounds between chunks), then the answer
+//               is decoded greedily one token at a time (a round may follow each token);
+//               correct iff every answer token is the argmax.
+//
+// The sequence has its own host KV storage (identity block table): a round compacts into
+// the front blocks and the tail blocks are simply written again as the sequence grows.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compression/compression_policy.h"
+#include "compression/policy_params.h"
+#include "config/config.h"
+#include "model/llama_model.h"
+
+namespace kvserve::compression {
+
+struct EvalOptions {
+  int chunk = 64;                 // prefill / scoring chunk (tokens per forward)
+  int block_size = 16;
+  config::KvDtype kv_dtype = config::KvDtype::kFp32;
+};
+
+struct SequenceStats {
+  int64_t tokens_seen = 0;        // KV entries ever written
+  int64_t peak_kv_tokens = 0;     // most slots held at once
+  int64_t rounds = 0;
+  double compression_ratio() const {
+    return peak_kv_tokens > 0 ? static_cast<double>(tokens_seen) / static_cast<double>(peak_kv_tokens) : 1.0;
+  }
+};
+
+struct PerplexityResult {
+  double nll = 0.0;               // summed over scored tokens (natural log)
+  int64_t scored = 0;
+  SequenceStats stats;
+  double perplexity() const;
+};
+
+struct PasskeyResult {
+  bool correct = false;
+  std::vector<int32_t> output;    // greedy tokens, answer.size() of them
+  SequenceStats stats;
+};
+
+// `params.kind` full runs uncompressed. `context` may be null for full. `tokens` start
+// with BOS (scored from the second token on). The model must accept `chunk` rows per step.
+absl::StatusOr<PerplexityResult> EvalPerplexity(model::LlamaModel& model, const PolicyContext* context,
+                                                const PolicyParams& params, std::span<const int32_t> tokens,
+                                                const EvalOptions& options);
+
+absl::StatusOr<PasskeyResult> EvalPasskey(model::LlamaModel& model, const PolicyContext* context,
+                                          const PolicyParams& params, std::span<const int32_t> prompt,
+                                          std::span<const int32_t> answer, const EvalOptions& options);
+
+}  // namespace kvserve::compression
