@@ -10,7 +10,11 @@
 //   - the alert rules load from deploy/prometheus/alerts.yml and evaluate healthy;
 //   - evicted-token series are non-zero exactly for the compressing policies, and agree
 //     with the per-request usage.kv_compression.evicted_tokens the responses reported.
+#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -169,6 +173,28 @@ class ObservabilityTest : public ::testing::Test {
     EXPECT_NE(res->body.find("data: [DONE]"), std::string::npos) << res->body;
   }
 
+  // Starts a long streaming completion on a raw socket, reads up to its first token and
+  // hangs up: the server aborts the request (finished_reason "abort").
+  void AbandonStream() {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(kvserve_->http_port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    const std::string body = R"({"prompt": "a", "max_tokens": 2000, "ignore_eos": true, "stream": true})";
+    const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-alpha\r\n"
+                                "Content-Type: application/json\r\nContent-Length: " +
+                                std::to_string(body.size()) + "\r\n\r\n" + body;
+    ASSERT_EQ(send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+    std::string seen;
+    char c;
+    while (seen.find("data: ") == std::string::npos && recv(fd, &c, 1, 0) == 1) seen.push_back(c);
+    close(fd);
+    EXPECT_EQ(seen.rfind("HTTP/1.1 200", 0), 0u) << seen;
+  }
+
   void GrpcGenerate() {
     auto channel = grpc::CreateChannel(kvserve_->grpc_target(), grpc::InsecureChannelCredentials());
     auto stub = v1::KvServe::NewStub(channel);
@@ -251,6 +277,10 @@ TEST_F(ObservabilityTest, DashboardAndAlertQueriesEvaluateAgainstRealPrometheus)
     EXPECT_EQ(Post("/v1/completions", {{"prompt", "x"}, {"max_tokens", -3}}, "sk-alpha")->status, 400);
     std::this_thread::sleep_for(milliseconds(1500));
   }
+  // Last: a client that leaves mid-stream. Nothing runs after its abort, so the gauges
+  // below show the state the engine published after forgetting it.
+  ASSERT_NO_FATAL_FAILURE(AbandonStream());
+  ++finished;
   ASSERT_FALSE(HasFailure()) << "the traffic phase failed; the queries below would only repeat it";
 
   // Everything the traffic did has been scraped once the finished-request count is complete.
@@ -349,7 +379,11 @@ TEST_F(ObservabilityTest, DashboardAndAlertQueriesEvaluateAgainstRealPrometheus)
   EXPECT_GT(rounds["triattention"], 0);
 
   // ---- serving basics and the vLLM names
+  // The engine's last word, after the abort: nothing runs, no KV is held.
   EXPECT_EQ(WaitForValue("sum(kvserve_num_requests_running)", 0, milliseconds(1000)), 0) << "all requests finished";
+  EXPECT_EQ(WaitForValue("sum(kvserve_kv_cache_usage_ratio)", 0, milliseconds(1000)), 0);
+  EXPECT_EQ(WaitForValue("sum(kvserve_kv_live_logical_tokens)", 0, milliseconds(1000)), 0);
+  EXPECT_EQ(WaitForValue("sum(kvserve_request_success_total{finished_reason=\"abort\"})", 1, milliseconds(1000)), 1);
   EXPECT_GT(WaitForValue("sum(kvserve_prefix_cache_hits_total)", 1, milliseconds(1000)), 0);
   EXPECT_EQ(WaitForValue("sum(kvserve_http_requests_total{code=\"404\",route=\"unmatched\"})", 2, milliseconds(1000)), 2);
   EXPECT_GE(WaitForValue("sum(kvserve_grpc_requests_total{code=\"OK\",method=\"/kvserve.v1.KvServe/Generate\"})", 2,
