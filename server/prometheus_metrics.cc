@@ -11,7 +11,6 @@
 #include <cctype>
 #include <cmath>
 
-#include "absl/strings/str_cat.h"
 #include "server/vllm_compat_metrics.h"
 
 namespace kvserve::server {
@@ -250,23 +249,25 @@ PrometheusMetrics::PrometheusMetrics(PrometheusMetricsOptions options)
 
 PrometheusMetrics::~PrometheusMetrics() = default;
 
-std::string PrometheusMetrics::Tenant(const std::string& tenant) const {
+absl::string_view PrometheusMetrics::Tenant(const std::string& tenant) const {
   if (tenant.empty()) return "default";
-  return tenants_.contains(tenant) ? tenant : kOther;
+  return tenants_.contains(tenant) ? absl::string_view(tenant) : absl::string_view(kOther);
 }
 
-std::string PrometheusMetrics::Policy(const std::string& policy) {
+absl::string_view PrometheusMetrics::Policy(const std::string& policy) {
   static const absl::flat_hash_set<std::string> kPolicies = {"full", "triattention", "streamingllm",
                                                              "snapkv", "h2o", "auto"};
   if (policy.empty()) return "full";
-  return kPolicies.contains(policy) ? policy : kOther;
+  return kPolicies.contains(policy) ? absl::string_view(policy) : absl::string_view(kOther);
 }
 
 PrometheusMetrics::RequestSeries& PrometheusMetrics::SeriesFor(const engine::RequestLabels& labels) {
-  const std::string tenant = Tenant(labels.tenant);
-  const std::string policy = Policy(labels.policy);
-  std::unique_ptr<RequestSeries>& slot = request_series_[absl::StrCat(tenant, "\x1f", policy)];
+  const absl::string_view tenant_view = Tenant(labels.tenant);
+  const absl::string_view policy_view = Policy(labels.policy);
+  std::unique_ptr<RequestSeries>& slot = request_series_[tenant_view][policy_view];
   if (slot) return *slot;
+  const std::string tenant(tenant_view);
+  const std::string policy(policy_view);
   const Labels l = {{"tenant", tenant}, {"policy", policy}};
   auto s = std::make_unique<RequestSeries>();
   s->ttft = &ttft_->Add(l, LatencyBuckets());
@@ -296,9 +297,10 @@ PrometheusMetrics::RequestSeries& PrometheusMetrics::SeriesFor(const engine::Req
 }
 
 PrometheusMetrics::PolicySeries& PrometheusMetrics::PolicySeriesFor(const std::string& raw_policy) {
-  const std::string policy = Policy(raw_policy);
-  std::unique_ptr<PolicySeries>& slot = policy_series_[policy];
+  const absl::string_view policy_view = Policy(raw_policy);
+  std::unique_ptr<PolicySeries>& slot = policy_series_[policy_view];
   if (slot) return *slot;
+  const std::string policy(policy_view);
   const Labels l = {{"policy", policy}};
   auto s = std::make_unique<PolicySeries>();
   s->round_duration = &round_duration_->Add(l, StepBuckets());
@@ -355,7 +357,7 @@ void PrometheusMetrics::OnRequestFinished(const engine::RequestTimeline& t) {
 }
 
 void PrometheusMetrics::OnRequestRejected(const engine::RequestLabels& labels, const std::string& reason) {
-  rejected_->Add({{"tenant", Tenant(labels.tenant)}, {"reason", BoundedToken(reason)}}).Increment();
+  rejected_->Add({{"tenant", std::string(Tenant(labels.tenant))}, {"reason", BoundedToken(reason)}}).Increment();
 }
 
 void PrometheusMetrics::OnStep(const engine::StepStats& step) {

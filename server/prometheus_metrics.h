@@ -28,6 +28,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/string_view.h"
 #include "engine/engine_observer.h"
 
 namespace prometheus {
@@ -79,8 +80,11 @@ class PrometheusMetrics final : public engine::EngineObserver {
   struct RequestSeries;  // per (tenant, policy)
   struct PolicySeries;   // per policy
 
-  std::string Tenant(const std::string& tenant) const;
-  static std::string Policy(const std::string& policy);
+  // The label value for a tenant / policy name: the name itself when it is a configured
+  // tenant / a known policy, else "other". Views into the argument or static storage, so
+  // the per-token path allocates nothing.
+  absl::string_view Tenant(const std::string& tenant) const;
+  static absl::string_view Policy(const std::string& policy);
   RequestSeries& SeriesFor(const engine::RequestLabels& labels);  // mu_ held
   PolicySeries& PolicySeriesFor(const std::string& policy);       // mu_ held
 
@@ -141,7 +145,8 @@ class PrometheusMetrics final : public engine::EngineObserver {
   std::unique_ptr<VllmCompatMetrics> vllm_;  // null unless options_.vllm_compat
 
   std::mutex mu_;  // guards the series caches and the prefix cursors below
-  absl::flat_hash_map<std::string, std::unique_ptr<RequestSeries>> request_series_;
+  // tenant -> policy -> series (keys are label values, so both levels stay bounded).
+  absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, std::unique_ptr<RequestSeries>>> request_series_;
   absl::flat_hash_map<std::string, std::unique_ptr<PolicySeries>> policy_series_;
   // StepStats carries cumulative prefix counts; counters advance by the difference.
   int64_t last_prefix_queries_ = 0;
