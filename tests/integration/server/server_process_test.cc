@@ -235,6 +235,57 @@ TEST_F(KVSERVE_SERVER_SUITE, HttpEndpoints) {
   EXPECT_NE(json::parse(detok->body)["prompt"].get<std::string>().find("hello world"), std::string::npos);
 }
 
+#ifdef KVSERVE_REAL_ENGINE
+// Compression through both front ends on the real daemon: the summary and the audit record
+// come back over HTTP and gRPC and agree with each other.
+TEST_F(KVSERVE_SERVER_SUITE, CompressionSummaryAndAuditOverHttpAndGrpc) {
+  auto r = Post("/v1/completions", R"({"prompt": "And it came to pass in those days", "max_tokens": 96,
+      "temperature": 0, "ignore_eos": true, "kv_compression": {"policy": "triattention", "budget": 32,
+      "divide_length": 16, "protect_prompt": false, "audit": true}})");
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json c = json::parse(r->body)["usage"]["kv_compression"];
+  EXPECT_EQ(c["policy"], "triattention");
+  EXPECT_EQ(c["budget"], 32);
+  ASSERT_GT(c["rounds"].get<int>(), 0) << c.dump();
+  EXPECT_LE(c["peak_kv_tokens"].get<int>(), 32 + 16 + 16);
+  EXPECT_GT(c["compression_ratio"].get<double>(), 1.5);
+  ASSERT_EQ(c["audit"].size(), c["rounds"].get<size_t>());
+  size_t evicted = 0;
+  for (const json& round : c["audit"]) {
+    EXPECT_EQ(round["token_ids_hash"].get<std::string>().size(), 16u) << round.dump();
+    evicted += round["positions"].size();
+  }
+  EXPECT_EQ(evicted, c["evicted_tokens"].get<size_t>());
+
+  v1::GenerateRequest req;
+  req.set_prompt("And it came to pass in those days");
+  req.mutable_sampling()->set_max_tokens(96);
+  req.mutable_sampling()->set_temperature(0.0f);
+  req.mutable_sampling()->set_ignore_eos(true);
+  v1::KvCompression* kc = req.mutable_kv_compression();
+  kc->set_policy("triattention");
+  kc->set_budget(32);
+  kc->set_divide_length(16);
+  kc->set_protect_prompt(false);
+  kc->set_audit(true);
+  auto ctx = Context();
+  auto reader = stub_->Generate(ctx.get(), req);
+  v1::GenerateChunk chunk;
+  std::optional<v1::CompressionSummary> summary;
+  while (reader->Read(&chunk)) {
+    if (chunk.has_usage()) summary = chunk.usage().kv_compression();
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  ASSERT_TRUE(summary.has_value());
+  EXPECT_EQ(summary->rounds(), c["rounds"].get<int64_t>());
+  EXPECT_EQ(summary->evicted_tokens(), c["evicted_tokens"].get<int64_t>());
+  ASSERT_EQ(summary->audit_size(), static_cast<int>(c["audit"].size()));
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(summary->audit(0).token_ids_hash()));
+  EXPECT_EQ(std::string(hex), c["audit"][0]["token_ids_hash"].get<std::string>()) << "same tokens, same hash";
+}
+#endif
+
 TEST_F(KVSERVE_SERVER_SUITE, HttpErrors) {
   EXPECT_EQ(Error(Post("/v1/completions", "{oops"), 400)["type"], "invalid_request_error");
   EXPECT_EQ(Error(Post("/v1/completions", R"({"prompt": "x", "n": "two"})"), 400)["param"], "n");
