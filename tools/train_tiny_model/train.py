@@ -59,8 +59,9 @@ def tokenize_docs(sp, text):
 
 
 class Batcher:
-    def __init__(self, stream, sp, seed):
+    def __init__(self, stream, sp, seed, answer_weight=ANSWER_WEIGHT):
         self.s = stream
+        self.answer_weight = answer_weight
         self.rng = random.Random(seed)
         self.pk = Passkey(lambda t: sp.encode(t), sp.bos_id())
         self.bos = sp.bos_id()
@@ -81,7 +82,7 @@ class Batcher:
         seq = prompt + ans + self.dot
         w = [1.0] * len(seq)
         for i in range(len(prompt), len(prompt) + len(ans)):
-            w[i] = ANSWER_WEIGHT
+            w[i] = self.answer_weight
         rest = T + 1 - len(seq)
         if rest > 0:
             seq += [self.bos] + self.window(rest - 1)
@@ -158,6 +159,11 @@ def main():
                     help="override curriculum: comma list of end_frac:seq_len:batch:passkey_frac")
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--skip-eval", action="store_true", help="no quick eval at the end")
+    ap.add_argument("--answer-weight", type=float, default=ANSWER_WEIGHT,
+                    help="loss weight of the passkey answer tokens")
+    ap.add_argument("--probe-minutes", type=float, default=0.0,
+                    help="every N minutes, log passkey accuracy at --probe-filler tokens (0: off)")
+    ap.add_argument("--probe-filler", type=int, default=128)
     ap.add_argument("--smoke", action="store_true",
                     help="tiny self-test (< 60 s): tokenizer+model on tests/fixtures/"
                          "calibration_text.txt in a temp dir, export, reload")
@@ -209,7 +215,12 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
-    bat = Batcher(stream, sp, a.seed)
+    bat = Batcher(stream, sp, a.seed, a.answer_weight)
+    probe = None
+    if a.probe_minutes > 0:
+        probe = eval_set(lambda t: sp.encode(t), read(os.path.join(FIXTURES, "heldout_long.txt")),
+                         a.probe_filler, 24, 7)
+    last_probe = time.time()
     heldout = sp.encode(read(os.path.join(FIXTURES, "heldout_long.txt")))
     budget = a.minutes * 60.0
     t0 = time.time()
@@ -250,6 +261,10 @@ def main():
             last_log = now
             log(logf, "step %d T=%d loss %.3f (ema %.3f) gn %.2f lr %.2e tok %d %.0f tok/s el %.0fs"
                 % (step, T, lv, ema, gn, lr, seen, seen / (now - t0), now - t0))
+        if probe is not None and now - last_probe > a.probe_minutes * 60:
+            last_probe = now
+            model.eval()
+            log(logf, "probe step %d: passkey@%d = %.3f" % (step, a.probe_filler, passkey_accuracy(model, probe)))
         if not a.smoke and now - last_ckpt > 600:
             last_ckpt = now
             torch.save({"model": model.state_dict(), "config": c.to_dict(), "step": step},
@@ -260,7 +275,7 @@ def main():
                os.path.join(a.work, "ckpt.pt"))
     summary = {"command": " ".join(["train.py"] + sys.argv[1:]), "init": a.init, "params": nparams, "steps": step, "phase_steps": phase_steps,
                "tokens_seen": seen, "train_wall_s": round(wall, 1), "phases": phases,
-               "final_loss_ema": ema, "lr": a.lr, "answer_weight": ANSWER_WEIGHT}
+               "final_loss_ema": ema, "lr": a.lr, "answer_weight": a.answer_weight}
     n_eval = 20 if not a.smoke else 4
     enc = lambda t: sp.encode(t)  # noqa: E731
     if not a.skip_eval:
