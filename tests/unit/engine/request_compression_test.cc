@@ -1,0 +1,177 @@
+// Resolution of a request's KV compression settings (request > tenant > server) and the
+// per-request accounting behind usage.kv_compression.
+#include "engine/request_compression.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace kvserve::engine {
+namespace {
+
+using config::CompressionPolicyKind;
+using ::testing::HasSubstr;
+
+class ResolveCompressionTest : public ::testing::Test {
+ protected:
+  ResolveCompressionTest() {
+    stats_marker_ = reinterpret_cast<const compression::TriAttentionStats*>(&stats_storage_);
+    context_.triattention_stats = stats_marker_;  // only its presence is checked here
+  }
+  RequestSpec Spec(int prompt, int max_tokens) const {
+    RequestSpec s;
+    s.request_id = "r";
+    s.prompt_tokens.assign(static_cast<size_t>(prompt), 7);
+    s.max_tokens = max_tokens;
+    return s;
+  }
+  config::Config cfg_;
+  compression::PolicyContext context_;
+  int stats_storage_ = 0;
+  const compression::TriAttentionStats* stats_marker_ = nullptr;
+};
+
+TEST_F(ResolveCompressionTest, RequestThenTenantThenServer) {
+  cfg_.compression.default_policy = CompressionPolicyKind::kStreamingLlm;
+  auto r = ResolveCompression(Spec(10, 100), cfg_, nullptr, &context_);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->params.kind, CompressionPolicyKind::kStreamingLlm);
+
+  config::TenantConfig t;
+  t.name = "t";
+  t.default_policy = CompressionPolicyKind::kH2O;
+  r = ResolveCompression(Spec(10, 100), cfg_, &t, &context_);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->params.kind, CompressionPolicyKind::kH2O);
+
+  RequestSpec s = Spec(10, 100);
+  s.compression.policy = CompressionPolicyKind::kFull;
+  r = ResolveCompression(s, cfg_, &t, &context_);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->compressing());
+  EXPECT_EQ(r->footprint(10, 100), 110);
+  EXPECT_EQ(r->reported_budget(), 0);
+}
+
+TEST_F(ResolveCompressionTest, OverridesRatioAndFootprint) {
+  RequestSpec s = Spec(20, 380);
+  s.compression.policy = CompressionPolicyKind::kTriAttention;
+  s.compression.ratio = 0.25;  // of 400 tokens
+  s.compression.divide_length = 16;
+  cfg_.compression.max_prefill_chunk = 64;
+  auto r = ResolveCompression(s, cfg_, nullptr, &context_);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->params.budget, 100);
+  EXPECT_EQ(r->params.divide_length, 16);
+  EXPECT_EQ(r->params.prompt_len, 20);
+  EXPECT_EQ(r->max_chunk, 64);
+  EXPECT_EQ(r->footprint(20, 380), 100 + 16 + 64);
+  EXPECT_EQ(r->reported_budget(), 100);
+  // snapkv holds its prompt before the first round.
+  s.compression.policy = CompressionPolicyKind::kSnapKv;
+  s.compression.protect_prompt = false;
+  s.prompt_tokens.assign(300, 7);
+  r = ResolveCompression(s, cfg_, nullptr, &context_);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->footprint(300, 380), 300 + 64);
+}
+
+TEST_F(ResolveCompressionTest, ErrorsNameTheField) {
+  RequestSpec s = Spec(100, 10);
+  s.compression.policy = CompressionPolicyKind::kTriAttention;
+  s.compression.budget = 50;
+  auto r = ResolveCompression(s, cfg_, nullptr, &context_);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("kv_compression.budget"));
+
+  s.compression.ratio = 0.5;
+  r = ResolveCompression(s, cfg_, nullptr, &context_);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("either budget or ratio"));
+
+  s.compression.ratio.reset();
+  s.compression.budget = 200;
+  s.compression.protect_prompt = false;
+  s.n = 3;
+  r = ResolveCompression(s, cfg_, nullptr, &context_);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("kv_compression.protect_prompt"));
+
+  s.n = 1;
+  config::TenantConfig t;
+  t.name = "locked";
+  t.allowed_policies = {CompressionPolicyKind::kFull, CompressionPolicyKind::kStreamingLlm};
+  r = ResolveCompression(s, cfg_, &t, &context_);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("tenant 'locked' may not use policy 'triattention'"));
+
+  r = ResolveCompression(s, cfg_, nullptr, nullptr);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  compression::PolicyContext no_stats;
+  r = ResolveCompression(s, cfg_, nullptr, &no_stats);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("kvserve calibrate"));
+  s.compression.policy = CompressionPolicyKind::kH2O;  // needs no statistics
+  EXPECT_TRUE(ResolveCompression(s, cfg_, nullptr, &no_stats).ok());
+}
+
+TEST_F(ResolveCompressionTest, AutoRunsTriAttentionOrFallsBackToFull) {
+  RequestSpec s = Spec(10, 100);
+  s.compression.policy = CompressionPolicyKind::kAuto;
+  s.compression.budget = 64;
+  auto r = ResolveCompression(s, cfg_, nullptr, &context_);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->auto_mode);
+  EXPECT_EQ(r->params.kind, CompressionPolicyKind::kTriAttention);
+  EXPECT_EQ(r->requested, CompressionPolicyKind::kAuto);
+  EXPECT_EQ(r->footprint(10, 100), 110) << "auto may run uncompressed: admission counts it whole";
+  // A protected prompt longer than the budget cannot be compressed: run as full.
+  s.prompt_tokens.assign(80, 7);
+  r = ResolveCompression(s, cfg_, nullptr, &context_);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->compressing());
+  EXPECT_FALSE(r->auto_mode);
+  EXPECT_EQ(r->requested, CompressionPolicyKind::kAuto);
+}
+
+TEST(HashTokenIds, IsFnv1a64OverLittleEndianIds) {
+  EXPECT_EQ(HashTokenIds({}), 0xcbf29ce484222325ULL);
+  // FNV-1a 64 of the bytes 01 00 00 00 02 00 00 00, computed by hand from the definition.
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (uint8_t b : {1, 0, 0, 0, 2, 0, 0, 0}) {
+    h ^= b;
+    h *= 0x100000001b3ULL;
+  }
+  const std::vector<int32_t> ids{1, 2};
+  EXPECT_EQ(HashTokenIds(ids), h);
+  const std::vector<int32_t> swapped{2, 1};
+  EXPECT_NE(HashTokenIds(swapped), h);
+}
+
+TEST(CompressionAccount, SummarisesRoundsPeakAndAudit) {
+  ResolvedCompression rc;
+  rc.requested = CompressionPolicyKind::kTriAttention;
+  rc.params.kind = CompressionPolicyKind::kTriAttention;
+  rc.params.budget = 4;
+  rc.audit = true;
+  CompressionAccount acc(rc);
+  const std::vector<int32_t> tokens{10, 11, 12, 13, 14, 15, 16, 17};
+  acc.OnScheduled(6, 6);
+  scheduler::Compaction c;
+  c.next_position = 6;
+  c.evicted_positions = {1, 3};
+  c.evicted_prompt_tokens = 1;
+  acc.OnRound(c, tokens);
+  acc.OnScheduled(5, 7);
+  const CompressionSummary s = acc.Summary();
+  EXPECT_EQ(s.policy, "triattention");
+  EXPECT_EQ(s.budget, 4);
+  EXPECT_EQ(s.rounds, 1);
+  EXPECT_EQ(s.evicted_tokens, 2);
+  EXPECT_EQ(s.evicted_prompt_tokens, 1);
+  EXPECT_EQ(s.peak_kv_tokens, 6);
+  EXPECT_DOUBLE_EQ(s.compression_ratio, 7.0 / 6.0);
+  ASSERT_EQ(s.audit.size(), 1u);
+  EXPECT_EQ(s.audit[0].at_token, 6);
+  EXPECT_EQ(s.audit[0].token_ids_hash, HashTokenIds(std::vector<int32_t>{11, 13}));
+}
+
+}  // namespace
+}  // namespace kvserve::engine
