@@ -70,10 +70,13 @@ struct Row {
   double seconds = 0.0;
 };
 
+// Perplexity: the "prompt" is the window's BOS, protected as prompts are by default (it is
+// the attention sink every policy would otherwise be free to drop). Passkey: the prompt is
+// the context under test and is not protected.
 compression::PolicyParams ParamsFor(CompressionPolicyKind kind, int64_t budget, const EvalCommandOptions& o,
-                                    const config::Config& cfg, int64_t prompt_len) {
+                                    const config::Config& cfg, int64_t prompt_len, bool protect_prompt) {
   compression::PolicyParams p = compression::ParamsFromConfig(cfg.compression, kind, prompt_len);
-  p.protect_prompt = false;
+  p.protect_prompt = protect_prompt;
   p.budget = budget;
   p.divide_length = o.divide_length;
   // streamingllm keeps sinks + window: give it the same budget. snapkv's observation window
@@ -223,7 +226,7 @@ int RunEval(const ParsedArgs& args, char** envp, std::ostream& out, std::ostream
       const int64_t end = std::min<int64_t>(o.ppl_tokens, begin + o.ppl_window - 1);
       window.insert(window.end(), text_ids.begin() + begin, text_ids.begin() + end);
       if (window.size() < 2) break;
-      const auto params = ParamsFor(kind, budget, o, loaded.config, /*prompt_len=*/1);
+      const auto params = ParamsFor(kind, budget, o, loaded.config, /*prompt_len=*/1, /*protect_prompt=*/true);
       if (absl::Status st = compression::ValidateParams(params); !st.ok()) {
         err << "kvserve eval: " << row.policy << " budget " << budget << ": " << st.message() << "\n";
         return kExitUsage;
@@ -242,7 +245,8 @@ int RunEval(const ParsedArgs& args, char** envp, std::ostream& out, std::ostream
     row.ppl_ratio = windows > 0 ? ratio_sum / static_cast<double>(windows) : 1.0;
     double pk_ratio = 0.0;
     for (const auto& it : items) {
-      const auto params = ParamsFor(kind, budget, o, loaded.config, static_cast<int64_t>(it.prompt.size()));
+      const auto params = ParamsFor(kind, budget, o, loaded.config, static_cast<int64_t>(it.prompt.size()),
+                                    /*protect_prompt=*/false);
       auto r = compression::EvalPasskey(m, &ctx, params, it.prompt, it.answer, eo);
       if (!r.ok()) {
         err << "kvserve eval: " << r.status().message() << "\n";
@@ -272,7 +276,8 @@ int RunEval(const ParsedArgs& args, char** envp, std::ostream& out, std::ostream
                            r.passkey_ratio);
   }
   out << absl::StrFormat("\nfull: perplexity %.3f, passkey accuracy %.0f%%; %d passkey prompts of %d filler tokens, "
-                         "perplexity over %d tokens in windows of %d, chunk %d, divide_length %d, prompt unprotected\n",
+                         "perplexity over %d tokens in windows of %d (BOS protected), chunk %d, divide_length %d, passkey prompt "
+                         "unprotected\n",
                          full_ppl, 100.0 * full_pk, o.passkey_prompts, o.filler_tokens, static_cast<int>(o.ppl_tokens),
                          static_cast<int>(o.ppl_window), o.chunk, static_cast<int>(o.divide_length));
   if (!o.out_tsv.empty()) {

@@ -5,8 +5,9 @@
 // for `full` and for every policy at every budget. Prints a Markdown table on stdout and,
 // with --out-tsv, one line per row for plotting (tools/eval_compression.sh).
 //
-// The prompt is the context under test, so it is NOT protected here (protect_prompt=false):
+// The passkey prompt is the context under test, so it is NOT protected (protect_prompt=false):
 // with a protected prompt every policy would keep the whole passkey prompt and equal `full`.
+// Perplexity windows protect their BOS (the attention sink), as a prompt is by default.
 #pragma once
 
 #include <cstdint>
