@@ -3,6 +3,7 @@
 # model (held-out perplexity and passkey retrieval for full and every policy at budgets 64,
 # 128, 256, 512), a gnuplot PNG of both, and the table spliced between the eval markers.
 #   tools/eval_compression.sh [extra kvserve eval flags]
+#   tools/eval_compression.sh --plot-only     # redraw the PNG from docs/compression_eval.tsv
 # Needs: a built build/bin/kvserve (tools/build.sh) and gnuplot (Debian gnuplot-nox).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -12,8 +13,12 @@ bin=build/bin/kvserve
 command -v gnuplot >/dev/null || { echo "gnuplot missing: apt-get install gnuplot-nox" >&2; exit 2; }
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-"$bin" eval --model models/kvs-tiny --text tests/fixtures/heldout_long.txt --engine.threads 1 \
-    --out-tsv docs/compression_eval.tsv "$@" > "$tmp/table.md"
+plot_only=0
+if [ "${1:-}" = "--plot-only" ]; then plot_only=1; shift; fi
+if [ "$plot_only" = 0 ]; then
+  "$bin" eval --model models/kvs-tiny --text tests/fixtures/heldout_long.txt --engine.threads 1 \
+      --out-tsv docs/compression_eval.tsv "$@" > "$tmp/table.md"
+fi
 
 full_ppl=$(awk -F'\t' '$1=="full"{print $3}' docs/compression_eval.tsv)
 full_acc=$(awk -F'\t' '$1=="full"{print 100*$5}' docs/compression_eval.tsv)
@@ -21,7 +26,7 @@ gnuplot <<GP
 set terminal pngcairo size 1100,420 font ",10"
 set output "docs/compression_eval.png"
 set datafile separator "\t"
-set multiplot layout 1,2 title "kvs-tiny: KV compression quality (tools/eval_compression.sh)"
+set multiplot layout 1,2 title "kvs-tiny: KV compression quality (tools/eval_compression.sh)" noenhanced
 set logscale x 2
 set xlabel "budget B (tokens kept)"
 set key top right
@@ -39,6 +44,7 @@ plot for [p in "triattention streamingllm snapkv h2o"] "docs/compression_eval.ts
 unset multiplot
 GP
 
+if [ "$plot_only" = 1 ]; then echo "redrew docs/compression_eval.png"; exit 0; fi
 python3 - "$tmp/table.md" <<'PY'
 import sys, re
 table = open(sys.argv[1]).read().strip()
