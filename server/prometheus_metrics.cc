@@ -332,7 +332,9 @@ void PrometheusMetrics::OnRequestFinished(const engine::RequestTimeline& t) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     RequestSeries& s = SeriesFor(t.labels);
-    s.success[static_cast<size_t>(t.finish)]->Increment();
+    // A finish reason added to the engine later counts as "error" until it gets a label.
+    const size_t reason = static_cast<size_t>(t.finish);
+    s.success[reason < s.success.size() ? reason : static_cast<size_t>(engine::FinishReason::kError)]->Increment();
     s.prompt_tokens->Increment(static_cast<double>(std::max<int64_t>(t.prompt_tokens, 0)));
     s.cached_prompt_tokens->Increment(static_cast<double>(std::max<int64_t>(t.cached_prompt_tokens, 0)));
     s.prompt_len->Observe(static_cast<double>(t.prompt_tokens));
