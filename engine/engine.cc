@@ -60,6 +60,18 @@ uint64_t MixSeed(uint64_t a, uint64_t b) {
   return x;
 }
 
+// Bounded reason label of a refused Submit.
+std::string RejectReason(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kInvalidArgument: return "invalid_argument";
+    case absl::StatusCode::kPermissionDenied: return "permission_denied";
+    case absl::StatusCode::kResourceExhausted: return "queue_full";
+    case absl::StatusCode::kUnavailable: return "unavailable";
+    case absl::StatusCode::kFailedPrecondition: return "failed_precondition";
+    default: return "other";
+  }
+}
+
 absl::Status Invalid(const std::string& field, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
 }
@@ -163,6 +175,19 @@ absl::Status Engine::Validate(const RequestSpec& spec) const {
 }
 
 absl::StatusOr<std::shared_ptr<TokenStream>> Engine::Submit(RequestSpec spec) {
+  RequestLabels labels;
+  if (observer_ != nullptr) {
+    labels.tenant = spec.tenant.empty() ? std::string(kDefaultTenant) : spec.tenant;
+    labels.policy = spec.compression.policy ? std::string(config::Name(*spec.compression.policy)) : std::string();
+  }
+  auto stream = SubmitChecked(std::move(spec));
+  if (!stream.ok() && observer_ != nullptr) {
+    observer_->OnRequestRejected(labels, RejectReason(stream.status().code()));
+  }
+  return stream;
+}
+
+absl::StatusOr<std::shared_ptr<TokenStream>> Engine::SubmitChecked(RequestSpec spec) {
   if (draining_.load() || !alive_.load()) {
     return absl::UnavailableError(alive_.load() ? "server is draining" : "engine has stopped");
   }
@@ -494,7 +519,11 @@ void Engine::Step() {
     ReportStep(started, plan_);
     if (scheduler_.num_running() == 0 && !warned_stuck_) {
       warned_stuck_ = true;
-      logger_.warn("no waiting request fits in the KV pool; waiting for new requests");
+      // Only worth a warning when something is actually waiting (a step that merely told
+      // the runner to forget aborted sequences lands here too).
+      if (scheduler_.num_waiting() > 0) {
+        logger_.warn("no waiting request fits in the KV pool; waiting for new requests");
+      }
     }
     return;
   }

@@ -94,6 +94,8 @@ class Engine final : public ServingEngine {
     explicit Request(const ResolvedCompression& c) : compression(c) {}
   };
 
+  // Submit without the rejection report.
+  absl::StatusOr<std::shared_ptr<TokenStream>> SubmitChecked(RequestSpec spec);
   absl::Status Validate(const RequestSpec& spec) const;
   absl::StatusOr<int> ResolveTenant(const std::string& name) const;
   absl::StatusOr<ResolvedCompression> ResolvePolicy(const RequestSpec& spec, int tenant) const;

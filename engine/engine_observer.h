@@ -80,6 +80,9 @@ class EngineObserver {
     (void)labels, (void)count, (void)inter_token_ns;
   }
   virtual void OnRequestFinished(const RequestTimeline& timeline) { (void)timeline; }
+  // The exception to "engine thread only": called on the thread that called Submit, when
+  // Submit refuses a request (reason: invalid_argument, permission_denied, queue_full,
+  // unavailable, failed_precondition, other). Must be thread-safe.
   virtual void OnRequestRejected(const RequestLabels& labels, const std::string& reason) {
     (void)labels, (void)reason;
   }

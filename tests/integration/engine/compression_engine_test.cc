@@ -29,6 +29,10 @@ class Recorder : public EngineObserver {
     preemptions += s.preemptions;
     ++steps;
   }
+  void OnRequestRejected(const RequestLabels& labels, const std::string& reason) override {
+    std::lock_guard<std::mutex> lock(mu);
+    rejections.push_back(labels.tenant + "/" + labels.policy + ":" + reason);
+  }
   void OnCompressionRound(const CompressionRoundStats& r) override {
     std::lock_guard<std::mutex> lock(mu);
     rounds.push_back(r);
@@ -37,6 +41,7 @@ class Recorder : public EngineObserver {
   std::atomic<int> preemptions{0};
   std::mutex mu;
   std::vector<CompressionRoundStats> rounds;
+  std::vector<std::string> rejections;
 };
 
 struct Outcome {
@@ -304,6 +309,12 @@ TEST_F(CompressionEngine, BadSettingsAreRefusedNamingTheField) {
   EXPECT_EQ(o.tokens.size(), 88u) << o.error;
   EXPECT_EQ(o.usage->compression.budget, 64);
   EXPECT_GT(o.usage->compression.rounds, 0);
+  {
+    std::lock_guard<std::mutex> lock(rec.mu);
+    EXPECT_EQ(rec.rejections, (std::vector<std::string>{
+                                  "default/triattention:invalid_argument", "default/triattention:invalid_argument",
+                                  "default/triattention:invalid_argument", "strict/triattention:permission_denied"}));
+  }
   ExpectNoLeaks(engine, rec);
 }
 
