@@ -17,6 +17,7 @@
 #include "base/absl_compat.h"
 #include "base/check.h"
 #include "base/clock.h"
+#include "compression/policy_factory.h"
 #include "compression/quality_eval.h"
 #include "compression/triattention_stats.h"
 #include "config/fields.h"
@@ -175,14 +176,7 @@ int RunEval(const ParsedArgs& args, char** envp, std::ostream& out, std::ostream
     stats = std::make_unique<compression::TriAttentionStats>(std::move(*s));
   }
   base::SteadyClock clock;
-  compression::PolicyContext ctx;
-  ctx.num_layers = m.config().num_layers;
-  ctx.num_q_heads = m.config().num_heads;
-  ctx.num_kv_heads = m.config().num_kv_heads;
-  ctx.head_dim = m.config().head_dim;
-  ctx.rope_inv_freq = m.rope_inv_freq();
-  ctx.triattention_stats = stats.get();
-  ctx.clock = &clock;
+  const compression::PolicyContext ctx = compression::ContextFor(m, stats.get(), &clock);
 
   // Passkey prompts, deterministic in --seed.
   std::mt19937_64 rng(o.seed);

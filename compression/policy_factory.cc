@@ -67,4 +67,17 @@ absl::StatusOr<std::unique_ptr<CompressionPolicy>> CreatePolicy(const PolicyPara
   return absl::InvalidArgumentError("kv_compression.policy: unknown policy");
 }
 
+PolicyContext ContextFor(const model::LlamaModel& model, const TriAttentionStats* stats, const base::Clock* clock) {
+  const model::ModelConfig& c = model.config();
+  PolicyContext ctx;
+  ctx.num_layers = c.num_layers;
+  ctx.num_q_heads = c.num_heads;
+  ctx.num_kv_heads = c.num_kv_heads;
+  ctx.head_dim = c.head_dim;
+  ctx.rope_inv_freq = model.rope_inv_freq();
+  ctx.triattention_stats = stats;
+  ctx.clock = clock;
+  return ctx;
+}
+
 }  // namespace kvserve::compression

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
 #include "cache/host_kv_cache.h"
+#include "compression/policy_factory.h"
 #include "compression/triattention_stats.h"
 #include "engine/cpu_model_runner.h"
 #include "engine/engine.h"
@@ -94,13 +95,7 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config
   const model::ModelConfig& mc = local->model->config();
 
   KVS_ASSIGN_OR_RETURN(local->stats, LoadStatsFor(config, model_dir, *local->model, deps.logger));
-  local->compression.num_layers = mc.num_layers;
-  local->compression.num_q_heads = mc.num_heads;
-  local->compression.num_kv_heads = mc.num_kv_heads;
-  local->compression.head_dim = mc.head_dim;
-  local->compression.rope_inv_freq = local->model->rope_inv_freq();
-  local->compression.triattention_stats = local->stats.get();
-  local->compression.clock = &local->clock;
+  local->compression = compression::ContextFor(*local->model, local->stats.get(), &local->clock);
   deps.compression = &local->compression;
 
   cache::KvLayout layout = local->model->KvLayoutFor(config.cache.block_size, config.cache.kv_dtype);
