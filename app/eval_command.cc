@@ -160,17 +160,11 @@ int RunEval(const ParsedArgs& args, char** envp, std::ostream& out, std::ostream
 
   // TriAttention statistics beside the model (the file `serve` loads by default).
   std::unique_ptr<compression::TriAttentionStats> stats;
-  const std::string stats_path = loaded.config.compression.stats_path.empty()
-                                     ? (std::filesystem::path(loaded.dir) / "triattention_stats.bin").string()
-                                     : loaded.config.compression.stats_path;
+  const std::string stats_path = compression::StatsPathFor(loaded.config.compression.stats_path, loaded.dir);
   if (std::find(o.policies.begin(), o.policies.end(), CompressionPolicyKind::kTriAttention) != o.policies.end()) {
-    auto s = compression::LoadStats(stats_path);
+    auto s = compression::LoadStatsForModel(stats_path, m.config(), m.rope_inv_freq());
     if (!s.ok()) {
       err << "kvserve eval: " << s.status().message() << "\n";
-      return kExitFailure;
-    }
-    if (absl::Status st = compression::CheckCompatible(*s, m.config(), m.rope_inv_freq()); !st.ok()) {
-      err << "kvserve eval: " << st.message() << "\n";
       return kExitFailure;
     }
     stats = std::make_unique<compression::TriAttentionStats>(std::move(*s));

@@ -3,6 +3,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -267,6 +268,17 @@ absl::Status CheckCompatible(const TriAttentionStats& s, const model::ModelConfi
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<TriAttentionStats> LoadStatsForModel(const std::string& path, const model::ModelConfig& config,
+                                                    std::span<const float> inv_freq) {
+  KVS_ASSIGN_OR_RETURN(TriAttentionStats stats, LoadStats(path));
+  KVS_RETURN_IF_ERROR(CheckCompatible(stats, config, inv_freq));
+  return stats;
+}
+
+std::string StatsPathFor(const std::string& configured, const std::string& model_dir) {
+  return configured.empty() ? (std::filesystem::path(model_dir) / "triattention_stats.bin").string() : configured;
 }
 
 }  // namespace kvserve::compression

@@ -90,4 +90,13 @@ absl::StatusOr<TriAttentionStats> LoadStats(const std::string& path);
 absl::Status CheckCompatible(const TriAttentionStats& stats, const model::ModelConfig& config,
                              std::span<const float> inv_freq);
 
+// LoadStats, then CheckCompatible against the model: the one way a server or tool takes a
+// statistics file into use.
+absl::StatusOr<TriAttentionStats> LoadStatsForModel(const std::string& path, const model::ModelConfig& config,
+                                                    std::span<const float> inv_freq);
+
+// Where the statistics of a model live: `configured` (compression.stats_path) when set, else
+// <model_dir>/triattention_stats.bin.
+std::string StatsPathFor(const std::string& configured, const std::string& model_dir);
+
 }  // namespace kvserve::compression

@@ -50,19 +50,16 @@ absl::StatusOr<std::unique_ptr<compression::TriAttentionStats>> LoadStatsFor(con
                                                                            const model::LlamaModel& model,
                                                                            const base::Logger& logger) {
   const bool explicit_path = !config.compression.stats_path.empty();
-  const std::string path = explicit_path
-                               ? config.compression.stats_path
-                               : (std::filesystem::path(model_dir) / "triattention_stats.bin").string();
+  const std::string path = compression::StatsPathFor(config.compression.stats_path, model_dir);
   if (!explicit_path && !std::filesystem::exists(path)) {
     logger.warn("no TriAttention statistics at %s: policies triattention and auto are unavailable "
                 "(run `kvserve calibrate`)", path);
     return std::unique_ptr<compression::TriAttentionStats>();
   }
-  auto stats = compression::LoadStats(path);
+  auto stats = compression::LoadStatsForModel(path, model.config(), model.rope_inv_freq());
   if (!stats.ok()) {
     return absl::Status(stats.status().code(), absl::StrCat("compression.stats_path: ", stats.status().message()));
   }
-  KVS_RETURN_IF_ERROR(compression::CheckCompatible(*stats, model.config(), model.rope_inv_freq()));
   logger.info("TriAttention statistics loaded from %s", path);
   return std::make_unique<compression::TriAttentionStats>(std::move(*stats));
 }
