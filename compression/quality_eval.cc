@@ -8,6 +8,7 @@
 #include "base/check.h"
 #include "cache/host_kv_storage.h"
 #include "compression/kv_compressor.h"
+#include "model/batch_builder.h"
 #include "model/forward_batch.h"
 
 namespace kvserve::compression {
@@ -21,7 +22,7 @@ class SequenceDriver {
   static absl::StatusOr<std::unique_ptr<SequenceDriver>> Create(model::LlamaModel& model, const PolicyContext* context,
                                                                 const PolicyParams& params, int64_t max_tokens,
                                                                 const EvalOptions& o) {
-    auto d = std::unique_ptr<SequenceDriver>(new SequenceDriver(model));
+    auto d = std::unique_ptr<SequenceDriver>(new SequenceDriver(model, o.block_size));
     const cache::KvLayout layout = model.KvLayoutFor(o.block_size, o.kv_dtype);
     const int32_t blocks = static_cast<int32_t>((max_tokens + o.block_size - 1) / o.block_size) + 2;
     KVS_ASSIGN_OR_RETURN(d->storage_, cache::HostKvStorage::Create(layout, blocks));
@@ -36,44 +37,27 @@ class SequenceDriver {
     return d;
   }
 
-  // Feeds `tokens` at the next positions in one forward; logits of `rows` (indices into
-  // tokens) land in `logits` ([rows][vocab]).
-  absl::Status Feed(std::span<const int32_t> tokens, std::span<const int32_t> rows, std::vector<float>& logits) {
+  // Feeds `tokens` at the next positions in one forward; the logits of the rows `wanted`
+  // selects land in `logits` ([rows][vocab]).
+  absl::Status Feed(std::span<const int32_t> tokens, model::LogitsWanted wanted, std::vector<float>& logits) {
     const int n = static_cast<int>(tokens.size());
-    const int64_t first_slot = phys_len_;
     const int64_t kv_len = phys_len_ + n;
     const int64_t need_blocks = (kv_len + block_size_ - 1) / block_size_;
     if (need_blocks >= num_blocks_) return absl::ResourceExhaustedError("evaluation sequence outgrew its KV storage");
     // Identity table over blocks 1..: block 0 stays the null block by convention.
     while (static_cast<int64_t>(table_.size()) < need_blocks) table_.push_back(static_cast<int32_t>(table_.size()) + 1);
-    positions_.clear();
-    slots_.clear();
-    for (int j = 0; j < n; ++j) {
-      positions_.push_back(static_cast<int32_t>(next_position_ + j));
-      const int64_t idx = first_slot + j;
-      slots_.push_back(static_cast<int64_t>(table_[idx / block_size_]) * block_size_ + idx % block_size_);
-    }
+    builder_.Clear();
+    builder_.AddSequence(tokens, static_cast<int32_t>(next_position_), static_cast<int32_t>(phys_len_), table_, wanted);
+    const model::ForwardBatch batch = builder_.batch();
     compressor_->BeginStep(kSeq, next_position_, n, kv_len);
-    const int32_t seq_starts[2] = {0, n};
-    const int32_t kv_lens[1] = {static_cast<int32_t>(kv_len)};
-    const int32_t offsets[2] = {0, static_cast<int32_t>(table_.size())};
-    model::ForwardBatch batch;
-    batch.token_ids = tokens;
-    batch.positions = positions_;
-    batch.slot_mapping = slots_;
-    batch.seq_starts = seq_starts;
-    batch.kv_lens = kv_lens;
-    batch.block_table_offsets = offsets;
-    batch.block_tables = table_;
-    batch.logits_rows = rows;
     model::KvCacheView view;
     view.layout = storage_->layout();
     view.num_blocks = storage_->num_blocks();
     view.layer_data = layer_data_;
     if (view.layout.has_scales()) view.layer_scales = layer_scales_;
-    logits.resize(rows.size() * static_cast<size_t>(model_.config().vocab_size));
+    logits.resize(static_cast<size_t>(builder_.num_logits_rows()) * static_cast<size_t>(model_.config().vocab_size));
     const BatchSeq bs[1] = {{kSeq, 0, n, kv_len}};
-    const model::ForwardObservers* observers = compressor_->PrepareObservers(bs, positions_);
+    const model::ForwardObservers* observers = compressor_->PrepareObservers(bs, batch.positions);
     KVS_RETURN_IF_ERROR(model_.Forward(batch, view, logits, observers));
     if (observers != nullptr) compressor_->FinishObservers();
     phys_len_ = kv_len;
@@ -93,16 +77,15 @@ class SequenceDriver {
   int vocab() const { return model_.config().vocab_size; }
 
  private:
-  explicit SequenceDriver(model::LlamaModel& model) : model_(model) {}
+  SequenceDriver(model::LlamaModel& model, int block_size) : model_(model), builder_(block_size) {}
 
   model::LlamaModel& model_;
   std::unique_ptr<cache::HostKvStorage> storage_;
   std::vector<std::byte*> layer_data_;
   std::vector<float*> layer_scales_;
   std::unique_ptr<KvCompressor> compressor_;
+  model::BatchBuilder builder_;
   std::vector<int32_t> table_;
-  std::vector<int32_t> positions_;
-  std::vector<int64_t> slots_;
   int block_size_ = 16;
   int32_t num_blocks_ = 0;
   int64_t phys_len_ = 0;
@@ -141,16 +124,13 @@ absl::StatusOr<PerplexityResult> EvalPerplexity(model::LlamaModel& model, const 
   KVS_ASSIGN_OR_RETURN(auto d, SequenceDriver::Create(model, context, params, static_cast<int64_t>(tokens.size()),
                                                       options));
   PerplexityResult out;
-  std::vector<int32_t> rows;
   std::vector<float> logits;
   const size_t vocab = static_cast<size_t>(d->vocab());
   // The last token is only a target.
   const size_t fed = tokens.size() - 1;
   for (size_t begin = 0; begin < fed; begin += static_cast<size_t>(options.chunk)) {
     const size_t n = std::min(fed - begin, static_cast<size_t>(options.chunk));
-    rows.resize(n);
-    for (size_t j = 0; j < n; ++j) rows[j] = static_cast<int32_t>(j);
-    KVS_RETURN_IF_ERROR(d->Feed(tokens.subspan(begin, n), rows, logits));
+    KVS_RETURN_IF_ERROR(d->Feed(tokens.subspan(begin, n), model::LogitsWanted::kAll, logits));
     for (size_t j = 0; j < n; ++j) {
       out.nll -= LogProb(std::span<const float>(logits.data() + j * vocab, vocab), tokens[begin + j + 1]);
       ++out.scored;
@@ -172,16 +152,14 @@ absl::StatusOr<PasskeyResult> EvalPasskey(model::LlamaModel& model, const Policy
   const size_t vocab = static_cast<size_t>(d->vocab());
   for (size_t begin = 0; begin < prompt.size(); begin += static_cast<size_t>(options.chunk)) {
     const size_t n = std::min(prompt.size() - begin, static_cast<size_t>(options.chunk));
-    const int32_t last[1] = {static_cast<int32_t>(n) - 1};
-    KVS_RETURN_IF_ERROR(d->Feed(prompt.subspan(begin, n), last, logits));
+    KVS_RETURN_IF_ERROR(d->Feed(prompt.subspan(begin, n), model::LogitsWanted::kLast, logits));
   }
-  const int32_t row0[1] = {0};
   for (size_t i = 0; i < answer.size(); ++i) {
     const int32_t next = Argmax(std::span<const float>(logits.data(), vocab));
     out.output.push_back(next);
     if (i + 1 < answer.size()) {
       const int32_t feed[1] = {next};
-      KVS_RETURN_IF_ERROR(d->Feed(feed, row0, logits));
+      KVS_RETURN_IF_ERROR(d->Feed(feed, model::LogitsWanted::kLast, logits));
     }
   }
   out.correct = std::equal(out.output.begin(), out.output.end(), answer.begin(), answer.end());

@@ -50,7 +50,11 @@ scheduler::Compaction ToCompaction(cache::SeqId seq, int64_t next_position, comp
 
 CpuModelRunner::CpuModelRunner(model::LlamaModel& model, cache::KvStorage& storage,
                                cache::KvStorage* swap, const compression::PolicyContext* compression)
-    : model_(model), storage_(storage), swap_(swap), sampler_(model.config().vocab_size) {
+    : model_(model),
+      storage_(storage),
+      swap_(swap),
+      sampler_(model.config().vocab_size),
+      builder_(storage.layout().block_size) {
   const auto& layout = storage_.layout();
   KVS_CHECK(storage_.host_addressable(), "the CPU runner needs host-addressable KV storage");
   for (int l = 0; l < layout.num_layers; ++l) {
@@ -81,14 +85,7 @@ absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan, scheduler:
     KVS_RETURN_IF_ERROR(compressor_->Track(n.seq, n.compression, n.compression_auto, n.resume));
   }
 
-  const int bs = storage_.layout().block_size;
-  positions_.clear();
-  slots_.clear();
-  seq_starts_.assign(1, 0);
-  kv_lens_.clear();
-  table_offsets_.assign(1, 0);
-  tables_.clear();
-  logits_rows_.clear();
+  builder_.Clear();
   sampling_seqs_.clear();
   batch_seqs_.clear();
   for (const auto& q : plan.seqs) {
@@ -103,43 +100,29 @@ absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan, scheduler:
     for (int i = 0; i < q.num_new_blocks; ++i) {
       s.table[q.table_offset + i] = plan.new_blocks[q.blocks_begin + i].value();
     }
-    int64_t first_index = q.kv_len_after - q.num_tokens;
-    for (int j = 0; j < q.num_tokens; ++j) {
-      positions_.push_back(static_cast<int32_t>(q.first_position + j));
-      int64_t idx = first_index + j;
-      slots_.push_back(static_cast<int64_t>(s.table[idx / bs]) * bs + idx % bs);
-    }
+    // New rows append at the sequence's physical end, also after a compaction; positions
+    // stay logical.
+    const int32_t first_row = static_cast<int32_t>(builder_.num_tokens());
     compressor_->BeginStep(q.seq, q.first_position, q.num_tokens, q.kv_len_after);
-    batch_seqs_.push_back({q.seq, seq_starts_.back(), q.num_tokens, q.kv_len_after});
-    seq_starts_.push_back(seq_starts_.back() + q.num_tokens);
-    kv_lens_.push_back(q.kv_len_after);
-    tables_.insert(tables_.end(), s.table.begin(), s.table.end());
-    table_offsets_.push_back(static_cast<int32_t>(tables_.size()));
-    if (q.sample) {
-      logits_rows_.push_back(seq_starts_.back() - 1);
-      sampling_seqs_.push_back(&s);
-    }
+    batch_seqs_.push_back({q.seq, first_row, q.num_tokens, q.kv_len_after});
+    builder_.AddSequence(std::span<const int32_t>(plan.token_ids)
+                             .subspan(static_cast<size_t>(q.token_begin), static_cast<size_t>(q.num_tokens)),
+                         static_cast<int32_t>(q.first_position), static_cast<int32_t>(q.kv_len_after - q.num_tokens),
+                         s.table, q.sample ? model::LogitsWanted::kLast : model::LogitsWanted::kNone);
+    if (q.sample) sampling_seqs_.push_back(&s);
   }
 
   if (!plan.seqs.empty()) {
     const int vocab = model_.config().vocab_size;
-    logits_.resize(logits_rows_.size() * static_cast<size_t>(vocab));
-    model::ForwardBatch batch;
-    batch.token_ids = plan.token_ids;
-    batch.positions = positions_;
-    batch.slot_mapping = slots_;
-    batch.seq_starts = seq_starts_;
-    batch.kv_lens = kv_lens_;
-    batch.block_table_offsets = table_offsets_;
-    batch.block_tables = tables_;
-    batch.logits_rows = logits_rows_;
+    logits_.resize(static_cast<size_t>(builder_.num_logits_rows()) * static_cast<size_t>(vocab));
+    const model::ForwardBatch batch = builder_.batch();
     model::KvCacheView view;
     view.layout = storage_.layout();
     view.num_blocks = storage_.num_blocks();
     view.layer_data = layer_data_;
     if (view.layout.has_scales()) view.layer_scales = layer_scales_;
     // Side outputs only for the policies that read them (snapkv: queries, h2o: mass).
-    const model::ForwardObservers* observers = compressor_->PrepareObservers(batch_seqs_, positions_);
+    const model::ForwardObservers* observers = compressor_->PrepareObservers(batch_seqs_, batch.positions);
     KVS_RETURN_IF_ERROR(model_.Forward(batch, view, logits_, observers));
     if (observers != nullptr) compressor_->FinishObservers();
 

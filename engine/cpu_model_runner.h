@@ -20,6 +20,7 @@
 #include "compression/compression_policy.h"
 #include "compression/kv_compressor.h"
 #include "engine/model_runner.h"
+#include "model/batch_builder.h"
 #include "model/llama_model.h"
 #include "model/sampler.h"
 
@@ -55,8 +56,7 @@ class CpuModelRunner final : public ModelRunner {
   std::unique_ptr<compression::KvCompressor> compressor_;
 
   // Per-step scratch, reused.
-  std::vector<int32_t> positions_, seq_starts_, kv_lens_, table_offsets_, tables_, logits_rows_;
-  std::vector<int64_t> slots_;
+  model::BatchBuilder builder_;
   std::vector<float> logits_;
   std::vector<Seq*> sampling_seqs_;
   std::vector<compression::BatchSeq> batch_seqs_;

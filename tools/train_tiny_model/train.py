@@ -273,9 +273,11 @@ def main():
     model.eval()
     torch.save({"model": model.state_dict(), "config": c.to_dict(), "step": step},
                os.path.join(a.work, "ckpt.pt"))
-    summary = {"command": " ".join(["train.py"] + sys.argv[1:]), "init": a.init, "params": nparams, "steps": step, "phase_steps": phase_steps,
-               "tokens_seen": seen, "train_wall_s": round(wall, 1), "phases": phases,
-               "final_loss_ema": ema, "lr": a.lr, "answer_weight": a.answer_weight}
+    summary = {"name": os.path.basename(os.path.normpath(a.work)),
+               "command": " ".join(["train.py"] + sys.argv[1:]), "init": a.init, "params": nparams,
+               "steps": step, "phase_steps": phase_steps, "tokens_seen": seen,
+               "train_wall_s": round(wall, 1), "phases": phases, "final_loss_ema": ema, "lr": a.lr,
+               "warmup": a.warmup, "answer_weight": a.answer_weight}
     n_eval = 20 if not a.smoke else 4
     enc = lambda t: sp.encode(t)  # noqa: E731
     if not a.skip_eval:

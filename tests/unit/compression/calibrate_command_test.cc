@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "app/cli.h"
+#include "tests/unit/run_cli.h"
 #include "compression/triattention_stats.h"
 #include "model/model_config.h"
 
@@ -19,20 +20,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct CliResult {
-  int code;
-  std::string out, err;
-};
-
-CliResult RunKvserve(std::vector<std::string> args) {
-  args.insert(args.begin(), "kvserve");
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  char* envp[] = {nullptr};
-  std::ostringstream out, err;
-  const int code = RunCli(static_cast<int>(argv.size()), argv.data(), envp, out, err);
-  return {code, out.str(), err.str()};
-}
+using testing::RunKvserve;
 
 const std::string kFixture = std::string(KVSERVE_SOURCE_DIR) + "/tests/fixtures/model/llama_f32";
 const std::string kText = std::string(KVSERVE_SOURCE_DIR) + "/tests/fixtures/calibration_text.txt";

@@ -11,7 +11,7 @@
 
 #include "base/clock.h"
 #include "compression/triattention_stats.h"
-#include "model/forward_batch.h"
+#include "model/batch_builder.h"
 
 namespace kvserve::compression {
 namespace {
@@ -86,20 +86,11 @@ TEST_F(QualityEvalTest, FullPerplexityEqualsOneForwardPass) {
     ptrs.push_back(d.data());
   }
   const int n = 299;
-  std::vector<int32_t> pos(n), rows(n), table;
-  std::vector<int64_t> slots(n);
-  for (int i = 0; i < n; ++i) pos[i] = rows[i] = i, slots[i] = 16 + i;  // blocks 1.. (0 is null)
-  for (int b = 1; b < blocks; ++b) table.push_back(b);
-  const int32_t starts[2] = {0, n}, kv_lens[1] = {n}, offsets[2] = {0, static_cast<int32_t>(table.size())};
-  model::ForwardBatch batch;
-  batch.token_ids = std::span<const int32_t>(text.data(), n);
-  batch.positions = pos;
-  batch.slot_mapping = slots;
-  batch.seq_starts = starts;
-  batch.kv_lens = kv_lens;
-  batch.block_table_offsets = offsets;
-  batch.block_tables = table;
-  batch.logits_rows = rows;
+  std::vector<int32_t> table;
+  for (int b = 1; b < blocks; ++b) table.push_back(b);  // blocks 1.. (0 is null)
+  model::BatchBuilder builder(16);
+  builder.AddSequence(std::span<const int32_t>(text.data(), n), 0, 0, table, model::LogitsWanted::kAll);
+  const model::ForwardBatch batch = builder.batch();
   model::KvCacheView view;
   view.layout = layout;
   view.num_blocks = blocks;

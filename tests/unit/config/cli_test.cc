@@ -1,4 +1,5 @@
 #include "app/cli.h"
+#include "tests/unit/run_cli.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,22 +11,10 @@ namespace {
 
 using ::testing::HasSubstr;
 
-struct Run {
-  int code;
-  std::string out;
-  std::string err;
-};
+using testing::CliResult;
 
-Run RunArgs(std::vector<std::string> args, std::vector<std::string> env = {}) {
-  args.insert(args.begin(), "kvserve");
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  std::vector<char*> envp;
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::ostringstream out, err;
-  int code = RunCli(static_cast<int>(argv.size()), argv.data(), envp.data(), out, err);
-  return {code, out.str(), err.str()};
+CliResult RunArgs(std::vector<std::string> args, std::vector<std::string> env = {}) {
+  return testing::RunKvserve(std::move(args), std::move(env));
 }
 
 TEST(Cli, AliasesAndDottedPathsBecomeOverrides) {

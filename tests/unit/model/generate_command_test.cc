@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "app/cli.h"
+#include "tests/unit/run_cli.h"
 #include "app/model_dir.h"
 #include "gtest/gtest.h"
 #include "tests/unit/model/model_test_util.h"
@@ -17,20 +18,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct CliResult {
-  int code;
-  std::string out, err;
-};
-
-CliResult RunKvserve(std::vector<std::string> args) {
-  args.insert(args.begin(), "kvserve");
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  char* envp[] = {nullptr};
-  std::ostringstream out, err;
-  const int code = RunCli(static_cast<int>(argv.size()), argv.data(), envp, out, err);
-  return {code, out.str(), err.str()};
-}
+using testing::RunKvserve;
 
 const std::string kFixture = model::testing::FixtureDir("llama_f32");
 

@@ -8,6 +8,7 @@
 
 #include "app/cli.h"
 #include "tests/unit/model/model_test_util.h"
+#include "tests/unit/run_cli.h"
 
 namespace kvserve::model {
 namespace {
@@ -122,13 +123,9 @@ TEST_F(KvsTinyGolden, GreedyContinuationsIdenticalInOneBatch) {
 }
 
 TEST_F(KvsTinyGolden, GenerateSmokeTextIsEnglish) {
-  std::vector<std::string> argv_s = {"kvserve", "generate", "--prompt", "And it came to pass", "--max-tokens", "48",
-                                     "--temperature", "0", "--model", kModelDir};
-  std::vector<char*> argv;
-  for (auto& a : argv_s) argv.push_back(a.data());
-  char* envp[] = {nullptr};
-  std::ostringstream out, err;
-  ASSERT_EQ(app::RunCli(static_cast<int>(argv.size()), argv.data(), envp, out, err), app::kExitOk) << err.str();
+  const app::testing::CliResult run = app::testing::RunKvserve(
+      {"generate", "--prompt", "And it came to pass", "--max-tokens", "48", "--temperature", "0", "--model", kModelDir});
+  ASSERT_EQ(run.code, app::kExitOk) << run.err;
   std::set<std::string> dict;
   {
     std::istringstream words(ReadFile("/usr/share/dict/words"));
@@ -136,7 +133,7 @@ TEST_F(KvsTinyGolden, GenerateSmokeTextIsEnglish) {
   }
   ASSERT_GT(dict.size(), 1000u) << "/usr/share/dict/words (Debian wamerican) is missing";
   int total = 0, found = 0;
-  std::istringstream text(out.str());
+  std::istringstream text(run.out);
   for (std::string w; text >> w;) {
     std::string core;
     for (char c : w) {
@@ -150,8 +147,8 @@ TEST_F(KvsTinyGolden, GenerateSmokeTextIsEnglish) {
     for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     found += dict.count(core) || dict.count(lower) ? 1 : 0;
   }
-  ASSERT_GT(total, 10) << out.str();
-  EXPECT_GE(found, 0.9 * total) << found << "/" << total << " words in the dictionary: " << out.str();
+  ASSERT_GT(total, 10) << run.out;
+  EXPECT_GE(found, 0.9 * total) << found << "/" << total << " words in the dictionary: " << run.out;
 }
 
 }  // namespace
