@@ -4,23 +4,17 @@
 // when PyTorch's was, and the shipped model does retrieve keys from 512 filler tokens back.
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "compression/quality_eval.h"
+#include "tests/unit/model/model_test_util.h"
 
 namespace kvserve::compression {
 namespace {
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using model::testing::ReadFile;
 
 TEST(PasskeyKvsTinyTest, CorrectExactlyWherePyTorchIsAndRetrievesAt512) {
   const std::string root = KVSERVE_SOURCE_DIR;

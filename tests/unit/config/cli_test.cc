@@ -11,11 +11,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-using testing::CliResult;
-
-CliResult RunArgs(std::vector<std::string> args, std::vector<std::string> env = {}) {
-  return testing::RunKvserve(std::move(args), std::move(env));
-}
+using testing::RunKvserve;
 
 TEST(Cli, AliasesAndDottedPathsBecomeOverrides) {
   auto p = ParseArgs({"config", "--dump", "--http-port", "0", "--cache.block_size=32", "--set",
@@ -30,43 +26,43 @@ TEST(Cli, AliasesAndDottedPathsBecomeOverrides) {
 }
 
 TEST(Cli, UnknownFlagSuggests) {
-  auto r = RunArgs({"config", "--dump", "--http-prot", "1"});
+  auto r = RunKvserve({"config", "--dump", "--http-prot", "1"});
   EXPECT_EQ(r.code, kExitUsage);
   EXPECT_THAT(r.err, HasSubstr("unknown flag --http-prot"));
   EXPECT_THAT(r.err, HasSubstr("did you mean --http-port?"));
 }
 
 TEST(Cli, MissingValue) {
-  auto r = RunArgs({"config", "--dump", "--http-port"});
+  auto r = RunKvserve({"config", "--dump", "--http-port"});
   EXPECT_EQ(r.code, kExitUsage);
   EXPECT_THAT(r.err, HasSubstr("--http-port: needs a value"));
 }
 
 TEST(Cli, DumpAppliesAllSources) {
-  auto r = RunArgs({"config", "--dump", "--grpc-port", "0"}, {"KVSERVE_CACHE_BLOCK_SIZE=64"});
+  auto r = RunKvserve({"config", "--dump", "--grpc-port", "0"}, {"KVSERVE_CACHE_BLOCK_SIZE=64"});
   ASSERT_EQ(r.code, kExitOk) << r.err;
   EXPECT_THAT(r.out, HasSubstr("\"block_size\": 64"));
   EXPECT_THAT(r.out, HasSubstr("\"grpc_port\": 0"));
 }
 
 TEST(Cli, InvalidValueExitsTwoNamingField) {
-  auto r = RunArgs({"config", "--dump", "--block-size", "12"});
+  auto r = RunKvserve({"config", "--dump", "--block-size", "12"});
   EXPECT_EQ(r.code, kExitUsage);
   EXPECT_THAT(r.err, HasSubstr("cache.block_size=12: must be a power of two in [8,128]"));
 }
 
 TEST(Cli, HelpListsCommandsAndVersionPrints) {
-  auto h = RunArgs({"--help"});
+  auto h = RunKvserve({"--help"});
   EXPECT_EQ(h.code, kExitOk);
   EXPECT_THAT(h.out, HasSubstr("config --dump"));
   EXPECT_THAT(h.out, HasSubstr("version"));
-  auto v = RunArgs({"version"});
+  auto v = RunKvserve({"version"});
   EXPECT_EQ(v.code, kExitOk);
   EXPECT_THAT(v.out, HasSubstr("kvserve 0.1.0"));
 }
 
 TEST(Cli, UnknownCommand) {
-  auto r = RunArgs({"serv"});
+  auto r = RunKvserve({"serv"});
   EXPECT_EQ(r.code, kExitUsage);
   EXPECT_THAT(r.err, HasSubstr("unknown command 'serv'"));
 }
