@@ -1,6 +1,6 @@
 // How many KV blocks a memory budget buys. The budget is cache.kv_bytes on the CPU backend
-// and cache.gpu_memory_fraction of the free device memory (measured after the weights are
-// loaded) with CUDA. The permanent null block comes on top of the budget.
+// and DeviceKvBudgetBytes (cache.gpu_memory_utilization of the device, less what a profiling
+// forward peaks at) with CUDA. The permanent null block comes on top of the budget.
 #pragma once
 
 #include <cstdint>
@@ -20,10 +20,25 @@ inline int32_t UsableBlocksForBudget(uint64_t budget_bytes, const KvLayout& layo
   return static_cast<int32_t>(n < kMax ? n : kMax);
 }
 
-// The KV budget on a CUDA device with `free_device_bytes` free.
-inline uint64_t DeviceKvBudgetBytes(const config::CacheConfig& cfg, uint64_t free_device_bytes) {
-  const double f = cfg.gpu_memory_fraction < 0.0 ? 0.0 : cfg.gpu_memory_fraction;
-  return static_cast<uint64_t>(static_cast<double>(free_device_bytes) * (f > 1.0 ? 1.0 : f));
+// The KV budget on a CUDA device, as vLLM sizes it: this instance may use
+// `gpu_memory_utilization` of the device's total memory; what the weights, the activations of
+// a profiling forward at max_num_batched_tokens and everything else on the device (other
+// processes included) already use at that peak is not available for KV.
+//
+//   budget = utilization * total_bytes - peak_used_bytes        (0 when negative)
+//
+// peak_used_bytes is total - free measured right after the profiling forward (before the KV
+// pool is allocated), so it also counts memory other processes hold.
+struct DeviceMemoryProfile {
+  uint64_t total_bytes = 0;
+  uint64_t peak_used_bytes = 0;
+};
+inline uint64_t DeviceKvBudgetBytes(const config::CacheConfig& cfg, const DeviceMemoryProfile& profile) {
+  double u = cfg.gpu_memory_utilization;
+  u = u < 0.0 ? 0.0 : (u > 1.0 ? 1.0 : u);
+  const double allowed = u * static_cast<double>(profile.total_bytes);
+  const double used = static_cast<double>(profile.peak_used_bytes);
+  return allowed > used ? static_cast<uint64_t>(allowed - used) : 0;
 }
 
 }  // namespace kvserve::cache

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
@@ -15,13 +16,15 @@ size_t RoundUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 }  // namespace
 
-HostKvStorage::HostKvStorage(const KvLayout& layout, int32_t num_blocks)
-    : layout_(layout), num_blocks_(num_blocks) {}
+HostKvStorage::HostKvStorage(const KvLayout& layout, int32_t num_blocks, HostMemoryAllocator* allocator)
+    : layout_(layout), num_blocks_(num_blocks), allocator_(allocator != nullptr ? allocator : &plain_) {}
 
-HostKvStorage::~HostKvStorage() { std::free(raw_); }
+HostKvStorage::~HostKvStorage() {
+  if (raw_ != nullptr) allocator_->Free(raw_, total_bytes_);
+}
 
-absl::StatusOr<std::unique_ptr<HostKvStorage>> HostKvStorage::Create(const KvLayout& layout,
-                                                                     int32_t num_blocks) {
+absl::StatusOr<std::unique_ptr<HostKvStorage>> HostKvStorage::Create(const KvLayout& layout, int32_t num_blocks,
+                                                                     HostMemoryAllocator* allocator) {
   if (layout.num_layers <= 0 || layout.num_kv_heads <= 0 || layout.head_dim <= 0 ||
       layout.block_size <= 0 || num_blocks <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -29,20 +32,21 @@ absl::StatusOr<std::unique_ptr<HostKvStorage>> HostKvStorage::Create(const KvLay
         layout.num_kv_heads, " head_dim=", layout.head_dim, " block_size=", layout.block_size,
         ") or num_blocks=", num_blocks));
   }
-  std::unique_ptr<HostKvStorage> s(new HostKvStorage(layout, num_blocks));
+  std::unique_ptr<HostKvStorage> s(new HostKvStorage(layout, num_blocks, allocator));
   const size_t data_bytes = RoundUp(num_blocks * layout.block_elems() * layout.elem_bytes());
   const size_t scale_bytes = RoundUp(num_blocks * layout.block_scales() * sizeof(float));
   const size_t layers = static_cast<size_t>(layout.num_layers);
-  s->total_bytes_ = layers * (data_bytes + scale_bytes);
-  // calloc: large blocks come straight from mmap as zero pages, so an unused pool costs no
-  // resident memory. Over-allocate to align the base by hand.
-  s->raw_ = std::calloc(s->total_bytes_ + kAlign, 1);
-  if (s->raw_ == nullptr) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("host kv storage: cannot allocate ", s->total_bytes_, " bytes"));
+  const size_t total = layers * (data_bytes + scale_bytes);
+  absl::StatusOr<void*> raw = s->allocator_->Allocate(total);
+  if (!raw.ok()) {
+    return absl::ResourceExhaustedError(absl::StrCat("host kv storage: cannot allocate ", total, " bytes of ",
+                                                     std::string(s->allocator_->name()), " memory: ", raw.status().message()));
   }
-  auto* base = reinterpret_cast<std::byte*>(
-      RoundUp(reinterpret_cast<uintptr_t>(s->raw_)));
+  s->raw_ = *raw;
+  s->total_bytes_ = total;
+  KVS_CHECK(reinterpret_cast<uintptr_t>(s->raw_) % kAlign == 0, "allocator ", std::string(s->allocator_->name()),
+            " returned memory that is not 64-byte aligned");
+  auto* base = static_cast<std::byte*>(s->raw_);
   for (size_t l = 0; l < layers; ++l) s->data_.push_back(base + l * data_bytes);
   std::byte* scales_base = base + layers * data_bytes;
   for (size_t l = 0; l < layers; ++l) {
@@ -53,54 +57,48 @@ absl::StatusOr<std::unique_ptr<HostKvStorage>> HostKvStorage::Create(const KvLay
   return s;
 }
 
-absl::Status HostKvStorage::CheckIds(const KvStorage& dst,
-                                     std::span<const BlockCopy> copies) const {
-  for (const BlockCopy& c : copies) {
-    if (c.src.value() < 0 || c.src.value() >= num_blocks_ || c.dst.value() < 0 ||
-        c.dst.value() >= dst.num_blocks()) {
-      return absl::InvalidArgumentError(absl::StrCat("block copy ", c.src.value(), " -> ",
-                                                     c.dst.value(), " out of range"));
-    }
-  }
+absl::Status HostKvStorage::copy_blocks(std::span<const BlockCopy> copies) {
+  KVS_RETURN_IF_ERROR(CheckBlockCopies(*this, *this, copies));
+  CopyHostBlocks(*this, *this, copies);
   return absl::OkStatus();
 }
 
-absl::Status HostKvStorage::copy_blocks(std::span<const BlockCopy> copies) {
-  return copy_blocks_to(*this, copies);
+absl::Status HostKvStorage::copy_blocks_to(KvStorage& dst, std::span<const BlockCopy> copies) {
+  // The device side owns the queue of any copy that touches device memory (kv_storage.h).
+  if (dst.memory_space() != MemorySpace::kHost) return dst.copy_blocks_from(*this, copies);
+  KVS_RETURN_IF_ERROR(CheckBlockCopies(*this, dst, copies));
+  CopyHostBlocks(*this, dst, copies);
+  return absl::OkStatus();
 }
 
-absl::Status HostKvStorage::copy_blocks_to(KvStorage& dst, std::span<const BlockCopy> copies) {
-  const KvLayout& d = dst.layout();
-  if (d.num_layers != layout_.num_layers || d.num_kv_heads != layout_.num_kv_heads ||
-      d.head_dim != layout_.head_dim || d.block_size != layout_.block_size ||
-      d.dtype != layout_.dtype) {
-    return absl::InvalidArgumentError("block copy between storages of different layouts");
-  }
-  if (!dst.host_addressable()) {
-    // Host -> device copies belong to the device storage (its copy engine).
-    return absl::UnimplementedError("host kv storage cannot copy into device memory");
-  }
-  KVS_RETURN_IF_ERROR(CheckIds(dst, copies));
-  const size_t block_bytes = layout_.block_elems() * layout_.elem_bytes();
-  const size_t scale_count = layout_.block_scales();
-  for (int l = 0; l < layout_.num_layers; ++l) {
-    const std::byte* src_data = data_[l];
+absl::Status HostKvStorage::copy_blocks_from(KvStorage& src, std::span<const BlockCopy> copies) {
+  if (src.memory_space() != MemorySpace::kHost) return src.copy_blocks_to(*this, copies);
+  KVS_RETURN_IF_ERROR(CheckBlockCopies(src, *this, copies));
+  CopyHostBlocks(src, *this, copies);
+  return absl::OkStatus();
+}
+
+void HostKvStorage::CopyHostBlocks(const KvStorage& src, KvStorage& dst, std::span<const BlockCopy> copies) {
+  const KvLayout& layout = src.layout();
+  const size_t block_bytes = layout.block_elems() * layout.elem_bytes();
+  const size_t scale_count = layout.block_scales();
+  const bool same = &src == &dst;
+  for (int l = 0; l < layout.num_layers; ++l) {
+    const std::byte* src_data = src.layer_data(l);
     std::byte* dst_data = dst.layer_data(l);
     for (const BlockCopy& c : copies) {
-      if (&dst == this && c.src == c.dst) continue;
-      std::memcpy(dst_data + c.dst.value() * block_bytes, src_data + c.src.value() * block_bytes,
-                  block_bytes);
+      if (same && c.src == c.dst) continue;
+      std::memcpy(dst_data + c.dst.value() * block_bytes, src_data + c.src.value() * block_bytes, block_bytes);
     }
     if (scale_count == 0) continue;
-    const float* src_scales = scales_[l];
+    const float* src_scales = src.layer_scales(l);
     float* dst_scales = dst.layer_scales(l);
     for (const BlockCopy& c : copies) {
-      if (&dst == this && c.src == c.dst) continue;
+      if (same && c.src == c.dst) continue;
       std::memcpy(dst_scales + c.dst.value() * scale_count, src_scales + c.src.value() * scale_count,
                   scale_count * sizeof(float));
     }
   }
-  return absl::OkStatus();
 }
 
 absl::Status HostKvStorage::zero_blocks(std::span<const BlockId> blocks) {

@@ -41,7 +41,7 @@ struct EngineConfig {
 struct CacheConfig {
   int block_size = 16;                          // tokens per KV block
   uint64_t kv_bytes = 256ull << 20;             // KV pool budget (CPU backend)
-  double gpu_memory_fraction = 0.90;            // KV pool budget on CUDA: fraction of free memory
+  double gpu_memory_utilization = 0.90;         // CUDA: share of the device this instance may use
   KvDtype kv_dtype = KvDtype::kFp32;
   bool enable_prefix_caching = true;
   uint64_t host_swap_bytes = 256ull << 20;      // host swap tier; 0 disables swapping

@@ -230,9 +230,10 @@ std::vector<Field<Config>> BuildConfigFields() {
                           [](C& c) -> auto& { return c.cache.block_size; }, 8, 128, false, true));
   f.push_back(IntField<C>("cache.kv_bytes", "KV pool budget in bytes on the CPU backend",
                           [](C& c) -> auto& { return c.cache.kv_bytes; }, 1 << 16, kMaxBytes, true));
-  f.push_back(DoubleField<C>("cache.gpu_memory_fraction",
-                             "KV pool budget on CUDA, as a fraction of free device memory",
-                             [](C& c) -> auto& { return c.cache.gpu_memory_fraction; }, 0.0, 1.0,
+  f.push_back(DoubleField<C>("cache.gpu_memory_utilization",
+                             "CUDA: fraction of the device's memory this instance may use (weights, "
+                             "activations and KV pool, as in vLLM)",
+                             [](C& c) -> auto& { return c.cache.gpu_memory_utilization; }, 0.0, 1.0,
                              true));
   f.push_back(EnumField<C>("cache.kv_dtype", "storage precision of K and V",
                            [](C& c) -> auto& { return c.cache.kv_dtype; }, kKvDtypes));

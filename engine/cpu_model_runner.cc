@@ -8,13 +8,6 @@
 namespace kvserve::engine {
 namespace {
 
-uint64_t TokenSeed(uint64_t seed, int64_t token_index) {
-  uint64_t x = seed + 0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(token_index + 1);
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 model::SamplingParams ToModelParams(const scheduler::SamplingParams& s) {
   model::SamplingParams p;
   p.temperature = s.temperature;
@@ -69,8 +62,9 @@ absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan, scheduler:
   result.step_id = plan.step_id;
   if (!plan.swap_out.empty() || !plan.swap_in.empty()) {
     if (swap_ == nullptr) return absl::InternalError("swap requested but no host swap tier exists");
+    // The same two calls for any pair of memory spaces (cache/kv_storage.h).
     KVS_RETURN_IF_ERROR(storage_.copy_blocks_to(*swap_, plan.swap_out));
-    KVS_RETURN_IF_ERROR(swap_->copy_blocks_to(storage_, plan.swap_in));
+    KVS_RETURN_IF_ERROR(storage_.copy_blocks_from(*swap_, plan.swap_in));
   }
   KVS_RETURN_IF_ERROR(storage_.copy_blocks(plan.copies));
 
@@ -130,7 +124,7 @@ absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan, scheduler:
     for (const auto& q : plan.seqs) {
       if (!q.sample) continue;
       Seq& s = *sampling_seqs_[row];
-      model::SamplerRng rng(TokenSeed(s.seed, q.num_generated), static_cast<uint64_t>(s.sample_index));
+      model::SamplerRng rng = model::TokenRng(s.seed, q.num_generated, s.sample_index);
       std::span<const float> logits(logits_.data() + row * static_cast<size_t>(vocab), vocab);
       std::span<const int32_t> prompt(s.history.data(), s.num_prompt);
       std::span<const int32_t> output(s.history.data() + s.num_prompt, s.history.size() - s.num_prompt);

@@ -507,7 +507,10 @@ void Engine::FailAll(const absl::Status& status) {
 void Engine::Step() {
   base::Nanos started = clock_->now_ns();
   scheduler_.Schedule(plan_);
-  if (plan_.seqs.empty() && plan_.swap_out.empty()) {
+  // A plan that moves KV (swap-in of a sequence that runs from the next step on, copies) must
+  // reach the runner even when it computes nothing: the cache manager already counts those
+  // blocks as resident, and the next step would read KV that was never copied.
+  if (plan_.seqs.empty() && !plan_.moves_kv()) {
     // Work exists but nothing can run (e.g. every waiting request needs more blocks than
     // are free and nothing runs that could free them). Submit's validation makes this
     // unreachable for single requests; sleep until something new arrives.
@@ -602,7 +605,7 @@ void Engine::ReportStep(base::Nanos started, const scheduler::StepPlan& plan) {
   if (observer_ == nullptr) return;
   StepStats s;
   s.duration_ns = clock_->now_ns() - started;
-  s.ran_batch = !plan.seqs.empty() || !plan.swap_out.empty();
+  s.ran_batch = !plan.seqs.empty() || plan.moves_kv();
   s.num_seqs = static_cast<int>(plan.seqs.size());
   for (const auto& q : plan.seqs) {
     if (q.sample && q.num_tokens == 1 && q.first_position > 0 && !q.table_reset) {

@@ -5,10 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
-#include "cache/host_kv_cache.h"
 #include "compression/policy_factory.h"
 #include "compression/triattention_stats.h"
-#include "engine/cpu_model_runner.h"
+#include "engine/backend.h"
 #include "engine/engine.h"
 #include "kernels/device_probe.h"
 #include "model/llama_model.h"
@@ -24,8 +23,7 @@ class LocalEngine final : public ServingEngine {
   std::unique_ptr<compression::TriAttentionStats> stats;  // null: triattention unavailable
   compression::PolicyContext compression;
   base::SteadyClock clock;                                 // compression phase timings
-  cache::HostKvCache kv;
-  std::unique_ptr<CpuModelRunner> runner;
+  Backend backend;
   std::unique_ptr<Engine> engine;
 
   ~LocalEngine() override {
@@ -69,20 +67,13 @@ absl::StatusOr<std::unique_ptr<compression::TriAttentionStats>> LoadStatsFor(con
 absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config& config,
                                                             const std::string& model_dir,
                                                             EngineDeps deps) {
-  if (config.engine.backend == config::Backend::kCuda) {
-    return absl::UnimplementedError(
-        "engine.backend=cuda: the CUDA backend is not built yet; use auto or cpu");
-  }
-  if (config.engine.backend == config::Backend::kAuto) {
-    // One line that says which backend runs and why.
-    kernels::DeviceProbe probe = kernels::ProbeCudaDevice();
-    if (probe.usable()) {
-      deps.logger.info("backend: CUDA device %s found, but the CUDA backend is not built yet: using the CPU backend",
-                       probe.device_name);
-    } else {
-      deps.logger.info("backend: no usable CUDA device (%s): using the CPU backend", probe.reason);
-    }
-  }
+  // One line that says which backend runs and why.
+  std::string why;
+  KVS_ASSIGN_OR_RETURN(config::Backend kind, ResolveBackend(config.engine.backend, kernels::ProbeCudaDevice(),
+                                                            ThisBuildSupports(), why));
+  deps.logger.info("%s", why);
+  // ResolveBackend returns kCuda only when this build has a CUDA runner, which it does not yet.
+  KVS_CHECK(kind == config::Backend::kCpu, "resolved a backend this build cannot construct");
   auto local = std::make_unique<LocalEngine>();
   model::ModelOptions mo;
   mo.threads = config.engine.threads;
@@ -95,10 +86,7 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config
   local->compression = compression::ContextFor(*local->model, local->stats.get(), &local->clock);
   deps.compression = &local->compression;
 
-  cache::KvLayout layout = local->model->KvLayoutFor(config.cache.block_size, config.cache.kv_dtype);
-  KVS_ASSIGN_OR_RETURN(local->kv, cache::MakeHostKvCache(config.cache, layout, deps.logger.child("cache")));
-  local->runner = std::make_unique<CpuModelRunner>(*local->model, *local->kv.storage, local->kv.swap.get(),
-                                                   &local->compression);
+  KVS_ASSIGN_OR_RETURN(local->backend, MakeCpuBackend(config, *local->model, &local->compression, deps.logger));
 
   ModelInfo info;
   info.name = config.model.served_name.empty()
@@ -109,7 +97,8 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config
   if (config.model.max_model_len > 0) info.max_model_len = std::min(info.max_model_len, config.model.max_model_len);
   info.eos_token_ids = mc.eos_token_ids;
   info.vocab_size = mc.vocab_size;
-  local->engine = std::make_unique<Engine>(config, info, *local->kv.manager, *local->runner, std::move(deps));
+  local->engine = std::make_unique<Engine>(config, info, *local->backend.manager, *local->backend.runner,
+                                           std::move(deps));
   local->engine->Start();
   return std::unique_ptr<ServingEngine>(std::move(local));
 }

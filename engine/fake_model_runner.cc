@@ -39,6 +39,7 @@ absl::Status FakeModelRunner::Execute(const scheduler::StepPlan& plan, scheduler
   result.clear();
   result.step_id = plan.step_id;
   ++steps_;
+  if (plan.seqs.empty() && !plan.swap_in.empty()) ++swap_in_only_steps_;
   const int bs = options_.block_size;
   auto copy = [bs](const std::vector<int32_t>& from, std::vector<int32_t>& to, const cache::BlockCopy& c) {
     std::copy_n(from.begin() + static_cast<ptrdiff_t>(c.src.value()) * bs, bs,

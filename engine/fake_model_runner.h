@@ -43,6 +43,8 @@ class FakeModelRunner final : public ModelRunner {
   static int32_t NextToken(const std::vector<int32_t>& history, uint64_t seed, int vocab_size);
 
   int64_t steps() const { return steps_; }
+  // Steps whose plan only swapped blocks in (nothing computed): the engine must still run them.
+  int64_t swap_in_only_steps() const { return swap_in_only_steps_; }
   int64_t tokens_processed() const { return tokens_processed_; }
   size_t known_sequences() const { return seqs_.size(); }
 
@@ -63,6 +65,7 @@ class FakeModelRunner final : public ModelRunner {
   absl::flat_hash_map<int64_t, Seq> seqs_;
   absl::flat_hash_map<int64_t, std::vector<int64_t>> parked_;  // swapped out: slot positions
   int64_t steps_ = 0;
+  int64_t swap_in_only_steps_ = 0;
   int64_t tokens_processed_ = 0;
 };
 

@@ -10,15 +10,6 @@
 namespace kvserve::model {
 namespace {
 
-uint64_t SplitMix64(uint64_t& x) {
-  uint64_t z = (x += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
 absl::Status FieldError(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
 }
@@ -45,25 +36,6 @@ absl::Status SamplingParams::Validate(int vocab_size) const {
   }
   return absl::OkStatus();
 }
-
-SamplerRng::SamplerRng(uint64_t seed, uint64_t stream) {
-  uint64_t x = seed ^ (stream * 0xd1342543de82ef95ull);
-  for (uint64_t& s : s_) s = SplitMix64(x);
-}
-
-uint64_t SamplerRng::Next() {
-  const uint64_t result = Rotl(s_[1] * 5, 7) * 9;
-  const uint64_t t = s_[1] << 17;
-  s_[2] ^= s_[0];
-  s_[3] ^= s_[1];
-  s_[1] ^= s_[2];
-  s_[0] ^= s_[3];
-  s_[2] ^= t;
-  s_[3] = Rotl(s_[3], 45);
-  return result;
-}
-
-double SamplerRng::Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
 
 Sampler::Sampler(int vocab_size)
     : vocab_(vocab_size),

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "model/sampler_rng.h"  // SamplerRng, TokenSeed: shared with the GPU sampler
 
 namespace kvserve::model {
 
@@ -41,19 +42,6 @@ struct SamplingParams {
   bool greedy() const { return temperature == 0.0f; }
   // Range checks; errors name the field.
   absl::Status Validate(int vocab_size) const;
-};
-
-// xoshiro256** seeded through splitmix64: small, fast, and reproducible across platforms
-// (std:: distributions are not). One per sequence.
-class SamplerRng {
- public:
-  // `stream` separates the samples of one request (n > 1) sharing a seed.
-  explicit SamplerRng(uint64_t seed, uint64_t stream = 0);
-  uint64_t Next();
-  double Uniform();  // [0, 1), 53 random bits
-
- private:
-  uint64_t s_[4];
 };
 
 struct TokenLogprob {

@@ -248,16 +248,19 @@ void Scheduler::run_forks(StepPlan& plan) {
     SequenceState& parent = parent_it->second;
     bool ready = parent.status == SeqStatus::kRunning &&
                  parent.num_computed == parent.num_prompt_tokens - 1 && parent.num_computed > 0;
-    bool parent_needs_none = parent.num_prompt_tokens == 1;  // nothing to share
-    if ((!ready && !parent_needs_none) ||
-        (ready && static_cast<int>(running_count_) >= options_.max_num_seqs)) {
+    // Nothing to share, or no room to share it ever: with max_num_seqs == 1 the running
+    // parent fills the only seat, so a child waiting to fork would stall it forever (it
+    // computes nothing until its children fork). Such children compute their prompt
+    // themselves (the prefix cache still shares the parent's full blocks).
+    bool parent_needs_none = parent.num_prompt_tokens == 1 || options_.max_num_seqs == 1;
+    if (!parent_needs_none && (!ready || static_cast<int>(running_count_) >= options_.max_num_seqs)) {
       ++i;
       continue;
     }
     pending_forks_.erase(pending_forks_.begin() + static_cast<std::ptrdiff_t>(i));
     child.fork_parent.reset();
     parent.pending_children--;
-    if (ready) {
+    if (!parent_needs_none) {
       cache_.fork(parent.id, child.id);
       child.num_computed = parent.num_computed;
       add_running(child);

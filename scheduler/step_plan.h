@@ -69,7 +69,11 @@ struct StepPlan {
   bool compress_auto = false;  // pool under pressure: `auto` sequences compress this step
 
   void clear();
-  bool empty() const { return seqs.empty() && swap_out.empty(); }
+  // Whether the runner must move KV blocks this step (swap or copy-on-write), even if it
+  // computes nothing: the cache manager already counts the moved blocks where they go.
+  bool moves_kv() const { return !swap_out.empty() || !swap_in.empty() || !copies.empty(); }
+  // Nothing for the runner to compute or move (it may still have sequences to forget).
+  bool empty() const { return seqs.empty() && !moves_kv(); }
   std::string ToString() const;
 };
 

@@ -63,12 +63,16 @@ TEST(HostKvCache, RejectsUnusableConfigs) {
   EXPECT_FALSE(MakeHostKvCache(cfg, KvLayout{}, base::Logger()).ok());
 }
 
-TEST(CacheSizing, DeviceBudgetIsAFractionOfFreeMemory) {
+TEST(CacheSizing, DeviceBudgetIsUtilizationOfTotalLessThePeakInUse) {
   config::CacheConfig cfg;
-  cfg.gpu_memory_fraction = 0.5;
-  EXPECT_EQ(DeviceKvBudgetBytes(cfg, 1000), 500u);
-  cfg.gpu_memory_fraction = 2.0;  // clamped
-  EXPECT_EQ(DeviceKvBudgetBytes(cfg, 1000), 1000u);
+  cfg.gpu_memory_utilization = 0.9;
+  // 1000 bytes device, weights + profiling activations + other processes peak at 300.
+  EXPECT_EQ(DeviceKvBudgetBytes(cfg, {1000, 300}), 600u);
+  cfg.gpu_memory_utilization = 0.5;
+  EXPECT_EQ(DeviceKvBudgetBytes(cfg, {1000, 300}), 200u);
+  EXPECT_EQ(DeviceKvBudgetBytes(cfg, {1000, 700}), 0u);  // nothing left: no negative budget
+  cfg.gpu_memory_utilization = 2.0;                       // clamped to the whole device
+  EXPECT_EQ(DeviceKvBudgetBytes(cfg, {1000, 300}), 700u);
   KvLayout l = ModelDims();
   EXPECT_EQ(UsableBlocksForBudget(l.bytes_per_block() * 7 + 1, l), 7);
   EXPECT_EQ(UsableBlocksForBudget(1ull << 62, l), std::numeric_limits<int32_t>::max() - 1);

@@ -82,8 +82,8 @@ TEST(ConfigLoader, OutOfRangeNamesFieldValueAndRange) {
   auto st = ApplyText("server.http_port", "70000", "command line", cfg);
   ASSERT_FALSE(st.ok());
   EXPECT_THAT(std::string(st.message()), HasSubstr("server.http_port=70000: must be an integer in [0,65535]"));
-  st = ApplyText("cache.gpu_memory_fraction", "0", "command line", cfg);
-  EXPECT_THAT(std::string(st.message()), HasSubstr("cache.gpu_memory_fraction=0: must be a number in (0,1]"));
+  st = ApplyText("cache.gpu_memory_utilization", "0", "command line", cfg);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("cache.gpu_memory_utilization=0: must be a number in (0,1]"));
   st = ApplyText("cache.kv_dtype", "fp4", "command line", cfg);
   EXPECT_THAT(std::string(st.message()), HasSubstr("cache.kv_dtype=fp4: must be one of fp32|fp16|bf16|fp8_e4m3|int8"));
 }

@@ -212,3 +212,31 @@ TEST(SamplerRng, UniformInRangeAndReproducible) {
 
 }  // namespace
 }  // namespace kvserve::model
+
+namespace kvserve::model {
+namespace {
+
+// model/sampler_rng.h is the one definition both backends use; pin its seeding scheme.
+TEST(SamplerRngHeader, TokenSeedIsSplitMixOfTheTokenIndex) {
+  for (uint64_t seed : {0ull, 7ull, 0x123456789abcdefull, ~0ull}) {
+    for (int64_t k : {0, 1, 2, 63, 1000000}) {
+      uint64_t state = seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(k);
+      EXPECT_EQ(TokenSeed(seed, k), SplitMix64(state)) << seed << " " << k;
+    }
+  }
+  EXPECT_NE(TokenSeed(1, 0), TokenSeed(1, 1));
+  EXPECT_NE(TokenSeed(1, 0), TokenSeed(2, 0));
+}
+
+TEST(SamplerRngHeader, TokenRngIsTheSeededGeneratorOfThatToken) {
+  for (int sample : {0, 1, 3}) {
+    SamplerRng a = TokenRng(99, 5, sample);
+    SamplerRng b(TokenSeed(99, 5), static_cast<uint64_t>(sample));
+    for (int i = 0; i < 8; ++i) EXPECT_EQ(a.Next(), b.Next());
+  }
+  SamplerRng s0 = TokenRng(99, 5, 0), s1 = TokenRng(99, 5, 1);
+  EXPECT_NE(s0.Next(), s1.Next());  // samples of one request draw differently
+}
+
+}  // namespace
+}  // namespace kvserve::model

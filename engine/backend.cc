@@ -1,0 +1,66 @@
+#include "engine/backend.h"
+
+#include "absl/strings/str_cat.h"
+#include "base/check.h"
+#include "cache/host_kv_cache.h"
+#include "engine/cpu_model_runner.h"
+
+namespace kvserve::engine {
+
+BackendSupport ThisBuildSupports() {
+  BackendSupport s;
+#if defined(KVSERVE_HAVE_CUDA)
+  s.cuda_compiled = true;
+#endif
+  // The CUDA runner (issue 13 part 2) is not part of this build yet.
+  s.cuda_runner_available = false;
+  return s;
+}
+
+absl::StatusOr<config::Backend> ResolveBackend(config::Backend requested, const kernels::DeviceProbe& probe,
+                                               const BackendSupport& support, std::string& why) {
+  // The reason CUDA cannot run, or empty when it can.
+  std::string missing;
+  if (!support.cuda_compiled) {
+    missing = "this kvserve was built without CUDA (no nvcc at build time)";
+  } else if (!probe.usable()) {
+    missing = absl::StrCat("no usable CUDA device (", probe.reason, ")");
+  } else if (!support.cuda_runner_available) {
+    missing = absl::StrCat("CUDA device ", probe.device_name,
+                           " found, but this build has no CUDA model runner yet");
+  }
+  switch (requested) {
+    case config::Backend::kCpu:
+      why = "backend: cpu (engine.backend=cpu)";
+      return config::Backend::kCpu;
+    case config::Backend::kCuda:
+      if (!missing.empty()) {
+        return absl::FailedPreconditionError(absl::StrCat("engine.backend=cuda: ", missing, "; use auto or cpu"));
+      }
+      why = absl::StrCat("backend: cuda on ", probe.device_name, " (engine.backend=cuda)");
+      return config::Backend::kCuda;
+    case config::Backend::kAuto:
+      if (missing.empty()) {
+        why = absl::StrCat("backend: cuda on ", probe.device_name, " (engine.backend=auto)");
+        return config::Backend::kCuda;
+      }
+      why = absl::StrCat("backend: cpu, ", missing, " (engine.backend=auto)");
+      return config::Backend::kCpu;
+  }
+  return absl::InvalidArgumentError("engine.backend: unknown value");
+}
+
+absl::StatusOr<Backend> MakeCpuBackend(const config::Config& config, model::LlamaModel& model,
+                                       const compression::PolicyContext* compression, const base::Logger& logger) {
+  cache::KvLayout layout = model.KvLayoutFor(config.cache.block_size, config.cache.kv_dtype);
+  KVS_ASSIGN_OR_RETURN(cache::HostKvCache kv, cache::MakeHostKvCache(config.cache, layout, logger.child("cache")));
+  Backend b;
+  b.kind = config::Backend::kCpu;
+  b.storage = std::move(kv.storage);
+  b.swap = std::move(kv.swap);
+  b.manager = std::move(kv.manager);
+  b.runner = std::make_unique<CpuModelRunner>(model, *b.storage, b.swap.get(), compression);
+  return b;
+}
+
+}  // namespace kvserve::engine

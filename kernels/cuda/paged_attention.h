@@ -1,0 +1,56 @@
+// Paged attention on a CUDA device: the twin of kernels/cpu/paged_attention.h, over the same
+// paged layout (cache/kv_layout.h) and every KV dtype (fp32, fp16, bf16, fp8_e4m3 and int8 with
+// per-row scales), for a batch that mixes prefill chunks and decode rows. Plain C++ header: no
+// CUDA types (pointers are device pointers, the stream is a cudaStream_t passed as void*).
+//
+// Split-KV ("flash-decoding"): each (query row, KV head) pair is cut into splits of
+// `split_tokens` attended slots, so a few long decode rows still fill the GPU.
+//
+//   pass 1  grid (row, kv head, split), 4 warps per CTA; the group's query heads (GQA) are
+//           processed together so each K/V row is read once per group. A warp walks slots
+//           split_begin + warp, + 4, ...; per slot: dequantize K, q·k for every head of the
+//           group (warp-reduced), online softmax, accumulate dequantized V. The warps merge
+//           their (max, sum, acc) in shared memory and write one partial per split.
+//   pass 2  grid (row, head): merges the splits (log-sum-exp weights), writes out and lse.
+//
+// Every reduction has a fixed order, so results are deterministic and independent of the
+// batch; they equal the CPU kernel up to fp32 summation order (documented tolerance in the
+// gpu tests).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cache/kv_layout.h"
+
+namespace kvserve::kernels::cuda {
+
+// Device arrays describing the step's sequences (as kernels::cpu::PagedSeqs), plus the
+// sequence of each query row, which the host knows when it builds the batch.
+struct DevicePagedSeqs {
+  int num_seqs = 0;
+  int num_rows = 0;                              // query rows (tokens) of the step
+  int max_kv_len = 0;                            // max of kv_lens (host-side value)
+  const int32_t* seq_starts = nullptr;           // [num_seqs + 1]
+  const int32_t* kv_lens = nullptr;              // [num_seqs]
+  const int32_t* block_table_offsets = nullptr;  // [num_seqs + 1]
+  const int32_t* block_tables = nullptr;         // block ids
+  const int32_t* row_seq = nullptr;              // [num_rows] sequence index of each row
+};
+
+inline constexpr int kMaxAttentionHeadDim = 256;  // head_dim in [1, 256]
+inline constexpr int kMaxAttentionGroup = 8;      // num_heads / num_kv_heads in [1, 8]
+
+// Bytes of device workspace PagedAttention needs.
+size_t PagedAttentionWorkspaceBytes(const cache::KvLayout& layout, int num_heads, const DevicePagedSeqs& seqs,
+                                    int split_tokens);
+
+// Same arguments and semantics as kernels::cpu::PagedAttention (device pointers), plus the
+// split size (attended slots per split, > 0) and the stream. Returns 0 or a cudaError_t value;
+// shapes outside the limits above return cudaErrorInvalidValue without launching.
+int PagedAttention(const cache::KvLayout& layout, const std::byte* layer_data, const float* layer_scales,
+                   const DevicePagedSeqs& seqs, const float* q, int64_t q_stride, int num_heads, float scale,
+                   float* out, int64_t out_stride, float* lse, void* workspace, size_t workspace_bytes,
+                   int split_tokens, void* stream);
+
+}  // namespace kvserve::kernels::cuda

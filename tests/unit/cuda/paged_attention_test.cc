@@ -1,0 +1,178 @@
+// The CUDA paged attention against its CPU twin on random inputs: head_dim 48/64/128, block
+// 16/32, GQA 1/4/8, every KV dtype, random non-contiguous block tables, mixed prefill chunks
+// and decode rows with odd lengths, several split sizes. Tolerance: both sides dequantize the
+// same codes exactly and accumulate in fp32; only the summation order differs, so outputs agree
+// to ~1e-5 relative. Needs a GPU (label gpu).
+#include "kernels/cuda/paged_attention.h"
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "cache/host_kv_storage.h"
+#include "cuda/cuda_kv_storage.h"
+#include "kernels/cpu/paged_attention.h"
+#include "kernels/device_probe.h"
+
+namespace kvserve::kernels::cuda {
+namespace {
+
+using config::KvDtype;
+
+template <typename T>
+T* Upload(const std::vector<T>& v) {
+  T* d = nullptr;
+  EXPECT_EQ(cudaMalloc(&d, std::max<size_t>(1, v.size()) * sizeof(T)), cudaSuccess);
+  if (!v.empty()) EXPECT_EQ(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  return d;
+}
+
+struct Case {
+  KvDtype dtype;
+  int head_dim, block_size, kv_heads, group, split;
+};
+
+void RunCase(const Case& c, uint32_t seed) {
+  SCOPED_TRACE(testing::Message() << "dtype " << static_cast<int>(c.dtype) << " hd " << c.head_dim << " bs "
+                                  << c.block_size << " kvh " << c.kv_heads << " group " << c.group << " split "
+                                  << c.split);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  cache::KvLayout layout;
+  layout.num_layers = 1;
+  layout.num_kv_heads = c.kv_heads;
+  layout.head_dim = c.head_dim;
+  layout.block_size = c.block_size;
+  layout.dtype = c.dtype;
+  const int num_heads = c.kv_heads * c.group;
+
+  // Sequences: (rows this step, kv_len after the step): decode rows, prefill chunks, odd sizes.
+  const std::vector<std::pair<int, int>> shape = {{1, 1}, {1, 37}, {5, 5}, {3, 70}, {1, 301}, {7, 133}};
+  int32_t total_blocks = 1;
+  for (auto [n, kv] : shape) total_blocks += (kv + c.block_size - 1) / c.block_size;
+  std::vector<int32_t> ids(static_cast<size_t>(total_blocks - 1));
+  std::iota(ids.begin(), ids.end(), 1);
+  std::shuffle(ids.begin(), ids.end(), rng);  // non-contiguous tables
+
+  auto host = std::move(cache::HostKvStorage::Create(layout, total_blocks)).value();
+  std::vector<int32_t> seq_starts{0}, kv_lens, offsets{0}, tables, row_seq;
+  size_t next = 0;
+  int max_kv = 0;
+  for (size_t s = 0; s < shape.size(); ++s) {
+    auto [n, kv] = shape[s];
+    const int nb = (kv + c.block_size - 1) / c.block_size;
+    for (int b = 0; b < nb; ++b) tables.push_back(ids[next++]);
+    offsets.push_back(static_cast<int32_t>(tables.size()));
+    seq_starts.push_back(seq_starts.back() + n);
+    kv_lens.push_back(kv);
+    max_kv = std::max(max_kv, kv);
+    for (int j = 0; j < n; ++j) row_seq.push_back(static_cast<int32_t>(s));
+    std::vector<float> k(static_cast<size_t>(c.kv_heads * c.head_dim)), v(k.size());
+    for (int i = 0; i < kv; ++i) {
+      for (auto& x : k) x = normal(rng);
+      for (auto& x : v) x = normal(rng);
+      const int64_t slot = static_cast<int64_t>(tables[offsets[s] + i / c.block_size]) * c.block_size + i % c.block_size;
+      cache::WriteKvToken(*host, 0, slot, k.data(), v.data());
+    }
+  }
+  const int rows = seq_starts.back();
+  const int64_t q_stride = static_cast<int64_t>(num_heads) * c.head_dim + 8;  // padded rows
+  std::vector<float> q(static_cast<size_t>(rows * q_stride));
+  for (auto& x : q) x = normal(rng);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+
+  // CPU reference.
+  const int64_t out_stride = static_cast<int64_t>(num_heads) * c.head_dim;
+  std::vector<float> ref(static_cast<size_t>(rows * out_stride)), ref_lse(static_cast<size_t>(rows * num_heads));
+  kernels::cpu::PagedSeqs cs;
+  cs.num_seqs = static_cast<int>(shape.size());
+  cs.seq_starts = seq_starts.data();
+  cs.kv_lens = kv_lens.data();
+  cs.block_table_offsets = offsets.data();
+  cs.block_tables = tables.data();
+  std::vector<float> work(kernels::cpu::PagedAttentionWorkspaceFloats(layout, num_heads, 64));
+  kernels::cpu::PagedAttention(layout, host->layer_data(0), host->layer_scales(0), cs, q.data(), q_stride, num_heads,
+                               scale, ref.data(), out_stride, ref_lse.data(), work.data(), work.size());
+
+  // Device.
+  auto dev = std::move(kvserve::cuda::CudaKvStorage::Create(layout, total_blocks)).value();
+  std::vector<cache::BlockCopy> all;
+  for (int32_t b = 0; b < total_blocks; ++b) all.push_back({cache::BlockId{b}, cache::BlockId{b}});
+  ASSERT_TRUE(dev->copy_blocks_from(*host, all).ok());
+  ASSERT_TRUE(dev->synchronize().ok());
+  DevicePagedSeqs ds;
+  ds.num_seqs = cs.num_seqs;
+  ds.num_rows = rows;
+  ds.max_kv_len = max_kv;
+  ds.seq_starts = Upload(seq_starts);
+  ds.kv_lens = Upload(kv_lens);
+  ds.block_table_offsets = Upload(offsets);
+  ds.block_tables = Upload(tables);
+  ds.row_seq = Upload(row_seq);
+  float* dq = Upload(q);
+  float *dout = nullptr, *dlse = nullptr;
+  ASSERT_EQ(cudaMalloc(&dout, ref.size() * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dlse, ref_lse.size() * sizeof(float)), cudaSuccess);
+  const size_t ws_bytes = PagedAttentionWorkspaceBytes(layout, num_heads, ds, c.split);
+  void* ws = nullptr;
+  ASSERT_EQ(cudaMalloc(&ws, ws_bytes), cudaSuccess);
+  ASSERT_EQ(PagedAttention(layout, dev->device_layer_data(0), dev->device_layer_scales(0), ds, dq, q_stride,
+                           num_heads, scale, dout, out_stride, dlse, ws, ws_bytes, c.split, dev->stream()),
+            0);
+  ASSERT_TRUE(dev->synchronize().ok());
+  std::vector<float> got(ref.size()), got_lse(ref_lse.size());
+  ASSERT_EQ(cudaMemcpy(got.data(), dout, got.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(got_lse.data(), dlse, got_lse.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  double worst = 0.0;
+  for (size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, std::fabs(double(got[i]) - double(ref[i])));
+  EXPECT_LT(worst, 2e-5 * std::sqrt(double(max_kv))) << "max |cuda - cpu| of the outputs";
+  for (size_t i = 0; i < ref_lse.size(); ++i) EXPECT_NEAR(got_lse[i], ref_lse[i], 1e-4) << "lse " << i;
+  for (void* p : {static_cast<void*>(dq), static_cast<void*>(dout), static_cast<void*>(dlse), ws,
+                  const_cast<void*>(static_cast<const void*>(ds.seq_starts)),
+                  const_cast<void*>(static_cast<const void*>(ds.kv_lens)),
+                  const_cast<void*>(static_cast<const void*>(ds.block_table_offsets)),
+                  const_cast<void*>(static_cast<const void*>(ds.block_tables)),
+                  const_cast<void*>(static_cast<const void*>(ds.row_seq))}) {
+    cudaFree(p);
+  }
+}
+
+TEST(CudaPagedAttention, MatchesTheCpuKernel) {
+  const DeviceProbe probe = ProbeCudaDevice();
+  ASSERT_TRUE(probe.usable()) << "the gpu tests need a CUDA device: " << probe.reason;
+  uint32_t seed = 1;
+  for (KvDtype d : {KvDtype::kFp32, KvDtype::kFp16, KvDtype::kBf16, KvDtype::kFp8E4M3, KvDtype::kInt8}) {
+    for (int hd : {48, 64, 128}) {
+      for (int bs : {16, 32}) {
+        for (int group : {1, 4, 8}) {
+          for (int split : {32, 512}) RunCase({d, hd, bs, 2, group, split}, seed++);
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaPagedAttention, RejectsShapesOutsideItsLimits) {
+  cache::KvLayout layout;
+  layout.num_layers = 1;
+  layout.num_kv_heads = 2;
+  layout.head_dim = 512;  // > kMaxAttentionHeadDim
+  DevicePagedSeqs ds;
+  ds.num_rows = 1;
+  ds.max_kv_len = 1;
+  EXPECT_EQ(PagedAttention(layout, nullptr, nullptr, ds, nullptr, 0, 4, 1.0f, nullptr, 0, nullptr, nullptr, 1 << 30,
+                           16, nullptr),
+            static_cast<int>(cudaErrorInvalidValue));
+  layout.head_dim = 64;
+  EXPECT_EQ(PagedAttention(layout, nullptr, nullptr, ds, nullptr, 0, 32, 1.0f, nullptr, 0, nullptr, nullptr, 1 << 30,
+                           16, nullptr),
+            static_cast<int>(cudaErrorInvalidValue));  // group 16 > 8
+}
+
+}  // namespace
+}  // namespace kvserve::kernels::cuda

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# GPU checks of the CUDA backend (issue 13): builds the CUDA targets, runs every `gpu`-labelled
+# test (each CUDA component against its CPU twin), then the CUDA benchmarks, and prints their
+# figures. Designed to finish well within 8 minutes on one H100/H200.
+#
+#   tools/gpu_check.sh                 on a GPU machine that has the build dependencies
+#                                      (tools/setup.sh build): configures build-gpu/, builds the
+#                                      gpu targets, runs `ctest -L gpu` and the benchmarks.
+#   tools/gpu_check.sh --pack DIR      on a machine without a GPU (CUDA toolkit + dependencies):
+#                                      builds the same binaries and copies them, with every shared
+#                                      library they load except the C library and the driver,
+#                                      into DIR, for a GPU machine that cannot install packages.
+#   tools/gpu_check.sh --bundle DIR    on that GPU machine: runs the packed binaries.
+#
+# Exit status: non-zero when a gpu test fails or a benchmark cannot run.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+mode="build"
+dir=""
+case "${1:-}" in
+  --pack) mode="pack"; dir="${2:?--pack needs a directory}" ;;
+  --bundle) mode="bundle"; dir="${2:?--bundle needs a directory}" ;;
+  "") ;;
+  *) echo "usage: $0 [--pack DIR | --bundle DIR]" >&2; exit 2 ;;
+esac
+
+# The gpu test binaries and the CUDA benchmarks (keep in step with tests/unit/cuda, bench/).
+gpu_tests=(cuda_backend_test)
+benches=(cuda_kv_bench)
+
+build_gpu_targets() {
+  local bdir="$root/build-gpu"
+  command -v nvcc >/dev/null 2>&1 || export PATH="/usr/local/cuda/bin:$PATH"
+  echo "[gpu_check] configuring $bdir (CUDA on, sm_90a + compute_90 PTX)"
+  cmake -S "$root" -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVSERVE_CUDA=ON >/dev/null
+  echo "[gpu_check] building ${gpu_tests[*]} ${benches[*]}"
+  cmake --build "$bdir" -j "$(nproc)" --target "${gpu_tests[@]}" "${benches[@]}"
+  bin="$bdir/bin"
+}
+
+run_figures() {
+  local bin_dir="$1" failed=0
+  echo "[gpu_check] device:"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
+  for t in "${gpu_tests[@]}"; do
+    echo "[gpu_check] $t"
+    "$bin_dir/$t" --gtest_brief=1 || failed=1
+  done
+  for b in "${benches[@]}"; do
+    echo "[gpu_check] $b"
+    "$bin_dir/$b" || failed=1
+  done
+  echo "[gpu_check] not measured yet (needs the CUDA model runner, issue 13 part 2):"
+  echo "  end-to-end tokens/s at batch 1, 32 and 256 on a random-weight 1B-class Llama (bf16)."
+  return "$failed"
+}
+
+case "$mode" in
+  build)
+    build_gpu_targets
+    cd "$root/build-gpu"
+    echo "[gpu_check] ctest -L gpu"
+    ctest -L gpu --output-on-failure
+    for b in "${benches[@]}"; do "$bin/$b"; done
+    ;;
+  pack)
+    build_gpu_targets
+    rm -rf "$dir" && mkdir -p "$dir/lib"
+    for f in "${gpu_tests[@]}" "${benches[@]}"; do cp "$bin/$f" "$dir/"; done
+    # Every resolved shared library but the C library family and the driver (the GPU machine's own).
+    for f in "${gpu_tests[@]}" "${benches[@]}"; do ldd "$bin/$f"; done |
+      awk '/=> \// {print $3}' | sort -u |
+      grep -vE '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libcuda)\.so' |
+      while read -r lib; do cp -L "$lib" "$dir/lib/"; done
+    cp "$0" "$dir/gpu_check.sh"
+    du -sh "$dir"
+    echo "[gpu_check] packed into $dir; on the GPU machine: $dir/gpu_check.sh --bundle $dir"
+    ;;
+  bundle)
+    export LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    run_figures "$dir"
+    ;;
+esac
