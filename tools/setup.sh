@@ -17,7 +17,13 @@ build_pkgs=(
 test_pkgs=(
   curl wamerican python3
   prometheus   # the real Prometheus server and promtool (tests/integration/observability)
+  yamllint     # deploy/ YAML (tests/integration/deploy)
 )
+# `kubectl kustomize` renders deploy/k8s (tests/integration/deploy). Machines that already have
+# a kubectl (e.g. from another repository's package) keep it; otherwise Debian's.
+if ! command -v kubectl >/dev/null 2>&1; then
+  test_pkgs+=(kubernetes-client)
+fi
 # Node.js and npm drive the independent-client tests (OpenAI SDK, @grpc/grpc-js). Machines that
 # already have them (e.g. from another repository, which bundles npm inside its nodejs
 # package and conflicts with Debian's npm) keep theirs.
