@@ -80,6 +80,9 @@ int RunServeWith(const ParsedArgs& args, char** envp, std::ostream& out, std::os
                                           ? base::LogFormat::kJson
                                           : base::LogFormat::kText);
   base::Logger logger(sinks, "serve");
+  for (const auto& name : cfg->ignored_env) {
+    logger.debug("ignoring environment variable %s: not a config field (e.g. a Kubernetes service link)", name);
+  }
 
   absl::StatusOr<std::string> model_dir = factories.model_dir(*cfg, args);
   if (!model_dir.ok()) {

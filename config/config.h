@@ -101,6 +101,10 @@ struct Config {
   CompressionConfig compression;
   ServerConfig server;
   std::vector<TenantConfig> tenants;
+  // Not a setting: KVSERVE_* variables that LoadConfig ignored because they cannot be
+  // fields (Kubernetes service links such as KVSERVE_SERVICE_HOST, a wrapper's own
+  // variables). Names only; `serve` logs them at debug.
+  std::vector<std::string> ignored_env;
 };
 
 }  // namespace kvserve::config

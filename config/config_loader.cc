@@ -1,5 +1,7 @@
 #include "config/config_loader.h"
 
+#include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <sstream>
 
@@ -134,6 +136,59 @@ absl::Status ApplyTenant(const Json& obj, size_t index, std::string_view origin,
     if (!st.ok()) return st;
   }
   return absl::OkStatus();
+}
+
+// True when `s` is non-empty and all ASCII digits.
+bool AllDigits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// The variables Kubernetes injects for every Service of the namespace (and Docker links):
+//   <SVC>_SERVICE_HOST, <SVC>_SERVICE_PORT, <SVC>_SERVICE_PORT_<NAME>,
+//   <SVC>_PORT=tcp://IP:PORT, <SVC>_PORT_<N>_<PROTO>, <SVC>_PORT_<N>_<PROTO>_{ADDR,PORT,PROTO}.
+// A Service named kvserve (or kvserve-redis, ...) puts them under our prefix.
+bool IsServiceLink(std::string_view name, std::string_view value) {
+  if (name.ends_with("_SERVICE_HOST") || name.ends_with("_SERVICE_PORT") ||
+      name.find("_SERVICE_PORT_") != std::string_view::npos) {
+    return true;
+  }
+  if (name.ends_with("_PORT") &&
+      (value.starts_with("tcp://") || value.starts_with("udp://") || value.starts_with("sctp://"))) {
+    return true;
+  }
+  // ..._PORT_<N>_<PROTO>[_ADDR|_PORT|_PROTO]
+  for (std::string_view proto : {"_TCP", "_UDP", "_SCTP"}) {
+    size_t at = name.rfind(proto);
+    if (at == std::string_view::npos) continue;
+    std::string_view tail = name.substr(at + proto.size());
+    if (!tail.empty() && tail != "_ADDR" && tail != "_PORT" && tail != "_PROTO") continue;
+    std::string_view head = name.substr(0, at);  // ..._PORT_<N>
+    size_t us = head.rfind('_');
+    if (us == std::string_view::npos || !AllDigits(head.substr(us + 1))) continue;
+    if (head.substr(0, us).ends_with("_PORT")) return true;
+  }
+  return false;
+}
+
+enum class UnknownEnv { kNotOurs, kMistyped };
+
+// A KVSERVE_* variable that names no field is a mistake only when it plausibly meant one:
+// it starts with a section name (KVSERVE_CACHE_...) or is a near miss of a field's name.
+// Everything else (service links, a wrapper script's own KVSERVE_HOME, ...) is not ours
+// and is ignored, so that kvserve starts inside any Kubernetes namespace. Service links
+// are recognised first because KVSERVE_SERVICE_HOST is two edits from KVSERVE_SERVER_HOST.
+UnknownEnv ClassifyUnknownEnv(std::string_view name, std::string_view value) {
+  if (IsServiceLink(name, value)) return UnknownEnv::kNotOurs;
+  std::string rest(name.substr(std::min(name.size(), std::string_view("KVSERVE_").size())));
+  std::vector<std::string> env_names;
+  for (const auto& f : ConfigFields()) {
+    std::string section = f.path.substr(0, f.path.find('.'));
+    for (char& c : section) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    if (rest.starts_with(section + "_")) return UnknownEnv::kMistyped;
+    env_names.push_back(EnvNameFor(f.path));
+  }
+  if (DidYouMean(std::string(name), env_names)) return UnknownEnv::kMistyped;
+  return UnknownEnv::kNotOurs;
 }
 
 }  // namespace
@@ -284,6 +339,10 @@ absl::StatusOr<Config> LoadConfig(const ConfigSources& sources) {
       if (EnvNameFor(f.path) == name) match = &f;
     }
     if (match == nullptr) {
+      if (ClassifyUnknownEnv(name, value) == UnknownEnv::kNotOurs) {
+        cfg.ignored_env.push_back(name);
+        continue;
+      }
       std::string msg = absl::StrCat("environment: unknown variable ", name);
       if (auto hint = DidYouMean(name, env_names)) absl::StrAppend(&msg, " (did you mean ", *hint, "?)");
       return absl::InvalidArgumentError(msg);

@@ -11,13 +11,20 @@ build_pkgs=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   nlohmann-json3-dev prometheus-cpp-dev libcpp-httplib-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libopenblas-dev libpcre2-dev libhiredis-dev libicu-dev
+  libopenblas-dev libpcre2-dev libhiredis-dev libicu-dev zlib1g-dev
 )
 # Test: what the test suite drives or checks against besides our binaries.
 test_pkgs=(
   curl wamerican python3
   prometheus   # the real Prometheus server and promtool (tests/integration/observability)
+  yamllint     # deploy/ YAML (tests/integration/deploy)
+  redis-server # the real Redis for the remote KV tier (tests/integration/cache)
 )
+# `kubectl kustomize` renders deploy/k8s (tests/integration/deploy). Machines that already have
+# a kubectl (e.g. from another repository's package) keep it; otherwise Debian's.
+if ! command -v kubectl >/dev/null 2>&1; then
+  test_pkgs+=(kubernetes-client)
+fi
 # Node.js and npm drive the independent-client tests (OpenAI SDK, @grpc/grpc-js). Machines that
 # already have them (e.g. from another repository, which bundles npm inside its nodejs
 # package and conflicts with Debian's npm) keep theirs.

@@ -45,6 +45,25 @@ TEST(Cli, DumpAppliesAllSources) {
   EXPECT_THAT(r.out, HasSubstr("\"grpc_port\": 0"));
 }
 
+TEST(Cli, StartsWithKubernetesServiceLinkVariables) {
+  // As inside a pod of a namespace with a Service named kvserve.
+  auto r = RunKvserve({"config", "--dump"},
+                      {"KVSERVE_SERVICE_HOST=10.96.0.12", "KVSERVE_SERVICE_PORT=8000",
+                       "KVSERVE_SERVICE_PORT_HTTP=8000", "KVSERVE_PORT=tcp://10.96.0.12:8000",
+                       "KVSERVE_PORT_8000_TCP=tcp://10.96.0.12:8000", "KVSERVE_PORT_8000_TCP_PROTO=tcp",
+                       "KVSERVE_PORT_8000_TCP_PORT=8000", "KVSERVE_PORT_8000_TCP_ADDR=10.96.0.12",
+                       "KVSERVE_CACHE_BLOCK_SIZE=64"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\"block_size\": 64"));
+  EXPECT_THAT(r.out, HasSubstr("\"host\": \"127.0.0.1\""));
+}
+
+TEST(Cli, MistypedVariableStillFails) {
+  auto r = RunKvserve({"config", "--dump"}, {"KVSERVE_CACHE_BLOKC_SIZE=64"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("did you mean KVSERVE_CACHE_BLOCK_SIZE?"));
+}
+
 TEST(Cli, InvalidValueExitsTwoNamingField) {
   auto r = RunKvserve({"config", "--dump", "--block-size", "12"});
   EXPECT_EQ(r.code, kExitUsage);

@@ -117,6 +117,69 @@ TEST(ConfigLoader, UnknownEnvironmentVariableIsAnError) {
   EXPECT_THAT(std::string(cfg.status().message()), HasSubstr("KVSERVE_CACHE_BLOCK_SIZE"));
 }
 
+// Every variable Kubernetes injects for Services named kvserve and kvserve-redis (and one
+// named kvserve-server, whose prefix is a real section), with two named ports each.
+KeyValues ServiceLinkEnvironment() {
+  KeyValues env;
+  auto service = [&env](const std::string& svc, const std::string& ip, std::vector<std::pair<std::string, int>> ports) {
+    env.emplace_back(svc + "_SERVICE_HOST", ip);
+    env.emplace_back(svc + "_SERVICE_PORT", std::to_string(ports[0].second));
+    env.emplace_back(svc + "_PORT", "tcp://" + ip + ":" + std::to_string(ports[0].second));
+    for (const auto& [port_name, port] : ports) {
+      std::string p = std::to_string(port);
+      env.emplace_back(svc + "_SERVICE_PORT_" + port_name, p);
+      env.emplace_back(svc + "_PORT_" + p + "_TCP", "tcp://" + ip + ":" + p);
+      env.emplace_back(svc + "_PORT_" + p + "_TCP_PROTO", "tcp");
+      env.emplace_back(svc + "_PORT_" + p + "_TCP_PORT", p);
+      env.emplace_back(svc + "_PORT_" + p + "_TCP_ADDR", ip);
+    }
+  };
+  service("KVSERVE", "10.96.0.12", {{"HTTP", 8000}, {"GRPC", 50051}});
+  service("KVSERVE_REDIS", "10.96.0.13", {{"REDIS", 6379}});
+  service("KVSERVE_SERVER", "10.96.0.14", {{"HTTP", 8000}});
+  return env;
+}
+
+TEST(ConfigLoader, KubernetesServiceLinkVariablesAreIgnored) {
+  ConfigSources s;
+  s.env = ServiceLinkEnvironment();
+  const size_t links = s.env.size();
+  s.env.emplace_back("KVSERVE_HOME", "/opt/kvserve");  // a wrapper script's own variable
+  s.env.emplace_back("KVSERVE_CACHE_BLOCK_SIZE", "32");  // a real field still applies
+  auto cfg = LoadConfig(s);
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(cfg->cache.block_size, 32);
+  // Defaults untouched: KVSERVE_SERVICE_HOST is not server.host, KVSERVE_PORT not a port.
+  EXPECT_EQ(cfg->server.host, "127.0.0.1");
+  EXPECT_EQ(cfg->server.http_port, 8000);
+  EXPECT_EQ(cfg->ignored_env.size(), links + 1);
+  EXPECT_THAT(cfg->ignored_env, ::testing::Contains("KVSERVE_SERVICE_HOST"));
+  EXPECT_THAT(cfg->ignored_env, ::testing::Contains("KVSERVE_PORT_8000_TCP_ADDR"));
+  EXPECT_THAT(cfg->ignored_env, ::testing::Contains("KVSERVE_HOME"));
+}
+
+TEST(ConfigLoader, NearMissesOfFieldsStayErrors) {
+  // A section prefix or a near miss of a field's variable is a typo, not someone else's.
+  for (const auto& [name, hint] : std::vector<std::pair<std::string, std::string>>{
+           {"KVSERVE_CACHE_BLOKC_SIZE", "KVSERVE_CACHE_BLOCK_SIZE"},
+           {"KVSERVE_SERVER_HTTP_PROT", "KVSERVE_SERVER_HTTP_PORT"},
+           {"KVSERVE_SCHEDULAR_MAX_NUM_SEQS", "KVSERVE_SCHEDULER_MAX_NUM_SEQS"},
+           {"KVSERVE_CACHE_NOT_A_FIELD", ""}}) {
+    ConfigSources s;
+    s.env = {{name, "16"}};
+    auto cfg = LoadConfig(s);
+    ASSERT_FALSE(cfg.ok()) << name;
+    EXPECT_THAT(std::string(cfg.status().message()), HasSubstr("unknown variable " + name));
+    if (!hint.empty()) {
+      EXPECT_THAT(std::string(cfg.status().message()), HasSubstr(hint)) << name;
+    }
+  }
+  // A port variable that is not a service link (no tcp:// value) is not silently dropped.
+  ConfigSources s;
+  s.env = {{"KVSERVE_SERVER_HTTPS_PORT", "8443"}};
+  EXPECT_FALSE(LoadConfig(s).ok());
+}
+
 TEST(ConfigLoader, InvalidJsonReportsPosition) {
   Config cfg;
   auto st = ApplyJson("{\"cache\": {", "bad.json", cfg);
