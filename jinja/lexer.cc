@@ -204,6 +204,8 @@ class Lexer {
 }  // namespace
 
 absl::StatusOr<std::vector<Token>> Lex(std::string_view source, const LexOptions& options) {
+  // Jinja's keep_trailing_newline=False: one newline at the very end of the source is dropped.
+  if (!source.empty() && source.back() == '\n') source.remove_suffix(1);
   return Lexer(source, options).Run();
 }
 

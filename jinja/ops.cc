@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "jinja/builtins.h"
 #include "jinja/error.h"
 
 namespace kvserve::jinja {
@@ -17,6 +18,12 @@ int64_t FloorDiv(int64_t a, int64_t b) {
   int64_t q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
   return q;
+}
+
+bool IsAscii(const std::string& s) {
+  for (char c : s)
+    if (static_cast<unsigned char>(c) >= 0x80) return false;
+  return true;
 }
 
 int64_t NormalizeIndex(int64_t i, size_t size) {
@@ -134,6 +141,8 @@ bool Contains(const Value& container, const Value& item) {
 }
 
 Value GetItem(const Value& container, const Value& key) {
+  if (container.is_string() && key.is_int() && !IsAscii(container.as_string()))
+    return GetItem(Value(Iterate(container)), key);  // index code points, as Python does
   if (container.is_array() || container.is_string()) {
     if (!key.is_int()) {
       if (container.is_array() || !key.is_string())
@@ -169,6 +178,13 @@ Value GetAttr(const Value& object, std::string_view name) {
 
 Value Slice(const Value& seq, const std::optional<int64_t>& start_in,
             const std::optional<int64_t>& stop_in, const std::optional<int64_t>& step_in) {
+  if (seq.is_string() && !IsAscii(seq.as_string())) {  // slice code points, as Python does
+    std::string out;
+    const Value chars = Slice(Value(Iterate(seq)), start_in, stop_in, step_in);
+    for (const Value& c : chars.array())
+      out += c.as_string();
+    return Value(std::move(out));
+  }
   const int64_t step = step_in.value_or(1);
   if (step == 0) Throw("slice step cannot be zero");
   int64_t size;
