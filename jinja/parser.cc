@@ -87,7 +87,7 @@ class Parser {
       const Token& tok = Peek();
       if (tok.kind == TokenKind::kEnd) {
         if (ends.size() > 0)
-          Fail(absl::StrCat("missing {% ", std::string(*ends.begin()), " %}"));
+          Fail(absl::StrCat("missing {% ", std::string(*(ends.end() - 1)), " %}"));
         return body;
       }
       if (tok.kind == TokenKind::kText) {
