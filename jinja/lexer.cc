@@ -1,6 +1,7 @@
 #include "jinja/lexer.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "absl/strings/str_cat.h"
 
@@ -10,6 +11,24 @@ namespace {
 bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 bool IsNameStart(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+
+void AppendUtf8(uint32_t cp, std::string& out) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
 
 absl::Status LexError(int line, std::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("template line ", line, ": ", std::string(what)));
@@ -186,6 +205,22 @@ class Lexer {
         case '\'': out += '\''; break;
         case '"': out += '"'; break;
         case '\n': ++line_; break;  // line continuation
+        case 'x':
+        case 'u':
+        case 'U': {  // \xXX, \uXXXX, \UXXXXXXXX as in Python literals
+          const size_t digits = e == 'x' ? 2 : e == 'u' ? 4 : 8;
+          if (pos_ + digits > src_.size()) return LexError(line_, "truncated escape in string literal");
+          uint32_t cp = 0;
+          for (size_t k = 0; k < digits; ++k) {
+            const char h = src_[pos_ + k];
+            const int d = IsDigit(h) ? h - '0' : (h >= 'a' && h <= 'f') ? h - 'a' + 10 : (h >= 'A' && h <= 'F') ? h - 'A' + 10 : -1;
+            if (d < 0) return LexError(line_, "bad hex digit in string escape");
+            cp = cp * 16 + static_cast<uint32_t>(d);
+          }
+          pos_ += digits;
+          AppendUtf8(cp, out);
+          break;
+        }
         default: out += '\\'; out += e;  // Python keeps unknown escapes verbatim
       }
     }
