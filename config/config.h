@@ -29,7 +29,7 @@ struct ModelConfig {
   std::string path;         // empty: the bundled model (models/kvs-tiny next to the binary's tree)
   std::string served_name;  // empty: the model directory's name
   int64_t max_model_len = 0;  // 0: the model's max_position_embeddings
-  std::string chat_template = "auto";  // auto: recognise tokenizer_config.json's template
+  std::string chat_template = "auto";  // auto: render tokenizer_config.json's own Jinja template
 };
 
 struct EngineConfig {

@@ -215,7 +215,8 @@ std::vector<Field<Config>> BuildConfigFields() {
   f.push_back(IntField<C>("model.max_model_len", "context limit in tokens; 0: the model's own",
                           [](C& c) -> auto& { return c.model.max_model_len; }, 0, 1 << 24));
   f.push_back(StringField<C>("model.chat_template",
-                             "chat template family: auto|chatml|llama3|llama2|mistral|kvs-tiny",
+                             "chat template: auto renders the model's own Jinja template; a family name "
+                             "(chatml|llama3|llama2|mistral|kvs-tiny) overrides it",
                              [](C& c) -> auto& { return c.model.chat_template; }, true));
   // engine
   f.push_back(EnumField<C>("engine.backend", "compute backend; auto: CUDA if a GPU is usable",

@@ -3,6 +3,8 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "tokenizer/jinja_chat_template.h"
 #include "tokenizer/utf8.h"
 
 namespace kvserve::tokenizer {
@@ -260,14 +262,16 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> SelectChatTemplate(std::string_vie
         "the model has no chat template (tokenizer_config.json has no chat_template); set ", option,
         " to one of ", values.substr(5)));
   }
-  std::optional<std::string_view> family = Recognise(jinja_text);
-  if (!family) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the model's chat template (tokenizer_config.json chat_template) is not a family kvserve "
-        "renders natively; set ",
-        option, " to one of ", values.substr(5), " (allowed values: ", values, ")"));
+  // auto: the model's own template, rendered by the Jinja interpreter. (Recognise() still
+  // supplies the family's default BOS/EOS texts when tokenizer_config.json names none.)
+  ChatTemplateTokens with_defaults = tokens;
+  if (std::optional<std::string_view> family = Recognise(jinja_text)) {
+    const bool llama3 = *family == "llama3";
+    const bool sentencepiece = *family == "llama2" || *family == "mistral";
+    if (llama3 || sentencepiece) with_defaults.bos = Or(tokens.bos, llama3 ? "<|begin_of_text|>" : "<s>");
+    if (sentencepiece) with_defaults.eos = Or(tokens.eos, "</s>");
   }
-  return Make(*family, jinja_text, tokens);
+  return MakeJinjaChatTemplate(jinja_text, with_defaults, [] { return absl::Now(); });
 }
 
 }  // namespace kvserve::tokenizer

@@ -30,14 +30,12 @@ const std::vector<ChatMessage> kConversation = {
     {"user", "Bye"},
 };
 
-TEST(ChatTemplate, AutoRecognisesEachFamilyFromItsJinja) {
-  EXPECT_EQ(Select("auto", Jinja("llama3"))->name(), "llama3");
-  EXPECT_EQ(Select("auto", Jinja("llama2"))->name(), "llama2");
-  EXPECT_EQ(Select("auto", Jinja("mistral"))->name(), "mistral");
-  EXPECT_EQ(Select("auto", Jinja("chatml"))->name(), "chatml");
-  EXPECT_EQ(Select("auto", Jinja("qwen2"))->name(), "chatml");
-  EXPECT_EQ(Select("auto", Jinja("qwen2_5"))->name(), "chatml");
-  EXPECT_EQ(Select("auto", Jinja("kvs_tiny"))->name(), "kvs-tiny");
+// auto renders the model's own template with the Jinja interpreter; the rendering tests below
+// check it reproduces what each family's native renderer writes.
+TEST(ChatTemplate, AutoRendersTheModelsOwnTemplate) {
+  for (const char* name : {"llama3", "llama2", "mistral", "chatml", "qwen2", "qwen2_5", "kvs_tiny",
+                           "gemma_unsupported"})
+    EXPECT_EQ(Select("auto", Jinja(name))->name(), "jinja") << name;
   EXPECT_EQ(std::string(kKvsTinyChatTemplate), Jinja("kvs_tiny"));
 }
 
@@ -101,7 +99,13 @@ TEST(ChatTemplate, Llama2Rendering) {
 }
 
 TEST(ChatTemplate, MistralRendering) {
-  const auto t = Select("auto", Jinja("mistral"));
+  // The model's own template refuses a system message (it raises in Jinja); the error names
+  // the template line.
+  auto own = Select("auto", Jinja("mistral"))->Render(kConversation, true);
+  ASSERT_FALSE(own.ok());
+  EXPECT_THAT(std::string(own.status().message()), HasSubstr("template line 1: Conversation roles must alternate"));
+  // The native "mistral" family (an override) folds the system prompt into the first turn.
+  const auto t = Select("mistral", Jinja("mistral"));
   auto out = t->Render(kConversation, true);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(*out, "<s>[INST] You are terse.\n\nHi there  [/INST] Hello! </s>[INST] Bye [/INST]");
@@ -137,11 +141,10 @@ TEST(ChatTemplate, ExplicitConfigOverridesRecognition) {
 }
 
 TEST(ChatTemplate, ErrorsNameTheConfigOption) {
-  auto unknown = SelectChatTemplate("auto", Jinja("gemma_unsupported"));
-  ASSERT_FALSE(unknown.ok());
-  EXPECT_THAT(std::string(unknown.status().message()), HasSubstr("model.chat_template"));
-  EXPECT_THAT(std::string(unknown.status().message()),
-              HasSubstr("chatml|llama3|llama2|mistral|kvs-tiny"));
+  auto broken = SelectChatTemplate("auto", "line one\n{% if messages %}never closed");
+  ASSERT_FALSE(broken.ok());
+  EXPECT_THAT(std::string(broken.status().message()), HasSubstr("template line 2"));
+  EXPECT_THAT(std::string(broken.status().message()), HasSubstr("endif"));
   auto none = SelectChatTemplate("auto", "");
   ASSERT_FALSE(none.ok());
   EXPECT_THAT(std::string(none.status().message()), HasSubstr("has no chat template"));

@@ -68,7 +68,7 @@ TEST(KvsTinyTokenizer, DirectoryConfigAndChatTemplate) {
   auto tmpl = SelectChatTemplate("auto", tok->chat_template(),
                                  {.bos = tok->bos_token(), .eos = tok->eos_token()});
   ASSERT_TRUE(tmpl.ok()) << tmpl.status();
-  EXPECT_EQ((*tmpl)->name(), "kvs-tiny");
+  EXPECT_EQ((*tmpl)->name(), "jinja");  // the model's own template, rendered by kvserve::jinja
   EXPECT_FALSE((*tmpl)->renders_bos());
   auto prompt = (*tmpl)->Render(std::vector<ChatMessage>{{"user", "Who was Joseph?"}}, true);
   ASSERT_TRUE(prompt.ok());
