@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
+#include "kernels/cpu/packed_linear.h"
 
 namespace kvserve::model {
 namespace {
@@ -108,6 +109,31 @@ absl::StatusOr<LlamaWeights> LlamaWeights::Load(const ModelConfig& c, const Safe
     lw.down = base + o.down;
     w.layers_.push_back(lw);
   }
+  // Packed copies for the forward pass (see the header).
+  using kernels::cpu::PackedLinearFloats;
+  size_t packed_floats = Align(PackedLinearFloats(static_cast<int>(vocab), static_cast<int>(d)));
+  const size_t per_layer = Align(PackedLinearFloats(static_cast<int>(qkv_rows), static_cast<int>(d))) +
+                           Align(PackedLinearFloats(static_cast<int>(d), static_cast<int>(q))) +
+                           Align(PackedLinearFloats(static_cast<int>(2 * inter), static_cast<int>(d))) +
+                           Align(PackedLinearFloats(static_cast<int>(d), static_cast<int>(inter)));
+  packed_floats += per_layer * static_cast<size_t>(c.num_layers);
+  w.packed_.assign(packed_floats, 0.0f);
+  size_t pc = 0;
+  auto pack = [&](const float* src, int64_t out, int64_t in) {
+    float* dst = w.packed_.data() + pc;
+    kernels::cpu::PackLinearWeights(src, static_cast<int>(out), static_cast<int>(in), dst);
+    pc += Align(PackedLinearFloats(static_cast<int>(out), static_cast<int>(in)));
+    return static_cast<const float*>(dst);
+  };
+  w.lm_head_packed_ = pack(w.lm_head_, vocab, d);
+  for (auto& lw : w.layers_) {
+    lw.qkv_packed = pack(lw.qkv, qkv_rows, d);
+    lw.o_packed = pack(lw.o, d, q);
+    lw.gate_up_packed = pack(lw.gate_up, 2 * inter, d);
+    lw.down_packed = pack(lw.down, d, inter);
+  }
+  KVS_CHECK(pc == w.packed_.size(), "packed weight plan and fill disagree");
+
   w.streamed_bytes_ = static_cast<size_t>(c.num_parameters() - (c.tie_word_embeddings ? 0 : vocab * d)) *
                       sizeof(float);
   return w;

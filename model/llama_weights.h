@@ -12,7 +12,12 @@
 //             gate_up    [2 * I][D]              rows: gate_proj | up_proj
 //             down       [D][I]
 //
-// With tied embeddings lm_head points at embed. Loading checks that every expected tensor
+// With tied embeddings lm_head points at embed.
+//
+// The four projections and lm_head are also kept packed for kernels/cpu/packed_linear.h
+// (16-output panels, k-major), which is what the forward pass reads; the row-major copies
+// above stay for code that reads checkpoint-layout weights (calibration, tests). That doubles
+// the fp32 weight memory; a bf16/fp16 packed-only load is the next step (docs/benchmarks.md). Loading checks that every expected tensor
 // is present with the expected shape; extra tensors (rotary caches and the like) are ignored.
 #pragma once
 
@@ -35,6 +40,11 @@ struct LayerWeights {
   const float* post_norm = nullptr;
   const float* gate_up = nullptr;
   const float* down = nullptr;
+  // Packed (kernels/cpu/packed_linear.h) copies of qkv, o, gate_up and down.
+  const float* qkv_packed = nullptr;
+  const float* o_packed = nullptr;
+  const float* gate_up_packed = nullptr;
+  const float* down_packed = nullptr;
 };
 
 class LlamaWeights {
@@ -50,6 +60,7 @@ class LlamaWeights {
   const float* embed() const { return embed_; }            // [V][D]
   const float* final_norm() const { return final_norm_; }  // [D]
   const float* lm_head() const { return lm_head_; }        // [V][D]
+  const float* lm_head_packed() const { return lm_head_packed_; }  // packed [V][D]
   const LayerWeights& layer(int i) const { return layers_[static_cast<size_t>(i)]; }
   int num_layers() const { return static_cast<int>(layers_.size()); }
   // Bytes a forward step streams per token at batch 1: every weight except the embedding
@@ -60,6 +71,8 @@ class LlamaWeights {
  private:
   LlamaWeights() = default;
   std::vector<float> storage_;
+  std::vector<float> packed_;  // packed copies, same order as storage_
+  const float* lm_head_packed_ = nullptr;
   const float* embed_ = nullptr;
   const float* final_norm_ = nullptr;
   const float* lm_head_ = nullptr;
