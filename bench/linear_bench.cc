@@ -2,6 +2,7 @@
 // call by call so machine noise hits both alike:
 //   blas:   kernels::cpu::Linear        (OpenBLAS sgemm/sgemv on row-major weights, per chunk)
 //   packed: kernels::cpu::PackedLinear  (weights packed once, own AVX-512 / portable kernels)
+//   bf16:   kernels::cpu::PackedLinearBf16 (the same on bf16 weights: half the bytes)
 // and a register-only FMA loop for the core's peak (the "fraction of peak" column).
 // Prints GFLOP/s per second of process CPU time and per wall second (medians).
 //
@@ -66,7 +67,11 @@ __attribute__((target("avx512f,fma"))) double PeakGflopsAvx512(double seconds) {
     c1 = CpuSeconds();
   }
   float sink = 0;
-  for (int i = 0; i < 24; ++i) sink += _mm512_reduce_add_ps(acc[i]);
+  for (int i = 0; i < 24; ++i) {
+    float lanes[16];
+    _mm512_storeu_ps(lanes, acc[i]);
+    sink += lanes[0] + lanes[15];
+  }
   if (sink == 12345.0f) std::puts("");
   return static_cast<double>(iters) * 24 * 16 * 2 / (c1 - c0) * 1e-9;
 }
@@ -98,8 +103,8 @@ int main(int argc, char** argv) {
   // kvs-tiny (hidden 192, inter 512) and a ~137M Llama (hidden 768, inter 2048, vocab 32000).
   const Shape shapes[] = {{"tiny gate_up", 192, 1024}, {"tiny down", 512, 192},   {"137M qkv", 768, 2304},
                           {"137M gate_up", 768, 4096}, {"137M down", 2048, 768}, {"137M lm_head", 768, 32000}};
-  std::printf("| shape | in x out | rows | blas GFLOP/s (cpu) | packed GFLOP/s (cpu) | packed / blas | packed %% of peak | blas wall | packed wall |\n");
-  std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::printf("| shape | in x out | rows | blas GFLOP/s (cpu) | packed GFLOP/s (cpu) | packed / blas | packed %% of peak | bf16 GFLOP/s (cpu) | bf16 / packed | blas wall | packed wall |\n");
+  std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   std::mt19937 gen(1);
   std::normal_distribution<float> dist(0.0f, 0.1f);
   for (const Shape& s : shapes) {
@@ -107,6 +112,13 @@ int main(int argc, char** argv) {
     for (float& v : w) v = dist(gen);
     std::vector<float> packed(kvserve::kernels::cpu::PackedLinearFloats(s.out, s.in));
     kvserve::kernels::cpu::PackLinearWeights(w.data(), s.out, s.in, packed.data());
+    std::vector<uint16_t> wb(w.size()), packed_bf16(packed.size());
+    for (size_t i = 0; i < w.size(); ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &w[i], 4);
+      wb[i] = static_cast<uint16_t>(bits >> 16);
+    }
+    kvserve::kernels::cpu::PackLinearWeightsBf16(wb.data(), s.out, s.in, packed_bf16.data());
     for (int64_t rows : {1, 8, 32, 128, 512}) {
       if (rows >= 128 && std::string(s.what).find("lm_head") != std::string::npos) continue;
       std::vector<float> x(static_cast<size_t>(rows * s.in)), y(static_cast<size_t>(rows * s.out));
@@ -114,26 +126,30 @@ int main(int argc, char** argv) {
       const double flops = 2.0 * static_cast<double>(rows) * s.in * s.out;
       // Enough calls per sample for ~20 ms of work at 20 GFLOP/s.
       const int calls = std::max(1, static_cast<int>(4e8 / flops));
-      std::vector<double> bc, bw, pc, pw;
+      std::vector<double> bc, bw, pc, pw, hc, hw;
       for (int rep = 0; rep < repeats; ++rep) {
-        for (int which = 0; which < 2; ++which) {
+        for (int which = 0; which < 3; ++which) {
           const double c0 = CpuSeconds(), w0 = WallSeconds();
           for (int i = 0; i < calls; ++i) {
             if (which == 0) {
               Linear(x.data(), s.in, w.data(), nullptr, y.data(), s.out, rows, s.in, s.out, false);
-            } else {
+            } else if (which == 1) {
               PackedLinear(x.data(), s.in, packed.data(), nullptr, y.data(), s.out, rows, s.in, s.out, false);
+            } else {
+              kvserve::kernels::cpu::PackedLinearBf16(x.data(), s.in, packed_bf16.data(), nullptr, y.data(), s.out,
+                                                      rows, s.in, s.out, false);
             }
           }
           const double gc = flops * calls / (CpuSeconds() - c0) * 1e-9, gw = flops * calls / (WallSeconds() - w0) * 1e-9;
-          (which == 0 ? bc : pc).push_back(gc);
-          (which == 0 ? bw : pw).push_back(gw);
+          (which == 0 ? bc : which == 1 ? pc : hc).push_back(gc);
+          (which == 0 ? bw : which == 1 ? pw : hw).push_back(gw);
         }
       }
       const double mb = Median(bc), mp = Median(pc);
-      std::printf("| %s | %d x %d | %lld | %.1f | %.1f | %.2fx | %.0f%% | %.1f | %.1f |\n", s.what, s.in, s.out,
-                  static_cast<long long>(rows), mb, mp, mp / mb, peak > 0 ? 100.0 * mp / (peak * threads) : 0.0,
-                  Median(bw), Median(pw));
+      const double mh = Median(hc);
+      std::printf("| %s | %d x %d | %lld | %.1f | %.1f | %.2fx | %.0f%% | %.1f | %.2fx | %.1f | %.1f |\n", s.what,
+                  s.in, s.out, static_cast<long long>(rows), mb, mp, mp / mb,
+                  peak > 0 ? 100.0 * mp / (peak * threads) : 0.0, mh, mh / mp, Median(bw), Median(pw));
       std::fflush(stdout);
     }
   }

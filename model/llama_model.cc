@@ -17,6 +17,16 @@
 namespace kvserve::model {
 namespace {
 
+// y (=|+=) x · wᵀ + bias on whichever packed form the weights came in.
+void Project(const float* x, int64_t x_stride, const PackedProjection& w, const float* bias, float* y,
+             int64_t y_stride, int64_t rows, int in, int out, bool accumulate) {
+  if (w.bf16 != nullptr) {
+    kernels::cpu::PackedLinearBf16(x, x_stride, w.bf16, bias, y, y_stride, rows, in, out, accumulate);
+  } else {
+    kernels::cpu::PackedLinear(x, x_stride, w.f32, bias, y, y_stride, rows, in, out, accumulate);
+  }
+}
+
 absl::Status BatchError(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("forward batch: ", what));
 }
@@ -179,7 +189,7 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
     float* scales = kv.layout.has_scales() ? kv.layer_scales[layer] : nullptr;
 
     kernels::cpu::RmsNorm(x_.data(), d, w.input_norm, h_.data(), d, t, d, c.rms_norm_eps);
-    kernels::cpu::PackedLinear(h_.data(), d, w.qkv_packed, w.qkv_bias, qkv_.data(), qkv_stride, t, d, qkv_stride, false);
+    Project(h_.data(), d, w.qkv_packed, w.qkv_bias, qkv_.data(), qkv_stride, t, d, qkv_stride, false);
     if (observers != nullptr && observers->pre_rope_queries) {
       observers->pre_rope_queries(layer, qkv_.data(), qkv_stride, t);
     }
@@ -198,12 +208,12 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
       kernels::cpu::AttentionMass(kv.layout, data, scales, seqs, q, qkv_stride, c.num_heads, scale, lse_.data(),
                                   mass, observers->mass_stride, attn_workspace_.data(), attn_workspace_.size());
     }
-    kernels::cpu::PackedLinear(attn_.data(), q_size, w.o_packed, w.o_bias, x_.data(), d, t, q_size, d, true);
+    Project(attn_.data(), q_size, w.o_packed, w.o_bias, x_.data(), d, t, q_size, d, true);
 
     kernels::cpu::RmsNorm(x_.data(), d, w.post_norm, h_.data(), d, t, d, c.rms_norm_eps);
-    kernels::cpu::PackedLinear(h_.data(), d, w.gate_up_packed, nullptr, gate_up_.data(), 2 * inter, t, d, 2 * inter, false);
+    Project(h_.data(), d, w.gate_up_packed, nullptr, gate_up_.data(), 2 * inter, t, d, 2 * inter, false);
     kernels::cpu::SiluMul(gate_up_.data(), t, inter, act_.data());
-    kernels::cpu::PackedLinear(act_.data(), inter, w.down_packed, nullptr, x_.data(), d, t, inter, d, true);
+    Project(act_.data(), inter, w.down_packed, nullptr, x_.data(), d, t, inter, d, true);
   }
 
   // Only the requested rows go through the final norm and the (large) vocabulary projection.
@@ -212,7 +222,7 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
     std::memcpy(h_.data() + r * d, x_.data() + static_cast<int64_t>(b.logits_rows[r]) * d, d * sizeof(float));
   }
   kernels::cpu::RmsNorm(h_.data(), d, weights_.final_norm(), h_.data(), d, rows, d, c.rms_norm_eps);
-  kernels::cpu::PackedLinear(h_.data(), d, weights_.lm_head_packed(), nullptr, logits.data(), c.vocab_size, rows, d,
+  Project(h_.data(), d, weights_.lm_head_packed(), nullptr, logits.data(), c.vocab_size, rows, d,
                        c.vocab_size, false);
   return absl::OkStatus();
 }

@@ -23,7 +23,7 @@
 // whatever R, P, the chunking or the thread count, so a row's result never depends on what
 // else is in the batch. (The portable kernel uses separate multiply and add, compiled with
 // -ffp-contract=off, so it is equally invariant; it differs from the AVX-512 kernel in the
-// last bits, which is why the two are never mixed in one process.)
+// last bits, which is why PackedLinear picks one per process and sticks to it.)
 #pragma once
 
 #include <cstddef>
@@ -33,11 +33,20 @@ namespace kvserve::kernels::cpu {
 
 inline constexpr int kPanelWidth = 16;
 
-// Floats a packed [out][in] matrix takes.
+// Elements (floats, or bf16 for the bf16 variant) a packed [out][in] matrix takes.
 size_t PackedLinearFloats(int out_features, int in_features);
 
 // w: [out][in] row-major -> packed (PackedLinearFloats floats, 64-byte aligned for speed).
 void PackLinearWeights(const float* w, int out_features, int in_features, float* packed);
+
+// bf16 weights (raw bf16 bits, as checkpoints store them) packed the same way without any
+// conversion: half the bytes to stream. The kernels widen each bf16 to fp32 exactly (a
+// shift) and run the same fp32 FMA chain, so PackedLinearBf16 on bf16 weights equals
+// PackedLinear on the same values held as fp32, bit for bit. (Not vdpbf16ps: that would
+// round the activations to bf16 too.)
+void PackLinearWeightsBf16(const uint16_t* w, int out_features, int in_features, uint16_t* packed);
+void PackedLinearBf16(const float* x, int64_t x_stride, const uint16_t* packed, const float* bias, float* y,
+                      int64_t y_stride, int64_t rows, int in_features, int out_features, bool accumulate);
 
 // Which kernel PackedLinear uses on this CPU ("avx512" or "portable").
 const char* PackedLinearKernelName();
@@ -46,5 +55,13 @@ const char* PackedLinearKernelName();
 // thread's compute team (compute_pool.h), cut into panel groups that depend on the shape only.
 void PackedLinear(const float* x, int64_t x_stride, const float* packed, const float* bias, float* y,
                   int64_t y_stride, int64_t rows, int in_features, int out_features, bool accumulate);
+
+namespace internal {
+// The portable kernel on any CPU, so tests cover it on AVX-512 machines too.
+void PackedLinearPortable(const float* x, int64_t x_stride, const float* packed, const float* bias, float* y,
+                          int64_t y_stride, int64_t rows, int in_features, int out_features, bool accumulate);
+void PackedLinearBf16Portable(const float* x, int64_t x_stride, const uint16_t* packed, const float* bias, float* y,
+                              int64_t y_stride, int64_t rows, int in_features, int out_features, bool accumulate);
+}  // namespace internal
 
 }  // namespace kvserve::kernels::cpu

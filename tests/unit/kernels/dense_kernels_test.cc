@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <thread>
 #include <random>
 #include <vector>
@@ -172,16 +173,20 @@ TEST_P(DenseKernels, PackedLinearMatchesNaive) {
     const auto y0 = y;
     std::vector<float> packed(PackedLinearFloats(c.out, c.in));
     PackLinearWeights(w.data(), c.out, c.in, packed.data());
-    PackedLinear(x.data(), x_stride, packed.data(), c.bias ? b.data() : nullptr, y.data(), y_stride, c.rows, c.in,
-                 c.out, c.accumulate);
+    for (auto* kernel : {&PackedLinear, &internal::PackedLinearPortable}) {
+    y = y0;
+    kernel(x.data(), x_stride, packed.data(), c.bias ? b.data() : nullptr, y.data(), y_stride, c.rows, c.in, c.out,
+           c.accumulate);
     for (int64_t r = 0; r < c.rows; ++r) {
       for (int o = 0; o < c.out; ++o) {
         double acc = c.accumulate ? y0[r * y_stride + o] : 0.0;
         if (c.bias) acc += b[o];
         for (int i = 0; i < c.in; ++i) acc += static_cast<double>(x[r * x_stride + i]) * w[o * c.in + i];
-        ASSERT_NEAR(y[r * y_stride + o], acc, 1e-4) << PackedLinearKernelName() << " rows " << c.rows << " out " << o;
+        ASSERT_NEAR(y[r * y_stride + o], acc, 1e-4)
+            << (kernel == &PackedLinear ? PackedLinearKernelName() : "portable") << " rows " << c.rows << " out " << o;
       }
       for (int64_t o = c.out; o < y_stride; ++o) ASSERT_EQ(y[r * y_stride + o], y0[r * y_stride + o]);
+    }
     }
   }
 }
@@ -196,16 +201,52 @@ TEST_P(DenseKernels, PackedLinearRowDoesNotDependOnTheBatch) {
   auto b = Random(static_cast<size_t>(out), 14);
   std::vector<float> packed(PackedLinearFloats(out, in));
   PackLinearWeights(w.data(), out, in, packed.data());
-  std::vector<float> alone(static_cast<size_t>(max_rows * out));
-  SetComputeThreads(1);
-  for (int64_t r = 0; r < max_rows; ++r) {
-    PackedLinear(x.data() + r * in, in, packed.data(), b.data(), alone.data() + r * out, out, 1, in, out, false);
+  for (auto* kernel : {&PackedLinear, &internal::PackedLinearPortable}) {
+    std::vector<float> alone(static_cast<size_t>(max_rows * out));
+    SetComputeThreads(1);
+    for (int64_t r = 0; r < max_rows; ++r) {
+      kernel(x.data() + r * in, in, packed.data(), b.data(), alone.data() + r * out, out, 1, in, out, false);
+    }
+    SetComputeThreads(GetParam());
+    for (int64_t rows : {2, 4, 5, 12, 13, 25, 40}) {
+      std::vector<float> y(static_cast<size_t>(rows * out));
+      kernel(x.data(), in, packed.data(), b.data(), y.data(), out, rows, in, out, false);
+      for (int64_t i = 0; i < rows * out; ++i) ASSERT_EQ(y[i], alone[i]) << "rows " << rows << " at " << i;
+    }
   }
-  SetComputeThreads(GetParam());
-  for (int64_t rows : {2, 4, 5, 12, 13, 25, 40}) {
-    std::vector<float> y(static_cast<size_t>(rows * out));
-    PackedLinear(x.data(), in, packed.data(), b.data(), y.data(), out, rows, in, out, false);
-    for (int64_t i = 0; i < rows * out; ++i) ASSERT_EQ(y[i], alone[i]) << "rows " << rows << " at " << i;
+}
+
+TEST_P(DenseKernels, PackedLinearBf16EqualsFp32OnTheSameValues) {
+  // bf16 weights are widened exactly, so the bf16 kernels must equal the fp32 kernels run on
+  // the same (bf16-representable) values, bit for bit, for every row-kernel size.
+  const int in = 72, out = 150;
+  const int64_t rows = 17;
+  auto x = Random(static_cast<size_t>(rows * in), 15);
+  auto wf = Random(static_cast<size_t>(out) * in, 16, 0.1f);
+  std::vector<uint16_t> wb(wf.size());
+  for (size_t i = 0; i < wf.size(); ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &wf[i], 4);
+    wb[i] = static_cast<uint16_t>(bits >> 16);  // truncate: any bf16 value will do
+    bits = static_cast<uint32_t>(wb[i]) << 16;
+    std::memcpy(&wf[i], &bits, 4);
+  }
+  std::vector<float> pf(PackedLinearFloats(out, in));
+  std::vector<uint16_t> pb(PackedLinearFloats(out, in));
+  PackLinearWeights(wf.data(), out, in, pf.data());
+  PackLinearWeightsBf16(wb.data(), out, in, pb.data());
+  auto b = Random(static_cast<size_t>(out), 17);
+  for (int64_t n : {1, 3, 4, 5, 12, 17}) {
+    std::vector<float> yf(static_cast<size_t>(n * out)), yb(yf.size()), yfp(yf.size()), ybp(yf.size());
+    PackedLinear(x.data(), in, pf.data(), b.data(), yf.data(), out, n, in, out, false);
+    PackedLinearBf16(x.data(), in, pb.data(), b.data(), yb.data(), out, n, in, out, false);
+    internal::PackedLinearPortable(x.data(), in, pf.data(), b.data(), yfp.data(), out, n, in, out, false);
+    internal::PackedLinearBf16Portable(x.data(), in, pb.data(), b.data(), ybp.data(), out, n, in, out, false);
+    for (size_t i = 0; i < yf.size(); ++i) {
+      ASSERT_EQ(yb[i], yf[i]) << "rows " << n << " at " << i;
+      ASSERT_EQ(ybp[i], yfp[i]) << "portable, rows " << n << " at " << i;
+      ASSERT_NEAR(yf[i], yfp[i], 1e-4);
+    }
   }
 }
 
