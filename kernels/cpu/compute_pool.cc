@@ -16,9 +16,10 @@
 namespace kvserve::kernels::cpu {
 namespace {
 
-// How long an idle worker spins before it sleeps: long enough to cover the gap between two
-// kernels of one forward step, short enough that an idle model frees the core at once.
-constexpr auto kSpinFor = std::chrono::microseconds(100);
+// How long an idle worker spins (beyond 64 pause instructions) before it sleeps. Measured on
+// the 2-vCPU dev VM (docs/benchmarks.md): spinning 100 us made `--threads 2` 0.6x of one
+// thread on a quiet machine (a spinning vCPU slows its sibling), sleeping at once 0.75-1.4x.
+constexpr auto kSpinFor = std::chrono::microseconds(0);
 // How long the caller spins on running chunks before it starts yielding its core (a worker
 // that holds a chunk may be descheduled; yielding lets it run on a busy 2-core box).
 constexpr int kCallerSpins = 2000;

@@ -11,9 +11,9 @@
 //   caller:                      after the counter runs dry, wait until done_ == chunks
 //
 // A worker that has not woken up yet claims nothing, so the caller only ever waits for
-// chunks that are already running (chunks are small). Workers spin for a short while after
-// each job (the next kernel usually follows within microseconds), then sleep on a condition
-// variable, so an idle model costs no CPU. (Not std::atomic::wait: libstdc++ 12 lost
+// chunks that are already running (chunks are small). Workers spin only briefly after each
+// job (64 pauses; see kSpinFor), then sleep on a condition variable, so an idle model costs
+// no CPU and a waiting worker does not slow the caller's core. (Not std::atomic::wait: libstdc++ 12 lost
 // wake-ups in our test.)
 //
 // Invariants: which thread runs a chunk never changes what the chunk computes (callers cut
