@@ -14,7 +14,8 @@
 // Every figure is given twice: per wall-clock second, and per second of process CPU time.
 // On a machine shared with other busy processes the wall figures mostly measure the
 // scheduler; with --threads 1 the CPU-time figures are what an idle core would do (with
-// more threads CPU time also counts OpenMP workers spinning at barriers, so use wall time).
+// more threads CPU time also counts compute-team workers spinning between kernels, so use
+// wall time).
 #include <omp.h>
 #include <time.h>
 

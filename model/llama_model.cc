@@ -1,7 +1,5 @@
 #include "model/llama_model.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -9,7 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
 #include "kernels/cpu/kv_write.h"
-#include "kernels/cpu/linear.h"
+#include "kernels/cpu/compute_pool.h"
+#include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
@@ -17,6 +16,16 @@
 
 namespace kvserve::model {
 namespace {
+
+// y (=|+=) x · wᵀ + bias on whichever packed form the weights came in.
+void Project(const float* x, int64_t x_stride, const PackedProjection& w, const float* bias, float* y,
+             int64_t y_stride, int64_t rows, int in, int out, bool accumulate) {
+  if (w.bf16 != nullptr) {
+    kernels::cpu::PackedLinearBf16(x, x_stride, w.bf16, bias, y, y_stride, rows, in, out, accumulate);
+  } else {
+    kernels::cpu::PackedLinear(x, x_stride, w.f32, bias, y, y_stride, rows, in, out, accumulate);
+  }
+}
 
 absl::Status BatchError(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("forward batch: ", what));
@@ -48,7 +57,7 @@ LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, const ModelOpti
     : config_(std::move(config)),
       weights_(std::move(weights)),
       inv_freq_(RopeInvFreq(config_)),
-      threads_(options.threads > 0 ? options.threads : omp_get_num_procs()),
+      threads_(kernels::cpu::SetComputeThreads(options.threads)),
       max_tokens_(options.max_tokens_per_step),
       logger_(options.logger) {
   const size_t m = static_cast<size_t>(max_tokens_);
@@ -160,7 +169,7 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
   const bool want_mass = observers != nullptr && !observers->attention_mass.empty();
 
   const size_t ws_floats =
-      kernels::cpu::PagedAttentionWorkspaceFloats(kv.layout, c.num_heads, omp_get_max_threads());
+      kernels::cpu::PagedAttentionWorkspaceFloats(kv.layout, c.num_heads, kernels::cpu::ComputeThreads());
   if (attn_workspace_.size() < ws_floats) attn_workspace_.resize(ws_floats);  // once per layout
   if (want_mass) {
     if (lse_.size() < static_cast<size_t>(max_tokens_) * c.num_heads) lse_.resize(static_cast<size_t>(max_tokens_) * c.num_heads);
@@ -180,7 +189,7 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
     float* scales = kv.layout.has_scales() ? kv.layer_scales[layer] : nullptr;
 
     kernels::cpu::RmsNorm(x_.data(), d, w.input_norm, h_.data(), d, t, d, c.rms_norm_eps);
-    kernels::cpu::Linear(h_.data(), d, w.qkv, w.qkv_bias, qkv_.data(), qkv_stride, t, d, qkv_stride, false);
+    Project(h_.data(), d, w.qkv_packed, w.qkv_bias, qkv_.data(), qkv_stride, t, d, qkv_stride, false);
     if (observers != nullptr && observers->pre_rope_queries) {
       observers->pre_rope_queries(layer, qkv_.data(), qkv_stride, t);
     }
@@ -199,12 +208,12 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
       kernels::cpu::AttentionMass(kv.layout, data, scales, seqs, q, qkv_stride, c.num_heads, scale, lse_.data(),
                                   mass, observers->mass_stride, attn_workspace_.data(), attn_workspace_.size());
     }
-    kernels::cpu::Linear(attn_.data(), q_size, w.o, w.o_bias, x_.data(), d, t, q_size, d, true);
+    Project(attn_.data(), q_size, w.o_packed, w.o_bias, x_.data(), d, t, q_size, d, true);
 
     kernels::cpu::RmsNorm(x_.data(), d, w.post_norm, h_.data(), d, t, d, c.rms_norm_eps);
-    kernels::cpu::Linear(h_.data(), d, w.gate_up, nullptr, gate_up_.data(), 2 * inter, t, d, 2 * inter, false);
+    Project(h_.data(), d, w.gate_up_packed, nullptr, gate_up_.data(), 2 * inter, t, d, 2 * inter, false);
     kernels::cpu::SiluMul(gate_up_.data(), t, inter, act_.data());
-    kernels::cpu::Linear(act_.data(), inter, w.down, nullptr, x_.data(), d, t, inter, d, true);
+    Project(act_.data(), inter, w.down_packed, nullptr, x_.data(), d, t, inter, d, true);
   }
 
   // Only the requested rows go through the final norm and the (large) vocabulary projection.
@@ -213,7 +222,7 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
     std::memcpy(h_.data() + r * d, x_.data() + static_cast<int64_t>(b.logits_rows[r]) * d, d * sizeof(float));
   }
   kernels::cpu::RmsNorm(h_.data(), d, weights_.final_norm(), h_.data(), d, rows, d, c.rms_norm_eps);
-  kernels::cpu::Linear(h_.data(), d, weights_.lm_head(), nullptr, logits.data(), c.vocab_size, rows, d,
+  Project(h_.data(), d, weights_.lm_head_packed(), nullptr, logits.data(), c.vocab_size, rows, d,
                        c.vocab_size, false);
   return absl::OkStatus();
 }

@@ -11,7 +11,7 @@
 //               x  += silu_mul(rmsnorm(x) · Wgate_upᵀ) · Wdownᵀ
 //   logits = rmsnorm(x[logits_rows]) · lm_headᵀ                 [R][V]
 //
-// Threads: the OpenMP team size is fixed at construction (ModelOptions::threads; 0: all
+// Threads: the compute team size (kernels/cpu/compute_pool.h) is fixed at construction (ModelOptions::threads; 0: all
 // cores) and applied on whichever thread calls Forward; OpenBLAS runs single-threaded
 // inside that team. Scratch is sized once for max_tokens_per_step rows, so a step does
 // not allocate. Not thread-safe: one engine thread owns a model.

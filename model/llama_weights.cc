@@ -1,9 +1,11 @@
 #include "model/llama_weights.h"
 
+#include <cstring>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
+#include "kernels/cpu/packed_linear.h"
 
 namespace kvserve::model {
 namespace {
@@ -108,8 +110,77 @@ absl::StatusOr<LlamaWeights> LlamaWeights::Load(const ModelConfig& c, const Safe
     lw.down = base + o.down;
     w.layers_.push_back(lw);
   }
-  w.streamed_bytes_ = static_cast<size_t>(c.num_parameters() - (c.tie_word_embeddings ? 0 : vocab * d)) *
-                      sizeof(float);
+  // Packed copies for the forward pass (see the header): bf16 from the checkpoint's own
+  // bytes when it stores the projections in bf16, else fp32.
+  KVS_ASSIGN_OR_RETURN(auto probe, ckpt.Find("model.layers.0.mlp.gate_proj.weight"));
+  KVS_ASSIGN_OR_RETURN(auto head_probe,
+                       ckpt.Find(c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight"));
+  const bool bf16 = c.num_layers > 0 && probe.second->dtype == "BF16" && head_probe.second->dtype == "BF16";
+  using kernels::cpu::PackedLinearFloats;
+  size_t packed_elems = Align(PackedLinearFloats(static_cast<int>(vocab), static_cast<int>(d)));
+  const size_t per_layer = Align(PackedLinearFloats(static_cast<int>(qkv_rows), static_cast<int>(d))) +
+                           Align(PackedLinearFloats(static_cast<int>(d), static_cast<int>(q))) +
+                           Align(PackedLinearFloats(static_cast<int>(2 * inter), static_cast<int>(d))) +
+                           Align(PackedLinearFloats(static_cast<int>(d), static_cast<int>(inter)));
+  packed_elems += per_layer * static_cast<size_t>(c.num_layers);
+  size_t pc = 0;
+  std::vector<uint16_t> rows_bf16;  // one stacked row-major matrix, before packing
+  // Packs the row-major fp32 matrix `src` [out][in], or (bf16) the checkpoint tensors `names`
+  // stacked by rows.
+  auto pack = [&](const float* src, const std::vector<std::string>& names, int64_t out,
+                  int64_t in) -> absl::StatusOr<PackedProjection> {
+    PackedProjection pp;
+    if (!bf16) {
+      float* dst = w.packed_.data() + pc;
+      kernels::cpu::PackLinearWeights(src, static_cast<int>(out), static_cast<int>(in), dst);
+      pp.f32 = dst;
+    } else {
+      rows_bf16.resize(static_cast<size_t>(out * in));
+      size_t at = 0;
+      for (const std::string& name : names) {
+        KVS_ASSIGN_OR_RETURN(auto found, ckpt.Find(name));
+        if (found.second->dtype != "BF16") {
+          return absl::InvalidArgumentError(absl::StrCat(name, " is ", found.second->dtype,
+                                                          "; a bf16 checkpoint needs every projection in BF16"));
+        }
+        const auto bytes = found.first->Bytes(*found.second);
+        if (at + bytes.size() / 2 > rows_bf16.size()) return absl::InvalidArgumentError(absl::StrCat(name, ": too large"));
+        std::memcpy(rows_bf16.data() + at, bytes.data(), bytes.size());
+        at += bytes.size() / 2;
+      }
+      if (at != rows_bf16.size()) return absl::InvalidArgumentError(absl::StrCat(names.front(), ": wrong size"));
+      uint16_t* dst = w.packed_bf16_.data() + pc;
+      kernels::cpu::PackLinearWeightsBf16(rows_bf16.data(), static_cast<int>(out), static_cast<int>(in), dst);
+      pp.bf16 = dst;
+    }
+    pc += Align(PackedLinearFloats(static_cast<int>(out), static_cast<int>(in)));
+    return pp;
+  };
+  if (bf16) {
+    w.packed_bf16_.assign(packed_elems, 0);
+  } else {
+    w.packed_.assign(packed_elems, 0.0f);
+  }
+  KVS_ASSIGN_OR_RETURN(w.lm_head_packed_,
+                       pack(w.lm_head_, {c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight"},
+                            vocab, d));
+  for (int i = 0; i < c.num_layers; ++i) {
+    LayerWeights& lw = w.layers_[static_cast<size_t>(i)];
+    const std::string p = absl::StrCat("model.layers.", i, ".");
+    KVS_ASSIGN_OR_RETURN(lw.qkv_packed, pack(lw.qkv, {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
+                                                      p + "self_attn.v_proj.weight"}, qkv_rows, d));
+    KVS_ASSIGN_OR_RETURN(lw.o_packed, pack(lw.o, {p + "self_attn.o_proj.weight"}, d, q));
+    KVS_ASSIGN_OR_RETURN(lw.gate_up_packed,
+                         pack(lw.gate_up, {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}, 2 * inter, d));
+    KVS_ASSIGN_OR_RETURN(lw.down_packed, pack(lw.down, {p + "mlp.down_proj.weight"}, d, inter));
+  }
+  KVS_CHECK(pc == packed_elems, "packed weight plan and fill disagree");
+
+  // Norms stream as fp32; the packed projections and lm_head at their packed width.
+  const int64_t norm_params = d * (2 * static_cast<int64_t>(c.num_layers) + 1);
+  const int64_t matrix_params = c.num_parameters() - (c.tie_word_embeddings ? 0 : vocab * d) - norm_params;
+  w.streamed_bytes_ = static_cast<size_t>(norm_params) * sizeof(float) +
+                      static_cast<size_t>(matrix_params) * (bf16 ? sizeof(uint16_t) : sizeof(float));
   return w;
 }
 

@@ -12,11 +12,19 @@
 //             gate_up    [2 * I][D]              rows: gate_proj | up_proj
 //             down       [D][I]
 //
-// With tied embeddings lm_head points at embed. Loading checks that every expected tensor
+// With tied embeddings lm_head points at embed.
+//
+// The four projections and lm_head are also kept packed for kernels/cpu/packed_linear.h
+// (16-output panels, k-major), which is what the forward pass reads: in bf16, straight from
+// the checkpoint's bytes, when the checkpoint stores them in bf16 (nothing is rounded, half
+// the bytes are streamed per step), else in fp32 (fp16 checkpoints are widened to fp32).
+// The row-major fp32 copies above stay for code that reads checkpoint-layout weights
+// (calibration, tests); dropping them for the projections is a memory saving left to do. Loading checks that every expected tensor
 // is present with the expected shape; extra tensors (rotary caches and the like) are ignored.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -25,6 +33,12 @@
 #include "model/safetensors.h"
 
 namespace kvserve::model {
+
+// One projection in packed form: exactly one of the two is set.
+struct PackedProjection {
+  const float* f32 = nullptr;
+  const uint16_t* bf16 = nullptr;
+};
 
 struct LayerWeights {
   const float* input_norm = nullptr;
@@ -35,6 +49,11 @@ struct LayerWeights {
   const float* post_norm = nullptr;
   const float* gate_up = nullptr;
   const float* down = nullptr;
+  // Packed (kernels/cpu/packed_linear.h) copies of qkv, o, gate_up and down.
+  PackedProjection qkv_packed;
+  PackedProjection o_packed;
+  PackedProjection gate_up_packed;
+  PackedProjection down_packed;
 };
 
 class LlamaWeights {
@@ -50,6 +69,8 @@ class LlamaWeights {
   const float* embed() const { return embed_; }            // [V][D]
   const float* final_norm() const { return final_norm_; }  // [D]
   const float* lm_head() const { return lm_head_; }        // [V][D]
+  const PackedProjection& lm_head_packed() const { return lm_head_packed_; }  // packed [V][D]
+  bool bf16_projections() const { return lm_head_packed_.bf16 != nullptr; }
   const LayerWeights& layer(int i) const { return layers_[static_cast<size_t>(i)]; }
   int num_layers() const { return static_cast<int>(layers_.size()); }
   // Bytes a forward step streams per token at batch 1: every weight except the embedding
@@ -60,6 +81,9 @@ class LlamaWeights {
  private:
   LlamaWeights() = default;
   std::vector<float> storage_;
+  std::vector<float> packed_;          // fp32 packed copies, same order as storage_
+  std::vector<uint16_t> packed_bf16_;  // or bf16 ones
+  PackedProjection lm_head_packed_;
   const float* embed_ = nullptr;
   const float* final_norm_ = nullptr;
   const float* lm_head_ = nullptr;

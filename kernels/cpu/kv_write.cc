@@ -1,6 +1,9 @@
 #include "kernels/cpu/kv_write.h"
 
+#include <algorithm>
+
 #include "base/check.h"
+#include "kernels/cpu/compute_pool.h"
 #include "kernels/cpu/kv_quant.h"
 
 namespace kvserve::kernels::cpu {
@@ -10,8 +13,10 @@ void WriteKv(const cache::KvLayout& layout, std::byte* layer_data, float* layer_
              int64_t num_tokens) {
   KVS_DCHECK(!layout.has_scales() || layer_scales != nullptr, "scaled KV dtype without scales");
   const int64_t rows = num_tokens * layout.num_kv_heads;
-#pragma omp parallel for schedule(static) if (rows * layout.head_dim >= (1 << 15))
-  for (int64_t idx = 0; idx < rows; ++idx) {
+  constexpr int64_t kChunkRows = 64;
+  const int64_t chunks = (rows + kChunkRows - 1) / kChunkRows;
+  ParallelFor(chunks, rows * layout.head_dim >= (1 << 15), [&](int64_t chunk, int) {
+  for (int64_t idx = chunk * kChunkRows; idx < std::min(rows, (chunk + 1) * kChunkRows); ++idx) {
     const int64_t t = idx / layout.num_kv_heads;
     const int head = static_cast<int>(idx - t * layout.num_kv_heads);
     const int64_t slot = slot_mapping[t];
@@ -22,6 +27,7 @@ void WriteKv(const cache::KvLayout& layout, std::byte* layer_data, float* layer_
     WriteKvRow(layout, layer_data, layer_scales, block, 0, head, offset, k + t * kv_stride + col);
     WriteKvRow(layout, layer_data, layer_scales, block, 1, head, offset, v + t * kv_stride + col);
   }
+  });
 }
 
 }  // namespace kvserve::kernels::cpu

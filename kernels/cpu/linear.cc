@@ -1,7 +1,6 @@
 #include "kernels/cpu/linear.h"
 
 #include <cblas.h>
-#include <omp.h>
 
 #include <algorithm>
 
@@ -13,6 +12,9 @@ namespace {
 constexpr int64_t kParallelMacs = 1 << 18;
 // Slices are whole multiples of this many output features (keeps sgemm/sgemv panels whole).
 constexpr int kSliceAlign = 16;
+// Work per chunk (multiply-adds) and the most chunks one call is cut into.
+constexpr int64_t kChunkMacs = 1 << 16;
+constexpr int kMaxChunks = 32;
 
 void LinearSlice(const float* x, int64_t x_stride, const float* w, const float* bias, float* y,
                  int64_t y_stride, int64_t rows, int in_features, int begin, int end,
@@ -45,32 +47,19 @@ void LinearSlice(const float* x, int64_t x_stride, const float* w, const float* 
 
 }  // namespace
 
-int SetComputeThreads(int threads) {
-  const int n = threads > 0 ? threads : omp_get_num_procs();
-  omp_set_num_threads(n);
-  openblas_set_num_threads(1);
-  return n;
-}
-
 void Linear(const float* x, int64_t x_stride, const float* w, const float* bias, float* y,
             int64_t y_stride, int64_t rows, int in_features, int out_features, bool accumulate) {
   if (rows <= 0 || out_features <= 0) return;
   const int64_t macs = rows * in_features * static_cast<int64_t>(out_features);
-  const int max_threads = omp_get_max_threads();
-  if (max_threads == 1 || macs < kParallelMacs || out_features < 2 * kSliceAlign) {
-    LinearSlice(x, x_stride, w, bias, y, y_stride, rows, in_features, 0, out_features, accumulate);
-    return;
-  }
   const int units = (out_features + kSliceAlign - 1) / kSliceAlign;
-  const int parts = std::min(max_threads, units);
-#pragma omp parallel num_threads(parts)
-  {
-    const int t = omp_get_thread_num();
-    const int nt = omp_get_num_threads();
-    const int begin = std::min(out_features, units * t / nt * kSliceAlign);
-    const int end = std::min(out_features, units * (t + 1) / nt * kSliceAlign);
+  // Fixed cut: enough chunks that a late or descheduled worker leaves little for the caller
+  // to wait on, each still big enough to amortise its sgemm call.
+  const int64_t chunks = std::clamp<int64_t>(macs / kChunkMacs, 1, std::min(units, kMaxChunks));
+  ParallelFor(chunks, macs >= kParallelMacs, [&](int64_t c, int) {
+    const int begin = static_cast<int>(std::min<int64_t>(out_features, units * c / chunks * kSliceAlign));
+    const int end = static_cast<int>(std::min<int64_t>(out_features, units * (c + 1) / chunks * kSliceAlign));
     LinearSlice(x, x_stride, w, bias, y, y_stride, rows, in_features, begin, end, accumulate);
-  }
+  });
 }
 
 }  // namespace kvserve::kernels::cpu

@@ -1,27 +1,27 @@
-// Dense linear layer on OpenBLAS, parallelised by this library (not by OpenBLAS):
+// Dense linear layer on OpenBLAS, parallelised by this library (not by OpenBLAS). The model
+// runs on packed_linear.h since issue 14; this stays as the OpenBLAS baseline that
+// bench/linear_bench.cc measures the packed kernels against:
 //
 //   y[rows][out] = x[rows][in] · w[out][in]ᵀ + bias[out]          (accumulate = false)
 //   y[rows][out] += x[rows][in] · w[out][in]ᵀ + bias[out]         (accumulate = true)
 //
 //            out_features
 //   w:  ┌──────┬──────┬───┐   the output features are cut into one contiguous slice per
-//       │ t0   │ t1   │ … │   OpenMP thread; each thread runs single-threaded sgemm (or
-//       └──────┴──────┴───┘   sgemv for one row) on its slice of w and of y.
+//       │ c0   │ c1   │ … │   chunk of the team (compute_pool.h); each chunk runs single-
+//       └──────┴──────┴───┘   threaded sgemm (or sgemv for one row) on its slice of w and y.
 //
+// Chunks depend on the shape only, never on the thread count, so results do not either.
 // NOTE: one thread pool. OpenBLAS (pthread build) would otherwise start its own workers,
-// which compete with the OpenMP team for the same cores (OpenMP workers spin between
-// regions); SetComputeThreads pins OpenBLAS to one thread and sizes the OpenMP team.
+// which compete with the team for the same cores; SetComputeThreads (compute_pool.h) pins
+// OpenBLAS to one thread and sizes the team.
 // `accumulate` turns the residual add into the GEMM's beta = 1 at no extra pass.
 #pragma once
 
 #include <cstdint>
 
-namespace kvserve::kernels::cpu {
+#include "kernels/cpu/compute_pool.h"  // SetComputeThreads
 
-// Sets the OpenMP team size for parallel regions started by the calling thread (0: all
-// cores) and puts OpenBLAS in single-threaded mode. Returns the team size in effect.
-// Call it on the thread that will run the kernels (it is cheap to call per step).
-int SetComputeThreads(int threads);
+namespace kvserve::kernels::cpu {
 
 // x:    [rows][x_stride]   (first in_features floats of each row)
 // w:    [out_features][in_features]   row-major, contiguous

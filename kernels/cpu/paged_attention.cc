@@ -1,12 +1,11 @@
 #include "kernels/cpu/paged_attention.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "base/check.h"
+#include "kernels/cpu/compute_pool.h"
 #include "kernels/cpu/kv_quant.h"
 #include "kernels/cpu/simd.h"
 
@@ -97,8 +96,8 @@ struct AttnArgs {
 };
 
 // NOTE: the per-item bodies are separate functions so target_clones can build an AVX2
-// variant next to the baseline one (resolved once at load time); the OpenMP-outlined loop
-// bodies themselves cannot be cloned. head_dim-long dot products, axpys and the exps of
+// variant next to the baseline one (resolved once at load time); the lambdas handed to the
+// compute team stay thin. head_dim-long dot products, axpys and the exps of
 // the scores are where the time goes (simd.h), and they are twice as wide with AVX2.
 #define KVS_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 
@@ -222,16 +221,15 @@ void PagedAttention(const cache::KvLayout& layout, const std::byte* layer_data,
   const int group = num_heads / kv_heads;
   KVS_CHECK(group * kv_heads == num_heads, "num_heads ", num_heads, " not a multiple of ", kv_heads);
   const size_t per_thread = PerThreadFloats(layout, group);
-  KVS_CHECK(workspace_floats >= per_thread * static_cast<size_t>(omp_get_max_threads()),
+  KVS_CHECK(workspace_floats >= per_thread * static_cast<size_t>(ComputeThreads()),
             "attention workspace too small: ", workspace_floats, " floats");
   const AttnArgs a{layout, layer_data, layer_scales, seqs, q, q_stride, num_heads, group, scale};
   const int64_t items = static_cast<int64_t>(seqs.seq_starts[seqs.num_seqs]) * kv_heads;
   const bool parallel = items > 1 && AttentionMacs(seqs, num_heads, layout.head_dim) >= kParallelMacs;
 
-#pragma omp parallel for schedule(dynamic, 1) if (parallel)
-  for (int64_t item = 0; item < items; ++item) {
-    AttendItem(a, item, workspace + per_thread * static_cast<size_t>(omp_get_thread_num()), out, out_stride, lse);
-  }
+  ParallelFor(items, parallel, [&](int64_t item, int slot) {
+    AttendItem(a, item, workspace + per_thread * static_cast<size_t>(slot), out, out_stride, lse);
+  });
 }
 
 void AttentionMass(const cache::KvLayout& layout, const std::byte* layer_data,
@@ -241,7 +239,7 @@ void AttentionMass(const cache::KvLayout& layout, const std::byte* layer_data,
   const int kv_heads = layout.num_kv_heads;
   const int group = num_heads / kv_heads;
   const size_t per_thread = PerThreadFloats(layout, group);
-  KVS_CHECK(workspace_floats >= per_thread * static_cast<size_t>(omp_get_max_threads()),
+  KVS_CHECK(workspace_floats >= per_thread * static_cast<size_t>(ComputeThreads()),
             "attention workspace too small: ", workspace_floats, " floats");
   for (int s = 0; s < seqs.num_seqs; ++s) {
     KVS_CHECK(seqs.kv_lens[s] <= mass_stride, "attention mass stride ", mass_stride, " < kv_len ", seqs.kv_lens[s]);
@@ -251,10 +249,9 @@ void AttentionMass(const cache::KvLayout& layout, const std::byte* layer_data,
   const bool parallel = items > 1 && AttentionMacs(seqs, num_heads, layout.head_dim) >= kParallelMacs;
 
   // One item owns mass[s][g][*], so no two threads add into the same slot.
-#pragma omp parallel for schedule(dynamic, 1) if (parallel)
-  for (int64_t item = 0; item < items; ++item) {
-    MassItem(a, item, workspace + per_thread * static_cast<size_t>(omp_get_thread_num()), lse, mass, mass_stride);
-  }
+  ParallelFor(items, parallel, [&](int64_t item, int slot) {
+    MassItem(a, item, workspace + per_thread * static_cast<size_t>(slot), lse, mass, mass_stride);
+  });
 }
 
 }  // namespace kvserve::kernels::cpu

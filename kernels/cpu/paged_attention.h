@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "cache/kv_layout.h"
+#include "kernels/cpu/compute_pool.h"  // ComputeThreads() sizes the workspace
 
 namespace kvserve::kernels::cpu {
 
@@ -41,7 +42,7 @@ size_t PagedAttentionWorkspaceFloats(const cache::KvLayout& layout, int num_head
 // q:     [num_tokens][q_stride]; each row starts with num_heads * head_dim floats (RoPE applied)
 // out:   [num_tokens][out_stride]; num_heads * head_dim floats written per row
 // lse:   [num_tokens][num_heads] log-sum-exp of each row's scaled scores, or nullptr
-// workspace: PagedAttentionWorkspaceFloats(layout, num_heads, omp_get_max_threads()) floats
+// workspace: PagedAttentionWorkspaceFloats(layout, num_heads, ComputeThreads()) floats
 // scale: softmax scale (1/sqrt(head_dim) for Llama)
 void PagedAttention(const cache::KvLayout& layout, const std::byte* layer_data,
                     const float* layer_scales, const PagedSeqs& seqs, const float* q,

@@ -1,6 +1,9 @@
 #include "kernels/cpu/rmsnorm.h"
 
+#include <algorithm>
 #include <cmath>
+
+#include "kernels/cpu/compute_pool.h"
 
 namespace kvserve::kernels::cpu {
 namespace {
@@ -26,8 +29,12 @@ void RmsNorm(const float* x, int64_t x_stride, const float* weight, float* out,
     for (int64_t r = 0; r < rows; ++r) RmsNormRow(x + r * x_stride, weight, out + r * out_stride, dim, eps);
     return;
   }
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) RmsNormRow(x + r * x_stride, weight, out + r * out_stride, dim, eps);
+  constexpr int64_t kChunkRows = 8;
+  ParallelFor((rows + kChunkRows - 1) / kChunkRows, true, [&](int64_t chunk, int) {
+    for (int64_t r = chunk * kChunkRows; r < std::min(rows, (chunk + 1) * kChunkRows); ++r) {
+      RmsNormRow(x + r * x_stride, weight, out + r * out_stride, dim, eps);
+    }
+  });
 }
 
 }  // namespace kvserve::kernels::cpu

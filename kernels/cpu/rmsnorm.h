@@ -15,7 +15,7 @@ namespace kvserve::kernels::cpu {
 // x:      [rows][x_stride]   (first `dim` floats of each row are used)
 // weight: [dim]
 // out:    [rows][out_stride]
-// Runs on the calling thread's OpenMP team size (parallel over rows when there are many).
+// Runs on the calling thread's compute team (compute_pool.h) (parallel over rows when there are many).
 void RmsNorm(const float* x, int64_t x_stride, const float* weight, float* out,
              int64_t out_stride, int64_t rows, int dim, float eps);
 

@@ -1,17 +1,23 @@
 #include "kernels/cpu/rope.h"
 
+#include <algorithm>
 #include <cmath>
+
+#include "kernels/cpu/compute_pool.h"
 
 namespace kvserve::kernels::cpu {
 namespace {
 // Rows below which the work (a few hundred flops per head) does not pay for a fork/join.
 constexpr int64_t kParallelTokens = 64;
+// Tokens per chunk of the team (fixed, so results never depend on the thread count).
+constexpr int64_t kChunkTokens = 16;
+int64_t Chunks(int64_t n) { return (n + kChunkTokens - 1) / kChunkTokens; }
 }  // namespace
 
 void RopeCosSin(const int32_t* positions, int64_t num_tokens, const float* inv_freq, int half,
                 float* cos_sin) {
-#pragma omp parallel for schedule(static) if (num_tokens >= kParallelTokens)
-  for (int64_t t = 0; t < num_tokens; ++t) {
+  ParallelFor(Chunks(num_tokens), num_tokens >= kParallelTokens, [&](int64_t chunk, int) {
+  for (int64_t t = chunk * kChunkTokens; t < std::min(num_tokens, (chunk + 1) * kChunkTokens); ++t) {
     float* row = cos_sin + t * 2 * half;
     const double p = positions[t];
     for (int f = 0; f < half; ++f) {
@@ -20,13 +26,14 @@ void RopeCosSin(const int32_t* positions, int64_t num_tokens, const float* inv_f
       row[half + f] = static_cast<float>(std::sin(angle));
     }
   }
+  });
 }
 
 void ApplyRope(float* x, int64_t num_tokens, int num_heads, int head_dim, int64_t row_stride,
                const float* cos_sin) {
   const int half = head_dim / 2;
-#pragma omp parallel for schedule(static) if (num_tokens >= kParallelTokens)
-  for (int64_t t = 0; t < num_tokens; ++t) {
+  ParallelFor(Chunks(num_tokens), num_tokens >= kParallelTokens, [&](int64_t chunk, int) {
+  for (int64_t t = chunk * kChunkTokens; t < std::min(num_tokens, (chunk + 1) * kChunkTokens); ++t) {
     const float* c = cos_sin + t * head_dim;
     const float* s = c + half;
     for (int h = 0; h < num_heads; ++h) {
@@ -41,6 +48,7 @@ void ApplyRope(float* x, int64_t num_tokens, int num_heads, int head_dim, int64_
       }
     }
   }
+  });
 }
 
 }  // namespace kvserve::kernels::cpu

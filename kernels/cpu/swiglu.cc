@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/compute_pool.h"
+
 namespace kvserve::kernels::cpu {
 namespace {
 
@@ -26,21 +28,21 @@ void SiluMul(const float* gate_up, int64_t rows, int inter, float* out) {
   if (rows < 4) {
     // A few wide decode rows: split the columns instead.
     const int64_t chunks = (inter + kColumnChunk - 1) / kColumnChunk;
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < chunks; ++c) {
+    ParallelFor(rows * chunks, true, [&](int64_t item, int) {
+      {
+        const int64_t r = item / chunks;
+        const int64_t c = item - r * chunks;
         const int64_t begin = c * kColumnChunk;
         const int64_t n = std::min<int64_t>(kColumnChunk, inter - begin);
         const float* row = gate_up + r * 2 * inter;
         SiluMulRange(row + begin, row + inter + begin, out + r * inter + begin, n);
       }
-    }
+    });
     return;
   }
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
+  ParallelFor(rows, true, [&](int64_t r, int) {
     SiluMulRange(gate_up + r * 2 * inter, gate_up + r * 2 * inter + inter, out + r * inter, inter);
-  }
+  });
 }
 
 }  // namespace kvserve::kernels::cpu
