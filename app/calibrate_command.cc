@@ -62,7 +62,7 @@ int RunCalibrate(const ParsedArgs& args, char** envp, std::ostream& /*out*/, std
       args, envp, "calibrate",
       // One calibration window per forward step, capped by the model's context.
       [window](const config::Config&, const model::ModelConfig& mc) {
-        return static_cast<int>(std::min(window, mc.max_context()));
+        return static_cast<int>(window > 0 ? std::min(window, mc.max_context()) : mc.max_context());
       },
       err, loaded);
   if (rc != kExitOk) return rc;
@@ -95,7 +95,7 @@ int RunCalibrate(const ParsedArgs& args, char** envp, std::ostream& /*out*/, std
   if (special.size() == 1 && special.front() == tok.bos_id()) copts.bos = special.front();
   copts.source = absl::StrCat("model ", std::filesystem::path(loaded.dir).filename().string(), ", text ",
                               std::filesystem::path(opts->text_path).filename().string(), ", ", opts->max_tokens,
-                              " tokens, window ", std::min(opts->window, context));
+                              " tokens, window ", opts->window > 0 ? std::min(opts->window, context) : context);
   const auto t0 = std::chrono::steady_clock::now();
   auto stats = compression::CalibrateModel(m, tokens, copts);
   if (!stats.ok()) {

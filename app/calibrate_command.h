@@ -3,7 +3,8 @@
 // file (compression/triattention_stats.h) that the `triattention` policy loads. It runs the
 // model on the CPU over the first N tokens of the text (default 32768, the paper's
 // calibration length; a shorter text is an error unless --max-tokens is lowered explicitly),
-// in fresh sequences of --window tokens (default 512, capped at the model's context).
+// in fresh sequences of --window tokens (default: the model's context, as the paper
+// calibrates; capped at the context).
 #pragma once
 
 #include <cstdint>
@@ -21,7 +22,7 @@ struct CalibrateOptions {
   std::string text_path;
   std::string out_path;
   int64_t max_tokens = 32768;
-  int64_t window = 512;
+  int64_t window = 0;  // 0: the model's context
 };
 
 // Reads the switches; errors name the flag.

@@ -56,7 +56,8 @@ std::string KeyText(int64_t k) {
 }
 
 struct PasskeyItem {
-  std::vector<int32_t> prompt;
+  std::vector<int32_t> prompt;   // prefill mode: the whole context; decode mode: BOS
+  std::vector<int32_t> forced;   // decode mode: filler + key + filler + question
   std::vector<int32_t> answer;
 };
 
@@ -71,19 +72,59 @@ struct Row {
   double seconds = 0.0;
 };
 
-// Perplexity: the "prompt" is the window's BOS, protected as prompts are by default (it is
-// the attention sink every policy would otherwise be free to drop). Passkey: the prompt is
-// the context under test and is not protected.
-compression::PolicyParams ParamsFor(CompressionPolicyKind kind, int64_t budget, const EvalCommandOptions& o,
+// A policy row of the table: a kind plus, for the TriAttention variants, the PolicyParams
+// option it diagnoses.
+struct Variant {
+  std::string label;
+  CompressionPolicyKind kind = CompressionPolicyKind::kFull;
+  bool ablation = false;  // a TriAttention variant (run at --ablation-budgets)
+  compression::TriSelection selection = compression::TriSelection::kCrossLayer;
+  compression::TriScoreTerms terms = compression::TriScoreTerms::kBoth;
+  compression::TriOffsetPool pool = compression::TriOffsetPool::kMean;
+};
+
+absl::StatusOr<Variant> ParseVariant(const std::string& name) {
+  Variant v;
+  v.label = name;
+  v.kind = CompressionPolicyKind::kTriAttention;
+  v.ablation = true;
+  if (name == "triattention-perlayer") v.selection = compression::TriSelection::kPerLayer;
+  else if (name == "triattention-trig") v.terms = compression::TriScoreTerms::kTrigOnly;
+  else if (name == "triattention-norm") v.terms = compression::TriScoreTerms::kNormOnly;
+  else if (name == "triattention-max") v.pool = compression::TriOffsetPool::kMax;
+  else {
+    auto kind = config::ParseCompressionPolicy(name);
+    if (!kind || *kind == CompressionPolicyKind::kFull || *kind == CompressionPolicyKind::kAuto) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--policies: '", name,
+          "' is not one of triattention, streamingllm, snapkv, h2o, triattention-perlayer, triattention-trig, "
+          "triattention-norm, triattention-max"));
+    }
+    v.kind = *kind;
+    v.ablation = false;
+  }
+  return v;
+}
+
+// Prefill mode: perplexity windows protect their BOS (the attention sink every policy would
+// otherwise be free to drop); the passkey prompt is the context under test and is not
+// protected; rounds also run between prefill chunks. Decode mode: the prompt (BOS) is
+// protected and rounds run after decode steps only (the defaults).
+compression::PolicyParams ParamsFor(const Variant& v, int64_t budget, const EvalCommandOptions& o,
                                     const config::Config& cfg, int64_t prompt_len, bool protect_prompt) {
-  compression::PolicyParams p = compression::ParamsFromConfig(cfg.compression, kind, prompt_len);
+  compression::PolicyParams p = compression::ParamsFromConfig(cfg.compression, v.kind, prompt_len);
   p.protect_prompt = protect_prompt;
+  p.compress_prefill = !o.decode_mode;
   p.budget = budget;
   p.divide_length = o.divide_length;
-  // streamingllm keeps sinks + window: give it the same budget. snapkv's observation window
-  // must leave room to select: at most a quarter of the budget.
-  if (kind == CompressionPolicyKind::kStreamingLlm) p.window = std::max<int64_t>(1, budget - p.sinks);
-  if (kind == CompressionPolicyKind::kSnapKv) p.window = std::max<int64_t>(1, std::min<int64_t>(p.window, budget / 4));
+  p.tri_selection = v.selection;
+  p.tri_terms = v.terms;
+  p.tri_offset_pool = v.pool;
+  // Every policy compresses back to the same budget (streamingllm: sinks + recent = B).
+  // snapkv's observation window must leave room to select: at most a quarter of the budget.
+  if (v.kind == CompressionPolicyKind::kSnapKv) {
+    p.window = std::max<int64_t>(1, std::min<int64_t>(compression::RecentWindow(p), budget / 4));
+  }
   return p;
 }
 
@@ -98,7 +139,23 @@ absl::StatusOr<EvalCommandOptions> ParseEvalOptions(const ParsedArgs& args) {
   if (auto v = SwitchValue(args, "--passkey")) KVS_RETURN_IF_ERROR(ParseAtLeast("--passkey", *v, 0, o.passkey_prompts));
   if (auto v = SwitchValue(args, "--filler")) KVS_RETURN_IF_ERROR(ParseAtLeast("--filler", *v, 1, o.filler_tokens));
   if (auto v = SwitchValue(args, "--divide-length")) {
-    KVS_RETURN_IF_ERROR(ParseAtLeast("--divide-length", *v, 1, o.divide_length));
+    KVS_RETURN_IF_ERROR(ParseAtLeast("--divide-length", *v, 0, o.divide_length));
+  }
+  if (auto v = SwitchValue(args, "--mode")) {
+    if (*v != "prefill" && *v != "decode") {
+      return absl::InvalidArgumentError(absl::StrCat("--mode: '", *v, "' is not prefill or decode"));
+    }
+    o.decode_mode = *v == "decode";
+  }
+  if (auto v = SwitchValue(args, "--ppl-sequences")) {
+    KVS_RETURN_IF_ERROR(ParseAtLeast("--ppl-sequences", *v, 0, o.ppl_sequences));
+  }
+  if (auto v = SwitchValue(args, "--ablation-budgets")) {
+    for (absl::string_view b : absl::StrSplit(*v, ',')) {
+      int64_t x = 0;
+      KVS_RETURN_IF_ERROR(ParseAtLeast("--ablation-budgets", std::string(b), 8, x));
+      o.ablation_budgets.push_back(x);
+    }
   }
   if (auto v = SwitchValue(args, "--chunk")) KVS_RETURN_IF_ERROR(ParseAtLeast("--chunk", *v, 1, o.chunk));
   if (auto v = SwitchValue(args, "--ppl-tokens")) KVS_RETURN_IF_ERROR(ParseAtLeast("--ppl-tokens", *v, 0, o.ppl_tokens));
@@ -116,12 +173,8 @@ absl::StatusOr<EvalCommandOptions> ParseEvalOptions(const ParsedArgs& args) {
   if (auto v = SwitchValue(args, "--policies")) {
     o.policies.clear();
     for (absl::string_view name : absl::StrSplit(*v, ',')) {
-      auto kind = config::ParseCompressionPolicy(std::string(name));
-      if (!kind || *kind == CompressionPolicyKind::kFull || *kind == CompressionPolicyKind::kAuto) {
-        return absl::InvalidArgumentError(absl::StrCat("--policies: '", name,
-                                                       "' is not one of triattention, streamingllm, snapkv, h2o"));
-      }
-      o.policies.push_back(*kind);
+      KVS_ASSIGN_OR_RETURN(const Variant variant, ParseVariant(std::string(name)));
+      o.policies.push_back(variant.label);
     }
   }
   return o;
@@ -161,7 +214,15 @@ int RunEval(const ParsedArgs& args, char** envp, std::ostream& out, std::ostream
   // TriAttention statistics beside the model (the file `serve` loads by default).
   std::unique_ptr<compression::TriAttentionStats> stats;
   const std::string stats_path = compression::StatsPathFor(loaded.config.compression.stats_path, loaded.dir);
-  if (std::find(o.policies.begin(), o.policies.end(), CompressionPolicyKind::kTriAttention) != o.policies.end()) {
+  std::vector<Variant> variants;
+  for (const std::string& name : o.policies) {
+    auto v = ParseVariant(name);
+    KVS_CHECK(v.ok(), "policies were validated by ParseEvalOptions");
+    variants.push_back(*v);
+  }
+  const bool need_stats = std::any_of(variants.begin(), variants.end(),
+                                      [](const Variant& v) { return v.kind == CompressionPolicyKind::kTriAttention; });
+  if (need_stats) {
     auto s = compression::LoadStatsForModel(stats_path, m.config(), m.rope_inv_freq());
     if (!s.ok()) {
       err << "kvserve eval: " << s.status().message() << "\n";
@@ -170,7 +231,7 @@ int RunEval(const ParsedArgs& args, char** envp, std::ostream& out, std::ostream
     stats = std::make_unique<compression::TriAttentionStats>(std::move(*s));
   }
   base::SteadyClock clock;
-  const compression::PolicyContext ctx = compression::ContextFor(m, stats.get(), &clock);
+  const compression::PolicyContext ctx = compression::ContextFor(m.config(), m.rope_inv_freq(), stats.get(), &clock);
 
   // Passkey prompts, deterministic in --seed.
   std::mt19937_64 rng(o.seed);
@@ -182,14 +243,20 @@ int RunEval(const ParsedArgs& args, char** envp, std::ostream& out, std::ostream
     const double depth = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
     const size_t d = static_cast<size_t>(depth * o.filler_tokens);
     PasskeyItem it;
+    std::vector<int32_t>& body = o.decode_mode ? it.forced : it.prompt;
     it.prompt.push_back(bos);
-    it.prompt.insert(it.prompt.end(), filler_ids.begin() + off, filler_ids.begin() + off + d);
+    body.insert(body.end(), filler_ids.begin() + off, filler_ids.begin() + off + d);
     const std::vector<int32_t> key = tok.encode(KeyText(k), false);
-    it.prompt.insert(it.prompt.end(), key.begin(), key.end());
-    it.prompt.insert(it.prompt.end(), filler_ids.begin() + off + d, filler_ids.begin() + off + o.filler_tokens);
-    it.prompt.insert(it.prompt.end(), question.begin(), question.end());
+    body.insert(body.end(), key.begin(), key.end());
+    body.insert(body.end(), filler_ids.begin() + off + d, filler_ids.begin() + off + o.filler_tokens);
+    body.insert(body.end(), question.begin(), question.end());
     it.answer = tok.encode(std::to_string(k), false);
     items.push_back(std::move(it));
+  }
+  if (o.decode_mode && static_cast<int64_t>(text_ids.size()) < o.ppl_sequences * o.ppl_window) {
+    err << "kvserve eval: the text holds " << text_ids.size() << " tokens; --ppl-sequences " << o.ppl_sequences
+        << " of --ppl-window " << o.ppl_window << " need more\n";
+    return kExitUsage;
   }
 
   compression::EvalOptions eo;
@@ -197,45 +264,78 @@ int RunEval(const ParsedArgs& args, char** envp, std::ostream& out, std::ostream
   eo.block_size = loaded.config.cache.block_size;
   eo.kv_dtype = loaded.config.cache.kv_dtype;
 
-  std::vector<std::pair<CompressionPolicyKind, int64_t>> configs{{CompressionPolicyKind::kFull, 0}};
-  for (auto kind : o.policies) {
-    for (int64_t b : o.budgets) configs.emplace_back(kind, b);
+  Variant full;
+  full.label = "full";
+  std::vector<std::pair<Variant, int64_t>> configs{{full, 0}};
+  for (const Variant& v : variants) {
+    const std::vector<int64_t>& budgets = v.ablation && !o.ablation_budgets.empty() ? o.ablation_budgets : o.budgets;
+    for (int64_t b : budgets) configs.emplace_back(v, b);
   }
   std::vector<Row> rows;
-  for (auto [kind, budget] : configs) {
+  for (const auto& [variant, budget] : configs) {
     const auto t0 = std::chrono::steady_clock::now();
     Row row;
-    row.policy = std::string(config::Name(kind));
+    row.policy = variant.label;
     row.budget = budget;
     double nll = 0.0, ratio_sum = 0.0;
     int64_t scored = 0, windows = 0;
-    for (int64_t begin = 0; begin + 1 < o.ppl_tokens; begin += o.ppl_window - 1) {
-      std::vector<int32_t> window{bos};
-      const int64_t end = std::min<int64_t>(o.ppl_tokens, begin + o.ppl_window - 1);
-      window.insert(window.end(), text_ids.begin() + begin, text_ids.begin() + end);
-      if (window.size() < 2) break;
-      const auto params = ParamsFor(kind, budget, o, loaded.config, /*prompt_len=*/1, /*protect_prompt=*/true);
-      if (absl::Status st = compression::ValidateParams(params); !st.ok()) {
-        err << "kvserve eval: " << row.policy << " budget " << budget << ": " << st.message() << "\n";
-        return kExitUsage;
+    auto check = [&](const compression::PolicyParams& params) {
+      absl::Status st = compression::ValidateParams(params);
+      if (!st.ok()) err << "kvserve eval: " << row.policy << " budget " << budget << ": " << st.message() << "\n";
+      return st.ok();
+    };
+    if (o.decode_mode) {
+      // Decode mode: --ppl-sequences sequences of BOS + ppl_window forced tokens, all scored.
+      const std::vector<int32_t> prompt{bos};
+      const auto params = ParamsFor(variant, budget, o, loaded.config, /*prompt_len=*/1, /*protect_prompt=*/true);
+      if (!check(params)) return kExitUsage;
+      for (int s = 0; s < o.ppl_sequences; ++s) {
+        const std::span<const int32_t> forced(text_ids.data() + s * o.ppl_window, static_cast<size_t>(o.ppl_window));
+        auto r = compression::EvalDecodePerplexity(m, &ctx, params, prompt, forced, eo);
+        if (!r.ok()) {
+          err << "kvserve eval: " << r.status().message() << "\n";
+          return kExitFailure;
+        }
+        nll += r->nll;
+        scored += r->scored;
+        ratio_sum += r->stats.compression_ratio();
+        ++windows;
       }
-      auto r = compression::EvalPerplexity(m, &ctx, params, window, eo);
-      if (!r.ok()) {
-        err << "kvserve eval: " << r.status().message() << "\n";
-        return kExitFailure;
+    } else {
+      for (int64_t begin = 0; begin + 1 < o.ppl_tokens; begin += o.ppl_window - 1) {
+        std::vector<int32_t> window{bos};
+        const int64_t end = std::min<int64_t>(o.ppl_tokens, begin + o.ppl_window - 1);
+        window.insert(window.end(), text_ids.begin() + begin, text_ids.begin() + end);
+        if (window.size() < 2) break;
+        const auto params = ParamsFor(variant, budget, o, loaded.config, /*prompt_len=*/1, /*protect_prompt=*/true);
+        if (!check(params)) return kExitUsage;
+        auto r = compression::EvalPerplexity(m, &ctx, params, window, eo);
+        if (!r.ok()) {
+          err << "kvserve eval: " << r.status().message() << "\n";
+          return kExitFailure;
+        }
+        nll += r->nll;
+        scored += r->scored;
+        ratio_sum += r->stats.compression_ratio();
+        ++windows;
       }
-      nll += r->nll;
-      scored += r->scored;
-      ratio_sum += r->stats.compression_ratio();
-      ++windows;
     }
     row.ppl = scored > 0 ? std::exp(nll / static_cast<double>(scored)) : 0.0;
     row.ppl_ratio = windows > 0 ? ratio_sum / static_cast<double>(windows) : 1.0;
     double pk_ratio = 0.0;
     for (const auto& it : items) {
-      const auto params = ParamsFor(kind, budget, o, loaded.config, static_cast<int64_t>(it.prompt.size()),
-                                    /*protect_prompt=*/false);
-      auto r = compression::EvalPasskey(m, &ctx, params, it.prompt, it.answer, eo);
+      absl::StatusOr<compression::PasskeyResult> r;
+      if (o.decode_mode) {
+        const auto params = ParamsFor(variant, budget, o, loaded.config, static_cast<int64_t>(it.prompt.size()),
+                                      /*protect_prompt=*/true);
+        if (!check(params)) return kExitUsage;
+        r = compression::EvalDecodePasskey(m, &ctx, params, it.prompt, it.forced, it.answer, eo);
+      } else {
+        const auto params = ParamsFor(variant, budget, o, loaded.config, static_cast<int64_t>(it.prompt.size()),
+                                      /*protect_prompt=*/false);
+        if (!check(params)) return kExitUsage;
+        r = compression::EvalPasskey(m, &ctx, params, it.prompt, it.answer, eo);
+      }
       if (!r.ok()) {
         err << "kvserve eval: " << r.status().message() << "\n";
         return kExitFailure;
@@ -246,7 +346,7 @@ int RunEval(const ParsedArgs& args, char** envp, std::ostream& out, std::ostream
     }
     row.passkey_ratio = row.passkey_n > 0 ? pk_ratio / row.passkey_n : 1.0;
     row.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    err << absl::StrFormat("[eval] %-12s B=%-4d ppl %.3f (ratio %.2fx)  passkey %d/%d (ratio %.2fx)  %.1f s\n",
+    err << absl::StrFormat("[eval] %-22s B=%-4d ppl %.3f (ratio %.2fx)  passkey %d/%d (ratio %.2fx)  %.1f s\n",
                            row.policy, budget, row.ppl, row.ppl_ratio, row.passkey_ok, row.passkey_n,
                            row.passkey_ratio, row.seconds);
     rows.push_back(row);
@@ -263,11 +363,21 @@ int RunEval(const ParsedArgs& args, char** envp, std::ostream& out, std::ostream
                            100.0 * (r.ppl / full_ppl - 1.0), r.ppl_ratio, r.passkey_ok, r.passkey_n, 100.0 * acc,
                            r.passkey_ratio);
   }
-  out << absl::StrFormat("\nfull: perplexity %.3f, passkey accuracy %.0f%%; %d passkey prompts of %d filler tokens, "
-                         "perplexity over %d tokens in windows of %d (BOS protected), chunk %d, divide_length %d, passkey prompt "
-                         "unprotected\n",
-                         full_ppl, 100.0 * full_pk, o.passkey_prompts, o.filler_tokens, static_cast<int>(o.ppl_tokens),
-                         static_cast<int>(o.ppl_window), o.chunk, static_cast<int>(o.divide_length));
+  const std::string slack = o.divide_length > 0 ? std::to_string(o.divide_length) : "min(128, B/4)";
+  if (o.decode_mode) {
+    out << absl::StrFormat("\nfull: perplexity %.3f, passkey accuracy %.0f%%. Decode-time (teacher forcing, one decode "
+                           "step per token, rounds after decode steps): %d passkey sequences of %d filler tokens with "
+                           "the key at a random depth, perplexity over %d sequences of %d tokens; prompt = BOS "
+                           "(protected); slack %s; KV ratio = tokens written / peak slots per sequence\n",
+                           full_ppl, 100.0 * full_pk, o.passkey_prompts, o.filler_tokens, o.ppl_sequences,
+                           static_cast<int>(o.ppl_window), slack);
+  } else {
+    out << absl::StrFormat("\nfull: perplexity %.3f, passkey accuracy %.0f%%; %d passkey prompts of %d filler tokens, "
+                           "perplexity over %d tokens in windows of %d (BOS protected), chunk %d, slack %s, passkey "
+                           "prompt unprotected, rounds between prefill chunks\n",
+                           full_ppl, 100.0 * full_pk, o.passkey_prompts, o.filler_tokens, static_cast<int>(o.ppl_tokens),
+                           static_cast<int>(o.ppl_window), o.chunk, slack);
+  }
   if (!o.out_tsv.empty()) {
     std::ofstream tsv(o.out_tsv);
     tsv << "policy\tbudget\tppl\tppl_ratio\tpasskey_acc\tpasskey_ratio\n";

@@ -5,9 +5,17 @@
 // for `full` and for every policy at every budget. Prints a Markdown table on stdout and,
 // with --out-tsv, one line per row for plotting (tools/eval_compression.sh).
 //
-// The passkey prompt is the context under test, so it is NOT protected (protect_prompt=false):
-// with a protected prompt every policy would keep the whole passkey prompt and equal `full`.
-// Perplexity windows protect their BOS (the attention sink), as a prompt is by default.
+// --mode prefill (default): the passkey prompt is the context under test, so it is NOT
+// protected (protect_prompt=false); perplexity windows protect their BOS.
+//
+// --mode decode (issue 15, the setting TriAttention is built for): teacher forcing one decode
+// step at a time (compression/quality_eval.h), so rounds run as during a long generation.
+// The prompt is BOS alone (protected); the passkey sequence (filler with the key at a random
+// depth, then the question) and --ppl-sequences held-out sequences of --ppl-window tokens are
+// forced token by token; the KV ratio is tokens written / peak slots of each sequence (all
+// sequences of a row have the same length). --policies also takes the TriAttention variants
+// triattention-perlayer, triattention-trig, triattention-norm, triattention-max (run at
+// --ablation-budgets).
 #pragma once
 
 #include <cstdint>
@@ -23,7 +31,8 @@ namespace kvserve::app {
 
 inline constexpr const char* kEvalSwitches[] = {
     "--text=",  "--filler-text=", "--passkey=", "--filler=", "--budgets=",   "--policies=", "--divide-length=",
-    "--chunk=", "--ppl-tokens=",  "--ppl-window=", "--seed=", "--out-tsv="};
+    "--chunk=", "--ppl-tokens=",  "--ppl-window=", "--seed=", "--out-tsv=", "--mode=", "--ppl-sequences=",
+    "--ablation-budgets="};
 
 struct EvalCommandOptions {
   std::string text_path;
@@ -31,10 +40,13 @@ struct EvalCommandOptions {
   int passkey_prompts = 100;
   int filler_tokens = 1024;
   std::vector<int64_t> budgets{64, 128, 256, 512};
-  std::vector<config::CompressionPolicyKind> policies{
-      config::CompressionPolicyKind::kTriAttention, config::CompressionPolicyKind::kStreamingLlm,
-      config::CompressionPolicyKind::kSnapKv, config::CompressionPolicyKind::kH2O};
-  int64_t divide_length = 32;
+  // Policy names: triattention, streamingllm, snapkv, h2o, and (decode mode) the TriAttention
+  // variants triattention-perlayer / -trig / -norm / -max.
+  std::vector<std::string> policies{"triattention", "streamingllm", "snapkv", "h2o"};
+  int64_t divide_length = 0;  // 0: the budget-scaled default slack (policy_params.h)
+  bool decode_mode = false;
+  int ppl_sequences = 4;      // decode mode: held-out sequences of ppl_window tokens
+  std::vector<int64_t> ablation_budgets{};  // decode mode: budgets of the variants (default: budgets)
   int chunk = 64;
   int64_t ppl_tokens = 4096;
   int64_t ppl_window = 1024;

@@ -4,11 +4,13 @@
 // fresh slots (untimed) and runs the round that brings the sequence back to B.
 #include <benchmark/benchmark.h>
 
+#include <memory>
 #include <numeric>
 #include <random>
 #include <vector>
 
 #include "base/clock.h"
+#include "compression/host_kv_access.h"
 #include "compression/policy_factory.h"
 #include "compression/triattention_stats.h"
 #include "kernels/cpu/kv_quant.h"
@@ -64,7 +66,11 @@ struct Setup {
       e.m = std::hypot(e.a_re, e.a_im) + 0.5;
     }
   }
-  SeqKvView View(int64_t len) const { return {layout, data_ptrs, scale_ptrs, table, len}; }
+  HostKvAccess& Access() {
+    if (access == nullptr) access = std::make_unique<HostKvAccess>(layout, data_ptrs, scale_ptrs);
+    return *access;
+  }
+  std::unique_ptr<HostKvAccess> access;
 
   cache::KvLayout layout;
   std::vector<int32_t> table;
@@ -98,7 +104,7 @@ void BM_Round(benchmark::State& state, config::CompressionPolicyKind kind, confi
   auto grow = [&](int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
       qpos[0] = static_cast<int32_t>(next + i);
-      for (int l = 0; l < kLayers; ++l) (*policy)->ObserveQueries(slots, l, q.data(), kQHeads * kHeadDim, qpos.data(), 1);
+      (*policy)->ObserveQueries(slots, QueryView{q.data(), 0, kQHeads * kHeadDim, qpos.data(), 1});
     }
     slots.Append(next, n);
     next += n;
@@ -109,7 +115,7 @@ void BM_Round(benchmark::State& state, config::CompressionPolicyKind kind, confi
     state.PauseTiming();
     grow(kBeta);
     state.ResumeTiming();
-    auto r = (*policy)->Run({s.View(slots.size()), &slots, next});
+    auto r = (*policy)->Run({&s.Access(), s.table, slots.size(), &slots, next});
     if (!r.ok() || !r->compacted) {
       state.SkipWithError("round failed");
       return;

@@ -68,7 +68,7 @@ absl::StatusOr<TriAttentionStats> QueryStatsAccumulator::Finish(int num_kv_heads
   return s;
 }
 
-absl::StatusOr<TriAttentionStats> CalibrateModel(model::LlamaModel& m, std::span<const int32_t> text_tokens,
+absl::StatusOr<TriAttentionStats> CalibrateModel(model::ForwardModel& m, std::span<const int32_t> text_tokens,
                                                  const CalibrationOptions& o) {
   const model::ModelConfig& c = m.config();
   if (o.max_tokens < 1) return absl::InvalidArgumentError("calibration: max_tokens must be >= 1");
@@ -76,7 +76,7 @@ absl::StatusOr<TriAttentionStats> CalibrateModel(model::LlamaModel& m, std::span
     return absl::InvalidArgumentError(absl::StrCat("calibration text has ", text_tokens.size(),
                                                    " tokens, fewer than the ", o.max_tokens, " requested"));
   }
-  const int64_t window = std::min<int64_t>(o.window, c.max_context());
+  const int64_t window = o.window > 0 ? std::min<int64_t>(o.window, c.max_context()) : c.max_context();
   const int64_t prefix = o.bos ? 1 : 0;
   if (window < prefix + 1) return absl::InvalidArgumentError("calibration: window too small");
   const int64_t text_per_window = window - prefix;
@@ -87,10 +87,9 @@ absl::StatusOr<TriAttentionStats> CalibrateModel(model::LlamaModel& m, std::span
   std::iota(table.begin(), table.end(), 0);
 
   QueryStatsAccumulator acc(c.num_layers, c.num_heads, c.head_dim);
-  model::ForwardObservers obs;
-  obs.pre_rope_queries = [&](int layer, const float* q, int64_t q_stride, int64_t num_tokens) {
-    acc.Add(layer, q, q_stride, num_tokens);
-  };
+  // The step's pre-RoPE queries, [num_layers][rows][q_size], read once per forward.
+  const int64_t q_size = static_cast<int64_t>(c.num_heads) * c.head_dim;
+  std::vector<float> queries;
   model::BatchBuilder bb(kBlockSize);
   std::vector<int32_t> seq;
   seq.reserve(static_cast<size_t>(window));
@@ -108,7 +107,11 @@ absl::StatusOr<TriAttentionStats> CalibrateModel(model::LlamaModel& m, std::span
       bb.Clear();
       bb.AddSequence(std::span<const int32_t>(seq).subspan(static_cast<size_t>(pos), static_cast<size_t>(n)),
                      static_cast<int32_t>(pos), static_cast<int32_t>(pos), table, model::LogitsWanted::kNone);
+      queries.resize(static_cast<size_t>(c.num_layers * n * q_size));
+      model::ForwardObservers obs;
+      obs.pre_rope_queries = queries;
       KVS_RETURN_IF_ERROR(m.Forward(bb.batch(), kv.view(), {}, &obs));
+      for (int l = 0; l < c.num_layers; ++l) acc.Add(l, queries.data() + l * n * q_size, q_size, n);
     }
     if ((w + 1) % 16 == 0 || w + 1 == num_windows) {
       o.logger.info("calibrate: window %d/%d, %d query rows per layer", w + 1, num_windows, acc.num_tokens(0));

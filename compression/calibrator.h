@@ -4,7 +4,7 @@
 //   text tokens ──► windows of `window` tokens, each a fresh sequence (BOS first when the
 //                   tokenizer adds one), prefilled in chunks of max_tokens_per_step through
 //                   a private HostKvBuffer
-//        forward ──► ForwardObservers::pre_rope_queries(layer, q [T][q_stride])
+//        forward ──► ForwardObservers::pre_rope_queries [L][T][q_size], read after each step
 //                     = the q_proj output (+ bias), before RoPE: Llama-family models have no
 //                       q_norm, so this is exactly where queries enter RoPE
 //    accumulator ──► per (l, h, f): sum q_f (complex), sum |q_f|   (float64)
@@ -22,7 +22,7 @@
 #include "absl/status/statusor.h"
 #include "base/logger.h"
 #include "compression/triattention_stats.h"
-#include "model/llama_model.h"
+#include "model/forward_model.h"
 
 namespace kvserve::compression {
 
@@ -50,14 +50,16 @@ class QueryStatsAccumulator {
 
 struct CalibrationOptions {
   int64_t max_tokens = kDefaultCalibrationTokens;  // text tokens to run; the text must hold as many
-  int64_t window = 512;            // tokens per fresh sequence (capped at the model's context)
+  // Tokens per fresh sequence; 0: the model's context length (the paper calibrates on
+  // context-length windows, so late positions' queries are represented). Capped at the context.
+  int64_t window = 0;
   std::optional<int32_t> bos;      // prepended to every window (counts toward `window`)
   std::string source;              // provenance recorded in the stats file
   base::Logger logger;             // progress lines
 };
 
 // InvalidArgument when text_tokens holds fewer than max_tokens tokens.
-absl::StatusOr<TriAttentionStats> CalibrateModel(model::LlamaModel& model, std::span<const int32_t> text_tokens,
+absl::StatusOr<TriAttentionStats> CalibrateModel(model::ForwardModel& model, std::span<const int32_t> text_tokens,
                                                  const CalibrationOptions& options);
 
 }  // namespace kvserve::compression

@@ -4,7 +4,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
-#include "kernels/cpu/kv_compact.h"
 
 namespace kvserve::compression {
 
@@ -17,8 +16,10 @@ CompressionPolicy::CompressionPolicy(const PolicyParams& params, const PolicyCon
   KVS_CHECK(context.num_kv_heads > 0 && context.num_q_heads % context.num_kv_heads == 0);
 }
 
-bool CompressionPolicy::Due(int64_t phys_len, int64_t /*next_position*/) const {
-  return target_ > 0 && phys_len >= target_ + params_.divide_length;
+bool CompressionPolicy::Due(int64_t phys_len, int64_t next_position) const {
+  // Prefill (and the step that completes it) is not a decode step: no round unless asked.
+  if (!params_.compress_prefill && next_position <= params_.prompt_len) return false;
+  return target_ > 0 && phys_len >= target_ + SlackLength(params_);
 }
 
 SlotState CompressionPolicy::NewSlotState() const {
@@ -28,9 +29,10 @@ SlotState CompressionPolicy::NewSlotState() const {
   return SlotState(o);
 }
 
-void CompressionPolicy::ObserveQueries(SlotState& slots, int layer, const float* q, int64_t q_stride,
-                                       const int32_t* positions, int64_t num_rows) const {
-  slots.AddQueries(layer, q, q_stride, positions, num_rows);  // no-op unless the state keeps queries
+void CompressionPolicy::ObserveQueries(SlotState& slots, const QueryView& q) const {
+  for (int l = 0; l < context_.num_layers; ++l) {  // no-op unless the state keeps queries
+    slots.AddQueries(l, q.data + l * q.layer_stride, q.row_stride, q.positions, q.num_rows);
+  }
 }
 
 void CompressionPolicy::ObserveAttentionMass(SlotState& slots, const MassView& mass) const {
@@ -44,13 +46,17 @@ void CompressionPolicy::ObserveAttentionMass(SlotState& slots, const MassView& m
 
 absl::StatusOr<RoundResult> CompressionPolicy::Run(const RoundInput& in) {
   if (in.slots == nullptr) return absl::InvalidArgumentError("compression round: no SlotState");
-  KVS_RETURN_IF_ERROR(ValidateSeqKvView(in.kv));
-  const cache::KvLayout& layout = in.kv.layout;
+  if (in.kv == nullptr) return absl::InvalidArgumentError("compression round: no KvAccess");
+  const cache::KvLayout& layout = in.kv->layout();
   if (layout.num_layers != context_.num_layers || layout.num_kv_heads != context_.num_kv_heads ||
       layout.head_dim != context_.head_dim) {
     return absl::InvalidArgumentError("compression round: KV layout does not match the model");
   }
-  const int64_t n = in.kv.phys_len;
+  const int64_t n = in.phys_len;
+  if (n < 0 || static_cast<int64_t>(in.block_table.size()) < BlocksFor(n, layout.block_size)) {
+    return absl::InvalidArgumentError(absl::StrCat("compression round: block table of ", in.block_table.size(),
+                                                   " blocks cannot hold ", n, " slots"));
+  }
   if (in.slots->size() != n) {
     return absl::FailedPreconditionError(absl::StrCat("compression round: SlotState holds ", in.slots->size(),
                                                       " slots, the sequence ", n));
@@ -58,7 +64,7 @@ absl::StatusOr<RoundResult> CompressionPolicy::Run(const RoundInput& in) {
   RoundResult r;
   r.phys_len_before = n;
   r.new_phys_len = n;
-  r.blocks_before = r.blocks_after = in.kv.blocks_for(n);
+  r.blocks_before = r.blocks_after = BlocksFor(n, layout.block_size);
   if (target_ == 0 || n <= target_) return r;  // nothing to evict: touch nothing
   if (!in.slots->tracks_slots() || in.slots->options().num_layers != context_.num_layers ||
       in.slots->options().num_kv_heads != context_.num_kv_heads) {
@@ -81,7 +87,7 @@ absl::StatusOr<RoundResult> CompressionPolicy::Run(const RoundInput& in) {
   KVS_RETURN_IF_ERROR(SelectKeep(in, lo, num_keep, keep_, r));
 
   const kernels::cpu::KeepPlan plan{lo, n, n, num_keep, keep_.data()};
-  if (absl::Status st = kernels::cpu::ValidateKeepPlan(layout, static_cast<int64_t>(in.kv.block_table.size()), plan);
+  if (absl::Status st = kernels::cpu::ValidateKeepPlan(layout, static_cast<int64_t>(in.block_table.size()), plan);
       !st.ok()) {
     return absl::InternalError(absl::StrCat("compression round: policy produced a bad plan: ", st.message()));
   }
@@ -89,17 +95,14 @@ absl::StatusOr<RoundResult> CompressionPolicy::Run(const RoundInput& in) {
   CollectEvicted(in, keep_.data(), lo, num_keep, r);
 
   const base::Nanos t0 = context_.clock->now_ns();
-  kernels::cpu::SlotSideArray side[2];
-  const int num_side = in.slots->SideArrays(side);
-  const kernels::cpu::CompactStats cs = kernels::cpu::CompactKv(
-      layout, in.kv.layer_data.data(), layout.has_scales() ? in.kv.layer_scales.data() : nullptr,
-      in.kv.block_table.data(), plan, side, num_side);
-  in.slots->Shrink(cs.new_len);
+  const CompactStats cs = in.kv->Compact(in.block_table, plan);
+  in.slots->ApplyKeepPlan(plan);
+  KVS_CHECK(in.slots->size() == cs.new_len);
   r.compact_ns += context_.clock->now_ns() - t0;
   r.compacted = true;
   r.new_phys_len = cs.new_len;
   r.evicted_slots = n - cs.new_len;
-  r.blocks_after = in.kv.blocks_for(cs.new_len);
+  r.blocks_after = BlocksFor(cs.new_len, layout.block_size);
   r.bytes_moved = cs.bytes_moved;
   return r;
 }
@@ -116,9 +119,9 @@ void CompressionPolicy::CollectEvicted(const RoundInput& in, const int32_t* keep
     std::fill(held_mark_.begin(), held_mark_.end(), 0);
     epoch_ = 1;
   }
-  const int64_t n = in.kv.phys_len;
-  const int kv_heads = in.kv.layout.num_kv_heads;
-  const int64_t rows = static_cast<int64_t>(in.kv.layout.num_layers) * kv_heads;
+  const int64_t n = in.phys_len;
+  const int kv_heads = context_.num_kv_heads;
+  const int64_t rows = static_cast<int64_t>(context_.num_layers) * kv_heads;
   // Positions of the prefix [0, lo) are the same in every row and never dropped, so only the
   // candidates need marks: a candidate is held if any row keeps it.
   for (int64_t row = 0; row < rows; ++row) {

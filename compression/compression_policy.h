@@ -5,9 +5,12 @@
 // Integration (engine thread, after a step's forward pass, per sequence):
 //
 //   forward(step) ──► slots.Append(first_position, num_new)          every step that wrote KV
-//                 ──► policy.ObserveQueries / ObserveAttentionMass    if policy.needs() asks
+//                 ──► policy.ObserveQueries / ObserveAttentionMass    if policy.needs() asks,
+//                     once per step from the step's side-output buffers (all layers)
 //   if policy.Due(phys_len, next_position):
-//       result = policy.Run({kv view, &slots, next_position})        score, select, compact
+//       result = policy.Run({&kv_access, table, phys_len, &slots, next_position})
+//                     score (keys read through KvAccess), select, KvAccess::Compact,
+//                     SlotState::ApplyKeepPlan
 //       kv_cache_manager.truncate(seq, result.new_phys_len)          frees result.blocks_freed()
 //
 // One round, for every (layer, KV head) row of the sequence:
@@ -41,7 +44,7 @@
 #include "absl/status/statusor.h"
 #include "base/clock.h"
 #include "compression/policy_params.h"
-#include "compression/seq_kv_view.h"
+#include "compression/kv_access.h"
 #include "compression/slot_state.h"
 
 namespace kvserve::compression {
@@ -58,6 +61,7 @@ struct PolicyContext {
   const TriAttentionStats* triattention_stats = nullptr;  // required by triattention (checked
                                                           // with CheckCompatible at load)
   const base::Clock* clock = nullptr;                  // phase timings; required
+  int64_t max_context = 0;  // the model's context length (TriAttention's offset cap); 0: unknown
 };
 
 // What a policy needs from the forward pass of the steps of its sequences.
@@ -82,9 +86,30 @@ struct MassView {
   }
 };
 
+// One sequence's pre-RoPE query rows of one step, all layers (ForwardObservers::
+// pre_rope_queries of a batch, sliced to the sequence):
+//   query(layer, r)[i] = data[layer * layer_stride + r * row_stride + i], r < num_rows,
+//   i < num_q_heads * head_dim; positions[r] is row r's absolute position.
+struct QueryView {
+  const float* data = nullptr;
+  int64_t layer_stride = 0;
+  int64_t row_stride = 0;
+  const int32_t* positions = nullptr;
+  int64_t num_rows = 0;
+
+  // From the observer buffer [num_layers][num_tokens][q_size] of a batch: rows
+  // [row_begin, row_begin + num_rows) with the batch's row positions.
+  static QueryView FromObservers(std::span<const float> queries, int64_t num_tokens, int64_t q_size,
+                                 const int32_t* batch_positions, int64_t row_begin, int64_t num_rows) {
+    return {queries.data() + row_begin * q_size, num_tokens * q_size, q_size, batch_positions + row_begin, num_rows};
+  }
+};
+
 struct RoundInput {
-  SeqKvView kv;
-  SlotState* slots = nullptr;  // the sequence's state; slots->size() == kv.phys_len
+  KvAccess* kv = nullptr;                // the sequence's KV (host or device)
+  std::span<const int32_t> block_table;  // covers at least phys_len slots
+  int64_t phys_len = 0;
+  SlotState* slots = nullptr;  // the sequence's state; slots->size() == phys_len
   int64_t next_position = 0;   // t: absolute position of the next token (tokens seen so far)
 };
 
@@ -105,6 +130,8 @@ struct RoundResult {
   int64_t blocks_freed() const { return blocks_before - blocks_after; }
 };
 
+inline int64_t BlocksFor(int64_t len, int block_size) { return (len + block_size - 1) / block_size; }
+
 class CompressionPolicy {
  public:
   virtual ~CompressionPolicy() = default;
@@ -120,16 +147,15 @@ class CompressionPolicy {
   int64_t target_length() const { return target_; }
 
   // Whether a round is due for a sequence holding phys_len slots whose next token has
-  // absolute position next_position. Default: phys_len >= target + divide_length.
+  // absolute position next_position. Default: after a decode step (next_position >
+  // prompt_len, or any step with compress_prefill) once phys_len >= target + SlackLength.
   virtual bool Due(int64_t phys_len, int64_t next_position) const;
   virtual ObserverNeeds needs() const { return {}; }
   // A SlotState shaped for this policy (nothing tracked for `full`).
   virtual SlotState NewSlotState() const;
 
-  // This sequence's pre-RoPE query rows of one layer: q [num_rows][q_stride] (each row
-  // starts with num_q_heads * head_dim floats), positions [num_rows].
-  virtual void ObserveQueries(SlotState& slots, int layer, const float* q, int64_t q_stride,
-                              const int32_t* positions, int64_t num_rows) const;
+  // This sequence's pre-RoPE query rows of one step, every layer.
+  virtual void ObserveQueries(SlotState& slots, const QueryView& queries) const;
   // This sequence's attention mass of one step (all layers); mass.kv_len <= slots.size().
   virtual void ObserveAttentionMass(SlotState& slots, const MassView& mass) const;
 
@@ -140,7 +166,7 @@ class CompressionPolicy {
   CompressionPolicy(const PolicyParams& params, const PolicyContext& context);
 
   // Fills keep: [num_layers][num_kv_heads][num_keep] strictly ascending slots in [lo, n)
-  // (n = in.kv.phys_len, num_keep = target - lo < n - lo), and adds its phase times.
+  // (n = in.phys_len, num_keep = target - lo < n - lo), and adds its phase times.
   virtual absl::Status SelectKeep(const RoundInput& in, int64_t lo, int64_t num_keep, std::span<int32_t> keep,
                                   RoundResult& timings) = 0;
 

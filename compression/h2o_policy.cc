@@ -21,7 +21,7 @@ absl::Status H2OPolicy::SelectKeep(const RoundInput& in, int64_t lo, int64_t num
     return absl::FailedPreconditionError("h2o round: the SlotState tracks no attention mass (use NewSlotState)");
   }
   const base::Nanos t0 = context().clock->now_ns();
-  const int64_t n = in.kv.phys_len;
+  const int64_t n = in.phys_len;
   const int64_t m = n - lo;
   const int64_t recent = num_keep / 2;
   const bool normalize = params().h2o_normalize_by_lifetime;

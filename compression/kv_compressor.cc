@@ -8,9 +8,8 @@
 
 namespace kvserve::compression {
 
-KvCompressor::KvCompressor(const PolicyContext* context, const cache::KvLayout& layout,
-                           std::span<std::byte* const> layer_data, std::span<float* const> layer_scales)
-    : context_(context), layout_(layout), layer_data_(layer_data), layer_scales_(layer_scales) {}
+KvCompressor::KvCompressor(const PolicyContext* context, KvAccess& kv)
+    : context_(context), kv_(kv), layout_(kv.layout()) {}
 
 KvCompressor::State* KvCompressor::find(cache::SeqId seq) {
   auto it = states_.find(seq.value());
@@ -37,7 +36,7 @@ absl::Status KvCompressor::Track(cache::SeqId seq, const PolicyParams& params, b
   st.slots = policy->NewSlotState();
   // The bound a compressing sequence oscillates under; growing past it only happens for
   // an oversized chunk and costs one reallocation.
-  st.slots.Reserve(policy->target_length() + params.divide_length + 2 * layout_.block_size);
+  st.slots.Reserve(policy->target_length() + SlackLength(params) + 2 * layout_.block_size);
   st.policy = std::move(policy);
   st.auto_mode = auto_mode;
   states_[seq.value()] = std::move(st);
@@ -74,6 +73,7 @@ void KvCompressor::BeginStep(cache::SeqId seq, int64_t first_position, int32_t n
 const model::ForwardObservers* KvCompressor::PrepareObservers(std::span<const BatchSeq> batch,
                                                              std::span<const int32_t> positions) {
   observing_.clear();
+  query_rows_ = 0;
   bool want_queries = false, want_mass = false;
   mass_stride_ = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -96,19 +96,25 @@ const model::ForwardObservers* KvCompressor::PrepareObservers(std::span<const Ba
     observers_.mass_stride = mass_stride_;
   }
   if (want_queries) {
-    observers_.pre_rope_queries = [this](int layer, const float* q, int64_t q_stride, int64_t /*num_rows*/) {
-      for (auto [i, st] : observing_) {
-        if (!st->policy->needs().pre_rope_queries) continue;
-        const BatchSeq& b = batch_[i];
-        st->policy->ObserveQueries(st->slots, layer, q + static_cast<int64_t>(b.row_begin) * q_stride, q_stride,
-                                   positions_.data() + b.row_begin, b.num_rows);
-      }
-    };
+    query_rows_ = static_cast<int64_t>(positions.size());
+    const size_t q_size = static_cast<size_t>(context_->num_q_heads) * context_->head_dim;
+    const size_t need = static_cast<size_t>(layout_.num_layers) * static_cast<size_t>(query_rows_) * q_size;
+    if (queries_.size() < need) queries_.resize(need);
+    observers_.pre_rope_queries = std::span<float>(queries_.data(), need);
   }
   return &observers_;
 }
 
 void KvCompressor::FinishObservers() {
+  if (query_rows_ > 0) {
+    const int64_t q_size = static_cast<int64_t>(context_->num_q_heads) * context_->head_dim;
+    for (auto [i, st] : observing_) {
+      if (!st->policy->needs().pre_rope_queries) continue;
+      const BatchSeq& b = batch_[i];
+      st->policy->ObserveQueries(st->slots, QueryView::FromObservers(queries_, query_rows_, q_size, positions_.data(),
+                                                                     b.row_begin, b.num_rows));
+    }
+  }
   if (mass_stride_ > 0) {
     for (auto [i, st] : observing_) {
       if (!st->policy->needs().attention_mass) continue;
@@ -119,6 +125,7 @@ void KvCompressor::FinishObservers() {
   }
   observing_.clear();
   mass_stride_ = 0;
+  query_rows_ = 0;
 }
 
 absl::StatusOr<std::optional<RoundResult>> KvCompressor::EndStep(cache::SeqId seq, int64_t next_position,
@@ -130,11 +137,9 @@ absl::StatusOr<std::optional<RoundResult>> KvCompressor::EndStep(cache::SeqId se
   if (!st->policy->Due(n, next_position)) return std::nullopt;
 
   RoundInput in;
-  in.kv.layout = layout_;
-  in.kv.layer_data = layer_data_;
-  if (layout_.has_scales()) in.kv.layer_scales = layer_scales_;
-  in.kv.block_table = table;
-  in.kv.phys_len = n;
+  in.kv = &kv_;
+  in.block_table = table;
+  in.phys_len = n;
   in.slots = &st->slots;
   in.next_position = next_position;
   KVS_ASSIGN_OR_RETURN(RoundResult r, st->policy->Run(in));

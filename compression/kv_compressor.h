@@ -7,8 +7,9 @@
 //   NewSeq ──► Track(seq, params)                 policy + SlotState; resume: parked state
 //   before forward ──► BeginStep(seq, ...)        slots appended for this step's writes
 //                  ──► PrepareObservers(batch)    side outputs, only if a policy reads them
-//   forward (pre-RoPE queries routed to policies as they are produced)
-//   after forward  ──► FinishObservers()          attention mass handed to policies
+//   forward (fills the compressor-owned side-output buffers: pre-RoPE queries, mass)
+//   after forward  ──► FinishObservers()          queries and mass handed to the policies,
+//                                                 once per step for all layers
 //                  ──► EndStep(seq, ...)          Due? ─► Run ─► table shrunk, RoundResult
 //   preempted      ──► Park (swap: KV comes back as it was) or Forget (recompute)
 //
@@ -30,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "cache/cache_types.h"
 #include "cache/kv_layout.h"
+#include "compression/kv_access.h"
 #include "compression/compression_policy.h"
 #include "compression/policy_params.h"
 #include "compression/slot_state.h"
@@ -49,9 +51,8 @@ struct BatchSeq {
 class KvCompressor {
  public:
   // `context` may be null: then only `full` sequences can be tracked (Track fails otherwise).
-  // The KV arrays must outlive the compressor.
-  KvCompressor(const PolicyContext* context, const cache::KvLayout& layout, std::span<std::byte* const> layer_data,
-               std::span<float* const> layer_scales);
+  // `kv` (the runner's storage, host or device) must outlive the compressor.
+  KvCompressor(const PolicyContext* context, KvAccess& kv);
 
   // A sequence the runner starts (or resumes). `full` is not tracked. With resume, the state
   // parked at preemption is reused (its KV comes back from the host tier unchanged).
@@ -60,6 +61,11 @@ class KvCompressor {
   void Park(cache::SeqId seq);
   void Forget(cache::SeqId seq);
   bool tracking(cache::SeqId seq) const { return states_.contains(seq.value()); }
+  // The tracked state of a sequence (positions, observed queries and mass); null if untracked.
+  const SlotState* slot_state(cache::SeqId seq) const {
+    auto it = states_.find(seq.value());
+    return it == states_.end() ? nullptr : &it->second.slots;
+  }
 
   // Before the forward pass: the step writes num_tokens slots at [kv_len_after - num_tokens,
   // kv_len_after) for positions first_position + j. Slots before that which the state has not
@@ -67,10 +73,12 @@ class KvCompressor {
   void BeginStep(cache::SeqId seq, int64_t first_position, int32_t num_tokens, int64_t kv_len_after);
 
   // Side outputs for the sequences of `batch` whose policies read them; null when none does
-  // (the forward pass then costs nothing extra). `positions` are the batch's row positions.
-  // The spans must stay valid until FinishObservers.
+  // (the forward pass then costs nothing extra). The buffers are the compressor's, sized for
+  // the batch (grown, never shrunk). `positions` are the batch's row positions. The spans
+  // must stay valid until FinishObservers.
   const model::ForwardObservers* PrepareObservers(std::span<const BatchSeq> batch, std::span<const int32_t> positions);
-  // After the forward pass: hands the attention mass to the policies that track it.
+  // After the forward pass: hands each observing sequence its slice of the step's queries
+  // and attention mass (one call per policy input, all layers at once).
   void FinishObservers();
 
   // After the forward pass: runs a round when one is due (auto sequences only under
@@ -88,9 +96,8 @@ class KvCompressor {
   State* find(cache::SeqId seq);
 
   const PolicyContext* context_;
+  KvAccess& kv_;
   cache::KvLayout layout_;
-  std::span<std::byte* const> layer_data_;
-  std::span<float* const> layer_scales_;
   absl::flat_hash_map<int64_t, State> states_;
   absl::flat_hash_map<int64_t, State> parked_;
 
@@ -99,8 +106,10 @@ class KvCompressor {
   std::span<const BatchSeq> batch_;
   std::span<const int32_t> positions_;
   std::vector<std::pair<int, State*>> observing_;  // (batch index, state)
-  std::vector<float> mass_;
+  std::vector<float> mass_;        // [num_layers][num_seqs][num_kv_heads][mass_stride_]
   int64_t mass_stride_ = 0;
+  std::vector<float> queries_;     // [num_layers][num_tokens][q_size]
+  int64_t query_rows_ = 0;         // num_tokens of the batch when queries are observed, else 0
 };
 
 }  // namespace kvserve::compression

@@ -67,14 +67,19 @@ absl::StatusOr<std::unique_ptr<CompressionPolicy>> CreatePolicy(const PolicyPara
   return absl::InvalidArgumentError("kv_compression.policy: unknown policy");
 }
 
-PolicyContext ContextFor(const model::LlamaModel& model, const TriAttentionStats* stats, const base::Clock* clock) {
-  const model::ModelConfig& c = model.config();
+PolicyContext ContextFor(const model::ForwardModel& model, const TriAttentionStats* stats, const base::Clock* clock) {
+  return ContextFor(model.config(), model.rope_inv_freq(), stats, clock);
+}
+
+PolicyContext ContextFor(const model::ModelConfig& c, std::span<const float> rope_inv_freq,
+                         const TriAttentionStats* stats, const base::Clock* clock) {
   PolicyContext ctx;
   ctx.num_layers = c.num_layers;
   ctx.num_q_heads = c.num_heads;
   ctx.num_kv_heads = c.num_kv_heads;
   ctx.head_dim = c.head_dim;
-  ctx.rope_inv_freq = model.rope_inv_freq();
+  ctx.rope_inv_freq = rope_inv_freq;
+  ctx.max_context = c.max_context();
   ctx.triattention_stats = stats;
   ctx.clock = clock;
   return ctx;

@@ -24,14 +24,27 @@ int64_t FirstEvictableSlot(const PolicyParams& p) {
   const int64_t pinned = p.protect_prompt ? p.prompt_len : 0;
   switch (p.kind) {
     case CompressionPolicyKind::kStreamingLlm: return std::max(p.sinks, pinned);
+    case CompressionPolicyKind::kTriAttention: return p.protect_prompt ? pinned : p.sinks;
     default: return pinned;
   }
 }
 
-int64_t TargetLength(const PolicyParams& p) {
+int64_t TargetLength(const PolicyParams& p) { return p.budget; }
+
+int64_t SlackLength(const PolicyParams& p) {
+  if (p.divide_length > 0) return p.divide_length;
+  return std::min(kDefaultSlackCap, std::max<int64_t>(1, p.budget / 4));
+}
+
+int64_t RecentWindow(const PolicyParams& p) {
   switch (p.kind) {
-    case CompressionPolicyKind::kStreamingLlm: return FirstEvictableSlot(p) + p.window;
-    default: return p.budget;
+    case CompressionPolicyKind::kSnapKv: return p.window < 0 ? kDefaultSnapKvWindow : p.window;
+    case CompressionPolicyKind::kStreamingLlm: return std::max<int64_t>(0, p.budget - FirstEvictableSlot(p));
+    case CompressionPolicyKind::kTriAttention:
+      if (p.protect_prompt) return 0;
+      if (p.window >= 0) return p.window;
+      return std::min(kDefaultTriRecentWindow, std::max<int64_t>(0, (p.budget - FirstEvictableSlot(p)) / 2));
+    default: return 0;
   }
 }
 
@@ -45,26 +58,20 @@ absl::Status ValidateParams(const PolicyParams& p) {
     return bad("policy", "`auto` must be resolved to a concrete policy before one is created");
   }
   if (p.kind == CompressionPolicyKind::kFull) return absl::OkStatus();
-  if (p.budget < 1 && p.kind != CompressionPolicyKind::kStreamingLlm) {  // streamingllm: sinks + window
-    return bad("budget", absl::StrCat("must be >= 1, got ", p.budget));
-  }
-  if (p.divide_length < 1) return bad("divide_length", absl::StrCat("must be >= 1, got ", p.divide_length));
-  if (p.window < 0) return bad("window", absl::StrCat("must be >= 0, got ", p.window));
+  if (p.budget < 1) return bad("budget", absl::StrCat("must be >= 1, got ", p.budget));
+  if (p.divide_length < 0) return bad("divide_length", absl::StrCat("must be >= 0 (0: default), got ", p.divide_length));
+  if (p.window < -1) return bad("window", absl::StrCat("must be >= 0 (or -1: default), got ", p.window));
   if (p.sinks < 0) return bad("sinks", absl::StrCat("must be >= 0, got ", p.sinks));
   if (p.prompt_len < 0) return bad("prompt", "negative prompt length");
+  if (p.tri_max_offset < 0) return bad("max_offset", absl::StrCat("must be >= 0 (0: context), got ", p.tri_max_offset));
   const int64_t lo = FirstEvictableSlot(p);
-  switch (p.kind) {
-    case CompressionPolicyKind::kStreamingLlm:
-      if (p.window < 1) return bad("window", "streamingllm needs a recent window of at least 1 token");
-      return absl::OkStatus();
-    case CompressionPolicyKind::kSnapKv:
-      if (p.window < 1) return bad("window", "snapkv needs an observation window of at least 1 token");
-      break;
-    default: break;
+  if (p.kind == CompressionPolicyKind::kSnapKv && RecentWindow(p) < 1) {
+    return bad("window", "snapkv needs an observation window of at least 1 token");
   }
-  const int64_t window = p.kind == CompressionPolicyKind::kSnapKv ? p.window : 0;
+  // streamingllm keeps B - lo recent slots; the others must leave at least one slot to select.
+  const int64_t window = p.kind == CompressionPolicyKind::kStreamingLlm ? 0 : RecentWindow(p);
   if (p.budget <= lo + window) {
-    return bad("budget", absl::StrCat("(", p.budget, ") must exceed the protected prompt (", lo, " tokens) plus the ",
+    return bad("budget", absl::StrCat("(", p.budget, ") must exceed the protected prefix (", lo, " tokens) plus the ",
                                       "window (", window, " tokens); raise the budget or set protect_prompt=false"));
   }
   return absl::OkStatus();

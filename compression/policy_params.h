@@ -1,38 +1,65 @@
 // The resolved compression settings of one request (request > tenant > server defaults,
 // resolved by the engine), and what each policy makes of them. Budgets count every token the
-// sequence holds, prompt included (the paper's convention):
+// sequence holds, prompt included (the paper's convention), and every policy compresses back
+// to the same B, so policies compare at equal peak memory:
 //
 //   slots:  0 ........ P-1 | P ........................................ n-1
 //           [ prompt      ] [ generated                                  ]
 //           |<- protected ->|   (protect_prompt: never evicted, never moved)
 //           |<------------------- B after a round ------------------->|
 //
-//   policy        first evictable slot lo                    kept after a round (target)
+//   policy        first evictable slot lo                    kept after a round (target B)
 //   full          -                                          everything (never runs)
-//   triattention  P if protect_prompt else 0                 B
-//   h2o           P if protect_prompt else 0                 B: lo + recent half + heavy half
-//   snapkv        P if protect_prompt else 0                 B, the last `window` slots always
-//   streamingllm  max(sinks, P if protect_prompt else 0)     lo + window  (B is not used)
+//   triattention  P if protect_prompt else sinks             lo + top scores (+ recent window
+//                                                            when the prompt is unprotected)
+//   h2o           P if protect_prompt else 0                 lo + recent half + heavy half
+//   snapkv        P if protect_prompt else 0                 lo + top + the last `window` slots
+//   streamingllm  max(sinks, P if protect_prompt else 0)     lo + the last B - lo slots
 //
-// Trigger (slack): a round is due once the sequence holds target + divide_length slots and
-// brings it back to target; snapkv also runs right after prefill when the prompt exceeds B.
+// When (the paper's setting): rounds run after decode steps only (next position > P), never
+// between prefill chunks, unless compress_prefill asks for it; snapkv also runs once right
+// after prefill when the prompt exceeds B (its observation window is the prompt's end).
+// Trigger (slack): a round is due once the sequence holds B + slack slots and brings it back
+// to B; slack = divide_length, or by default min(128, max(1, B / 4)), so the peak stays at
+// most 1.25 B (and B + 128 for large budgets, the reference implementation's setting).
 #pragma once
 
 #include <cstdint>
+
 #include "absl/status/status.h"
 #include "config/config.h"
 
 namespace kvserve::compression {
 
+// TriAttention variants (the paper's default first); the others are for diagnosis.
+enum class TriSelection {
+  kCrossLayer,  // per layer z-score per query head, max over the KV group, mean over layers:
+                // one kept set per KV head, the same in every layer (reference `per_head`)
+  kPerLayer,    // a separate kept set per (layer, KV head) (reference per-layer mode)
+};
+enum class TriScoreTerms { kBoth, kTrigOnly, kNormOnly };  // which terms of the score count
+enum class TriOffsetPool { kMean, kMax };                   // aggregation over future offsets
+
+inline constexpr int64_t kDefaultSlackCap = 128;          // the reference's divide_length
+inline constexpr int64_t kDefaultTriRecentWindow = 128;   // the vLLM port's recent window
+inline constexpr int64_t kDefaultSnapKvWindow = 64;
+
 struct PolicyParams {
   config::CompressionPolicyKind kind = config::CompressionPolicyKind::kFull;
   int64_t budget = 2048;        // B
-  int64_t divide_length = 128;  // beta
-  int64_t window = 64;          // streamingllm: recent window; snapkv: observation window
-  int64_t sinks = 4;            // streamingllm: first tokens always kept
+  int64_t divide_length = 0;    // slack beta; 0: SlackLength's budget-scaled default
+  int64_t window = -1;          // -1: the policy's default (see RecentWindow); snapkv: observation
+                                // window; triattention: recent window kept with an unprotected prompt
+  int64_t sinks = 4;            // streamingllm, and triattention with an unprotected prompt
   bool protect_prompt = true;
   int64_t prompt_len = 0;       // P
+  bool compress_prefill = false;  // also run rounds between prefill chunks
   bool h2o_normalize_by_lifetime = false;  // h2o: rank by mass / (t - position) instead of mass
+  // triattention
+  TriSelection tri_selection = TriSelection::kCrossLayer;
+  TriScoreTerms tri_terms = TriScoreTerms::kBoth;
+  TriOffsetPool tri_offset_pool = TriOffsetPool::kMean;
+  int64_t tri_max_offset = 0;   // largest future offset 2^k used; 0: the model's context length
 };
 
 // The server-wide defaults for one policy kind and prompt; the engine then applies the
@@ -46,7 +73,13 @@ absl::Status ValidateParams(const PolicyParams& params);
 
 // First slot a round may evict (see the table above); slots before it are never moved.
 int64_t FirstEvictableSlot(const PolicyParams& params);
-// Slots a round keeps (its target length, without the unscored tail).
+// Slots a round keeps (its target length, without the unscored tail): B for every policy.
 int64_t TargetLength(const PolicyParams& params);
+// Slots over the target before a round runs: divide_length, or min(128, max(1, B / 4)).
+int64_t SlackLength(const PolicyParams& params);
+// Recent slots always kept: snapkv's observation window (default 64); triattention's recent
+// window with an unprotected prompt (default 128, capped at half of B - sinks so small
+// budgets still select), 0 with a protected prompt; streamingllm B - lo; 0 otherwise.
+int64_t RecentWindow(const PolicyParams& params);
 
 }  // namespace kvserve::compression

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
 #include "cache/host_kv_storage.h"
+#include "compression/host_kv_access.h"
 #include "compression/kv_compressor.h"
 #include "model/batch_builder.h"
 #include "model/forward_batch.h"
@@ -19,7 +20,7 @@ constexpr cache::SeqId kSeq{1};
 // One sequence on its own KV storage, fed chunk by chunk with a round after each forward.
 class SequenceDriver {
  public:
-  static absl::StatusOr<std::unique_ptr<SequenceDriver>> Create(model::LlamaModel& model, const PolicyContext* context,
+  static absl::StatusOr<std::unique_ptr<SequenceDriver>> Create(model::ForwardModel& model, const PolicyContext* context,
                                                                 const PolicyParams& params, int64_t max_tokens,
                                                                 const EvalOptions& o) {
     auto d = std::unique_ptr<SequenceDriver>(new SequenceDriver(model, o.block_size));
@@ -30,7 +31,8 @@ class SequenceDriver {
       d->layer_data_.push_back(d->storage_->layer_data(l));
       d->layer_scales_.push_back(d->storage_->layer_scales(l));
     }
-    d->compressor_ = std::make_unique<KvCompressor>(context, layout, d->layer_data_, d->layer_scales_);
+    d->kv_access_ = std::make_unique<HostKvAccess>(layout, d->layer_data_, d->layer_scales_);
+    d->compressor_ = std::make_unique<KvCompressor>(context, *d->kv_access_);
     KVS_RETURN_IF_ERROR(d->compressor_->Track(kSeq, params, /*auto_mode=*/false, /*resume=*/false));
     d->block_size_ = o.block_size;
     d->num_blocks_ = blocks;
@@ -77,12 +79,13 @@ class SequenceDriver {
   int vocab() const { return model_.config().vocab_size; }
 
  private:
-  SequenceDriver(model::LlamaModel& model, int block_size) : model_(model), builder_(block_size) {}
+  SequenceDriver(model::ForwardModel& model, int block_size) : model_(model), builder_(block_size) {}
 
-  model::LlamaModel& model_;
+  model::ForwardModel& model_;
   std::unique_ptr<cache::HostKvStorage> storage_;
   std::vector<std::byte*> layer_data_;
   std::vector<float*> layer_scales_;
+  std::unique_ptr<HostKvAccess> kv_access_;
   std::unique_ptr<KvCompressor> compressor_;
   model::BatchBuilder builder_;
   std::vector<int32_t> table_;
@@ -104,7 +107,7 @@ int32_t Argmax(std::span<const float> logits) {
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
-absl::Status CheckChunk(const model::LlamaModel& model, const EvalOptions& o) {
+absl::Status CheckChunk(const model::ForwardModel& model, const EvalOptions& o) {
   if (o.chunk < 1 || o.chunk > model.max_tokens_per_step()) {
     return absl::InvalidArgumentError(absl::StrCat("chunk ", o.chunk, " must be in [1, ", model.max_tokens_per_step(),
                                                    "] (the model's rows per step)"));
@@ -116,7 +119,7 @@ absl::Status CheckChunk(const model::LlamaModel& model, const EvalOptions& o) {
 
 double PerplexityResult::perplexity() const { return scored > 0 ? std::exp(nll / static_cast<double>(scored)) : 0.0; }
 
-absl::StatusOr<PerplexityResult> EvalPerplexity(model::LlamaModel& model, const PolicyContext* context,
+absl::StatusOr<PerplexityResult> EvalPerplexity(model::ForwardModel& model, const PolicyContext* context,
                                                 const PolicyParams& params, std::span<const int32_t> tokens,
                                                 const EvalOptions& options) {
   KVS_RETURN_IF_ERROR(CheckChunk(model, options));
@@ -140,7 +143,7 @@ absl::StatusOr<PerplexityResult> EvalPerplexity(model::LlamaModel& model, const 
   return out;
 }
 
-absl::StatusOr<PasskeyResult> EvalPasskey(model::LlamaModel& model, const PolicyContext* context,
+absl::StatusOr<PasskeyResult> EvalPasskey(model::ForwardModel& model, const PolicyContext* context,
                                           const PolicyParams& params, std::span<const int32_t> prompt,
                                           std::span<const int32_t> answer, const EvalOptions& options) {
   KVS_RETURN_IF_ERROR(CheckChunk(model, options));
@@ -154,6 +157,69 @@ absl::StatusOr<PasskeyResult> EvalPasskey(model::LlamaModel& model, const Policy
     const size_t n = std::min(prompt.size() - begin, static_cast<size_t>(options.chunk));
     KVS_RETURN_IF_ERROR(d->Feed(prompt.subspan(begin, n), model::LogitsWanted::kLast, logits));
   }
+  for (size_t i = 0; i < answer.size(); ++i) {
+    const int32_t next = Argmax(std::span<const float>(logits.data(), vocab));
+    out.output.push_back(next);
+    if (i + 1 < answer.size()) {
+      const int32_t feed[1] = {next};
+      KVS_RETURN_IF_ERROR(d->Feed(feed, model::LogitsWanted::kLast, logits));
+    }
+  }
+  out.correct = std::equal(out.output.begin(), out.output.end(), answer.begin(), answer.end());
+  out.stats = d->stats();
+  return out;
+}
+
+namespace {
+
+// Prefills `prompt` in chunks, then feeds `forced` one token per step; after each step
+// `visit(i, logits)` sees the logits that predict forced[i] (i = 0 after the prompt).
+template <typename Visit>
+absl::Status TeacherForce(SequenceDriver& d, std::span<const int32_t> prompt, std::span<const int32_t> forced,
+                          int chunk, std::vector<float>& logits, Visit visit) {
+  for (size_t begin = 0; begin < prompt.size(); begin += static_cast<size_t>(chunk)) {
+    const size_t n = std::min(prompt.size() - begin, static_cast<size_t>(chunk));
+    KVS_RETURN_IF_ERROR(d.Feed(prompt.subspan(begin, n), model::LogitsWanted::kLast, logits));
+  }
+  for (size_t i = 0; i < forced.size(); ++i) {
+    visit(i, std::span<const float>(logits.data(), static_cast<size_t>(d.vocab())));
+    KVS_RETURN_IF_ERROR(d.Feed(forced.subspan(i, 1), model::LogitsWanted::kLast, logits));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<PerplexityResult> EvalDecodePerplexity(model::ForwardModel& model, const PolicyContext* context,
+                                                      const PolicyParams& params, std::span<const int32_t> prompt,
+                                                      std::span<const int32_t> forced, const EvalOptions& options) {
+  KVS_RETURN_IF_ERROR(CheckChunk(model, options));
+  if (prompt.empty() || forced.empty()) return absl::InvalidArgumentError("decode perplexity needs a prompt and text");
+  KVS_ASSIGN_OR_RETURN(auto d, SequenceDriver::Create(model, context, params,
+                                                      static_cast<int64_t>(prompt.size() + forced.size()), options));
+  PerplexityResult out;
+  std::vector<float> logits;
+  KVS_RETURN_IF_ERROR(TeacherForce(*d, prompt, forced, options.chunk, logits, [&](size_t i, std::span<const float> l) {
+    out.nll -= LogProb(l, forced[i]);
+    ++out.scored;
+  }));
+  out.stats = d->stats();
+  return out;
+}
+
+absl::StatusOr<PasskeyResult> EvalDecodePasskey(model::ForwardModel& model, const PolicyContext* context,
+                                                const PolicyParams& params, std::span<const int32_t> prompt,
+                                                std::span<const int32_t> forced, std::span<const int32_t> answer,
+                                                const EvalOptions& options) {
+  KVS_RETURN_IF_ERROR(CheckChunk(model, options));
+  if (prompt.empty() || answer.empty()) return absl::InvalidArgumentError("passkey needs a prompt and an answer");
+  KVS_ASSIGN_OR_RETURN(auto d, SequenceDriver::Create(
+                                   model, context, params,
+                                   static_cast<int64_t>(prompt.size() + forced.size() + answer.size()), options));
+  PasskeyResult out;
+  std::vector<float> logits;
+  KVS_RETURN_IF_ERROR(TeacherForce(*d, prompt, forced, options.chunk, logits, [](size_t, std::span<const float>) {}));
+  const size_t vocab = static_cast<size_t>(d->vocab());
   for (size_t i = 0; i < answer.size(); ++i) {
     const int32_t next = Argmax(std::span<const float>(logits.data(), vocab));
     out.output.push_back(next);

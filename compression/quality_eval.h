@@ -8,6 +8,13 @@
 //               is decoded greedily one token at a time (a round may follow each token);
 //               correct iff every answer token is the argmax.
 //
+//
+// Decode-time mode (teacher forcing; the setting TriAttention is built for): a short prompt
+// is prefilled, then every token of a forced text is fed as its own decode step, so rounds
+// run after decode steps exactly as during a long generation:
+//   perplexity: every forced token scored from the previous step's logits;
+//   passkey:    filler + key + filler + question forced, then the answer decoded greedily.
+//
 // The sequence has its own host KV storage (identity block table): a round compacts into
 // the front blocks and the tail blocks are simply written again as the sequence grows.
 #pragma once
@@ -20,7 +27,7 @@
 #include "compression/compression_policy.h"
 #include "compression/policy_params.h"
 #include "config/config.h"
-#include "model/llama_model.h"
+#include "model/forward_model.h"
 
 namespace kvserve::compression {
 
@@ -54,12 +61,25 @@ struct PasskeyResult {
 
 // `params.kind` full runs uncompressed. `context` may be null for full. `tokens` start
 // with BOS (scored from the second token on). The model must accept `chunk` rows per step.
-absl::StatusOr<PerplexityResult> EvalPerplexity(model::LlamaModel& model, const PolicyContext* context,
+absl::StatusOr<PerplexityResult> EvalPerplexity(model::ForwardModel& model, const PolicyContext* context,
                                                 const PolicyParams& params, std::span<const int32_t> tokens,
                                                 const EvalOptions& options);
 
-absl::StatusOr<PasskeyResult> EvalPasskey(model::LlamaModel& model, const PolicyContext* context,
+absl::StatusOr<PasskeyResult> EvalPasskey(model::ForwardModel& model, const PolicyContext* context,
                                           const PolicyParams& params, std::span<const int32_t> prompt,
                                           std::span<const int32_t> answer, const EvalOptions& options);
+
+// Decode-time: `prompt` (params.prompt_len tokens, starting with BOS) prefilled in chunks of
+// options.chunk, then `forced` one token per step; every forced token is scored.
+absl::StatusOr<PerplexityResult> EvalDecodePerplexity(model::ForwardModel& model, const PolicyContext* context,
+                                                      const PolicyParams& params, std::span<const int32_t> prompt,
+                                                      std::span<const int32_t> forced, const EvalOptions& options);
+
+// Decode-time: `prompt` prefilled, `forced` fed one token per step, then `answer` decoded
+// greedily (one token per step); correct iff every answer token is the argmax.
+absl::StatusOr<PasskeyResult> EvalDecodePasskey(model::ForwardModel& model, const PolicyContext* context,
+                                                const PolicyParams& params, std::span<const int32_t> prompt,
+                                                std::span<const int32_t> forced, std::span<const int32_t> answer,
+                                                const EvalOptions& options);
 
 }  // namespace kvserve::compression

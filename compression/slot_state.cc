@@ -102,14 +102,30 @@ int SlotState::CopyQueries(int layer, float* out, int32_t* pos_out) const {
   return n;
 }
 
-int SlotState::SideArrays(kernels::cpu::SlotSideArray* out) {
-  if (!tracks_slots()) return 0;
-  int n = 0;
-  out[n++] = {reinterpret_cast<std::byte*>(positions_.data()), capacity_, static_cast<int>(sizeof(int32_t))};
-  if (options_.track_mass) {
-    out[n++] = {reinterpret_cast<std::byte*>(mass_.data()), capacity_, static_cast<int>(sizeof(float))};
+namespace {
+
+// One row of a side array under a keep plan (kv_compact.h): [0, lo) stays, keep[i] -> lo + i,
+// the tail [scored_end, phys_len) follows in order. In place is safe for the reason given there.
+template <typename T>
+void CompactRow(T* row, const KeepPlan& plan, const int32_t* keep) {
+  for (int64_t i = 0; i < plan.num_keep; ++i) row[plan.lo + i] = row[keep[i]];
+  const int64_t shift = plan.scored_end - (plan.lo + plan.num_keep);
+  for (int64_t j = plan.scored_end; j < plan.phys_len; ++j) row[j - shift] = row[j];
+}
+
+}  // namespace
+
+void SlotState::ApplyKeepPlan(const KeepPlan& plan) {
+  KVS_CHECK(plan.phys_len == size_, "keep plan over ", plan.phys_len, " slots applied to a state holding ", size_);
+  if (tracks_slots()) {
+    const int64_t rows = static_cast<int64_t>(options_.num_layers) * options_.num_kv_heads;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int32_t* keep = plan.keep + r * plan.num_keep;
+      CompactRow(positions_.data() + r * capacity_, plan, keep);
+      if (options_.track_mass) CompactRow(mass_.data() + r * capacity_, plan, keep);
+    }
   }
-  return n;
+  size_ = plan.new_len();
 }
 
 }  // namespace kvserve::compression

@@ -18,9 +18,10 @@
 // a per-head round. Positions differ from physical indices once a round has run, which is
 // why they are tracked here rather than derived.
 //
-// Lifecycle: Append after each forward step that wrote KV; rounds shrink it through
-// CompressionPolicy::Run; a sequence whose KV is dropped (preemption by recompute) starts a
-// fresh SlotState; a swapped-out sequence keeps its state.
+// Lifecycle: Append after each forward step that wrote KV; rounds move and shrink it through
+// ApplyKeepPlan (CompressionPolicy::Run, after KvAccess::Compact moved the KV); a sequence
+// whose KV is dropped (preemption by recompute) starts a fresh SlotState; a swapped-out
+// sequence keeps its state.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +29,10 @@
 #include <vector>
 
 #include "kernels/cpu/kv_compact.h"
+
+namespace kvserve::compression {
+using KeepPlan = kernels::cpu::KeepPlan;
+}
 
 namespace kvserve::compression {
 
@@ -74,9 +79,10 @@ class SlotState {
   // their positions into pos_out. Returns num_queries(layer).
   int CopyQueries(int layer, float* out, int32_t* pos_out) const;
 
-  // Side arrays for kernels::cpu::CompactKv (positions first, then mass if tracked). Returns
-  // how many it wrote into out (at most 2).
-  int SideArrays(kernels::cpu::SlotSideArray* out);
+  // After the KV of a round was compacted by `plan` (KvAccess::Compact): moves positions and
+  // mass the same way (host side, whatever memory the KV lives in) and shrinks to
+  // plan.new_len(). plan.phys_len must equal size(); the plan must be valid (ValidateKeepPlan).
+  void ApplyKeepPlan(const KeepPlan& plan);
 
  private:
   int64_t row(int layer, int head) const { return static_cast<int64_t>(layer) * options_.num_kv_heads + head; }

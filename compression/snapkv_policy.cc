@@ -21,7 +21,7 @@ SlotState SnapKvPolicy::NewSlotState() const {
   SlotStateOptions o;
   o.num_layers = context().num_layers;
   o.num_kv_heads = context().num_kv_heads;
-  o.query_window = static_cast<int>(params().window);
+  o.query_window = static_cast<int>(RecentWindow(params()));
   o.num_q_heads = context().num_q_heads;
   o.head_dim = context().head_dim;
   return SlotState(o);
@@ -30,8 +30,8 @@ SlotState SnapKvPolicy::NewSlotState() const {
 absl::Status SnapKvPolicy::SelectKeep(const RoundInput& in, int64_t lo, int64_t num_keep, std::span<int32_t> keep,
                                       RoundResult& timings) {
   const base::Clock& clock = *context().clock;
-  const int64_t n = in.kv.phys_len;
-  const int64_t w = params().window;
+  const int64_t n = in.phys_len;
+  const int64_t w = RecentWindow(params());
   const int64_t prefix_end = n - w;  // [prefix_end, n): observation window, always kept
   const int d = context().head_dim;
   const int q_heads = context().num_q_heads;
@@ -56,7 +56,7 @@ absl::Status SnapKvPolicy::SelectKeep(const RoundInput& in, int64_t lo, int64_t 
     kernels::cpu::RopeCosSin(qpos_.data(), nq, context().rope_inv_freq.data(), d / 2, cos_sin_.data());
     kernels::cpu::ApplyRope(queries_.data(), nq, q_heads, d, q_size, cos_sin_.data());
     for (int kv = 0; kv < context().num_kv_heads; ++kv) {
-      ReadRows(in.kv, layer, /*kv=*/0, kv, 0, n, keys_.data());
+      in.kv->ReadRows(in.block_table, layer, /*kv=*/0, kv, 0, n, keys_.data());
       const std::span<const int32_t> pos = in.slots->positions(layer, kv);
       std::fill(row_.begin(), row_.end(), 0.0);
       for (int g = 0; g < group; ++g) {

@@ -7,25 +7,57 @@
 #include "compression/selection.h"
 
 namespace kvserve::compression {
+namespace {
+
+TriScorerOptions ScorerOptions(const PolicyParams& p, const PolicyContext& c) {
+  TriScorerOptions o;
+  o.num_offsets = NumOffsetsFor(p.tri_max_offset > 0 ? p.tri_max_offset : c.max_context);
+  o.terms = p.tri_terms;
+  o.offset_pool = p.tri_offset_pool;
+  return o;
+}
+
+}  // namespace
 
 TriAttentionPolicy::TriAttentionPolicy(const PolicyParams& params, const PolicyContext& context)
-    : CompressionPolicy(params, context), scorer_(*context.triattention_stats) {}
+    : CompressionPolicy(params, context),
+      scorer_(*context.triattention_stats, context.rope_inv_freq, ScorerOptions(params, context)) {}
 
 absl::Status TriAttentionPolicy::SelectKeep(const RoundInput& in, int64_t lo, int64_t num_keep,
                                             std::span<int32_t> keep, RoundResult& timings) {
   const base::Clock& clock = *context().clock;
-  const int64_t m = in.kv.phys_len - lo;
+  const int64_t n = in.phys_len;
+  const int64_t window = std::min(RecentWindow(params()), n - lo);
+  const int64_t scored_end = n - window;  // [scored_end, n): the recent window, always kept
+  const int64_t m = scored_end - lo;
+  const int64_t pick = num_keep - window;  // chosen among the scored candidates
+  KVS_CHECK(pick >= 0 && pick <= m, "triattention: keep ", num_keep, " with window ", window, " of ", n - lo);
   const int d = context().head_dim;
   const int group = group_size();
+  const int layers = context().num_layers;
+  const int kv_heads = context().num_kv_heads;
+  const bool cross = params().tri_selection == TriSelection::kCrossLayer;
   keys_.resize(static_cast<size_t>(m) * d);
   scores_.resize(static_cast<size_t>(group) * m);
   pooled_.resize(static_cast<size_t>(m));
+  chosen_.resize(static_cast<size_t>(num_keep));
+  if (cross) summed_.assign(static_cast<size_t>(kv_heads) * m, 0.0);
+
+  // One row's keep list: the chosen candidates (ascending, all < scored_end), then the window.
+  auto emit = [&](std::span<const double> r, int64_t row) {
+    TopKAscending(r, pick, lo, chosen_, topk_scratch_);
+    for (int64_t i = 0; i < window; ++i) chosen_[static_cast<size_t>(pick + i)] = static_cast<int32_t>(scored_end + i);
+    std::copy(chosen_.begin(), chosen_.end(), keep.begin() + row * num_keep);
+  };
+
   base::Nanos t = clock.now_ns();
   scorer_.Prepare(in.next_position);
-  for (int layer = 0; layer < context().num_layers; ++layer) {
-    for (int kv = 0; kv < context().num_kv_heads; ++kv) {
-      ReadRows(in.kv, layer, /*kv=*/0, kv, lo, in.kv.phys_len, keys_.data());
-      scorer_.ScoreKvHead(layer, kv, keys_.data(), m, scores_.data());
+  for (int layer = 0; layer < layers; ++layer) {
+    for (int kv = 0; kv < kv_heads; ++kv) {
+      if (m > 0) {
+        in.kv->ReadRows(in.block_table, layer, /*kv=*/0, kv, lo, scored_end, keys_.data());
+        scorer_.ScoreKvHead(layer, kv, keys_.data(), m, scores_.data());
+      }
       const base::Nanos t_scored = clock.now_ns();
       timings.score_ns += t_scored - t;
 
@@ -35,12 +67,27 @@ absl::Status TriAttentionPolicy::SelectKeep(const RoundInput& in, int64_t lo, in
         ZNormalize(row);
         MaxInto(row, pooled_);
       }
-      const int64_t r = static_cast<int64_t>(layer) * context().num_kv_heads + kv;
-      TopKAscending(pooled_, num_keep, lo, keep.subspan(static_cast<size_t>(r * num_keep), static_cast<size_t>(num_keep)),
-                    topk_scratch_);
+      if (cross) {
+        double* acc = summed_.data() + static_cast<int64_t>(kv) * m;
+        for (int64_t j = 0; j < m; ++j) acc[j] += pooled_[static_cast<size_t>(j)];
+      } else {
+        emit(pooled_, static_cast<int64_t>(layer) * kv_heads + kv);
+      }
       t = clock.now_ns();
       timings.select_ns += t - t_scored;
     }
+  }
+  if (cross) {
+    // Mean over layers: the sum ranks the same, and dividing keeps the reference's values.
+    for (double& v : summed_) v /= layers;
+    for (int kv = 0; kv < kv_heads; ++kv) {
+      emit(std::span<const double>(summed_.data() + static_cast<int64_t>(kv) * m, static_cast<size_t>(m)), kv);
+      for (int layer = 1; layer < layers; ++layer) {
+        std::copy_n(keep.begin() + static_cast<int64_t>(kv) * num_keep, num_keep,
+                    keep.begin() + (static_cast<int64_t>(layer) * kv_heads + kv) * num_keep);
+      }
+    }
+    timings.select_ns += clock.now_ns() - t;
   }
   return absl::OkStatus();
 }

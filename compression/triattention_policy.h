@@ -1,19 +1,25 @@
 // `triattention` (arXiv 2604.04921): score every evictable cached key by how much the
 // calibrated query centres of its layer are expected to attend to it over the future offsets
-// {1, 2, 4, ..., 2^16} (triattention_scorer.h), then keep the best per (layer, KV head).
+// {1, 2, 4, ..., 2^(M-1)} (triattention_scorer.h; 2^(M-1) <= the model's context unless
+// tri_max_offset says otherwise), then keep the best.
 //
-//   per layer l, KV head k, candidates [lo, n):
-//     S[h][j]  for the G query heads of k         (scorer, float64)
-//     Z[h][j]  = z-normalise S[h] over j           (per query head)
-//     R[j]     = max over h of Z[h][j]             (GQA group: max)
-//     keep     = top-(B - lo) of R, ties -> lowest slot, ascending
+//   candidates [lo, n - W) scored; the recent window [n - W, n) is always kept.
+//   per layer l, KV head k:
+//     S_l[h][j]  for the G query heads of k      (scorer, float64, the model's RoPE table)
+//     Z_l[h][j]  = z-normalise S_l[h] over j       (per query head)
+//     R_l[j]     = max over h of Z_l[h][j]         (GQA group: max)
+//   cross-layer (default, the reference's `per_head`):
+//     R[j] = mean over layers of R_l[j]; one top-(B - lo - W) set per KV head, used by
+//     every layer (all layers of a KV head then hold the same tokens)
+//   per-layer (tri_selection = kPerLayer): top-(B - lo - W) of R_l per (layer, KV head)
+//   ties -> lowest slot; kept slots ascending.
 //
-//   slots: [0, lo) pinned prompt | candidates ...... n-1      lo = P if protect_prompt else 0
-//          budget B counts the prompt; no recent window and no sinks (the paper's setting:
-//          pinning the prompt plays the sinks' role); the window/sinks settings do not apply.
+//   slots: [0, lo) pinned | scored candidates ......... | [n - W, n) recent window
+//          protect_prompt:  lo = P,     W = 0            (the paper's setting: the prompt is
+//                                                        the sink)
+//          unprotected:     lo = sinks (4), W = window (128, at most half of B - sinks)
 //
-// Trigger: phys_len >= B + divide_length, back to B. Each KV head of each layer keeps its own
-// set of B - lo candidates, so one block table still serves every head.
+// Trigger: after a decode step once phys_len >= B + slack (policy_params.h), back to B.
 #pragma once
 
 #include <vector>
@@ -34,9 +40,11 @@ class TriAttentionPolicy final : public CompressionPolicy {
 
  private:
   TriAttentionScorer scorer_;
-  std::vector<float> keys_;      // [n - lo][head_dim]
-  std::vector<double> scores_;   // [group][n - lo]
-  std::vector<double> pooled_;   // [n - lo]
+  std::vector<float> keys_;      // [m][head_dim]
+  std::vector<double> scores_;   // [group][m]
+  std::vector<double> pooled_;   // [m] one layer's R_l
+  std::vector<double> summed_;   // [num_kv_heads][m] cross-layer sum of R_l
+  std::vector<int32_t> chosen_;  // [num_keep] one row's keep list
   std::vector<int32_t> topk_scratch_;
 };
 

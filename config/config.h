@@ -59,10 +59,11 @@ struct SchedulerConfig {
 struct CompressionConfig {
   CompressionPolicyKind default_policy = CompressionPolicyKind::kFull;
   int budget = 2048;         // B: tokens kept per sequence after a round
-  int divide_length = 128;   // beta: slack before a round triggers
+  int divide_length = 0;     // beta: slack before a round triggers; 0: min(128, budget / 4)
   bool protect_prompt = true;
-  int window = 64;           // recent window (streamingllm / snapkv observation window)
-  int sinks = 4;             // attention sinks kept by streamingllm
+  int window = -1;           // recent window (triattention, unprotected prompt: 128) / snapkv
+                             // observation window (64); -1: the policy's default
+  int sinks = 4;             // attention sinks kept by streamingllm / triattention
   double auto_high_watermark = 0.90;
   double auto_low_watermark = 0.75;
   std::string stats_path;    // TriAttention statistics; empty: <model dir>/triattention_stats.bin

@@ -264,13 +264,15 @@ std::vector<Field<Config>> BuildConfigFields() {
                            [](C& c) -> auto& { return c.compression.default_policy; }, kPolicies));
   f.push_back(IntField<C>("compression.budget", "B: KV tokens kept per sequence after a round",
                           [](C& c) -> auto& { return c.compression.budget; }, 8, 1 << 24));
-  f.push_back(IntField<C>("compression.divide_length", "beta: slack tokens before a round triggers",
-                          [](C& c) -> auto& { return c.compression.divide_length; }, 1, 1 << 20));
+  f.push_back(IntField<C>("compression.divide_length",
+                          "beta: slack tokens before a round triggers (0: min(128, budget / 4))",
+                          [](C& c) -> auto& { return c.compression.divide_length; }, 0, 1 << 20));
   f.push_back(BoolField<C>("compression.protect_prompt", "never evict prompt tokens",
                            [](C& c) -> auto& { return c.compression.protect_prompt; }));
-  f.push_back(IntField<C>("compression.window", "recent tokens always kept / observation window",
-                          [](C& c) -> auto& { return c.compression.window; }, 0, 1 << 20));
-  f.push_back(IntField<C>("compression.sinks", "attention-sink tokens kept by streamingllm",
+  f.push_back(IntField<C>("compression.window",
+                          "recent tokens always kept / observation window (-1: the policy's default)",
+                          [](C& c) -> auto& { return c.compression.window; }, -1, 1 << 20));
+  f.push_back(IntField<C>("compression.sinks", "attention-sink tokens kept by streamingllm / triattention",
                           [](C& c) -> auto& { return c.compression.sinks; }, 0, 1 << 20));
   f.push_back(DoubleField<C>("compression.auto_high_watermark",
                              "auto: pool usage above which compression switches on",

@@ -54,7 +54,8 @@ CpuModelRunner::CpuModelRunner(model::LlamaModel& model, cache::KvStorage& stora
     layer_data_.push_back(storage_.layer_data(l));
     layer_scales_.push_back(storage_.layer_scales(l));
   }
-  compressor_ = std::make_unique<compression::KvCompressor>(compression, layout, layer_data_, layer_scales_);
+  kv_access_ = std::make_unique<compression::HostKvAccess>(layout, layer_data_, layer_scales_);
+  compressor_ = std::make_unique<compression::KvCompressor>(compression, *kv_access_);
 }
 
 absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan, scheduler::StepResult& result) {

@@ -18,6 +18,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "cache/host_kv_storage.h"
 #include "compression/compression_policy.h"
+#include "compression/host_kv_access.h"
 #include "compression/kv_compressor.h"
 #include "engine/model_runner.h"
 #include "model/batch_builder.h"
@@ -53,6 +54,7 @@ class CpuModelRunner final : public ModelRunner {
   std::vector<std::byte*> layer_data_;
   std::vector<float*> layer_scales_;
   absl::flat_hash_map<int64_t, Seq> seqs_;
+  std::unique_ptr<compression::HostKvAccess> kv_access_;  // compression's view of storage_
   std::unique_ptr<compression::KvCompressor> compressor_;
 
   // Per-step scratch, reused.

@@ -131,7 +131,7 @@ absl::Status FakeModelRunner::Execute(const scheduler::StepPlan& plan, scheduler
     if (s.compression.kind == config::CompressionPolicyKind::kFull) continue;
     if (s.compression_auto && !plan.compress_auto) continue;
     const int64_t target = compression::TargetLength(s.compression);
-    if (q.kv_len_after < target + s.compression.divide_length) continue;
+    if (q.kv_len_after < target + compression::SlackLength(s.compression)) continue;
     absl::Status st = Compact(s, q.seq, q.first_position + q.num_tokens, result);
     if (!st.ok()) return st;
   }

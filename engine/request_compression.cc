@@ -16,10 +16,12 @@ int64_t ResolvedCompression::footprint(int64_t prompt_tokens, int64_t max_tokens
   const int64_t uncompressed = prompt_tokens + max_tokens;
   if (!compressing() || auto_mode) return uncompressed;
   const int64_t target = std::max(compression::TargetLength(params), compression::FirstEvictableSlot(params));
-  int64_t bound = target + params.divide_length + max_chunk;
-  // snapkv scores at the end of prefill (its observation window is the prompt's end), so it
-  // holds the whole prompt once before its first round.
-  if (params.kind == CompressionPolicyKind::kSnapKv) bound = std::max(bound, prompt_tokens + max_chunk);
+  int64_t bound = target + compression::SlackLength(params) + max_chunk;
+  // Rounds run after decode steps (unless compress_prefill), and snapkv scores at the end of
+  // prefill, so the whole prompt is held once before the first round.
+  if (params.kind == CompressionPolicyKind::kSnapKv || !params.compress_prefill) {
+    bound = std::max(bound, prompt_tokens + max_chunk);
+  }
   return std::min(uncompressed, bound);
 }
 

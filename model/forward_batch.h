@@ -16,7 +16,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <span>
 
 #include "cache/kv_layout.h"
@@ -54,10 +53,12 @@ struct ForwardObservers {
   // zeroes the whole span first.
   std::span<float> attention_mass;
   int64_t mass_stride = 0;
-  // Pre-RoPE queries of every layer (TriAttention calibration): called once per layer with
-  // q rows [T][q_stride], each starting with num_heads * head_dim floats. The pointer is
-  // valid only during the call.
-  std::function<void(int layer, const float* q, int64_t q_stride, int64_t num_tokens)> pre_rope_queries;
+  // Pre-RoPE queries of every layer (SnapKV observation window, TriAttention calibration):
+  //   pre_rope_queries[(layer * T + t) * q_size + i] = row t's q_proj output (+ bias), before
+  //   RoPE, i < q_size = num_heads * head_dim.
+  // Shape [num_layers][T][q_size] (size checked); the caller owns the buffer and reads it
+  // after Forward returns, once per step, so a device backend fills it with one copy.
+  std::span<float> pre_rope_queries;
 };
 
 }  // namespace kvserve::model

@@ -151,6 +151,11 @@ absl::Status LlamaModel::Validate(const ForwardBatch& b, const KvCacheView& kv, 
       return BatchError("attention_mass buffer or stride too small");
     }
   }
+  if (observers != nullptr && !observers->pre_rope_queries.empty() &&
+      static_cast<int64_t>(observers->pre_rope_queries.size()) <
+          static_cast<int64_t>(config_.num_layers) * t * config_.q_size()) {
+    return BatchError("pre_rope_queries buffer too small");
+  }
   return absl::OkStatus();
 }
 
@@ -190,8 +195,9 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
 
     kernels::cpu::RmsNorm(x_.data(), d, w.input_norm, h_.data(), d, t, d, c.rms_norm_eps);
     Project(h_.data(), d, w.qkv_packed, w.qkv_bias, qkv_.data(), qkv_stride, t, d, qkv_stride, false);
-    if (observers != nullptr && observers->pre_rope_queries) {
-      observers->pre_rope_queries(layer, qkv_.data(), qkv_stride, t);
+    if (observers != nullptr && !observers->pre_rope_queries.empty()) {
+      float* dst = observers->pre_rope_queries.data() + static_cast<int64_t>(layer) * t * q_size;
+      for (int64_t i = 0; i < t; ++i) std::memcpy(dst + i * q_size, qkv_.data() + i * qkv_stride, q_size * sizeof(float));
     }
     float* q = qkv_.data();
     float* k = q + q_size;

@@ -27,6 +27,7 @@
 #include "base/logger.h"
 #include "cache/kv_layout.h"
 #include "model/forward_batch.h"
+#include "model/forward_model.h"
 #include "model/llama_weights.h"
 #include "model/model_config.h"
 
@@ -38,7 +39,7 @@ struct ModelOptions {
   base::Logger logger;
 };
 
-class LlamaModel {
+class LlamaModel final : public ForwardModel {
  public:
   // Reads <dir>/config.json and the safetensors checkpoint in <dir>.
   static absl::StatusOr<std::unique_ptr<LlamaModel>> Load(const std::string& model_dir,
@@ -47,21 +48,21 @@ class LlamaModel {
                                                             LlamaWeights weights,
                                                             const ModelOptions& options);
 
-  const ModelConfig& config() const { return config_; }
+  const ModelConfig& config() const override { return config_; }
   const LlamaWeights& weights() const { return weights_; }
   // RoPE inverse frequencies after scaling, [head_dim / 2].
-  std::span<const float> rope_inv_freq() const { return inv_freq_; }
+  std::span<const float> rope_inv_freq() const override { return inv_freq_; }
   int threads() const { return threads_; }
-  int max_tokens_per_step() const { return max_tokens_; }
+  int max_tokens_per_step() const override { return max_tokens_; }
   // The KV layout this model needs for a given block size and KV dtype.
-  cache::KvLayout KvLayoutFor(int block_size, config::KvDtype dtype) const;
+  cache::KvLayout KvLayoutFor(int block_size, config::KvDtype dtype) const override;
 
   // Runs one step. Writes the K/V of every row with slot_mapping >= 0 into `kv` and the
   // logits of batch.logits_rows (in that order) into `logits` ([R][vocab], R =
   // logits_rows.size()). The batch is validated first (sizes, ranges, block ids); a bad
   // batch is an InvalidArgument naming the field and leaves the cache untouched.
   absl::Status Forward(const ForwardBatch& batch, const KvCacheView& kv, std::span<float> logits,
-                       const ForwardObservers* observers = nullptr);
+                       const ForwardObservers* observers = nullptr) override;
 
  private:
   LlamaModel(ModelConfig config, LlamaWeights weights, const ModelOptions& options);

@@ -181,7 +181,6 @@ TEST_F(CompressionEngine, LongGenerationStaysUnderBudgetPlusSlackPlusOneBlock) {
     RequestSpec s = Spec("long", Prompt(16, 3), 1024);
     s.compression.policy = kind;
     s.compression.budget = kBudget;
-    if (kind == CompressionPolicyKind::kStreamingLlm) s.compression.window = kBudget - 16;
     const Outcome o = Run(*engine, s);
     const std::string what(config::Name(kind));
     ASSERT_EQ(o.tokens.size(), 1024u) << what << " " << o.error;

@@ -63,7 +63,7 @@ constexpr char kPrompt[] =
 const std::map<std::string, std::string>& CompressionSettings() {
   static const std::map<std::string, std::string> m = {
       {"triattention", R"({"policy": "triattention", "budget": 32, "divide_length": 16, "protect_prompt": false})"},
-      {"streamingllm", R"({"policy": "streamingllm", "window": 16, "sinks": 4, "divide_length": 16, "protect_prompt": false})"},
+      {"streamingllm", R"({"policy": "streamingllm", "budget": 20, "sinks": 4, "divide_length": 16, "protect_prompt": false})"},
       {"h2o", R"({"policy": "h2o", "budget": 32, "divide_length": 16, "protect_prompt": false})"},
       {"snapkv", R"({"policy": "snapkv", "budget": 32, "window": 8, "divide_length": 16, "protect_prompt": false})"},
   };

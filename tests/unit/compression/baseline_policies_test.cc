@@ -88,7 +88,7 @@ TEST(PolicyParams, ValidationNamesTheRequestField) {
   p.budget = 90;
   absl::Status st = ValidateParams(p);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(absl::StrContains(st.message(), "kv_compression.budget (90) must exceed the protected prompt (90 tokens)"))
+  EXPECT_TRUE(absl::StrContains(st.message(), "kv_compression.budget (90) must exceed the protected prefix (90 tokens)"))
       << st;
   p.protect_prompt = false;
   EXPECT_TRUE(ValidateParams(p).ok()) << "an unpinned prompt may exceed the budget";
@@ -101,14 +101,18 @@ TEST(PolicyParams, ValidationNamesTheRequestField) {
   p.window = 0;
   EXPECT_TRUE(absl::StrContains(ValidateParams(p).message(), "kv_compression.window")) << ValidateParams(p);
 
-  p = Params(CompressionPolicyKind::kStreamingLlm, 1, 16, 4000, true);
-  p.window = 0;
-  EXPECT_TRUE(absl::StrContains(ValidateParams(p).message(), "kv_compression.window"));
-  p.window = 8;
-  EXPECT_TRUE(ValidateParams(p).ok()) << "streamingllm does not use the budget";
+  // streamingllm honours the budget: sinks + recent window = B, so B must exceed the sinks.
+  p = Params(CompressionPolicyKind::kStreamingLlm, 4, 16, 0, false);
+  p.sinks = 4;
+  EXPECT_TRUE(absl::StrContains(ValidateParams(p).message(), "kv_compression.budget (4)")) << ValidateParams(p);
+  p.budget = 12;
+  EXPECT_TRUE(ValidateParams(p).ok());
+  EXPECT_EQ(RecentWindow(p), 8);
 
-  p = Params(CompressionPolicyKind::kH2O, 100, 0, 4, true);
+  p = Params(CompressionPolicyKind::kH2O, 100, -1, 4, true);
   EXPECT_TRUE(absl::StrContains(ValidateParams(p).message(), "kv_compression.divide_length"));
+  p.divide_length = 0;
+  EXPECT_TRUE(ValidateParams(p).ok()) << "0 selects the budget-scaled default slack";
   p = Params(CompressionPolicyKind::kAuto, 100, 16, 4, true);
   EXPECT_TRUE(absl::StrContains(ValidateParams(p).message(), "kv_compression.policy"));
   p = Params(CompressionPolicyKind::kFull, -5, -5, 4, true);
@@ -134,23 +138,28 @@ TEST(PolicyParams, FromConfigAndPerPolicyGeometry) {
   EXPECT_EQ(p.sinks, 2);
   EXPECT_EQ(p.prompt_len, 10);
   EXPECT_EQ(FirstEvictableSlot(p), 10);
-  EXPECT_EQ(TargetLength(p), 26);
+  EXPECT_EQ(TargetLength(p), 300) << "every policy compresses back to the budget";
+  EXPECT_EQ(RecentWindow(p), 290);
   PolicyParams q = p;
   q.protect_prompt = false;
   EXPECT_EQ(FirstEvictableSlot(q), 2);  // the sinks
-  EXPECT_EQ(TargetLength(q), 18);
-  q.kind = CompressionPolicyKind::kTriAttention;
-  EXPECT_EQ(FirstEvictableSlot(q), 0);
   EXPECT_EQ(TargetLength(q), 300);
+  EXPECT_EQ(RecentWindow(q), 298);
+  q.kind = CompressionPolicyKind::kTriAttention;
+  EXPECT_EQ(FirstEvictableSlot(q), 2) << "triattention keeps the sinks of an unprotected prompt";
+  EXPECT_EQ(TargetLength(q), 300);
+  EXPECT_EQ(RecentWindow(q), 16);
+  q.protect_prompt = true;
+  EXPECT_EQ(FirstEvictableSlot(q), 10);
+  EXPECT_EQ(RecentWindow(q), 0) << "a protected prompt is the paper's setting: no window";
 }
 
 // ---------------------------------------------------------------- streamingllm
 
 TEST(StreamingLlm, KeepsSinksAndRecentWindowInEveryRow) {
   Harness h;
-  PolicyParams p = Params(CompressionPolicyKind::kStreamingLlm, 0, 4, 3, false);
-  p.sinks = 2;
-  p.window = 6;
+  PolicyParams p = Params(CompressionPolicyKind::kStreamingLlm, 8, 4, 3, false);
+  p.sinks = 2;  // + 6 recent = the budget
   auto policy = h.Make(p);
   TestSeq seq = h.NewSeq(*policy, 40);
   seq.Append(11);
@@ -171,6 +180,7 @@ TEST(StreamingLlm, KeepsSinksAndRecentWindowInEveryRow) {
   PolicyParams q = p;
   q.protect_prompt = true;
   q.prompt_len = 5;
+  q.budget = 11;
   auto pinned = h.Make(q);
   EXPECT_EQ(pinned->target_length(), 11);
   TestSeq s2 = h.NewSeq(*pinned, 40);
@@ -311,7 +321,8 @@ TEST(SnapKv, CompressesThePromptAtTheEndOfPrefillAndAgainInDecode) {
       positions.push_back(static_cast<int32_t>(seq.next_position + t));
     }
     seq.Append(count);
-    for (int l = 0; l < 2; ++l) policy->ObserveQueries(seq.slots, l, rows.data(), q_stride, positions.data(), count);
+    // Both layers see the same rows (layer_stride 0), once per step.
+    policy->ObserveQueries(seq.slots, QueryView{rows.data(), 0, q_stride, positions.data(), count});
   };
   auto reference = [&](int64_t lo) {
     std::vector<float> rq;

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "absl/strings/match.h"
+#include "model/llama_model.h"
 
 namespace kvserve::compression {
 namespace {

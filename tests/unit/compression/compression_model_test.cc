@@ -12,6 +12,7 @@
 
 #include "base/clock.h"
 #include "compression/calibrator.h"
+#include "compression/host_kv_access.h"
 #include "compression/policy_factory.h"
 #include "model/batch_builder.h"
 #include "model/host_kv_buffer.h"
@@ -81,11 +82,7 @@ class CompressionModelTest : public ::testing::Test {
       obs.attention_mass = mass;
       obs.mass_stride = capacity;
     }
-    if (needs.pre_rope_queries) {
-      obs.pre_rope_queries = [&](int layer, const float* q, int64_t stride, int64_t n) {
-        policy->ObserveQueries(slots, layer, q, stride, step_positions.data(), n);
-      };
-    }
+    std::vector<float> queries;  // [layers][rows][q_size], sized per step
 
     Trace trace;
     model::BatchBuilder bb(kBlockSize);
@@ -99,19 +96,28 @@ class CompressionModelTest : public ::testing::Test {
                      model::LogitsWanted::kLast);
       step_positions.resize(feed.size());
       std::iota(step_positions.begin(), step_positions.end(), static_cast<int32_t>(next_position));
+      const int64_t rows = static_cast<int64_t>(feed.size());
+      if (needs.pre_rope_queries) {
+        queries.resize(static_cast<size_t>(c.num_layers * rows * c.q_size()));
+        obs.pre_rope_queries = queries;
+      }
       const absl::Status st = model_->Forward(bb.batch(), kv.view(), logits, &obs);
       EXPECT_TRUE(st.ok()) << st;
       if (!st.ok()) return trace;
       slots.Append(next_position, static_cast<int64_t>(feed.size()));
       next_position += static_cast<int64_t>(feed.size());
       trace.max_phys_len = std::max(trace.max_phys_len, slots.size());
+      if (needs.pre_rope_queries) {
+        policy->ObserveQueries(slots, QueryView::FromObservers(queries, rows, c.q_size(), step_positions.data(), 0, rows));
+      }
       if (needs.attention_mass) {
         policy->ObserveAttentionMass(slots, MassView::FromObservers(mass, capacity, 1, 0, c.num_kv_heads, slots.size()));
       }
       trace.logits.push_back(logits);
       if (policy != nullptr && policy->Due(slots.size(), next_position)) {
         const model::KvCacheView view = kv.view();
-        RoundInput in{{view.layout, view.layer_data, view.layer_scales, table, slots.size()}, &slots, next_position};
+        HostKvAccess access(view.layout, view.layer_data, view.layer_scales);
+        RoundInput in{&access, table, slots.size(), &slots, next_position};
         auto r = policy->Run(in);
         EXPECT_TRUE(r.ok()) << r.status();
         if (!r.ok()) return trace;

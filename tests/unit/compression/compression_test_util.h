@@ -8,6 +8,7 @@
 #include <cmath>
 #include <complex>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <span>
@@ -16,7 +17,7 @@
 #include "base/clock.h"
 #include "cache/kv_layout.h"
 #include "compression/compression_policy.h"
-#include "compression/seq_kv_view.h"
+#include "compression/host_kv_access.h"
 #include "compression/slot_state.h"
 #include "compression/triattention_stats.h"
 #include "kernels/cpu/kv_quant.h"
@@ -64,6 +65,7 @@ class TestPool {
     free_.resize(static_cast<size_t>(num_blocks));
     std::iota(free_.begin(), free_.end(), 0);
     std::shuffle(free_.begin(), free_.end(), rng_);
+    access_ = std::make_unique<HostKvAccess>(layout_, data_ptrs_, scale_ptrs_);
   }
 
   const cache::KvLayout& layout() const { return layout_; }
@@ -79,15 +81,10 @@ class TestPool {
     return t;
   }
 
-  SeqKvView View(const std::vector<int32_t>& table, int64_t len) const {
-    SeqKvView v;
-    v.layout = layout_;
-    v.layer_data = data_ptrs_;
-    v.layer_scales = scale_ptrs_;
-    v.block_table = table;
-    v.phys_len = len;
-    return v;
-  }
+  std::span<std::byte* const> layer_data() const { return data_ptrs_; }
+  std::span<float* const> layer_scales() const { return scale_ptrs_; }
+  // The pool as compression sees it (every sequence's table goes with each call).
+  HostKvAccess& access() { return *access_; }
 
   // Writes row (layer, kv, head) of physical index i of a sequence.
   void Write(const std::vector<int32_t>& table, int layer, int kv, int head, int64_t i, const float* src) {
@@ -160,6 +157,7 @@ class TestPool {
   std::vector<std::byte*> data_ptrs_;
   std::vector<float*> scale_ptrs_;
   std::vector<int32_t> free_;
+  std::unique_ptr<HostKvAccess> access_;
 };
 
 // FNV-1a over a row's bytes, order-sensitive when chained.
@@ -246,8 +244,7 @@ struct TestSeq {
     slots.Append(next_position, count);
     next_position += count;
   }
-  SeqKvView View() const { return pool->View(table, slots.size()); }
-  RoundInput Input() { return {View(), &slots, next_position}; }
+  RoundInput Input() { return {&pool->access(), table, slots.size(), &slots, next_position}; }
 };
 
 // Independent TriAttention selection: reference scores, z-normalised per query head

@@ -90,9 +90,8 @@ TEST_P(KvCompactTest, KeptRowsArePermutedIntoPlaceAndNothingElseChanges) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t i = 0; i < plan.new_len(); ++i) expect_moved += source_of(r, i) != i;
 
-  const auto view = pool.View(table_a, len_a);
-  const CompactStats st = CompactKv(layout, view.layer_data.data(),
-                                    layout.has_scales() ? view.layer_scales.data() : nullptr, table_a.data(), plan,
+  const CompactStats st = CompactKv(layout, pool.layer_data().data(),
+                                    layout.has_scales() ? pool.layer_scales().data() : nullptr, table_a.data(), plan,
                                     side, 2);
   EXPECT_EQ(st.new_len, lo + k + (len_a - scored_end));
   EXPECT_EQ(st.rows_moved, expect_moved);
@@ -137,8 +136,7 @@ TEST_P(KvCompactTest, IdentityPlanMovesNothing) {
   for (int64_t r = 0; r < rows; ++r)
     for (int32_t i = 0; i < 10; ++i) keep.push_back(4 + i);
   const KeepPlan keep_all{4, 14, 14, 10, keep.data()};
-  const auto view = pool.View(table, 33);
-  CompactStats st = CompactKv(layout, view.layer_data.data(), view.layer_scales.data(), table.data(), keep_all,
+  CompactStats st = CompactKv(layout, pool.layer_data().data(), pool.layer_scales().data(), table.data(), keep_all,
                               nullptr, 0);
   EXPECT_EQ(st.rows_moved, 0);
   EXPECT_EQ(st.new_len, 14);

@@ -12,6 +12,7 @@
 #include "base/clock.h"
 #include "compression/triattention_stats.h"
 #include "model/batch_builder.h"
+#include "model/llama_model.h"
 
 namespace kvserve::compression {
 namespace {

@@ -68,6 +68,11 @@ PolicyParams TriParams(int64_t budget, int64_t beta, int64_t prompt, bool protec
   p.divide_length = beta;
   p.prompt_len = prompt;
   p.protect_prompt = protect;
+  // The per-(layer, KV head) mode without guards, against ReferenceTriKeep; the paper's
+  // cross-layer default and the guards are tested separately below.
+  p.tri_selection = TriSelection::kPerLayer;
+  p.sinks = 0;
+  p.window = 0;
   return p;
 }
 
@@ -276,11 +281,23 @@ TEST(TriAttentionPolicy, BadInputsFailWithoutTouchingTheCache) {
   EXPECT_TRUE(absl::StrContains(r.status().message(), "next_position")) << r.status();
 
   in = seq.Input();
-  in.kv.phys_len = 19;  // SlotState holds 20
+  in.phys_len = 19;  // SlotState holds 20
   EXPECT_EQ(policy->Run(in).status().code(), absl::StatusCode::kFailedPrecondition);
 
   in = seq.Input();
-  in.kv.layout.num_kv_heads = 1;
+  cache::KvLayout other = h.pool.layout();
+  other.num_kv_heads = 1;
+  std::vector<std::byte*> no_data(static_cast<size_t>(other.num_layers), nullptr);
+  HostKvAccess mismatched(other, no_data, {});
+  in.kv = &mismatched;
+  EXPECT_EQ(policy->Run(in).status().code(), absl::StatusCode::kInvalidArgument);
+
+  in = seq.Input();
+  in.block_table = std::span<const int32_t>(seq.table).first(1);  // 20 slots need 5 blocks of 4
+  EXPECT_EQ(policy->Run(in).status().code(), absl::StatusCode::kInvalidArgument);
+
+  in = seq.Input();
+  in.kv = nullptr;
   EXPECT_EQ(policy->Run(in).status().code(), absl::StatusCode::kInvalidArgument);
 
   in = seq.Input();

@@ -61,13 +61,12 @@ TEST_P(ScorerTest, MatchesInvertedRopeReference) {
 
   TriAttentionScorer scorer(stats);
   scorer.Prepare(c.t);
-  const SeqKvView view = pool.View(table, n);
   std::vector<float> keys(static_cast<size_t>(n) * layout.head_dim);
   std::vector<double> out(static_cast<size_t>(3 * n));
   double worst = 0.0;
   for (int l = 0; l < layout.num_layers; ++l) {
     for (int kv = 0; kv < layout.num_kv_heads; ++kv) {
-      ReadRows(view, l, 0, kv, 0, n, keys.data());
+      pool.access().ReadRows(table, l, 0, kv, 0, n, keys.data());
       scorer.ScoreKvHead(l, kv, keys.data(), n, out.data());
       for (int g = 0; g < 3; ++g) {
         for (int64_t j = 0; j < n; ++j) {

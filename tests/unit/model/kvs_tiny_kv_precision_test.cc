@@ -122,19 +122,19 @@ TEST_F(KvsTinyKvPrecision, AttentionOutputErrorOnRealActivationsIsBounded) {
   const int64_t q_size = c.q_size();
 
   // fp32 pass: record each layer's pre-RoPE Q; the fp32 cache then holds the exact K/V.
-  std::vector<std::vector<float>> q(static_cast<size_t>(c.num_layers));
+  std::vector<float> all_q(static_cast<size_t>(c.num_layers * t * q_size));
   ForwardObservers obs;
-  obs.pre_rope_queries = [&](int layer, const float* rows, int64_t stride, int64_t n) {
-    auto& dst = q[static_cast<size_t>(layer)];
-    dst.resize(static_cast<size_t>(n * q_size));
-    for (int64_t r = 0; r < n; ++r) std::copy_n(rows + r * stride, q_size, dst.data() + r * q_size);
-  };
+  obs.pre_rope_queries = all_q;
   // The model's own softmax weights, to check below that the Q rebuilt here is the Q it used.
   std::vector<float> model_mass(static_cast<size_t>(c.num_layers) * kv_heads * t);
   obs.attention_mass = model_mass;
   obs.mass_stride = t;
   HostKvBuffer ref_kv(model_->KvLayoutFor(kBlockSize, KvDtype::kFp32), NumBlocks());
   Prefill(*model_, *ids_, ref_kv, &obs);
+  std::vector<std::vector<float>> q(static_cast<size_t>(c.num_layers));
+  for (int l = 0; l < c.num_layers; ++l) {
+    q[static_cast<size_t>(l)].assign(all_q.begin() + l * t * q_size, all_q.begin() + (l + 1) * t * q_size);
+  }
 
   // Rotate Q exactly as the forward pass does (same inverse frequencies, positions 0..t-1).
   std::vector<int32_t> positions(static_cast<size_t>(t));

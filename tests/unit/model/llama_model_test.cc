@@ -198,21 +198,25 @@ TEST(LlamaModelObservers, AttentionMassAndPreRopeQueries) {
 
   const int64_t stride = 8;
   std::vector<float> mass(static_cast<size_t>(c.num_layers) * 2 * c.num_kv_heads * stride, -1.0f);
-  std::vector<std::vector<float>> pre_rope;
+  // The step's 4 rows of pre-RoPE queries for every layer, in a buffer the caller owns.
+  const int64_t q_size = c.q_size();
+  std::vector<float> pre_rope(static_cast<size_t>(c.num_layers * 4 * q_size), -7.0f);
   ForwardObservers obs;
   obs.attention_mass = mass;
   obs.mass_stride = stride;
-  obs.pre_rope_queries = [&](int layer, const float* q, int64_t q_stride, int64_t n) {
-    EXPECT_EQ(layer, static_cast<int>(pre_rope.size()));
-    std::vector<float> rows;
-    for (int64_t t = 0; t < n; ++t) rows.insert(rows.end(), q + t * q_stride, q + t * q_stride + c.q_size());
-    pre_rope.push_back(rows);
-  };
+  obs.pre_rope_queries = pre_rope;
   // a decodes one token (kv_len 6); b is a fresh 3-token prefill whose first token equals a's.
   session.Step({{a, {42}}, {b, {42, 7, 8}}}, &obs);
-  ASSERT_EQ(pre_rope.size(), static_cast<size_t>(c.num_layers));
-  // Layer 0 queries are pre-RoPE: token 42 at position 5 (a) and position 0 (b) agree.
-  for (int i = 0; i < c.q_size(); ++i) ASSERT_FLOAT_EQ(pre_rope[0][i], pre_rope[0][c.q_size() + i]);
+  for (int layer = 0; layer < c.num_layers; ++layer) {
+    const float* l = pre_rope.data() + layer * 4 * q_size;
+    // Every row of every layer was written.
+    for (int64_t i = 0; i < 4 * q_size; ++i) ASSERT_NE(l[i], -7.0f) << "layer " << layer << " element " << i;
+  }
+  // Layer 0 queries are pre-RoPE: token 42 at position 5 (a) and position 0 (b) agree, and
+  // differ from token 7's.
+  for (int i = 0; i < q_size; ++i) ASSERT_FLOAT_EQ(pre_rope[i], pre_rope[q_size + i]);
+  EXPECT_NE(std::vector<float>(pre_rope.begin(), pre_rope.begin() + q_size),
+            std::vector<float>(pre_rope.begin() + 2 * q_size, pre_rope.begin() + 3 * q_size));
 
   const int group = c.num_heads / c.num_kv_heads;
   const int rows[2] = {1, 3};

@@ -373,11 +373,12 @@ TEST(StepPlanMovesKv, AnyCopyMakesAPlanNonEmpty) {
 
 // ---- KV compression: the scheduler's side (the fake runner plays the policy).
 
-compression::PolicyParams Streaming(int64_t window, int64_t slack, bool protect = true) {
+// streamingllm keeps sinks (or the pinned prompt) + recent slots = budget.
+compression::PolicyParams Streaming(int64_t budget, int64_t slack, bool protect = true) {
   compression::PolicyParams p;
   p.kind = config::CompressionPolicyKind::kStreamingLlm;
   p.sinks = 2;
-  p.window = window;
+  p.budget = budget;
   p.divide_length = slack;
   p.protect_prompt = protect;
   return p;
@@ -386,9 +387,10 @@ compression::PolicyParams Streaming(int64_t window, int64_t slack, bool protect 
 TEST(Scheduler, CompressingSequencesTruncateAndStayBounded) {
   HarnessOptions o = Small(64, 64);  // block size 4
   Harness h(o);
-  h.compression = Streaming(/*window=*/8, /*slack=*/4);
+  h.compression = Streaming(/*budget=*/6 + 8, /*slack=*/4);  // the prompt + 8 recent
   h.max_chunk = 4;
   cache::SeqId a = h.Add(/*prompt_len=*/6, /*max_tokens=*/40);
+  h.compression = Streaming(/*budget=*/18 + 8, /*slack=*/4);
   cache::SeqId b = h.Add(/*prompt_len=*/18, /*max_tokens=*/30, 0, 0, /*seed=*/7);
   h.compression = {};
   cache::SeqId c = h.Add(6, 20, 0, 0, 9);  // uncompressed neighbour
@@ -417,7 +419,7 @@ TEST(Scheduler, CompressingSequencesShareOnlyTheirProtectedPrefix) {
     HarnessOptions o = Small(64, 64);
     o.prefix_caching = true;
     Harness h(o);
-    h.compression = Streaming(8, 4, protect);
+    h.compression = Streaming(protect ? 17 + 8 : 2 + 8, 4, protect);  // prefix + 8 recent
     h.max_chunk = 32;
     h.Add(17, 12);
     h.RunUntilIdle();
@@ -439,7 +441,7 @@ TEST(Scheduler, SwappedCompressingSequenceKeepsItsCompactedLayout) {
   o.num_host_blocks = 64;
   o.sched.preemption_mode = config::PreemptionMode::kSwap;
   Harness h(o);
-  h.compression = Streaming(8, 4);
+  h.compression = Streaming(6 + 8, 4);
   h.max_chunk = 8;
   std::vector<cache::SeqId> ids;
   for (int i = 0; i < 5; ++i) ids.push_back(h.Add(6, 40, 0, 0, 20 + i, 1, i));
