@@ -143,7 +143,7 @@ TEST_F(RequestBuilderTest, ConfigurableLimitsNameTheField) {
   l.max_n = 3;
   l.max_stop_strings = 2;
   l.max_stop_string_bytes = 4;
-  l.max_generated_tokens = 24;
+  l.max_generated_tokens = 48;  // n = 3 at the default 16 tokens fits
   l.max_logprobs = 2;
   l.max_logit_bias = 1;
   struct Case {
@@ -157,7 +157,7 @@ TEST_F(RequestBuilderTest, ConfigurableLimitsNameTheField) {
       {"n", [](auto& r) { r.n = 3; }, [](auto& r) { r.n = 4; }},
       {"stop", [](auto& r) { r.stop = {"a", "b"}; }, [](auto& r) { r.stop = {"a", "b", "c"}; }},
       {"stop", [](auto& r) { r.stop = {"abcd"}; }, [](auto& r) { r.stop = {"abcde"}; }},
-      {"max_tokens", [](auto& r) { r.n = 2; r.max_tokens = 12; }, [](auto& r) { r.n = 2; r.max_tokens = 13; }},
+      {"max_tokens", [](auto& r) { r.n = 2; r.max_tokens = 24; }, [](auto& r) { r.n = 2; r.max_tokens = 25; }},
       {"logprobs", [](auto& r) { r.sampling.logprobs = 2; }, [](auto& r) { r.sampling.logprobs = 3; }},
       {"logit_bias", [](auto& r) { r.sampling.logit_bias = {{1, 1.0f}}; },
        [](auto& r) { r.sampling.logit_bias = {{1, 1.0f}, {2, 1.0f}}; }},
