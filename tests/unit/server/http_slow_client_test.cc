@@ -134,7 +134,9 @@ TEST_F(SlowClientTest, AFloodOfTricklingClientsDoesNotBlockHealth) {
     const double took = std::chrono::duration<double>(Clock::now() - start).count();
     worst = std::max(worst, took);
     EXPECT_TRUE(res) << "round " << round << ": " << httplib::to_string(res.error());
-    if (res) EXPECT_EQ(res->status, 200);
+    if (res) {
+      EXPECT_EQ(res->status, 200);
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
   }
   stop.store(true);

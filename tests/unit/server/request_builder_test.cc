@@ -26,7 +26,7 @@ class RequestBuilderTest : public ::testing::Test {
     return BuildRequests(r, tenant, codec_, limits_, "cmpl-1");
   }
   FakeTextCodec codec_;
-  ModelLimits limits_{"kvs-tiny", 32};
+  ModelLimits limits_{"kvs-tiny", 32, {}};
 };
 
 TEST_F(RequestBuilderTest, TokenizesAndFillsTheSpec) {
