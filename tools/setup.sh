@@ -17,6 +17,7 @@ build_pkgs=(
 test_pkgs=(
   curl wamerican python3
   prometheus   # the real Prometheus server and promtool (tests/integration/observability)
+  clang libclang-rt-14-dev  # libFuzzer + ASan/UBSan for the fuzz smoke (tools/fuzz.sh)
 )
 # Node.js and npm drive the independent-client tests (OpenAI SDK, @grpc/grpc-js). Machines that
 # already have them (e.g. from another repository, which bundles npm inside its nodejs
