@@ -70,6 +70,19 @@ struct CompressionConfig {
   int max_prefill_chunk = 256;  // prefill chunk cap of compressing requests (footprint bound)
 };
 
+// Per-request limits of the front ends, each checked before any work is queued (a 400
+// naming the field beyond it).
+struct RequestLimits {
+  int max_prompts = 128;             // completions: prompts in one request
+  int max_messages = 1024;           // chat: messages in one request
+  int max_n = 128;                   // samples per prompt
+  int max_stop_strings = 64;
+  int max_stop_string_bytes = 256;
+  int64_t max_generated_tokens = 1 << 20;  // prompts × n × max_tokens
+  int max_logprobs = 20;             // top_logprobs / logprobs alternatives (the engine's cap)
+  int max_logit_bias = 300;          // logit_bias entries (OpenAI's cap)
+};
+
 struct ServerConfig {
   std::string host = "127.0.0.1";
   int http_port = 8000;   // 0: pick a free port
@@ -77,17 +90,30 @@ struct ServerConfig {
   uint64_t max_body_bytes = 8ull << 20;
   double drain_timeout_seconds = 30.0;
   int http_max_connections = 512;
+  double http_request_timeout_seconds = 30.0;  // whole request (headers + body) per connection
+  RequestLimits limits;
+  // TLS for both listeners when tls_cert_path is set (PEM files); tls_client_ca_path adds
+  // mutual TLS on gRPC.
+  std::string tls_cert_path;
+  std::string tls_key_path;
+  std::string tls_client_ca_path;
   MetricsCompat metrics_compat = MetricsCompat::kNone;
 };
 
 struct TenantConfig {
   std::string name;
   std::vector<std::string> api_keys;   // Bearer tokens; never logged or dumped
+  // A file of more keys, one per line (e.g. a mounted Kubernetes secret); LoadConfig reads
+  // it into api_keys. Blank lines and surrounding whitespace are ignored.
+  std::string api_keys_file;
   double weight = 1.0;                 // share of the token budget under contention
   int priority = 0;                    // default request priority (lower runs first)
   int max_running = 0;                 // 0: no per-tenant limit
   int max_queued = 0;                  // 0: no per-tenant limit
+  // Meaningful only when has_default_policy; otherwise the tenant inherits
+  // compression.default_policy (EffectiveDefaultPolicy below).
   CompressionPolicyKind default_policy = CompressionPolicyKind::kFull;
+  bool has_default_policy = false;     // set by the loader when the config names one
   std::vector<CompressionPolicyKind> allowed_policies;  // empty: all
   std::string prefix_cache_group;      // tenants sharing a group share prefix-cache blocks;
                                        // empty: the tenant's own name (isolated)
@@ -107,5 +133,12 @@ struct Config {
   // variables). Names only; `serve` logs them at debug.
   std::vector<std::string> ignored_env;
 };
+
+// The policy a tenant's requests get when they name none: its own default_policy when the
+// config sets one, else compression.default_policy (docs/configuration.md).
+inline CompressionPolicyKind EffectiveDefaultPolicy(const Config& config, const TenantConfig* tenant) {
+  return tenant != nullptr && tenant->has_default_policy ? tenant->default_policy
+                                                         : config.compression.default_policy;
+}
 
 }  // namespace kvserve::config

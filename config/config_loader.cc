@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "absl/strings/match.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/absl_compat.h"
@@ -134,6 +135,7 @@ absl::Status ApplyTenant(const Json& obj, size_t index, std::string_view origin,
     }
     auto st = SetField(*field, t, *v, shown, prefix, origin);
     if (!st.ok()) return st;
+    if (key == "default_policy") t.has_default_policy = true;
   }
   return absl::OkStatus();
 }
@@ -284,6 +286,12 @@ absl::Status Validate(const Config& cfg) {
                ": must be at least model.max_model_len (", cfg.model.max_model_len,
                ") when scheduler.enable_chunked_prefill is false");
   }
+  if (cfg.server.tls_cert_path.empty() != cfg.server.tls_key_path.empty()) {
+    return err("server.tls_cert_path / server.tls_key_path: give both or neither");
+  }
+  if (!cfg.server.tls_client_ca_path.empty() && cfg.server.tls_cert_path.empty()) {
+    return err("server.tls_client_ca_path: needs server.tls_cert_path and server.tls_key_path");
+  }
   if (cfg.server.http_port != 0 && cfg.server.http_port == cfg.server.grpc_port) {
     return err("server.grpc_port=", cfg.server.grpc_port, ": must differ from server.http_port");
   }
@@ -302,11 +310,39 @@ absl::Status Validate(const Config& cfg) {
       }
       keys.push_back(k);
     }
+    const CompressionPolicyKind effective = EffectiveDefaultPolicy(cfg, &t);
     if (!t.allowed_policies.empty() &&
-        std::find(t.allowed_policies.begin(), t.allowed_policies.end(), t.default_policy) ==
+        std::find(t.allowed_policies.begin(), t.allowed_policies.end(), effective) ==
             t.allowed_policies.end()) {
-      return err("tenants[", i, "].default_policy=", base::AsAbsl(Name(t.default_policy)),
+      return err("tenants[", i, "].default_policy=", base::AsAbsl(Name(effective)),
+                 t.has_default_policy ? "" : " (inherited from compression.default_policy)",
                  ": must be one of the tenant's allowed_policies");
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Appends the keys of every tenant's api_keys_file. Messages name the file, never a key.
+static absl::Status LoadKeyFiles(Config& cfg) {
+  for (size_t i = 0; i < cfg.tenants.size(); ++i) {
+    TenantConfig& t = cfg.tenants[i];
+    if (t.api_keys_file.empty()) continue;
+    std::ifstream in(t.api_keys_file, std::ios::binary);
+    if (!in) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tenants[", i, "].api_keys_file=", t.api_keys_file, ": cannot be read"));
+    }
+    std::string line;
+    size_t added = 0;
+    while (std::getline(in, line)) {
+      const absl::string_view key = absl::StripAsciiWhitespace(line);
+      if (key.empty()) continue;
+      t.api_keys.push_back(std::string(key));
+      ++added;
+    }
+    if (added == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tenants[", i, "].api_keys_file=", t.api_keys_file, ": holds no key"));
     }
   }
   return absl::OkStatus();
@@ -352,6 +388,7 @@ absl::StatusOr<Config> LoadConfig(const ConfigSources& sources) {
   for (const auto& [path, value] : sources.overrides) {
     KVS_RETURN_IF_ERROR(ApplyText(path, value, "command line", cfg));
   }
+  KVS_RETURN_IF_ERROR(LoadKeyFiles(cfg));
   KVS_RETURN_IF_ERROR(Validate(cfg));
   return cfg;
 }
@@ -366,6 +403,7 @@ std::string DumpJson(const Config& cfg) {
   for (const auto& t : cfg.tenants) {
     Json obj = Json::object();
     for (const auto& f : TenantFields()) obj[f.path] = ToJson(f.get(t), f.secret);
+    if (!t.has_default_policy) obj.erase("default_policy");  // inherited, not set
     tenants.push_back(obj);
   }
   doc["tenants"] = tenants;

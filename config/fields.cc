@@ -305,6 +305,36 @@ std::vector<Field<Config>> BuildConfigFields() {
                              86400.0));
   f.push_back(IntField<C>("server.http_max_connections", "concurrent HTTP connections served",
                           [](C& c) -> auto& { return c.server.http_max_connections; }, 1, 65536));
+  f.push_back(IntField<C>("server.max_prompts_per_request", "completions: prompts in one request",
+                          [](C& c) -> auto& { return c.server.limits.max_prompts; }, 1, 65536));
+  f.push_back(IntField<C>("server.max_messages_per_chat", "chat: messages in one request",
+                          [](C& c) -> auto& { return c.server.limits.max_messages; }, 1, 1 << 20));
+  f.push_back(IntField<C>("server.max_n", "samples per prompt (n)",
+                          [](C& c) -> auto& { return c.server.limits.max_n; }, 1, 128));
+  f.push_back(IntField<C>("server.max_stop_strings", "stop strings in one request",
+                          [](C& c) -> auto& { return c.server.limits.max_stop_strings; }, 0, 4096));
+  f.push_back(IntField<C>("server.max_stop_string_bytes", "length of one stop string",
+                          [](C& c) -> auto& { return c.server.limits.max_stop_string_bytes; }, 1, 65536));
+  f.push_back(IntField<C>("server.max_generated_tokens_per_request",
+                          "prompts x n x max_tokens of one request",
+                          [](C& c) -> auto& { return c.server.limits.max_generated_tokens; }, 1,
+                          int64_t{1} << 40));
+  f.push_back(IntField<C>("server.max_logprobs", "logprobs / top_logprobs alternatives",
+                          [](C& c) -> auto& { return c.server.limits.max_logprobs; }, 0, 20));
+  f.push_back(IntField<C>("server.max_logit_bias", "logit_bias entries",
+                          [](C& c) -> auto& { return c.server.limits.max_logit_bias; }, 0, 300));
+  f.push_back(DoubleField<C>("server.http_request_timeout_seconds",
+                             "a connection that has not sent a whole request in this long is closed "
+                             "(0.5 s while all connection threads are busy)",
+                             [](C& c) -> auto& { return c.server.http_request_timeout_seconds; }, 0.1,
+                             3600.0));
+  f.push_back(StringField<C>("server.tls_cert_path", "PEM certificate chain: HTTPS and gRPC over TLS; empty: plain",
+                             [](C& c) -> auto& { return c.server.tls_cert_path; }));
+  f.push_back(StringField<C>("server.tls_key_path", "PEM private key of tls_cert_path",
+                             [](C& c) -> auto& { return c.server.tls_key_path; }));
+  f.push_back(StringField<C>("server.tls_client_ca_path",
+                             "PEM CA: gRPC clients must present a certificate it signed (mutual TLS)",
+                             [](C& c) -> auto& { return c.server.tls_client_ca_path; }));
   f.push_back(EnumField<C>("server.metrics_compat", "also export metrics under another engine's names",
                            [](C& c) -> auto& { return c.server.metrics_compat; }, kMetricsCompat));
   return f;
@@ -317,6 +347,8 @@ std::vector<Field<TenantConfig>> BuildTenantFields() {
                              [](T& t) -> auto& { return t.name; }, true));
   f.push_back(StringListField<T>("api_keys", "Bearer keys that map to this tenant",
                                  [](T& t) -> auto& { return t.api_keys; }, true));
+  f.push_back(StringField<T>("api_keys_file", "file with more keys, one per line (a mounted secret)",
+                             [](T& t) -> auto& { return t.api_keys_file; }));
   f.push_back(DoubleField<T>("weight", "fair share of the token budget under contention",
                              [](T& t) -> auto& { return t.weight; }, 0.0, 1e6, true));
   f.push_back(IntField<T>("priority", "default request priority (lower first)",

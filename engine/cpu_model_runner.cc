@@ -18,6 +18,7 @@ model::SamplingParams ToModelParams(const scheduler::SamplingParams& s) {
   p.repetition_penalty = s.repetition_penalty;
   p.presence_penalty = s.presence_penalty;
   p.frequency_penalty = s.frequency_penalty;
+  for (const auto& b : s.logit_bias) p.logit_bias.emplace_back(b.token, b.bias);
   // The sampled token's own logprob is always reported; top-N only when asked.
   p.logprobs = s.logprobs;
   return p;

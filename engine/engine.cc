@@ -163,6 +163,15 @@ absl::Status Engine::Validate(const RequestSpec& spec) const {
     return Invalid("repetition_penalty", "must be in (0,10]");
   }
   if (s.logprobs < 0 || s.logprobs > 20) return Invalid("logprobs", "must be in [0,20]");
+  if (s.logit_bias.size() > static_cast<size_t>(scheduler::kMaxLogitBias)) {
+    return Invalid("logit_bias", absl::StrCat("at most ", scheduler::kMaxLogitBias, " entries"));
+  }
+  for (const auto& b : s.logit_bias) {
+    if (b.token < 0 || b.token >= model_.vocab_size) {
+      return Invalid("logit_bias", absl::StrCat("token id ", b.token, " is outside the vocabulary"));
+    }
+    if (!(b.bias >= -100.0f && b.bias <= 100.0f)) return Invalid("logit_bias", "biases must be in [-100,100]");
+  }
   for (int32_t t : spec.stop_token_ids) {
     if (t < 0 || t >= model_.vocab_size) return Invalid("stop_token_ids", absl::StrCat("token id ", t, " is outside the vocabulary"));
   }
@@ -238,10 +247,15 @@ absl::StatusOr<std::shared_ptr<TokenStream>> Engine::SubmitChecked(RequestSpec s
   return stream;
 }
 
-void Engine::Abort(const std::string& request_id) {
+void Engine::Abort(const std::string& request_id) { PostAbort(request_id, FinishReason::kAbort); }
+
+void Engine::FinishAsStopped(const std::string& request_id) { PostAbort(request_id, FinishReason::kStop); }
+
+void Engine::PostAbort(const std::string& request_id, FinishReason reason) {
   Command cmd;
   cmd.kind = Command::Kind::kAbort;
   cmd.request_id = request_id;
+  cmd.reason = reason;
   {
     std::lock_guard<std::mutex> lock(mu_);
     inbox_.push_back(std::move(cmd));
@@ -307,7 +321,7 @@ void Engine::Apply(Command& cmd) {
       break;
     case Command::Kind::kAbort: {
       auto it = request_ids_.find(cmd.request_id);
-      if (it != request_ids_.end()) AbortRequest(it->second, FinishReason::kAbort);
+      if (it != request_ids_.end()) AbortRequest(it->second, cmd.reason);
       break;
     }
     case Command::Kind::kAbortAll: {
@@ -590,8 +604,10 @@ void Engine::UpdatePressure(double kv_usage) {
   const bool before = auto_pressure_;
   if (kv_usage >= config_.compression.auto_high_watermark) auto_pressure_ = true;
   if (kv_usage <= config_.compression.auto_low_watermark) auto_pressure_ = false;
+  // The switch can flip many times a minute under pressure: debug, not info (the
+  // kvserve_kv_cache_usage_perc gauge shows the same story).
   if (before != auto_pressure_) {
-    logger_.info("auto compression %s at KV pool usage %.3f", auto_pressure_ ? "on" : "off", kv_usage);
+    logger_.debug("auto compression %s at KV pool usage %.3f", auto_pressure_ ? "on" : "off", kv_usage);
   }
 }
 

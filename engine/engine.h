@@ -63,6 +63,7 @@ class Engine final : public ServingEngine {
 
   absl::StatusOr<std::shared_ptr<TokenStream>> Submit(RequestSpec spec) override;
   void Abort(const std::string& request_id) override;
+  void FinishAsStopped(const std::string& request_id) override;
   EngineStats Stats() const override;
   void StartDrain() override;
   int InFlight() const override { return in_flight_.load(); }
@@ -78,6 +79,7 @@ class Engine final : public ServingEngine {
     ResolvedCompression compression;      // kSubmit
     base::Nanos arrival = 0;
     std::string request_id;               // kAbort
+    FinishReason reason = FinishReason::kAbort;  // kAbort: kAbort, or kStop (FinishAsStopped)
   };
 
   struct Request {
@@ -108,6 +110,7 @@ class Engine final : public ServingEngine {
   void Apply(Command& cmd);
   void AddRequest(Command& cmd);
   void AbortRequest(uint64_t key, FinishReason reason, const std::string& error = {});
+  void PostAbort(const std::string& request_id, FinishReason reason);
   void Step();
   void OnScheduled(const scheduler::StepPlan& plan);
   void Publish(const std::vector<scheduler::SeqUpdate>& updates);

@@ -37,6 +37,11 @@ class EngineClient {
   // within the next engine step and its stream ends with FinishReason::kAbort.
   virtual void Abort(const std::string& request_id) = 0;
 
+  // Like Abort, for a request the front end saw reach a stop condition the engine does not
+  // check (a stop string): its samples still running end with FinishReason::kStop, so that
+  // metrics count it as `stop`, not as a client leaving. Engines without the distinction abort.
+  virtual void FinishAsStopped(const std::string& request_id) { Abort(request_id); }
+
   virtual EngineStats Stats() const = 0;
 };
 

@@ -33,6 +33,7 @@ class LocalEngine final : public ServingEngine {
     return engine->Submit(std::move(spec));
   }
   void Abort(const std::string& id) override { engine->Abort(id); }
+  void FinishAsStopped(const std::string& id) override { engine->FinishAsStopped(id); }
   EngineStats Stats() const override { return engine->Stats(); }
   void StartDrain() override { engine->StartDrain(); }
   int InFlight() const override { return engine->InFlight(); }

@@ -33,7 +33,7 @@ absl::StatusOr<ResolvedCompression> ResolveCompression(const RequestSpec& spec, 
                                                        const config::TenantConfig* tenant,
                                                        const compression::PolicyContext* context) {
   const CompressionRequest& req = spec.compression;
-  CompressionPolicyKind kind = tenant != nullptr ? tenant->default_policy : config.compression.default_policy;
+  CompressionPolicyKind kind = config::EffectiveDefaultPolicy(config, tenant);
   if (req.policy) kind = *req.policy;
   const std::string name(config::Name(kind));
   if (tenant != nullptr && !tenant->allowed_policies.empty() &&

@@ -31,6 +31,13 @@ absl::Status SamplingParams::Validate(int vocab_size) const {
   for (int32_t id : stop_token_ids) {
     if (id < 0 || id >= vocab_size) return FieldError("stop_token_ids", absl::StrCat(id, " is not a token id"));
   }
+  if (logit_bias.size() > static_cast<size_t>(kMaxLogitBias)) {
+    return FieldError("logit_bias", absl::StrCat("at most ", kMaxLogitBias, " entries"));
+  }
+  for (const auto& [id, bias] : logit_bias) {
+    if (id < 0 || id >= vocab_size) return FieldError("logit_bias", absl::StrCat(id, " is not a token id"));
+    if (!(bias >= -100.0f && bias <= 100.0f)) return FieldError("logit_bias", "biases must be in [-100, 100]");
+  }
   if (logprobs && (*logprobs < 0 || *logprobs > vocab_size)) {
     return FieldError("logprobs", absl::StrCat("must be in [0, ", vocab_size, "]"));
   }
@@ -131,6 +138,10 @@ SampleResult Sampler::Sample(std::span<const float> logits, const SamplingParams
   KVS_CHECK(static_cast<int>(logits.size()) == vocab_, "logits row of ", logits.size(), " for vocab ", vocab_);
   SampleResult r;
   std::copy(logits.begin(), logits.end(), work_.begin());
+  for (const auto& [id, bias] : p.logit_bias) {
+    KVS_CHECK(id >= 0 && id < vocab_, "logit_bias token ", id, " outside the vocabulary");
+    work_[static_cast<size_t>(id)] += bias;
+  }
   ApplyPenalties(p, prompt, output);
   if (p.greedy()) {
     r.token = static_cast<int32_t>(std::max_element(work_.begin(), work_.end()) - work_.begin());

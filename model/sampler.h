@@ -2,6 +2,7 @@
 //
 //   raw logits ──► logprobs (log_softmax of the raw row: what `logprobs` reports)
 //        │
+//        ▼ logit_bias: additive, per listed token
 //        ▼ penalties: repetition (prompt ∪ output; divides positive logits, multiplies
 //        │            negative ones), presence and frequency (output tokens only)
 //        ├── temperature == 0 ──► argmax (lowest id on ties)
@@ -19,12 +20,15 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "model/sampler_rng.h"  // SamplerRng, TokenSeed: shared with the GPU sampler
 
 namespace kvserve::model {
+
+inline constexpr int kMaxLogitBias = 300;
 
 struct SamplingParams {
   float temperature = 1.0f;          // 0: greedy
@@ -36,6 +40,8 @@ struct SamplingParams {
   float presence_penalty = 0.0f;     // [-2, 2]
   float frequency_penalty = 0.0f;    // [-2, 2]
   std::vector<int32_t> stop_token_ids;
+  // OpenAI logit_bias: (token, additive bias), bias in [-100, 100], at most kMaxLogitBias.
+  std::vector<std::pair<int32_t, float>> logit_bias;
   // none: no logprobs; 0: the sampled token's only; N: also the N most likely tokens.
   std::optional<int> logprobs;
 

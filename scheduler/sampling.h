@@ -5,8 +5,18 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 namespace kvserve::scheduler {
+
+// The OpenAI limit on logit_bias entries (model::kMaxLogitBias is the sampler's copy).
+inline constexpr int kMaxLogitBias = 300;
+
+// OpenAI `logit_bias`: added to the token's logit before penalties and sampling.
+struct LogitBias {
+  int32_t token = 0;
+  float bias = 0.0f;  // [-100, 100]: -100 bans the token, +100 all but forces it
+};
 
 struct SamplingParams {
   float temperature = 1.0f;         // 0: greedy
@@ -18,6 +28,7 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;   // [-2, 2]
   float repetition_penalty = 1.0f;  // > 0; 1: off
   int logprobs = 0;                 // top-N alternatives per generated token; 0: none
+  std::vector<LogitBias> logit_bias;  // distinct tokens, checked against the vocabulary
   int sample_index = 0;             // which of the request's n samples (seeds differ per sample)
 };
 

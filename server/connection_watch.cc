@@ -45,6 +45,41 @@ bool SameAddress(std::string_view a, std::string_view b) {
 
 }  // namespace
 
+std::string PeerKey(std::string_view addr, int port) {
+  constexpr std::string_view kMapped = "::ffff:";
+  if (addr.starts_with(kMapped)) addr.remove_prefix(kMapped.size());
+  return std::string(addr) + ":" + std::to_string(port);
+}
+
+std::vector<ConnectedSocket> ListConnectedSockets(int local_port) {
+  std::vector<ConnectedSocket> out;
+  if (local_port <= 0) return out;
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return out;
+  while (dirent* entry = readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0' || fd == dirfd(dir)) continue;
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    int port = 0;
+    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&ss), &len) != 0 ||
+        !Describe(ss, &port, nullptr) || port != local_port) {
+      continue;
+    }
+    len = sizeof ss;
+    std::string addr;
+    // The listening socket has no peer (ENOTCONN).
+    if (getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&ss), &len) != 0 ||
+        !Describe(ss, &port, &addr)) {
+      continue;
+    }
+    out.push_back({static_cast<int>(fd), PeerKey(addr, port)});
+  }
+  closedir(dir);
+  return out;
+}
+
 std::optional<int> FindConnectionSocket(std::string_view peer_addr, int peer_port, int local_port) {
   if (peer_port <= 0 || local_port <= 0) return std::nullopt;
   DIR* dir = opendir("/proc/self/fd");

@@ -13,12 +13,23 @@
 
 #include <chrono>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace kvserve::server {
 
 // The connected TCP socket with these local port and peer address/port, if any.
 std::optional<int> FindConnectionSocket(std::string_view peer_addr, int peer_port, int local_port);
+
+struct ConnectedSocket {
+  int fd = -1;
+  std::string peer;  // "addr:port", v4-mapped IPv6 addresses written as IPv4
+};
+// Every connected TCP socket of the process with this local port (accepted connections).
+std::vector<ConnectedSocket> ListConnectedSockets(int local_port);
+// The "addr:port" key ListConnectedSockets uses for a peer.
+std::string PeerKey(std::string_view addr, int port);
 
 class ConnectionWaiter {
  public:

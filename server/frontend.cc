@@ -35,7 +35,7 @@ absl::StatusOr<std::unique_ptr<Generation>> Frontend::Generate(const GenerationR
 
   KVS_ASSIGN_OR_RETURN(
       std::vector<PreparedPrompt> prepared,
-      BuildRequests(request, tenant, codec_, {options_.model_name, options_.max_model_len}, id));
+      BuildRequests(request, tenant, codec_, {options_.model_name, options_.max_model_len, options_.limits}, id));
 
   std::optional<RequestRegistry::Registration> registration = registry_.Add(id, tenant_name);
   if (!registration) return FieldError("request_id", absl::StrCat("'", id, "' is already in use"));

@@ -32,6 +32,7 @@ struct FrontendOptions {
   int64_t created_unix = 0;    // "created" of the model card (server start)
   std::string version;         // kvserve version for /version
   uint64_t id_seed = 0;        // keys request ids
+  config::RequestLimits limits;  // per-request limits (server.max_*)
 };
 
 struct TokenizeRequest {

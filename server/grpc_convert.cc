@@ -1,5 +1,7 @@
 #include "server/grpc_convert.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
 #include "config/fields.h"
@@ -26,6 +28,18 @@ absl::Status ApplySampling(const v1::SamplingParams& p, GenerationRequest& r) {
     r.return_logprobs = true;
   }
   r.ignore_eos = p.ignore_eos();
+  if (p.logit_bias_size() > scheduler::kMaxLogitBias) {
+    return FieldError("logit_bias", absl::StrCat("at most ", scheduler::kMaxLogitBias, " entries"));
+  }
+  for (const auto& [token, bias] : p.logit_bias()) {
+    if (!(bias >= -100.0f && bias <= 100.0f)) {
+      return FieldError("logit_bias", absl::StrCat("biases must be in [-100, 100], got ", bias));
+    }
+    r.sampling.logit_bias.push_back({token, bias});
+  }
+  // Proto maps iterate in no fixed order; sorted entries keep requests reproducible.
+  std::sort(r.sampling.logit_bias.begin(), r.sampling.logit_bias.end(),
+            [](const auto& a, const auto& b) { return a.token < b.token; });
   return absl::OkStatus();
 }
 

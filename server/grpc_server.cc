@@ -1,6 +1,8 @@
 #include "server/grpc_server.h"
 
+#include <fstream>
 #include <mutex>
+#include <sstream>
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
@@ -8,6 +10,7 @@
 #include <grpcpp/impl/service_type.h>
 
 #include "absl/strings/str_cat.h"
+#include "base/check.h"
 #include "server/grpc_service.h"
 #include "server/grpc_status_interceptor.h"
 #include "server/stream_pump.h"
@@ -16,7 +19,32 @@ namespace kvserve::server {
 
 namespace {
 constexpr char kServiceName[] = "kvserve.v1.KvServe";
+
+absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  if (in) ss << in.rdbuf();
+  if (!in || ss.str().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("gRPC: cannot read the TLS ", what, " ", path));
+  }
+  return ss.str();
 }
+
+// Insecure, TLS, or mutual TLS (client certificates required and checked against the CA).
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const GrpcServerOptions& o) {
+  if (o.tls_cert_path.empty()) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions ssl(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+  KVS_ASSIGN_OR_RETURN(pair.cert_chain, ReadPem(o.tls_cert_path, "certificate"));
+  KVS_ASSIGN_OR_RETURN(pair.private_key, ReadPem(o.tls_key_path, "key"));
+  ssl.pem_key_cert_pairs.push_back(std::move(pair));
+  if (!o.tls_client_ca_path.empty()) {
+    KVS_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadPem(o.tls_client_ca_path, "client CA"));
+    ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(ssl);
+}
+}  // namespace
 
 struct GrpcServer::Impl {
   Frontend& frontend;
@@ -45,7 +73,8 @@ absl::StatusOr<int> GrpcServer::Start() {
   grpc::ServerBuilder builder;
   int port = 0;
   const std::string address = absl::StrCat(impl_->options.host, ":", impl_->options.port);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  KVS_ASSIGN_OR_RETURN(auto credentials, Credentials(impl_->options));
+  builder.AddListeningPort(address, credentials, &port);
   builder.RegisterService(impl_->service.get());
   if (impl_->options.on_status) {
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;

@@ -20,6 +20,11 @@ struct GrpcServerOptions {
   std::string host = "127.0.0.1";
   int port = 0;                           // 0: an ephemeral port
   uint64_t max_message_bytes = 8ull << 20;  // largest request message (server.max_body_bytes)
+  // TLS when tls_cert_path is set (PEM files); with tls_client_ca_path, mutual TLS: clients
+  // must present a certificate signed by that CA.
+  std::string tls_cert_path;
+  std::string tls_key_path;
+  std::string tls_client_ca_path;
   // Every call's final status (method label, grpc::StatusCode value), for the metrics; may
   // be null. See grpc_status_interceptor.h.
   std::function<void(std::string_view method, int code)> on_status;

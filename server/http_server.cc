@@ -12,6 +12,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "server/request_deadlines.h"
 #include "server/worker_pool.h"
 
 namespace kvserve::server {
@@ -27,23 +28,47 @@ bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
   return true;
 }
 
-// httplib's task queue interface over our growing pool.
+// httplib's task queue interface over our growing pool. `waiting` counts accepted
+// connections that have no thread yet (RequestDeadlines' overload signal); it outlives the
+// queue, which httplib deletes when listen() returns.
 class PoolTaskQueue final : public httplib::TaskQueue {
  public:
-  explicit PoolTaskQueue(int max_threads) : pool_(max_threads) {}
-  void enqueue(std::function<void()> fn) override { pool_.Enqueue(std::move(fn)); }
+  PoolTaskQueue(int max_threads, std::shared_ptr<std::atomic<int>> waiting)
+      : pool_(max_threads), waiting_(std::move(waiting)) {}
+  void enqueue(std::function<void()> fn) override {
+    waiting_->fetch_add(1);
+    pool_.Enqueue([fn = std::move(fn), waiting = waiting_] {
+      waiting->fetch_sub(1);
+      fn();
+    });
+  }
   void shutdown() override { pool_.Shutdown(); }
 
  private:
   WorkerPool pool_;
+  std::shared_ptr<std::atomic<int>> waiting_;
 };
 
 // httplib 0.11 listens with a backlog of 5, which drops connections when hundreds of
-// clients connect at once; listen() again on the bound socket raises it.
-class Server final : public httplib::Server {
+// clients connect at once; listen() again on the bound socket raises it. `Base` is
+// httplib::Server, or httplib::SSLServer for TLS.
+template <typename Base>
+class Listener final : public Base {
  public:
-  void RaiseBacklog(int backlog) { ::listen(svr_sock_.load(), backlog); }
+  using Base::Base;
+  void RaiseBacklog(int backlog) { ::listen(this->svr_sock_.load(), backlog); }
 };
+
+std::unique_ptr<httplib::Server> MakeServer(const HttpServerOptions& o, std::function<void(int)>& raise_backlog) {
+  if (o.tls_cert_path.empty()) {
+    auto s = std::make_unique<Listener<httplib::Server>>();
+    raise_backlog = [p = s.get()](int b) { p->RaiseBacklog(b); };
+    return s;
+  }
+  auto s = std::make_unique<Listener<httplib::SSLServer>>(o.tls_cert_path.c_str(), o.tls_key_path.c_str());
+  raise_backlog = [p = s.get()](int b) { p->RaiseBacklog(b); };
+  return s;
+}
 
 // State of one streaming body, shared by the content provider and its releaser.
 struct StreamState {
@@ -116,14 +141,20 @@ std::string HttpRequest::header(std::string_view name) const {
 struct HttpServer::Impl {
   HttpServerOptions options;
   base::Logger logger;
-  Server server;
+  std::shared_ptr<std::atomic<int>> waiting = std::make_shared<std::atomic<int>>(0);
+  // Declared before `server`: destroyed after it, once no connection thread is left.
+  std::unique_ptr<RequestDeadlines> deadlines;  // non-null from construction
+  std::function<void(int)> raise_backlog;
+  std::unique_ptr<httplib::Server> server;  // plain or TLS; see MakeServer
   std::thread listen_thread;
   std::once_flag stopped;
   // Registered paths (filled before Start, read-only after): the bounded route label.
   absl::flat_hash_set<std::string> routes;
 
   httplib::Server::Handler Wrap(HttpHandler handler) {
-    return [handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
+    return [this, handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
+      // The request is read; its handler (a stream, perhaps) may take its time.
+      deadlines->MarkServing(req.remote_addr, req.remote_port);
       Apply(handler(Convert(req)), res);
     };
   }
@@ -133,9 +164,17 @@ HttpServer::HttpServer(HttpServerOptions options, base::Logger logger)
     : impl_(std::make_unique<Impl>()) {
   impl_->options = std::move(options);
   impl_->logger = std::move(logger);
-  httplib::Server& s = impl_->server;
+  impl_->server = MakeServer(impl_->options, impl_->raise_backlog);
+  httplib::Server& s = *impl_->server;
   const int max_connections = impl_->options.max_connections;
-  s.new_task_queue = [max_connections] { return new PoolTaskQueue(max_connections); };
+  s.new_task_queue = [max_connections, waiting = impl_->waiting] {
+    return new PoolTaskQueue(max_connections, waiting);
+  };
+  RequestDeadlineOptions deadline_options;
+  deadline_options.request_timeout_seconds = impl_->options.request_timeout_seconds;
+  deadline_options.overload_timeout_seconds = impl_->options.overload_request_timeout_seconds;
+  impl_->deadlines = std::make_unique<RequestDeadlines>(
+      deadline_options, [waiting = impl_->waiting] { return waiting->load() > 0; });
   s.set_payload_max_length(impl_->options.max_body_bytes);
   s.set_tcp_nodelay(true);  // SSE chunks are tiny; Nagle would hold them back
   s.set_keep_alive_max_count(100);
@@ -176,6 +215,8 @@ HttpServer::HttpServer(HttpServerOptions options, base::Logger logger)
   // httplib calls the logger once for every response it wrote (also its own 400/404/413
   // and streams, when they end): the one place that sees every final status.
   s.set_logger([impl](const httplib::Request& req, const httplib::Response& res) {
+    // The response is out: the next request's clock starts.
+    impl->deadlines->MarkReading(req.remote_addr, req.remote_port);
     if (impl->options.on_response) {
       const bool matched = res.status != 404 && impl->routes.contains(req.path);
       impl->options.on_response(matched ? std::string_view(req.path) : std::string_view("unmatched"), res.status);
@@ -190,36 +231,42 @@ HttpServer::~HttpServer() { Stop(); }
 
 void HttpServer::Get(const std::string& path, HttpHandler handler) {
   impl_->routes.insert(path);
-  impl_->server.Get(path, impl_->Wrap(std::move(handler)));
+  impl_->server->Get(path, impl_->Wrap(std::move(handler)));
 }
 
 void HttpServer::Post(const std::string& path, HttpHandler handler) {
   impl_->routes.insert(path);
-  impl_->server.Post(path, impl_->Wrap(std::move(handler)));
+  impl_->server->Post(path, impl_->Wrap(std::move(handler)));
 }
 
 absl::StatusOr<int> HttpServer::Start() {
   const auto& o = impl_->options;
+  if (!impl_->server->is_valid()) {
+    return absl::InvalidArgumentError(absl::StrCat("HTTP: cannot load the TLS certificate ", o.tls_cert_path,
+                                                   " and key ", o.tls_key_path));
+  }
   int port = o.port;
   if (port == 0) {
-    port = impl_->server.bind_to_any_port(o.host);
+    port = impl_->server->bind_to_any_port(o.host);
     if (port < 0) return absl::UnavailableError(absl::StrCat("HTTP: cannot bind ", o.host, ":0"));
-  } else if (!impl_->server.bind_to_port(o.host, port)) {
+  } else if (!impl_->server->bind_to_port(o.host, port)) {
     return absl::UnavailableError(absl::StrCat("HTTP: cannot bind ", o.host, ":", port,
                                                " (in use? set server.http_port)"));
   }
-  impl_->server.RaiseBacklog(std::max(128, o.max_connections));
-  impl_->listen_thread = std::thread([this] { impl_->server.listen_after_bind(); });
+  impl_->raise_backlog(std::max(128, o.max_connections));
+  impl_->deadlines->Start(port);
+  impl_->listen_thread = std::thread([this] { impl_->server->listen_after_bind(); });
   // httplib's stop() does nothing until the accept loop runs (is_running()): wait for it,
   // so that a Stop() right after Start() cannot leave the listener blocked in accept().
-  while (!impl_->server.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  while (!impl_->server->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return port;
 }
 
 void HttpServer::Stop() {
   std::call_once(impl_->stopped, [this] {
-    impl_->server.stop();
+    impl_->server->stop();
     if (impl_->listen_thread.joinable()) impl_->listen_thread.join();
+    impl_->deadlines->Stop();
   });
 }
 

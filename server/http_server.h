@@ -2,7 +2,9 @@
 // handlers never see the library and an async server could replace it later.
 //
 // Threading: each connection is served on a thread of a WorkerPool that grows up to
-// `max_connections`; a streaming response keeps its thread until it ends. Streaming bodies
+// `max_connections`; a streaming response keeps its thread until it ends. Connections
+// that are slow to send their request are closed (RequestDeadlines), so slow clients
+// cannot hold every thread. Streaming bodies
 // are produced by `HttpResponse::next_chunk`, called repeatedly on that thread; a failed
 // write (the client went away) ends the stream with on_stream_end(false).
 #pragma once
@@ -58,6 +60,15 @@ struct HttpServerOptions {
   uint64_t max_body_bytes = 8ull << 20;
   int max_connections = 512;        // worker threads at most
   int keep_alive_seconds = 5;
+  // A connection must deliver a whole request (headers and body; for keep-alive, counted
+  // from the previous response) within this, else it is closed; while connections wait for
+  // a thread (max_connections busy), within overload_request_timeout_seconds. See
+  // request_deadlines.h.
+  double request_timeout_seconds = 30.0;
+  double overload_request_timeout_seconds = 0.5;
+  // HTTPS when set: PEM certificate (chain) and private key files (OpenSSL via cpp-httplib).
+  std::string tls_cert_path;
+  std::string tls_key_path;
   // Body of errors raised by the server itself (unknown route: 404, body too large: 413,
   // malformed HTTP: 400). Receives the status and a message.
   std::function<HttpResponse(int status, std::string message)> error_response;

@@ -13,6 +13,7 @@
 #include "base/check.h"
 #include "config/fields.h"
 #include "server/error_mapping.h"
+#include "server/openai_param_support.h"
 
 namespace kvserve::server {
 namespace {
@@ -202,6 +203,51 @@ absl::Status ParseCompression(const json& body, engine::CompressionRequest& c) {
   return absl::OkStatus();
 }
 
+// A member of openai_param_support's table with a value that asks for something: a 400 naming
+// it. Null, empty arrays/objects and the member's default are accepted (see the table).
+absl::Status RefuseUnsupported(const json& obj, ParamScope scope, std::string_view prefix = {}) {
+  for (const auto& [key, value] : obj.items()) {
+    const RefusedMember* m = FindRefusedMember(scope, key);
+    if (m == nullptr || value.is_null()) continue;
+    if ((value.is_array() || value.is_object()) && value.empty()) continue;
+    if (!m->accepted_default_json.empty() &&
+        value == json::parse(m->accepted_default_json.begin(), m->accepted_default_json.end())) {
+      continue;
+    }
+    return FieldError(Path(prefix, key), absl::StrCat("is not supported: ", base::AsAbsl(m->reason)));
+  }
+  return absl::OkStatus();
+}
+
+// `logit_bias`: {"<token id>": bias}, bias in [-100, 100]; ids are checked against the
+// vocabulary in request_builder (the parser does not know it).
+absl::Status ParseLogitBias(const json& body, SamplingParams& s) {
+  const json* v = Member(body, "logit_bias");
+  if (v == nullptr) return absl::OkStatus();
+  if (!v->is_object()) return TypeError("logit_bias", "an object mapping token ids to biases", *v);
+  if (v->size() > static_cast<size_t>(scheduler::kMaxLogitBias)) {
+    return FieldError("logit_bias", absl::StrCat("at most ", scheduler::kMaxLogitBias, " entries, got ",
+                                                 v->size()));
+  }
+  s.logit_bias.clear();
+  s.logit_bias.reserve(v->size());
+  for (const auto& [key, bias] : v->items()) {
+    const std::string field = absl::StrCat("logit_bias.", key);
+    int64_t id = -1;
+    bool digits = !key.empty() && key.size() <= 10;
+    for (char c : key) digits = digits && c >= '0' && c <= '9';
+    if (digits) id = std::stoll(key);
+    if (!digits || id > std::numeric_limits<int32_t>::max()) {
+      return FieldError("logit_bias", absl::StrCat("keys must be token ids, got \"", key, "\""));
+    }
+    if (!bias.is_number()) return TypeError(field, "a number", bias);
+    const double b = bias.get<double>();
+    if (!(b >= -100.0 && b <= 100.0)) return FieldError(field, absl::StrCat("must be in [-100, 100], got ", b));
+    s.logit_bias.push_back({static_cast<int32_t>(id), static_cast<float>(b)});
+  }
+  return absl::OkStatus();
+}
+
 // Fields shared by completions and chat.
 absl::Status ParseCommon(const json& body, HttpGenerationRequest& out) {
   GenerationRequest& r = out.request;
@@ -221,6 +267,7 @@ absl::Status ParseCommon(const json& body, HttpGenerationRequest& out) {
                                                 {"presence_penalty", &s.presence_penalty},
                                                 {"frequency_penalty", &s.frequency_penalty},
                                                 {"repetition_penalty", &s.repetition_penalty}}));
+  KVS_RETURN_IF_ERROR(ParseLogitBias(body, s));
   if (const json* seed = Member(body, "seed")) {
     if (seed->is_number_unsigned()) {
       s.seed = seed->get<uint64_t>();
@@ -254,6 +301,13 @@ absl::Status ParseCommon(const json& body, HttpGenerationRequest& out) {
                                                 {"skip_special_tokens", &r.skip_special_tokens}}));
   KVS_RETURN_IF_ERROR(ParseCompression(body, r.compression));
 
+  KVS_ASSIGN_OR_RETURN(auto timeout, GetNumber(body, "timeout"));
+  if (timeout) {
+    if (!(*timeout > 0.0 && *timeout <= 86400.0)) {
+      return FieldError("timeout", "must be a number of seconds in (0, 86400]");
+    }
+    out.timeout_seconds = *timeout;
+  }
   KVS_ASSIGN_OR_RETURN(auto stream, GetBool(body, "stream"));
   out.stream = stream.value_or(false);
   if (const json* so = Member(body, "stream_options")) {
@@ -269,6 +323,7 @@ absl::Status ParseCommon(const json& body, HttpGenerationRequest& out) {
 
 absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const json& v) {
   if (!v.is_array()) return TypeError("messages", "an array", v);
+  if (v.empty()) return FieldError("messages", "must contain at least one message");
   std::vector<ChatMessage> messages;
   for (size_t i = 0; i < v.size(); ++i) {
     const json& m = v[i];
@@ -277,7 +332,17 @@ absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const json& v) {
     ChatMessage msg;
     KVS_ASSIGN_OR_RETURN(auto role, GetString(m, "role", field));
     if (!role) return FieldError(Path(field, "role"), "is required");
-    msg.role = *role;
+    if (const RefusedRole* refused = FindRefusedRole(*role)) {
+      return FieldError(Path(field, "role"),
+                        absl::StrCat("'", *role, "' is not supported: ", base::AsAbsl(refused->reason)));
+    }
+    if (!IsSupportedRole(*role)) {
+      return FieldError(Path(field, "role"),
+                        absl::StrCat("unknown role '", *role, "'; expected system|developer|user|assistant"));
+    }
+    KVS_RETURN_IF_ERROR(RefuseUnsupported(m, ParamScope::kMessage, field));
+    // OpenAI's "developer" messages are system messages for the templates kvserve renders.
+    msg.role = *role == "developer" ? "system" : *role;
     if (const json* c = Member(m, "content")) {
       if (c->is_string()) {
         msg.content = c->get<std::string>();
@@ -314,6 +379,7 @@ absl::StatusOr<HttpGenerationRequest> ParseCompletionRequest(std::string_view te
   r.kind = RequestKind::kCompletion;
   const json* prompt = Member(body, "prompt");
   if (prompt == nullptr) return FieldError("prompt", "is required");
+  KVS_RETURN_IF_ERROR(RefuseUnsupported(body, ParamScope::kCompletion));
   if (prompt->is_string()) {
     r.prompts.push_back(PromptInput{prompt->get<std::string>(), {}, false});
   } else if (prompt->is_array()) {
@@ -358,6 +424,7 @@ absl::StatusOr<HttpGenerationRequest> ParseChatRequest(std::string_view text) {
   r.kind = RequestKind::kChat;
   const json* messages = Member(body, "messages");
   if (messages == nullptr) return FieldError("messages", "is required");
+  KVS_RETURN_IF_ERROR(RefuseUnsupported(body, ParamScope::kChat));
   KVS_ASSIGN_OR_RETURN(r.messages, ParseMessages(*messages));
   KVS_RETURN_IF_ERROR(ParseCommon(body, out));
   // max_completion_tokens is OpenAI's current name; max_tokens is its deprecated alias.

@@ -56,10 +56,12 @@ class WakeupBinding {
 // `probe_follow_up` apart every `probe_interval` of silence.
 class SseStream {
  public:
+  // `deadline_ns` (options.clock time; 0: none): the request's `timeout`.
   SseStream(std::unique_ptr<Generation> generation, std::optional<int> socket_fd, ResponseMeta meta,
             bool chat, bool logprobs, bool include_usage, bool continuous_usage,
-            const OpenAiRoutesOptions& options)
-      : waiter_(socket_fd),
+            const OpenAiRoutesOptions& options, base::Nanos deadline_ns)
+      : deadline_ns_(deadline_ns),
+        waiter_(socket_fd),
         generation_(std::move(generation)),
         binding_(std::make_unique<WakeupBinding>(*generation_, waiter_)),
         meta_(std::move(meta)),
@@ -85,7 +87,10 @@ class SseStream {
     deltas_.clear();
     generation_->Poll(milliseconds(0), deltas_);
     if (deltas_.empty() && !generation_->done() && out.empty()) {
-      const base::Nanos wait_ns = std::max<base::Nanos>(0, next_keepalive_ns_ - options_.clock->now_ns());
+      base::Nanos wait_ns = std::max<base::Nanos>(0, next_keepalive_ns_ - options_.clock->now_ns());
+      if (deadline_ns_ != 0) {
+        wait_ns = std::min(wait_ns, std::max<base::Nanos>(0, deadline_ns_ - options_.clock->now_ns()));
+      }
       const auto wait = std::chrono::duration_cast<milliseconds>(std::chrono::nanoseconds(wait_ns));
       if (waiter_.Wait(wait + milliseconds(wait_ns > 0 ? 1 : 0)) == ConnectionWaiter::Wake::kPeerClosed) {
         generation_->Abort();
@@ -111,6 +116,15 @@ class SseStream {
       }
     }
     if (generation_->done()) {
+      if (include_usage_) AppendSseEvent(UsageChunkJson(meta_, chat_, generation_->usage()), out);
+      out.append(kSseDone);
+      finished_ = true;
+      return StreamStep::kDone;
+    }
+    if (deadline_ns_ != 0 && options_.clock->now_ns() >= deadline_ns_) {
+      // Past the request's `timeout`: what was generated is already out; end in-band.
+      generation_->Abort();
+      AppendSseEvent(ErrorJson(MakeHttpError(504, "the request's timeout expired; generation stopped")), out);
       if (include_usage_) AppendSseEvent(UsageChunkJson(meta_, chat_, generation_->usage()), out);
       out.append(kSseDone);
       finished_ = true;
@@ -142,7 +156,8 @@ class SseStream {
     return waiter_.watches_peer() ? options_.keepalive_interval : options_.probe_interval;
   }
 
-  ConnectionWaiter waiter_;  // outlives the generation's wake-ups (declared first)
+  const base::Nanos deadline_ns_;  // 0: no timeout
+  ConnectionWaiter waiter_;  // outlives the generation's wake-ups (declared before it)
   std::unique_ptr<Generation> generation_;
   std::unique_ptr<WakeupBinding> binding_;
   ResponseMeta meta_;
@@ -200,6 +215,9 @@ class Routes {
     ResponseMeta meta{request_id, UnixSeconds(*options_.wall_clock),
                       frontend_.options().model_name};
     const bool logprobs = parsed->request.return_logprobs;
+    const base::Nanos deadline_ns =
+        parsed->timeout_seconds ? options_.clock->now_ns() + static_cast<base::Nanos>(*parsed->timeout_seconds * 1e9)
+                                : 0;
     // The connection's socket, to notice a client that hangs up mid-generation.
     const std::optional<int> socket_fd =
         options_.watch_connections ? FindConnectionSocket(req.remote_addr, req.remote_port, req.local_port)
@@ -207,7 +225,7 @@ class Routes {
     if (parsed->stream) {
       auto stream = std::make_shared<SseStream>(std::move(*generation), socket_fd, std::move(meta), chat,
                                                 logprobs, parsed->include_usage, parsed->continuous_usage,
-                                                options_);
+                                                options_, deadline_ns);
       HttpResponse r;
       r.content_type = std::string(kSseContentType);
       r.headers.emplace_back("Cache-Control", "no-cache");
@@ -228,7 +246,17 @@ class Routes {
         gen.Poll(milliseconds(0), deltas);
         for (auto& d : deltas) acc.Add(std::move(d));
         if (gen.done()) break;
-        if (deltas.empty() && waiter.Wait(milliseconds(1000)) == ConnectionWaiter::Wake::kPeerClosed) {
+        milliseconds wait(1000);
+        if (deadline_ns != 0) {
+          const base::Nanos left = deadline_ns - options_.clock->now_ns();
+          if (left <= 0) {
+            gen.Abort();
+            return ErrorResponse(MakeHttpError(504, "the request's timeout expired before the generation ended"));
+          }
+          wait = std::min(wait, std::chrono::duration_cast<milliseconds>(std::chrono::nanoseconds(left)) +
+                                    milliseconds(1));
+        }
+        if (deltas.empty() && waiter.Wait(wait) == ConnectionWaiter::Wake::kPeerClosed) {
           gen.Abort();
           // Nobody reads this; 499 is what proxies log for a client that closed first.
           return ErrorResponse(MakeHttpError(499, "client closed the connection"));

@@ -12,10 +12,6 @@
 namespace kvserve::server {
 namespace {
 
-constexpr int64_t kMaxN = 128;
-constexpr int kMaxLogprobs = 20;
-constexpr size_t kMaxStopStrings = 64;
-
 absl::Status CheckRange(std::string_view field, double v, double lo, double hi,
                         bool lo_open = false) {
   const bool ok = std::isfinite(v) && (lo_open ? v > lo : v >= lo) && v <= hi;
@@ -41,19 +37,29 @@ std::string TenantName(const config::TenantConfig* tenant) {
 
 }  // namespace
 
-absl::Status ValidateGenerationRequest(const GenerationRequest& r) {
+absl::Status ValidateGenerationRequest(const GenerationRequest& r, const config::RequestLimits& limits) {
   if (r.kind == RequestKind::kCompletion && r.prompts.empty()) {
     return FieldError("prompt", "is required and must not be an empty list");
   }
+  if (r.kind == RequestKind::kCompletion && r.prompts.size() > static_cast<size_t>(limits.max_prompts)) {
+    return FieldError("prompt", absl::StrCat("at most ", limits.max_prompts, " prompts per request, got ",
+                                             r.prompts.size(), " (server.max_prompts_per_request)"));
+  }
   if (r.kind == RequestKind::kChat) {
     if (r.messages.empty()) return FieldError("messages", "must contain at least one message");
+    if (r.messages.size() > static_cast<size_t>(limits.max_messages)) {
+      return FieldError("messages", absl::StrCat("at most ", limits.max_messages, " messages, got ",
+                                                 r.messages.size(), " (server.max_messages_per_chat)"));
+    }
     for (size_t i = 0; i < r.messages.size(); ++i) {
       if (r.messages[i].role.empty()) {
         return FieldError(absl::StrCat("messages[", i, "].role"), "is required");
       }
     }
   }
-  if (r.n < 1 || r.n > kMaxN) return FieldError("n", absl::StrCat("must be in [1, ", kMaxN, "], got ", r.n));
+  if (r.n < 1 || r.n > limits.max_n) {
+    return FieldError("n", absl::StrCat("must be in [1, ", limits.max_n, "], got ", r.n));
+  }
   if (r.max_tokens && *r.max_tokens < 1) {
     return FieldError("max_tokens", absl::StrCat("must be at least 1, got ", *r.max_tokens));
   }
@@ -69,14 +75,24 @@ absl::Status ValidateGenerationRequest(const GenerationRequest& r) {
   KVS_RETURN_IF_ERROR(CheckRange("presence_penalty", s.presence_penalty, -2.0, 2.0));
   KVS_RETURN_IF_ERROR(CheckRange("frequency_penalty", s.frequency_penalty, -2.0, 2.0));
   KVS_RETURN_IF_ERROR(CheckRange("repetition_penalty", s.repetition_penalty, 0.0, 2.0, true));
-  if (s.logprobs < 0 || s.logprobs > kMaxLogprobs) {
-    return FieldError("logprobs", absl::StrCat("must be in [0, ", kMaxLogprobs, "], got ", s.logprobs));
+  if (s.logprobs < 0 || s.logprobs > limits.max_logprobs) {
+    return FieldError(r.kind == RequestKind::kChat ? "top_logprobs" : "logprobs",
+                      absl::StrCat("must be in [0, ", limits.max_logprobs, "], got ", s.logprobs));
   }
-  if (r.stop.size() > kMaxStopStrings) {
-    return FieldError("stop", absl::StrCat("at most ", kMaxStopStrings, " stop strings"));
+  if (s.logit_bias.size() > static_cast<size_t>(limits.max_logit_bias)) {
+    return FieldError("logit_bias", absl::StrCat("at most ", limits.max_logit_bias, " entries, got ",
+                                                 s.logit_bias.size(), " (server.max_logit_bias)"));
+  }
+  if (r.stop.size() > static_cast<size_t>(limits.max_stop_strings)) {
+    return FieldError("stop", absl::StrCat("at most ", limits.max_stop_strings, " stop strings, got ",
+                                           r.stop.size(), " (server.max_stop_strings)"));
   }
   for (const auto& stop : r.stop) {
     if (stop.empty()) return FieldError("stop", "stop strings must not be empty");
+    if (stop.size() > static_cast<size_t>(limits.max_stop_string_bytes)) {
+      return FieldError("stop", absl::StrCat("a stop string is at most ", limits.max_stop_string_bytes,
+                                             " bytes, got ", stop.size(), " (server.max_stop_string_bytes)"));
+    }
   }
   if (r.priority && (*r.priority < INT32_MIN || *r.priority > INT32_MAX)) {
     return FieldError("priority", "must fit in 32 bits");
@@ -119,9 +135,15 @@ absl::StatusOr<std::vector<PreparedPrompt>> BuildRequests(const GenerationReques
                                                           const ModelLimits& limits,
                                                           std::string_view request_id) {
   KVS_RETURN_IF_ERROR(CheckModel(r.model, limits.served_model_name));
-  KVS_RETURN_IF_ERROR(ValidateGenerationRequest(r));
+  KVS_RETURN_IF_ERROR(ValidateGenerationRequest(r, limits.requests));
   KVS_RETURN_IF_ERROR(CheckTenantPolicy(tenant, r.compression));
   KVS_RETURN_IF_ERROR(CheckTokenIds("stop_token_ids", r.stop_token_ids, codec.vocab_size()));
+  for (const auto& b : r.sampling.logit_bias) {
+    if (b.token < 0 || b.token >= codec.vocab_size()) {
+      return FieldError("logit_bias", absl::StrCat("token id ", b.token, " is outside the vocabulary [0, ",
+                                                   codec.vocab_size(), ")"));
+    }
+  }
 
   engine::RequestSpec base;
   base.tenant = TenantName(tenant);
@@ -171,6 +193,7 @@ absl::StatusOr<std::vector<PreparedPrompt>> BuildRequests(const GenerationReques
   }
 
   std::vector<PreparedPrompt> out;
+  int64_t generated = 0;  // prompts × n × max_tokens, against server.max_generated_tokens_per_request
   for (size_t i = 0; i < prompts.size(); ++i) {
     const int64_t len = static_cast<int64_t>(prompts[i].ids.size());
     if (len == 0) return FieldError(prompt_field, "must not be empty");
@@ -189,6 +212,13 @@ absl::StatusOr<std::vector<PreparedPrompt>> BuildRequests(const GenerationReques
                                      limits.max_model_len, " tokens. However, you requested ",
                                      len + max_tokens, " tokens (", len, " in the prompt, ",
                                      max_tokens, " in the completion)."));
+    }
+    generated += r.n * max_tokens;
+    if (generated > limits.requests.max_generated_tokens) {
+      return FieldError("max_tokens",
+                        absl::StrCat("this request may generate ", generated, "+ tokens (prompts x n x ",
+                                     "max_tokens); the server allows ", limits.requests.max_generated_tokens,
+                                     " (server.max_generated_tokens_per_request)"));
     }
     PreparedPrompt p;
     p.spec = base;

@@ -19,6 +19,7 @@ namespace kvserve::server {
 struct ModelLimits {
   std::string served_model_name;
   int64_t max_model_len = 0;
+  config::RequestLimits requests;  // server.max_* (configuration.md)
 };
 
 struct PreparedPrompt {
@@ -27,7 +28,8 @@ struct PreparedPrompt {
 };
 
 // Range and shape checks that need neither the model nor the tenant.
-absl::Status ValidateGenerationRequest(const GenerationRequest& request);
+absl::Status ValidateGenerationRequest(const GenerationRequest& request,
+                                       const config::RequestLimits& limits = {});
 // NotFound unless `model` is empty or the served model's name.
 absl::Status CheckModel(std::string_view model, std::string_view served_model_name);
 // PermissionDenied if the tenant may not use the policy the request names.

@@ -15,6 +15,7 @@ ServerApp::ServerApp(ServerAppOptions options, ServerAppDeps deps)
   FrontendOptions fo;
   fo.model_name = options_.model_name;
   fo.max_model_len = deps_.engine->max_model_len();
+  fo.limits = options_.server.limits;
   fo.created_unix = deps_.wall_clock->now_ns() / 1'000'000'000;
   fo.version = options_.version;
   fo.id_seed = options_.id_seed;
@@ -31,6 +32,9 @@ ServerApp::ServerApp(ServerAppOptions options, ServerAppDeps deps)
   ho.port = options_.server.http_port;
   ho.max_body_bytes = options_.server.max_body_bytes;
   ho.max_connections = options_.server.http_max_connections;
+  ho.request_timeout_seconds = options_.server.http_request_timeout_seconds;
+  ho.tls_cert_path = options_.server.tls_cert_path;
+  ho.tls_key_path = options_.server.tls_key_path;
   ho.on_response = options_.on_http_response;
   ho.error_response = [](int status, std::string message) {
     return ErrorResponse(MakeHttpError(status, std::move(message)));
@@ -48,6 +52,9 @@ ServerApp::ServerApp(ServerAppOptions options, ServerAppDeps deps)
   go.host = options_.server.host;
   go.port = options_.server.grpc_port;
   go.max_message_bytes = options_.server.max_body_bytes;
+  go.tls_cert_path = options_.server.tls_cert_path;
+  go.tls_key_path = options_.server.tls_key_path;
+  go.tls_client_ca_path = options_.server.tls_client_ca_path;
   go.on_status = options_.on_grpc_status;
   grpc_ = std::make_unique<GrpcServer>(*frontend_, std::move(go), deps_.logger.child("grpc"));
 }

@@ -139,9 +139,10 @@ void StreamConsumer::MaybeAbortAfterStop() {
     if (!s.finished) return;
   }
   // Every sample is done as far as the client is concerned; stop the engine from
-  // generating past the stop string. Its final events still arrive (with usage).
+  // generating past the stop string. Its final events still arrive (with usage), and the
+  // request is counted as finished by `stop`.
   abort_sent_ = true;
-  engine_.Abort(options_.engine_request_id);
+  engine_.FinishAsStopped(options_.engine_request_id);
 }
 
 UsageSummary StreamConsumer::usage() const {

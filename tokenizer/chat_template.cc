@@ -130,6 +130,9 @@ class Llama2Template final : public ChatTemplate {
       bool /*add_generation_prompt: the prompt ends in [/INST]*/) const override {
     auto system = CheckAlternation(messages, "llama2");
     if (!system.ok()) return system.status();
+    // A conversation of only a system message: its block opens an empty first user turn.
+    const ChatMessage empty_user{"user", ""};
+    if (messages.empty()) messages = std::span<const ChatMessage>(&empty_user, 1);
     std::string out;
     for (size_t i = 0; i < messages.size(); ++i) {
       std::string content;
@@ -172,6 +175,8 @@ class MistralTemplate final : public ChatTemplate {
       bool /*add_generation_prompt: the prompt ends in [/INST]*/) const override {
     auto system = CheckAlternation(messages, "mistral");
     if (!system.ok()) return system.status();
+    const ChatMessage empty_user{"user", ""};  // system-only: an empty first user turn
+    if (messages.empty()) messages = std::span<const ChatMessage>(&empty_user, 1);
     std::string out = bos_;
     for (size_t i = 0; i < messages.size(); ++i) {
       if (messages[i].role == "user") {

@@ -19,6 +19,7 @@ test_pkgs=(
   prometheus   # the real Prometheus server and promtool (tests/integration/observability)
   yamllint     # deploy/ YAML (tests/integration/deploy)
   redis-server # the real Redis for the remote KV tier (tests/integration/cache)
+  clang libclang-rt-14-dev  # libFuzzer + ASan/UBSan for the fuzz smoke (tools/fuzz.sh)
 )
 # `kubectl kustomize` renders deploy/k8s (tests/integration/deploy). Machines that already have
 # a kubectl (e.g. from another repository's package) keep it; otherwise Debian's.

@@ -284,6 +284,25 @@ TEST_F(KVSERVE_SERVER_SUITE, CompressionSummaryAndAuditOverHttpAndGrpc) {
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(summary->audit(0).token_ids_hash()));
   EXPECT_EQ(std::string(hex), c["audit"][0]["token_ids_hash"].get<std::string>()) << "same tokens, same hash";
 }
+
+// Tenant isolation on the real daemon: a tenant reuses its own cached prefix, but another
+// tenant sending the very same prompt gets no prefix-cache hit (`cached_tokens` is 0).
+TEST_F(KVSERVE_SERVER_SUITE, TenantsDoNotShareThePrefixCache) {
+  std::string prompt;
+  for (int i = 0; i < 40; ++i) prompt += "And it came to pass in those days. ";
+  const std::string body = json{{"prompt", prompt}, {"max_tokens", 1}, {"temperature", 0}}.dump();
+  auto cached = [&](const std::string& key) -> int64_t {
+    auto r = Post("/v1/completions", body, key);
+    EXPECT_TRUE(r);
+    if (!r) return -1;
+    EXPECT_EQ(r->status, 200) << r->body;
+    return json::parse(r->body)["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>();
+  };
+  EXPECT_EQ(cached("sk-alpha"), 0);
+  EXPECT_GT(cached("sk-alpha"), 0) << "the same tenant reuses its prefix";
+  EXPECT_EQ(cached("sk-beta"), 0) << "another tenant must not hit alpha's prefix";
+  EXPECT_GT(cached("sk-beta"), 0) << "beta reuses its own";
+}
 #endif
 
 TEST_F(KVSERVE_SERVER_SUITE, HttpErrors) {
@@ -302,6 +321,23 @@ TEST_F(KVSERVE_SERVER_SUITE, HttpErrors) {
   EXPECT_EQ(Error(Post("/v1/completions", R"({"model": "no-such-model", "prompt": "x"})"), 404)["type"], "not_found_error");
   Error(Get("/v1/no/such/route"), 404);
   Error(Post("/v1/completions", json{{"prompt", std::string(70000, 'x')}}.dump()), 413);
+  // Strict handling: OpenAI members kvserve does not implement, unknown roles and a
+  // malformed logit_bias are 400s naming the field, never a 200 that ignores them.
+  EXPECT_EQ(Error(Post("/v1/completions", R"({"prompt": "x", "best_of": 3})"), 400)["param"], "best_of");
+  EXPECT_EQ(Error(Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}],
+      "response_format": {"type": "json_object"}})"), 400)["param"], "response_format");
+  EXPECT_EQ(Error(Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}],
+      "tools": [{"type": "function", "function": {"name": "f"}}]})"), 400)["param"], "tools");
+  EXPECT_EQ(Error(Post("/v1/chat/completions", R"({"messages": [{"role": "wizard", "content": "x"}]})"), 400)["param"],
+            "messages[0].role");
+  EXPECT_EQ(Error(Post("/v1/chat/completions", R"({"messages": []})"), 400)["param"], "messages");
+  EXPECT_EQ(Error(Post("/v1/completions", R"({"prompt": "x", "logit_bias": {"x": 1}})"), 400)["param"], "logit_bias");
+  EXPECT_EQ(Error(Post("/v1/completions", R"({"prompt": "x", "logit_bias": {"99999999": 1}})"), 400)["param"],
+            "logit_bias");
+  auto system_only = Post("/v1/chat/completions",
+                          R"({"messages": [{"role": "system", "content": "Be brief."}], "max_tokens": 2})");
+  ASSERT_TRUE(system_only);
+  EXPECT_EQ(system_only->status, 200) << system_only->body;
 }
 
 TEST_F(KVSERVE_SERVER_SUITE, QueueFullIs429AndResourceExhausted) {

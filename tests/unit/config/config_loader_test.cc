@@ -222,6 +222,54 @@ TEST(ConfigLoader, TenantsParseAndValidate) {
   EXPECT_THAT(std::string(Validate(cfg).message()), HasSubstr("tenants[0].default_policy=triattention"));
 }
 
+// Keys can come from a file (a mounted secret); errors name the file, never a key.
+TEST(ConfigLoader, ApiKeysFromAFile) {
+  const std::string dir = ::testing::TempDir();
+  const std::string keys = dir + "/alpha.keys";
+  { std::ofstream(keys) << "sk-file-1\n\n  sk-file-2  \n"; }
+  const std::string cfg_path = dir + "/kvserve_keys.json";
+  { std::ofstream(cfg_path) << R"({"tenants": [{"name": "a", "api_keys": ["sk-inline"], "api_keys_file": ")" << keys << R"("}]})"; }
+  ConfigSources sources;
+  sources.file_path = cfg_path;
+  auto cfg = LoadConfig(sources);
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(cfg->tenants[0].api_keys, (std::vector<std::string>{"sk-inline", "sk-file-1", "sk-file-2"}));
+  EXPECT_EQ(DumpJson(*cfg).find("sk-file"), std::string::npos) << "keys are never dumped";
+
+  { std::ofstream(cfg_path) << R"({"tenants": [{"name": "a", "api_keys_file": "/no/such/file"}]})"; }
+  auto missing = LoadConfig(sources);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("tenants[0].api_keys_file=/no/such/file"));
+  { std::ofstream(keys) << "\n   \n"; }
+  { std::ofstream(cfg_path) << R"({"tenants": [{"name": "a", "api_keys_file": ")" << keys << R"("}]})"; }
+  auto empty = LoadConfig(sources);
+  ASSERT_FALSE(empty.ok());
+  EXPECT_THAT(std::string(empty.status().message()), HasSubstr("holds no key"));
+}
+
+TEST(ConfigLoader, TenantWithoutDefaultPolicyInheritsTheServers) {
+  Config cfg;
+  auto st = ApplyJson(R"({"compression": {"default_policy": "snapkv"},
+      "tenants": [{"name": "a", "api_keys": ["k1"]},
+                  {"name": "b", "api_keys": ["k2"], "default_policy": "full"}]})",
+                      "f.json", cfg);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_FALSE(cfg.tenants[0].has_default_policy);
+  EXPECT_EQ(EffectiveDefaultPolicy(cfg, &cfg.tenants[0]), CompressionPolicyKind::kSnapKv);
+  EXPECT_EQ(EffectiveDefaultPolicy(cfg, &cfg.tenants[1]), CompressionPolicyKind::kFull);
+  EXPECT_EQ(EffectiveDefaultPolicy(cfg, nullptr), CompressionPolicyKind::kSnapKv);
+  // The inherited policy must be one the tenant may use.
+  cfg.tenants[0].allowed_policies = {CompressionPolicyKind::kFull};
+  EXPECT_THAT(std::string(Validate(cfg).message()),
+              HasSubstr("tenants[0].default_policy=snapkv (inherited from compression.default_policy)"));
+  // A dump does not turn the inherited policy into an explicit one.
+  cfg.tenants[0].allowed_policies.clear();
+  Config again;
+  ASSERT_TRUE(ApplyJson(DumpJson(cfg), "dump", again).ok());
+  EXPECT_FALSE(again.tenants[0].has_default_policy);
+  EXPECT_TRUE(again.tenants[1].has_default_policy);
+}
+
 TEST(ConfigLoader, CrossFieldWatermarks) {
   ConfigSources s;
   s.overrides = {{"compression.auto_low_watermark", "0.95"}};

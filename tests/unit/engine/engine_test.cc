@@ -316,6 +316,42 @@ TEST(Engine, AbortEndsTheStreamAndFreesBlocks) {
   ExpectNoBlocksLeaked(rig);
 }
 
+// A front end that matched a stop string ends the request with FinishAsStopped: the
+// samples end as `stop` (what the request metrics count), and the blocks are freed.
+TEST(Engine, FinishAsStoppedEndsTheRequestAsStop) {
+  Gate gate;
+  Rig rig({}, 256, 0, [&](int64_t step) {
+    if (step >= 3) gate.Wait();
+  });
+  RequestSpec spec = Spec("stopped", 10, 400);
+  spec.ignore_eos = true;
+  spec.n = 2;
+  auto stream = rig.engine->Submit(spec);
+  ASSERT_TRUE(stream.ok());
+  ASSERT_TRUE((*stream)->pop_wait(std::chrono::seconds(5)).has_value());
+  rig.engine->FinishAsStopped("stopped");
+  gate.Open();
+  Collected c = Drain(**stream, 2);
+  EXPECT_EQ(c.finish[0], FinishReason::kStop);
+  EXPECT_EQ(c.finish[1], FinishReason::kStop);
+  ExpectNoBlocksLeaked(rig);
+}
+
+TEST(Engine, LogitBiasIsValidatedAgainstTheVocabulary) {
+  Rig rig;
+  RequestSpec spec = Spec("bias", 4, 4);
+  spec.sampling.logit_bias = {{kVocab, 1.0f}};
+  auto st = rig.engine->Submit(spec);
+  EXPECT_EQ(st.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.status().message()), HasSubstr("logit_bias"));
+  spec.sampling.logit_bias = {{3, 150.0f}};
+  EXPECT_EQ(rig.engine->Submit(spec).status().code(), absl::StatusCode::kInvalidArgument);
+  spec.sampling.logit_bias = {{3, -100.0f}};
+  auto ok = rig.engine->Submit(spec);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  Drain(**ok);
+}
+
 TEST(Engine, DrainRefusesNewWorkAndAbortAllEndsInFlight) {
   Gate gate;
   Rig rig({}, 256, 0, [&](int64_t step) {

@@ -38,7 +38,13 @@ TEST_F(ResolveCompressionTest, RequestThenTenantThenServer) {
 
   config::TenantConfig t;
   t.name = "t";
+  // A tenant that names no default_policy inherits the server's.
+  r = ResolveCompression(Spec(10, 100), cfg_, &t, &context_);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->params.kind, CompressionPolicyKind::kStreamingLlm);
+
   t.default_policy = CompressionPolicyKind::kH2O;
+  t.has_default_policy = true;
   r = ResolveCompression(Spec(10, 100), cfg_, &t, &context_);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->params.kind, CompressionPolicyKind::kH2O);

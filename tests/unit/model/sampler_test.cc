@@ -168,6 +168,29 @@ TEST(Sampler, LogprobsOfRawDistribution) {
   EXPECT_TRUE(s.Sample(logits, p, {}, {}, rng).top_logprobs.empty());
 }
 
+TEST(Sampler, LogitBiasShiftsTheChoiceNotTheReportedLogprobs) {
+  Sampler s(4);
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.logprobs = 0;
+  SamplerRng rng(0);
+  const auto logits = Logits({1.0f, 3.0f, 2.0f, 0.0f});
+  EXPECT_EQ(s.Sample(logits, p, {}, {}, rng).token, 1);
+  p.logit_bias = {{1, -100.0f}};  // bans the argmax
+  EXPECT_EQ(s.Sample(logits, p, {}, {}, rng).token, 2);
+  p.logit_bias = {{1, -100.0f}, {3, 2.5f}};  // 0 + 2.5 beats 2
+  auto r = s.Sample(logits, p, {}, {}, rng);
+  EXPECT_EQ(r.token, 3);
+  const double lse = std::log(std::exp(1.0) + std::exp(3.0) + std::exp(2.0) + std::exp(0.0));
+  EXPECT_NEAR(r.logprob, 0.0 - lse, 1e-5);  // raw distribution, as OpenAI reports
+  // Sampling at temperature 1: a -100 bias leaves the token practically unreachable.
+  p.temperature = 1.0f;
+  p.logit_bias = {{1, -100.0f}};
+  auto h = Histogram(s, logits, p, 2000);
+  EXPECT_EQ(h.count(1), 0u);
+  EXPECT_GT(h[2], h[0]);
+}
+
 TEST(Sampler, ValidateNamesTheField) {
   auto msg = [](const SamplingParams& p) { return std::string(p.Validate(10).message()); };
   SamplingParams p;
@@ -195,6 +218,13 @@ TEST(Sampler, ValidateNamesTheField) {
   p = {};
   p.logprobs = 11;
   EXPECT_NE(msg(p).find("logprobs"), std::string::npos);
+  p = {};
+  p.logit_bias = {{10, 1.0f}};
+  EXPECT_NE(msg(p).find("logit_bias"), std::string::npos);
+  p.logit_bias = {{3, 101.0f}};
+  EXPECT_NE(msg(p).find("logit_bias"), std::string::npos);
+  p.logit_bias.assign(kMaxLogitBias + 1, {0, 1.0f});
+  EXPECT_NE(msg(p).find("logit_bias"), std::string::npos);
 }
 
 TEST(SamplerRng, UniformInRangeAndReproducible) {

@@ -112,6 +112,46 @@ TEST_F(HttpFrontendTest, StopStringEndsTheChoiceAndAbortsTheEngineRequest) {
   EXPECT_TRUE(engine().WaitForAbort(j["id"], milliseconds(5000)).has_value());
 }
 
+// `timeout`: past it the generation is aborted; a non-streaming client gets a 504, a
+// streaming one the tokens so far, then an in-band 504 error and [DONE].
+TEST_F(HttpFrontendTest, RequestTimeoutIs504AndAbortsTheGeneration) {
+  Start();
+  engine().SetPaused(true);
+  const auto start = std::chrono::steady_clock::now();
+  auto res = Post("/v1/completions", R"({"prompt": "x", "max_tokens": 50, "timeout": 0.3})");
+  const auto took = std::chrono::steady_clock::now() - start;
+  json e = ExpectError(res, 504);
+  EXPECT_NE(e["message"].get<std::string>().find("timeout"), std::string::npos);
+  EXPECT_GE(took, milliseconds(290));
+  EXPECT_LT(took, milliseconds(3000));
+  ASSERT_EQ(engine().submitted().size(), 1u);
+  EXPECT_TRUE(engine().WaitForAbort(engine().submitted()[0].request_id, milliseconds(5000)).has_value());
+  EXPECT_EQ(ExpectError(Post("/v1/completions", R"({"prompt": "x", "timeout": 0})"), 400)["param"], "timeout");
+  EXPECT_EQ(ExpectError(Post("/v1/completions", R"({"prompt": "x", "timeout": "1"})"), 400)["param"], "timeout");
+}
+
+TEST_F(HttpFrontendTest, StreamingRequestTimeoutEndsInBand) {
+  TestServerOptions o;
+  o.engine.tick = std::chrono::microseconds(20000);  // 50 tokens a second
+  Start(o);
+  auto res = Post("/v1/completions", R"({"prompt": "x", "max_tokens": 1000, "ignore_eos": true,
+                                        "stream": true, "timeout": 0.4})");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  std::vector<std::string> events = SseData(res->body);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  json err = json::parse(events[events.size() - 2]);
+  ASSERT_TRUE(err.contains("error")) << err.dump();
+  EXPECT_EQ(err["error"]["code"], 504);
+  int text_events = 0;
+  for (size_t i = 0; i + 2 < events.size(); ++i) {
+    if (json::parse(events[i]).contains("choices")) ++text_events;
+  }
+  EXPECT_GT(text_events, 0) << "the tokens generated before the timeout were sent";
+  EXPECT_LT(text_events, 1000);
+}
+
 TEST_F(HttpFrontendTest, StreamingCompletionIsSseEndingWithDone) {
   Start();
   auto res = Post("/v1/completions", R"({"prompt": "x", "max_tokens": 12, "temperature": 0, "stream": true,

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "server/error_mapping.h"
+#include "server/openai_param_support.h"
 
 namespace kvserve::server {
 namespace {
@@ -174,6 +175,93 @@ TEST(ChatParserTest, BadMessagesNameTheField) {
   EXPECT_EQ(ParamOf(ParseChatRequest(
                 R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 0})")),
             "max_completion_tokens");
+}
+
+// Every row of the refusal table gets a 400 naming it, in the scope it belongs to; the
+// member's "asks for nothing" values pass.
+TEST(UnsupportedParamsTest, EveryRefusedMemberIsA400NamingIt) {
+  ASSERT_FALSE(RefusedMembers().empty());
+  for (const RefusedMember& m : RefusedMembers()) {
+    const std::string name(m.name);
+    const std::string value = R"({"x": 2})";
+    std::string body;
+    std::string param = name;
+    switch (m.scope) {
+      case ParamScope::kCompletion:
+        body = R"({"prompt": "p", ")" + name + "\": " + value + "}";
+        break;
+      case ParamScope::kChat:
+        body = R"({"messages": [{"role": "user", "content": "x"}], ")" + name + "\": " + value + "}";
+        break;
+      case ParamScope::kMessage:
+        body = R"({"messages": [{"role": "assistant", "content": "x", ")" + name + "\": " + value + "}]}";
+        param = "messages[0]." + name;
+        break;
+    }
+    auto r = m.scope == ParamScope::kCompletion ? ParseCompletionRequest(body) : ParseChatRequest(body);
+    ASSERT_FALSE(r.ok()) << body;
+    EXPECT_EQ(ErrorParam(r.status()), param) << body;
+    EXPECT_NE(r.status().message().find("not supported"), std::string_view::npos) << r.status();
+  }
+}
+
+TEST(UnsupportedParamsTest, DefaultsNullsAndEmptiesAndHintsAreAccepted) {
+  EXPECT_TRUE(ParseCompletionRequest(R"({"prompt": "p", "best_of": 1, "user": "u"})").ok());
+  EXPECT_EQ(ParamOf(ParseCompletionRequest(R"({"prompt": "p", "best_of": 3})")), "best_of");
+  const std::string chat = R"({"messages": [{"role": "user", "content": "x"}], )";
+  for (const std::string extra :
+       {R"("tools": [])", R"("tools": null)", R"("tool_choice": "none")",
+        R"("response_format": {"type": "text"})", R"("modalities": ["text"])",
+        R"("metadata": {"k": "v"}, "store": false, "user": "u", "service_tier": "auto")"}) {
+    auto r = ParseChatRequest(chat + extra + "}");
+    EXPECT_TRUE(r.ok()) << extra << ": " << r.status();
+  }
+  EXPECT_EQ(ParamOf(ParseChatRequest(chat + R"("response_format": {"type": "json_object"}})")),
+            "response_format");
+  EXPECT_EQ(ParamOf(ParseChatRequest(chat + R"("tools": [{"type": "function"}]})")), "tools");
+  EXPECT_EQ(ParamOf(ParseChatRequest(chat + R"("tool_choice": "auto"})")), "tool_choice");
+  EXPECT_EQ(ParamOf(ParseChatRequest(chat + R"("parallel_tool_calls": true})")), "parallel_tool_calls");
+  // Completions do not refuse chat-only members (OpenAI's completions have none of them).
+  EXPECT_TRUE(ParseCompletionRequest(R"({"prompt": "p", "response_format": {"type": "json_object"}})").ok());
+}
+
+TEST(ChatParserTest, RolesAreCheckedAndDeveloperIsSystem) {
+  EXPECT_EQ(ParamOf(ParseChatRequest(R"({"messages": [{"role": "wizard", "content": "x"}]})")),
+            "messages[0].role");
+  auto tool = ParseChatRequest(
+      R"({"messages": [{"role": "user", "content": "x"}, {"role": "tool", "content": "42"}]})");
+  EXPECT_EQ(ParamOf(tool), "messages[1].role");
+  EXPECT_NE(tool.status().message().find("not supported"), std::string_view::npos);
+  EXPECT_EQ(ParamOf(ParseChatRequest(R"({"messages": []})")), "messages");
+  auto dev = ParseChatRequest(R"({"messages": [{"role": "developer", "content": "Be brief."}]})");
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  EXPECT_EQ(dev->request.messages[0].role, "system");
+}
+
+TEST(CompletionParserTest, LogitBias) {
+  auto r = ParseCompletionRequest(R"({"prompt": "p", "logit_bias": {"7": -100, "12": 3.5}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  const auto& b = r->request.sampling.logit_bias;
+  ASSERT_EQ(b.size(), 2u);
+  // nlohmann orders object keys as strings: "12" before "7".
+  EXPECT_EQ(b[0].token, 12);
+  EXPECT_FLOAT_EQ(b[0].bias, 3.5f);
+  EXPECT_EQ(b[1].token, 7);
+  EXPECT_FLOAT_EQ(b[1].bias, -100.0f);
+
+  EXPECT_EQ(ParamOf(ParseCompletionRequest(R"({"prompt": "p", "logit_bias": [1, 2]})")), "logit_bias");
+  EXPECT_EQ(ParamOf(ParseCompletionRequest(R"({"prompt": "p", "logit_bias": {"a": 1}})")), "logit_bias");
+  EXPECT_EQ(ParamOf(ParseCompletionRequest(R"({"prompt": "p", "logit_bias": {"-1": 1}})")), "logit_bias");
+  EXPECT_EQ(ParamOf(ParseCompletionRequest(R"({"prompt": "p", "logit_bias": {"99999999999": 1}})")),
+            "logit_bias");
+  EXPECT_EQ(ParamOf(ParseCompletionRequest(R"({"prompt": "p", "logit_bias": {"5": "x"}})")), "logit_bias.5");
+  EXPECT_EQ(ParamOf(ParseCompletionRequest(R"({"prompt": "p", "logit_bias": {"5": 101}})")), "logit_bias.5");
+  std::string many = R"({"prompt": "p", "logit_bias": {)";
+  for (int i = 0; i <= 300; ++i) many += (i ? "," : "") + ("\"" + std::to_string(i) + "\": 1");
+  EXPECT_EQ(ParamOf(ParseCompletionRequest(many + "}}")), "logit_bias");
+  auto chat = ParseChatRequest(R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"3": 1}})");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_EQ(chat->request.sampling.logit_bias.size(), 1u);
 }
 
 TEST(TokenizerEndpointsParserTest, TokenizeAndDetokenize) {

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "server/error_mapping.h"
 #include "tests/unit/server/fake_text_codec.h"
 
@@ -24,7 +26,7 @@ class RequestBuilderTest : public ::testing::Test {
     return BuildRequests(r, tenant, codec_, limits_, "cmpl-1");
   }
   FakeTextCodec codec_;
-  ModelLimits limits_{"kvs-tiny", 32};
+  ModelLimits limits_{"kvs-tiny", 32, {}};
 };
 
 TEST_F(RequestBuilderTest, TokenizesAndFillsTheSpec) {
@@ -102,6 +104,7 @@ TEST_F(RequestBuilderTest, RangeErrorsNameTheField) {
       {"repetition_penalty", [](auto& r) { r.sampling.repetition_penalty = 0.0f; }},
       {"stop", [](auto& r) { r.stop = {""}; }},
       {"stop_token_ids", [](auto& r) { r.stop_token_ids = {9999}; }},
+      {"logit_bias", [](auto& r) { r.sampling.logit_bias = {{9999, 1.0f}}; }},
       {"min_tokens", [](auto& r) { r.min_tokens = -1; }},
       {"kv_compression.budget", [](auto& r) { r.compression.budget = 0; }},
       {"kv_compression.ratio", [](auto& r) { r.compression.ratio = 1.5; }},
@@ -129,6 +132,50 @@ TEST_F(RequestBuilderTest, ContextLengthChecks) {
   EXPECT_EQ(ErrorParam(b.status()), "max_tokens");
   over.max_tokens = 11;
   EXPECT_TRUE(Build(over).ok());
+}
+
+// Every configurable per-request limit is a 400 naming the field, at limit + 1 and not at
+// the limit.
+TEST_F(RequestBuilderTest, ConfigurableLimitsNameTheField) {
+  config::RequestLimits& l = limits_.requests;
+  l.max_prompts = 2;
+  l.max_messages = 2;
+  l.max_n = 3;
+  l.max_stop_strings = 2;
+  l.max_stop_string_bytes = 4;
+  l.max_generated_tokens = 48;  // n = 3 at the default 16 tokens fits
+  l.max_logprobs = 2;
+  l.max_logit_bias = 1;
+  struct Case {
+    const char* param;
+    std::function<void(GenerationRequest&)> at_limit;
+    std::function<void(GenerationRequest&)> over;
+  };
+  const PromptInput p{"a", {}, false};
+  const std::vector<Case> cases = {
+      {"prompt", [&](auto& r) { r.prompts = {p, p}; }, [&](auto& r) { r.prompts = {p, p, p}; }},
+      {"n", [](auto& r) { r.n = 3; }, [](auto& r) { r.n = 4; }},
+      {"stop", [](auto& r) { r.stop = {"a", "b"}; }, [](auto& r) { r.stop = {"a", "b", "c"}; }},
+      {"stop", [](auto& r) { r.stop = {"abcd"}; }, [](auto& r) { r.stop = {"abcde"}; }},
+      {"max_tokens", [](auto& r) { r.n = 2; r.max_tokens = 24; }, [](auto& r) { r.n = 2; r.max_tokens = 25; }},
+      {"logprobs", [](auto& r) { r.sampling.logprobs = 2; }, [](auto& r) { r.sampling.logprobs = 3; }},
+      {"logit_bias", [](auto& r) { r.sampling.logit_bias = {{1, 1.0f}}; },
+       [](auto& r) { r.sampling.logit_bias = {{1, 1.0f}, {2, 1.0f}}; }},
+  };
+  for (const Case& c : cases) {
+    GenerationRequest ok = Completion("abc");
+    c.at_limit(ok);
+    EXPECT_TRUE(Build(ok).ok()) << c.param << ": " << Build(ok).status();
+    GenerationRequest bad = Completion("abc");
+    c.over(bad);
+    auto built = Build(bad);
+    EXPECT_EQ(built.status().code(), absl::StatusCode::kInvalidArgument) << c.param;
+    EXPECT_EQ(ErrorParam(built.status()), c.param) << built.status();
+  }
+  GenerationRequest chat;
+  chat.kind = RequestKind::kChat;
+  chat.messages = {{"system", "s"}, {"user", "u"}, {"assistant", "a"}};
+  EXPECT_EQ(ErrorParam(Build(chat).status()), "messages");
 }
 
 TEST_F(RequestBuilderTest, TenantPolicyPriorityAndCacheIsolation) {

@@ -14,6 +14,9 @@ TestServer::TestServer(TestServerOptions options)
   o.server.max_body_bytes = options.max_body_bytes;
   o.server.drain_timeout_seconds = options.drain_timeout_seconds;
   o.server.http_max_connections = options.http_max_connections;
+  o.server.tls_cert_path = options.tls_cert_path;
+  o.server.tls_key_path = options.tls_key_path;
+  o.server.tls_client_ca_path = options.tls_client_ca_path;
   o.tenants = std::move(options.tenants);
   o.watch_connections = options.watch_connections;
   o.model_name = kModelName;

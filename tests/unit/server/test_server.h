@@ -24,6 +24,7 @@ struct TestServerOptions {
   double drain_timeout_seconds = 10.0;
   int http_max_connections = 512;
   bool watch_connections = true;
+  std::string tls_cert_path, tls_key_path, tls_client_ca_path;  // TLS on both listeners when set
 };
 
 class TestServer {

@@ -115,6 +115,18 @@ TEST(ChatTemplate, MistralRendering) {
   EXPECT_EQ(*custom, "<BOS>[INST] a [/INST]b<EOS>");
 }
 
+TEST(ChatTemplate, ASystemMessageAloneIsAConversation) {
+  const std::vector<ChatMessage> system_only = {{"system", "Be brief."}};
+  EXPECT_EQ(*Select("llama2", "")->Render(system_only, true),
+            "<s>[INST] <<SYS>>\nBe brief.\n<</SYS>> [/INST]");
+  EXPECT_EQ(*Select("mistral", "")->Render(system_only, true), "<s>[INST] Be brief.\n\n [/INST]");
+  for (const char* family : {"chatml", "llama3", "llama2", "mistral", "kvs-tiny"}) {
+    auto out = Select(family, "")->Render(system_only, true);
+    ASSERT_TRUE(out.ok()) << family << ": " << out.status();
+    EXPECT_THAT(*out, HasSubstr("Be brief.")) << family;
+  }
+}
+
 TEST(ChatTemplate, RoleOrderAndEmptyConversationsAreRejected) {
   const std::vector<ChatMessage> two_users = {{"user", "a"}, {"user", "b"}};
   for (const char* family : {"llama2", "mistral"}) {

@@ -1,0 +1,20 @@
+// libFuzzer target: the OpenAI request parsers (completions, chat, tokenize, detokenize) on
+// arbitrary bytes. Every input must give a request or a clean InvalidArgument; nothing may
+// crash, leak or trip a sanitizer. The refusal table and the field errors run too.
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "server/openai_request_parser.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view body(reinterpret_cast<const char*>(data), size);
+  for (auto r : {kvserve::server::ParseCompletionRequest(body), kvserve::server::ParseChatRequest(body)}) {
+    if (!r.ok() && r.status().code() != absl::StatusCode::kInvalidArgument) __builtin_trap();
+  }
+  auto t = kvserve::server::ParseTokenizeRequest(body);
+  if (!t.ok() && t.status().code() != absl::StatusCode::kInvalidArgument) __builtin_trap();
+  auto d = kvserve::server::ParseDetokenizeRequest(body);
+  if (!d.ok() && d.status().code() != absl::StatusCode::kInvalidArgument) __builtin_trap();
+  return 0;
+}
