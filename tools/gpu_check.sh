@@ -12,6 +12,10 @@
 #                                      into DIR, for a GPU machine that cannot install packages.
 #   tools/gpu_check.sh --bundle DIR    on that GPU machine: runs the packed binaries.
 #
+# With the session's device tool (no packages can be installed there): here
+#   tools/gpu_check.sh --pack .gpu_bundle          (.gpu_bundle/ is git-ignored)
+# then run `bash .gpu_bundle/gpu_check.sh --bundle .gpu_bundle` with carry [".gpu_bundle"].
+#
 # Exit status: non-zero when a gpu test fails or a benchmark cannot run.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
