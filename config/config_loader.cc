@@ -1,5 +1,7 @@
 #include "config/config_loader.h"
 
+#include <cmath>
+
 #include <algorithm>
 #include <cctype>
 #include <fstream>
@@ -35,7 +37,9 @@ absl::StatusOr<Value> FromJson(FieldKind kind, const Json& j, const std::string&
       if (j.is_number_integer()) return Value{j.get<int64_t>()};
       if (j.is_number_float()) {
         double d = j.get<double>();
-        if (d == static_cast<double>(static_cast<int64_t>(d))) return Value{static_cast<int64_t>(d)};
+        // In range before the cast (a float beyond int64 is UB to convert; found by
+        // config_json_fuzz), then integral.
+        if (d >= -0x1p63 && d < 0x1p63 && d == std::trunc(d)) return Value{static_cast<int64_t>(d)};
       }
       return absl::InvalidArgumentError(allowed);
     case FieldKind::kBytes:
@@ -204,7 +208,8 @@ absl::Status ApplyJson(std::string_view json_text, std::string_view origin, Conf
     try {
       Json ignored = Json::parse(json_text.begin(), json_text.end(), nullptr, true, true);
       (void)ignored;
-    } catch (const Json::parse_error& e) {
+    } catch (const Json::exception& e) {
+      // parse_error, and out_of_range for numbers beyond double (found by config_json_fuzz).
       detail = e.what();
     }
     return absl::InvalidArgumentError(absl::StrCat(base::AsAbsl(origin), ": ", detail));

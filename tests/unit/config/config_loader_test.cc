@@ -88,6 +88,22 @@ TEST(ConfigLoader, OutOfRangeNamesFieldValueAndRange) {
   EXPECT_THAT(std::string(st.message()), HasSubstr("cache.kv_dtype=fp4: must be one of fp32|fp16|bf16|fp8_e4m3|int8"));
 }
 
+// Found by config_json_fuzz: a number beyond double used to escape as an exception.
+TEST(ConfigLoader, NumberOverflowIsAnErrorNotACrash) {
+  Config cfg;
+  absl::Status st = ApplyJson(R"({"cache": {"kv_bytes": 1E400}})", "cfg.json", cfg);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("cfg.json: "));
+  EXPECT_THAT(std::string(st.message()), HasSubstr("number overflow"));
+  // Also found: a finite float beyond int64 for an integer field was an undefined conversion.
+  st = ApplyJson(R"({"cache": {"block_size": 3.2e90}})", "cfg.json", cfg);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("cache.block_size"));
+  st = ApplyJson(R"({"cache": {"block_size": 32.0}})", "cfg.json", cfg);
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_EQ(cfg.cache.block_size, 32);
+}
+
 TEST(ConfigLoader, WrongJsonTypeNamesField) {
   Config cfg;
   auto st = ApplyJson(R"({"scheduler": {"max_num_seqs": "many"}})", "f.json", cfg);
