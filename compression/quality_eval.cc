@@ -143,33 +143,6 @@ absl::StatusOr<PerplexityResult> EvalPerplexity(model::ForwardModel& model, cons
   return out;
 }
 
-absl::StatusOr<PasskeyResult> EvalPasskey(model::ForwardModel& model, const PolicyContext* context,
-                                          const PolicyParams& params, std::span<const int32_t> prompt,
-                                          std::span<const int32_t> answer, const EvalOptions& options) {
-  KVS_RETURN_IF_ERROR(CheckChunk(model, options));
-  if (prompt.empty() || answer.empty()) return absl::InvalidArgumentError("passkey needs a prompt and an answer");
-  KVS_ASSIGN_OR_RETURN(auto d, SequenceDriver::Create(model, context, params,
-                                                      static_cast<int64_t>(prompt.size() + answer.size()), options));
-  PasskeyResult out;
-  std::vector<float> logits;
-  const size_t vocab = static_cast<size_t>(d->vocab());
-  for (size_t begin = 0; begin < prompt.size(); begin += static_cast<size_t>(options.chunk)) {
-    const size_t n = std::min(prompt.size() - begin, static_cast<size_t>(options.chunk));
-    KVS_RETURN_IF_ERROR(d->Feed(prompt.subspan(begin, n), model::LogitsWanted::kLast, logits));
-  }
-  for (size_t i = 0; i < answer.size(); ++i) {
-    const int32_t next = Argmax(std::span<const float>(logits.data(), vocab));
-    out.output.push_back(next);
-    if (i + 1 < answer.size()) {
-      const int32_t feed[1] = {next};
-      KVS_RETURN_IF_ERROR(d->Feed(feed, model::LogitsWanted::kLast, logits));
-    }
-  }
-  out.correct = std::equal(out.output.begin(), out.output.end(), answer.begin(), answer.end());
-  out.stats = d->stats();
-  return out;
-}
-
 namespace {
 
 // Prefills `prompt` in chunks, then feeds `forced` one token per step; after each step
@@ -188,7 +161,40 @@ absl::Status TeacherForce(SequenceDriver& d, std::span<const int32_t> prompt, st
   return absl::OkStatus();
 }
 
+// Greedy continuation from `logits` (the prediction after everything fed so far): one token
+// per step for answer.size() tokens; fills out.output and out.correct.
+absl::Status GreedyAnswer(SequenceDriver& d, std::span<const int32_t> answer, std::vector<float>& logits,
+                          PasskeyResult& out) {
+  const size_t vocab = static_cast<size_t>(d.vocab());
+  for (size_t i = 0; i < answer.size(); ++i) {
+    const int32_t next = Argmax(std::span<const float>(logits.data(), vocab));
+    out.output.push_back(next);
+    if (i + 1 < answer.size()) {
+      const int32_t feed[1] = {next};
+      KVS_RETURN_IF_ERROR(d.Feed(feed, model::LogitsWanted::kLast, logits));
+    }
+  }
+  out.correct = std::equal(out.output.begin(), out.output.end(), answer.begin(), answer.end());
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::StatusOr<PasskeyResult> EvalPasskey(model::ForwardModel& model, const PolicyContext* context,
+                                          const PolicyParams& params, std::span<const int32_t> prompt,
+                                          std::span<const int32_t> answer, const EvalOptions& options) {
+  KVS_RETURN_IF_ERROR(CheckChunk(model, options));
+  if (prompt.empty() || answer.empty()) return absl::InvalidArgumentError("passkey needs a prompt and an answer");
+  KVS_ASSIGN_OR_RETURN(auto d, SequenceDriver::Create(model, context, params,
+                                                      static_cast<int64_t>(prompt.size() + answer.size()), options));
+  PasskeyResult out;
+  std::vector<float> logits;
+  KVS_RETURN_IF_ERROR(TeacherForce(*d, prompt, {}, options.chunk, logits, [](size_t, std::span<const float>) {}));
+  KVS_RETURN_IF_ERROR(GreedyAnswer(*d, answer, logits, out));
+  out.stats = d->stats();
+  return out;
+}
+
 
 absl::StatusOr<PerplexityResult> EvalDecodePerplexity(model::ForwardModel& model, const PolicyContext* context,
                                                       const PolicyParams& params, std::span<const int32_t> prompt,
@@ -219,16 +225,7 @@ absl::StatusOr<PasskeyResult> EvalDecodePasskey(model::ForwardModel& model, cons
   PasskeyResult out;
   std::vector<float> logits;
   KVS_RETURN_IF_ERROR(TeacherForce(*d, prompt, forced, options.chunk, logits, [](size_t, std::span<const float>) {}));
-  const size_t vocab = static_cast<size_t>(d->vocab());
-  for (size_t i = 0; i < answer.size(); ++i) {
-    const int32_t next = Argmax(std::span<const float>(logits.data(), vocab));
-    out.output.push_back(next);
-    if (i + 1 < answer.size()) {
-      const int32_t feed[1] = {next};
-      KVS_RETURN_IF_ERROR(d->Feed(feed, model::LogitsWanted::kLast, logits));
-    }
-  }
-  out.correct = std::equal(out.output.begin(), out.output.end(), answer.begin(), answer.end());
+  KVS_RETURN_IF_ERROR(GreedyAnswer(*d, answer, logits, out));
   out.stats = d->stats();
   return out;
 }

@@ -51,40 +51,15 @@ std::string PeerKey(std::string_view addr, int port) {
   return std::string(addr) + ":" + std::to_string(port);
 }
 
-std::vector<ConnectedSocket> ListConnectedSockets(int local_port) {
-  std::vector<ConnectedSocket> out;
-  if (local_port <= 0) return out;
-  DIR* dir = opendir("/proc/self/fd");
-  if (dir == nullptr) return out;
-  while (dirent* entry = readdir(dir)) {
-    char* end = nullptr;
-    const long fd = std::strtol(entry->d_name, &end, 10);
-    if (end == entry->d_name || *end != '\0' || fd == dirfd(dir)) continue;
-    sockaddr_storage ss{};
-    socklen_t len = sizeof ss;
-    int port = 0;
-    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&ss), &len) != 0 ||
-        !Describe(ss, &port, nullptr) || port != local_port) {
-      continue;
-    }
-    len = sizeof ss;
-    std::string addr;
-    // The listening socket has no peer (ENOTCONN).
-    if (getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&ss), &len) != 0 ||
-        !Describe(ss, &port, &addr)) {
-      continue;
-    }
-    out.push_back({static_cast<int>(fd), PeerKey(addr, port)});
-  }
-  closedir(dir);
-  return out;
-}
+namespace {
 
-std::optional<int> FindConnectionSocket(std::string_view peer_addr, int peer_port, int local_port) {
-  if (peer_port <= 0 || local_port <= 0) return std::nullopt;
+// Calls visit(fd, peer_addr, peer_port) for every connected socket of this process whose local
+// port is `local_port` (the listening socket has no peer and is skipped), until visit returns
+// true. /proc/self/fd is the only way to reach the sockets cpp-httplib accepted.
+template <typename Visit>
+void ForEachConnectedSocket(int local_port, Visit visit) {
   DIR* dir = opendir("/proc/self/fd");
-  if (dir == nullptr) return std::nullopt;
-  std::optional<int> found;
+  if (dir == nullptr) return;
   while (dirent* entry = readdir(dir)) {
     char* end = nullptr;
     const long fd = std::strtol(entry->d_name, &end, 10);
@@ -99,14 +74,36 @@ std::optional<int> FindConnectionSocket(std::string_view peer_addr, int peer_por
     }
     len = sizeof ss;
     std::string addr;
+    // The listening socket has no peer (ENOTCONN).
     if (getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&ss), &len) != 0 ||
-        !Describe(ss, &port, &addr) || port != peer_port || !SameAddress(addr, peer_addr)) {
+        !Describe(ss, &port, &addr)) {
       continue;
     }
-    found = static_cast<int>(fd);
-    break;
+    if (visit(static_cast<int>(fd), addr, port)) break;
   }
   closedir(dir);
+}
+
+}  // namespace
+
+std::vector<ConnectedSocket> ListConnectedSockets(int local_port) {
+  std::vector<ConnectedSocket> out;
+  if (local_port <= 0) return out;
+  ForEachConnectedSocket(local_port, [&](int fd, const std::string& addr, int port) {
+    out.push_back({fd, PeerKey(addr, port)});
+    return false;
+  });
+  return out;
+}
+
+std::optional<int> FindConnectionSocket(std::string_view peer_addr, int peer_port, int local_port) {
+  if (peer_port <= 0 || local_port <= 0) return std::nullopt;
+  std::optional<int> found;
+  ForEachConnectedSocket(local_port, [&](int fd, const std::string& addr, int port) {
+    if (port != peer_port || !SameAddress(addr, peer_addr)) return false;
+    found = fd;
+    return true;
+  });
   return found;
 }
 
