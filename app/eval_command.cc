@@ -59,6 +59,7 @@ struct PasskeyItem {
   std::vector<int32_t> prompt;   // prefill mode: the whole context; decode mode: BOS
   std::vector<int32_t> forced;   // decode mode: filler + key + filler + question
   std::vector<int32_t> answer;
+  std::vector<int32_t> key_positions;  // absolute positions of the key's answer tokens (watched)
 };
 
 struct Row {
@@ -69,6 +70,7 @@ struct Row {
   int passkey_ok = 0;
   int passkey_n = 0;
   double passkey_ratio = 1.0;
+  double key_held = 1.0;    // mean fraction of the key's answer tokens still in the KV at the question
   double seconds = 0.0;
 };
 
@@ -81,6 +83,7 @@ struct Variant {
   compression::TriSelection selection = compression::TriSelection::kCrossLayer;
   compression::TriScoreTerms terms = compression::TriScoreTerms::kBoth;
   compression::TriOffsetPool pool = compression::TriOffsetPool::kMean;
+  bool recent_window = false;  // keep the vLLM port's recent window despite the protected prompt
 };
 
 absl::StatusOr<Variant> ParseVariant(const std::string& name) {
@@ -92,13 +95,14 @@ absl::StatusOr<Variant> ParseVariant(const std::string& name) {
   else if (name == "triattention-trig") v.terms = compression::TriScoreTerms::kTrigOnly;
   else if (name == "triattention-norm") v.terms = compression::TriScoreTerms::kNormOnly;
   else if (name == "triattention-max") v.pool = compression::TriOffsetPool::kMax;
+  else if (name == "triattention-window") v.recent_window = true;
   else {
     auto kind = config::ParseCompressionPolicy(name);
     if (!kind || *kind == CompressionPolicyKind::kFull || *kind == CompressionPolicyKind::kAuto) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--policies: '", name,
           "' is not one of triattention, streamingllm, snapkv, h2o, triattention-perlayer, triattention-trig, "
-          "triattention-norm, triattention-max"));
+          "triattention-norm, triattention-max, triattention-window"));
     }
     v.kind = *kind;
     v.ablation = false;
@@ -120,6 +124,11 @@ compression::PolicyParams ParamsFor(const Variant& v, int64_t budget, const Eval
   p.tri_selection = v.selection;
   p.tri_terms = v.terms;
   p.tri_offset_pool = v.pool;
+  // The vLLM port's guard: the last min(128, (B - lo) / 2) slots always kept.
+  if (v.recent_window) {
+    p.window = std::min<int64_t>(compression::kDefaultTriRecentWindow,
+                                 std::max<int64_t>(0, (budget - compression::FirstEvictableSlot(p)) / 2));
+  }
   // Every policy compresses back to the same budget (streamingllm: sinks + recent = B).
   // snapkv's observation window must leave room to select: at most a quarter of the budget.
   if (v.kind == CompressionPolicyKind::kSnapKv) {
@@ -247,10 +256,19 @@ int RunEval(const ParsedArgs& args, char** envp, std::ostream& out, std::ostream
     it.prompt.push_back(bos);
     body.insert(body.end(), filler_ids.begin() + off, filler_ids.begin() + off + d);
     const std::vector<int32_t> key = tok.encode(KeyText(k), false);
+    it.answer = tok.encode(std::to_string(k), false);
+    // Watched: the first occurrence of the answer's tokens inside the key sentence (what the
+    // question's "The pass key is" copies from), or the whole sentence if the tokenizer
+    // splits it differently. Positions: decode mode forces `body` after the BOS prompt;
+    // prefill mode's body is the prompt.
+    const int32_t key_begin = static_cast<int32_t>((o.decode_mode ? it.prompt.size() : 0) + body.size());
+    const auto hit = std::search(key.begin(), key.end(), it.answer.begin(), it.answer.end());
+    const size_t w_begin = hit == key.end() ? 0 : static_cast<size_t>(hit - key.begin());
+    const size_t w_end = hit == key.end() ? key.size() : w_begin + it.answer.size();
+    for (size_t j = w_begin; j < w_end; ++j) it.key_positions.push_back(key_begin + static_cast<int32_t>(j));
     body.insert(body.end(), key.begin(), key.end());
     body.insert(body.end(), filler_ids.begin() + off + d, filler_ids.begin() + off + o.filler_tokens);
     body.insert(body.end(), question.begin(), question.end());
-    it.answer = tok.encode(std::to_string(k), false);
     items.push_back(std::move(it));
   }
   if (o.decode_mode && static_cast<int64_t>(text_ids.size()) < o.ppl_sequences * o.ppl_window) {
@@ -322,19 +340,19 @@ int RunEval(const ParsedArgs& args, char** envp, std::ostream& out, std::ostream
     }
     row.ppl = scored > 0 ? std::exp(nll / static_cast<double>(scored)) : 0.0;
     row.ppl_ratio = windows > 0 ? ratio_sum / static_cast<double>(windows) : 1.0;
-    double pk_ratio = 0.0;
+    double pk_ratio = 0.0, key_held = 0.0;
     for (const auto& it : items) {
       absl::StatusOr<compression::PasskeyResult> r;
       if (o.decode_mode) {
         const auto params = ParamsFor(variant, budget, o, loaded.config, static_cast<int64_t>(it.prompt.size()),
                                       /*protect_prompt=*/true);
         if (!check(params)) return kExitUsage;
-        r = compression::EvalDecodePasskey(m, &ctx, params, it.prompt, it.forced, it.answer, eo);
+        r = compression::EvalDecodePasskey(m, &ctx, params, it.prompt, it.forced, it.answer, eo, it.key_positions);
       } else {
         const auto params = ParamsFor(variant, budget, o, loaded.config, static_cast<int64_t>(it.prompt.size()),
                                       /*protect_prompt=*/false);
         if (!check(params)) return kExitUsage;
-        r = compression::EvalPasskey(m, &ctx, params, it.prompt, it.answer, eo);
+        r = compression::EvalPasskey(m, &ctx, params, it.prompt, it.answer, eo, it.key_positions);
       }
       if (!r.ok()) {
         err << "kvserve eval: " << r.status().message() << "\n";
@@ -343,8 +361,10 @@ int RunEval(const ParsedArgs& args, char** envp, std::ostream& out, std::ostream
       row.passkey_ok += r->correct ? 1 : 0;
       ++row.passkey_n;
       pk_ratio += r->stats.compression_ratio();
+      key_held += r->watched_held;
     }
     row.passkey_ratio = row.passkey_n > 0 ? pk_ratio / row.passkey_n : 1.0;
+    row.key_held = row.passkey_n > 0 ? key_held / row.passkey_n : 1.0;
     row.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     err << absl::StrFormat("[eval] %-22s B=%-4d ppl %.3f (ratio %.2fx)  passkey %d/%d (ratio %.2fx)  %.1f s\n",
                            row.policy, budget, row.ppl, row.ppl_ratio, row.passkey_ok, row.passkey_n,
@@ -354,37 +374,40 @@ int RunEval(const ParsedArgs& args, char** envp, std::ostream& out, std::ostream
 
   const double full_ppl = rows.front().ppl;
   const double full_pk = rows.front().passkey_n > 0 ? static_cast<double>(rows.front().passkey_ok) / rows.front().passkey_n : 0;
-  out << "| policy | budget | perplexity | vs full | KV ratio (ppl) | passkey | KV ratio (passkey) |\n"
-      << "|---|---:|---:|---:|---:|---:|---:|\n";
+  out << "| policy | budget | perplexity | vs full | KV ratio (ppl) | passkey | KV ratio (passkey) | key held |\n"
+      << "|---|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const Row& r : rows) {
     const double acc = r.passkey_n > 0 ? static_cast<double>(r.passkey_ok) / r.passkey_n : 0.0;
-    out << absl::StrFormat("| %s | %s | %.3f | %+.2f%% | %.2fx | %d/%d (%.0f%%) | %.2fx |\n", r.policy,
+    out << absl::StrFormat("| %s | %s | %.3f | %+.2f%% | %.2fx | %d/%d (%.0f%%) | %.2fx | %.0f%% |\n", r.policy,
                            r.budget > 0 ? std::to_string(r.budget) : std::string("-"), r.ppl,
                            100.0 * (r.ppl / full_ppl - 1.0), r.ppl_ratio, r.passkey_ok, r.passkey_n, 100.0 * acc,
-                           r.passkey_ratio);
+                           r.passkey_ratio, 100.0 * r.key_held);
   }
   const std::string slack = o.divide_length > 0 ? std::to_string(o.divide_length) : "min(128, B/4)";
   if (o.decode_mode) {
     out << absl::StrFormat("\nfull: perplexity %.3f, passkey accuracy %.0f%%. Decode-time (teacher forcing, one decode "
                            "step per token, rounds after decode steps): %d passkey sequences of %d filler tokens with "
                            "the key at a random depth, perplexity over %d sequences of %d tokens; prompt = BOS "
-                           "(protected); slack %s; KV ratio = tokens written / peak slots per sequence\n",
+                           "(protected); slack %s; KV ratio = tokens written / peak slots per sequence; key held = share of the "
+                           "key's answer tokens (their first occurrence) still in the KV, mean over layers, KV heads "
+                           "and sequences, when the question has been read\n",
                            full_ppl, 100.0 * full_pk, o.passkey_prompts, o.filler_tokens, o.ppl_sequences,
                            static_cast<int>(o.ppl_window), slack);
   } else {
     out << absl::StrFormat("\nfull: perplexity %.3f, passkey accuracy %.0f%%; %d passkey prompts of %d filler tokens, "
                            "perplexity over %d tokens in windows of %d (BOS protected), chunk %d, slack %s, passkey "
-                           "prompt unprotected, rounds between prefill chunks\n",
+                           "prompt unprotected, rounds between prefill chunks; key held = share of the key's answer tokens "
+                           "(first occurrence) still in the KV when the answer starts\n",
                            full_ppl, 100.0 * full_pk, o.passkey_prompts, o.filler_tokens, static_cast<int>(o.ppl_tokens),
                            static_cast<int>(o.ppl_window), o.chunk, slack);
   }
   if (!o.out_tsv.empty()) {
     std::ofstream tsv(o.out_tsv);
-    tsv << "policy\tbudget\tppl\tppl_ratio\tpasskey_acc\tpasskey_ratio\n";
+    tsv << "policy\tbudget\tppl\tppl_ratio\tpasskey_acc\tpasskey_ratio\tkey_held\n";
     for (const Row& r : rows) {
       tsv << r.policy << "\t" << r.budget << "\t" << r.ppl << "\t" << r.ppl_ratio << "\t"
           << (r.passkey_n > 0 ? static_cast<double>(r.passkey_ok) / r.passkey_n : 0.0) << "\t" << r.passkey_ratio
-          << "\n";
+          << "\t" << r.key_held << "\n";
     }
     if (!tsv) {
       err << "kvserve eval: --out-tsv " << o.out_tsv << ": cannot write\n";

@@ -14,8 +14,8 @@
 // depth, then the question) and --ppl-sequences held-out sequences of --ppl-window tokens are
 // forced token by token; the KV ratio is tokens written / peak slots of each sequence (all
 // sequences of a row have the same length). --policies also takes the TriAttention variants
-// triattention-perlayer, triattention-trig, triattention-norm, triattention-max (run at
-// --ablation-budgets).
+// triattention-perlayer, triattention-trig, triattention-norm, triattention-max and
+// triattention-window (the vLLM port's recent window kept) (run at --ablation-budgets).
 #pragma once
 
 #include <cstdint>

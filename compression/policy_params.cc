@@ -41,8 +41,10 @@ int64_t RecentWindow(const PolicyParams& p) {
     case CompressionPolicyKind::kSnapKv: return p.window < 0 ? kDefaultSnapKvWindow : p.window;
     case CompressionPolicyKind::kStreamingLlm: return std::max<int64_t>(0, p.budget - FirstEvictableSlot(p));
     case CompressionPolicyKind::kTriAttention:
-      if (p.protect_prompt) return 0;
+      // An explicit window is honoured either way; by default a protected prompt (the
+      // paper's setting) has none, an unprotected one the vLLM port's.
       if (p.window >= 0) return p.window;
+      if (p.protect_prompt) return 0;
       return std::min(kDefaultTriRecentWindow, std::max<int64_t>(0, (p.budget - FirstEvictableSlot(p)) / 2));
     default: return 0;
   }

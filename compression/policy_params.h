@@ -49,7 +49,7 @@ struct PolicyParams {
   int64_t budget = 2048;        // B
   int64_t divide_length = 0;    // slack beta; 0: SlackLength's budget-scaled default
   int64_t window = -1;          // -1: the policy's default (see RecentWindow); snapkv: observation
-                                // window; triattention: recent window kept with an unprotected prompt
+                                // window; triattention: recent window always kept
   int64_t sinks = 4;            // streamingllm, and triattention with an unprotected prompt
   bool protect_prompt = true;
   int64_t prompt_len = 0;       // P
@@ -78,8 +78,9 @@ int64_t TargetLength(const PolicyParams& params);
 // Slots over the target before a round runs: divide_length, or min(128, max(1, B / 4)).
 int64_t SlackLength(const PolicyParams& params);
 // Recent slots always kept: snapkv's observation window (default 64); triattention's recent
-// window with an unprotected prompt (default 128, capped at half of B - sinks so small
-// budgets still select), 0 with a protected prompt; streamingllm B - lo; 0 otherwise.
+// window: an explicit `window`, else with an unprotected prompt 128 capped at half of
+// B - sinks (so small budgets still select), with a protected prompt 0 (the paper);
+// streamingllm B - lo; 0 otherwise.
 int64_t RecentWindow(const PolicyParams& params);
 
 }  // namespace kvserve::compression

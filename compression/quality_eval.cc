@@ -76,6 +76,24 @@ class SequenceDriver {
   }
 
   const SequenceStats& stats() const { return stats_; }
+
+  // Fraction of (row, position) pairs of `positions` the sequence's KV holds now, over every
+  // (layer, KV head) row; 1 when the policy does not track slots (full) or nothing is asked.
+  double HeldFraction(std::span<const int32_t> positions) const {
+    const SlotState* s = compressor_->slot_state(kSeq);
+    if (positions.empty() || s == nullptr || !s->tracks_slots()) return 1.0;
+    int64_t held = 0, asked = 0;
+    for (int l = 0; l < s->options().num_layers; ++l) {
+      for (int h = 0; h < s->options().num_kv_heads; ++h) {
+        const std::span<const int32_t> row = s->positions(l, h);  // ascending (slot_state.h)
+        for (int32_t p : positions) {
+          held += std::binary_search(row.begin(), row.end(), p) ? 1 : 0;
+          ++asked;
+        }
+      }
+    }
+    return static_cast<double>(held) / static_cast<double>(asked);
+  }
   int vocab() const { return model_.config().vocab_size; }
 
  private:
@@ -182,7 +200,8 @@ absl::Status GreedyAnswer(SequenceDriver& d, std::span<const int32_t> answer, st
 
 absl::StatusOr<PasskeyResult> EvalPasskey(model::ForwardModel& model, const PolicyContext* context,
                                           const PolicyParams& params, std::span<const int32_t> prompt,
-                                          std::span<const int32_t> answer, const EvalOptions& options) {
+                                          std::span<const int32_t> answer, const EvalOptions& options,
+                                          std::span<const int32_t> watch) {
   KVS_RETURN_IF_ERROR(CheckChunk(model, options));
   if (prompt.empty() || answer.empty()) return absl::InvalidArgumentError("passkey needs a prompt and an answer");
   KVS_ASSIGN_OR_RETURN(auto d, SequenceDriver::Create(model, context, params,
@@ -190,6 +209,7 @@ absl::StatusOr<PasskeyResult> EvalPasskey(model::ForwardModel& model, const Poli
   PasskeyResult out;
   std::vector<float> logits;
   KVS_RETURN_IF_ERROR(TeacherForce(*d, prompt, {}, options.chunk, logits, [](size_t, std::span<const float>) {}));
+  out.watched_held = d->HeldFraction(watch);
   KVS_RETURN_IF_ERROR(GreedyAnswer(*d, answer, logits, out));
   out.stats = d->stats();
   return out;
@@ -216,7 +236,7 @@ absl::StatusOr<PerplexityResult> EvalDecodePerplexity(model::ForwardModel& model
 absl::StatusOr<PasskeyResult> EvalDecodePasskey(model::ForwardModel& model, const PolicyContext* context,
                                                 const PolicyParams& params, std::span<const int32_t> prompt,
                                                 std::span<const int32_t> forced, std::span<const int32_t> answer,
-                                                const EvalOptions& options) {
+                                                const EvalOptions& options, std::span<const int32_t> watch) {
   KVS_RETURN_IF_ERROR(CheckChunk(model, options));
   if (prompt.empty() || answer.empty()) return absl::InvalidArgumentError("passkey needs a prompt and an answer");
   KVS_ASSIGN_OR_RETURN(auto d, SequenceDriver::Create(
@@ -225,6 +245,7 @@ absl::StatusOr<PasskeyResult> EvalDecodePasskey(model::ForwardModel& model, cons
   PasskeyResult out;
   std::vector<float> logits;
   KVS_RETURN_IF_ERROR(TeacherForce(*d, prompt, forced, options.chunk, logits, [](size_t, std::span<const float>) {}));
+  out.watched_held = d->HeldFraction(watch);
   KVS_RETURN_IF_ERROR(GreedyAnswer(*d, answer, logits, out));
   out.stats = d->stats();
   return out;

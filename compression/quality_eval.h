@@ -57,6 +57,11 @@ struct PasskeyResult {
   bool correct = false;
   std::vector<int32_t> output;    // greedy tokens, answer.size() of them
   SequenceStats stats;
+  // Diagnosis: of the `watch` positions (e.g. the key sentence), the fraction still held in
+  // the KV when the answer starts, averaged over the (layer, KV head) rows; 1 with no
+  // compression or nothing watched. Tells "the key was evicted" from "the key was kept but
+  // the model did not find it".
+  double watched_held = 1.0;
 };
 
 // `params.kind` full runs uncompressed. `context` may be null for full. `tokens` start
@@ -67,7 +72,8 @@ absl::StatusOr<PerplexityResult> EvalPerplexity(model::ForwardModel& model, cons
 
 absl::StatusOr<PasskeyResult> EvalPasskey(model::ForwardModel& model, const PolicyContext* context,
                                           const PolicyParams& params, std::span<const int32_t> prompt,
-                                          std::span<const int32_t> answer, const EvalOptions& options);
+                                          std::span<const int32_t> answer, const EvalOptions& options,
+                                          std::span<const int32_t> watch = {});
 
 // Decode-time: `prompt` (params.prompt_len tokens, starting with BOS) prefilled in chunks of
 // options.chunk, then `forced` one token per step; every forced token is scored.
@@ -76,10 +82,11 @@ absl::StatusOr<PerplexityResult> EvalDecodePerplexity(model::ForwardModel& model
                                                       std::span<const int32_t> forced, const EvalOptions& options);
 
 // Decode-time: `prompt` prefilled, `forced` fed one token per step, then `answer` decoded
-// greedily (one token per step); correct iff every answer token is the argmax.
+// greedily (one token per step); correct iff every answer token is the argmax. `watch`:
+// absolute positions whose survival is reported in PasskeyResult::watched_held.
 absl::StatusOr<PasskeyResult> EvalDecodePasskey(model::ForwardModel& model, const PolicyContext* context,
                                                 const PolicyParams& params, std::span<const int32_t> prompt,
                                                 std::span<const int32_t> forced, std::span<const int32_t> answer,
-                                                const EvalOptions& options);
+                                                const EvalOptions& options, std::span<const int32_t> watch = {});
 
 }  // namespace kvserve::compression

@@ -7,7 +7,7 @@
 # Decode-time (issue 15): teacher forcing one decode step per token, BOS the only (protected)
 # prompt; passkey at a random depth of --filler tokens and held-out perplexity, for full,
 # every policy at the budgets, and the TriAttention variants (per-layer selection, trig-only,
-# norm-only, max over offsets) at the ablation budget. Sized to take about 15 minutes on a
+# norm-only, max over offsets, the vLLM port's recent window) at the ablation budget. Sized to take about 15 minutes on a
 # busy 2-core machine (kvs-tiny, one thread).
 # Needs: a built build/bin/kvserve (tools/build.sh) and gnuplot (Debian gnuplot-nox).
 set -euo pipefail
@@ -31,7 +31,7 @@ if [ "$mode" = decode ]; then
   tsv=docs/compression_eval_decode.tsv png=docs/compression_eval_decode.png marker=eval-decode
   title="kvs-tiny: decode-time KV compression (teacher forcing, tools/eval_compression.sh)"
   flags=(--mode decode --filler 512 --passkey 60 --ppl-sequences 4 --ppl-window 1024 --budgets 64,96,128,256
-         --policies triattention,triattention-perlayer,streamingllm,snapkv,h2o,triattention-trig,triattention-norm,triattention-max
+         --policies triattention,triattention-perlayer,streamingllm,snapkv,h2o,triattention-trig,triattention-norm,triattention-max,triattention-window
          --ablation-budgets 128)
 else
   tsv=docs/compression_eval.tsv png=docs/compression_eval.png marker=eval

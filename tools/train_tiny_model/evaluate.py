@@ -5,6 +5,7 @@ work/eval.json: held-out perplexity, passkey accuracy (full attention,
 rate of the samples."""
 import argparse
 import json
+import math
 import os
 import re
 import sys
@@ -18,6 +19,7 @@ from common import DATA, FIXTURES, MODEL_DIR, WORK, read  # noqa: E402
 from export import load_model  # noqa: E402
 from passkey import eval_set  # noqa: E402
 from train import passkey_accuracy, perplexity  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 SAMPLE_PROMPTS = ["In the beginning", "And Jesus said unto them,",
                   "It is a truth universally acknowledged, that",
@@ -33,6 +35,25 @@ def greedy(model, ids, n):
         ids.append(nxt)
         out.append(nxt)
     return out
+
+
+@torch.no_grad()
+def perplexity_by_position(model, ids, T=2048, stride=256, bucket=256):
+    """Perplexity per position bucket over windows of T tokens (each starting with BOS), the
+    windows starting every `stride` tokens. A model that uses its whole context has a flat or
+    falling curve; one trained on short rows rises past its training length."""
+    nll = [0.0] * (T // bucket)
+    cnt = [0] * (T // bucket)
+    for o in range(0, len(ids) - (T - 1) + 1, stride):
+        x = torch.tensor([[1] + ids[o:o + T - 1]])
+        lp = F.log_softmax(model(x, fast=True)[0, :-1].double(), -1)
+        tok = lp.gather(1, x[0, 1:][:, None])[:, 0]
+        for pos in range(T - 1):
+            nll[(pos + 1) // bucket] -= tok[pos].item()
+            cnt[(pos + 1) // bucket] += 1
+    return {"window": T, "windows": len(range(0, len(ids) - (T - 1) + 1, stride)),
+            "buckets": [{"from": b * bucket, "to": (b + 1) * bucket,
+                         "ppl": round(math.exp(nll[b] / cnt[b]), 3)} for b in range(len(cnt)) if cnt[b]]}
 
 
 def main():
@@ -54,8 +75,10 @@ def main():
         ids = enc(read(path))
         res["ppl_" + name] = {"tokens": len(ids), "ppl_T512": perplexity(model, ids, 512),
                               "ppl_T1024": perplexity(model, ids, 1024)}
+    heldout = enc(read(os.path.join(FIXTURES, "heldout_long.txt"))) + enc(read(os.path.join(DATA, "heldout_kjv.txt")))
+    res["ppl_by_position"] = perplexity_by_position(model, heldout)
     filler = read(os.path.join(FIXTURES, "heldout_long.txt"))
-    for n_f in (256, 512, 1024):
+    for n_f in (256, 512, 1024, 1536):
         items = eval_set(enc, filler, n_f, a.n, seed=1000 + n_f)
         res["passkey_%d" % n_f] = {"n": a.n, "acc": passkey_accuracy(model, items),
                                    "prompt_tokens_mean": sum(len(i["prompt_ids"]) for i in items) / a.n}

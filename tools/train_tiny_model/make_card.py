@@ -1,59 +1,98 @@
 #!/usr/bin/python3
-"""Render models/kvs-tiny/README.md (model card) from work/train_summary.json,
-work/eval.json and work/tokenizer_verify.json."""
+"""Render models/kvs-tiny/README.md (model card) from lineage.json (every training run behind
+the shipped weights), work/eval.json and work/tokenizer_verify.json.
+
+  make_card.py                                     render the card
+  make_card.py --append work/<run>/train_summary.json --label L [--note TEXT] [--date D]
+                                                   record a finished run in lineage.json first
+"""
+import argparse
 import json
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import MODEL_DIR, WORK  # noqa: E402
+from common import HERE, MODEL_DIR, WORK  # noqa: E402
 import passkey  # noqa: E402
+
+LINEAGE = os.path.join(HERE, "lineage.json")
+
+
+def append_run(summary_path, label, note, date):
+    lin = json.load(open(LINEAGE))
+    ts = json.load(open(summary_path))
+    run = {"label": label, "date": date or time.strftime("%Y-%m-%d"), "name": ts.get("name", ""),
+           "command": ts.get("command", ""), "train_wall_s": ts["train_wall_s"], "steps": ts["steps"],
+           "tokens_seen": ts["tokens_seen"], "lr": ts["lr"], "warmup": ts.get("warmup"),
+           "answer_weight": ts.get("answer_weight"), "phases": ts["phases"],
+           "phase_steps": ts["phase_steps"], "note": note or ""}
+    lin["runs"].append(run)
+    with open(LINEAGE, "w") as f:
+        json.dump(lin, f, indent=2)
+        f.write("\n")
+    print("appended run %r to %s" % (label, LINEAGE))
 
 
 def main():
-    ts = json.load(open(os.path.join(WORK, "train_summary.json")))
-    cont_p = os.path.join(WORK, "cont", "train_summary.json")
-    tc = json.load(open(cont_p)) if os.path.exists(cont_p) else None
-    total_wall = ts["train_wall_s"] + (tc["train_wall_s"] if tc else 0)
-    total_tok = ts["tokens_seen"] + (tc["tokens_seen"] if tc else 0)
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--append", default=None)
+    ap.add_argument("--label", default=None)
+    ap.add_argument("--note", default="")
+    ap.add_argument("--date", default=None)
+    a = ap.parse_args()
+    if a.append:
+        append_run(a.append, a.label or "run", a.note, a.date)
+    runs = json.load(open(LINEAGE))["runs"]
+    from export import load_model  # torch: only needed to count the shipped parameters
+    params = sum(t.numel() for t in load_model(MODEL_DIR).parameters())
+    total_wall = sum(r["train_wall_s"] for r in runs)
+    total_tok = sum(r["tokens_seen"] for r in runs)
+    max_len = max(p[1] for r in runs for p in r["phases"])
     ev = json.load(open(os.path.join(WORK, "eval.json")))
     tv = json.load(open(os.path.join(WORK, "tokenizer_verify.json")))
     cfg = json.load(open(os.path.join(MODEL_DIR, "config.json")))
     files = sorted(f for f in os.listdir(MODEL_DIR) if f != "README.md")
     sizes = "\n".join("| `%s` | %d |" % (f, os.path.getsize(os.path.join(MODEL_DIR, f))) for f in files)
     pa, pk = ev["ppl_austen_persuasion_last5pct"], ev["ppl_kjv_ruth"]
-    rows = [("main", i + 1, p, ts["phase_steps"][i]) for i, p in enumerate(ts["phases"])]
-    if tc:
-        rows += [("continuation", i + 1, p, tc["phase_steps"][i]) for i, p in enumerate(tc["phases"])]
     phases = "\n".join("| %s %d | %.0f%% | %d | %d | %.0f%% | %d |" % (
-        r, i, 100 * p[0], p[1], p[2], 100 * p[3], n) for r, i, p, n in rows)
-    cont_txt = ""
-    if tc:
-        cont_txt = (" The main run was followed by a continuation run (fresh AdamW, peak lr %s, "
-                    "%.1f min, %d steps) focused on passkey rows:\n`%s`." % (
-                        tc["lr"], tc["train_wall_s"] / 60, tc["steps"], tc.get("command", "")))
+        r["label"], i + 1, 100 * p[0], p[1], p[2], 100 * p[3], r["phase_steps"][i])
+        for r in runs for i, p in enumerate(r["phases"]))
+    run_list = "\n".join(
+        "%d. %s (%s): %.1f min, %d steps, %s tokens, peak lr %s, %s warm-up steps, answer weight %s%s:\n"
+        "   `%s`" % (n + 1, r["label"], r["date"], r["train_wall_s"] / 60, r["steps"],
+                     format(r["tokens_seen"], ","), r["lr"], r["warmup"], r["answer_weight"],
+                     ("; " + r["note"]) if r.get("note") else "", r["command"])
+        for n, r in enumerate(runs))
     samples = "\n".join("* `%s` → %s" % (s["prompt"], json.dumps(s["greedy"], ensure_ascii=False))
                         for s in ev["samples"])
-    graded = ""
-    g5, g10 = ev.get("passkey_graded_512"), ev.get("passkey_graded_1024")
-    if g5 and g10:
-        graded = (
-            "* Graded check (`passkey_partial.py`, %d prompts each, teacher-forced, the 5 digits). It compares prompts\n"
-            "  with the key against the same prompts with the key sentence replaced by filler:\n"
-            "  * 512 filler: digit accuracy %.2f with the key / %.2f without; digit NLL %.3f / %.3f (uniform: %.3f)\n"
-            "  * 1024 filler: digit accuracy %.2f / %.2f; digit NLL %.3f / %.3f\n"
-            "\n"
-            "  **The model has NOT learned passkey retrieval.** Seeing the key does not change its answer\n"
-            "  distribution. The CPU was shared with parallel C++ builds, and the training budget was spent\n"
-            "  mostly at 250–900 tokens/s. The model did learn the *format*: it emits `▁` followed by 5 digits.\n"
-            "  Do not use passkey accuracy with this checkpoint to tell compression policies apart. Use perplexity\n"
-            "  or logit drift against full attention instead, or retrain with more time (see tools/train_tiny_model/README.md)."
-            % (g5["n"], g5["digit_acc_with_key"], g5["digit_acc_no_key"], g5["digit_nll_with_key"],
-               g5["digit_nll_no_key"], g5["uniform_digit_nll"], g10["digit_acc_with_key"],
-               g10["digit_acc_no_key"], g10["digit_nll_with_key"], g10["digit_nll_no_key"]))
+    passkeys = "\n".join(
+        "  * %s filler tokens: **%.0f %%** (mean prompt %.0f tokens)" % (
+            k.split("_")[1], 100 * v["acc"], v["prompt_tokens_mean"])
+        for k, v in sorted(ev.items(), key=lambda kv: int(kv[0].split("_")[1]) if kv[0].startswith("passkey_") and kv[0].split("_")[1].isdigit() else 0)
+        if k.startswith("passkey_") and k.split("_")[1].isdigit())
+    pos = ev.get("ppl_by_position")
+    pos_txt = ""
+    if pos:
+        pos_txt = ("* Perplexity by position (%d windows of %d tokens over both held-out texts, one every 256 tokens,\n"
+                   "  each starting with BOS; `evaluate.py`):\n\n"
+                   "  | positions | %s |\n  |---|%s\n  | perplexity | %s |\n" % (
+                       pos["windows"], pos["window"],
+                       " | ".join("%d–%d" % (b["from"], b["to"] - 1) for b in pos["buckets"]),
+                       "---:|" * len(pos["buckets"]),
+                       " | ".join("%.2f" % b["ppl"] for b in pos["buckets"])))
+    graded = "\n".join(
+        "  * %s filler: digit accuracy %.2f with the key / %.2f without; digit NLL %.3f / %.3f (uniform: %.3f)" % (
+            k.split("_")[2], v["digit_acc_with_key"], v["digit_acc_no_key"], v["digit_nll_with_key"],
+            v["digit_nll_no_key"], v["uniform_digit_nll"])
+        for k, v in sorted(ev.items()) if k.startswith("passkey_graded_"))
+    if graded:
+        n_graded = next(v["n"] for k, v in ev.items() if k.startswith("passkey_graded_"))
+        graded = ("* Graded check (`passkey_partial.py`, %d prompts each, teacher-forced, the 5 digits). It compares prompts\n"
+                  "  with the key against the same prompts with the key sentence replaced by filler:\n%s\n" % (n_graded, graded))
     card = f"""# kvs-tiny
 
-A tiny (≈{ts['params'] / 1e6:.2f} M parameter) Llama-architecture causal LM trained from
+A tiny (≈{params / 1e6:.2f} M parameter) Llama-architecture causal LM trained from
 scratch on public-domain text, bundled with kvserve for tests: loader,
 tokenizer, logits/greedy golden tests, perplexity and long-range (passkey)
 retrieval under KV-cache compression. It is **not** a useful assistant.
@@ -76,7 +115,7 @@ All are in Hugging Face `LlamaForCausalLM` format, fp32. `model.safetensors` hol
 
 | | |
 |---|---|
-| parameters | {ts['params']:,} |
+| parameters | {params:,} |
 | vocab_size | {cfg['vocab_size']} |
 | hidden_size | {cfg['hidden_size']} |
 | intermediate_size (SwiGLU) | {cfg['intermediate_size']} |
@@ -85,7 +124,7 @@ All are in Hugging Face `LlamaForCausalLM` format, fp32. `model.safetensors` hol
 | head_dim | {cfg['head_dim']} |
 | rms_norm_eps | {cfg['rms_norm_eps']} |
 | RoPE | rope_theta {cfg['rope_theta']}, HF `rotate_half` layout (dim f pairs with f + head_dim/2), no scaling |
-| max_position_embeddings | {cfg['max_position_embeddings']} (trained up to 1280 tokens) |
+| max_position_embeddings | {cfg['max_position_embeddings']} (trained on rows of up to {max_len} tokens) |
 | biases | none |
 
 ## Tokenizer
@@ -124,11 +163,12 @@ no whitespace collapsing, dummy `▁` prefix. Exported to a Llama-2-shaped `toke
 
 ## Training
 
-`nice -n 10 /usr/bin/python3 tools/train_tiny_model/train.py --minutes 55`.{cont_txt}
-This is Debian's python3-torch 1.13 on 2 CPU cores that C++ builds were using at the same
-time (up to ~10 runnable compilers), so throughput was often only 300–900 tokens/s.
-**Total training wall time: {total_wall / 60:.1f} min** ({ts['steps'] + (tc['steps'] if tc else 0)} steps). AdamW (β 0.9/0.95, weight decay 0.1 on matrices), peak lr {ts['lr']}, 100 warm-up steps,
-cosine decay to 10 % over wall time, grad clip 1.0. The curriculum is set by fractions of the wall-time budget:
+{len(runs)} runs (`tools/train_tiny_model/lineage.json`), each continuing from the previous checkpoint with a fresh AdamW:
+{run_list}
+
+Debian's python3-torch 1.13 on 2 CPU cores. **Total training wall time: {total_wall / 60:.1f} min**
+({sum(r['steps'] for r in runs):,} steps). Every run: AdamW (β 0.9/0.95, weight decay 0.1 on matrices),
+cosine decay to 10 % over wall time, grad clip 1.0. The curriculum is set by fractions of each run's wall-time budget:
 
 | run / phase | ends at (fraction of run time) | seq len | batch | passkey rows | steps |
 |---|---|---|---|---|---|
@@ -136,19 +176,16 @@ cosine decay to 10 % over wall time, grad clip 1.0. The curriculum is set by fra
 
 In a passkey row, the passkey document (below) comes first: training filler of random length,
 random depth and a random key. The row is then filled up with `BOS` + corpus text. The
-6 answer tokens get loss weight {ts['answer_weight']}.
+6 answer tokens get the run's answer weight.
 
 ## Results (full attention)
 
 * Held-out perplexity, non-overlapping windows each starting with BOS:
   * *Persuasion* last 5 % ({pa['tokens']} tokens): **{pa['ppl_T512']:.2f}** (512-token windows), {pa['ppl_T1024']:.2f} (1024)
   * Ruth ({pk['tokens']} tokens): **{pk['ppl_T512']:.2f}** (512), {pk['ppl_T1024']:.2f} (1024)
-* Passkey accuracy: {ev['passkey_256']['n']} prompts each, random depth, filler from `heldout_long.txt`, exact 5-digit answer:
-  * 256 filler tokens: {100 * ev['passkey_256']['acc']:.0f} %
-  * 512 filler tokens: **{100 * ev['passkey_512']['acc']:.0f} %** (mean prompt {ev['passkey_512']['prompt_tokens_mean']:.0f} tokens)
-  * 1024 filler tokens: **{100 * ev['passkey_1024']['acc']:.0f} %** (mean prompt {ev['passkey_1024']['prompt_tokens_mean']:.0f} tokens)
-{graded}
-* Greedy samples (48 tokens). {100 * ev['dict_word_rate']:.0f} % of the generated words are in `/usr/share/dict/words`:
+{pos_txt}* Passkey accuracy (full attention): {ev['passkey_512']['n']} prompts each, random depth, filler from `heldout_long.txt`, exact 5-digit answer:
+{passkeys}
+{graded}* Greedy samples (48 tokens). {100 * ev['dict_word_rate']:.0f} % of the generated words are in `/usr/share/dict/words`:
 {samples}
 
 ## Passkey prompt specification

@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
 #include <thread>
 
 #include "engine/engine_factory.h"
@@ -18,9 +21,25 @@ namespace {
 // Counts preemptions and the largest batch, and keeps the KV blocks in use after the latest
 // step: ServingEngine does not expose its cache, and the final step's report is the
 // engine's last word on it (a finished sequence frees its blocks inside that step).
+//
+// Gate: with Hold(), the engine thread blocks at the end of its first step until Release(),
+// so every request the test submits meanwhile is in flight together whatever the machine's
+// load (otherwise a descheduled test thread lets the engine finish early requests before
+// the later ones arrive, and the batch or the preemption the test relies on never happens).
 class CountingObserver : public EngineObserver {
  public:
+  void Hold() { held_ = true; }
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_ = false;
+    cv_.notify_all();
+  }
   void OnStep(const StepStats& s) override {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      // Bounded, so a failed ASSERT before Release() cannot hang the engine's destructor.
+      cv_.wait_for(lock, std::chrono::seconds(30), [&] { return !held_; });
+    }
     preemptions += s.preemptions;
     max_batch = std::max(max_batch.load(), s.num_seqs);
     used_blocks = s.blocks_total - s.blocks_free;
@@ -32,6 +51,11 @@ class CountingObserver : public EngineObserver {
   std::atomic<int64_t> used_blocks{-1};
   std::atomic<int64_t> peak_used_blocks{0};
   std::atomic<int64_t> host_used_blocks{-1};
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool held_ = false;
 };
 
 // Destroys the engine (joining its loop, so its last step has been reported) once every
@@ -109,6 +133,7 @@ TEST_P(BatchInvariance, GreedyOutputDoesNotDependOnTheBatch) {
   // With 31 other requests in flight.
   {
     CountingObserver obs;
+    obs.Hold();
     auto engine = Make(base, &obs);
     std::vector<std::shared_ptr<TokenStream>> others;
     for (int i = 0; i < 31; ++i) {
@@ -120,6 +145,7 @@ TEST_P(BatchInvariance, GreedyOutputDoesNotDependOnTheBatch) {
       others.push_back(*st);
     }
     auto ps = engine->Submit(probe);
+    obs.Release();
     ASSERT_TRUE(ps.ok());
     EXPECT_EQ(Collect(**ps), alone) << "in a batch of 32";
     for (auto& o : others) Collect(*o);
@@ -152,6 +178,7 @@ TEST_P(BatchInvariance, GreedyOutputDoesNotDependOnTheBatch) {
     cfg.cache.kv_bytes = 12 * bytes_per_block;
     cfg.cache.host_swap_bytes = 64 * bytes_per_block;
     CountingObserver obs;
+    obs.Hold();
     auto engine = Make(cfg, &obs);
     ASSERT_NE(engine, nullptr);
     std::vector<std::shared_ptr<TokenStream>> streams;
@@ -162,6 +189,7 @@ TEST_P(BatchInvariance, GreedyOutputDoesNotDependOnTheBatch) {
       ASSERT_TRUE(st.ok());
       streams.push_back(*st);
     }
+    obs.Release();
     EXPECT_EQ(Collect(**ps), alone) << "preemption mode " << static_cast<int>(mode);
     for (auto& st : streams) Collect(*st);
     EXPECT_GT(obs.preemptions.load(), 0) << "the pool was meant to force preemption";

@@ -151,7 +151,9 @@ TEST(PolicyParams, FromConfigAndPerPolicyGeometry) {
   EXPECT_EQ(RecentWindow(q), 16);
   q.protect_prompt = true;
   EXPECT_EQ(FirstEvictableSlot(q), 10);
-  EXPECT_EQ(RecentWindow(q), 0) << "a protected prompt is the paper's setting: no window";
+  EXPECT_EQ(RecentWindow(q), 16) << "an explicit window is honoured with a protected prompt too";
+  q.window = -1;
+  EXPECT_EQ(RecentWindow(q), 0) << "by default a protected prompt is the paper's setting: no window";
 }
 
 // ---------------------------------------------------------------- streamingllm

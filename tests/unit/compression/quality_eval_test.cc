@@ -170,5 +170,38 @@ TEST_F(QualityEvalTest, PasskeyAnswersGreedilyAndChecksEveryToken) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// The key-held diagnosis reports what the policy kept, not a constant: full holds every
+// watched position; streamingllm (4 sinks + a recent window) holds the sinks and the recent
+// tokens but none of the middle.
+TEST_F(QualityEvalTest, DecodePasskeyReportsWhichWatchedPositionsAreHeld) {
+  const std::vector<int32_t> text = Text(200);
+  const std::vector<int32_t> prompt(text.begin(), text.begin() + 1);
+  const std::vector<int32_t> forced(text.begin() + 1, text.end());
+  const std::vector<int32_t> answer{5, 6};
+  EvalOptions eo;
+  eo.chunk = 16;
+  const PolicyContext ctx = Context();
+  const std::vector<int32_t> middle{60, 61, 62, 63};
+  const std::vector<int32_t> recent{196, 197, 198, 199};
+  const std::vector<int32_t> sinks{1, 2, 3};
+  auto full = EvalDecodePasskey(*model_, &ctx, Params(CompressionPolicyKind::kFull, 0), prompt, forced, answer, eo, middle);
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_EQ(full->watched_held, 1.0);
+  PolicyParams sl = Params(CompressionPolicyKind::kStreamingLlm, 64, 16);
+  sl.protect_prompt = true;
+  for (const auto& [watch, expect] : {std::pair{middle, 0.0}, std::pair{recent, 1.0}, std::pair{sinks, 1.0}}) {
+    auto r = EvalDecodePasskey(*model_, &ctx, sl, prompt, forced, answer, eo, watch);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_GT(r->stats.rounds, 0);
+    EXPECT_EQ(r->watched_held, expect) << "watching position " << watch.front();
+  }
+  // Half watched in the middle (evicted) and half recent (held).
+  std::vector<int32_t> mixed = middle;
+  mixed.insert(mixed.end(), recent.begin(), recent.end());
+  auto r = EvalDecodePasskey(*model_, &ctx, sl, prompt, forced, answer, eo, mixed);
+  ASSERT_TRUE(r.ok());
+  EXPECT_DOUBLE_EQ(r->watched_held, 0.5);
+}
+
 }  // namespace
 }  // namespace kvserve::compression

@@ -57,11 +57,12 @@ constexpr KvDtype kQuantized[] = {KvDtype::kFp16, KvDtype::kBf16, KvDtype::kFp8E
 // Measured (g++ 12, x86-64), first kvs-tiny: attention max rel 1.7e-3, 1.4e-2, 0.21, 0.031;
 // max |logit diff| 2.7e-3, 1.9e-2, 0.37, 0.039; top-1 agreement 384, 384, 381, 383 of 384.
 // Retrained kvs-tiny (passkey retrieval, 2026-12-02): attention 1.8e-3, 9.9e-3, 0.22, 0.044;
-// logits 3.4e-3, 1.9e-2, 0.30, 0.083; top-1 384, 384, 382, 383. int8's logit error doubled
-// with the sharper retrieval heads, so its bounds follow the worse of the two models.
-constexpr double kMaxAttnRel[] = {3.5e-3, 3e-2, 0.4, 0.09};         // max over layers, rows, heads
-constexpr double kMaxLogitAbs[] = {6e-3, 4e-2, 0.75, 0.16};         // max over positions, vocab
-constexpr double kMinTop1Agreement[] = {0.99, 0.99, 0.97, 0.98};    // fraction of positions
+// logits 3.4e-3, 1.9e-2, 0.30, 0.083; top-1 384, 384, 382, 383. Long-context kvs-tiny
+// (trained to 2048 tokens, 2026-12-03): attention 1.7e-3, 1.7e-2, 0.18, 0.057; logits 3.6e-3,
+// 2.7e-2, 0.31, 0.076; top-1 384, 384, 372, 382. The bounds follow the worst model seen.
+constexpr double kMaxAttnRel[] = {3.5e-3, 3.5e-2, 0.4, 0.12};       // max over layers, rows, heads
+constexpr double kMaxLogitAbs[] = {7e-3, 5.5e-2, 0.75, 0.16};       // max over positions, vocab
+constexpr double kMinTop1Agreement[] = {0.99, 0.99, 0.93, 0.98};    // fraction of positions
 
 std::string DtypeName(KvDtype d) { return std::string(config::Name(d)); }
 
