@@ -30,15 +30,17 @@ esac
 
 # The gpu test binaries and the CUDA benchmarks (keep in step with tests/unit/cuda, bench/).
 gpu_tests=(cuda_backend_test)
-benches=(cuda_kv_bench)
+benches=(cuda_kv_bench cuda_e2e_bench)
 
+# GPU_CHECK_BUILD_DIR (default build-gpu) and GPU_CHECK_JOBS (default nproc) let a shared
+# build machine pack with its existing build tree and one job.
 build_gpu_targets() {
-  local bdir="$root/build-gpu"
+  local bdir="${GPU_CHECK_BUILD_DIR:-$root/build-gpu}"
   command -v nvcc >/dev/null 2>&1 || export PATH="/usr/local/cuda/bin:$PATH"
   echo "[gpu_check] configuring $bdir (CUDA on, sm_90a + compute_90 PTX)"
   cmake -S "$root" -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVSERVE_CUDA=ON >/dev/null
   echo "[gpu_check] building ${gpu_tests[*]} ${benches[*]}"
-  cmake --build "$bdir" -j "$(nproc)" --target "${gpu_tests[@]}" "${benches[@]}"
+  cmake --build "$bdir" -j "${GPU_CHECK_JOBS:-$(nproc)}" --target "${gpu_tests[@]}" "${benches[@]}"
   bin="$bdir/bin"
 }
 
@@ -48,21 +50,23 @@ run_figures() {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
   for t in "${gpu_tests[@]}"; do
     echo "[gpu_check] $t"
+    SECONDS=0
     "$bin_dir/$t" --gtest_brief=1 || failed=1
+    echo "[gpu_check] $t took ${SECONDS}s"
   done
   for b in "${benches[@]}"; do
     echo "[gpu_check] $b"
+    SECONDS=0
     "$bin_dir/$b" || failed=1
+    echo "[gpu_check] $b took ${SECONDS}s"
   done
-  echo "[gpu_check] not measured yet (needs the CUDA model runner, issue 13 part 2):"
-  echo "  end-to-end tokens/s at batch 1, 32 and 256 on a random-weight 1B-class Llama (bf16)."
   return "$failed"
 }
 
 case "$mode" in
   build)
     build_gpu_targets
-    cd "$root/build-gpu"
+    cd "${GPU_CHECK_BUILD_DIR:-$root/build-gpu}"
     echo "[gpu_check] ctest -L gpu"
     ctest -L gpu --output-on-failure
     for b in "${benches[@]}"; do "$bin/$b"; done
@@ -81,6 +85,10 @@ case "$mode" in
     echo "[gpu_check] packed into $dir; on the GPU machine: $dir/gpu_check.sh --bundle $dir"
     ;;
   bundle)
+    # The gpu tests read models/kvs-tiny from the source tree: the tree this script sits in
+    # (DIR is expected inside the repository root, e.g. .gpu_bundle/).
+    export KVSERVE_SOURCE_DIR="${KVSERVE_SOURCE_DIR:-$(cd "$dir/.." && pwd)}"
+    echo "[gpu_check] KVSERVE_SOURCE_DIR=$KVSERVE_SOURCE_DIR"
     export LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     run_figures "$dir"
     ;;
