@@ -74,11 +74,13 @@ case "$mode" in
   pack)
     build_gpu_targets
     rm -rf "$dir" && mkdir -p "$dir/lib"
-    for f in "${gpu_tests[@]}" "${benches[@]}"; do cp "$bin/$f" "$dir/"; done
-    # Every resolved shared library but the C library family and the driver (the GPU machine's own).
+    # Stripped binaries: the device tool carries at most 64 MiB.
+    for f in "${gpu_tests[@]}" "${benches[@]}"; do cp "$bin/$f" "$dir/" && strip --strip-debug "$dir/$f"; done
+    # Every resolved shared library but the C library family, the driver and cuBLAS (cuBLASLt
+    # alone is ~500 MiB; the GPU machine's CUDA 13 image has its own, found in bundle mode).
     for f in "${gpu_tests[@]}" "${benches[@]}"; do ldd "$bin/$f"; done |
       awk '/=> \// {print $3}' | sort -u |
-      grep -vE '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libcuda)\.so' |
+      grep -vE '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libcuda|libcublas|libcublasLt)\.so' |
       while read -r lib; do cp -L "$lib" "$dir/lib/"; done
     cp "$0" "$dir/gpu_check.sh"
     du -sh "$dir"
@@ -89,7 +91,19 @@ case "$mode" in
     # (DIR is expected inside the repository root, e.g. .gpu_bundle/).
     export KVSERVE_SOURCE_DIR="${KVSERVE_SOURCE_DIR:-$(cd "$dir/.." && pwd)}"
     echo "[gpu_check] KVSERVE_SOURCE_DIR=$KVSERVE_SOURCE_DIR"
-    export LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    # cuBLAS (and anything else CUDA) from the machine: the toolkit's lib dirs, then the
+    # NVIDIA pip wheels' (the device image carries nvidia-cublas and nvidia-cuda-runtime).
+    cuda_libs=""
+    for d in /usr/local/cuda/lib64 /usr/local/cuda/lib \
+             $(python3 -c 'import glob, site; [print(p) for s in site.getsitepackages() for p in glob.glob(s + "/nvidia/*/lib")]' 2>/dev/null); do
+      [ -d "$d" ] && cuda_libs="$cuda_libs:$d"
+    done
+    export LD_LIBRARY_PATH="$dir/lib$cuda_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    for f in "${gpu_tests[@]}" "${benches[@]}"; do
+      if ldd "$dir/$f" | grep -q "not found"; then
+        echo "[gpu_check] $f: unresolved libraries:"; ldd "$dir/$f" | grep "not found"; exit 1
+      fi
+    done
     run_figures "$dir"
     ;;
 esac
