@@ -53,6 +53,7 @@ CudaLlamaModel::~CudaLlamaModel() {
   cudaFree(weights_);
   cudaFree(scratch_);
   cudaFree(prerope_);
+  cudaFree(mass_dev_);
   cudaFree(meta_dev_);
   if (meta_host_ != nullptr) cudaFreeHost(meta_host_);
   if (own_stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(own_stream_));
@@ -278,10 +279,6 @@ absl::Status CudaLlamaModel::RunLayers(const model::ForwardBatch& b, const model
       (kv.layout.has_scales() && static_cast<int>(kv.layer_scales.size()) != c.num_layers)) {
     return absl::InvalidArgumentError("forward batch: KV view needs one data (and scale) pointer per layer");
   }
-  if (observers != nullptr && !observers->attention_mass.empty()) {
-    return absl::UnimplementedError(
-        "cuda model: attention mass (the h2o policy's side output) is not computed on the CUDA backend yet");
-  }
   const int64_t t = b.num_tokens();
   const int d = c.hidden_size, q_size = c.q_size(), kv_size = c.kv_size();
   const int qkv_stride = q_size + 2 * kv_size, inter = c.intermediate_size, hd = c.head_dim;
@@ -290,7 +287,22 @@ absl::Status CudaLlamaModel::RunLayers(const model::ForwardBatch& b, const model
       static_cast<int64_t>(observers->pre_rope_queries.size()) < static_cast<int64_t>(c.num_layers) * t * q_size) {
     return absl::InvalidArgumentError("forward batch: pre_rope_queries buffer too small");
   }
-  if (t == 0) return absl::OkStatus();
+  const bool want_mass = observers != nullptr && !observers->attention_mass.empty();
+  const int s_count = b.num_seqs();
+  size_t mass_floats = 0;
+  if (want_mass) {
+    int64_t max_len = 0;
+    for (int32_t len : b.kv_lens) max_len = std::max<int64_t>(max_len, len);
+    mass_floats = static_cast<size_t>(c.num_layers) * static_cast<size_t>(s_count) *
+                  static_cast<size_t>(c.num_kv_heads) * static_cast<size_t>(observers->mass_stride);
+    if (observers->mass_stride < max_len || observers->attention_mass.size() < mass_floats) {
+      return absl::InvalidArgumentError("forward batch: attention_mass buffer or stride too small");
+    }
+  }
+  if (t == 0) {
+    if (want_mass) std::fill(observers->attention_mass.begin(), observers->attention_mass.end(), 0.0f);
+    return absl::OkStatus();
+  }
 
   // Host side: pack the batch and the RoPE table (as kernels::cpu::RopeCosSin: angle in double).
   packed_ = model::PackForwardBatch(b, staging_);
@@ -336,6 +348,7 @@ absl::Status CudaLlamaModel::RunLayers(const model::ForwardBatch& b, const model
     const size_t need = static_cast<size_t>(c.num_layers) * static_cast<size_t>(t) * q_size * sizeof(float);
     if (need > prerope_bytes_) {
       cudaFree(prerope_);
+  cudaFree(mass_dev_);
       prerope_ = nullptr;
       prerope_bytes_ = 0;
       // Sized for a full step once, so later steps do not reallocate.
@@ -344,6 +357,28 @@ absl::Status CudaLlamaModel::RunLayers(const model::ForwardBatch& b, const model
       KVS_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&prerope_), full), "allocating the pre-RoPE query buffer");
       prerope_bytes_ = full;
     }
+  }
+
+  if (want_mass) {
+    const size_t need = mass_floats * sizeof(float) +
+                        AlignUp(static_cast<size_t>(options_.max_tokens_per_step) * c.num_heads * sizeof(float));
+    if (need > mass_bytes_) {
+      cudaFree(mass_dev_);
+      mass_dev_ = nullptr;
+      mass_bytes_ = 0;
+      const size_t bytes = need + need / 2;  // grows with the longest context seen
+      KVS_CUDA_OK(cudaMalloc(&mass_dev_, bytes), "allocating the attention-mass buffer");
+      mass_bytes_ = bytes;
+    }
+  }
+  // [T][H] log-sum-exp of each row's scores (mass only), then [L][S][Hkv][stride] mass.
+  float* lse = want_mass ? static_cast<float*>(mass_dev_) : nullptr;
+  float* mass = want_mass ? lse + AlignUp(static_cast<size_t>(options_.max_tokens_per_step) * c.num_heads *
+                                          sizeof(float)) / sizeof(float)
+                          : nullptr;
+  if (want_mass) {
+    KVS_CUDA_OK(cudaMemsetAsync(mass, 0, mass_floats * sizeof(float), static_cast<cudaStream_t>(stream_)),
+                "zeroing attention mass");
   }
 
   void* s = stream_;
@@ -374,8 +409,15 @@ absl::Status CudaLlamaModel::RunLayers(const model::ForwardBatch& b, const model
                                        slots, t, s),
                 "kv write");
     KVS_CUDA_OK(kernels::cuda::PagedAttention(kv.layout, data, scales, seqs, qkv_, qkv_stride, c.num_heads, scale,
-                                              attn_, q_size, nullptr, attn_ws_, attn_ws_bytes_, split, s),
+                                              attn_, q_size, lse, attn_ws_, attn_ws_bytes_, split, s),
                 "paged attention");
+    if (want_mass) {
+      float* layer_mass = mass + static_cast<size_t>(layer) * static_cast<size_t>(s_count) *
+                                     static_cast<size_t>(c.num_kv_heads) * static_cast<size_t>(observers->mass_stride);
+      KVS_CUDA_OK(kernels::cuda::AttentionMass(kv.layout, data, scales, seqs, qkv_, qkv_stride, c.num_heads, scale, lse,
+                                               layer_mass, observers->mass_stride, s),
+                  "attention mass");
+    }
     KVS_RETURN_IF_ERROR(Linear(attn_, q_size, o.o, x_, d, t, q_size, d, true));
     if (o.o_bias != model::kNoTensor) {
       KVS_CUDA_OK(kernels::cuda::AddBias(x_, d, f32(o.o_bias), t, d, s), "o bias");
@@ -384,6 +426,15 @@ absl::Status CudaLlamaModel::RunLayers(const model::ForwardBatch& b, const model
     KVS_RETURN_IF_ERROR(Linear(h_, d, o.gate_up, gate_up_, 2 * inter, t, d, 2 * inter, false));
     KVS_CUDA_OK(kernels::cuda::SiluMul(gate_up_, t, inter, act_, s), "swiglu");
     KVS_RETURN_IF_ERROR(Linear(act_, inter, o.down, x_, d, t, inter, d, true));
+  }
+  if (want_mass) {
+    KVS_CUDA_OK(cudaMemcpyAsync(observers->attention_mass.data(), mass, mass_floats * sizeof(float),
+                                cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(s)),
+                "attention mass to the host");
+    // The CPU model zeroes the whole span; entries past this step's shape stay zero here too.
+    std::fill(observers->attention_mass.begin() + static_cast<int64_t>(mass_floats), observers->attention_mass.end(),
+              0.0f);
+    KVS_RETURN_IF_ERROR(Synchronize());
   }
   if (want_queries) {
     KVS_CUDA_OK(cudaMemcpyAsync(observers->pre_rope_queries.data(), prerope_,

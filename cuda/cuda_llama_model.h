@@ -24,9 +24,9 @@
 // and synchronizes; the runner uses ForwardDevice + SampleGreedy/CopyLogitsRow, so only
 // sampled ids, logprobs and the logits rows the host sampler needs cross to the host.
 //
-// Side outputs: pre-RoPE queries are gathered on the device and copied to the host once per
-// step. Attention mass (H2O) is not computed by the CUDA attention kernel yet: a step that
-// asks for it fails with Unimplemented. Not thread-safe: one engine thread owns a model.
+// Side outputs: pre-RoPE queries are gathered on the device, attention mass (H2O) is computed
+// by kernels::cuda::AttentionMass from the attention's log-sum-exp; each is copied to the host
+// once per step. Not thread-safe: one engine thread owns a model.
 #pragma once
 
 #include <cstdint>
@@ -134,6 +134,8 @@ class CudaLlamaModel final : public model::ForwardModel {
   size_t attn_ws_bytes_ = 0;
   float* prerope_ = nullptr;  // [L][T][q], allocated on first use
   size_t prerope_bytes_ = 0;
+  void* mass_dev_ = nullptr;  // [T][H] lse, then [L][S][Hkv][stride] attention mass (H2O); grows
+  size_t mass_bytes_ = 0;
   // Per-step metadata: packed batch then the cos/sin table, device + pinned host mirror.
   void* meta_dev_ = nullptr;
   void* meta_host_ = nullptr;

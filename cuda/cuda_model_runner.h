@@ -11,8 +11,8 @@
 //
 // What runs on the host: batch building, the RoPE table, non-greedy sampling (temperature,
 // top-k/p, min-p, penalties, logit_bias, top-N logprobs), and compression scoring/selection
-// and compaction (CudaKvAccess). H2O's attention mass is not produced on the device yet
-// (CudaLlamaModel fails such a step with Unimplemented).
+// and compaction (CudaKvAccess). The side outputs the policies read (pre-RoPE queries,
+// attention mass) are computed on the device and copied back once per step.
 #pragma once
 
 #include <memory>

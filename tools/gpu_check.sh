@@ -82,11 +82,16 @@ case "$mode" in
       awk '/=> \// {print $3}' | sort -u |
       grep -vE '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libcuda|libcublas|libcublasLt)\.so' |
       while read -r lib; do cp -L "$lib" "$dir/lib/"; done
+    # The C++ runtime apart: this machine's libstdc++ may need a newer glibc than the GPU
+    # machine's; bundle mode then falls back to that machine's own.
+    mkdir -p "$dir/lib-cxx"
+    for lib in libstdc++.so.6 libgcc_s.so.1; do [ -f "$dir/lib/$lib" ] && mv "$dir/lib/$lib" "$dir/lib-cxx/"; done
     cp "$0" "$dir/gpu_check.sh"
     du -sh "$dir"
     echo "[gpu_check] packed into $dir; on the GPU machine: $dir/gpu_check.sh --bundle $dir"
     ;;
   bundle)
+    dir="$(cd "$dir" && pwd)"
     # The gpu tests read models/kvs-tiny from the source tree: the tree this script sits in
     # (DIR is expected inside the repository root, e.g. .gpu_bundle/).
     export KVSERVE_SOURCE_DIR="${KVSERVE_SOURCE_DIR:-$(cd "$dir/.." && pwd)}"
@@ -98,12 +103,19 @@ case "$mode" in
              $(python3 -c 'import glob, site; [print(p) for s in site.getsitepackages() for p in glob.glob(s + "/nvidia/*/lib")]' 2>/dev/null); do
       [ -d "$d" ] && cuda_libs="$cuda_libs:$d"
     done
-    export LD_LIBRARY_PATH="$dir/lib$cuda_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    for f in "${gpu_tests[@]}" "${benches[@]}"; do
-      if ldd "$dir/$f" | grep -q "not found"; then
-        echo "[gpu_check] $f: unresolved libraries:"; ldd "$dir/$f" | grep "not found"; exit 1
-      fi
-    done
+    base_path="${LD_LIBRARY_PATH:-}"
+    unresolved() {
+      local f
+      for f in "${gpu_tests[@]}" "${benches[@]}"; do ldd "$dir/$f" 2>&1 | grep "not found" && return 0; done
+      return 1
+    }
+    export LD_LIBRARY_PATH="$dir/lib-cxx:$dir/lib$cuda_libs${base_path:+:$base_path}"
+    if unresolved >/dev/null; then
+      echo "[gpu_check] the packed C++ runtime does not load here; using this machine's"
+      export LD_LIBRARY_PATH="$dir/lib$cuda_libs${base_path:+:$base_path}"
+    fi
+    if unresolved; then echo "[gpu_check] unresolved libraries (above)"; exit 1; fi
+    echo "[gpu_check] LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
     run_figures "$dir"
     ;;
 esac

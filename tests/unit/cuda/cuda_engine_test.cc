@@ -1,7 +1,8 @@
 // The CPU and CUDA engines on the bundled kvs-tiny model (fp32 weights, fp32 KV) emit the same
 // token streams: greedy over 256 tokens for a batch of prompts, seeded sampling with n > 1 (the
 // CUDA runner samples non-greedy rows on the host with the CPU's sampler and RNG), and a
-// compression policy that evicts (streaming_llm and snapkv, scored through CudaKvAccess). Token
+// compression policy that evicts (streaming_llm, snapkv and h2o; scored through CudaKvAccess,
+// h2o from the device's attention mass). Token
 // equality assumes the two forward passes never disagree on an argmax or a sampling interval,
 // which holds when logits agree to ~1e-5 (cuda_model_test) and no two candidates are that close;
 // a failure here prints the first differing position. Needs a GPU (label gpu).
@@ -137,7 +138,8 @@ TEST_F(CudaEngine, SeededSamplingWithNGreaterThanOneMatches) {
 }
 
 TEST_F(CudaEngine, CompressionPoliciesEvictTheSameTokens) {
-  for (auto kind : {config::CompressionPolicyKind::kStreamingLlm, config::CompressionPolicyKind::kSnapKv}) {
+  for (auto kind : {config::CompressionPolicyKind::kStreamingLlm, config::CompressionPolicyKind::kSnapKv,
+                    config::CompressionPolicyKind::kH2O}) {
     SCOPED_TRACE(std::string(config::Name(kind)));
     std::vector<RequestSpec> specs;
     for (int i = 0; i < 2; ++i) {

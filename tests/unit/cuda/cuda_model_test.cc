@@ -5,7 +5,8 @@
 //           1e-2 (fp16, bf16) and 5e-2 (fp8_e4m3, int8) with quantized KV: a K/V value within
 //           ~1e-6 of a rounding boundary may take the neighbouring code on one backend (for fp8
 //           a few of the ~1e5 values a step writes), which moves that element by one code step.
-//   pre-RoPE queries: 1e-3 absolute (first layer: 1e-5).
+//   pre-RoPE queries: 1e-3 absolute.
+//   attention mass: 1e-3 relative to (1 + mass) with fp32 KV, the logits' bound otherwise.
 //   CudaKvAccess: bit-exact (it runs the CPU's dequantization and compaction on the same codes).
 // Needs a GPU (label gpu).
 #include "cuda/cuda_llama_model.h"
@@ -139,9 +140,17 @@ TEST_F(CudaModel, StepsMatchTheCpuModelForEveryKvDtype) {
         const size_t q_floats =
             static_cast<size_t>(cpu_->config().num_layers) * b.token_ids.size() * static_cast<size_t>(cpu_->config().q_size());
         std::vector<float> ref_q(q_floats), got_q(q_floats);
+        // Attention mass (H2O) with a stride wider than any kv_len.
+        const int64_t stride = 300;
+        const size_t mass_floats = static_cast<size_t>(cpu_->config().num_layers) * b.kv_lens.size() *
+                                   static_cast<size_t>(cpu_->config().num_kv_heads) * stride;
+        std::vector<float> ref_m(mass_floats), got_m(mass_floats, -1.0f);
         model::ForwardObservers ref_obs, got_obs;
         ref_obs.pre_rope_queries = ref_q;
         got_obs.pre_rope_queries = got_q;
+        ref_obs.attention_mass = ref_m;
+        got_obs.attention_mass = got_m;
+        ref_obs.mass_stride = got_obs.mass_stride = stride;
         ASSERT_TRUE(cpu_->Forward(b, hv.view, ref, &ref_obs).ok());
         const absl::Status st = gpu_->Forward(b, dv.view, got, &got_obs);
         ASSERT_TRUE(st.ok()) << st;
@@ -151,6 +160,13 @@ TEST_F(CudaModel, StepsMatchTheCpuModelForEveryKvDtype) {
         float worst_q = 0.0f;
         for (size_t i = 0; i < q_floats; ++i) worst_q = std::max(worst_q, std::fabs(got_q[i] - ref_q[i]));
         EXPECT_LT(worst_q, 1e-3f) << "step " << step << ": pre-RoPE queries";
+        // Mass per slot sums softmax weights of up to rows x group (query, head) pairs; the CPU
+        // uses a polynomial exp (3e-7 relative) and both see scores differing by ~1e-5.
+        float worst_m = 0.0f;
+        for (size_t i = 0; i < mass_floats; ++i) {
+          worst_m = std::max(worst_m, std::fabs(got_m[i] - ref_m[i]) / (1.0f + std::fabs(ref_m[i])));
+        }
+        EXPECT_LT(worst_m, dtype == KvDtype::kFp32 ? 1e-3f : tol) << "step " << step << ": attention mass";
       }
     }
   }
@@ -168,15 +184,15 @@ TEST_F(CudaModel, RejectsBadBatchesWithoutTouchingTheDevice) {
   const absl::Status st = gpu_->Forward(bb.batch(), dv.view, logits);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("block id 9"), std::string::npos) << st;
-  // Attention mass is not produced on the device: a clear Unimplemented, not wrong numbers.
+  // An attention-mass stride shorter than the context is refused as well.
   model::BatchBuilder ok(16);
-  const std::vector<int32_t> t2{1, 2}, table2{1};
+  const std::vector<int32_t> t2{1, 2, 3, 4}, table2{1};
   ok.AddSequence(t2, 0, 0, table2, model::LogitsWanted::kLast);
-  std::vector<float> mass(static_cast<size_t>(cpu_->config().num_layers * cpu_->config().num_kv_heads * 16));
+  std::vector<float> mass(static_cast<size_t>(cpu_->config().num_layers * cpu_->config().num_kv_heads * 3));
   model::ForwardObservers obs;
   obs.attention_mass = mass;
-  obs.mass_stride = 16;
-  EXPECT_EQ(gpu_->Forward(ok.batch(), dv.view, logits, &obs).code(), absl::StatusCode::kUnimplemented);
+  obs.mass_stride = 3;
+  EXPECT_EQ(gpu_->Forward(ok.batch(), dv.view, logits, &obs).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(CudaKvAccessTest, ReadsAndCompactsExactlyAsTheHostAccess) {

@@ -44,7 +44,9 @@ class DeviceVec {
  public:
   explicit DeviceVec(const std::vector<T>& host) : n_(std::max<size_t>(1, host.size())) {
     EXPECT_EQ(cudaMalloc(&p_, n_ * sizeof(T)), cudaSuccess);
-    if (!host.empty()) EXPECT_EQ(cudaMemcpy(p_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+    if (!host.empty()) {
+      EXPECT_EQ(cudaMemcpy(p_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+    }
   }
   explicit DeviceVec(size_t n) : n_(std::max<size_t>(1, n)) {
     EXPECT_EQ(cudaMalloc(&p_, n_ * sizeof(T)), cudaSuccess);
