@@ -13,8 +13,10 @@
 #   tools/gpu_check.sh --bundle DIR    on that GPU machine: runs the packed binaries.
 #
 # With the session's device tool (no packages can be installed there): here
-#   tools/gpu_check.sh --pack .gpu_bundle          (.gpu_bundle/ is git-ignored)
-# then run `bash .gpu_bundle/gpu_check.sh --bundle .gpu_bundle` with carry [".gpu_bundle"].
+#   GPU_CHECK_BUILD_DIR=$PWD/build GPU_CHECK_JOBS=1 tools/gpu_check.sh --pack .gpu_bundle
+#   (.gpu_bundle/ is git-ignored; ~48 MiB: stripped binaries and their non-CUDA libraries)
+# then run `bash .gpu_bundle/gpu_check.sh --bundle .gpu_bundle` with carry [".gpu_bundle"] and a
+# timeout of ~480 s. The gpu tests read models/kvs-tiny from the carried working tree.
 #
 # Exit status: non-zero when a gpu test fails or a benchmark cannot run.
 set -euo pipefail
