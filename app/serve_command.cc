@@ -11,6 +11,9 @@
 #include "base/clock.h"
 #include "base/logger.h"
 #include "config/config_loader.h"
+#if defined(KVSERVE_HAVE_CUDA)
+#include "cuda/cuda_backend.h"
+#endif
 #include "server/prometheus_metrics.h"
 #include "server/server_app.h"
 #include "server/signals.h"
@@ -52,6 +55,9 @@ ServeFactories DefaultServeFactories() {
     return std::unique_ptr<server::TextCodec>(std::move(codec));
   };
   f.engine = [](const config::Config& cfg, const std::string& model_dir, engine::EngineDeps deps) {
+#if defined(KVSERVE_HAVE_CUDA)
+    deps.make_cuda_backend = cuda::MakeCudaBackend;
+#endif
     return engine::CreateEngine(cfg, model_dir, std::move(deps));
   };
   return f;

@@ -12,7 +12,8 @@ BackendSupport ThisBuildSupports() {
 #if defined(KVSERVE_HAVE_CUDA)
   s.cuda_compiled = true;
 #endif
-  // The CUDA runner (issue 13 part 2) is not part of this build yet.
+  // Known only to the caller that can inject cuda::MakeCudaBackend (CreateEngine sets it
+  // from EngineDeps::make_cuda_backend).
   s.cuda_runner_available = false;
   return s;
 }
@@ -27,7 +28,8 @@ absl::StatusOr<config::Backend> ResolveBackend(config::Backend requested, const 
     missing = absl::StrCat("no usable CUDA device (", probe.reason, ")");
   } else if (!support.cuda_runner_available) {
     missing = absl::StrCat("CUDA device ", probe.device_name,
-                           " found, but this build has no CUDA model runner yet");
+                           " found, but this program was built without the CUDA backend "
+                           "(no EngineDeps::make_cuda_backend)");
   }
   switch (requested) {
     case config::Backend::kCpu:

@@ -6,14 +6,17 @@
 //   engine.backend ─► ResolveBackend(requested, device probe, what this build has)
 //        cpu  ─► MakeCpuBackend:  HostKvStorage pool (cache.kv_bytes) + host swap tier,
 //                                 CpuModelRunner
-//        cuda ─► (kernels/cuda + the CUDA runner, issue 13 part 2): device pool sized from
-//                device memory after a profiling forward (cache.gpu_memory_utilization,
-//                DeviceKvBudgetBytes), pinned host swap tier, CUDA runner
+//        cuda ─► cuda::MakeCudaBackend (cuda/cuda_backend.h, injected through
+//                EngineDeps::make_cuda_backend so engine/ links no CUDA code): device pool
+//                sized from device memory after a profiling forward
+//                (cache.gpu_memory_utilization, DeviceKvBudgetBytes), pinned host swap tier,
+//                CudaModelRunner
 //
 // Destruction order: runner first (it refers to the storages), then the manager, then the
 // storages. Members are declared in reverse of that.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -31,6 +34,7 @@ namespace kvserve::engine {
 
 struct Backend {
   config::Backend kind = config::Backend::kCpu;  // never kAuto
+  std::unique_ptr<cache::HostMemoryAllocator> host_allocator;  // the swap tier's (CUDA: pinned); may be null
   std::unique_ptr<cache::KvStorage> storage;     // the KV pool
   std::unique_ptr<cache::KvStorage> swap;        // host swap tier; null when disabled
   std::unique_ptr<cache::KvCacheManager> manager;
@@ -40,15 +44,19 @@ struct Backend {
 // What this build of kvserve can run besides the CPU.
 struct BackendSupport {
   bool cuda_compiled = false;        // CUDA targets were built (nvcc found at build time)
-  bool cuda_runner_available = false;  // the CUDA model runner exists in this build
+  bool cuda_runner_available = false;  // a CUDA backend factory was given (EngineDeps::make_cuda_backend)
 };
 BackendSupport ThisBuildSupports();
 
 // The backend to run for `requested`, and in `why` one line saying why (logged once).
 // cpu: always. cuda: FailedPrecondition naming what is missing (no CUDA in this build, no
-// usable device, or no CUDA runner yet). auto: cuda when everything is there, else cpu.
+// usable device, or no CUDA backend factory given). auto: cuda when everything is there, else cpu.
 absl::StatusOr<config::Backend> ResolveBackend(config::Backend requested, const kernels::DeviceProbe& probe,
                                                const BackendSupport& support, std::string& why);
+
+// Builds a CUDA backend for `model` (cuda::MakeCudaBackend in builds with CUDA).
+using CudaBackendFactory = std::function<absl::StatusOr<Backend>(
+    const config::Config&, const model::LlamaModel&, const compression::PolicyContext*, const base::Logger&)>;
 
 // The CPU backend: host KV pool and swap tier from cache.* and a CpuModelRunner over `model`.
 // `compression` may be null (only `full`). Both must outlive the backend.

@@ -70,11 +70,11 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config
                                                             EngineDeps deps) {
   // One line that says which backend runs and why.
   std::string why;
+  BackendSupport support = ThisBuildSupports();
+  support.cuda_runner_available = static_cast<bool>(deps.make_cuda_backend);
   KVS_ASSIGN_OR_RETURN(config::Backend kind, ResolveBackend(config.engine.backend, kernels::ProbeCudaDevice(),
-                                                            ThisBuildSupports(), why));
+                                                            support, why));
   deps.logger.info("%s", why);
-  // ResolveBackend returns kCuda only when this build has a CUDA runner, which it does not yet.
-  KVS_CHECK(kind == config::Backend::kCpu, "resolved a backend this build cannot construct");
   auto local = std::make_unique<LocalEngine>();
   model::ModelOptions mo;
   mo.threads = config.engine.threads;
@@ -87,7 +87,12 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config
   local->compression = compression::ContextFor(*local->model, local->stats.get(), &local->clock);
   deps.compression = &local->compression;
 
-  KVS_ASSIGN_OR_RETURN(local->backend, MakeCpuBackend(config, *local->model, &local->compression, deps.logger));
+  if (kind == config::Backend::kCuda) {
+    KVS_ASSIGN_OR_RETURN(local->backend,
+                         deps.make_cuda_backend(config, *local->model, &local->compression, deps.logger));
+  } else {
+    KVS_ASSIGN_OR_RETURN(local->backend, MakeCpuBackend(config, *local->model, &local->compression, deps.logger));
+  }
 
   ModelInfo info;
   info.name = config.model.served_name.empty()

@@ -10,6 +10,7 @@
 #include "base/logger.h"
 #include "compression/compression_policy.h"
 #include "config/config.h"
+#include "engine/backend.h"
 #include "engine/engine_client.h"
 #include "engine/engine_observer.h"
 
@@ -35,6 +36,10 @@ struct EngineDeps {
   // Model-wide compression inputs (RoPE table, TriAttention statistics); null: only `full`.
   // Set by CreateEngine; must outlive the engine.
   const compression::PolicyContext* compression = nullptr;
+  // The CUDA backend's factory (cuda::MakeCudaBackend), given by callers that link the CUDA
+  // code (app/, gpu tests, benchmarks); empty: engine.backend=cuda is refused and auto runs on
+  // the CPU. engine/ itself never links CUDA code.
+  CudaBackendFactory make_cuda_backend;
 };
 
 absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config& config,

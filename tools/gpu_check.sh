@@ -13,8 +13,10 @@
 #   tools/gpu_check.sh --bundle DIR    on that GPU machine: runs the packed binaries.
 #
 # With the session's device tool (no packages can be installed there): here
-#   tools/gpu_check.sh --pack .gpu_bundle          (.gpu_bundle/ is git-ignored)
-# then run `bash .gpu_bundle/gpu_check.sh --bundle .gpu_bundle` with carry [".gpu_bundle"].
+#   GPU_CHECK_BUILD_DIR=$PWD/build GPU_CHECK_JOBS=1 tools/gpu_check.sh --pack .gpu_bundle
+#   (.gpu_bundle/ is git-ignored; ~48 MiB: stripped binaries and their non-CUDA libraries)
+# then run `bash .gpu_bundle/gpu_check.sh --bundle .gpu_bundle` with carry [".gpu_bundle"] and a
+# timeout of ~480 s. The gpu tests read models/kvs-tiny from the carried working tree.
 #
 # Exit status: non-zero when a gpu test fails or a benchmark cannot run.
 set -euo pipefail
@@ -30,15 +32,17 @@ esac
 
 # The gpu test binaries and the CUDA benchmarks (keep in step with tests/unit/cuda, bench/).
 gpu_tests=(cuda_backend_test)
-benches=(cuda_kv_bench)
+benches=(cuda_kv_bench cuda_e2e_bench)
 
+# GPU_CHECK_BUILD_DIR (default build-gpu) and GPU_CHECK_JOBS (default nproc) let a shared
+# build machine pack with its existing build tree and one job.
 build_gpu_targets() {
-  local bdir="$root/build-gpu"
+  local bdir="${GPU_CHECK_BUILD_DIR:-$root/build-gpu}"
   command -v nvcc >/dev/null 2>&1 || export PATH="/usr/local/cuda/bin:$PATH"
   echo "[gpu_check] configuring $bdir (CUDA on, sm_90a + compute_90 PTX)"
   cmake -S "$root" -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVSERVE_CUDA=ON >/dev/null
   echo "[gpu_check] building ${gpu_tests[*]} ${benches[*]}"
-  cmake --build "$bdir" -j "$(nproc)" --target "${gpu_tests[@]}" "${benches[@]}"
+  cmake --build "$bdir" -j "${GPU_CHECK_JOBS:-$(nproc)}" --target "${gpu_tests[@]}" "${benches[@]}"
   bin="$bdir/bin"
 }
 
@@ -48,21 +52,23 @@ run_figures() {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
   for t in "${gpu_tests[@]}"; do
     echo "[gpu_check] $t"
+    SECONDS=0
     "$bin_dir/$t" --gtest_brief=1 || failed=1
+    echo "[gpu_check] $t took ${SECONDS}s"
   done
   for b in "${benches[@]}"; do
     echo "[gpu_check] $b"
+    SECONDS=0
     "$bin_dir/$b" || failed=1
+    echo "[gpu_check] $b took ${SECONDS}s"
   done
-  echo "[gpu_check] not measured yet (needs the CUDA model runner, issue 13 part 2):"
-  echo "  end-to-end tokens/s at batch 1, 32 and 256 on a random-weight 1B-class Llama (bf16)."
   return "$failed"
 }
 
 case "$mode" in
   build)
     build_gpu_targets
-    cd "$root/build-gpu"
+    cd "${GPU_CHECK_BUILD_DIR:-$root/build-gpu}"
     echo "[gpu_check] ctest -L gpu"
     ctest -L gpu --output-on-failure
     for b in "${benches[@]}"; do "$bin/$b"; done
@@ -70,18 +76,48 @@ case "$mode" in
   pack)
     build_gpu_targets
     rm -rf "$dir" && mkdir -p "$dir/lib"
-    for f in "${gpu_tests[@]}" "${benches[@]}"; do cp "$bin/$f" "$dir/"; done
-    # Every resolved shared library but the C library family and the driver (the GPU machine's own).
+    # Stripped binaries: the device tool carries at most 64 MiB.
+    for f in "${gpu_tests[@]}" "${benches[@]}"; do cp "$bin/$f" "$dir/" && strip --strip-debug "$dir/$f"; done
+    # Every resolved shared library but the C library family, the driver and cuBLAS (cuBLASLt
+    # alone is ~500 MiB; the GPU machine's CUDA 13 image has its own, found in bundle mode).
     for f in "${gpu_tests[@]}" "${benches[@]}"; do ldd "$bin/$f"; done |
       awk '/=> \// {print $3}' | sort -u |
-      grep -vE '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libcuda)\.so' |
+      grep -vE '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libcuda|libcublas|libcublasLt)\.so' |
       while read -r lib; do cp -L "$lib" "$dir/lib/"; done
+    # The C++ runtime apart: this machine's libstdc++ may need a newer glibc than the GPU
+    # machine's; bundle mode then falls back to that machine's own.
+    mkdir -p "$dir/lib-cxx"
+    for lib in libstdc++.so.6 libgcc_s.so.1; do [ -f "$dir/lib/$lib" ] && mv "$dir/lib/$lib" "$dir/lib-cxx/"; done
     cp "$0" "$dir/gpu_check.sh"
     du -sh "$dir"
     echo "[gpu_check] packed into $dir; on the GPU machine: $dir/gpu_check.sh --bundle $dir"
     ;;
   bundle)
-    export LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    dir="$(cd "$dir" && pwd)"
+    # The gpu tests read models/kvs-tiny from the source tree: the tree this script sits in
+    # (DIR is expected inside the repository root, e.g. .gpu_bundle/).
+    export KVSERVE_SOURCE_DIR="${KVSERVE_SOURCE_DIR:-$(cd "$dir/.." && pwd)}"
+    echo "[gpu_check] KVSERVE_SOURCE_DIR=$KVSERVE_SOURCE_DIR"
+    # cuBLAS (and anything else CUDA) from the machine: the toolkit's lib dirs, then the
+    # NVIDIA pip wheels' (the device image carries nvidia-cublas and nvidia-cuda-runtime).
+    cuda_libs=""
+    for d in /usr/local/cuda/lib64 /usr/local/cuda/lib \
+             $(python3 -c 'import glob, site; [print(p) for s in site.getsitepackages() for p in glob.glob(s + "/nvidia/*/lib")]' 2>/dev/null); do
+      [ -d "$d" ] && cuda_libs="$cuda_libs:$d"
+    done
+    base_path="${LD_LIBRARY_PATH:-}"
+    unresolved() {
+      local f
+      for f in "${gpu_tests[@]}" "${benches[@]}"; do ldd "$dir/$f" 2>&1 | grep "not found" && return 0; done
+      return 1
+    }
+    export LD_LIBRARY_PATH="$dir/lib-cxx:$dir/lib$cuda_libs${base_path:+:$base_path}"
+    if unresolved >/dev/null; then
+      echo "[gpu_check] the packed C++ runtime does not load here; using this machine's"
+      export LD_LIBRARY_PATH="$dir/lib$cuda_libs${base_path:+:$base_path}"
+    fi
+    if unresolved; then echo "[gpu_check] unresolved libraries (above)"; exit 1; fi
+    echo "[gpu_check] LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
     run_figures "$dir"
     ;;
 esac

@@ -206,6 +206,61 @@ __global__ void CombineKernel(Params p, float* out, int64_t out_stride, float* l
   if (lse != nullptr && threadIdx.x == 0) lse[static_cast<int64_t>(row) * p.num_heads + head] = mx + logf(sum);
 }
 
+constexpr int kMassSlotsPerCta = 32;
+
+// One warp per slot i of (s, g): K row dequantized once, then every (row, head) that sees it.
+template <int kElems>
+__global__ void __launch_bounds__(kThreads) MassKernel(Params p, const float* lse, float* mass, int64_t mass_stride) {
+  const int s = static_cast<int>(blockIdx.x), g = static_cast<int>(blockIdx.y);
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int hd = p.layout.head_dim, bs = p.layout.block_size;
+  const int first = p.seqs.seq_starts[s];
+  const int n_s = p.seqs.seq_starts[s + 1] - first;
+  const int kv_len = p.seqs.kv_lens[s];
+  const int begin = static_cast<int>(blockIdx.z) * kMassSlotsPerCta;
+  const int end = min(kv_len, begin + kMassSlotsPerCta);
+  const int32_t* table = p.seqs.block_tables + p.seqs.block_table_offsets[s];
+  const bool scaled = p.layout.dtype == config::KvDtype::kFp8E4M3 || p.layout.dtype == config::KvDtype::kInt8;
+  for (int i = begin + warp; i < end; i += kWarps) {
+    const int64_t block = table[i / bs];
+    const int off = i % bs;
+    const size_t kb = ElemOffset(p.layout, block, 0, g, off);
+    const float ks = scaled ? p.scales[ScaleOffset(p.layout, block, 0, g, off)] : 1.0f;
+    float k[kElems];
+#pragma unroll
+    for (int e = 0; e < kElems; ++e) {
+      const int d = e * 32 + lane;
+      k[e] = d < hd ? Load(p, kb, d, ks) : 0.0f;
+    }
+    // Row j (0-based in s) sees slots [0, kv_len - n_s + j].
+    const int j0 = max(0, i - (kv_len - n_s));
+    float total = 0.0f;
+    for (int j = j0; j < n_s; ++j) {
+      const int64_t row = first + j;
+      for (int h = 0; h < p.group; ++h) {
+        const int head = g * p.group + h;
+        const float* qh = p.q + row * p.q_stride + static_cast<int64_t>(head) * hd;
+        float dot = 0.0f;
+#pragma unroll
+        for (int e = 0; e < kElems; ++e) {
+          const int d = e * 32 + lane;
+          dot += d < hd ? qh[d] * k[e] : 0.0f;
+        }
+        dot = WarpSum(dot);
+        total += expf(dot * p.scale - lse[row * p.num_heads + head]);
+      }
+    }
+    if (lane == 0) mass[(static_cast<int64_t>(s) * p.layout.num_kv_heads + g) * mass_stride + i] = total;
+  }
+}
+
+template <int kElems>
+void LaunchMass(const Params& p, const float* lse, float* mass, int64_t mass_stride, cudaStream_t stream) {
+  dim3 grid(static_cast<unsigned>(p.seqs.num_seqs), static_cast<unsigned>(p.layout.num_kv_heads),
+            static_cast<unsigned>((p.seqs.max_kv_len + kMassSlotsPerCta - 1) / kMassSlotsPerCta));
+  MassKernel<kElems><<<grid, kThreads, 0, stream>>>(p, lse, mass, mass_stride);
+}
+
 int NumSplits(const DevicePagedSeqs& seqs, int split_tokens) {
   return split_tokens > 0 ? (seqs.max_kv_len + split_tokens - 1) / split_tokens : 0;
 }
@@ -268,6 +323,40 @@ int PagedAttention(const cache::KvLayout& layout, const std::byte* layer_data, c
   }
   dim3 grid(static_cast<unsigned>(seqs.num_rows), static_cast<unsigned>(num_heads));
   CombineKernel<<<grid, 128, 0, st>>>(p, out, out_stride, lse);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int AttentionMass(const cache::KvLayout& layout, const std::byte* layer_data, const float* layer_scales,
+                  const DevicePagedSeqs& seqs, const float* q, int64_t q_stride, int num_heads, float scale,
+                  const float* lse, float* mass, int64_t mass_stride, void* stream) {
+  if (seqs.num_seqs == 0 || seqs.max_kv_len == 0) return cudaSuccess;
+  if (layout.head_dim < 1 || layout.head_dim > kMaxAttentionHeadDim || layout.num_kv_heads < 1 ||
+      num_heads % layout.num_kv_heads != 0 || num_heads / layout.num_kv_heads > kMaxAttentionGroup ||
+      mass_stride < seqs.max_kv_len || lse == nullptr || (layout.has_scales() && layer_scales == nullptr)) {
+    return cudaErrorInvalidValue;
+  }
+  Params p{};
+  p.layout = layout;
+  p.data = layer_data;
+  p.scales = layer_scales;
+  p.seqs = seqs;
+  p.q = q;
+  p.q_stride = q_stride;
+  p.num_heads = num_heads;
+  p.group = num_heads / layout.num_kv_heads;
+  p.scale = scale;
+  auto st = static_cast<cudaStream_t>(stream);
+  switch ((layout.head_dim + 31) / 32) {
+    case 1: LaunchMass<1>(p, lse, mass, mass_stride, st); break;
+    case 2: LaunchMass<2>(p, lse, mass, mass_stride, st); break;
+    case 3: LaunchMass<3>(p, lse, mass, mass_stride, st); break;
+    case 4: LaunchMass<4>(p, lse, mass, mass_stride, st); break;
+    case 5: LaunchMass<5>(p, lse, mass, mass_stride, st); break;
+    case 6: LaunchMass<6>(p, lse, mass, mass_stride, st); break;
+    case 7: LaunchMass<7>(p, lse, mass, mass_stride, st); break;
+    case 8: LaunchMass<8>(p, lse, mass, mass_stride, st); break;
+    default: return cudaErrorInvalidValue;
+  }
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -53,4 +53,17 @@ int PagedAttention(const cache::KvLayout& layout, const std::byte* layer_data, c
                    float* out, int64_t out_stride, float* lse, void* workspace, size_t workspace_bytes,
                    int split_tokens, void* stream);
 
+// Attention-probability mass per cached slot (H2O, SnapKV scores), the twin of
+// kernels::cpu::AttentionMass:
+//
+//   mass[s][g][i] = sum over this step's rows j of s and query heads h of group g of
+//                   exp(q_{j,h} · k_{g,i} * scale - lse[j][h])          (i < kv_len_s)
+//
+// Written (not accumulated) for i < kv_len_s; other entries are left as they are, so the
+// caller zeroes the array once per step. One warp per (sequence, KV head, slot); lse from
+// PagedAttention on the same inputs. Returns 0 or a cudaError_t value.
+int AttentionMass(const cache::KvLayout& layout, const std::byte* layer_data, const float* layer_scales,
+                  const DevicePagedSeqs& seqs, const float* q, int64_t q_stride, int num_heads, float scale,
+                  const float* lse, float* mass, int64_t mass_stride, void* stream);
+
 }  // namespace kvserve::kernels::cuda

@@ -2,7 +2,8 @@
 // 16/32, GQA 1/4/8, every KV dtype, random non-contiguous block tables, mixed prefill chunks
 // and decode rows with odd lengths, several split sizes. Tolerance: both sides dequantize the
 // same codes exactly and accumulate in fp32; only the summation order differs, so outputs agree
-// to ~1e-5 relative. Needs a GPU (label gpu).
+// to ~1e-5 relative. AttentionMass (H2O) is compared the same way, to 1e-4 relative. Needs a
+// GPU (label gpu).
 #include "kernels/cuda/paged_attention.h"
 
 #include <cuda_runtime.h>
@@ -28,7 +29,9 @@ template <typename T>
 T* Upload(const std::vector<T>& v) {
   T* d = nullptr;
   EXPECT_EQ(cudaMalloc(&d, std::max<size_t>(1, v.size()) * sizeof(T)), cudaSuccess);
-  if (!v.empty()) EXPECT_EQ(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  if (!v.empty()) {
+    EXPECT_EQ(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
   return d;
 }
 
@@ -132,6 +135,26 @@ void RunCase(const Case& c, uint32_t seed) {
   for (size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, std::fabs(double(got[i]) - double(ref[i])));
   EXPECT_LT(worst, 2e-5 * std::sqrt(double(max_kv))) << "max |cuda - cpu| of the outputs";
   for (size_t i = 0; i < ref_lse.size(); ++i) EXPECT_NEAR(got_lse[i], ref_lse[i], 1e-4) << "lse " << i;
+
+  // Attention mass (H2O) from each side's own lse: the CPU's polynomial exp is within 3e-7.
+  const int64_t mass_stride = max_kv + 3;
+  const size_t mass_n = shape.size() * static_cast<size_t>(c.kv_heads) * static_cast<size_t>(mass_stride);
+  std::vector<float> ref_mass(mass_n, 0.0f);
+  kernels::cpu::AttentionMass(layout, host->layer_data(0), host->layer_scales(0), cs, q.data(), q_stride, num_heads,
+                              scale, ref_lse.data(), ref_mass.data(), mass_stride, work.data(), work.size());
+  float* dmass = nullptr;
+  ASSERT_EQ(cudaMalloc(&dmass, mass_n * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMemset(dmass, 0, mass_n * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(AttentionMass(layout, dev->device_layer_data(0), dev->device_layer_scales(0), ds, dq, q_stride, num_heads,
+                          scale, dlse, dmass, mass_stride, dev->stream()),
+            0);
+  ASSERT_TRUE(dev->synchronize().ok());
+  std::vector<float> got_mass(mass_n);
+  ASSERT_EQ(cudaMemcpy(got_mass.data(), dmass, mass_n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  cudaFree(dmass);
+  for (size_t i = 0; i < mass_n; ++i) {
+    ASSERT_NEAR(got_mass[i], ref_mass[i], 1e-4 * (1.0 + std::fabs(ref_mass[i]))) << "mass " << i;
+  }
   for (void* p : {static_cast<void*>(dq), static_cast<void*>(dout), static_cast<void*>(dlse), ws,
                   const_cast<void*>(static_cast<const void*>(ds.seq_starts)),
                   const_cast<void*>(static_cast<const void*>(ds.kv_lens)),

@@ -47,7 +47,7 @@ TEST(ResolveBackend, CudaNamesWhatIsMissing) {
   const Case cases[] = {
       {OneDevice(), BackendSupport{false, false}, "built without CUDA"},
       {NoDevice(), BackendSupport{true, true}, "no usable CUDA device (no CUDA driver)"},
-      {OneDevice(), BackendSupport{true, false}, "NVIDIA H200 found, but this build has no CUDA model runner"},
+      {OneDevice(), BackendSupport{true, false}, "NVIDIA H200 found, but this program was built without the CUDA backend"},
   };
   for (const Case& c : cases) {
     auto b = ResolveBackend(Backend::kCuda, c.probe, c.support, why);
@@ -76,7 +76,7 @@ TEST(ResolveBackend, AutoPicksCudaOnlyWhenEverythingIsThere) {
   b = ResolveBackend(Backend::kAuto, OneDevice(), BackendSupport{true, false}, why);
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(*b, Backend::kCpu);
-  EXPECT_NE(why.find("no CUDA model runner"), std::string::npos) << why;
+  EXPECT_NE(why.find("without the CUDA backend"), std::string::npos) << why;
 }
 
 // This build: the probe of this machine (no GPU in CI) never makes auto fail.

@@ -1,0 +1,533 @@
+#include "cuda/cuda_llama_model.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "base/check.h"
+#include "kernels/cpu/kv_quant.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/llama_kernels.h"
+#include "kernels/cuda/paged_attention.h"
+
+namespace kvserve::cuda {
+namespace {
+
+absl::Status CudaStatus(int err, absl::string_view what) {
+  if (err == 0) return absl::OkStatus();
+  const auto e = static_cast<cudaError_t>(err);
+  cudaGetLastError();
+  const absl::StatusCode code =
+      e == cudaErrorMemoryAllocation ? absl::StatusCode::kResourceExhausted : absl::StatusCode::kInternal;
+  return absl::Status(code, absl::StrCat("cuda model: ", what, ": ", cudaGetErrorName(e), ": ", cudaGetErrorString(e)));
+}
+
+#define KVS_CUDA_OK(expr, what) KVS_RETURN_IF_ERROR(CudaStatus(static_cast<int>(expr), what))
+
+constexpr size_t kAlign = 256;
+size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// Split-KV attention: the workspace every step may use, and the smallest split.
+constexpr size_t kAttnWorkspaceFloor = size_t{64} << 20;
+constexpr int kMinSplitTokens = 64;
+
+}  // namespace
+
+struct CudaLlamaModel::Gemm {
+  std::unique_ptr<kernels::cuda::CublasGemm> blas;
+};
+
+CudaLlamaModel::CudaLlamaModel(const model::ModelConfig& config, model::DeviceWeightDtype dtype,
+                               const CudaModelOptions& options)
+    : config_(config),
+      options_(options),
+      plan_(model::PlanDeviceWeights(config, dtype)),
+      inv_freq_(model::RopeInvFreq(config)) {}
+
+CudaLlamaModel::~CudaLlamaModel() {
+  if (stream_ != nullptr) cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+  gemm_.reset();
+  cudaFree(weights_);
+  cudaFree(scratch_);
+  cudaFree(prerope_);
+  cudaFree(mass_dev_);
+  cudaFree(meta_dev_);
+  if (meta_host_ != nullptr) cudaFreeHost(meta_host_);
+  if (own_stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(own_stream_));
+}
+
+absl::StatusOr<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::Create(const model::ModelConfig& config,
+                                                                       const model::LlamaWeights& weights,
+                                                                       const CudaModelOptions& options) {
+  if (weights.num_layers() != config.num_layers) {
+    return absl::InvalidArgumentError("cuda model: weights and config disagree on the number of layers");
+  }
+  const auto dtype = weights.bf16_projections() ? model::DeviceWeightDtype::kBf16 : model::DeviceWeightDtype::kFp32;
+  std::unique_ptr<CudaLlamaModel> m(new CudaLlamaModel(config, dtype, options));
+  KVS_RETURN_IF_ERROR(m->Init());
+  KVS_RETURN_IF_ERROR(m->Upload(weights));
+  return m;
+}
+
+absl::StatusOr<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::CreateRandom(const model::ModelConfig& config,
+                                                                             model::DeviceWeightDtype dtype,
+                                                                             uint64_t seed,
+                                                                             const CudaModelOptions& options) {
+  std::unique_ptr<CudaLlamaModel> m(new CudaLlamaModel(config, dtype, options));
+  KVS_RETURN_IF_ERROR(m->Init());
+  KVS_RETURN_IF_ERROR(m->FillRandom(seed));
+  return m;
+}
+
+cache::KvLayout CudaLlamaModel::KvLayoutFor(int block_size, config::KvDtype dtype) const {
+  cache::KvLayout l;
+  l.num_layers = config_.num_layers;
+  l.num_kv_heads = config_.num_kv_heads;
+  l.head_dim = config_.head_dim;
+  l.block_size = block_size;
+  l.dtype = dtype;
+  return l;
+}
+
+absl::Status CudaLlamaModel::Init() {
+  const auto& c = config_;
+  if (options_.max_tokens_per_step < 1 || options_.max_logits_rows < 1) {
+    return absl::InvalidArgumentError("cuda model: max_tokens_per_step and max_logits_rows must be >= 1");
+  }
+  if (c.head_dim > kernels::cuda::kMaxAttentionHeadDim || c.head_dim % 2 != 0 || c.num_kv_heads < 1 ||
+      c.num_heads % c.num_kv_heads != 0 || c.num_heads / c.num_kv_heads > kernels::cuda::kMaxAttentionGroup) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda model: unsupported attention shape (head_dim ", c.head_dim,
+                                                   ", heads ", c.num_heads, "/", c.num_kv_heads,
+                                                   "); the CUDA kernels take even head_dim <= ",
+                                                   kernels::cuda::kMaxAttentionHeadDim, " and GQA groups <= ",
+                                                   kernels::cuda::kMaxAttentionGroup));
+  }
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || options_.device < 0 || options_.device >= count) {
+    cudaGetLastError();
+    return absl::FailedPreconditionError(absl::StrCat("cuda model: no usable CUDA device ", options_.device));
+  }
+  KVS_CUDA_OK(cudaSetDevice(options_.device), "cudaSetDevice");
+  KVS_CUDA_OK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, options_.device), "SM count");
+  if (options_.stream != nullptr) {
+    stream_ = options_.stream;
+  } else {
+    cudaStream_t s = nullptr;
+    KVS_CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+    stream_ = s;
+    own_stream_ = s;
+  }
+  gemm_ = std::make_unique<Gemm>();
+  KVS_ASSIGN_OR_RETURN(gemm_->blas, kernels::cuda::CublasGemm::Create(stream_));
+  KVS_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&weights_), plan_.total_bytes),
+              absl::StrCat("allocating ", plan_.total_bytes, " bytes of weights"));
+
+  const auto t = static_cast<size_t>(options_.max_tokens_per_step);
+  const auto d = static_cast<size_t>(c.hidden_size), q = static_cast<size_t>(c.q_size());
+  const auto qkv = static_cast<size_t>(c.q_size() + 2 * c.kv_size());
+  const auto inter = static_cast<size_t>(c.intermediate_size);
+  const auto rows = static_cast<size_t>(options_.max_logits_rows);
+  const size_t widest = std::max({d, q, inter});
+  // One split per row must always fit (ChooseSplitTokens guarantees the rest).
+  attn_ws_bytes_ = std::max(kAttnWorkspaceFloor, t * static_cast<size_t>(c.num_heads) *
+                                                     (static_cast<size_t>(c.head_dim) + 2) * sizeof(float));
+  size_t at = 0;
+  auto take = [&at](size_t bytes) {
+    const size_t off = at;
+    at = AlignUp(at + bytes);
+    return off;
+  };
+  const size_t o_x = take(t * d * 4), o_h = take(t * d * 4), o_qkv = take(t * qkv * 4), o_attn = take(t * q * 4),
+               o_gu = take(t * 2 * inter * 4), o_act = take(t * inter * 4), o_xb = take(t * widest * 2),
+               o_ws = take(attn_ws_bytes_), o_logits = take(rows * static_cast<size_t>(c.vocab_size) * 4),
+               o_lp = take(rows * 4), o_tok = take(rows * 4);
+  scratch_bytes_ = at;
+  KVS_CUDA_OK(cudaMalloc(&scratch_, scratch_bytes_), absl::StrCat("allocating ", scratch_bytes_, " bytes of scratch"));
+  auto* base = static_cast<std::byte*>(scratch_);
+  x_ = reinterpret_cast<float*>(base + o_x);
+  h_ = reinterpret_cast<float*>(base + o_h);
+  qkv_ = reinterpret_cast<float*>(base + o_qkv);
+  attn_ = reinterpret_cast<float*>(base + o_attn);
+  gate_up_ = reinterpret_cast<float*>(base + o_gu);
+  act_ = reinterpret_cast<float*>(base + o_act);
+  xb_ = reinterpret_cast<uint16_t*>(base + o_xb);
+  attn_ws_ = base + o_ws;
+  logits_ = reinterpret_cast<float*>(base + o_logits);
+  logprobs_ = reinterpret_cast<float*>(base + o_lp);
+  tokens_ = reinterpret_cast<int32_t*>(base + o_tok);
+  // Metadata for a step of max_tokens rows over short tables; grows when needed.
+  KVS_RETURN_IF_ERROR(EnsureMetaCapacity(static_cast<int64_t>(t) * 8 + 1024,
+                                         static_cast<int64_t>(t) * c.head_dim));
+  options_.logger.info("cuda model: %d layers, hidden %d, heads %d/%d x %d, vocab %d, %s weights %.1f MiB, "
+                       "scratch %.1f MiB for %d rows, %d SMs",
+                       c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.vocab_size,
+                       plan_.dtype == model::DeviceWeightDtype::kBf16 ? "bf16" : "fp32",
+                       static_cast<double>(plan_.total_bytes) / (1 << 20),
+                       static_cast<double>(scratch_bytes_) / (1 << 20), options_.max_tokens_per_step, num_sms_);
+  return absl::OkStatus();
+}
+
+absl::Status CudaLlamaModel::EnsureMetaCapacity(int64_t int32s, int64_t cos_sin_floats) {
+  const size_t need = AlignUp(static_cast<size_t>(int32s) * 4) + static_cast<size_t>(cos_sin_floats) * 4;
+  if (need <= meta_bytes_) return absl::OkStatus();
+  // Growth only: the previous step's copies must be done before the buffers go away.
+  KVS_CUDA_OK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "synchronizing before growing metadata");
+  cudaFree(meta_dev_);
+  if (meta_host_ != nullptr) cudaFreeHost(meta_host_);
+  meta_dev_ = nullptr;
+  meta_host_ = nullptr;
+  meta_bytes_ = 0;
+  const size_t bytes = need + need / 2;
+  KVS_CUDA_OK(cudaMalloc(&meta_dev_, bytes), "allocating step metadata");
+  KVS_CUDA_OK(cudaMallocHost(&meta_host_, bytes), "allocating pinned step metadata");
+  meta_bytes_ = bytes;
+  return absl::OkStatus();
+}
+
+absl::Status CudaLlamaModel::Upload(const model::LlamaWeights& w) {
+  const auto& c = config_;
+  const bool bf16 = plan_.dtype == model::DeviceWeightDtype::kBf16;
+  std::vector<uint16_t> codes;
+  // fp32 tensors go as they are; projections as bf16 codes when the plan says so (exact:
+  // LlamaWeights' fp32 copies of a bf16 checkpoint are widened bf16 values).
+  auto put_f32 = [&](size_t off, const float* src, size_t n) -> absl::Status {
+    KVS_CUDA_OK(cudaMemcpy(weights_ + off, src, n * sizeof(float), cudaMemcpyHostToDevice), "uploading weights");
+    return absl::OkStatus();
+  };
+  auto put_proj = [&](size_t off, const float* src, size_t n) -> absl::Status {
+    if (!bf16) return put_f32(off, src, n);
+    codes.resize(n);
+    for (size_t i = 0; i < n; ++i) codes[i] = kernels::cpu::FloatToBf16(src[i]);
+    KVS_CUDA_OK(cudaMemcpy(weights_ + off, codes.data(), n * sizeof(uint16_t), cudaMemcpyHostToDevice),
+                "uploading weights");
+    return absl::OkStatus();
+  };
+  const auto d = static_cast<size_t>(c.hidden_size), v = static_cast<size_t>(c.vocab_size);
+  const auto q = static_cast<size_t>(c.q_size()), inter = static_cast<size_t>(c.intermediate_size);
+  const auto qkv = static_cast<size_t>(c.q_size() + 2 * c.kv_size());
+  KVS_RETURN_IF_ERROR(put_f32(plan_.embed, w.embed(), v * d));
+  KVS_RETURN_IF_ERROR(put_f32(plan_.final_norm, w.final_norm(), d));
+  KVS_RETURN_IF_ERROR(put_proj(plan_.lm_head, w.lm_head(), v * d));
+  for (int l = 0; l < c.num_layers; ++l) {
+    const model::LayerWeights& lw = w.layer(l);
+    const model::DeviceLayerOffsets& o = plan_.layers[static_cast<size_t>(l)];
+    KVS_RETURN_IF_ERROR(put_f32(o.input_norm, lw.input_norm, d));
+    KVS_RETURN_IF_ERROR(put_proj(o.qkv, lw.qkv, qkv * d));
+    if (o.qkv_bias != model::kNoTensor) KVS_RETURN_IF_ERROR(put_f32(o.qkv_bias, lw.qkv_bias, qkv));
+    KVS_RETURN_IF_ERROR(put_proj(o.o, lw.o, d * q));
+    if (o.o_bias != model::kNoTensor) KVS_RETURN_IF_ERROR(put_f32(o.o_bias, lw.o_bias, d));
+    KVS_RETURN_IF_ERROR(put_f32(o.post_norm, lw.post_norm, d));
+    KVS_RETURN_IF_ERROR(put_proj(o.gate_up, lw.gate_up, 2 * inter * d));
+    KVS_RETURN_IF_ERROR(put_proj(o.down, lw.down, d * inter));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaLlamaModel::FillRandom(uint64_t seed) {
+  const auto& c = config_;
+  const bool bf16 = plan_.dtype == model::DeviceWeightDtype::kBf16;
+  void* s = stream_;
+  uint64_t tensor = 0;
+  auto f32 = [&](size_t off, int64_t n, float scale, float shift) {
+    return CudaStatus(kernels::cuda::RandomFillF32(reinterpret_cast<float*>(weights_ + off), n, seed + 977 * ++tensor,
+                                                   scale, shift, s),
+                      "random weights");
+  };
+  auto proj = [&](size_t off, int64_t n) {
+    if (!bf16) return f32(off, n, 0.02f, 0.0f);
+    return CudaStatus(kernels::cuda::RandomFillBf16(reinterpret_cast<uint16_t*>(weights_ + off), n,
+                                                    seed + 977 * ++tensor, 0.02f, 0.0f, s),
+                      "random weights");
+  };
+  const int64_t d = c.hidden_size, v = c.vocab_size, q = c.q_size(), inter = c.intermediate_size;
+  const int64_t qkv = c.q_size() + 2 * c.kv_size();
+  KVS_RETURN_IF_ERROR(f32(plan_.embed, v * d, 1.0f, 0.0f));
+  KVS_RETURN_IF_ERROR(f32(plan_.final_norm, d, 0.0f, 1.0f));
+  KVS_RETURN_IF_ERROR(proj(plan_.lm_head, v * d));
+  for (const model::DeviceLayerOffsets& o : plan_.layers) {
+    KVS_RETURN_IF_ERROR(f32(o.input_norm, d, 0.0f, 1.0f));
+    KVS_RETURN_IF_ERROR(proj(o.qkv, qkv * d));
+    if (o.qkv_bias != model::kNoTensor) KVS_RETURN_IF_ERROR(f32(o.qkv_bias, qkv, 0.0f, 0.0f));
+    KVS_RETURN_IF_ERROR(proj(o.o, d * q));
+    if (o.o_bias != model::kNoTensor) KVS_RETURN_IF_ERROR(f32(o.o_bias, d, 0.0f, 0.0f));
+    KVS_RETURN_IF_ERROR(f32(o.post_norm, d, 0.0f, 1.0f));
+    KVS_RETURN_IF_ERROR(proj(o.gate_up, 2 * inter * d));
+    KVS_RETURN_IF_ERROR(proj(o.down, d * inter));
+  }
+  return Synchronize();
+}
+
+absl::Status CudaLlamaModel::Linear(const float* x, int64_t x_stride, size_t w, float* y, int64_t y_stride,
+                                    int64_t rows, int in, int out, bool accumulate) {
+  if (plan_.dtype == model::DeviceWeightDtype::kBf16) {
+    KVS_CUDA_OK(kernels::cuda::ToBf16(x, x_stride, rows, in, xb_, stream_), "bf16 GEMM input");
+    return gemm_->blas->Linear(kernels::cuda::GemmDtype::kBf16, xb_, in, weights_ + w, y, y_stride, rows, in, out,
+                               accumulate);
+  }
+  return gemm_->blas->Linear(kernels::cuda::GemmDtype::kFp32, x, x_stride, weights_ + w, y, y_stride, rows, in, out,
+                             accumulate);
+}
+
+absl::Status CudaLlamaModel::RunLayers(const model::ForwardBatch& b, const model::KvCacheView& kv,
+                                       const model::ForwardObservers* observers) {
+  const auto& c = config_;
+  KVS_RETURN_IF_ERROR(model::ValidateForwardBatch(c, options_.max_tokens_per_step, b, kv.layout, kv.num_blocks));
+  if (static_cast<int>(kv.layer_data.size()) != c.num_layers ||
+      (kv.layout.has_scales() && static_cast<int>(kv.layer_scales.size()) != c.num_layers)) {
+    return absl::InvalidArgumentError("forward batch: KV view needs one data (and scale) pointer per layer");
+  }
+  const int64_t t = b.num_tokens();
+  const int d = c.hidden_size, q_size = c.q_size(), kv_size = c.kv_size();
+  const int qkv_stride = q_size + 2 * kv_size, inter = c.intermediate_size, hd = c.head_dim;
+  const bool want_queries = observers != nullptr && !observers->pre_rope_queries.empty();
+  if (want_queries &&
+      static_cast<int64_t>(observers->pre_rope_queries.size()) < static_cast<int64_t>(c.num_layers) * t * q_size) {
+    return absl::InvalidArgumentError("forward batch: pre_rope_queries buffer too small");
+  }
+  const bool want_mass = observers != nullptr && !observers->attention_mass.empty();
+  const int s_count = b.num_seqs();
+  size_t mass_floats = 0;
+  if (want_mass) {
+    int64_t max_len = 0;
+    for (int32_t len : b.kv_lens) max_len = std::max<int64_t>(max_len, len);
+    mass_floats = static_cast<size_t>(c.num_layers) * static_cast<size_t>(s_count) *
+                  static_cast<size_t>(c.num_kv_heads) * static_cast<size_t>(observers->mass_stride);
+    if (observers->mass_stride < max_len || observers->attention_mass.size() < mass_floats) {
+      return absl::InvalidArgumentError("forward batch: attention_mass buffer or stride too small");
+    }
+  }
+  if (t == 0) {
+    if (want_mass) std::fill(observers->attention_mass.begin(), observers->attention_mass.end(), 0.0f);
+    return absl::OkStatus();
+  }
+
+  // Host side: pack the batch and the RoPE table (as kernels::cpu::RopeCosSin: angle in double).
+  packed_ = model::PackForwardBatch(b, staging_);
+  const int half = hd / 2;
+  cos_sin_host_.resize(static_cast<size_t>(t) * hd);
+  for (int64_t i = 0; i < t; ++i) {
+    float* row = cos_sin_host_.data() + i * hd;
+    const double p = b.positions[static_cast<size_t>(i)];
+    for (int f = 0; f < half; ++f) {
+      const double angle = p * static_cast<double>(inv_freq_[static_cast<size_t>(f)]);
+      row[f] = static_cast<float>(std::cos(angle));
+      row[half + f] = static_cast<float>(std::sin(angle));
+    }
+  }
+  // The pinned mirror is rewritten below: the previous step's upload must have completed.
+  KVS_CUDA_OK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "synchronizing before a step");
+  KVS_RETURN_IF_ERROR(EnsureMetaCapacity(packed_.total_int32, t * hd));
+  const size_t meta_ints = AlignUp(static_cast<size_t>(packed_.total_int32) * 4);
+  std::memcpy(meta_host_, staging_.data(), staging_.size() * 4);
+  std::memcpy(static_cast<std::byte*>(meta_host_) + meta_ints, cos_sin_host_.data(), cos_sin_host_.size() * 4);
+  KVS_CUDA_OK(cudaMemcpyAsync(meta_dev_, meta_host_, meta_ints + cos_sin_host_.size() * 4, cudaMemcpyHostToDevice,
+                              static_cast<cudaStream_t>(stream_)),
+              "uploading step metadata");
+  d_meta_ = static_cast<int32_t*>(meta_dev_);
+  d_cos_sin_ = reinterpret_cast<float*>(static_cast<std::byte*>(meta_dev_) + meta_ints);
+  const int32_t* token_ids = d_meta_ + packed_.token_ids;
+  const auto* slots = reinterpret_cast<const int64_t*>(d_meta_ + packed_.slot_mapping);
+
+  kernels::cuda::DevicePagedSeqs seqs;
+  seqs.num_seqs = packed_.num_seqs;
+  seqs.num_rows = static_cast<int>(t);
+  seqs.max_kv_len = packed_.max_kv_len;
+  seqs.seq_starts = d_meta_ + packed_.seq_starts;
+  seqs.kv_lens = d_meta_ + packed_.kv_lens;
+  seqs.block_table_offsets = d_meta_ + packed_.table_offsets;
+  seqs.block_tables = d_meta_ + packed_.block_tables;
+  seqs.row_seq = d_meta_ + packed_.row_seq;
+  const int split = model::ChooseSplitTokens(static_cast<int>(t), c.num_kv_heads, c.num_heads, hd, packed_.max_kv_len,
+                                             2 * num_sms_, kMinSplitTokens, attn_ws_bytes_);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+
+  if (want_queries) {
+    const size_t need = static_cast<size_t>(c.num_layers) * static_cast<size_t>(t) * q_size * sizeof(float);
+    if (need > prerope_bytes_) {
+      cudaFree(prerope_);
+  cudaFree(mass_dev_);
+      prerope_ = nullptr;
+      prerope_bytes_ = 0;
+      // Sized for a full step once, so later steps do not reallocate.
+      const size_t full =
+          static_cast<size_t>(c.num_layers) * static_cast<size_t>(options_.max_tokens_per_step) * q_size * sizeof(float);
+      KVS_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&prerope_), full), "allocating the pre-RoPE query buffer");
+      prerope_bytes_ = full;
+    }
+  }
+
+  if (want_mass) {
+    const size_t need = mass_floats * sizeof(float) +
+                        AlignUp(static_cast<size_t>(options_.max_tokens_per_step) * c.num_heads * sizeof(float));
+    if (need > mass_bytes_) {
+      cudaFree(mass_dev_);
+      mass_dev_ = nullptr;
+      mass_bytes_ = 0;
+      const size_t bytes = need + need / 2;  // grows with the longest context seen
+      KVS_CUDA_OK(cudaMalloc(&mass_dev_, bytes), "allocating the attention-mass buffer");
+      mass_bytes_ = bytes;
+    }
+  }
+  // [T][H] log-sum-exp of each row's scores (mass only), then [L][S][Hkv][stride] mass.
+  float* lse = want_mass ? static_cast<float*>(mass_dev_) : nullptr;
+  float* mass = want_mass ? lse + AlignUp(static_cast<size_t>(options_.max_tokens_per_step) * c.num_heads *
+                                          sizeof(float)) / sizeof(float)
+                          : nullptr;
+  if (want_mass) {
+    KVS_CUDA_OK(cudaMemsetAsync(mass, 0, mass_floats * sizeof(float), static_cast<cudaStream_t>(stream_)),
+                "zeroing attention mass");
+  }
+
+  void* s = stream_;
+  KVS_CUDA_OK(kernels::cuda::EmbeddingGather(reinterpret_cast<const float*>(weights_ + plan_.embed), d, token_ids, t,
+                                             x_, s),
+              "embedding");
+  for (int layer = 0; layer < c.num_layers; ++layer) {
+    const model::DeviceLayerOffsets& o = plan_.layers[static_cast<size_t>(layer)];
+    auto f32 = [this](size_t off) { return reinterpret_cast<const float*>(weights_ + off); };
+    std::byte* data = kv.layer_data[static_cast<size_t>(layer)];
+    float* scales = kv.layout.has_scales() ? kv.layer_scales[static_cast<size_t>(layer)] : nullptr;
+
+    KVS_CUDA_OK(kernels::cuda::RmsNorm(x_, d, nullptr, f32(o.input_norm), h_, d, t, d, c.rms_norm_eps, s), "rmsnorm");
+    KVS_RETURN_IF_ERROR(Linear(h_, d, o.qkv, qkv_, qkv_stride, t, d, qkv_stride, false));
+    if (o.qkv_bias != model::kNoTensor) {
+      KVS_CUDA_OK(kernels::cuda::AddBias(qkv_, qkv_stride, f32(o.qkv_bias), t, qkv_stride, s), "qkv bias");
+    }
+    if (want_queries) {
+      KVS_CUDA_OK(cudaMemcpy2DAsync(prerope_ + static_cast<size_t>(layer) * t * q_size, q_size * sizeof(float), qkv_,
+                                    qkv_stride * sizeof(float), q_size * sizeof(float), static_cast<size_t>(t),
+                                    cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(s)),
+                  "pre-RoPE queries");
+    }
+    // q and k are adjacent in the row: one rotation over H + Hkv heads.
+    KVS_CUDA_OK(kernels::cuda::ApplyRope(qkv_, t, c.num_heads + c.num_kv_heads, hd, qkv_stride, d_cos_sin_, s),
+                "rope");
+    KVS_CUDA_OK(kernels::cuda::WriteKv(kv.layout, data, scales, qkv_ + q_size, qkv_ + q_size + kv_size, qkv_stride,
+                                       slots, t, s),
+                "kv write");
+    KVS_CUDA_OK(kernels::cuda::PagedAttention(kv.layout, data, scales, seqs, qkv_, qkv_stride, c.num_heads, scale,
+                                              attn_, q_size, lse, attn_ws_, attn_ws_bytes_, split, s),
+                "paged attention");
+    if (want_mass) {
+      float* layer_mass = mass + static_cast<size_t>(layer) * static_cast<size_t>(s_count) *
+                                     static_cast<size_t>(c.num_kv_heads) * static_cast<size_t>(observers->mass_stride);
+      KVS_CUDA_OK(kernels::cuda::AttentionMass(kv.layout, data, scales, seqs, qkv_, qkv_stride, c.num_heads, scale, lse,
+                                               layer_mass, observers->mass_stride, s),
+                  "attention mass");
+    }
+    KVS_RETURN_IF_ERROR(Linear(attn_, q_size, o.o, x_, d, t, q_size, d, true));
+    if (o.o_bias != model::kNoTensor) {
+      KVS_CUDA_OK(kernels::cuda::AddBias(x_, d, f32(o.o_bias), t, d, s), "o bias");
+    }
+    KVS_CUDA_OK(kernels::cuda::RmsNorm(x_, d, nullptr, f32(o.post_norm), h_, d, t, d, c.rms_norm_eps, s), "rmsnorm");
+    KVS_RETURN_IF_ERROR(Linear(h_, d, o.gate_up, gate_up_, 2 * inter, t, d, 2 * inter, false));
+    KVS_CUDA_OK(kernels::cuda::SiluMul(gate_up_, t, inter, act_, s), "swiglu");
+    KVS_RETURN_IF_ERROR(Linear(act_, inter, o.down, x_, d, t, inter, d, true));
+  }
+  if (want_mass) {
+    KVS_CUDA_OK(cudaMemcpyAsync(observers->attention_mass.data(), mass, mass_floats * sizeof(float),
+                                cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(s)),
+                "attention mass to the host");
+    // The CPU model zeroes the whole span; entries past this step's shape stay zero here too.
+    std::fill(observers->attention_mass.begin() + static_cast<int64_t>(mass_floats), observers->attention_mass.end(),
+              0.0f);
+    KVS_RETURN_IF_ERROR(Synchronize());
+  }
+  if (want_queries) {
+    KVS_CUDA_OK(cudaMemcpyAsync(observers->pre_rope_queries.data(), prerope_,
+                                static_cast<size_t>(c.num_layers) * static_cast<size_t>(t) * q_size * sizeof(float),
+                                cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(s)),
+                "pre-RoPE queries to the host");
+    KVS_RETURN_IF_ERROR(Synchronize());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaLlamaModel::LmHead(int begin, int n) {
+  const auto& c = config_;
+  const int d = c.hidden_size;
+  KVS_CUDA_OK(kernels::cuda::RmsNorm(x_, d, d_meta_ + packed_.logits_rows + begin,
+                                     reinterpret_cast<const float*>(weights_ + plan_.final_norm), h_, d, n, d,
+                                     c.rms_norm_eps, stream_),
+              "final rmsnorm");
+  return Linear(h_, d, plan_.lm_head, logits_, c.vocab_size, n, d, c.vocab_size, false);
+}
+
+absl::Status CudaLlamaModel::Forward(const model::ForwardBatch& b, const model::KvCacheView& kv,
+                                     std::span<float> logits, const model::ForwardObservers* observers) {
+  const size_t vocab = static_cast<size_t>(config_.vocab_size);
+  if (logits.size() < b.logits_rows.size() * vocab) {
+    return absl::InvalidArgumentError("forward batch: logits buffer too small");
+  }
+  KVS_RETURN_IF_ERROR(RunLayers(b, kv, observers));
+  const int rows = static_cast<int>(b.logits_rows.size());
+  for (int begin = 0; begin < rows; begin += options_.max_logits_rows) {
+    const int n = std::min(options_.max_logits_rows, rows - begin);
+    KVS_RETURN_IF_ERROR(LmHead(begin, n));
+    KVS_CUDA_OK(cudaMemcpyAsync(logits.data() + static_cast<size_t>(begin) * vocab, logits_,
+                                static_cast<size_t>(n) * vocab * sizeof(float), cudaMemcpyDeviceToHost,
+                                static_cast<cudaStream_t>(stream_)),
+                "logits to the host");
+    KVS_RETURN_IF_ERROR(Synchronize());
+  }
+  last_logits_rows_ = 0;
+  return Synchronize();
+}
+
+absl::Status CudaLlamaModel::ForwardDevice(const model::ForwardBatch& b, const model::KvCacheView& kv,
+                                           const model::ForwardObservers* observers) {
+  const int rows = static_cast<int>(b.logits_rows.size());
+  if (rows > options_.max_logits_rows) {
+    return absl::InvalidArgumentError(absl::StrCat("forward batch: ", rows, " logits rows exceed max_logits_rows ",
+                                                   options_.max_logits_rows));
+  }
+  last_logits_rows_ = 0;
+  KVS_RETURN_IF_ERROR(RunLayers(b, kv, observers));
+  if (rows > 0) KVS_RETURN_IF_ERROR(LmHead(0, rows));
+  last_logits_rows_ = rows;
+  return absl::OkStatus();
+}
+
+absl::Status CudaLlamaModel::SampleGreedy(int rows, std::span<int32_t> tokens, std::span<float> logprobs) {
+  if (rows > last_logits_rows_ || tokens.size() < static_cast<size_t>(rows) ||
+      logprobs.size() < static_cast<size_t>(rows)) {
+    return absl::InvalidArgumentError("cuda model: greedy sampling over rows the last step did not compute");
+  }
+  if (rows == 0) return absl::OkStatus();
+  KVS_CUDA_OK(kernels::cuda::GreedySample(logits_, rows, config_.vocab_size, tokens_, logprobs_, stream_),
+              "greedy sampling");
+  auto st = static_cast<cudaStream_t>(stream_);
+  KVS_CUDA_OK(cudaMemcpyAsync(tokens.data(), tokens_, static_cast<size_t>(rows) * 4, cudaMemcpyDeviceToHost, st),
+              "sampled tokens to the host");
+  KVS_CUDA_OK(cudaMemcpyAsync(logprobs.data(), logprobs_, static_cast<size_t>(rows) * 4, cudaMemcpyDeviceToHost, st),
+              "logprobs to the host");
+  return Synchronize();
+}
+
+absl::Status CudaLlamaModel::CopyLogitsRow(int row, std::span<float> out) {
+  const size_t vocab = static_cast<size_t>(config_.vocab_size);
+  if (row < 0 || row >= last_logits_rows_ || out.size() < vocab) {
+    return absl::InvalidArgumentError("cuda model: logits row the last step did not compute");
+  }
+  KVS_CUDA_OK(cudaMemcpyAsync(out.data(), logits_ + static_cast<size_t>(row) * vocab, vocab * sizeof(float),
+                              cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream_)),
+              "logits row to the host");
+  return Synchronize();
+}
+
+absl::Status CudaLlamaModel::UseStream(void* stream) {
+  KVS_RETURN_IF_ERROR(Synchronize());
+  KVS_RETURN_IF_ERROR(gemm_->blas->SetStream(stream));
+  stream_ = stream;
+  return absl::OkStatus();
+}
+
+absl::Status CudaLlamaModel::Synchronize() {
+  KVS_CUDA_OK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "synchronizing the model stream");
+  return absl::OkStatus();
+}
+
+}  // namespace kvserve::cuda

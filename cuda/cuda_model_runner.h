@@ -1,0 +1,77 @@
+// CudaModelRunner: executes StepPlans with the Llama model on a CUDA device. The same
+// contract and per-sequence state as engine::CpuModelRunner (the reference), so the two
+// backends emit the same tokens for the same plans:
+//
+//   StepPlan ──► copies (swap out/in over pinned host memory, copy-on-write) on the storage's stream
+//            ──► ForwardBatch (model::BatchBuilder) ──► CudaLlamaModel::ForwardDevice (same stream)
+//            ──► sampling rows, routed by model::RouteFor:
+//                  device greedy: token + logprob computed on the device, 8 bytes per row come back
+//                  host: the row's logits come back and model::Sampler draws (CPU code and RNG)
+//            ──► compression rounds through CudaKvAccess (host staging) ──► StepResult
+//
+// What runs on the host: batch building, the RoPE table, non-greedy sampling (temperature,
+// top-k/p, min-p, penalties, logit_bias, top-N logprobs), and compression scoring/selection
+// and compaction (CudaKvAccess). The side outputs the policies read (pre-RoPE queries,
+// attention mass) are computed on the device and copied back once per step.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "cache/kv_storage.h"
+#include "compression/compression_policy.h"
+#include "compression/kv_compressor.h"
+#include "cuda/cuda_kv_access.h"
+#include "cuda/cuda_kv_storage.h"
+#include "cuda/cuda_llama_model.h"
+#include "engine/model_runner.h"
+#include "model/batch_builder.h"
+#include "model/sampler.h"
+
+namespace kvserve::cuda {
+
+class CudaModelRunner final : public engine::ModelRunner {
+ public:
+  // `swap` may be null (no host swap tier); `compression` may be null (only `full`). All must
+  // outlive the runner; the model must run on the storage's stream.
+  CudaModelRunner(CudaLlamaModel& model, CudaKvStorage& storage, cache::KvStorage* swap,
+                  const compression::PolicyContext* compression = nullptr);
+  // The same, owning the model (the backend's form: the model goes with the runner).
+  CudaModelRunner(std::unique_ptr<CudaLlamaModel> model, CudaKvStorage& storage, cache::KvStorage* swap,
+                  const compression::PolicyContext* compression = nullptr);
+
+  absl::Status Execute(const scheduler::StepPlan& plan, scheduler::StepResult& result) override;
+  int vocab_size() const override { return model_.config().vocab_size; }
+
+ private:
+  struct Seq {
+    std::vector<int32_t> table;
+    std::vector<int32_t> history;  // prompt then generated
+    int32_t num_prompt = 0;
+    model::SamplingParams sampling;
+    uint64_t seed = 0;
+    int sample_index = 0;
+  };
+
+  std::unique_ptr<CudaLlamaModel> owned_model_;  // null when the caller owns the model
+  CudaLlamaModel& model_;
+  CudaKvStorage& storage_;
+  cache::KvStorage* swap_;
+  model::Sampler sampler_;
+  std::vector<std::byte*> layer_data_;  // device pointers
+  std::vector<float*> layer_scales_;
+  absl::flat_hash_map<int64_t, Seq> seqs_;
+  std::unique_ptr<CudaKvAccess> kv_access_;
+  std::unique_ptr<compression::KvCompressor> compressor_;
+
+  // Per-step scratch, reused.
+  model::BatchBuilder builder_;
+  std::vector<Seq*> sampling_seqs_;
+  std::vector<compression::BatchSeq> batch_seqs_;
+  std::vector<int32_t> greedy_tokens_;
+  std::vector<float> greedy_logprobs_;
+  std::vector<float> row_logits_;
+};
+
+}  // namespace kvserve::cuda

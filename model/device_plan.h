@@ -1,0 +1,66 @@
+// Host-side planning for a device forward pass, in plain C++ so CPU tests cover it: what a
+// step uploads, how it is checked, how attention is split and which rows are sampled where.
+// The CUDA model (cuda/cuda_llama_model.h) and runner use these; nothing here touches a device.
+//
+//   ForwardBatch (host spans) ──PackForwardBatch──► one int32 staging array, one H2D copy:
+//
+//     [token_ids T][positions T][seq_starts S+1][kv_lens S][table_offsets S+1]
+//     [block_tables B][logits_rows R][row_seq T][pad][slot_mapping T x int64]
+//
+//   every section starts at a multiple of 4 int32 (16 bytes); slot_mapping at a multiple of
+//   2 int32 as well, so it can be read as int64 on the device.
+//
+// ValidateForwardBatch is the device model's gate: the device never sees a block id, slot or
+// token id outside its arrays (a bad index there is memory corruption, not an exception).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "cache/kv_layout.h"
+#include "model/forward_batch.h"
+#include "model/model_config.h"
+#include "model/sampler.h"
+
+namespace kvserve::model {
+
+// Offsets (in int32 units) of each section inside the packed staging array.
+struct PackedBatch {
+  int64_t token_ids = 0, positions = 0, seq_starts = 0, kv_lens = 0, table_offsets = 0, block_tables = 0,
+          logits_rows = 0, row_seq = 0, slot_mapping = 0;
+  int64_t total_int32 = 0;  // size of the staging array
+  int num_tokens = 0;
+  int num_seqs = 0;
+  int num_logits_rows = 0;
+  int max_kv_len = 0;  // max of kv_lens (0 for an empty batch)
+};
+
+// Packs `batch` into `staging` (resized; capacity reused) and returns the section offsets.
+// row_seq[t] is the sequence of row t (from seq_starts).
+PackedBatch PackForwardBatch(const ForwardBatch& batch, std::vector<int32_t>& staging);
+
+// The checks LlamaModel::Forward makes, for a model of `config` accepting `max_tokens` rows,
+// over a pool of `num_blocks` blocks laid out as `layout`. InvalidArgument names the field.
+absl::Status ValidateForwardBatch(const ModelConfig& config, int max_tokens, const ForwardBatch& batch,
+                                  const cache::KvLayout& layout, int64_t num_blocks);
+
+// Split-KV decode attention (kernels/cuda/paged_attention.h): attended slots per split for a
+// step of `num_rows` query rows over `num_kv_heads` heads whose longest context is
+// `max_kv_len`. Aims for about `target_ctas` CTAs (rows x heads x splits), never splits below
+// `min_split` slots, and keeps the workspace (rows x num_heads x splits x (head_dim + 2)
+// floats) within `workspace_bytes` whenever one split per row fits at all.
+int ChooseSplitTokens(int num_rows, int num_kv_heads, int num_heads, int head_dim, int max_kv_len, int target_ctas,
+                      int min_split, size_t workspace_bytes);
+// Workspace bytes the chosen split needs (what PagedAttentionWorkspaceBytes computes).
+size_t SplitWorkspaceBytes(int num_rows, int num_heads, int head_dim, int max_kv_len, int split_tokens);
+
+// Where a sampling row is sampled. kDeviceGreedy: argmax and the raw log-softmax of the token
+// are computed on the device and only (token, logprob) come back; this is exact for greedy
+// requests with no logit_bias, no penalties and no top-N logprobs. kHost: the row's logits are
+// copied back and model::Sampler runs on them, which is the CPU backend's code and draws
+// (model/sampler_rng.h), so the CPU and CUDA backends sample identically from equal logits.
+enum class SampleRoute { kDeviceGreedy, kHost };
+SampleRoute RouteFor(const SamplingParams& params);
+
+}  // namespace kvserve::model

@@ -1,0 +1,38 @@
+#include "model/device_weight_layout.h"
+
+namespace kvserve::model {
+
+DeviceWeightLayout PlanDeviceWeights(const ModelConfig& c, DeviceWeightDtype dtype) {
+  DeviceWeightLayout w;
+  w.dtype = dtype;
+  const size_t wb = DeviceWeightDtypeBytes(dtype);
+  size_t at = 0;
+  auto take = [&at](size_t bytes) {
+    const size_t off = at;
+    at = (at + bytes + kDeviceWeightAlign - 1) / kDeviceWeightAlign * kDeviceWeightAlign;
+    return off;
+  };
+  const auto d = static_cast<size_t>(c.hidden_size);
+  const auto v = static_cast<size_t>(c.vocab_size);
+  const auto inter = static_cast<size_t>(c.intermediate_size);
+  const auto qkv_rows = static_cast<size_t>(c.q_size() + 2 * c.kv_size());
+  const auto q = static_cast<size_t>(c.q_size());
+  w.embed = take(v * d * sizeof(float));
+  w.final_norm = take(d * sizeof(float));
+  w.lm_head = take(v * d * wb);
+  w.layers.resize(static_cast<size_t>(c.num_layers));
+  for (DeviceLayerOffsets& l : w.layers) {
+    l.input_norm = take(d * sizeof(float));
+    l.qkv = take(qkv_rows * d * wb);
+    if (c.qkv_bias) l.qkv_bias = take(qkv_rows * sizeof(float));
+    l.o = take(d * q * wb);
+    if (c.o_bias) l.o_bias = take(d * sizeof(float));
+    l.post_norm = take(d * sizeof(float));
+    l.gate_up = take(2 * inter * d * wb);
+    l.down = take(d * inter * wb);
+  }
+  w.total_bytes = at;
+  return w;
+}
+
+}  // namespace kvserve::model
