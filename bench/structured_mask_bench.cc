@@ -17,11 +17,11 @@ namespace {
 
 using namespace kvserve::structured;
 
-constexpr const char* kSchema = R"({"type": "object", "properties": {
+constexpr const char* kSchema = R"js({"type": "object", "properties": {
   "name": {"type": "string", "maxLength": 24}, "age": {"type": "integer", "minimum": 0},
   "email": {"type": "string", "pattern": "[a-z]{1,12}@[a-z]{1,12}\\.(com|org)"},
   "tags": {"type": "array", "items": {"type": "string", "maxLength": 10}, "maxItems": 4},
-  "active": {"type": "boolean"}, "score": {"type": "number"}}})";
+  "active": {"type": "boolean"}, "score": {"type": "number"}}})js";
 constexpr const char* kOutput =
     R"({"name": "Ada Lovelace", "age": 36, "email": "ada@math.org", "tags": ["math", "poet"], "active": true, "score": 9.5})";
 
