@@ -10,6 +10,7 @@
 #include "base/check.h"
 #include "base/clock.h"
 #include "base/logger.h"
+#include "chat/chat_formats.h"
 #include "config/config_loader.h"
 #if defined(KVSERVE_HAVE_CUDA)
 #include "cuda/cuda_backend.h"
@@ -100,6 +101,15 @@ int RunServeWith(const ParsedArgs& args, char** envp, std::ostream& out, std::os
     err << "kvserve: cannot load the tokenizer of " << *model_dir << ": " << codec.status().message() << "\n";
     return kExitFailure;
   }
+  absl::StatusOr<chat::ChatFormats> chat_formats = chat::ResolveChatFormats(
+      cfg->model.reasoning_parser, {cfg->model.reasoning_start, cfg->model.reasoning_end},
+      cfg->model.tool_call_parser, (*codec)->chat_template_source());
+  if (!chat_formats.ok()) {
+    err << "kvserve: invalid configuration: " << chat_formats.status().message() << "\n";
+    return kExitUsage;
+  }
+  logger.info("chat output: reasoning %s, tool calls %s", chat_formats->reasoning ? "split" : "not split",
+              std::string(chat::Name(chat_formats->tools)));
   // The metrics observe the engine, so they are built first and outlive it.
   server::PrometheusMetricsOptions metrics_options;
   metrics_options.model_name = ServedModelName(*cfg, *model_dir);
@@ -123,6 +133,7 @@ int RunServeWith(const ParsedArgs& args, char** envp, std::ostream& out, std::os
   options.server = cfg->server;
   options.tenants = cfg->tenants;
   options.model_name = ServedModelName(*cfg, *model_dir);
+  options.chat_formats = *chat_formats;
   options.version = kBuildVersion;
   options.id_seed = std::random_device{}();
   options.metrics_text = [&metrics] { return metrics.ExpositionText(); };

@@ -30,6 +30,10 @@ struct ModelConfig {
   std::string served_name;  // empty: the model directory's name
   int64_t max_model_len = 0;  // 0: the model's max_position_embeddings
   std::string chat_template = "auto";  // auto: render tokenizer_config.json's own Jinja template
+  std::string reasoning_parser = "auto";  // auto|none|think (chat/chat_formats.h)
+  std::string reasoning_start = "<think>";
+  std::string reasoning_end = "</think>";
+  std::string tool_call_parser = "auto";  // auto|none|hermes|llama3_json|mistral
 };
 
 struct EngineConfig {

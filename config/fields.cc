@@ -218,6 +218,18 @@ std::vector<Field<Config>> BuildConfigFields() {
                              "chat template: auto renders the model's own Jinja template; a family name "
                              "(chatml|llama3|llama2|mistral|kvs-tiny) overrides it",
                              [](C& c) -> auto& { return c.model.chat_template; }, true));
+  f.push_back(StringField<C>("model.reasoning_parser",
+                             "split reasoning into reasoning_content: auto (when the chat template uses "
+                             "model.reasoning_end), think (always), none",
+                             [](C& c) -> auto& { return c.model.reasoning_parser; }, true));
+  f.push_back(StringField<C>("model.reasoning_start", "marker that opens a reasoning block",
+                             [](C& c) -> auto& { return c.model.reasoning_start; }, true));
+  f.push_back(StringField<C>("model.reasoning_end", "marker that closes a reasoning block",
+                             [](C& c) -> auto& { return c.model.reasoning_end; }, true));
+  f.push_back(StringField<C>("model.tool_call_parser",
+                             "tool-call format of the model's output: auto (detected from the chat "
+                             "template), none, hermes, llama3_json, mistral",
+                             [](C& c) -> auto& { return c.model.tool_call_parser; }, true));
   // engine
   f.push_back(EnumField<C>("engine.backend", "compute backend; auto: CUDA if a GPU is usable",
                            [](C& c) -> auto& { return c.engine.backend; }, kBackends));

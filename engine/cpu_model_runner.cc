@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
 #include "engine/runner_conversions.h"
+#include "structured/compiled_grammar.h"
 
 namespace kvserve::engine {
 
@@ -43,6 +44,14 @@ absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan, scheduler:
     s.sampling = ToModelParams(n.sampling);
     s.seed = n.sampling.seed.value_or(0);
     s.sample_index = n.sampling.sample_index;
+    if (n.sampling.grammar != nullptr) {
+      // A resumed sequence (after preemption) replays its generated tokens through the grammar.
+      s.grammar = n.sampling.grammar;
+      s.grammar_state = s.grammar->start();
+      for (size_t i = static_cast<size_t>(s.num_prompt); i < s.history.size(); ++i) {
+        s.grammar_state = s.grammar->Advance(s.grammar_state, s.history[i]);
+      }
+    }
     seqs_[n.seq.value()] = std::move(s);
     KVS_RETURN_IF_ERROR(compressor_->Track(n.seq, n.compression, n.compression_auto, n.resume));
   }
@@ -96,7 +105,12 @@ absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan, scheduler:
       std::span<const float> logits(logits_.data() + row * static_cast<size_t>(vocab), vocab);
       std::span<const int32_t> prompt(s.history.data(), s.num_prompt);
       std::span<const int32_t> output(s.history.data() + s.num_prompt, s.history.size() - s.num_prompt);
-      model::SampleResult r = sampler_.Sample(logits, s.sampling, prompt, output, rng);
+      std::span<const uint64_t> allowed;
+      if (s.grammar != nullptr && s.grammar_state != structured::ByteDfa::kDead) {
+        allowed = s.grammar->MaskFor(s.grammar_state);
+      }
+      model::SampleResult r = sampler_.Sample(logits, s.sampling, prompt, output, rng, allowed);
+      if (s.grammar != nullptr) s.grammar_state = s.grammar->Advance(s.grammar_state, r.token);
       scheduler::SampledToken t;
       t.seq = q.seq;
       t.token_id = r.token;

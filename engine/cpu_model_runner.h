@@ -45,6 +45,9 @@ class CpuModelRunner final : public ModelRunner {
     model::SamplingParams sampling;
     uint64_t seed = 0;
     int sample_index = 0;
+    // Structured outputs: the grammar and its automaton state after the generated tokens.
+    std::shared_ptr<const structured::CompiledGrammar> grammar;
+    int32_t grammar_state = 0;
   };
 
   model::LlamaModel& model_;

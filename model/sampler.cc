@@ -92,8 +92,13 @@ int32_t Sampler::SampleFiltered(const SamplingParams& p, SamplerRng& rng) {
   // min_p: p_i >= min_p * p_max  <=>  l_i >= l_max + log(min_p).
   const float floor = p.min_p > 0.0f ? max_logit + std::log(p.min_p) : -std::numeric_limits<float>::infinity();
   size_t n = 0;
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();  // structured outputs' mask
   for (int i = 0; i < vocab_; ++i) {
-    if (work_[static_cast<size_t>(i)] >= floor) order_[n++] = i;
+    const float l = work_[static_cast<size_t>(i)];
+    if (l >= floor && l != kMasked) order_[n++] = i;
+  }
+  if (n == 0) {  // nothing but masked tokens (cannot happen with a grammar's mask)
+    for (int i = 0; i < vocab_; ++i) order_[n++] = i;
   }
   auto better = [this](int32_t a, int32_t b) {
     const float la = work_[static_cast<size_t>(a)];
@@ -134,7 +139,7 @@ int32_t Sampler::SampleFiltered(const SamplingParams& p, SamplerRng& rng) {
 
 SampleResult Sampler::Sample(std::span<const float> logits, const SamplingParams& p,
                              std::span<const int32_t> prompt, std::span<const int32_t> output,
-                             SamplerRng& rng) {
+                             SamplerRng& rng, std::span<const uint64_t> allowed) {
   KVS_CHECK(static_cast<int>(logits.size()) == vocab_, "logits row of ", logits.size(), " for vocab ", vocab_);
   SampleResult r;
   std::copy(logits.begin(), logits.end(), work_.begin());
@@ -143,6 +148,15 @@ SampleResult Sampler::Sample(std::span<const float> logits, const SamplingParams
     work_[static_cast<size_t>(id)] += bias;
   }
   ApplyPenalties(p, prompt, output);
+  if (!allowed.empty()) {
+    // Ids past the mask (a model vocabulary padded beyond the tokenizer's) are never allowed.
+    for (int i = 0; i < vocab_; ++i) {
+      const size_t word = static_cast<size_t>(i) >> 6;
+      if (word >= allowed.size() || !((allowed[word] >> (i & 63)) & 1)) {
+        work_[static_cast<size_t>(i)] = -std::numeric_limits<float>::infinity();
+      }
+    }
+  }
   if (p.greedy()) {
     r.token = static_cast<int32_t>(std::max_element(work_.begin(), work_.end()) - work_.begin());
   } else {

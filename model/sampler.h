@@ -5,6 +5,7 @@
 //        ▼ logit_bias: additive, per listed token
 //        ▼ penalties: repetition (prompt ∪ output; divides positive logits, multiplies
 //        │            negative ones), presence and frequency (output tokens only)
+//        ▼ allowed-token mask (structured outputs): -inf for tokens the grammar rejects
 //        ├── temperature == 0 ──► argmax (lowest id on ties)
 //        ▼ / temperature
 //        ▼ min_p: drop tokens with p < min_p * p_max
@@ -67,9 +68,12 @@ class Sampler {
   explicit Sampler(int vocab_size);
 
   // logits: [vocab] raw row. prompt / output: the sequence's tokens so far (penalties).
+  // allowed: structured outputs' token mask (bit i of word i/64: token i may be sampled);
+  // empty: every token. Applied after penalties, before temperature and the filters; the
+  // reported logprobs stay those of the raw row.
   SampleResult Sample(std::span<const float> logits, const SamplingParams& params,
                       std::span<const int32_t> prompt, std::span<const int32_t> output,
-                      SamplerRng& rng);
+                      SamplerRng& rng, std::span<const uint64_t> allowed = {});
 
   int vocab_size() const { return vocab_; }
 

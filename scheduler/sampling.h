@@ -4,8 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
+
+namespace kvserve::structured {
+class CompiledGrammar;  // structured/compiled_grammar.h; only the model runner looks inside
+}  // namespace kvserve::structured
 
 namespace kvserve::scheduler {
 
@@ -30,6 +35,9 @@ struct SamplingParams {
   int logprobs = 0;                 // top-N alternatives per generated token; 0: none
   std::vector<LogitBias> logit_bias;  // distinct tokens, checked against the vocabulary
   int sample_index = 0;             // which of the request's n samples (seeds differ per sample)
+  // Structured outputs: the runner masks the tokens this grammar rejects before sampling
+  // (null: unconstrained). Shared by every sample and request using the same grammar.
+  std::shared_ptr<const structured::CompiledGrammar> grammar;
 };
 
 }  // namespace kvserve::scheduler

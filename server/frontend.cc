@@ -1,6 +1,7 @@
 #include "server/frontend.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "base/absl_compat.h"
 #include "base/check.h"
 #include "server/error_mapping.h"
@@ -14,7 +15,24 @@ Frontend::Frontend(engine::EngineClient& engine, const TextCodec& codec, Authent
       auth_(std::move(auth)),
       options_(std::move(options)),
       logger_(std::move(logger)),
-      ids_(options_.id_seed) {}
+      ids_(options_.id_seed) {
+  if (auto trie = codec_.token_trie()) grammars_ = std::make_unique<structured::GrammarCache>(std::move(trie));
+}
+
+namespace {
+
+// A grammar compile error: the message starts with the precise path ("<field>...: why"), which
+// becomes the error's `param`.
+absl::Status GrammarError(const structured::GrammarSpec& spec, const absl::Status& status) {
+  const std::string_view msg = base::AsStd(status.message());
+  const size_t colon = msg.find(": ");
+  if (msg.starts_with(spec.field) && colon != std::string_view::npos) {
+    return FieldError(msg.substr(0, colon), msg.substr(colon + 2));
+  }
+  return FieldError(spec.field, msg);
+}
+
+}  // namespace
 
 absl::StatusOr<const config::TenantConfig*> Frontend::Authenticate(
     std::string_view authorization) const {
@@ -33,6 +51,23 @@ absl::StatusOr<std::unique_ptr<Generation>> Frontend::Generate(const GenerationR
   std::string id = request.caller_request_id;
   if (id.empty()) id = ids_.Next(request.kind == RequestKind::kChat ? "chatcmpl-" : "cmpl-");
 
+  const chat::ChatFormats& formats = options_.chat_formats;
+  if (request.kind == RequestKind::kChat && request.chat.tool_choice == ToolChoice::kAuto &&
+      formats.tools == chat::ToolCallFormat::kNone) {
+    return FieldError("tool_choice",
+                      "\"auto\" needs the model's tool-call format, and none was detected in its chat template; "
+                      "set model.tool_call_parser (hermes|llama3_json|mistral) or send tool_choice \"none\"");
+  }
+  std::shared_ptr<const structured::CompiledGrammar> grammar;
+  if (request.grammar) {
+    if (grammars_ == nullptr) {
+      return FieldError(request.grammar->field, "structured outputs need the tokenizer's vocabulary, which this "
+                                                "server's codec does not provide");
+    }
+    auto compiled = grammars_->Get(*request.grammar);
+    if (!compiled.ok()) return GrammarError(*request.grammar, compiled.status());
+    grammar = *std::move(compiled);
+  }
   KVS_ASSIGN_OR_RETURN(
       std::vector<PreparedPrompt> prepared,
       BuildRequests(request, tenant, codec_, {options_.model_name, options_.max_model_len, options_.limits}, id));
@@ -40,6 +75,7 @@ absl::StatusOr<std::unique_ptr<Generation>> Frontend::Generate(const GenerationR
   std::optional<RequestRegistry::Registration> registration = registry_.Add(id, tenant_name);
   if (!registration) return FieldError("request_id", absl::StrCat("'", id, "' is already in use"));
 
+  for (PreparedPrompt& p : prepared) p.spec.sampling.grammar = grammar;
   std::vector<std::unique_ptr<StreamConsumer>> parts;
   const bool logprobs = request.return_logprobs;
   for (size_t i = 0; i < prepared.size(); ++i) {
@@ -55,6 +91,26 @@ absl::StatusOr<std::unique_ptr<Generation>> Frontend::Generate(const GenerationR
     opts.echo_text = std::move(p.echo_text);
     opts.prompt_ids = p.spec.prompt_tokens;
     opts.at_text_start = request.kind == RequestKind::kChat;
+    const bool named_tool = request.chat.tool_choice == ToolChoice::kNamed;
+    if (request.kind == RequestKind::kChat &&
+        (formats.reasoning || request.chat.tool_choice == ToolChoice::kAuto || named_tool)) {
+      chat::ChatOutputConfig out;
+      out.split_reasoning = formats.reasoning;
+      out.markers = formats.markers;
+      out.starts_in_reasoning =
+          formats.reasoning && chat::ReasoningSplitter::PromptOpensReasoning(p.chat_prompt_text, formats.markers);
+      out.tools = request.chat.tool_choice == ToolChoice::kAuto ? formats.tools : chat::ToolCallFormat::kNone;
+      out.call_id_prefix = absl::StrCat("call_", absl::StripPrefix(id, "chatcmpl-"), "_");
+      out.max_tool_calls = request.chat.parallel_tool_calls ? 0 : 1;
+      if (named_tool) {
+        // The grammar makes the whole output the function's arguments (vLLM does the same).
+        out.split_reasoning = false;
+        out.tools = chat::ToolCallFormat::kNone;
+        out.forced_tool_name = request.chat.tool_choice_name;
+      }
+      opts.chat_output = std::move(out);
+      opts.include_reasoning = request.chat.include_reasoning;
+    }
     auto stream = engine_.Submit(std::move(p.spec));
     if (!stream.ok()) {
       for (auto& part : parts) part->Abort();
@@ -79,8 +135,8 @@ absl::StatusOr<TokenizeResult> Frontend::Tokenize(const TokenizeRequest& request
   TokenizeResult result;
   if (request.use_messages) {
     if (request.messages.empty()) return FieldError("messages", "must contain at least one message");
-    KVS_ASSIGN_OR_RETURN(result.tokens,
-                         codec_.EncodeChat(request.messages, request.add_generation_prompt));
+    KVS_ASSIGN_OR_RETURN(ChatPrompt prompt, codec_.EncodeChat(request.messages, request.chat));
+    result.tokens = std::move(prompt.ids);
   } else {
     KVS_ASSIGN_OR_RETURN(result.tokens, codec_.Encode(request.prompt, request.add_special_tokens));
   }

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "base/clock.h"
+#include "chat/chat_formats.h"
 #include "base/logger.h"
 #include "config/config.h"
 #include "engine/engine_client.h"
@@ -23,6 +24,7 @@
 #include "server/request_ids.h"
 #include "server/request_registry.h"
 #include "server/text_codec.h"
+#include "structured/grammar_cache.h"
 
 namespace kvserve::server {
 
@@ -33,6 +35,7 @@ struct FrontendOptions {
   std::string version;         // kvserve version for /version
   uint64_t id_seed = 0;        // keys request ids
   config::RequestLimits limits;  // per-request limits (server.max_*)
+  chat::ChatFormats chat_formats;  // the served model's reasoning and tool-call formats
 };
 
 struct TokenizeRequest {
@@ -41,7 +44,7 @@ struct TokenizeRequest {
   std::string prompt;
   std::vector<ChatMessage> messages;
   bool add_special_tokens = true;
-  bool add_generation_prompt = true;
+  ChatPromptOptions chat;  // add_generation_prompt, continue_final_message, tools, chat_template_kwargs
   bool return_token_strs = false;
 };
 
@@ -94,6 +97,7 @@ class Frontend {
   base::Logger logger_;
   RequestIdGenerator ids_;
   RequestRegistry registry_;
+  std::unique_ptr<structured::GrammarCache> grammars_;  // null: the codec has no token trie
   std::atomic<bool> draining_{false};
 };
 

@@ -13,6 +13,8 @@ void ChoiceAccumulator::Add(ChoiceDelta delta) {
             delta.index, " of ", results_.size());
   ChoiceResult& r = results_[delta.index];
   r.text += delta.text;
+  r.reasoning += delta.reasoning;
+  for (auto& call : delta.tool_calls) r.tool_calls.push_back(std::move(call));
   r.token_ids.insert(r.token_ids.end(), delta.token_ids.begin(), delta.token_ids.end());
   for (auto& lp : delta.logprobs) r.logprobs.push_back(std::move(lp));
   if (delta.finish) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "chat/tool_call_parser.h"
 #include "engine/request_types.h"
 
 namespace kvserve::server {
@@ -27,9 +28,13 @@ struct LogprobEntry {
 };
 
 // New output of one choice. Choice index = prompt index * n + sample index.
+// Chat choices read by a chat::ChatOutputParser: `text` is the content only, `reasoning` the
+// reasoning_content, and `tool_calls` the calls parsed (they come with the final delta).
 struct ChoiceDelta {
   int index = 0;
   std::string text;
+  std::string reasoning;
+  std::vector<chat::ToolCall> tool_calls;
   std::vector<int32_t> token_ids;
   std::vector<LogprobEntry> logprobs;        // parallel to token_ids when requested
   std::optional<engine::FinishReason> finish;
@@ -41,6 +46,8 @@ struct ChoiceDelta {
 struct ChoiceResult {
   int index = 0;
   std::string text;
+  std::string reasoning;
+  std::vector<chat::ToolCall> tool_calls;
   std::vector<int32_t> token_ids;
   std::vector<LogprobEntry> logprobs;
   engine::FinishReason finish = engine::FinishReason::kStop;

@@ -12,6 +12,7 @@
 
 #include "engine/request_spec.h"
 #include "server/text_codec.h"
+#include "structured/grammar_spec.h"
 
 namespace kvserve::server {
 
@@ -25,6 +26,22 @@ struct PromptInput {
   std::string text;
   std::vector<int32_t> token_ids;
   bool is_token_ids = false;
+};
+
+// OpenAI's tool_choice. kRequired and kNamed need constrained decoding (not implemented: the
+// parser refuses them with a 400 naming tool_choice).
+enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
+
+// Chat-only members: how the prompt is rendered and how the output is read back.
+struct ChatOptions {
+  ChatPromptOptions prompt;          // add_generation_prompt, continue_final_message, tools, kwargs
+  ToolChoice tool_choice = ToolChoice::kNone;  // default: auto when tools are given, else none
+  std::string tool_choice_name;      // kNamed
+  bool parallel_tool_calls = true;   // false: at most one tool call per choice
+  bool include_reasoning = true;     // vLLM: false drops reasoning_content
+  // Each tool's `function.parameters` (JSON text, "" when absent) by name: a named
+  // tool_choice constrains the output to that tool's arguments.
+  std::vector<std::pair<std::string, std::string>> tool_parameters;
 };
 
 struct GenerationRequest {
@@ -45,9 +62,12 @@ struct GenerationRequest {
   std::string caller_request_id;        // gRPC request_id / vLLM request_id; empty: generated
   bool echo = false;                    // completions: prepend the prompt to the text
   bool add_special_tokens = true;       // completions: BOS for text prompts
-  bool add_generation_prompt = true;    // chat
+  ChatOptions chat;                     // chat
   bool skip_special_tokens = true;
   engine::CompressionRequest compression;
+  // Structured outputs (response_format json_object/json_schema, guided_json/regex/choice, or a
+  // named tool_choice): the output is constrained to this grammar.
+  std::optional<structured::GrammarSpec> grammar;
 };
 
 }  // namespace kvserve::server

@@ -37,6 +37,27 @@ absl::Status ApplySampling(const v1::SamplingParams& p, GenerationRequest& r) {
     }
     r.sampling.logit_bias.push_back({token, bias});
   }
+  if (p.has_structured()) {
+    using Kind = structured::GrammarSpec::Kind;
+    const v1::StructuredOutput& so = p.structured();
+    switch (so.kind_case()) {
+      case v1::StructuredOutput::kJsonSchema:
+        r.grammar = structured::GrammarSpec{Kind::kJsonSchema, so.json_schema(), {}, "sampling.structured.json_schema"};
+        break;
+      case v1::StructuredOutput::kJsonObject:
+        if (so.json_object()) r.grammar = structured::GrammarSpec{Kind::kJsonObject, "", {}, "sampling.structured.json_object"};
+        break;
+      case v1::StructuredOutput::kRegex:
+        r.grammar = structured::GrammarSpec{Kind::kRegex, so.regex(), {}, "sampling.structured.regex"};
+        break;
+      case v1::StructuredOutput::kChoice:
+        r.grammar = structured::GrammarSpec{Kind::kChoice, "", {so.choice().choices().begin(), so.choice().choices().end()},
+                                            "sampling.structured.choice"};
+        break;
+      default:
+        break;
+    }
+  }
   // Proto maps iterate in no fixed order; sorted entries keep requests reproducible.
   std::sort(r.sampling.logit_bias.begin(), r.sampling.logit_bias.end(),
             [](const auto& a, const auto& b) { return a.token < b.token; });
@@ -135,7 +156,7 @@ absl::StatusOr<GenerationRequest> FromProto(const v1::ChatRequest& request) {
   GenerationRequest r;
   r.kind = RequestKind::kChat;
   r.model = request.model();
-  for (const auto& m : request.messages()) r.messages.push_back(ChatMessage{m.role(), m.content()});
+  for (const auto& m : request.messages()) r.messages.emplace_back(m.role(), m.content());
   KVS_RETURN_IF_ERROR(ApplySampling(request.sampling(), r));
   KVS_RETURN_IF_ERROR(ApplyCompression(request.kv_compression(), r.compression));
   if (request.priority() != 0) r.priority = request.priority();
@@ -150,7 +171,7 @@ TokenizeRequest FromProto(const v1::TokenizeRequest& request) {
   if (request.input_case() == v1::TokenizeRequest::kMessages) {
     r.use_messages = true;
     for (const auto& m : request.messages().messages()) {
-      r.messages.push_back(ChatMessage{m.role(), m.content()});
+      r.messages.emplace_back(m.role(), m.content());
     }
   } else {
     r.prompt = request.prompt();
@@ -170,6 +191,7 @@ void ToProto(const std::string& request_id, const ChoiceDelta& d, v1::GenerateCh
   chunk->set_request_id(request_id);
   chunk->set_index(d.index);
   chunk->set_text(d.text);
+  if (!d.reasoning.empty()) chunk->set_reasoning(d.reasoning);
   for (int32_t id : d.token_ids) chunk->add_token_ids(id);
   for (const auto& lp : d.logprobs) ToProto(lp, chunk->add_logprobs());
   if (d.finish) chunk->set_finish_reason(FinishName(*d.finish));
@@ -200,6 +222,7 @@ void ToProto(const UsageSummary& u, v1::Usage* out) {
 void ToProto(const ChoiceResult& result, v1::Completion* out) {
   out->set_index(result.index);
   out->set_text(result.text);
+  if (!result.reasoning.empty()) out->set_reasoning(result.reasoning);
   for (int32_t id : result.token_ids) out->add_token_ids(id);
   out->set_finish_reason(FinishName(result.finish));
   for (const auto& lp : result.logprobs) ToProto(lp, out->add_logprobs());

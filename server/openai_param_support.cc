@@ -5,35 +5,32 @@
 namespace kvserve::server {
 namespace {
 
-constexpr std::array<RefusedMember, 15> kRefused = {{
+constexpr std::array<RefusedMember, 13> kRefused = {{
     // Completions.
     {ParamScope::kCompletion, "best_of", "generate n samples instead (only best_of = 1)", "1"},
-    // Chat: tools, structured outputs and modalities.
-    {ParamScope::kChat, "tools", "tool calling is not implemented", ""},
-    {ParamScope::kChat, "tool_choice", "tool calling is not implemented", "\"none\""},
-    {ParamScope::kChat, "parallel_tool_calls", "tool calling is not implemented", ""},
+    // vLLM's structured-output members kvserve does not implement.
+    {ParamScope::kCompletion, "guided_grammar", "grammars are not implemented (use guided_json, guided_regex or guided_choice)", ""},
+    {ParamScope::kCompletion, "structured_outputs", "use response_format, guided_json, guided_regex or guided_choice", ""},
+    {ParamScope::kChat, "guided_grammar", "grammars are not implemented (use guided_json, guided_regex or guided_choice)", ""},
+    {ParamScope::kChat, "structured_outputs", "use response_format, guided_json, guided_regex or guided_choice", ""},
+    // Chat: legacy functions, structured outputs and modalities.
     {ParamScope::kChat, "functions", "function calling is not implemented", ""},
     {ParamScope::kChat, "function_call", "function calling is not implemented", "\"none\""},
-    {ParamScope::kChat, "response_format", "structured outputs are not implemented",
-     "{\"type\":\"text\"}"},
     {ParamScope::kChat, "audio", "audio output is not implemented", ""},
     {ParamScope::kChat, "modalities", "only text output is implemented", "[\"text\"]"},
     {ParamScope::kChat, "prediction", "predicted outputs are not implemented", ""},
     {ParamScope::kChat, "web_search_options", "web search is not implemented", ""},
     {ParamScope::kChat, "reasoning_effort", "the served model has no reasoning mode", ""},
-    // Message members that only make sense with tool calling.
-    {ParamScope::kMessage, "tool_calls", "tool calling is not implemented", ""},
-    {ParamScope::kMessage, "tool_call_id", "tool calling is not implemented", ""},
+    // Legacy function calling (superseded by tools and role "tool").
     {ParamScope::kMessage, "function_call", "function calling is not implemented", ""},
 }};
 
-constexpr std::array<RefusedRole, 2> kRefusedRoles = {{
-    {"tool", "tool calling is not implemented"},
-    {"function", "function calling is not implemented"},
+constexpr std::array<RefusedRole, 1> kRefusedRoles = {{
+    {"function", "function calling is not implemented; use tools and role \"tool\""},
 }};
 
 // "developer" is OpenAI's newer name for "system"; the parser maps it.
-constexpr std::array<std::string_view, 4> kRoles = {"system", "developer", "user", "assistant"};
+constexpr std::array<std::string_view, 5> kRoles = {"system", "developer", "user", "assistant", "tool"};
 
 constexpr std::array<std::string_view, 5> kHints = {"user", "metadata", "store", "service_tier",
                                                     "safety_identifier"};

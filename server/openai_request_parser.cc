@@ -1,5 +1,6 @@
 #include "server/openai_request_parser.h"
 
+#include <algorithm>
 #include <cmath>
 #include <initializer_list>
 #include <limits>
@@ -18,7 +19,9 @@
 namespace kvserve::server {
 namespace {
 
-using json = nlohmann::json;
+// Ordered: tools, tool-call arguments and chat_template_kwargs reach the chat template in the
+// order the client wrote them (`tojson` prints them so).
+using json = nlohmann::ordered_json;
 
 std::string Path(std::string_view prefix, std::string_view key) {
   return prefix.empty() ? std::string(key) : absl::StrCat(base::AsAbsl(prefix), ".", base::AsAbsl(key));
@@ -321,6 +324,66 @@ absl::Status ParseCommon(const json& body, HttpGenerationRequest& out) {
   return absl::OkStatus();
 }
 
+// `tool_calls`: [{"id", "type": "function", "function": {"name", "arguments": "<JSON text>"}}].
+// The arguments are parsed into objects for the template, as vLLM does before rendering.
+absl::StatusOr<std::string> ParseToolCalls(const json& v, const std::string& field) {
+  if (!v.is_array()) return TypeError(field, "an array", v);
+  json calls = json::array();
+  for (size_t j = 0; j < v.size(); ++j) {
+    const std::string cfield = absl::StrCat(field, "[", j, "]");
+    const json& call = v[j];
+    if (!call.is_object()) return TypeError(cfield, "an object", call);
+    KVS_ASSIGN_OR_RETURN(auto type, GetString(call, "type", cfield));
+    if (type.value_or("function") != "function") {
+      return FieldError(Path(cfield, "type"), "only \"function\" tool calls are supported");
+    }
+    const json* fn = Member(call, "function");
+    if (fn == nullptr || !fn->is_object()) return FieldError(Path(cfield, "function"), "is required (an object)");
+    const std::string ffield = Path(cfield, "function");
+    KVS_ASSIGN_OR_RETURN(auto name, GetString(*fn, "name", ffield));
+    if (!name || name->empty()) return FieldError(Path(ffield, "name"), "is required");
+    json out = call;
+    if (const json* args = Member(*fn, "arguments")) {
+      if (args->is_string()) {
+        const std::string& text = args->get_ref<const std::string&>();
+        json parsed = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+        if (parsed.is_discarded()) {
+          return FieldError(Path(ffield, "arguments"), "is not valid JSON");
+        }
+        out["function"]["arguments"] = std::move(parsed);
+      } else if (!args->is_object()) {
+        return TypeError(Path(ffield, "arguments"), "a JSON string (or an object)", *args);
+      }
+    }
+    calls.push_back(std::move(out));
+  }
+  return calls.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// Members beyond role and content: name, tool_call_id (role tool), tool_calls and
+// reasoning_content (assistant).
+absl::Status ParseMessageExtras(const json& m, const std::string& field, ChatMessage& msg) {
+  KVS_ASSIGN_OR_RETURN(auto name, GetString(m, "name", field));
+  if (name) msg.name = *name;
+  KVS_ASSIGN_OR_RETURN(auto call_id, GetString(m, "tool_call_id", field));
+  if (msg.role == "tool") {
+    if (!call_id || call_id->empty()) return FieldError(Path(field, "tool_call_id"), "is required for role \"tool\"");
+    msg.tool_call_id = *call_id;
+  } else if (call_id) {
+    return FieldError(Path(field, "tool_call_id"), "is only allowed on role \"tool\" messages");
+  }
+  const json* calls = Member(m, "tool_calls");
+  if (calls != nullptr && !(calls->is_array() && calls->empty())) {
+    if (msg.role != "assistant") {
+      return FieldError(Path(field, "tool_calls"), "is only allowed on role \"assistant\" messages");
+    }
+    KVS_ASSIGN_OR_RETURN(msg.tool_calls_json, ParseToolCalls(*calls, Path(field, "tool_calls")));
+  }
+  KVS_ASSIGN_OR_RETURN(auto reasoning, GetString(m, "reasoning_content", field));
+  if (reasoning) msg.reasoning_content = *reasoning;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const json& v) {
   if (!v.is_array()) return TypeError("messages", "an array", v);
   if (v.empty()) return FieldError("messages", "must contain at least one message");
@@ -338,7 +401,7 @@ absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const json& v) {
     }
     if (!IsSupportedRole(*role)) {
       return FieldError(Path(field, "role"),
-                        absl::StrCat("unknown role '", *role, "'; expected system|developer|user|assistant"));
+                        absl::StrCat("unknown role '", *role, "'; expected system|developer|user|assistant|tool"));
     }
     KVS_RETURN_IF_ERROR(RefuseUnsupported(m, ParamScope::kMessage, field));
     // OpenAI's "developer" messages are system messages for the templates kvserve renders.
@@ -365,9 +428,150 @@ absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const json& v) {
         return TypeError(Path(field, "content"), "a string or an array of content parts", *c);
       }
     }
+    KVS_RETURN_IF_ERROR(ParseMessageExtras(m, field, msg));
     messages.push_back(std::move(msg));
   }
   return messages;
+}
+
+// add_generation_prompt, continue_final_message, chat_template_kwargs (chat and /tokenize).
+absl::Status ParseChatPromptOptions(const json& body, ChatPromptOptions& o) {
+  KVS_RETURN_IF_ERROR(ReadOptionalFields(body, {{"add_generation_prompt", &o.add_generation_prompt},
+                                                {"continue_final_message", &o.continue_final_message}}));
+  if (o.continue_final_message && o.add_generation_prompt) {
+    // vLLM's rule; add_generation_prompt defaults to true, so it must be turned off explicitly.
+    return FieldError("continue_final_message",
+                      "cannot be combined with add_generation_prompt=true (set add_generation_prompt to false)");
+  }
+  if (const json* kw = Member(body, "chat_template_kwargs")) {
+    if (!kw->is_object()) return TypeError("chat_template_kwargs", "an object", *kw);
+    if (!kw->empty()) o.template_kwargs_json = kw->dump(-1, ' ', false, json::error_handler_t::replace);
+  }
+  return absl::OkStatus();
+}
+
+// `tools`: [{"type": "function", "function": {"name", "description"?, "parameters"?}}]; kept as
+// the client wrote them (the template prints them).
+absl::Status ParseTools(const json& body, ChatPromptOptions& o, std::vector<std::string>& names,
+                        std::vector<std::pair<std::string, std::string>>* parameters = nullptr) {
+  const json* tools = Member(body, "tools");
+  if (tools == nullptr) return absl::OkStatus();
+  if (!tools->is_array()) return TypeError("tools", "an array", *tools);
+  for (size_t i = 0; i < tools->size(); ++i) {
+    const std::string field = absl::StrCat("tools[", i, "]");
+    const json& t = (*tools)[i];
+    if (!t.is_object()) return TypeError(field, "an object", t);
+    KVS_ASSIGN_OR_RETURN(auto type, GetString(t, "type", field));
+    if (type.value_or("") != "function") return FieldError(Path(field, "type"), "must be \"function\"");
+    const json* fn = Member(t, "function");
+    if (fn == nullptr || !fn->is_object()) return FieldError(Path(field, "function"), "is required (an object)");
+    const std::string ffield = Path(field, "function");
+    KVS_ASSIGN_OR_RETURN(auto name, GetString(*fn, "name", ffield));
+    if (!name || name->empty()) return FieldError(Path(ffield, "name"), "is required");
+    KVS_RETURN_IF_ERROR(GetString(*fn, "description", ffield).status());
+    const json* params = Member(*fn, "parameters");
+    if (params != nullptr && !params->is_object()) {
+      return TypeError(Path(ffield, "parameters"), "an object (a JSON schema)", *params);
+    }
+    names.push_back(*name);
+    if (parameters != nullptr) parameters->emplace_back(*name, params == nullptr ? "" : params->dump(-1, ' ', false, json::error_handler_t::replace));
+  }
+  if (!tools->empty()) o.tools_json = tools->dump(-1, ' ', false, json::error_handler_t::replace);
+  return absl::OkStatus();
+}
+
+// tool_choice: "none" | "auto" | "required" | {"type": "function", "function": {"name"}}.
+absl::Status ParseToolChoice(const json& body, const std::vector<std::string>& tool_names, ChatOptions& c) {
+  c.tool_choice = tool_names.empty() ? ToolChoice::kNone : ToolChoice::kAuto;
+  const json* v = Member(body, "tool_choice");
+  if (v == nullptr) return absl::OkStatus();
+  if (v->is_string()) {
+    const std::string& s = v->get_ref<const std::string&>();
+    if (s == "none") {
+      c.tool_choice = ToolChoice::kNone;
+    } else if (s == "auto") {
+      c.tool_choice = ToolChoice::kAuto;
+    } else if (s == "required") {
+      c.tool_choice = ToolChoice::kRequired;
+    } else {
+      return FieldError("tool_choice", absl::StrCat("unknown value \"", s, "\"; expected none|auto|required or a "
+                                                    "{\"type\": \"function\", \"function\": {\"name\"}} object"));
+    }
+  } else if (v->is_object()) {
+    const json* fn = Member(*v, "function");
+    if (fn == nullptr || !fn->is_object()) return FieldError("tool_choice.function", "is required (an object)");
+    KVS_ASSIGN_OR_RETURN(auto name, GetString(*fn, "name", "tool_choice.function"));
+    if (!name || name->empty()) return FieldError("tool_choice.function.name", "is required");
+    c.tool_choice = ToolChoice::kNamed;
+    c.tool_choice_name = *name;
+  } else {
+    return TypeError("tool_choice", "a string or an object", *v);
+  }
+  if (c.tool_choice != ToolChoice::kNone && tool_names.empty()) {
+    return FieldError("tool_choice", "needs tools (the request has none)");
+  }
+  if (c.tool_choice == ToolChoice::kNamed &&
+      std::find(tool_names.begin(), tool_names.end(), c.tool_choice_name) == tool_names.end()) {
+    return FieldError("tool_choice.function.name",
+                      absl::StrCat("\"", c.tool_choice_name, "\" is not one of the request's tools"));
+  }
+  if (c.tool_choice == ToolChoice::kRequired) {
+    return FieldError("tool_choice", "\"required\" is not implemented yet; name the function or use \"auto\"");
+  }
+  return absl::OkStatus();
+}
+
+// Structured outputs: response_format (chat), guided_json, guided_regex, guided_choice; at most
+// one of them.
+absl::Status ParseStructuredOutputs(const json& body, bool chat, std::optional<structured::GrammarSpec>& out) {
+  using Kind = structured::GrammarSpec::Kind;
+  auto set = [&](structured::GrammarSpec spec) -> absl::Status {
+    if (out) {
+      return FieldError(spec.field, absl::StrCat("cannot be combined with ", out->field,
+                                                 " (one of response_format, guided_json, guided_regex, guided_choice)"));
+    }
+    out = std::move(spec);
+    return absl::OkStatus();
+  };
+  if (const json* rf = chat ? Member(body, "response_format") : nullptr) {
+    if (!rf->is_object()) return TypeError("response_format", "an object", *rf);
+    KVS_ASSIGN_OR_RETURN(auto type, GetString(*rf, "type", "response_format"));
+    const std::string t = type.value_or("");
+    if (t == "json_object") {
+      KVS_RETURN_IF_ERROR(set({Kind::kJsonObject, "", {}, "response_format"}));
+    } else if (t == "json_schema") {
+      const json* js = Member(*rf, "json_schema");
+      if (js == nullptr || !js->is_object()) return FieldError("response_format.json_schema", "is required (an object)");
+      const json* schema = Member(*js, "schema");
+      if (schema == nullptr || !schema->is_object()) {
+        return FieldError("response_format.json_schema.schema", "is required (a JSON schema object)");
+      }
+      KVS_RETURN_IF_ERROR(set({Kind::kJsonSchema, schema->dump(-1, ' ', false, json::error_handler_t::replace), {}, "response_format.json_schema.schema"}));
+    } else if (t != "text") {
+      return FieldError("response_format.type", "must be text, json_object or json_schema");
+    }
+  }
+  if (const json* gj = Member(body, "guided_json")) {
+    if (gj->is_string()) {
+      KVS_RETURN_IF_ERROR(set({Kind::kJsonSchema, gj->get<std::string>(), {}, "guided_json"}));
+    } else if (gj->is_object()) {
+      KVS_RETURN_IF_ERROR(set({Kind::kJsonSchema, gj->dump(-1, ' ', false, json::error_handler_t::replace), {}, "guided_json"}));
+    } else {
+      return TypeError("guided_json", "a JSON schema (object or string)", *gj);
+    }
+  }
+  KVS_ASSIGN_OR_RETURN(auto regex, GetString(body, "guided_regex"));
+  if (regex) KVS_RETURN_IF_ERROR(set({Kind::kRegex, *regex, {}, "guided_regex"}));
+  if (const json* gc = Member(body, "guided_choice")) {
+    if (!gc->is_array() || gc->empty()) return TypeError("guided_choice", "a non-empty array of strings", *gc);
+    structured::GrammarSpec spec{Kind::kChoice, "", {}, "guided_choice"};
+    for (const json& c : *gc) {
+      if (!c.is_string()) return TypeError("guided_choice", "an array of strings", c);
+      spec.choices.push_back(c.get<std::string>());
+    }
+    KVS_RETURN_IF_ERROR(set(std::move(spec)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -412,6 +616,7 @@ absl::StatusOr<HttpGenerationRequest> ParseCompletionRequest(std::string_view te
     r.sampling.logprobs = static_cast<int>(*logprobs);
     r.return_logprobs = true;
   }
+  KVS_RETURN_IF_ERROR(ParseStructuredOutputs(body, /*chat=*/false, r.grammar));
   KVS_ASSIGN_OR_RETURN(auto suffix, GetString(body, "suffix"));
   if (suffix && !suffix->empty()) return FieldError("suffix", "is not supported");
   return out;
@@ -441,7 +646,27 @@ absl::StatusOr<HttpGenerationRequest> ParseChatRequest(std::string_view text) {
     r.sampling.logprobs = static_cast<int>(*top_logprobs);
   }
   r.return_logprobs = logprobs.value_or(false);
-  KVS_RETURN_IF_ERROR(ReadOptionalFields(body, {{"add_generation_prompt", &r.add_generation_prompt}}));
+  KVS_RETURN_IF_ERROR(ParseChatPromptOptions(body, r.chat.prompt));
+  std::vector<std::string> tool_names;
+  KVS_RETURN_IF_ERROR(ParseTools(body, r.chat.prompt, tool_names, &r.chat.tool_parameters));
+  KVS_RETURN_IF_ERROR(ParseToolChoice(body, tool_names, r.chat));
+  KVS_RETURN_IF_ERROR(ParseStructuredOutputs(body, /*chat=*/true, r.grammar));
+  if (r.chat.tool_choice == ToolChoice::kNamed) {
+    // The output is the named function's arguments: an object of its parameters schema.
+    if (r.grammar) return FieldError("tool_choice", absl::StrCat("cannot be combined with ", r.grammar->field));
+    for (const auto& [name, params] : r.chat.tool_parameters) {
+      if (name != r.chat.tool_choice_name) continue;
+      if (params.empty()) {
+        r.grammar = structured::GrammarSpec{structured::GrammarSpec::Kind::kJsonObject, "", {}, "tool_choice"};
+      } else {
+        r.grammar = structured::GrammarSpec{structured::GrammarSpec::Kind::kJsonSchema, params, {},
+                                            absl::StrCat("tools.", name, ".parameters")};
+      }
+      break;
+    }
+  }
+  KVS_RETURN_IF_ERROR(ReadOptionalFields(body, {{"parallel_tool_calls", &r.chat.parallel_tool_calls},
+                                                {"include_reasoning", &r.chat.include_reasoning}}));
   return out;
 }
 
@@ -458,8 +683,12 @@ absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(std::string_view text) {
     r.prompt = *prompt;
   }
   KVS_RETURN_IF_ERROR(ReadOptionalFields(body, {{"add_special_tokens", &r.add_special_tokens},
-                                                {"add_generation_prompt", &r.add_generation_prompt},
                                                 {"return_token_strs", &r.return_token_strs}}));
+  if (r.use_messages) {
+    KVS_RETURN_IF_ERROR(ParseChatPromptOptions(body, r.chat));
+    std::vector<std::string> tool_names;
+    KVS_RETURN_IF_ERROR(ParseTools(body, r.chat, tool_names));
+  }
   return r;
 }
 

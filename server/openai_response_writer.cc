@@ -92,6 +92,31 @@ json ChatLogprobs(const std::vector<LogprobEntry>& entries) {
   return {{"content", content}};
 }
 
+// OpenAI's tool_calls; `with_index` for streaming deltas (each call's position in the choice).
+json ToolCallsJson(const std::vector<chat::ToolCall>& calls, bool with_index) {
+  json arr = json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    json call = json::object();
+    if (with_index) call["index"] = i;
+    call["id"] = calls[i].id;
+    call["type"] = "function";
+    call["function"] = {{"name", calls[i].name}, {"arguments", calls[i].arguments}};
+    arr.push_back(std::move(call));
+  }
+  return arr;
+}
+
+// "tool_calls" when the choice called tools (and was not cut off by an error or abort).
+json ChatFinishReasonJson(const std::optional<engine::FinishReason>& finish, bool called_tools) {
+  if (finish && called_tools &&
+      (*finish == engine::FinishReason::kStop || *finish == engine::FinishReason::kLength)) {
+    return "tool_calls";
+  }
+  return FinishReasonJson(finish);
+}
+
+bool IsBlank(std::string_view s) { return s.find_first_not_of(" \t\r\n") == std::string_view::npos; }
+
 json Envelope(const ResponseMeta& meta, std::string_view object) {
   return {{"id", meta.id}, {"object", object}, {"created", meta.created}, {"model", meta.model}};
 }
@@ -127,10 +152,15 @@ std::string ChatResponseJson(const ResponseMeta& meta, const std::vector<ChoiceR
   json j = Envelope(meta, "chat.completion");
   json arr = json::array();
   for (const auto& c : choices) {
+    json message = {{"role", "assistant"}};
+    // With tool calls and nothing else to say, content is null (as OpenAI and vLLM write it).
+    message["content"] = !c.tool_calls.empty() && IsBlank(c.text) ? json(nullptr) : json(c.text);
+    if (!c.reasoning.empty()) message["reasoning_content"] = c.reasoning;
+    if (!c.tool_calls.empty()) message["tool_calls"] = ToolCallsJson(c.tool_calls, false);
     arr.push_back({{"index", c.index},
-                   {"message", {{"role", "assistant"}, {"content", c.text}}},
+                   {"message", std::move(message)},
                    {"logprobs", logprobs ? ChatLogprobs(c.logprobs) : json(nullptr)},
-                   {"finish_reason", FinishReasonJson(c.finish)},
+                   {"finish_reason", ChatFinishReasonJson(c.finish, !c.tool_calls.empty())},
                    {"stop_reason", StopReasonJson(c.stop_string, c.stop_token_id)}});
   }
   j["choices"] = std::move(arr);
@@ -166,11 +196,14 @@ std::string ChatChunkJson(const ResponseMeta& meta, const ChoiceDelta& d, bool l
                           const UsageSummary* usage, bool usage_null) {
   json j = Envelope(meta, "chat.completion.chunk");
   json delta = json::object();
-  if (!d.text.empty() || !d.finish) delta["content"] = d.text;
+  const bool other = !d.reasoning.empty() || !d.tool_calls.empty();
+  if (!d.text.empty() || (!d.finish && !other)) delta["content"] = d.text;
+  if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
+  if (!d.tool_calls.empty()) delta["tool_calls"] = ToolCallsJson(d.tool_calls, true);
   json choice = {{"index", d.index},
                  {"delta", std::move(delta)},
                  {"logprobs", logprobs && !d.logprobs.empty() ? ChatLogprobs(d.logprobs) : json(nullptr)},
-                 {"finish_reason", FinishReasonJson(d.finish)}};
+                 {"finish_reason", ChatFinishReasonJson(d.finish, !d.tool_calls.empty())}};
   if (d.finish) choice["stop_reason"] = StopReasonJson(d.stop_string, d.stop_token_id);
   j["choices"] = json::array({std::move(choice)});
   AttachUsage(j, usage, usage_null);

@@ -170,12 +170,13 @@ absl::StatusOr<std::vector<PreparedPrompt>> BuildRequests(const GenerationReques
   struct Tokenized {
     std::vector<int32_t> ids;
     std::string echo;
+    std::string chat_text;  // chat: the rendered prompt
   };
   std::vector<Tokenized> prompts;
   const std::string_view prompt_field = r.kind == RequestKind::kChat ? "messages" : "prompt";
   if (r.kind == RequestKind::kChat) {
-    KVS_ASSIGN_OR_RETURN(auto ids, codec.EncodeChat(r.messages, r.add_generation_prompt));
-    prompts.push_back({std::move(ids), {}});
+    KVS_ASSIGN_OR_RETURN(ChatPrompt chat, codec.EncodeChat(r.messages, r.chat.prompt));
+    prompts.push_back({std::move(chat.ids), {}, std::move(chat.text)});
   } else {
     for (size_t i = 0; i < r.prompts.size(); ++i) {
       const PromptInput& p = r.prompts[i];
@@ -227,6 +228,7 @@ absl::StatusOr<std::vector<PreparedPrompt>> BuildRequests(const GenerationReques
     p.spec.prompt_tokens = std::move(prompts[i].ids);
     p.spec.max_tokens = static_cast<int>(max_tokens);
     p.echo_text = std::move(prompts[i].echo);
+    p.chat_prompt_text = std::move(prompts[i].chat_text);
     out.push_back(std::move(p));
   }
   return out;

@@ -25,6 +25,7 @@ struct ModelLimits {
 struct PreparedPrompt {
   engine::RequestSpec spec;   // prompt_tokens filled
   std::string echo_text;      // non-empty only with echo
+  std::string chat_prompt_text;  // chat: the rendered prompt (its end says whether reasoning is open)
 };
 
 // Range and shape checks that need neither the model nor the tenant.

@@ -18,6 +18,7 @@ ServerApp::ServerApp(ServerAppOptions options, ServerAppDeps deps)
   fo.limits = options_.server.limits;
   fo.created_unix = deps_.wall_clock->now_ns() / 1'000'000'000;
   fo.version = options_.version;
+  fo.chat_formats = options_.chat_formats;
   fo.id_seed = options_.id_seed;
   Authenticator auth(options_.tenants);
   if (auth.open()) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "base/check.h"
 
 namespace kvserve::server {
@@ -18,8 +19,14 @@ StreamConsumer::StreamConsumer(const TextCodec& codec, engine::EngineClient& eng
   for (const auto& s : options_.stop) hold_back_ = std::max(hold_back_, s.size());
   if (hold_back_ > 0) --hold_back_;
   samples_.resize(options_.n);
-  for (auto& s : samples_) {
+  for (size_t i = 0; i < samples_.size(); ++i) {
+    Sample& s = samples_[i];
     s.decoder = codec_.NewStreamDecoder(options_.at_text_start, options_.skip_special_tokens);
+    if (options_.chat_output) {
+      chat::ChatOutputConfig config = *options_.chat_output;
+      absl::StrAppend(&config.call_id_prefix, i, "_");
+      s.parser = std::make_unique<chat::ChatOutputParser>(config);
+    }
   }
 }
 
@@ -53,6 +60,7 @@ bool StreamConsumer::Drain(std::vector<ChoiceDelta>& out) {
       d.index = options_.first_choice_index + s;
       sample.decoder->Finish(sample.pending);
       Emit(sample, /*everything=*/true, d);
+      ParseChatOutput(sample, /*finished=*/true, d);
       sample.finished = true;
       d.finish = engine::FinishReason::kAbort;
       out.push_back(std::move(d));
@@ -106,6 +114,7 @@ void StreamConsumer::OnEvent(engine::TokenEvent& event, std::vector<ChoiceDelta>
     sample.finished = true;
   }
   Emit(sample, sample.finished, d);
+  ParseChatOutput(sample, sample.finished, d);
   if (!d.text.empty() || !d.token_ids.empty() || d.finish) out.push_back(std::move(d));
   if (sample.finished_locally) MaybeAbortAfterStop();
 }
@@ -131,6 +140,16 @@ void StreamConsumer::Emit(Sample& sample, bool everything, ChoiceDelta& delta) c
   if (n == 0) return;
   delta.text.append(sample.pending, 0, n);
   sample.pending.erase(0, n);
+}
+
+void StreamConsumer::ParseChatOutput(Sample& sample, bool finished, ChoiceDelta& delta) const {
+  if (sample.parser == nullptr) return;
+  chat::ChatOutputDelta out;
+  sample.parser->Push(delta.text, out);
+  if (finished) sample.parser->Finish(out);
+  delta.text = std::move(out.content);
+  if (options_.include_reasoning) delta.reasoning = std::move(out.reasoning);
+  delta.tool_calls = std::move(out.tool_calls);
 }
 
 void StreamConsumer::MaybeAbortAfterStop() {

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "chat/chat_output_parser.h"
 #include "engine/engine_client.h"
 #include "engine/token_stream.h"
 #include "server/generation_output.h"
@@ -42,6 +43,9 @@ class StreamConsumer {
     std::string echo_text{};          // emitted first in every choice (completions echo)
     std::vector<int32_t> prompt_ids{};  // its size is usage.prompt_tokens
     bool at_text_start = false;       // chat replies start a text; completions continue the prompt
+    // Chat: reasoning and tool calls are read out of each sample's text (after stop strings).
+    std::optional<chat::ChatOutputConfig> chat_output{};
+    bool include_reasoning = true;    // false: reasoning is split off and dropped
   };
 
   StreamConsumer(const TextCodec& codec, engine::EngineClient& engine,
@@ -65,6 +69,7 @@ class StreamConsumer {
  private:
   struct Sample {
     std::unique_ptr<TextStreamDecoder> decoder;
+    std::unique_ptr<chat::ChatOutputParser> parser;  // chat output formats, or null
     std::string pending;           // decoded, not yet emitted
     bool finished = false;
     bool finished_locally = false; // by a stop string (the engine still runs it)
@@ -76,6 +81,8 @@ class StreamConsumer {
   std::optional<std::pair<size_t, size_t>> FindStop(std::string_view text) const;
   // Moves the emittable part of `pending` into `delta.text`.
   void Emit(Sample& sample, bool everything, ChoiceDelta& delta) const;
+  // Runs the text of `delta` (just emitted) through the sample's chat output parser.
+  void ParseChatOutput(Sample& sample, bool finished, ChoiceDelta& delta) const;
   void MaybeAbortAfterStop();
 
   const TextCodec& codec_;

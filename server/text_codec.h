@@ -6,18 +6,45 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
 
+namespace kvserve::structured {
+class TokenTrie;
+}  // namespace kvserve::structured
+
 namespace kvserve::server {
 
 struct ChatMessage {
-  std::string role;     // system | user | assistant (others are passed to the template)
+  std::string role;     // system | user | assistant | tool (others are passed to the template)
   std::string content;
+  ChatMessage() = default;
+  ChatMessage(std::string r, std::string c) : role(std::move(r)), content(std::move(c)) {}
+  std::string name;                              // optional
+  std::string tool_call_id;                      // role tool
+  std::optional<std::string> reasoning_content;  // assistant: an earlier turn's reasoning
+  std::string tool_calls_json;  // assistant: JSON array, arguments as objects ("" none)
+};
+
+// Per-request chat rendering (vLLM's request members of the same names).
+struct ChatPromptOptions {
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;
+  std::string tools_json;            // `tools` as JSON text, "" for none
+  std::string template_kwargs_json;  // `chat_template_kwargs` as a JSON object, "" for none
+};
+
+// A rendered and tokenized chat prompt; `text` is what the template wrote (the reasoning
+// parser looks at how it ends).
+struct ChatPrompt {
+  std::vector<int32_t> ids;
+  std::string text;
 };
 
 // Incremental detokenizer of one sample. Owned by one consumer thread at a time.
@@ -50,8 +77,14 @@ class TextCodec {
   // Renders `messages` with the model's chat template and tokenizes the result (special
   // tokens in the template are matched as such, BOS is added once). Errors name the
   // field (`messages`).
-  virtual absl::StatusOr<std::vector<int32_t>> EncodeChat(std::span<const ChatMessage> messages,
-                                                          bool add_generation_prompt) const = 0;
+  virtual absl::StatusOr<ChatPrompt> EncodeChat(std::span<const ChatMessage> messages,
+                                                const ChatPromptOptions& options) const = 0;
+  // The vocabulary as structured outputs see it (token bytes, special tokens excluded, EOS);
+  // null when the codec cannot provide it (structured outputs are then refused).
+  virtual std::shared_ptr<const structured::TokenTrie> token_trie() const { return nullptr; }
+  // The chat template's source ("" for a native family or a test codec): tool-call and
+  // reasoning formats are detected from it.
+  virtual std::string_view chat_template_source() const { return {}; }
   virtual int32_t vocab_size() const = 0;
 };
 

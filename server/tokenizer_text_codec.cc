@@ -5,6 +5,7 @@
 #include "base/absl_compat.h"
 #include "base/check.h"
 #include "server/error_mapping.h"
+#include "structured/token_trie.h"
 #include "tokenizer/incremental_detokenizer.h"
 
 namespace kvserve::server {
@@ -35,6 +36,17 @@ TokenizerTextCodec::TokenizerTextCodec(std::unique_ptr<tokenizer::Tokenizer> tok
                                        std::unique_ptr<tokenizer::ChatTemplate> chat_template)
     : tokenizer_(std::move(tokenizer)), chat_template_(std::move(chat_template)) {
   KVS_CHECK(tokenizer_ != nullptr && chat_template_ != nullptr);
+  // Structured outputs' view of the vocabulary: each token's bytes; special tokens (BOS, chat
+  // markers) never satisfy a grammar; the primary EOS ends one, the other EOS ids are excluded.
+  std::vector<std::string> bytes(static_cast<size_t>(tokenizer_->vocab_size()));
+  std::vector<int32_t> excluded;
+  for (int32_t id = 0; id < tokenizer_->vocab_size(); ++id) {
+    bytes[static_cast<size_t>(id)] = std::string(tokenizer_->token_decoder().bytes(id));
+    if (tokenizer_->is_special(id)) excluded.push_back(id);
+  }
+  if (auto bos = tokenizer_->bos_id()) excluded.push_back(*bos);
+  for (int32_t id : tokenizer_->eos_ids()) excluded.push_back(id);
+  trie_ = std::make_shared<structured::TokenTrie>(bytes, excluded, tokenizer_->eos_id().value_or(-1));
 }
 
 absl::StatusOr<std::vector<int32_t>> TokenizerTextCodec::Encode(std::string_view text,
@@ -56,15 +68,30 @@ std::unique_ptr<TextStreamDecoder> TokenizerTextCodec::NewStreamDecoder(bool at_
                                        tokenizer::DetokenizerOptions{skip_special_tokens, at_text_start});
 }
 
-absl::StatusOr<std::vector<int32_t>> TokenizerTextCodec::EncodeChat(std::span<const ChatMessage> messages,
-                                                                    bool add_generation_prompt) const {
+absl::StatusOr<ChatPrompt> TokenizerTextCodec::EncodeChat(std::span<const ChatMessage> messages,
+                                                          const ChatPromptOptions& options) const {
   std::vector<tokenizer::ChatMessage> converted;
   converted.reserve(messages.size());
-  for (const auto& m : messages) converted.push_back({m.role, m.content});
-  auto text = chat_template_->Render(converted, add_generation_prompt);
+  for (const auto& m : messages) {
+    tokenizer::ChatMessage c(m.role, m.content);
+    c.name = m.name;
+    c.tool_call_id = m.tool_call_id;
+    c.reasoning_content = m.reasoning_content;
+    c.tool_calls_json = m.tool_calls_json;
+    converted.push_back(std::move(c));
+  }
+  tokenizer::ChatRenderOptions render;
+  render.add_generation_prompt = options.add_generation_prompt;
+  render.continue_final_message = options.continue_final_message;
+  render.tools_json = options.tools_json;
+  render.template_kwargs_json = options.template_kwargs_json;
+  auto text = chat_template_->Render(converted, render);
   if (!text.ok()) return FieldError("messages", base::AsStd(text.status().message()));
+  ChatPrompt prompt;
   // A template that writes BOS itself must not get a second one from the tokenizer.
-  return tokenizer_->encode(*text, /*add_special=*/!chat_template_->renders_bos());
+  prompt.ids = tokenizer_->encode(*text, /*add_special=*/!chat_template_->renders_bos());
+  prompt.text = *std::move(text);
+  return prompt;
 }
 
 }  // namespace kvserve::server

@@ -26,8 +26,10 @@ class TokenizerTextCodec final : public TextCodec {
   std::string TokenText(int32_t id) const override;
   std::unique_ptr<TextStreamDecoder> NewStreamDecoder(bool at_text_start,
                                                       bool skip_special_tokens) const override;
-  absl::StatusOr<std::vector<int32_t>> EncodeChat(std::span<const ChatMessage> messages,
-                                                  bool add_generation_prompt) const override;
+  absl::StatusOr<ChatPrompt> EncodeChat(std::span<const ChatMessage> messages,
+                                        const ChatPromptOptions& options) const override;
+  std::string_view chat_template_source() const override { return chat_template_->source(); }
+  std::shared_ptr<const structured::TokenTrie> token_trie() const override { return trie_; }
   int32_t vocab_size() const override { return tokenizer_->vocab_size(); }
 
   const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
@@ -35,6 +37,7 @@ class TokenizerTextCodec final : public TextCodec {
  private:
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::unique_ptr<tokenizer::ChatTemplate> chat_template_;
+  std::shared_ptr<const structured::TokenTrie> trie_;
 };
 
 }  // namespace kvserve::server

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/check.h"
 #include "tokenizer/jinja_chat_template.h"
 #include "tokenizer/utf8.h"
 
@@ -41,6 +42,18 @@ std::string_view Strip(std::string_view s) {
   return s.substr(begin, end - begin);
 }
 
+// The native families have no way to show tools to the model: refuse rather than drop them.
+absl::Status CheckNoTools(std::span<const ChatMessage> messages, const ChatRenderOptions& options,
+                          std::string_view family) {
+  bool calls = false;
+  for (const ChatMessage& m : messages) calls |= !m.tool_calls_json.empty();
+  if (options.tools_json.empty() && !calls) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "the chat template family '", std::string(family), "' cannot render ",
+      calls ? "assistant tool_calls" : "tools", "; serve with ", std::string(kChatTemplateOption),
+      "=auto and a model whose own template supports tools"));
+}
+
 absl::Status EmptyConversation(std::string_view family) {
   return absl::InvalidArgumentError(
       absl::StrCat("chat template ", std::string(family), ": the conversation has no messages"));
@@ -75,8 +88,10 @@ class ChatmlTemplate final : public ChatTemplate {
   ChatmlTemplate(std::string name, std::string default_system)
       : name_(std::move(name)), default_system_(std::move(default_system)) {}
 
-  absl::StatusOr<std::string> Render(std::span<const ChatMessage> messages,
-                                     bool add_generation_prompt) const override {
+  absl::StatusOr<std::string> DoRender(std::span<const ChatMessage> messages,
+                                       const ChatRenderOptions& options) const override {
+    KVS_RETURN_IF_ERROR(CheckNoTools(messages, options, name()));
+    const bool add_generation_prompt = options.add_generation_prompt;
     if (messages.empty()) return EmptyConversation(name_);
     std::string out;
     if (!default_system_.empty() && messages.front().role != "system") {
@@ -100,8 +115,10 @@ class Llama3Template final : public ChatTemplate {
  public:
   explicit Llama3Template(std::string bos) : bos_(std::move(bos)) {}
 
-  absl::StatusOr<std::string> Render(std::span<const ChatMessage> messages,
-                                     bool add_generation_prompt) const override {
+  absl::StatusOr<std::string> DoRender(std::span<const ChatMessage> messages,
+                                       const ChatRenderOptions& options) const override {
+    KVS_RETURN_IF_ERROR(CheckNoTools(messages, options, name()));
+    const bool add_generation_prompt = options.add_generation_prompt;
     if (messages.empty()) return EmptyConversation("llama3");
     std::string out = bos_;
     for (const ChatMessage& m : messages) {
@@ -125,9 +142,10 @@ class Llama2Template final : public ChatTemplate {
  public:
   Llama2Template(std::string bos, std::string eos) : bos_(std::move(bos)), eos_(std::move(eos)) {}
 
-  absl::StatusOr<std::string> Render(
-      std::span<const ChatMessage> messages,
-      bool /*add_generation_prompt: the prompt ends in [/INST]*/) const override {
+  // add_generation_prompt is ignored: the prompt ends in [/INST] either way.
+  absl::StatusOr<std::string> DoRender(std::span<const ChatMessage> messages,
+                                       const ChatRenderOptions& options) const override {
+    KVS_RETURN_IF_ERROR(CheckNoTools(messages, options, name()));
     auto system = CheckAlternation(messages, "llama2");
     if (!system.ok()) return system.status();
     // A conversation of only a system message: its block opens an empty first user turn.
@@ -170,9 +188,10 @@ class MistralTemplate final : public ChatTemplate {
  public:
   MistralTemplate(std::string bos, std::string eos) : bos_(std::move(bos)), eos_(std::move(eos)) {}
 
-  absl::StatusOr<std::string> Render(
-      std::span<const ChatMessage> messages,
-      bool /*add_generation_prompt: the prompt ends in [/INST]*/) const override {
+  // add_generation_prompt is ignored: the prompt ends in [/INST] either way.
+  absl::StatusOr<std::string> DoRender(std::span<const ChatMessage> messages,
+                                       const ChatRenderOptions& options) const override {
+    KVS_RETURN_IF_ERROR(CheckNoTools(messages, options, name()));
     auto system = CheckAlternation(messages, "mistral");
     if (!system.ok()) return system.status();
     const ChatMessage empty_user{"user", ""};  // system-only: an empty first user turn
@@ -248,6 +267,37 @@ std::optional<std::string_view> Recognise(std::string_view jinja) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::string> CutAfterFinalMessage(std::string rendered, std::string_view final_content) {
+  const std::string_view stripped = Strip(final_content);
+  const size_t loc = rendered.rfind(stripped);
+  if (loc == std::string::npos) {
+    return absl::InvalidArgumentError(
+        "continue_final_message: the final message does not appear in the rendered chat (the chat "
+        "template rewrites it); the model cannot continue it");
+  }
+  // lstrip: the stripped text plus the trailing whitespace the message had.
+  const size_t lstrip_len =
+      final_content.size() - static_cast<size_t>(stripped.data() - final_content.data());
+  if (std::string_view(rendered).substr(loc, lstrip_len) == final_content) {
+    rendered.resize(loc + lstrip_len);  // the template kept the message's spacing
+  } else {
+    rendered.resize(loc + stripped.size());
+  }
+  return rendered;
+}
+
+absl::StatusOr<std::string> ChatTemplate::Render(std::span<const ChatMessage> messages,
+                                                 const ChatRenderOptions& options) const {
+  if (!options.continue_final_message) return DoRender(messages, options);
+  if (options.add_generation_prompt) {
+    return absl::InvalidArgumentError(
+        "continue_final_message and add_generation_prompt cannot both be true");
+  }
+  if (messages.empty()) return EmptyConversation(name());
+  KVS_ASSIGN_OR_RETURN(std::string text, DoRender(messages, options));
+  return CutAfterFinalMessage(std::move(text), messages.back().content);
+}
 
 absl::StatusOr<std::unique_ptr<ChatTemplate>> SelectChatTemplate(std::string_view config_value,
                                                                  std::string_view jinja_text,

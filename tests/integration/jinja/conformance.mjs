@@ -108,8 +108,40 @@ const ours = JSON.parse(fs.readFileSync(outFile, "utf8"));
 
 // ---------------------------------------------------------------- model directories
 // Gemma-3, Qwen3 and Llama-3.1 directories (the packages' real tokenizer.json and
-// tokenizer_config.json) load with model.chat_template=auto as the daemon loads them, and render
-// the text-only conversations byte-identically to the reference.
+// tokenizer_config.json) load with model.chat_template=auto as the daemon loads them. Every
+// conversation goes through the daemon's own request path as an OpenAI request body (tool-call
+// arguments as JSON strings, tools, chat_template_kwargs, add_generation_prompt,
+// continue_final_message); the reference renders what vLLM hands the template: messages as
+// {role, content, name?, tool_call_id?, tool_calls (arguments parsed)?, reasoning_content?},
+// content parts joined with "\n", the kwargs as template variables.
+const openaiMessage = (m) => {
+  const out = { ...m };
+  if (Array.isArray(m.content)) out.content = m.content.filter((p) => (p.type ?? "text") === "text");  // a text model
+  if (m.tool_calls) out.tool_calls = m.tool_calls.map((c) => ({ ...c, function: { ...c.function,
+      arguments: typeof c.function.arguments === "string" ? c.function.arguments : JSON.stringify(c.function.arguments) } }));
+  return out;
+};
+const vllmMessage = (m) => {
+  const content = Array.isArray(m.content)
+      ? m.content.filter((p) => (p.type ?? "text") === "text").map((p) => p.text).join("\n")
+      : (m.content ?? "");
+  const out = { role: m.role === "developer" ? "system" : m.role, content };
+  if (m.name !== undefined) out.name = m.name;
+  if (m.tool_call_id !== undefined) out.tool_call_id = m.tool_call_id;
+  if (m.tool_calls) out.tool_calls = m.tool_calls.map((c) => ({ ...c, function: { ...c.function,
+      arguments: typeof c.function.arguments === "string" ? JSON.parse(c.function.arguments) : c.function.arguments } }));
+  if (m.reasoning_content !== undefined) out.reasoning_content = m.reasoning_content;
+  return out;
+};
+// Python's str.strip()/lstrip() for the texts used here, and transformers' continue_final_message cut.
+const cutAfterFinal = (rendered, final) => {
+  const stripped = final.trim(), lstripped = final.replace(/^\s+/, "");
+  const loc = rendered.lastIndexOf(stripped);
+  if (loc < 0) throw new Error("continue_final_message: the final message does not appear in the rendered chat");
+  return rendered.slice(loc, loc + lstripped.length) === final ? rendered.slice(0, loc + lstripped.length)
+                                                                : rendered.slice(0, loc + stripped.length);
+};
+
 let failures = 0;
 let dirCases = 0;
 for (const pkg of ["gemma3", "qwen3", "llama3_1"]) {
@@ -117,30 +149,45 @@ for (const pkg of ["gemma3", "qwen3", "llama3_1"]) {
   const cfg = JSON.parse(fs.readFileSync(path.join(dir, "tokenizer_config.json"), "utf8"));
   const batch = [];
   for (const conv of conversations) {
-    if (conv.listContent || conv.tools ||
-        conv.messages.some((m) => m.tool_calls || m.reasoning_content || m.role === "tool")) continue;
-    for (const add of [true, false]) batch.push({ messages: conv.messages, add_generation_prompt: add });
+    const last = conv.messages[conv.messages.length - 1];
+    const modes = [{ add: true, cont: false }, { add: false, cont: false }];
+    if (last.role === "assistant" && typeof last.content === "string") modes.push({ add: false, cont: true });
+    for (const { add, cont } of modes) {
+      for (const extra of [{}, { enable_thinking: false }, { enable_thinking: true }]) {
+        const body = { messages: conv.messages.map(openaiMessage), add_generation_prompt: add,
+                       chat_template_kwargs: { date_string: "03 Dec 2026", ...extra } };
+        if (cont) body.continue_final_message = true;
+        if (conv.tools) body.tools = conv.tools;
+        batch.push(body);
+      }
+    }
   }
   const inFile = path.join(arg("work"), `dir_${pkg}.json`), outFile = path.join(arg("work"), `dir_${pkg}_out.json`);
   fs.writeFileSync(inFile, JSON.stringify(batch));
   execFileSync(arg("model-dir-render"), [dir, inFile, outFile], { stdio: "inherit" });
   const results = JSON.parse(fs.readFileSync(outFile, "utf8"));
-  batch.forEach((c, i) => {
-    const ctx = { ...c, bos_token: cfg.bos_token ?? "", eos_token: cfg.eos_token ?? "" };
+  batch.forEach((body, i) => {
+    const ctx = { messages: body.messages.map(vllmMessage), add_generation_prompt: body.add_generation_prompt,
+                  bos_token: cfg.bos_token ?? "", eos_token: cfg.eos_token ?? "", ...body.chat_template_kwargs };
+    if (body.tools) ctx.tools = body.tools;
     let want;
-    try { want = { ok: true, text: new Template(cfg.chat_template).render(ctx) }; }
-    catch (e) { want = { ok: false, error: String(e.message ?? e) }; }
+    try {
+      let text = new Template(cfg.chat_template).render(ctx);
+      if (body.continue_final_message) text = cutAfterFinal(text, ctx.messages[ctx.messages.length - 1].content);
+      want = { ok: true, text };
+    } catch (e) { want = { ok: false, error: String(e.message ?? e) }; }
     const got = results[i];
     dirCases++;
     const same = want.ok ? got.ok && got.text === want.text : !got.ok;
     if (!same && ++failures <= 8) {
-      console.log(`MISMATCH model dir ${pkg} case ${i} add_generation_prompt=${c.add_generation_prompt}`);
+      console.log(`MISMATCH model dir ${pkg} case ${i} ${JSON.stringify({ ...body, messages: undefined, tools: undefined })}`);
       console.log(`  reference: ${want.ok ? JSON.stringify(want.text) : "error: " + want.error}`);
       console.log(`  kvserve:   ${got.ok ? JSON.stringify(got.text) : "error: " + got.error}`);
     }
   });
 }
-console.log(`model directories gemma3, qwen3, llama3_1 loaded with auto: ${dirCases} renders compared`);
+console.log(`model directories gemma3, qwen3, llama3_1 loaded with auto, OpenAI request bodies through the ` +
+            `daemon's parser: ${dirCases} renders compared`);
 
 const perTemplate = {};
 cases.forEach((c, i) => {

@@ -270,3 +270,38 @@ TEST(SamplerRngHeader, TokenRngIsTheSeededGeneratorOfThatToken) {
 
 }  // namespace
 }  // namespace kvserve::model
+
+namespace kvserve::model {
+namespace {
+
+// Structured outputs' mask: masked tokens are never drawn, greedy or not, whatever their
+// logits; logprobs stay those of the raw row; ids past the mask are masked.
+TEST(Sampler, AllowedMaskRestrictsTheDraw) {
+  Sampler s(70);
+  std::vector<float> logits(70, 0.0f);
+  logits[5] = 9.0f;   // the favourite, masked
+  logits[66] = 8.0f;  // beyond a one-word mask
+  std::vector<uint64_t> mask = {(uint64_t{1} << 3) | (uint64_t{1} << 40)};
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  greedy.logprobs = 0;
+  SamplerRng rng(1);
+  const SampleResult g = s.Sample(logits, greedy, {}, {}, rng, mask);
+  EXPECT_EQ(g.token, 3);  // lowest id among the allowed ties
+  const SampleResult raw = s.Sample(logits, greedy, {}, {}, rng);
+  EXPECT_EQ(raw.token, 5);
+  SamplingParams p = Random(1.0f);
+  p.top_k = 50;
+  for (int i = 0; i < 200; ++i) {
+    SamplerRng r(static_cast<uint64_t>(i));
+    const int32_t t = s.Sample(logits, p, {}, {}, r, mask).token;
+    EXPECT_TRUE(t == 3 || t == 40) << t;
+  }
+  // The reported logprob is the raw model's (token 3 under the unmasked softmax).
+  double sum = 0.0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - 9.0);
+  EXPECT_NEAR(g.logprob, static_cast<float>(0.0 - 9.0 - std::log(sum)), 1e-4);
+}
+
+}  // namespace
+}  // namespace kvserve::model

@@ -52,6 +52,7 @@ absl::StatusOr<std::shared_ptr<engine::TokenStream>> FakeEngine::Submit(engine::
   }
   auto r = std::make_unique<Request>();
   r->spec = spec;
+  r->reply = ScriptedReply(spec.prompt_tokens);
   r->stream = std::make_shared<engine::TokenStream>();
   r->produced.assign(spec.n, 0);
   r->finished.assign(spec.n, false);
@@ -137,6 +138,19 @@ bool FakeEngine::WaitForSubmitted(size_t count, std::chrono::milliseconds timeou
   return observe_cv_.wait_for(lock, timeout, [&] { return submitted_.size() >= count; });
 }
 
+std::string FakeEngine::ScriptedReply(const std::vector<int32_t>& prompt) {
+  std::string text;
+  for (int32_t id : prompt) {
+    if (id >= kFakeByteOffset && id < kFakeImStart) text.push_back(static_cast<char>(id - kFakeByteOffset));
+  }
+  constexpr std::string_view kOpen = "<<reply>>", kClose = "<</reply>>";
+  const size_t open = text.rfind(kOpen);
+  if (open == std::string::npos) return {};
+  const size_t begin = open + kOpen.size();
+  const size_t close = text.find(kClose, begin);
+  return close == std::string::npos ? std::string() : text.substr(begin, close - begin);
+}
+
 size_t FakeEngine::ScriptOffset(const engine::RequestSpec& spec, int sample) const {
   if (spec.sampling.temperature == 0.0f) return 0;
   const uint64_t seed = spec.sampling.seed.value_or(std::hash<std::string>{}(spec.request_id));
@@ -214,7 +228,14 @@ bool FakeEngine::Step(Request& r) {
     engine::TokenEvent e;
     e.sample_index = s;
     int32_t token;
-    if (options_.eos_after > 0 && k >= options_.eos_after && !spec.ignore_eos && k >= spec.min_tokens) {
+    if (!r.reply.empty()) {
+      if (k < static_cast<int>(r.reply.size())) {
+        token = FakeTokenOf(static_cast<unsigned char>(r.reply[k]));
+      } else {
+        token = kFakeEos;
+        e.finish = engine::FinishReason::kStop;
+      }
+    } else if (options_.eos_after > 0 && k >= options_.eos_after && !spec.ignore_eos && k >= spec.min_tokens) {
       token = kFakeEos;
       e.finish = engine::FinishReason::kStop;
     } else {

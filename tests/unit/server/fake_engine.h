@@ -1,7 +1,8 @@
 // FakeEngine: a deterministic engine::ServingEngine for front-end tests. One "engine
 // thread" emits one token per running sample per tick; the text is a script cycled from
 // an offset that depends on the seed and sample (so the same seed gives the same text),
-// encoded like FakeTextCodec (byte + 3). Tests can pause generation, make Submit fail,
+// encoded like FakeTextCodec (byte + 3). A prompt that contains "<<reply>>TEXT<</reply>>"
+// gets exactly TEXT and then EOS (tests script tool calls and reasoning that way). Tests can pause generation, make Submit fail,
 // bound the queue, and observe submissions and aborts.
 //
 //   Submit ─► waiting_ ─(max_running)─► running_ ─tick─► TokenStream.push(...) ─► final + usage
@@ -66,6 +67,7 @@ class FakeEngine final : public engine::ServingEngine {
   struct Request {
     engine::RequestSpec spec;
     std::shared_ptr<engine::TokenStream> stream;
+    std::string reply;              // scripted reply ("" : the cycled script)
     std::vector<int> produced;      // per sample
     std::vector<bool> finished;     // per sample
     int64_t completion_tokens = 0;
@@ -77,6 +79,7 @@ class FakeEngine final : public engine::ServingEngine {
   bool Step(Request& r);
   void Finish(Request& r, engine::FinishReason reason);
   size_t ScriptOffset(const engine::RequestSpec& spec, int sample) const;
+  static std::string ScriptedReply(const std::vector<int32_t>& prompt);
 
   const FakeEngineOptions options_;
   mutable std::mutex mu_;

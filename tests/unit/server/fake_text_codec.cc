@@ -1,5 +1,7 @@
 #include "tests/unit/server/fake_text_codec.h"
 
+#include "structured/token_trie.h"
+
 #include "server/error_mapping.h"
 
 namespace kvserve::server::testing {
@@ -85,26 +87,54 @@ std::unique_ptr<TextStreamDecoder> FakeTextCodec::NewStreamDecoder(bool, bool sk
   return std::make_unique<FakeDecoder>(skip_special_tokens);
 }
 
-absl::StatusOr<std::vector<int32_t>> FakeTextCodec::EncodeChat(std::span<const ChatMessage> messages,
-                                                               bool add_generation_prompt) const {
+absl::StatusOr<ChatPrompt> FakeTextCodec::EncodeChat(std::span<const ChatMessage> messages,
+                                                     const ChatPromptOptions& options) const {
   if (messages.empty()) return FieldError("messages", "must contain at least one message");
-  std::vector<int32_t> ids = {kFakeBos};
-  auto append = [&](std::string_view text) {
-    for (unsigned char c : text) ids.push_back(FakeTokenOf(c));
-  };
-  for (const auto& m : messages) {
-    ids.push_back(kFakeImStart);
-    append(m.role);
-    append("\n");
-    append(m.content);
-    ids.push_back(kFakeImEnd);
-    append("\n");
+  if (options.continue_final_message && options.add_generation_prompt) {
+    return FieldError("messages", "continue_final_message and add_generation_prompt cannot both be true");
   }
-  if (add_generation_prompt) {
-    ids.push_back(kFakeImStart);
-    append("assistant\n");
+  // ChatML; tools and tool calls are written as JSON lines so tests can see them arrive.
+  ChatPrompt prompt;
+  std::string& text = prompt.text;
+  if (!options.tools_json.empty()) text += "<|im_start|>system\n<tools>" + options.tools_json + "</tools><|im_end|>\n";
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    text += "<|im_start|>" + m.role + "\n" + m.content;
+    if (!m.tool_calls_json.empty()) text += "<tool_call>" + m.tool_calls_json + "</tool_call>";
+    if (options.continue_final_message && i + 1 == messages.size()) break;
+    text += "<|im_end|>\n";
   }
-  return ids;
+  if (options.add_generation_prompt) text += "<|im_start|>assistant\n";
+  if (options.template_kwargs_json.find("\"enable_thinking\":false") != std::string::npos) {
+    text += "<think>\n\n</think>\n\n";
+  }
+  prompt.ids.push_back(kFakeBos);
+  for (size_t i = 0; i < text.size();) {
+    if (text.compare(i, 12, "<|im_start|>") == 0) {
+      prompt.ids.push_back(kFakeImStart);
+      i += 12;
+    } else if (text.compare(i, 10, "<|im_end|>") == 0) {
+      prompt.ids.push_back(kFakeImEnd);
+      i += 10;
+    } else {
+      prompt.ids.push_back(FakeTokenOf(static_cast<unsigned char>(text[i++])));
+    }
+  }
+  return prompt;
+}
+
+std::string_view FakeTextCodec::chat_template_source() const { return kFakeChatTemplateSource; }
+
+std::shared_ptr<const structured::TokenTrie> FakeTextCodec::token_trie() const {
+  std::vector<std::string> bytes(kFakeVocabSize);
+  bytes[0] = "<unk>";
+  bytes[kFakeBos] = "<s>";
+  bytes[kFakeEos] = "</s>";
+  for (int b = 0; b < 256; ++b) bytes[FakeTokenOf(static_cast<unsigned char>(b))] = std::string(1, static_cast<char>(b));
+  bytes[kFakeImStart] = "<|im_start|>";
+  bytes[kFakeImEnd] = "<|im_end|>";
+  return std::make_shared<structured::TokenTrie>(bytes, std::vector<int32_t>{0, kFakeBos, kFakeImStart, kFakeImEnd},
+                                                 kFakeEos);
 }
 
 }  // namespace kvserve::server::testing

@@ -14,6 +14,11 @@ inline constexpr int32_t kFakeImStart = 259;
 inline constexpr int32_t kFakeImEnd = 260;
 inline constexpr int32_t kFakeVocabSize = 261;
 
+// What chat_template_source() says: enough for the Hermes tool-call format and <think>
+// reasoning to be detected, as from a Qwen3 template.
+inline constexpr std::string_view kFakeChatTemplateSource =
+    "{# fake ChatML: <tool_call>{...}</tool_call>, <think>...</think> #}";
+
 inline int32_t FakeTokenOf(unsigned char byte) { return static_cast<int32_t>(byte) + kFakeByteOffset; }
 
 class FakeTextCodec final : public TextCodec {
@@ -23,8 +28,11 @@ class FakeTextCodec final : public TextCodec {
   std::string TokenText(int32_t id) const override;
   std::unique_ptr<TextStreamDecoder> NewStreamDecoder(bool at_text_start,
                                                       bool skip_special_tokens) const override;
-  absl::StatusOr<std::vector<int32_t>> EncodeChat(std::span<const ChatMessage> messages,
-                                                  bool add_generation_prompt) const override;
+  absl::StatusOr<ChatPrompt> EncodeChat(std::span<const ChatMessage> messages,
+                                        const ChatPromptOptions& options) const override;
+  std::string_view chat_template_source() const override;
+  // Every byte is a token; <unk>, <s>, </s> (EOS) and the chat markers are special.
+  std::shared_ptr<const structured::TokenTrie> token_trie() const override;
   int32_t vocab_size() const override { return kFakeVocabSize; }
 };
 

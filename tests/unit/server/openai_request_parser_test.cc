@@ -216,26 +216,144 @@ TEST(UnsupportedParamsTest, DefaultsNullsAndEmptiesAndHintsAreAccepted) {
     auto r = ParseChatRequest(chat + extra + "}");
     EXPECT_TRUE(r.ok()) << extra << ": " << r.status();
   }
-  EXPECT_EQ(ParamOf(ParseChatRequest(chat + R"("response_format": {"type": "json_object"}})")),
-            "response_format");
-  EXPECT_EQ(ParamOf(ParseChatRequest(chat + R"("tools": [{"type": "function"}]})")), "tools");
-  EXPECT_EQ(ParamOf(ParseChatRequest(chat + R"("tool_choice": "auto"})")), "tool_choice");
-  EXPECT_EQ(ParamOf(ParseChatRequest(chat + R"("parallel_tool_calls": true})")), "parallel_tool_calls");
+  EXPECT_EQ(ParamOf(ParseChatRequest(chat + R"("guided_grammar": "root ::= \"a\""})")), "guided_grammar");
+  EXPECT_EQ(ParamOf(ParseCompletionRequest(R"({"prompt": "p", "structured_outputs": {"regex": "a"}})")),
+            "structured_outputs");
+  EXPECT_EQ(ParamOf(ParseChatRequest(chat + R"("functions": [{"name": "f"}]})")), "functions");
   // Completions do not refuse chat-only members (OpenAI's completions have none of them).
   EXPECT_TRUE(ParseCompletionRequest(R"({"prompt": "p", "response_format": {"type": "json_object"}})").ok());
+}
+
+TEST(ChatParserTest, StructuredOutputs) {
+  using Kind = structured::GrammarSpec::Kind;
+  const std::string chat = R"({"messages": [{"role": "user", "content": "x"}], )";
+  auto obj = ParseChatRequest(chat + R"("response_format": {"type": "json_object"}})");
+  ASSERT_TRUE(obj.ok()) << obj.status();
+  ASSERT_TRUE(obj->request.grammar.has_value());
+  EXPECT_EQ(obj->request.grammar->kind, Kind::kJsonObject);
+  auto schema = ParseChatRequest(chat + R"("response_format": {"type": "json_schema", "json_schema":
+      {"name": "p", "strict": true, "schema": {"type": "object", "properties": {"b": {"type": "integer"}}}}}})");
+  ASSERT_TRUE(schema.ok()) << schema.status();
+  EXPECT_EQ(schema->request.grammar->kind, Kind::kJsonSchema);
+  EXPECT_EQ(schema->request.grammar->source, R"({"type":"object","properties":{"b":{"type":"integer"}}})");
+  EXPECT_EQ(schema->request.grammar->field, "response_format.json_schema.schema");
+  EXPECT_FALSE(ParseChatRequest(chat + R"("response_format": {"type": "text"}})")->request.grammar.has_value());
+  auto regex = ParseCompletionRequest(R"({"prompt": "p", "guided_regex": "[0-9]+"})");
+  ASSERT_TRUE(regex.ok());
+  EXPECT_EQ(regex->request.grammar->kind, Kind::kRegex);
+  auto choice = ParseChatRequest(chat + R"("guided_choice": ["yes", "no"]})");
+  ASSERT_TRUE(choice.ok());
+  EXPECT_EQ(choice->request.grammar->choices, (std::vector<std::string>{"yes", "no"}));
+  auto gj = ParseChatRequest(chat + R"("guided_json": "{\"type\": \"boolean\"}"})");
+  ASSERT_TRUE(gj.ok());
+  EXPECT_EQ(gj->request.grammar->source, R"({"type": "boolean"})");
+  EXPECT_EQ(ParamOf(ParseChatRequest(chat + R"("response_format": {"type": "json_schema"}})")),
+            "response_format.json_schema");
+  EXPECT_EQ(ParamOf(ParseChatRequest(chat + R"("response_format": {"type": "xml"}})")), "response_format.type");
+  EXPECT_EQ(ParamOf(ParseChatRequest(chat + R"("guided_regex": "a", "guided_choice": ["a"]})")), "guided_choice");
+  EXPECT_EQ(ParamOf(ParseChatRequest(chat + R"("guided_choice": []})")), "guided_choice");
+  // A named tool_choice constrains the output to that tool's parameters.
+  auto named = ParseChatRequest(chat + R"("tools": [{"type": "function", "function": {"name": "f",
+      "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}],
+      "tool_choice": {"type": "function", "function": {"name": "f"}}})");
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_EQ(named->request.chat.tool_choice, ToolChoice::kNamed);
+  ASSERT_TRUE(named->request.grammar.has_value());
+  EXPECT_EQ(named->request.grammar->source, R"({"type":"object","properties":{"q":{"type":"string"}}})");
+  EXPECT_EQ(named->request.grammar->field, "tools.f.parameters");
 }
 
 TEST(ChatParserTest, RolesAreCheckedAndDeveloperIsSystem) {
   EXPECT_EQ(ParamOf(ParseChatRequest(R"({"messages": [{"role": "wizard", "content": "x"}]})")),
             "messages[0].role");
-  auto tool = ParseChatRequest(
-      R"({"messages": [{"role": "user", "content": "x"}, {"role": "tool", "content": "42"}]})");
-  EXPECT_EQ(ParamOf(tool), "messages[1].role");
-  EXPECT_NE(tool.status().message().find("not supported"), std::string_view::npos);
+  auto function = ParseChatRequest(
+      R"({"messages": [{"role": "user", "content": "x"}, {"role": "function", "content": "42"}]})");
+  EXPECT_EQ(ParamOf(function), "messages[1].role");
+  EXPECT_NE(function.status().message().find("not supported"), std::string_view::npos);
   EXPECT_EQ(ParamOf(ParseChatRequest(R"({"messages": []})")), "messages");
   auto dev = ParseChatRequest(R"({"messages": [{"role": "developer", "content": "Be brief."}]})");
   ASSERT_TRUE(dev.ok()) << dev.status();
   EXPECT_EQ(dev->request.messages[0].role, "system");
+}
+
+TEST(ChatParserTest, ToolsToolCallsAndToolResults) {
+  auto r = ParseChatRequest(R"({
+    "messages": [
+      {"role": "user", "content": "Weather in Paris?"},
+      {"role": "assistant", "content": null, "reasoning_content": "need a tool",
+       "tool_calls": [{"id": "c1", "type": "function",
+                       "function": {"name": "get_weather", "arguments": "{\"unit\": \"c\", \"city\": \"Paris\"}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "name": "get_weather", "content": "21"}],
+    "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather",
+               "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}],
+    "parallel_tool_calls": false})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  const GenerationRequest& g = r->request;
+  EXPECT_EQ(g.chat.tool_choice, ToolChoice::kAuto);  // the default when tools are given
+  EXPECT_FALSE(g.chat.parallel_tool_calls);
+  // Kept in the client's order; tool-call arguments become objects for the template.
+  EXPECT_EQ(g.chat.prompt.tools_json,
+            R"([{"type":"function","function":{"name":"get_weather","description":"Weather",)"
+            R"("parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}])");
+  EXPECT_EQ(g.messages[1].tool_calls_json,
+            R"([{"id":"c1","type":"function","function":{"name":"get_weather","arguments":{"unit":"c","city":"Paris"}}}])");
+  EXPECT_EQ(g.messages[1].reasoning_content, "need a tool");
+  EXPECT_EQ(g.messages[2].role, "tool");
+  EXPECT_EQ(g.messages[2].tool_call_id, "c1");
+  EXPECT_EQ(g.messages[2].name, "get_weather");
+
+  const std::string user = R"({"messages": [{"role": "user", "content": "x"}], )";
+  const std::string tools = R"("tools": [{"type": "function", "function": {"name": "f"}}])";
+  auto none = ParseChatRequest(user + tools + R"(, "tool_choice": "none"})");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->request.chat.tool_choice, ToolChoice::kNone);
+  EXPECT_EQ(ParseChatRequest(user + R"("tool_choice": "none"})")->request.chat.tool_choice, ToolChoice::kNone);
+  EXPECT_EQ(ParamOf(ParseChatRequest(user + R"("tool_choice": "auto"})")), "tool_choice");  // no tools
+  EXPECT_EQ(ParamOf(ParseChatRequest(user + tools + R"(, "tool_choice": "sometimes"})")), "tool_choice");
+  EXPECT_EQ(ParamOf(ParseChatRequest(user + tools + R"(, "tool_choice": "required"})")), "tool_choice");
+  EXPECT_EQ(ParamOf(ParseChatRequest(
+                user + tools + R"(, "tool_choice": {"type": "function", "function": {"name": "g"}}})")),
+            "tool_choice.function.name");
+  EXPECT_EQ(ParamOf(ParseChatRequest(user + tools +
+                                     R"(, "tool_choice": {"type": "function", "function": {"name": "f"}}, )"
+                                     R"("guided_regex": "a"})")),
+            "tool_choice");
+  EXPECT_EQ(ParamOf(ParseChatRequest(user + R"("tools": [{"type": "function", "function": {}}]})")),
+            "tools[0].function.name");
+  EXPECT_EQ(ParamOf(ParseChatRequest(user + R"("tools": [{"type": "retrieval"}]})")), "tools[0].type");
+  EXPECT_EQ(ParamOf(ParseChatRequest(
+                R"({"messages": [{"role": "tool", "content": "21"}]})")),
+            "messages[0].tool_call_id");
+  EXPECT_EQ(ParamOf(ParseChatRequest(
+                R"({"messages": [{"role": "user", "content": "x", "tool_calls": [{"function": {"name": "f"}}]}]})")),
+            "messages[0].tool_calls");
+  EXPECT_EQ(ParamOf(ParseChatRequest(R"({"messages": [{"role": "assistant", "tool_calls": [)"
+                                     R"({"function": {"name": "f", "arguments": "{oops"}}]}]})")),
+            "messages[0].tool_calls[0].function.arguments");
+}
+
+TEST(ChatParserTest, TemplateOptions) {
+  auto r = ParseChatRequest(R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "Sure"}],
+    "add_generation_prompt": false, "continue_final_message": true,
+    "chat_template_kwargs": {"enable_thinking": false, "date_string": "1 Jan"}, "include_reasoning": false})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  const ChatPromptOptions& o = r->request.chat.prompt;
+  EXPECT_FALSE(o.add_generation_prompt);
+  EXPECT_TRUE(o.continue_final_message);
+  EXPECT_EQ(o.template_kwargs_json, R"({"enable_thinking":false,"date_string":"1 Jan"})");
+  EXPECT_FALSE(r->request.chat.include_reasoning);
+  // add_generation_prompt defaults to true, which continue_final_message contradicts.
+  EXPECT_EQ(ParamOf(ParseChatRequest(
+                R"({"messages": [{"role": "user", "content": "x"}], "continue_final_message": true})")),
+            "continue_final_message");
+  EXPECT_EQ(ParamOf(ParseChatRequest(
+                R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": [1]})")),
+            "chat_template_kwargs");
+  auto tok = ParseTokenizeRequest(R"({"messages": [{"role": "user", "content": "x"}],
+    "add_generation_prompt": false, "chat_template_kwargs": {"k": 1}})");
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_FALSE(tok->chat.add_generation_prompt);
+  EXPECT_EQ(tok->chat.template_kwargs_json, R"({"k":1})");
 }
 
 TEST(CompletionParserTest, LogitBias) {
@@ -243,11 +361,11 @@ TEST(CompletionParserTest, LogitBias) {
   ASSERT_TRUE(r.ok()) << r.status();
   const auto& b = r->request.sampling.logit_bias;
   ASSERT_EQ(b.size(), 2u);
-  // nlohmann orders object keys as strings: "12" before "7".
-  EXPECT_EQ(b[0].token, 12);
-  EXPECT_FLOAT_EQ(b[0].bias, 3.5f);
-  EXPECT_EQ(b[1].token, 7);
-  EXPECT_FLOAT_EQ(b[1].bias, -100.0f);
+  // In the order the client wrote them.
+  EXPECT_EQ(b[0].token, 7);
+  EXPECT_FLOAT_EQ(b[0].bias, -100.0f);
+  EXPECT_EQ(b[1].token, 12);
+  EXPECT_FLOAT_EQ(b[1].bias, 3.5f);
 
   EXPECT_EQ(ParamOf(ParseCompletionRequest(R"({"prompt": "p", "logit_bias": [1, 2]})")), "logit_bias");
   EXPECT_EQ(ParamOf(ParseCompletionRequest(R"({"prompt": "p", "logit_bias": {"a": 1}})")), "logit_bias");

@@ -114,5 +114,44 @@ TEST(OpenAiWriterTest, ErrorModelsAndTokenizerShapes) {
   EXPECT_EQ(json::parse(VersionJson("0.1.0"))["version"], "0.1.0");
 }
 
+TEST(OpenAiWriterTest, ChatReasoningAndToolCalls) {
+  ChoiceResult c;
+  c.text = "\n";
+  c.reasoning = "think first";
+  c.tool_calls = {{"call_a_0_0", "get_weather", "{\"city\":\"Paris\"}"}};
+  c.finish = engine::FinishReason::kStop;
+  json j = json::parse(ChatResponseJson(Meta(), {c}, Usage(), false));
+  const json& m = j["choices"][0]["message"];
+  EXPECT_TRUE(m["content"].is_null());  // blank content next to tool calls
+  EXPECT_EQ(m["reasoning_content"], "think first");
+  EXPECT_EQ(m["tool_calls"][0]["id"], "call_a_0_0");
+  EXPECT_EQ(m["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], "{\"city\":\"Paris\"}");
+  EXPECT_FALSE(m["tool_calls"][0].contains("index"));
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+
+  ChoiceResult plain;
+  plain.text = "hi";
+  json p = json::parse(ChatResponseJson(Meta(), {plain}, Usage(), false));
+  EXPECT_EQ(p["choices"][0]["message"]["content"], "hi");
+  EXPECT_FALSE(p["choices"][0]["message"].contains("reasoning_content"));
+  EXPECT_FALSE(p["choices"][0]["message"].contains("tool_calls"));
+  EXPECT_EQ(p["choices"][0]["finish_reason"], "stop");
+
+  ChoiceDelta d;
+  d.reasoning = "hmm";
+  json chunk = json::parse(ChatChunkJson(Meta(), d, false, nullptr, false));
+  EXPECT_EQ(chunk["choices"][0]["delta"]["reasoning_content"], "hmm");
+  EXPECT_FALSE(chunk["choices"][0]["delta"].contains("content"));
+  ChoiceDelta last;
+  last.tool_calls = c.tool_calls;
+  last.finish = engine::FinishReason::kStop;
+  chunk = json::parse(ChatChunkJson(Meta(), last, false, nullptr, false));
+  EXPECT_EQ(chunk["choices"][0]["delta"]["tool_calls"][0]["index"], 0);
+  EXPECT_EQ(chunk["choices"][0]["delta"]["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(chunk["choices"][0]["finish_reason"], "tool_calls");
+}
+
 }  // namespace
 }  // namespace kvserve::server

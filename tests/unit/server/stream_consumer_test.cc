@@ -220,5 +220,54 @@ TEST_F(StreamConsumerTest, EngineErrorIsCarried) {
   EXPECT_EQ(r[0].error, "device lost");
 }
 
+// Chat output: stop strings apply to the raw text, then reasoning and tool calls are read out.
+TEST_F(StreamConsumerTest, ChatOutputSplitsReasoningAndToolCalls) {
+  StreamConsumer::Options o;
+  chat::ChatOutputConfig config;
+  config.split_reasoning = true;
+  config.tools = chat::ToolCallFormat::kHermes;
+  config.call_id_prefix = "call_r_";
+  o.chat_output = config;
+  o.stop = {"<STOP>"};
+  Make(std::move(o));
+  stream_->push(Tokens("<think>look it up</thi"));
+  std::vector<ChoiceDelta> first;
+  consumer_->Drain(first);
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].reasoning, "look it up");  // "</thi" held back: it may be the end marker
+  EXPECT_EQ(first[0].text, "");
+  stream_->push(Tokens("nk>On it.<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 1}}</tool_call><STOP>ignored"));
+  stream_->push(Final(0, FinishReason::kStop));
+  stream_->close();
+  std::vector<ChoiceDelta> rest;
+  consumer_->Drain(rest);
+  ASSERT_FALSE(rest.empty());
+  const ChoiceDelta& last = rest.back();
+  EXPECT_EQ(last.finish, FinishReason::kStop);
+  ASSERT_EQ(last.tool_calls.size(), 1u);
+  EXPECT_EQ(last.tool_calls[0].id, "call_r_0_0");  // prefix, sample 0, call 0
+  EXPECT_EQ(last.tool_calls[0].name, "f");
+  EXPECT_EQ(last.tool_calls[0].arguments, "{\"x\":1}");
+  std::string content;
+  for (const auto& d : rest) content += d.text;
+  EXPECT_EQ(content, "On it.");
+}
+
+TEST_F(StreamConsumerTest, ChatOutputCanDropReasoning) {
+  StreamConsumer::Options o;
+  chat::ChatOutputConfig config;
+  config.split_reasoning = true;
+  config.starts_in_reasoning = true;
+  o.chat_output = config;
+  o.include_reasoning = false;
+  Make(std::move(o));
+  stream_->push(Tokens("hidden</think>shown"));
+  stream_->push(Final(0, FinishReason::kLength));
+  stream_->close();
+  auto r = DrainAll();
+  EXPECT_EQ(r[0].text, "shown");
+  EXPECT_EQ(r[0].reasoning, "");
+}
+
 }  // namespace
 }  // namespace kvserve::server

@@ -167,5 +167,65 @@ TEST(ChatTemplate, ErrorsNameTheConfigOption) {
               HasSubstr("model.chat_template: unknown value \"vicuna\"; allowed: auto|chatml"));
 }
 
+// transformers' continue_final_message: the text ends right after the final message's content.
+TEST(ChatTemplate, ContinueFinalMessageCutsAfterTheLastMessage) {
+  ChatRenderOptions o;
+  o.add_generation_prompt = false;
+  o.continue_final_message = true;
+  const std::vector<ChatMessage> conv = {{"user", "Name a fruit"}, {"assistant", "Sure: ap"}};
+  auto chatml = Select("auto", Jinja("chatml"))->Render(conv, o);
+  ASSERT_TRUE(chatml.ok()) << chatml.status();
+  EXPECT_EQ(*chatml, "<|im_start|>user\nName a fruit<|im_end|>\n<|im_start|>assistant\nSure: ap");
+  // llama3 strips message content: the trailing space the message had is not re-added.
+  const std::vector<ChatMessage> spaced = {{"user", "q"}, {"assistant", "Well, "}};
+  auto llama3 = Select("auto", Jinja("llama3"), {"<|begin_of_text|>", ""})->Render(spaced, o);
+  ASSERT_TRUE(llama3.ok()) << llama3.status();
+  EXPECT_TRUE(llama3->ends_with("<|start_header_id|>assistant<|end_header_id|>\n\nWell,")) << *llama3;
+  // chatml keeps it.
+  EXPECT_TRUE(Select("chatml", "")->Render(spaced, o)->ends_with("assistant\nWell, "));
+  o.add_generation_prompt = true;
+  auto both = Select("chatml", "")->Render(conv, o);
+  ASSERT_FALSE(both.ok());
+  EXPECT_THAT(std::string(both.status().message()), HasSubstr("continue_final_message"));
+  EXPECT_FALSE(CutAfterFinalMessage("<user>x</user>", "not there").ok());
+}
+
+// Tools, tool calls, tool results, reasoning and chat_template_kwargs reach a Jinja template.
+TEST(ChatTemplate, JinjaTemplateSeesToolsAndKwargs) {
+  const std::string source =
+      "{% for t in tools %}[tool {{ t.function.name }}]{% endfor %}"
+      "{% for m in messages %}<{{ m.role }}{% if m.name is defined %} name={{ m.name }}{% endif %}>"
+      "{% if m.reasoning_content is defined %}(r:{{ m.reasoning_content }}){% endif %}{{ m.content }}"
+      "{% for c in m.tool_calls | default([]) %}{call {{ c.function.name }} {{ c.function.arguments | tojson }}}"
+      "{% endfor %}{% if m.tool_call_id is defined %}[for {{ m.tool_call_id }}]{% endif %}{% endfor %}"
+      "{% if enable_thinking is defined and not enable_thinking %}<think></think>{% endif %}";
+  auto t = Select("auto", source);
+  ChatMessage call{"assistant", ""};
+  call.reasoning_content = "why";
+  call.tool_calls_json = R"([{"id":"c1","type":"function","function":{"name":"f","arguments":{"b":1,"a":2}}}])";
+  ChatMessage result{"tool", "42"};
+  result.tool_call_id = "c1";
+  result.name = "f";
+  ChatRenderOptions o;
+  o.tools_json = R"([{"type":"function","function":{"name":"f"}}])";
+  o.template_kwargs_json = R"({"enable_thinking":false})";
+  auto out = t->Render(std::vector<ChatMessage>{{"user", "u"}, call, result}, o);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, "[tool f]<user>u<assistant>(r:why){call f {\"b\": 1, \"a\": 2}}<tool name=f>42[for c1]"
+                  "<think></think>");
+  EXPECT_EQ(t->source(), source);
+  o.template_kwargs_json = "[1]";
+  EXPECT_FALSE(t->Render(std::vector<ChatMessage>{{"user", "u"}}, o).ok());
+}
+
+TEST(ChatTemplate, NativeFamiliesRefuseTools) {
+  ChatRenderOptions o;
+  o.tools_json = R"([{"type":"function","function":{"name":"f"}}])";
+  auto out = Select("chatml", "")->Render(std::vector<ChatMessage>{{"user", "u"}}, o);
+  ASSERT_FALSE(out.ok());
+  EXPECT_THAT(std::string(out.status().message()), HasSubstr("cannot render tools"));
+  EXPECT_THAT(std::string(out.status().message()), HasSubstr("model.chat_template=auto"));
+}
+
 }  // namespace
 }  // namespace kvserve::tokenizer

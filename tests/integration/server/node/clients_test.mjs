@@ -28,18 +28,24 @@ const { OpenAI } = require('openai');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
 
+// The fake-engine server replies with exactly TEXT to a prompt holding <<reply>>TEXT<</reply>>
+// (tests/unit/server/fake_engine.h), which is how tool calls and reasoning are scripted; the
+// bundled model writes neither by itself, so those checks run on the fake engine only.
+const realEngine = serverCmd[serverCmd.length - 1] === 'serve';
+
 const KEY = 'sk-node-test';
 const dir = mkdtempSync(path.join(tmpdir(), 'kvserve-node-'));
 const configPath = path.join(dir, 'kvserve.json');
-writeFileSync(configPath, JSON.stringify({
+const baseConfig = {
   logging: { level: 'warn' },
   server: { host: '127.0.0.1', http_port: 0, grpc_port: 0, drain_timeout_seconds: 2 },
   tenants: [{ name: 'node', api_keys: [KEY] }],
-}));
+};
+writeFileSync(configPath, JSON.stringify(baseConfig));
 
-function startServer() {
+function startServer(config = configPath) {
   return new Promise((resolve, reject) => {
-    const child = spawn(serverCmd[0], [...serverCmd.slice(1), '--config', configPath],
+    const child = spawn(serverCmd[0], [...serverCmd.slice(1), '--config', config],
                         { stdio: ['ignore', 'pipe', 'inherit'] });
     let out = '';
     const timer = setTimeout(() => reject(new Error(`no listening line; stdout: ${out}`)), 120000);
@@ -200,6 +206,221 @@ await check('openai: errors', async () => {
                        (e) => e.status === 400 && e.param === 'temperature');
 });
 
+// ---------------------------------------------------------------- reasoning and tools
+const weatherTool = { type: 'function', function: { name: 'get_weather', description: 'Weather in a city',
+  parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } };
+const scripted = (reply) => [{ role: 'user', content: `What is the weather in Paris? <<reply>>${reply}<</reply>>` }];
+const toolReply = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>';
+
+if (realEngine) {
+  await check('openai: tools without a detectable tool-call format are a 400 naming tool_choice', async () => {
+    await assert.rejects(openai.chat.completions.create({ model, messages: [{ role: 'user', content: 'Hi' }],
+                                                          tools: [weatherTool], max_tokens: 4 }),
+                         (e) => e.status === 400 && e.param === 'tool_choice');
+    const none = await openai.chat.completions.create({ model, messages: [{ role: 'user', content: 'Hi' }],
+                                                        tools: [weatherTool], tool_choice: 'none', max_tokens: 4 });
+    assert.equal(none.choices[0].message.tool_calls, undefined);
+  });
+} else {
+  await check('openai: tool_calls (non-streaming)', async () => {
+    const r = await openai.chat.completions.create({ model, messages: scripted(`Let me check.\n${toolReply}`),
+                                                     tools: [weatherTool], max_tokens: 200 });
+    const c = r.choices[0];
+    assert.equal(c.finish_reason, 'tool_calls');
+    assert.equal(c.message.content, 'Let me check.\n');
+    assert.equal(c.message.tool_calls.length, 1);
+    const call = c.message.tool_calls[0];
+    assert.equal(call.type, 'function');
+    assert.ok(call.id.startsWith('call_'), call.id);
+    assert.equal(call.function.name, 'get_weather');
+    assert.deepEqual(JSON.parse(call.function.arguments), { city: 'Paris' });
+  });
+
+  await check('openai: tool_calls (streaming, SDK stream helper)', async () => {
+    const reply = `${toolReply}\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>`;
+    const stream = openai.chat.completions.stream({ model, messages: scripted(reply), tools: [weatherTool],
+                                                    max_tokens: 300 });
+    const seen = [];
+    for await (const chunk of stream) for (const c of chunk.choices) if (c.delta.tool_calls) seen.push(...c.delta.tool_calls);
+    const final = await stream.finalChatCompletion();
+    const m = final.choices[0].message;
+    assert.equal(final.choices[0].finish_reason, 'tool_calls');
+    assert.deepEqual(m.tool_calls.map((t) => JSON.parse(t.function.arguments).city), ['Paris', 'Rome']);
+    assert.deepEqual(seen.map((t) => t.index), [0, 1]);
+    assert.ok(!m.content, `no content expected, got ${JSON.stringify(m.content)}`);
+  });
+
+  await check('openai: parallel_tool_calls=false keeps the first call', async () => {
+    const reply = `${toolReply}${toolReply}`;
+    const r = await openai.chat.completions.create({ model, messages: scripted(reply), tools: [weatherTool],
+                                                     parallel_tool_calls: false, max_tokens: 300 });
+    assert.equal(r.choices[0].message.tool_calls.length, 1);
+  });
+
+  await check('openai: tool results round trip; tool_choice none; required refused', async () => {
+    const first = await openai.chat.completions.create({ model, messages: scripted(toolReply), tools: [weatherTool],
+                                                         max_tokens: 200 });
+    const call = first.choices[0].message.tool_calls[0];
+    const messages = [...scripted('It is 21 C in Paris.'), first.choices[0].message,
+                      { role: 'tool', tool_call_id: call.id, content: '{"temp_c": 21}' }];
+    const second = await openai.chat.completions.create({ model, messages, tools: [weatherTool], max_tokens: 100 });
+    assert.equal(second.choices[0].message.content, 'It is 21 C in Paris.');
+    assert.equal(second.choices[0].finish_reason, 'stop');
+    const none = await openai.chat.completions.create({ model, messages: scripted(toolReply), tools: [weatherTool],
+                                                        tool_choice: 'none', max_tokens: 200 });
+    assert.equal(none.choices[0].message.content, toolReply);
+    assert.equal(none.choices[0].finish_reason, 'stop');
+    await assert.rejects(openai.chat.completions.create({ model, messages: scripted(toolReply), tools: [weatherTool],
+                                                          tool_choice: 'required' }),
+                         (e) => e.status === 400 && e.param === 'tool_choice');
+    await assert.rejects(openai.chat.completions.create({ model, messages: [{ role: 'tool', content: 'x' }] }),
+                         (e) => e.status === 400 && e.param === 'messages[0].tool_call_id');
+  });
+
+  await check('openai: reasoning_content (non-streaming and streaming)', async () => {
+    const req = { model, messages: scripted('<think>\nIt is summer.\n</think>\n\nSunny.'), max_tokens: 200 };
+    const r = await openai.chat.completions.create(req);
+    assert.equal(r.choices[0].message.reasoning_content, '\nIt is summer.\n');
+    assert.equal(r.choices[0].message.content, '\n\nSunny.');
+    const stream = await openai.chat.completions.create({ ...req, stream: true });
+    let reasoning = '', content = '';
+    for await (const chunk of stream) {
+      for (const c of chunk.choices) {
+        reasoning += c.delta.reasoning_content ?? '';
+        content += c.delta.content ?? '';
+      }
+    }
+    assert.equal(reasoning, '\nIt is summer.\n');
+    assert.equal(content, '\n\nSunny.');
+    // include_reasoning=false (vLLM) drops it.
+    const hidden = await openai.chat.completions.create({ ...req, include_reasoning: false });
+    assert.equal(hidden.choices[0].message.reasoning_content, undefined);
+    assert.equal(hidden.choices[0].message.content, '\n\nSunny.');
+  });
+
+  await check('openai: continue_final_message into an open <think> block', async () => {
+    const r = await openai.chat.completions.create({
+      model, messages: [...scripted('weighing it</think>Rain.'), { role: 'assistant', content: '<think>' }],
+      add_generation_prompt: false, continue_final_message: true, max_tokens: 100 });
+    assert.equal(r.choices[0].message.reasoning_content, 'weighing it');
+    assert.equal(r.choices[0].message.content, 'Rain.');
+  });
+}
+
+// Reasoning markers from the config, checked on any engine: with model.reasoning_end " the" a
+// reply's text up to its first " the" is reasoning. The same greedy request to the main server
+// gives the text to compare with (there "</think>" never comes: reasoning and content together
+// are the whole text).
+await check('openai: configured reasoning markers split greedy output', async () => {
+  const cfg2 = path.join(dir, 'reasoning.json');
+  writeFileSync(cfg2, JSON.stringify({ ...baseConfig, model: { reasoning_parser: 'think', reasoning_end: ' the' } }));
+  const second = await startServer(cfg2);
+  try {
+    const client = new OpenAI({ baseURL: `http://${second.host}:${second.httpPort}/v1`, apiKey: KEY, maxRetries: 0 });
+    const req = { model, messages: [{ role: 'user', content: 'Tell me a story.' }, { role: 'assistant', content: '<think>' }],
+                  add_generation_prompt: false, continue_final_message: true, max_tokens: 40, temperature: 0,
+                  ignore_eos: true };
+    const plain = (await openai.chat.completions.create(req)).choices[0].message;
+    const text = (plain.reasoning_content ?? '') + (plain.content ?? '');
+    assert.ok(text.length > 0);
+    const cut = text.indexOf(' the');
+    const split = (await client.chat.completions.create(req)).choices[0].message;
+    assert.equal(split.reasoning_content ?? '', cut < 0 ? text : text.slice(0, cut));
+    assert.equal(split.content, cut < 0 ? '' : text.slice(cut + 4));
+    const stream = await client.chat.completions.create({ ...req, stream: true });
+    let reasoning = '', content = '';
+    for await (const chunk of stream) {
+      for (const c of chunk.choices) {
+        reasoning += c.delta.reasoning_content ?? '';
+        content += c.delta.content ?? '';
+      }
+    }
+    assert.equal(reasoning, split.reasoning_content ?? '');
+    assert.equal(content, split.content);
+  } finally {
+    await new Promise((resolve) => { second.child.on('exit', resolve); second.child.kill('SIGTERM'); });
+  }
+});
+
+// ---------------------------------------------------------------- structured outputs
+// On the bundled model at temperature 1, over many seeds, every constrained output parses and
+// validates. (The fake engine does not sample, so there the requests only have to be accepted.)
+const personSchema = { type: 'object', properties: {
+  name: { type: 'string', maxLength: 12 }, age: { type: 'integer', minimum: 0 },
+  member: { type: 'boolean' }, tags: { type: 'array', items: { enum: ['red', 'green', 'blue'] }, maxItems: 3 },
+  score: { type: 'number' }, note: { anyOf: [{ type: 'null' }, { type: 'string', maxLength: 8 }] } },
+  required: ['name', 'age'], additionalProperties: false };
+const validPerson = (o) => {
+  assert.equal(typeof o, 'object');
+  assert.deepEqual(Object.keys(o), ['name', 'age', 'member', 'tags', 'score', 'note']);
+  assert.equal(typeof o.name, 'string');
+  assert.ok([...o.name].length <= 12, o.name);
+  assert.ok(Number.isInteger(o.age) && o.age >= 0, String(o.age));
+  assert.equal(typeof o.member, 'boolean');
+  assert.ok(Array.isArray(o.tags) && o.tags.length <= 3 && o.tags.every((t) => ['red', 'green', 'blue'].includes(t)));
+  assert.equal(typeof o.score, 'number');
+  assert.ok(o.note === null || (typeof o.note === 'string' && [...o.note].length <= 8));
+};
+const seeds = realEngine ? 24 : 2;
+await check(`openai: json_schema outputs validate (${seeds} seeds, temperature 1)`, async () => {
+  for (let seed = 0; seed < seeds; ++seed) {
+    const r = await openai.chat.completions.create({
+      model, messages: [{ role: 'user', content: 'Describe a person.' }], temperature: 1, seed, max_tokens: 400,
+      response_format: { type: 'json_schema', json_schema: { name: 'person', strict: true, schema: personSchema } } });
+    if (!realEngine) continue;
+    assert.equal(r.choices[0].finish_reason, 'stop', `seed ${seed}: ${r.choices[0].message.content}`);
+    validPerson(JSON.parse(r.choices[0].message.content));
+  }
+});
+await check(`openai: guided_regex, guided_choice, json_object (${seeds} seeds, temperature 1)`, async () => {
+  const re = '[A-Z][a-z]{1,8} (of|from) [A-Z][a-z]{1,8}, [0-9]{1,4}';
+  for (let seed = 0; seed < seeds; ++seed) {
+    const c = await openai.completions.create({ model, prompt: 'In the beginning', temperature: 1, seed,
+                                                max_tokens: 64, guided_regex: re });
+    const ch = await openai.chat.completions.create({ model, messages: [{ role: 'user', content: 'Well?' }],
+                                                      temperature: 1, seed, max_tokens: 8,
+                                                      guided_choice: ['yes', 'no', 'perhaps not'] });
+    const o = await openai.chat.completions.create({ model, messages: [{ role: 'user', content: 'JSON please' }],
+                                                     temperature: 1, seed, max_tokens: 300,
+                                                     response_format: { type: 'json_object' } });
+    if (!realEngine) continue;
+    assert.ok(new RegExp(`^(?:${re})$`).test(c.choices[0].text), `seed ${seed}: ${JSON.stringify(c.choices[0].text)}`);
+    assert.ok(['yes', 'no', 'perhaps not'].includes(ch.choices[0].message.content), ch.choices[0].message.content);
+    // json_object has no size bound (any object): the bundled model, which does not know JSON,
+    // runs to max_tokens at temperature 1 (none of 24 seeds ended within 1500 tokens); every
+    // output that ends by itself must parse, and every one starts as an object.
+    assert.ok(o.choices[0].message.content.startsWith('{'), o.choices[0].message.content);
+    if (o.choices[0].finish_reason === 'stop') {
+      const parsed = JSON.parse(o.choices[0].message.content);
+      assert.ok(parsed && typeof parsed === 'object' && !Array.isArray(parsed));
+    }
+  }
+});
+await check('openai: structured outputs errors name the member', async () => {
+  await assert.rejects(openai.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }],
+      response_format: { type: 'json_schema', json_schema: { name: 'n', schema: { type: 'integer', maximum: 3 } } } }),
+    (e) => e.status === 400 && e.param === 'response_format.json_schema.schema.maximum');
+  await assert.rejects(openai.completions.create({ model, prompt: 'x', guided_regex: '(a)\\1' }),
+                       (e) => e.status === 400 && e.param === 'guided_regex');
+});
+if (realEngine) {
+  await check('openai: named tool_choice returns that call with schema-valid arguments', async () => {
+    for (let seed = 0; seed < 6; ++seed) {
+      const r = await openai.chat.completions.create({
+        model, messages: [{ role: 'user', content: 'Weather in Paris?' }], temperature: 1, seed, max_tokens: 200,
+        tools: [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object',
+                  properties: { city: { type: 'string', maxLength: 10 }, days: { type: 'integer', minimum: 0 } } } } }],
+        tool_choice: { type: 'function', function: { name: 'get_weather' } } });
+      const c = r.choices[0];
+      assert.equal(c.finish_reason, 'tool_calls');
+      assert.equal(c.message.tool_calls[0].function.name, 'get_weather');
+      const args = JSON.parse(c.message.tool_calls[0].function.arguments);
+      assert.deepEqual(Object.keys(args), ['city', 'days']);
+      assert.ok(Number.isInteger(args.days));
+    }
+  });
+}
+
 await check('grpc: Generate streams chunks, usage last', async () => {
   const chunks = await collect(stub.Generate({
     model, prompt, sampling: { max_tokens: 12, temperature: 0, ignore_eos: true }, kv_compression: { policy },
@@ -234,6 +455,24 @@ await check('grpc: Chat, Tokenize, Detokenize, ListModels', async () => {
   assert.ok(d.prompt.includes('hello world'));
   const models = await unary('ListModels', {});
   assert.equal(models.models[0].id, model);
+});
+
+await check('grpc: structured outputs (regex, choice, json_schema)', async () => {
+  const re = '[a-z]{2,6}(, [a-z]{2,6}){0,3}\\.';
+  for (let seed = 0; seed < (realEngine ? 8 : 1); ++seed) {
+    const a = await unary('Complete', { model, prompt, sampling: { max_tokens: 64, temperature: 1, seed,
+                                                                    structured: { regex: re } } });
+    const b = await unary('Complete', { model, prompt, sampling: { max_tokens: 8, temperature: 1, seed,
+                                                                    structured: { choice: { choices: ['left', 'right'] } } } });
+    const c = await unary('Complete', { model, prompt, sampling: { max_tokens: 300, temperature: 1, seed,
+                                                                    structured: { json_schema: JSON.stringify(personSchema) } } });
+    if (!realEngine) continue;
+    assert.ok(new RegExp(`^(?:${re})$`).test(a.choices[0].text), JSON.stringify(a.choices[0].text));
+    assert.ok(['left', 'right'].includes(b.choices[0].text), b.choices[0].text);
+    validPerson(JSON.parse(c.choices[0].text));
+  }
+  await assert.rejects(unary('Complete', { model, prompt, sampling: { structured: { regex: '(?<=a)b' } } }),
+                       (e) => e.code === grpc.status.INVALID_ARGUMENT && e.details.includes('sampling.structured.regex'));
 });
 
 await check('grpc: status codes', async () => {
