@@ -28,6 +28,8 @@ class ServingEngine : public EngineClient {
   virtual int64_t max_model_len() const = 0;
 };
 
+class KvTierBridge;  // kv_tier_bridge.h
+
 struct EngineDeps {
   base::Logger logger;
   EngineObserver* observer = nullptr;        // may be null; must outlive the engine
@@ -35,6 +37,8 @@ struct EngineDeps {
   // Model-wide compression inputs (RoPE table, TriAttention statistics); null: only `full`.
   // Set by CreateEngine; must outlive the engine.
   const compression::PolicyContext* compression = nullptr;
+  // The remote KV tier's engine-side bridge; null: no remote tier. Must outlive the engine.
+  KvTierBridge* kv_tiers = nullptr;
 };
 
 absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config& config,
