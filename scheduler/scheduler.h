@@ -8,6 +8,9 @@
 //                  └───────────────────────────────────────┤  │
 //                                   preempt: swap          ▼  │
 //                                                         swapped
+//   waiting_for_remote (remote tier on): at admission, a sequence whose prompt has full
+//   blocks no local tier holds leaves the queue once, its RemoteLookup goes to the engine,
+//   and remote_lookup_done() puts it back at its original place (it holds no KV meanwhile).
 //   pending_forks: samples 1..n-1 of a request wait until sample 0 has computed its
 //   prompt up to the last token, then fork its blocks (copy-on-write) and run.
 //

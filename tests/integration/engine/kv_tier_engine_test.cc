@@ -47,7 +47,7 @@ struct Outcome {
   bool failed = false;
 };
 
-Outcome Run(ServingEngine& e, const std::string& id, std::vector<int32_t> prompt) {
+Outcome Serve(ServingEngine& e, const std::string& id, std::vector<int32_t> prompt) {
   RequestSpec s;
   s.request_id = id;
   s.prompt_tokens = std::move(prompt);
@@ -91,7 +91,7 @@ TEST(KvTierEngine, HostTierHitMatchesAColdRunAndCountsAsCached) {
   {
     auto e = CreateEngine(cfg, dir, EngineDeps{});
     ASSERT_TRUE(e.ok()) << e.status();
-    cold = Run(**e, "cold", shared);
+    cold = Serve(**e, "cold", shared);
   }
   ASSERT_FALSE(cold.failed);
   ASSERT_EQ(cold.tokens.size(), 12u);
@@ -103,17 +103,17 @@ TEST(KvTierEngine, HostTierHitMatchesAColdRunAndCountsAsCached) {
   deps.observer = &obs;
   auto e = CreateEngine(cfg, dir, std::move(deps));
   ASSERT_TRUE(e.ok()) << e.status();
-  const Outcome first = Run(**e, "first", shared);
+  const Outcome first = Serve(**e, "first", shared);
   EXPECT_EQ(first.tokens, cold.tokens);
   EXPECT_EQ(first.cached, 0);
   // Two other long prompts push the shared prompt's blocks out of the pool to the host tier.
-  EXPECT_FALSE(Run(**e, "other1", Prompt(200, 1)).failed);
-  EXPECT_FALSE(Run(**e, "other2", Prompt(200, 2)).failed);
+  EXPECT_FALSE(Serve(**e, "other1", Prompt(200, 1)).failed);
+  EXPECT_FALSE(Serve(**e, "other2", Prompt(200, 2)).failed);
   const KvTierStats before = obs.last();
   EXPECT_GE(before.written_bytes[KvTierStats::kHost], 10 * bytes_per_block);
   EXPECT_GT(before.host_blocks, 0);
 
-  const Outcome hit = Run(**e, "hit", shared);
+  const Outcome hit = Serve(**e, "hit", shared);
   EXPECT_EQ(hit.tokens, cold.tokens) << "a host-tier hit must give the cold run's output";
   EXPECT_EQ(hit.cached, 160);
   const KvTierStats after = obs.last();
@@ -121,7 +121,7 @@ TEST(KvTierEngine, HostTierHitMatchesAColdRunAndCountsAsCached) {
   EXPECT_EQ(after.read_bytes[KvTierStats::kHost] - before.read_bytes[KvTierStats::kHost], 10 * bytes_per_block);
 
   // And once more: now the blocks are back on the device (a device hit).
-  const Outcome again = Run(**e, "again", shared);
+  const Outcome again = Serve(**e, "again", shared);
   EXPECT_EQ(again.tokens, cold.tokens);
   EXPECT_EQ(again.cached, 160);
   EXPECT_EQ(obs.last().hit_blocks[KvTierStats::kHost], after.hit_blocks[KvTierStats::kHost]);
