@@ -72,12 +72,13 @@ void RemoteKvTier::OnResult(const absl::Status& st) {
     if (!available_.load(std::memory_order_relaxed)) {
       logger_.info("remote KV tier: reconnected to redis %s:%d", options_.store.endpoint.host,
                    options_.store.endpoint.port);
+      available_.store(true, std::memory_order_relaxed);
+      if (on_reply_) on_reply_();  // the engine republishes the tier's state
     }
-    available_.store(true, std::memory_order_relaxed);
     logged_down_ = false;
     return;
   }
-  available_.store(false, std::memory_order_relaxed);
+  if (available_.exchange(false, std::memory_order_relaxed) && on_reply_) on_reply_();
   if (!logged_down_) {
     logged_down_ = true;
     logger_.warn("remote KV tier unavailable (%s): serving from local tiers only, retrying with backoff",

@@ -69,8 +69,9 @@ struct RemoteKvTierStats {
 
 class RemoteKvTier {
  public:
-  // `on_reply` is called on the tier thread after a reply was queued; it must not block
-  // (the engine notifies its condition variable). `clock` must outlive the tier.
+  // `on_reply` is called on the tier thread after a reply was queued and when available()
+  // changes; it must not block (the engine notifies its condition variable). `clock` must
+  // outlive the tier.
   RemoteKvTier(RemoteKvTierOptions options, const base::Clock* clock, base::Logger logger,
                std::function<void()> on_reply);
   ~RemoteKvTier();

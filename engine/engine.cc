@@ -290,6 +290,7 @@ void Engine::Loop() {
   logger_.info("engine loop started: max_num_seqs=%d max_num_batched_tokens=%d pool=%d tokens",
                config_.scheduler.max_num_seqs, config_.scheduler.max_num_batched_tokens,
                static_cast<int>(cache_.max_tokens()));
+  if (observer_ != nullptr && (tiers_ != nullptr || cache_.host_cache_enabled())) ReportTiers(cache_.usage());
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -304,7 +305,11 @@ void Engine::Loop() {
     for (auto& cmd : commands_) Apply(cmd);
     commands_.clear();
     // Remote lookups answered: their blocks land in the host tier, the sequences wait again.
-    if (tiers_ != nullptr) tiers_->ApplyReplies(cache_, scheduler_);
+    if (tiers_ != nullptr) {
+      tiers_->ApplyReplies(cache_, scheduler_);
+      // The link went down or came back while idle: the metrics say so without traffic.
+      if (observer_ != nullptr && tiers_->remote_available() != reported_remote_up_) ReportTiers(cache_.usage());
+    }
     if (scheduler_.has_work()) Step();
   }
   // Requests still in the inbox were accepted too: add them so that they end like the rest.
@@ -693,6 +698,7 @@ void Engine::ReportTiers(const cache::CacheUsage& usage) {
     t.remote_rejected_blocks = r.rejected_blocks;
     t.remote_dropped_writes = r.dropped_writes;
     t.remote_load_seconds = tiers_->TakeLatencies();
+    reported_remote_up_ = r.available;
   }
   observer_->OnKvTiers(t);
 }

@@ -164,7 +164,8 @@ class Engine final : public ServingEngine {
   std::vector<scheduler::SeqUpdate> updates_;
   std::vector<Command> commands_;  // inbox swapped out here
   bool warned_stuck_ = false;
-  bool auto_pressure_ = false;  // `auto` requests compress (pool above the high watermark)
+  bool auto_pressure_ = false;
+  bool reported_remote_up_ = false;  // remote tier state in the last ReportTiers  // `auto` requests compress (pool above the high watermark)
 
   std::thread thread_;
 };
