@@ -561,7 +561,8 @@ void Engine::Step() {
       warned_stuck_ = true;
       // Only worth a warning when something is actually waiting (a step that merely told
       // the runner to forget aborted sequences lands here too).
-      if (scheduler_.num_waiting() > 0) {
+      // (Sequences parked for the remote tier are not stuck: their lookup wakes the loop.)
+      if (scheduler_.num_waiting() > scheduler_.num_waiting_for_remote()) {
         logger_.warn("no waiting request fits in the KV pool; waiting for new requests");
       }
     }
