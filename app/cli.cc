@@ -39,6 +39,7 @@ constexpr FlagAlias kAliases[] = {
     {"--max-num-seqs", "scheduler.max_num_seqs", "sequences running at once"},
     {"--max-num-batched-tokens", "scheduler.max_num_batched_tokens", "token budget per step"},
     {"--metrics-compat", "server.metrics_compat", "none|vllm"},
+    {"--remote-kv", "cache.remote_kv_url", "remote KV tier shared by replicas: redis://HOST:PORT[/DB]"},
 };
 
 struct Command {

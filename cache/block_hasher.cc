@@ -88,4 +88,9 @@ PrefixKey MakePrefixKey(std::string_view model, std::string_view tenant_group,
   return k;
 }
 
+uint64_t TenantSalt(const PrefixKey& key) {
+  const uint64_t r = Mum(key.tenant ^ kP0, key.cache_salt ^ kP3);
+  return r == 0 ? 1 : r;
+}
+
 }  // namespace kvserve::cache

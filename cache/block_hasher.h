@@ -38,6 +38,11 @@ struct PrefixKey {
 PrefixKey MakePrefixKey(std::string_view model, std::string_view tenant_group,
                         std::string_view cache_salt);
 
+// Who may see a block, as one number (the remote tier's address; kv_block_record.h): the
+// tenant's prefix-cache group and the request's cache_salt. The model is part of the tier
+// identity instead.
+uint64_t TenantSalt(const PrefixKey& key);
+
 class BlockHasher {
  public:
   explicit BlockHasher(uint64_t seed = kDefaultSeed) : seed_(seed) {}

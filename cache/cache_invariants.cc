@@ -154,9 +154,34 @@ absl::Status CheckCacheInvariants(const KvCacheManager& m) {
                                     refs[i], " table entries"));
     }
   }
-  if (host_total != swap.num_used() || swap.num_free() + swap.num_used() != swap.num_blocks()) {
-    return Violation(absl::StrCat("host tier: ", host_total, " blocks owned, ", swap.num_used(),
-                                  " used, ", swap.num_free(), " free of ", swap.num_blocks()));
+  // Host pool: every used host block has exactly one holder: a swapped-out sequence, the
+  // host prefix tier, or the quarantine (kv_cache_manager.h).
+  const HostPrefixCache& hc = m.host_cache();
+  int32_t held = 0;
+  hc.for_each([&](BlockId h, const HostBlockInfo& info) {
+    if (!st.ok()) return;
+    ++held;
+    if (h.value() < 0 || h.value() >= swap.num_blocks() || swap.is_free(h) || host_owned[h.value()]++) {
+      st = Violation(absl::StrCat("host prefix tier holds a bad, free or shared host block ", h.value()));
+    } else if (info.hash == kNoHash || hc.find(info.hash) != h) {
+      st = Violation(absl::StrCat("host prefix block ", h.value(), " is not indexed under its hash"));
+    }
+  });
+  KVS_RETURN_IF_ERROR(st);
+  if (held != hc.index_size() || held > hc.capacity()) {
+    return Violation(absl::StrCat("host prefix tier: ", held, " blocks in its LRU, ", hc.index_size(),
+                                  " indexed, capacity ", hc.capacity()));
+  }
+  for (BlockId h : m.host_quarantine()) {
+    if (h.value() < 0 || h.value() >= swap.num_blocks() || swap.is_free(h) || host_owned[h.value()]++) {
+      return Violation(absl::StrCat("quarantined host block ", h.value(), " is bad, free or held elsewhere"));
+    }
+  }
+  const int32_t holders = host_total + held + static_cast<int32_t>(m.host_quarantine().size());
+  if (holders != swap.num_used() || swap.num_free() + swap.num_used() != swap.num_blocks()) {
+    return Violation(absl::StrCat("host pool: ", host_total, " blocks swapped, ", held, " in the prefix tier, ",
+                                  m.host_quarantine().size(), " quarantined, ", swap.num_used(), " used, ",
+                                  swap.num_free(), " free of ", swap.num_blocks()));
   }
   return absl::OkStatus();
 }

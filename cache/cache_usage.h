@@ -36,6 +36,16 @@ struct CacheUsage {
   uint64_t swapped_out_blocks = 0;     // cumulative device -> host block copies
   uint64_t swapped_in_blocks = 0;      // cumulative host -> device block copies
   uint64_t swap_in_reused_blocks = 0;  // swap-in blocks served by still-cached device blocks
+  // ---- host prefix tier (shares the host pool with swap)
+  int32_t host_cache_capacity_blocks = 0;
+  int32_t host_cache_blocks = 0;       // held now
+  uint64_t host_query_blocks = 0;      // blocks looked up in the host tier (device misses)
+  uint64_t host_hit_blocks = 0;        // prefix blocks loaded from the host tier (cumulative)
+  uint64_t remote_hit_blocks = 0;      // of those: fetched from the remote tier before
+  uint64_t offloaded_blocks = 0;       // evicted device blocks copied to the host tier
+  uint64_t offload_skipped_blocks = 0; // evicted device blocks dropped (no free host block)
+  uint64_t host_evicted_blocks = 0;    // host-tier blocks dropped by its LRU
+  uint64_t host_yielded_blocks = 0;    // host-tier blocks given up to swap
 
   double usage_ratio() const {
     return total_blocks == 0 ? 0.0 : static_cast<double>(used_blocks) / total_blocks;

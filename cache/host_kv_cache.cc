@@ -30,7 +30,12 @@ absl::StatusOr<HostKvCache> MakeHostKvCache(const config::CacheConfig& cfg, KvLa
         absl::StrCat("cache.kv_bytes=", cfg.kv_bytes, ": buys no block of ",
                      layout.bytes_per_block(), " bytes"));
   }
-  const int32_t host_blocks = UsableBlocksForBudget(cfg.host_swap_bytes, layout);
+  const int32_t swap_blocks = UsableBlocksForBudget(cfg.host_swap_bytes, layout);
+  const int32_t cache_blocks = UsableBlocksForBudget(cfg.host_cache_bytes, layout);
+  if (static_cast<int64_t>(swap_blocks) + cache_blocks > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError("cache.host_swap_bytes + cache.host_cache_bytes: too many host blocks");
+  }
+  const int32_t host_blocks = swap_blocks + cache_blocks;  // one pool (kv_cache_manager.h)
 
   HostKvCache cache;
   KVS_ASSIGN_OR_RETURN(cache.storage, HostKvStorage::Create(layout, usable + 1));
@@ -41,6 +46,10 @@ absl::StatusOr<HostKvCache> MakeHostKvCache(const config::CacheConfig& cfg, KvLa
   opts.layout = layout;
   opts.num_blocks = usable + 1;
   opts.num_host_blocks = host_blocks;
+  opts.host_cache_blocks = cache_blocks;
+  if (!cfg.remote_kv_url.empty()) {
+    opts.remote_writes = cfg.remote_kv_write_back ? RemoteWrites::kWriteBack : RemoteWrites::kWriteThrough;
+  }
   opts.enable_prefix_caching = cfg.enable_prefix_caching;
   cache.manager = std::make_unique<KvCacheManager>(opts, std::move(logger));
   return cache;

@@ -2,7 +2,10 @@
 // memory, and the manager sized to match.
 //
 //   cache.kv_bytes        -> usable = kv_bytes / bytes_per_block;  pool = usable + 1 (null)
-//   cache.host_swap_bytes -> host blocks = host_swap_bytes / bytes_per_block (0: no swap)
+//   cache.host_swap_bytes  -> swap blocks  = host_swap_bytes / bytes_per_block
+//   cache.host_cache_bytes -> cache blocks = host_cache_bytes / bytes_per_block (prefix tier)
+//   host pool = swap blocks + cache blocks: swap may use all of it, the prefix tier at most
+//   its own share and only free blocks (kv_cache_manager.h)
 //   bytes_per_block = layers * (2 * kv_heads * block_size * head_dim * dtype bytes
 //                               + scales for fp8/int8)            (kv_layout.h)
 #pragma once
@@ -20,7 +23,7 @@ namespace kvserve::cache {
 
 struct HostKvCache {
   std::unique_ptr<HostKvStorage> storage;    // the KV pool ("device" blocks)
-  std::unique_ptr<HostKvStorage> swap;       // host swap tier; null when disabled
+  std::unique_ptr<HostKvStorage> swap;       // host pool (swap + prefix tier); null when empty
   std::unique_ptr<KvCacheManager> manager;
 };
 

@@ -146,4 +146,41 @@ void ReadKvToken(const KvStorage& storage, int layer, int64_t slot, float* k, fl
   }
 }
 
+namespace {
+
+// f(offset into the flat block, pointer into the storage, bytes) for every run of a block.
+template <typename Storage, typename F>
+void ForEachBlockRun(Storage& storage, BlockId block, F&& f) {
+  const KvLayout& l = storage.layout();
+  KVS_CHECK(storage.host_addressable(), "block bytes of a storage that is not host-addressable");
+  KVS_CHECK(block.value() >= 0 && block.value() < storage.num_blocks(), "block ", block.value(), " out of range");
+  const size_t data_bytes = l.block_elems() * l.elem_bytes();
+  const size_t scale_bytes = l.block_scales() * sizeof(float);
+  size_t off = 0;
+  for (int layer = 0; layer < l.num_layers; ++layer) {
+    f(off, storage.layer_data(layer) + static_cast<size_t>(block.value()) * data_bytes, data_bytes);
+    off += data_bytes;
+  }
+  if (scale_bytes == 0) return;
+  for (int layer = 0; layer < l.num_layers; ++layer) {
+    auto* base = reinterpret_cast<decltype(storage.layer_data(0))>(storage.layer_scales(layer));
+    f(off, base + static_cast<size_t>(block.value()) * scale_bytes, scale_bytes);
+    off += scale_bytes;
+  }
+}
+
+}  // namespace
+
+void ReadBlockBytes(const KvStorage& storage, BlockId block, std::span<std::byte> out) {
+  KVS_CHECK(out.size() == storage.layout().bytes_per_block(), "block bytes: ", out.size(), " != ",
+            storage.layout().bytes_per_block());
+  ForEachBlockRun(storage, block, [&](size_t off, const std::byte* p, size_t n) { std::memcpy(out.data() + off, p, n); });
+}
+
+void WriteBlockBytes(KvStorage& storage, BlockId block, std::span<const std::byte> in) {
+  KVS_CHECK(in.size() == storage.layout().bytes_per_block(), "block bytes: ", in.size(), " != ",
+            storage.layout().bytes_per_block());
+  ForEachBlockRun(storage, block, [&](size_t off, std::byte* p, size_t n) { std::memcpy(p, in.data() + off, n); });
+}
+
 }  // namespace kvserve::cache

@@ -62,6 +62,12 @@ class HostKvStorage final : public KvStorage {
   std::vector<float*> scales_;  // null entries for unscaled dtypes
 };
 
+// One whole block of a host-addressable storage as a flat byte string, in the remote tier's
+// record layout (kv_block_record.h): every layer's data run, then every layer's scales.
+// The span must be exactly layout().bytes_per_block() bytes (checked).
+void ReadBlockBytes(const KvStorage& storage, BlockId block, std::span<std::byte> out);
+void WriteBlockBytes(KvStorage& storage, BlockId block, std::span<const std::byte> in);
+
 // Token-level access for CPU code and tests. `k` and `v` are [num_kv_heads][head_dim]
 // floats; quantized on write (kernels/cpu/kv_quant.h), dequantized on read. The storage must
 // be host-addressable; `slot` = block * block_size + offset.

@@ -1,6 +1,7 @@
 #include "cache/kv_cache_manager.h"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "base/check.h"
@@ -11,11 +12,17 @@ namespace kvserve::cache {
 
 KvCacheManager::KvCacheManager(const KvCacheManagerOptions& options, base::Logger logger)
     : block_size_(options.layout.block_size),
+      bytes_per_block_(options.layout.block_size > 0 ? options.layout.bytes_per_block() : 0),
       enable_prefix_caching_(options.enable_prefix_caching),
       logger_(std::move(logger)),
       pool_(options.num_blocks),
       hasher_(options.hash_seed),
-      swap_(options.num_host_blocks) {
+      swap_(options.num_host_blocks),
+      host_cache_(options.num_host_blocks, options.host_cache_blocks),
+      remote_writes_mode_(options.remote_writes),
+      host_busy_step_(static_cast<size_t>(options.num_host_blocks), -1),
+      device_salt_(static_cast<size_t>(options.num_blocks), 0),
+      device_remote_ok_(static_cast<size_t>(options.num_blocks), 0) {
   KVS_CHECK(block_size_ > 0 && (block_size_ & (block_size_ - 1)) == 0,
             "block_size must be a power of two, got ", block_size_);
   slots_.reserve(options.expected_sequences);
@@ -24,10 +31,11 @@ KvCacheManager::KvCacheManager(const KvCacheManagerOptions& options, base::Logge
   const KvLayout& l = options.layout;
   logger_.info(
       "kv cache: %d blocks of %d tokens (+1 null block), %d bytes per block, max %d tokens, "
-      "dtype %s (%.1f bytes/token), prefix caching %s, host swap %d blocks",
+      "dtype %s (%.1f bytes/token), prefix caching %s, host pool %d blocks (prefix tier up to %d)",
       pool_.num_usable(), block_size_, static_cast<int64_t>(l.bytes_per_block()), max_tokens(),
       std::string(config::Name(l.dtype)), l.block_size > 0 ? l.bytes_per_token() : 0.0,
-      enable_prefix_caching_ ? "on" : "off", swap_.num_blocks());
+      enable_prefix_caching_ ? "on" : "off", swap_.num_blocks(), host_cache_.capacity());
+  quarantine_.reserve(static_cast<size_t>(options.num_host_blocks));
 }
 
 // ------------------------------------------------------------------ sequence states
@@ -82,6 +90,7 @@ PrefixMatch KvCacheManager::match_prefix(SeqId seq, std::span<const int32_t> pro
   KVS_CHECK(!s.swapped && s.table.empty() && s.table.num_tokens() == 0,
             "match_prefix on sequence ", seq.value(), " that already holds KV");
   s.root = hasher_.root(key);
+  s.tenant_salt = TenantSalt(key);
   s.hashes.clear();
   ++prefix_queries_;
   prefix_query_tokens_ += prompt_tokens.size();
@@ -103,11 +112,38 @@ PrefixMatch KvCacheManager::match_prefix(SeqId seq, std::span<const int32_t> pro
     s.hashes.push_back(h);
     parent = h;
   }
+  // The host tier continues the chain: each hit takes a fresh device block and a copy.
+  int32_t host_hits = 0, remote_hits = 0;
+  if (host_cache_.enabled()) host_query_blocks_ += max_blocks - n;
+  for (; n < max_blocks && host_cache_.enabled(); ++n) {
+    const BlockHash h = hasher_.chain(
+        parent, prompt_tokens.subspan(static_cast<size_t>(n) * block_size_, block_size_));
+    const std::optional<BlockId> host = host_cache_.find(h);
+    if (!host || pool_.num_free() == 0) break;
+    // Busy and most recently used first: allocating below may offload and evict the LRU.
+    host_cache_.touch(*host);
+    host_busy_step_[host->value()] = step_;
+    const BlockId dev = *allocate_device_block();
+    HostBlockInfo& info = host_cache_.mutable_info(*host);
+    publish_device(dev, h, info.tenant_salt, info.remote_ok);
+    if (info.from_remote) {
+      info.from_remote = false;
+      ++remote_hits;
+    }
+    tier_to_device_.push_back({*host, dev});
+    s.table.append_block(dev);
+    s.hashes.push_back(h);
+    ++allocated_blocks_;
+    ++host_hits;
+    parent = h;
+  }
   const int64_t tokens = static_cast<int64_t>(n) * block_size_;
   s.table.set_num_tokens(tokens);
   prefix_hit_blocks_ += n;
   prefix_hit_tokens_ += tokens;
-  return {n, tokens};
+  host_hit_blocks_ += host_hits;
+  remote_hit_blocks_ += remote_hits;
+  return {n, tokens, host_hits, remote_hits};
 }
 
 void KvCacheManager::commit_full_blocks(SeqId seq, std::span<const int32_t> tokens) {
@@ -123,7 +159,13 @@ void KvCacheManager::commit_full_blocks(SeqId seq, std::span<const int32_t> toke
     const BlockId b = s->table[i];
     const BlockHash current = pool_.hash(b);
     if (current == kNoHash) {
-      pool_.publish(b, h);
+      // NOTE: a compressing sequence (publish limit set) is never handed to the remote tier:
+      // other replicas would need the same limit to use it safely; keep it local.
+      const bool remote_ok = s->publish_limit_tokens == std::numeric_limits<int64_t>::max();
+      publish_device(b, h, s->tenant_salt, remote_ok);
+      if (remote_ok && remote_writes_mode_ == RemoteWrites::kWriteThrough) {
+        remote_writes_.push_back({h, s->tenant_salt, b, false});
+      }
     } else {
       // Shared with a fork sibling that committed it first: same tokens, same hash.
       KVS_DCHECK(current == h, "block ", b.value(), " of sequence ", seq.value(),
@@ -184,7 +226,7 @@ std::optional<AllocationDelta> KvCacheManager::allocate(SeqId seq, int num_new_t
     KVS_DCHECK(tail_index >= s.num_committed_blocks(), "partial tail block ", tail.value(),
                " counted as committed");
     if (pool_.refcount(tail) > 1) {
-      const BlockId copy = *pool_.allocate();
+      const BlockId copy = *allocate_device_block();
       pool_.release(tail);
       t.replace_block(tail_index, copy);
       d.first_changed_block = tail_index;
@@ -200,7 +242,7 @@ std::optional<AllocationDelta> KvCacheManager::allocate(SeqId seq, int num_new_t
   }
   const int32_t target = t.BlocksFor(t.num_tokens() + num_new_tokens);
   while (t.num_blocks() < target) {
-    const BlockId b = *pool_.allocate();  // availability checked above
+    const BlockId b = *allocate_device_block();  // availability checked above
     t.append_block(b);
     d.blocks.push_back(b);
     ++allocated_blocks_;
@@ -245,7 +287,7 @@ int32_t KvCacheManager::free(SeqId seq) {
   int32_t released;
   if (s->swapped) {
     released = static_cast<int32_t>(s->host_blocks.size());
-    swap_.release(s->host_blocks);
+    for (BlockId h : s->host_blocks) release_host(h);
   } else {
     released = s->table.num_blocks();
     release_table_tail_first(*s);
@@ -257,9 +299,11 @@ int32_t KvCacheManager::free(SeqId seq) {
 // ------------------------------------------------------------------ host swap tier
 
 bool KvCacheManager::can_swap_out(SeqId seq) const {
+  // Swap has priority over the prefix tier: its blocks count as available (swap_out makes
+  // them yield; entries busy this step cannot, and then swap_out answers nullopt).
   const SequenceKvState* s = find(seq);
-  return s != nullptr && !s->swapped && s->table.num_blocks() <= swap_.num_free() &&
-         swap_.num_blocks() > 0;
+  return s != nullptr && !s->swapped &&
+         s->table.num_blocks() <= swap_.num_free() + host_cache_.size() && swap_.num_blocks() > 0;
 }
 
 std::optional<std::vector<BlockCopy>> KvCacheManager::swap_out(SeqId seq) {
@@ -268,6 +312,10 @@ std::optional<std::vector<BlockCopy>> KvCacheManager::swap_out(SeqId seq) {
   KVS_CHECK(!s->swapped, "sequence ", seq.value(), " is already swapped out");
   if (!can_swap_out(seq)) return std::nullopt;
   const int32_t n = s->table.num_blocks();
+  while (swap_.num_free() < n && host_cache_.size() > 0) {
+    if (!evict_host_lru(/*for_swap=*/true)) break;
+  }
+  if (swap_.num_free() < n) return std::nullopt;
   s->host_blocks.clear();
   KVS_CHECK(swap_.allocate(n, s->host_blocks), "swap space lost blocks");
   std::vector<BlockCopy> copies;
@@ -306,21 +354,164 @@ std::optional<std::vector<BlockCopy>> KvCacheManager::swap_in(SeqId seq) {
         continue;
       }
     }
-    const BlockId b = *pool_.allocate();  // each step takes at most one free block
+    const BlockId b = *allocate_device_block();  // each step takes at most one free block
     s->table.append_block(b);
     copies.push_back({s->host_blocks[i], b});
+    host_busy_step_[s->host_blocks[i].value()] = step_;
     ++allocated_blocks_;
     // Full, committed content: findable again once the copy has run (copies run before
     // the next forward pass, see kv_storage.h).
-    if (committed) pool_.publish(b, s->hashes[i]);
+    if (committed) {
+      publish_device(b, s->hashes[i], s->tenant_salt,
+                     s->publish_limit_tokens == std::numeric_limits<int64_t>::max());
+    }
   }
-  swap_.release(s->host_blocks);
+  for (BlockId h : s->host_blocks) release_host(h);
   s->host_blocks.clear();
   s->table.set_num_tokens(s->swapped_num_tokens);
   s->swapped_num_tokens = 0;
   s->swapped = false;
   swapped_in_blocks_ += copies.size();
   return copies;
+}
+
+// ------------------------------------------------------------------ tiers
+
+void KvCacheManager::publish_device(BlockId b, BlockHash h, uint64_t tenant_salt, bool remote_ok) {
+  pool_.publish(b, h);
+  device_salt_[b.value()] = tenant_salt;
+  device_remote_ok_[b.value()] = remote_ok ? 1 : 0;
+}
+
+std::optional<BlockId> KvCacheManager::allocate_device_block() {
+  if (host_cache_.enabled()) {
+    const std::optional<BlockId> front = pool_.free_queue().front();
+    if (front && pool_.hash(*front) != kNoHash) offload(*front);
+  }
+  return pool_.allocate();
+}
+
+void KvCacheManager::offload(BlockId device_block) {
+  const BlockHash h = pool_.hash(device_block);
+  if (const std::optional<BlockId> held = host_cache_.find(h)) {
+    host_cache_.touch(*held);  // already there (loaded from it, or a duplicate device copy)
+    return;
+  }
+  if (host_cache_.full()) {
+    // Evict only if that buys a block: a victim written back stays out of circulation
+    // until the next step, so then a free block must exist already.
+    const std::optional<BlockId> victim = host_cache_.lru();
+    const bool quarantined = victim && remote_writes_mode_ == RemoteWrites::kWriteBack &&
+                             host_cache_.info(*victim).remote_ok;
+    if ((quarantined && swap_.num_free() == 0) || !evict_host_lru(/*for_swap=*/false)) {
+      ++offload_skipped_;
+      return;
+    }
+  }
+  host_scratch_.clear();
+  if (!swap_.allocate(1, host_scratch_)) {  // every free block is taken by swap
+    ++offload_skipped_;
+    return;
+  }
+  const BlockId host = host_scratch_[0];
+  HostBlockInfo info;
+  info.hash = h;
+  info.tenant_salt = device_salt_[device_block.value()];
+  info.remote_ok = device_remote_ok_[device_block.value()] != 0;
+  host_cache_.insert(host, info);
+  tier_to_host_.push_back({device_block, host});
+  ++offloaded_blocks_;
+}
+
+bool KvCacheManager::evict_host_lru(bool for_swap) {
+  const std::optional<BlockId> victim = host_cache_.lru();
+  if (!victim || host_busy(*victim)) return false;
+  const HostBlockInfo info = host_cache_.info(*victim);
+  host_cache_.erase(*victim);
+  if (for_swap) {
+    ++host_yielded_blocks_;
+  } else {
+    ++host_evicted_blocks_;
+  }
+  if (!for_swap && info.remote_ok && remote_writes_mode_ == RemoteWrites::kWriteBack) {
+    // Its bytes are read after this step runs: keep the block out of circulation until then.
+    remote_writes_.push_back({info.hash, info.tenant_salt, *victim, true});
+    quarantine_.push_back(*victim);
+    return true;
+  }
+  release_host(*victim);
+  return true;
+}
+
+void KvCacheManager::release_host(BlockId b) {
+  if (host_busy(b)) {
+    quarantine_.push_back(b);
+  } else {
+    const BlockId one[] = {b};
+    swap_.release(one);
+  }
+}
+
+void KvCacheManager::begin_step() {
+  ++step_;
+  swap_.release(quarantine_);
+  quarantine_.clear();
+}
+
+void KvCacheManager::take_tier_copies(std::vector<BlockCopy>& to_host, std::vector<BlockCopy>& to_device) {
+  to_host.insert(to_host.end(), tier_to_host_.begin(), tier_to_host_.end());
+  to_device.insert(to_device.end(), tier_to_device_.begin(), tier_to_device_.end());
+  tier_to_host_.clear();
+  tier_to_device_.clear();
+}
+
+void KvCacheManager::take_remote_writes(std::vector<RemoteWrite>& out) {
+  out.insert(out.end(), remote_writes_.begin(), remote_writes_.end());
+  remote_writes_.clear();
+}
+
+PrefixProbe KvCacheManager::probe_prefix(std::span<const int32_t> prompt_tokens, const PrefixKey& key) const {
+  PrefixProbe p;
+  if (!enable_prefix_caching_ || prompt_tokens.empty()) return p;
+  p.eligible_blocks = static_cast<int32_t>((prompt_tokens.size() - 1) / block_size_);
+  BlockHash parent = hasher_.root(key);
+  for (; p.cached_blocks < p.eligible_blocks; ++p.cached_blocks) {
+    const BlockHash h = hasher_.chain(
+        parent, prompt_tokens.subspan(static_cast<size_t>(p.cached_blocks) * block_size_, block_size_));
+    if (!pool_.find_cached(h) && !host_cache_.find(h)) break;
+    parent = h;
+  }
+  return p;
+}
+
+void KvCacheManager::prefix_hashes(std::span<const int32_t> tokens, const PrefixKey& key, int32_t from,
+                                   int32_t to, std::vector<BlockHash>& out) const {
+  KVS_CHECK(from >= 0 && to >= from && static_cast<size_t>(to) * block_size_ <= tokens.size(),
+            "prefix_hashes of blocks [", from, ",", to, ") of ", tokens.size(), " tokens");
+  BlockHash parent = hasher_.root(key);
+  for (int32_t i = 0; i < to; ++i) {
+    parent = hasher_.chain(parent, tokens.subspan(static_cast<size_t>(i) * block_size_, block_size_));
+    if (i >= from) out.push_back(parent);
+  }
+}
+
+std::optional<BlockId> KvCacheManager::insert_remote_block(BlockHash hash, uint64_t tenant_salt) {
+  if (!host_cache_.enabled() || host_cache_.find(hash)) return std::nullopt;
+  if (host_cache_.full()) {
+    const std::optional<BlockId> victim = host_cache_.lru();
+    const bool quarantined = victim && remote_writes_mode_ == RemoteWrites::kWriteBack &&
+                             host_cache_.info(*victim).remote_ok;
+    if ((quarantined && swap_.num_free() == 0) || !evict_host_lru(/*for_swap=*/false)) return std::nullopt;
+  }
+  host_scratch_.clear();
+  if (!swap_.allocate(1, host_scratch_)) return std::nullopt;
+  HostBlockInfo info;
+  info.hash = hash;
+  info.tenant_salt = tenant_salt;
+  info.remote_ok = false;  // it came from there
+  info.from_remote = true;
+  host_cache_.insert(host_scratch_[0], info);
+  return host_scratch_[0];
 }
 
 // ------------------------------------------------------------------ queries
@@ -389,6 +580,15 @@ CacheUsage KvCacheManager::usage() const {
   u.swapped_out_blocks = swapped_out_blocks_;
   u.swapped_in_blocks = swapped_in_blocks_;
   u.swap_in_reused_blocks = swap_in_reused_blocks_;
+  u.host_cache_capacity_blocks = host_cache_.capacity();
+  u.host_cache_blocks = host_cache_.size();
+  u.host_hit_blocks = host_hit_blocks_;
+  u.host_query_blocks = host_query_blocks_;
+  u.remote_hit_blocks = remote_hit_blocks_;
+  u.offloaded_blocks = offloaded_blocks_;
+  u.offload_skipped_blocks = offload_skipped_;
+  u.host_evicted_blocks = host_evicted_blocks_;
+  u.host_yielded_blocks = host_yielded_blocks_;
   return u;
 }
 

@@ -8,7 +8,8 @@
 //        │             slots_[i] recycled through free_slots_; seq_index_: SeqId -> slot
 //        ├── BlockPool (device): refcounts, LRU free queue, PrefixIndex (hash -> block)
 //        ├── BlockHasher: chained hash of full blocks (+ PrefixKey extra keys)
-//        └── SwapSpace (host tier): free host block ids
+//        ├── SwapSpace: free ids of the host pool, shared by swap and the host prefix tier
+//        └── HostPrefixCache (host prefix tier): hash -> host block, LRU
 //
 // Threading: owned and called only by the engine thread, so there are no locks.
 //
@@ -20,6 +21,24 @@
 //   truncate(new_len)               -> compression drops trailing blocks
 //   swap_out / swap_in              -> preemption without recompute (host tier)
 //   free                            -> blocks back to the LRU, tail first; idempotent
+//
+// Host pool accounting (one pool of host blocks, two users):
+//   - swap (preempted sequences) may take every block of the pool: when free blocks run short,
+//     the prefix tier yields its least recently used blocks (dropped, never written back);
+//   - the prefix tier holds at most `host_cache_blocks` and only takes blocks that are free:
+//     it never makes a swap-out fail that would have succeeded without it.
+// The host pool is sized host_swap_bytes + host_cache_bytes (host_kv_cache.h).
+//
+// Tiered prefix cache. When allocation evicts a cached device block (its hash is dropped for
+// new content), the block is offloaded: copied device -> host into the prefix tier (a copy
+// appended to the step's swap-out list). match_prefix continues a device hit with host-tier
+// blocks: each takes a fresh device block and a host -> device copy (the swap-in list). A
+// host block read or written by a copy of the current step is never handed out again in the
+// same step (it waits in quarantine_ until begin_step): the runner executes all swap-outs,
+// then all swap-ins. A host block that a copy of the current step READS (a swap-in or a load)
+// is never handed out again in the same step (it waits in quarantine_ until begin_step): a
+// later write to it would run first. Blocks only written this step may be reused: writes run
+// in list order, so the last owner's copy lands last.
 //
 // "No room" is an ordinary answer (false / nullopt), never an error: the scheduler preempts,
 // swaps or waits. Misuse (e.g. allocate on a swapped-out sequence) is a bug and aborts.
@@ -55,14 +74,39 @@
 #include "cache/cache_usage.h"
 #include "cache/kv_layout.h"
 #include "cache/sequence_kv_state.h"
+#include "cache/host_prefix_cache.h"
 #include "cache/swap_space.h"
 
 namespace kvserve::cache {
 
+// When blocks are handed to the remote tier (take_remote_writes).
+enum class RemoteWrites : uint8_t {
+  kNone,          // no remote tier
+  kWriteThrough,  // every block committed by a non-compressing sequence
+  kWriteBack,     // blocks the host prefix tier evicts (LRU), not those yielded to swap
+};
+
+// A block to publish to the remote tier: read its bytes after the step ran, before the next
+// Schedule (the block stays untouched until then).
+struct RemoteWrite {
+  BlockHash hash;
+  uint64_t tenant_salt = 0;
+  BlockId block;
+  bool on_host = false;  // block id in the host pool; otherwise in the device pool
+};
+
+// Read-only probe of the tiers for a prompt (no references taken, nothing copied).
+struct PrefixProbe {
+  int32_t eligible_blocks = 0;  // full blocks a hit may cover (prompt_len - 1 tokens)
+  int32_t cached_blocks = 0;    // leading blocks found on the device or in the host tier
+};
+
 struct KvCacheManagerOptions {
   KvLayout layout;                 // block_size and the bytes per block (for the log)
   int32_t num_blocks = 0;          // device pool, including the null block (>= 2)
-  int32_t num_host_blocks = 0;     // host swap tier; 0: swapping disabled
+  int32_t num_host_blocks = 0;     // host pool (swap + prefix tier); 0: no host tier
+  int32_t host_cache_blocks = 0;   // most blocks the host prefix tier holds; 0: off
+  RemoteWrites remote_writes = RemoteWrites::kNone;  // what to hand the remote tier
   bool enable_prefix_caching = true;
   uint64_t hash_seed = BlockHasher::kDefaultSeed;
   int32_t expected_sequences = 256;  // capacity reserved up front (not a limit)
@@ -73,6 +117,8 @@ struct KvCacheManagerOptions {
 struct PrefixMatch {
   int32_t num_blocks = 0;
   int64_t num_tokens = 0;
+  int32_t host_blocks = 0;    // of num_blocks: loaded from the host tier (copies pending)
+  int32_t remote_blocks = 0;  // of host_blocks: first use of a block fetched from the remote tier
 };
 
 // What allocate() changed: the model runner applies it to its copy of the block table.
@@ -110,6 +156,24 @@ class KvCacheManager {
   // with evictable tokens must not become cache hits). Set it before those blocks commit;
   // creates the sequence if it does not exist yet.
   void set_publish_limit(SeqId seq, int64_t max_tokens);
+
+  // ---- tiers (host prefix tier, remote tier hand-off)
+  // Start of a scheduler step: host blocks quarantined during the last one become free.
+  void begin_step();
+  // Appends and clears the copies the tiers need this step: offloads (device -> host, to
+  // run with the swap-outs) and loads (host -> device, with the swap-ins).
+  void take_tier_copies(std::vector<BlockCopy>& to_host, std::vector<BlockCopy>& to_device);
+  // Appends and clears the blocks to publish to the remote tier (RemoteWrites).
+  void take_remote_writes(std::vector<RemoteWrite>& out);
+  PrefixProbe probe_prefix(std::span<const int32_t> prompt_tokens, const PrefixKey& key) const;
+  // Chain hashes of full blocks [from, to) of `tokens` under `key` (appended to `out`).
+  void prefix_hashes(std::span<const int32_t> tokens, const PrefixKey& key, int32_t from, int32_t to,
+                     std::vector<BlockHash>& out) const;
+  // A host block for a block fetched from the remote tier, held by the prefix tier under
+  // `hash` (evicting its LRU entry if full); nullopt when the tier is off, already holds the
+  // hash, or has no free block. The caller fills its bytes before the next Schedule.
+  std::optional<BlockId> insert_remote_block(BlockHash hash, uint64_t tenant_salt);
+  bool host_cache_enabled() const { return host_cache_.enabled(); }
 
   // ---- allocation
   // Blocks allocate(seq, num_new_tokens) would take from the free queue (CoW included).
@@ -150,6 +214,7 @@ class KvCacheManager {
   CacheUsage usage() const;
 
   int block_size() const { return block_size_; }
+  size_t bytes_per_block() const { return bytes_per_block_; }
   bool prefix_caching_enabled() const { return enable_prefix_caching_; }
   int32_t num_sequences() const { return static_cast<int32_t>(seq_index_.size()); }
   // Tokens the device pool holds when full.
@@ -162,6 +227,9 @@ class KvCacheManager {
   // ---- introspection (invariant checker, tests)
   const BlockPool& block_pool() const { return pool_; }
   const SwapSpace& swap_space() const { return swap_; }
+  const HostPrefixCache& host_cache() const { return host_cache_; }
+  // Host blocks waiting for the next step before they become free (see the class comment).
+  std::span<const BlockId> host_quarantine() const { return quarantine_; }
   const BlockHasher& hasher() const { return hasher_; }
   // f(SeqId, const SequenceKvState&) for every known sequence.
   template <typename F>
@@ -179,13 +247,36 @@ class KvCacheManager {
   void erase(SeqId seq);
   int32_t blocks_needed(const SequenceKvState& s, int num_new_tokens) const;
   void release_table_tail_first(SequenceKvState& s);
+  // pool_.allocate(), offloading the evicted content to the host tier first.
+  std::optional<BlockId> allocate_device_block();
+  void offload(BlockId device_block);
+  // Drops the host tier's LRU entry (written back to the remote tier unless `for_swap`).
+  // False when the LRU entry is read by a copy of this step.
+  bool evict_host_lru(bool for_swap);
+  // Gives a host block back to the pool, or to quarantine when this step's copies read it.
+  void release_host(BlockId b);
+  bool host_busy(BlockId b) const { return host_busy_step_[b.value()] == step_; }
+  void publish_device(BlockId b, BlockHash h, uint64_t tenant_salt, bool remote_ok);
 
   const int block_size_;
+  const size_t bytes_per_block_;
   const bool enable_prefix_caching_;
   base::Logger logger_;
   BlockPool pool_;
   BlockHasher hasher_;
   SwapSpace swap_;
+  HostPrefixCache host_cache_;
+  const RemoteWrites remote_writes_mode_;
+  int64_t step_ = 0;
+  std::vector<int64_t> host_busy_step_;     // per host block: last step a copy read it
+  std::vector<BlockId> quarantine_;
+  std::vector<BlockId> host_scratch_;
+  std::vector<BlockCopy> tier_to_host_;
+  std::vector<BlockCopy> tier_to_device_;
+  std::vector<RemoteWrite> remote_writes_;
+  // Per device block, valid while it holds a hash: tenant salt and remote eligibility.
+  std::vector<uint64_t> device_salt_;
+  std::vector<uint8_t> device_remote_ok_;
 
   std::vector<SequenceKvState> slots_;
   std::vector<int32_t> free_slots_;
@@ -205,6 +296,13 @@ class KvCacheManager {
   uint64_t swapped_out_blocks_ = 0;
   uint64_t swapped_in_blocks_ = 0;
   uint64_t swap_in_reused_blocks_ = 0;
+  uint64_t host_hit_blocks_ = 0;
+  uint64_t host_query_blocks_ = 0;
+  uint64_t remote_hit_blocks_ = 0;
+  uint64_t offloaded_blocks_ = 0;
+  uint64_t offload_skipped_ = 0;
+  uint64_t host_evicted_blocks_ = 0;
+  uint64_t host_yielded_blocks_ = 0;
 };
 
 }  // namespace kvserve::cache

@@ -1,4 +1,4 @@
-// The remote KV tier's connection to Redis (issue 20): pipelined GET/SET of encoded block
+// The remote KV tier's connection to Redis (issue 20): one MGET / pipelined SETs of encoded block
 // records (kv_block_record.h) over one hiredis connection with timeouts from config.
 //
 // Failure model: Redis down, slow or full never fails a request. Any transport error marks
@@ -57,7 +57,7 @@ class RedisKvStore {
   RedisKvStore(const RedisKvStore&) = delete;
   RedisKvStore& operator=(const RedisKvStore&) = delete;
 
-  // One pipelined round trip: the value of each key, nullopt where absent.
+  // One round trip (MGET): the value of each key, nullopt where absent.
   absl::StatusOr<std::vector<std::optional<std::string>>> GetMany(std::span<const std::string> keys);
   // One pipelined round trip of SET key value [EX ttl].
   absl::Status PutMany(std::span<const std::pair<std::string, std::string>> entries);

@@ -29,6 +29,7 @@ struct SequenceKvState {
     hashes.clear();
     host_blocks.clear();
     root = kNoHash;
+    tenant_salt = 0;
     publish_limit_tokens = std::numeric_limits<int64_t>::max();
     swapped = false;
     swapped_num_tokens = 0;
@@ -40,6 +41,7 @@ struct SequenceKvState {
   BlockTable table;
   std::vector<BlockHash> hashes;
   BlockHash root = kNoHash;
+  uint64_t tenant_salt = 0;  // TenantSalt(key) of match_prefix: remote-tier address
   int64_t publish_limit_tokens = std::numeric_limits<int64_t>::max();
   bool swapped = false;
   int64_t swapped_num_tokens = 0;

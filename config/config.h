@@ -49,6 +49,12 @@ struct CacheConfig {
   KvDtype kv_dtype = KvDtype::kFp32;
   bool enable_prefix_caching = true;
   uint64_t host_swap_bytes = 256ull << 20;      // host swap tier; 0 disables swapping
+  uint64_t host_cache_bytes = 0;                // host prefix tier (evicted prefix blocks); 0: off
+  // Remote KV tier shared by replicas (redis://HOST[:PORT][/DB]); empty: off.
+  std::string remote_kv_url;
+  bool remote_kv_write_back = false;            // false: write-through on commit
+  double remote_kv_timeout_seconds = 0.05;      // connect and per-command timeout
+  int64_t remote_kv_ttl_seconds = 3600;         // expiry of written blocks; 0: none
 };
 
 struct SchedulerConfig {

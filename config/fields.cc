@@ -254,6 +254,24 @@ std::vector<Field<Config>> BuildConfigFields() {
                            [](C& c) -> auto& { return c.cache.enable_prefix_caching; }));
   f.push_back(IntField<C>("cache.host_swap_bytes", "host swap tier size in bytes; 0 disables swap",
                           [](C& c) -> auto& { return c.cache.host_swap_bytes; }, 0, kMaxBytes, true));
+  f.push_back(IntField<C>("cache.host_cache_bytes",
+                          "host prefix tier: full prefix blocks evicted from the KV pool are kept here "
+                          "and loaded back on a hit; shares one host pool with swap (swap has priority); "
+                          "0 disables it",
+                          [](C& c) -> auto& { return c.cache.host_cache_bytes; }, 0, kMaxBytes, true));
+  f.push_back(StringField<C>("cache.remote_kv_url",
+                             "remote KV tier shared by replicas, redis://HOST[:PORT][/DB]; empty: off",
+                             [](C& c) -> auto& { return c.cache.remote_kv_url; }));
+  f.push_back(BoolField<C>("cache.remote_kv_write_back",
+                           "true: write blocks to the remote tier when the host tier evicts them; "
+                           "false: write-through when a block is committed",
+                           [](C& c) -> auto& { return c.cache.remote_kv_write_back; }));
+  f.push_back(DoubleField<C>("cache.remote_kv_timeout_seconds",
+                             "remote KV tier connect and per-command timeout in seconds",
+                             [](C& c) -> auto& { return c.cache.remote_kv_timeout_seconds; }, 0.001, 60.0));
+  f.push_back(IntField<C>("cache.remote_kv_ttl_seconds",
+                          "expiry of blocks written to the remote tier in seconds; 0: none",
+                          [](C& c) -> auto& { return c.cache.remote_kv_ttl_seconds; }, 0, 365ll * 86400));
   // scheduler
   f.push_back(IntField<C>("scheduler.max_num_seqs", "sequences running at once",
                           [](C& c) -> auto& { return c.scheduler.max_num_seqs; }, 1, 65536));

@@ -86,6 +86,7 @@ Engine::Engine(const config::Config& config, ModelInfo model, cache::KvCacheMana
       runner_(runner),
       logger_(deps.logger),
       observer_(deps.observer),
+      tiers_(deps.kv_tiers),
       compression_(deps.compression),
       clock_(deps.clock ? deps.clock : std::make_shared<base::SteadyClock>()),
       tenant_names_(TenantNames(config)),
@@ -289,16 +290,26 @@ void Engine::Loop() {
   logger_.info("engine loop started: max_num_seqs=%d max_num_batched_tokens=%d pool=%d tokens",
                config_.scheduler.max_num_seqs, config_.scheduler.max_num_batched_tokens,
                static_cast<int>(cache_.max_tokens()));
+  if (observer_ != nullptr && (tiers_ != nullptr || cache_.host_cache_enabled())) ReportTiers(cache_.usage());
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mu_);
       // Sleep when there is nothing to run (or nothing that can run: see Step).
-      cv_.wait(lock, [&] { return stop_ || !inbox_.empty() || (scheduler_.has_work() && !warned_stuck_); });
+      cv_.wait(lock, [&] {
+        return stop_ || !inbox_.empty() || tier_wakeup_ || (scheduler_.has_work() && !warned_stuck_);
+      });
       if (stop_) break;
+      tier_wakeup_ = false;
       commands_.swap(inbox_);
     }
     for (auto& cmd : commands_) Apply(cmd);
     commands_.clear();
+    // Remote lookups answered: their blocks land in the host tier, the sequences wait again.
+    if (tiers_ != nullptr) {
+      tiers_->ApplyReplies(cache_, scheduler_);
+      // The link went down or came back while idle: the metrics say so without traffic.
+      if (observer_ != nullptr && tiers_->remote_available() != reported_remote_up_) ReportTiers(cache_.usage());
+    }
     if (scheduler_.has_work()) Step();
   }
   // Requests still in the inbox were accepted too: add them so that they end like the rest.
@@ -518,9 +529,20 @@ void Engine::FailAll(const absl::Status& status) {
   }
 }
 
+void Engine::WakeForTier() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    tier_wakeup_ = true;
+  }
+  cv_.notify_one();
+}
+
 void Engine::Step() {
   base::Nanos started = clock_->now_ns();
+  // While the remote tier is down nobody waits for it (local tiers only).
+  if (tiers_ != nullptr) scheduler_.set_remote_lookups(tiers_->remote_available());
   scheduler_.Schedule(plan_);
+  if (tiers_ != nullptr) tiers_->SendLookups(scheduler_);
   // A plan that moves KV (swap-in of a sequence that runs from the next step on, copies) must
   // reach the runner even when it computes nothing: the cache manager already counts those
   // blocks as resident, and the next step would read KV that was never copied.
@@ -532,13 +554,15 @@ void Engine::Step() {
       // The runner still has to forget these sequences.
       (void)runner_.Execute(plan_, result_);
     }
+    if (tiers_ != nullptr) tiers_->PublishWrites(cache_);
     // Publish the state anyway: after aborts the gauges would otherwise keep showing them.
     ReportStep(started, plan_);
     if (scheduler_.num_running() == 0 && !warned_stuck_) {
       warned_stuck_ = true;
       // Only worth a warning when something is actually waiting (a step that merely told
       // the runner to forget aborted sequences lands here too).
-      if (scheduler_.num_waiting() > 0) {
+      // (Sequences parked for the remote tier are not stuck: their lookup wakes the loop.)
+      if (scheduler_.num_waiting() > scheduler_.num_waiting_for_remote()) {
         logger_.warn("no waiting request fits in the KV pool; waiting for new requests");
       }
     }
@@ -562,11 +586,14 @@ void Engine::Step() {
       if (owner != seq_owner_.end()) keys.push_back(owner->second.first);
     }
     for (uint64_t key : keys) AbortRequest(key, FinishReason::kError, std::string(st.message()));
+    if (tiers_ != nullptr) tiers_->DiscardWrites(cache_);
     return;
   }
   if (!result_.compactions.empty()) OnCompactions(result_);
   updates_.clear();
   scheduler_.Update(plan_, result_, updates_);
+  // Blocks committed (write-through) or evicted by the host tier (write-back) this step.
+  if (tiers_ != nullptr) tiers_->PublishWrites(cache_);
   Publish(updates_);
   ReportStep(started, plan_);
 }
@@ -644,6 +671,37 @@ void Engine::ReportStep(base::Nanos started, const scheduler::StepPlan& plan) {
   s.live_logical_tokens = scheduler_.live_logical_tokens();
   s.live_physical_tokens = scheduler_.live_physical_tokens();
   observer_->OnStep(s);
+  if (tiers_ != nullptr || usage.host_cache_capacity_blocks > 0) ReportTiers(usage);
+}
+
+void Engine::ReportTiers(const cache::CacheUsage& usage) {
+  KvTierStats t;
+  const uint64_t bpb = cache_.bytes_per_block();
+  t.block_size = usage.block_size;
+  t.lookup_blocks[KvTierStats::kDevice] = usage.prefix_query_blocks;
+  t.hit_blocks[KvTierStats::kDevice] = usage.prefix_hit_blocks - usage.host_hit_blocks;
+  t.lookup_blocks[KvTierStats::kHost] = usage.host_query_blocks;
+  t.hit_blocks[KvTierStats::kHost] = usage.host_hit_blocks - usage.remote_hit_blocks;
+  t.hit_blocks[KvTierStats::kRemote] = usage.remote_hit_blocks;
+  t.read_bytes[KvTierStats::kHost] = usage.host_hit_blocks * bpb;
+  t.written_bytes[KvTierStats::kHost] = usage.offloaded_blocks * bpb;
+  t.host_dropped_blocks = usage.offload_skipped_blocks;
+  t.host_blocks = usage.host_cache_blocks;
+  t.host_capacity_blocks = usage.host_cache_capacity_blocks;
+  if (tiers_ != nullptr) {
+    const cache::RemoteKvTierStats r = tiers_->remote_stats();
+    t.remote_enabled = true;
+    t.remote_up = r.available;
+    t.lookup_blocks[KvTierStats::kRemote] = r.lookup_blocks;
+    t.read_bytes[KvTierStats::kRemote] = r.bytes_read;
+    t.written_bytes[KvTierStats::kRemote] = r.bytes_written;
+    t.remote_errors = r.errors;
+    t.remote_rejected_blocks = r.rejected_blocks;
+    t.remote_dropped_writes = r.dropped_writes;
+    t.remote_load_seconds = tiers_->TakeLatencies();
+    reported_remote_up_ = r.available;
+  }
+  observer_->OnKvTiers(t);
 }
 
 }  // namespace kvserve::engine

@@ -31,6 +31,7 @@
 #include "cache/kv_cache_manager.h"
 #include "config/config.h"
 #include "engine/engine_factory.h"
+#include "engine/kv_tier_bridge.h"
 #include "engine/model_runner.h"
 #include "engine/request_compression.h"
 #include "scheduler/scheduler.h"
@@ -69,6 +70,8 @@ class Engine final : public ServingEngine {
   int InFlight() const override { return in_flight_.load(); }
   void AbortAll() override;
   int64_t max_model_len() const override { return model_.max_model_len; }
+  // Wakes the loop (the remote tier's I/O thread calls it when a lookup was answered).
+  void WakeForTier();
 
  private:
   struct Command {
@@ -119,6 +122,7 @@ class Engine final : public ServingEngine {
   void Forget(uint64_t key);
   void FailAll(const absl::Status& status);
   void ReportStep(base::Nanos started, const scheduler::StepPlan& plan);
+  void ReportTiers(const cache::CacheUsage& usage);
 
   const config::Config config_;
   const ModelInfo model_;
@@ -126,6 +130,7 @@ class Engine final : public ServingEngine {
   ModelRunner& runner_;
   base::Logger logger_;
   EngineObserver* observer_;
+  KvTierBridge* tiers_;  // null: no remote tier
   const compression::PolicyContext* compression_;
   std::shared_ptr<const base::Clock> clock_;
   std::vector<std::string> tenant_names_;   // index = scheduler tenant index
@@ -135,6 +140,7 @@ class Engine final : public ServingEngine {
   std::condition_variable cv_;
   std::vector<Command> inbox_;
   bool stop_ = false;
+  bool tier_wakeup_ = false;
   std::atomic<bool> draining_{false};
   std::atomic<bool> alive_{true};
   std::atomic<int> in_flight_{0};
@@ -158,7 +164,8 @@ class Engine final : public ServingEngine {
   std::vector<scheduler::SeqUpdate> updates_;
   std::vector<Command> commands_;  // inbox swapped out here
   bool warned_stuck_ = false;
-  bool auto_pressure_ = false;  // `auto` requests compress (pool above the high watermark)
+  bool auto_pressure_ = false;
+  bool reported_remote_up_ = false;  // remote tier state in the last ReportTiers  // `auto` requests compress (pool above the high watermark)
 
   std::thread thread_;
 };

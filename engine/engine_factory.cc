@@ -1,7 +1,10 @@
 #include "engine/engine_factory.h"
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
@@ -9,6 +12,9 @@
 #include "compression/triattention_stats.h"
 #include "engine/backend.h"
 #include "engine/engine.h"
+#include "engine/kv_tier_bridge.h"
+#include "cache/block_hasher.h"
+#include "config/fields.h"
 #include "kernels/device_probe.h"
 #include "model/llama_model.h"
 
@@ -25,6 +31,9 @@ class LocalEngine final : public ServingEngine {
   base::SteadyClock clock;                                 // compression phase timings
   Backend backend;
   std::unique_ptr<Engine> engine;
+  // Declared after the engine: destroyed first, so its I/O thread never sees a dead engine.
+  std::atomic<Engine*> wake_target{nullptr};
+  std::unique_ptr<KvTierBridge> tiers;
 
   ~LocalEngine() override {
     if (engine) engine->Stop();
@@ -61,6 +70,60 @@ absl::StatusOr<std::unique_ptr<compression::TriAttentionStats>> LoadStatsFor(con
   }
   logger.info("TriAttention statistics loaded from %s", path);
   return std::make_unique<compression::TriAttentionStats>(std::move(*stats));
+}
+
+// What replicas sharing remote blocks must agree on: the model (config.json and the weights'
+// file sizes) and the settings that shape KV values (kv_block_record.h checks the layout).
+cache::KvTierIdentity TierIdentity(const config::Config& config, const std::string& model_dir,
+                                   const cache::KvLayout& layout) {
+  std::string model_id;
+  std::error_code ec;
+  if (std::ifstream in(std::filesystem::path(model_dir) / "config.json"); in) {
+    std::ostringstream s;
+    s << in.rdbuf();
+    model_id = s.str();
+  }
+  std::vector<std::string> weights;
+  for (const auto& e : std::filesystem::directory_iterator(model_dir, ec)) {
+    if (e.path().extension() == ".safetensors") {
+      weights.push_back(absl::StrCat(e.path().filename().string(), "=", e.file_size(ec)));
+    }
+  }
+  std::sort(weights.begin(), weights.end());
+  for (const auto& w : weights) absl::StrAppend(&model_id, "\n", w);
+  cache::KvTierIdentity id;
+  id.model_fingerprint = cache::BlockHasher::HashString(model_id);
+  id.config_hash = cache::BlockHasher::HashString(
+      absl::StrCat(std::string(config::Name(config.cache.kv_dtype)), "/", config.cache.block_size, "/", config.model.served_name));
+  id.layout = layout;
+  return id;
+}
+
+absl::StatusOr<std::unique_ptr<KvTierBridge>> MakeRemoteTier(const config::Config& config,
+                                                             const std::string& model_dir, const Backend& backend,
+                                                             std::atomic<Engine*>* wake_target,
+                                                             const base::Clock* clock, const base::Logger& logger) {
+  const config::CacheConfig& c = config.cache;
+  KVS_ASSIGN_OR_RETURN(cache::RedisEndpoint ep, cache::ParseRedisUrl(c.remote_kv_url));
+  if (!c.enable_prefix_caching) {
+    return absl::InvalidArgumentError("cache.remote_kv_url needs cache.enable_prefix_caching=true");
+  }
+  if (backend.swap == nullptr || !backend.manager->host_cache_enabled()) {
+    return absl::InvalidArgumentError(
+        "cache.remote_kv_url needs the host prefix tier (cache.host_cache_bytes > 0): remote blocks land there");
+  }
+  cache::RemoteKvTierOptions o;
+  o.store.endpoint = ep;
+  o.store.timeout_seconds = c.remote_kv_timeout_seconds;
+  o.store.ttl_seconds = c.remote_kv_ttl_seconds;
+  o.identity = TierIdentity(config, model_dir, backend.storage->layout());
+  logger.info("remote KV tier: redis %s:%d db %d, %s, timeout %.3fs, ttl %ds", ep.host, ep.port, ep.db,
+              c.remote_kv_write_back ? "write-back on host-tier eviction" : "write-through on commit",
+              c.remote_kv_timeout_seconds, c.remote_kv_ttl_seconds);
+  auto remote = std::make_unique<cache::RemoteKvTier>(o, clock, logger.child("kv-tier"), [wake_target] {
+    if (Engine* e = wake_target->load()) e->WakeForTier();
+  });
+  return std::make_unique<KvTierBridge>(*backend.storage, *backend.swap, std::move(remote), logger.child("kv-tier"));
 }
 
 }  // namespace
@@ -103,8 +166,14 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config
   if (config.model.max_model_len > 0) info.max_model_len = std::min(info.max_model_len, config.model.max_model_len);
   info.eos_token_ids = mc.eos_token_ids;
   info.vocab_size = mc.vocab_size;
+  if (!config.cache.remote_kv_url.empty()) {
+    KVS_ASSIGN_OR_RETURN(local->tiers, MakeRemoteTier(config, model_dir, local->backend, &local->wake_target,
+                                                      &local->clock, deps.logger));
+    deps.kv_tiers = local->tiers.get();
+  }
   local->engine = std::make_unique<Engine>(config, info, *local->backend.manager, *local->backend.runner,
                                            std::move(deps));
+  local->wake_target.store(local->engine.get());
   local->engine->Start();
   return std::unique_ptr<ServingEngine>(std::move(local));
 }

@@ -29,6 +29,8 @@ class ServingEngine : public EngineClient {
   virtual int64_t max_model_len() const = 0;
 };
 
+class KvTierBridge;  // kv_tier_bridge.h
+
 struct EngineDeps {
   base::Logger logger;
   EngineObserver* observer = nullptr;        // may be null; must outlive the engine
@@ -40,6 +42,8 @@ struct EngineDeps {
   // code (app/, gpu tests, benchmarks); empty: engine.backend=cuda is refused and auto runs on
   // the CPU. engine/ itself never links CUDA code.
   CudaBackendFactory make_cuda_backend;
+  // The remote KV tier's engine-side bridge; null: no remote tier. Must outlive the engine.
+  KvTierBridge* kv_tiers = nullptr;
 };
 
 absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config& config,

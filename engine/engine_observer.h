@@ -73,6 +73,28 @@ struct CompressionRoundStats {
   std::vector<int64_t> evicted_ages;
 };
 
+// The tiered prefix cache, cumulative since start (tier index: kDevice, kHost, kRemote).
+// Hits partition the prefix hits: a block is counted once, in the tier that served it
+// (a remote block counts for the remote tier when first loaded, for the host tier after).
+struct KvTierStats {
+  enum Tier { kDevice = 0, kHost = 1, kRemote = 2, kNumTiers = 3 };
+  static const char* TierName(int t) { return t == kDevice ? "device" : t == kHost ? "host" : "remote"; }
+  int block_size = 0;
+  uint64_t lookup_blocks[kNumTiers] = {};
+  uint64_t hit_blocks[kNumTiers] = {};
+  uint64_t read_bytes[kNumTiers] = {};     // host: loaded to the device; remote: fetched
+  uint64_t written_bytes[kNumTiers] = {};  // host: offloaded from the device; remote: stored
+  uint64_t remote_errors = 0;              // failed round trips
+  uint64_t remote_rejected_blocks = 0;     // mismatching, truncated or corrupt records
+  uint64_t remote_dropped_writes = 0;      // tier down or write queue full
+  uint64_t host_dropped_blocks = 0;        // evicted device blocks the host tier had no room for
+  int64_t host_blocks = 0;                 // held by the host prefix tier now
+  int64_t host_capacity_blocks = 0;
+  bool remote_enabled = false;
+  bool remote_up = false;
+  std::vector<double> remote_load_seconds;  // lookup latencies since the last report
+};
+
 class EngineObserver {
  public:
   virtual ~EngineObserver() = default;
@@ -88,6 +110,8 @@ class EngineObserver {
   }
   virtual void OnStep(const StepStats& step) { (void)step; }
   virtual void OnCompressionRound(const CompressionRoundStats& round) { (void)round; }
+  // After every step when the host or remote tier is on.
+  virtual void OnKvTiers(const KvTierStats& tiers) { (void)tiers; }
 };
 
 }  // namespace kvserve::engine

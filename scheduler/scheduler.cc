@@ -59,11 +59,27 @@ void Scheduler::Add(SequenceState seq) {
 int Scheduler::num_waiting() const {
   size_t n = pending_forks_.size();
   for (const auto& q : waiting_) n += q.size();
-  return static_cast<int>(n);
+  return static_cast<int>(n) + num_remote_waiting_;
 }
 
 bool Scheduler::has_work() const {
-  return running_count_ > 0 || !swapped_.empty() || num_waiting() > 0 || !forget_next_.empty();
+  // Sequences parked for the remote tier are not work until their lookup is done.
+  return running_count_ > 0 || !swapped_.empty() || num_waiting() > num_remote_waiting_ ||
+         !forget_next_.empty();
+}
+
+void Scheduler::take_remote_lookups(std::vector<RemoteLookup>& out) {
+  for (auto& l : remote_lookups_) out.push_back(std::move(l));
+  remote_lookups_.clear();
+}
+
+void Scheduler::remote_lookup_done(cache::SeqId seq) {
+  auto it = seqs_.find(seq.value());
+  if (it == seqs_.end() || it->second.status != SeqStatus::kWaitingForRemote) return;
+  SequenceState& s = it->second;
+  s.status = SeqStatus::kWaiting;
+  --num_remote_waiting_;
+  waiting_[s.tenant].insert({queue_key(s), s.id});
 }
 
 void Scheduler::add_running(SequenceState& s) {
@@ -103,6 +119,9 @@ void Scheduler::release(SequenceState& s) {
       break;
     case SeqStatus::kSwapped:
       swapped_.erase({queue_key(s), s.id});
+      break;
+    case SeqStatus::kWaitingForRemote:
+      --num_remote_waiting_;
       break;
     case SeqStatus::kFinished:
       break;
@@ -331,6 +350,24 @@ void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
       continue;
     }
     SequenceState& s = seqs_.at(waiting_[best].begin()->second.value());
+    if (remote_lookups_enabled_ && !s.remote_checked && !s.compressing() && !cache_.contains(s.id)) {
+      // NOTE: compressing sequences never use the remote tier (they are never published to
+      // it either): only exact prefix KV crosses replicas.
+      s.remote_checked = true;
+      const cache::PrefixProbe probe = cache_.probe_prefix(s.tokens, s.prefix_key);
+      if (probe.cached_blocks < probe.eligible_blocks) {
+        RemoteLookup l;
+        l.seq = s.id;
+        l.tenant_salt = cache::TenantSalt(s.prefix_key);
+        l.first_block = probe.cached_blocks;
+        cache_.prefix_hashes(s.tokens, s.prefix_key, probe.cached_blocks, probe.eligible_blocks, l.hashes);
+        remote_lookups_.push_back(std::move(l));
+        waiting_[best].erase(waiting_[best].begin());
+        s.status = SeqStatus::kWaitingForRemote;
+        ++num_remote_waiting_;
+        continue;
+      }
+    }
     if (!cache_.contains(s.id)) {
       std::span<const int32_t> lookup(s.tokens);
       int64_t lo = 0;
@@ -367,6 +404,7 @@ void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
 
 void Scheduler::Schedule(StepPlan& plan) {
   plan.clear();
+  cache_.begin_step();
   plan.step_id = ++step_;
   ++counters_.steps;
   plan.finished.swap(forget_next_);
@@ -409,6 +447,9 @@ void Scheduler::Schedule(StepPlan& plan) {
     admit_swapped(plan, budget);
     admit_waiting(plan, budget);
   }
+  // Host prefix tier: offloads of evicted blocks run with the swap-outs, loads of host hits
+  // with the swap-ins (kv_cache_manager.h explains why that order is safe).
+  cache_.take_tier_copies(plan.swap_out, plan.swap_in);
 }
 
 std::optional<SeqFinish> Scheduler::check_stop(const SequenceState& s, int32_t token,

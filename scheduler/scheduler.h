@@ -8,6 +8,9 @@
 //                  └───────────────────────────────────────┤  │
 //                                   preempt: swap          ▼  │
 //                                                         swapped
+//   waiting_for_remote (remote tier on): at admission, a sequence whose prompt has full
+//   blocks no local tier holds leaves the queue once, its RemoteLookup goes to the engine,
+//   and remote_lookup_done() puts it back at its original place (it holds no KV meanwhile).
 //   pending_forks: samples 1..n-1 of a request wait until sample 0 has computed its
 //   prompt up to the last token, then fork its blocks (copy-on-write) and run.
 //
@@ -72,6 +75,15 @@ struct SeqUpdate {
   std::optional<int32_t> stop_token;  // the stop/EOS id that finished it
 };
 
+// A waiting sequence whose prompt continues past the local tiers: the remote tier is asked for
+// full blocks [first_block, first_block + hashes.size()) (chain hashes, tenant-salted).
+struct RemoteLookup {
+  cache::SeqId seq;
+  uint64_t tenant_salt = 0;
+  int32_t first_block = 0;
+  std::vector<cache::BlockHash> hashes;
+};
+
 struct SchedulerCounters {
   uint64_t steps = 0;
   uint64_t preemptions_recompute = 0;
@@ -97,6 +109,18 @@ class Scheduler {
   // Applies the runner's result: advances computed counts, appends sampled tokens, checks
   // stop conditions, publishes full blocks, frees finished sequences. Appends to `out`.
   void Update(const StepPlan& plan, const StepResult& result, std::vector<SeqUpdate>& out);
+
+  // ---- remote KV tier (off unless enabled)
+  // While enabled, a waiting sequence whose prompt has full blocks that neither the device
+  // pool nor the host tier holds is parked in kWaitingForRemote (once per sequence) and a
+  // RemoteLookup is queued; admission goes on with the others. Disable it while the remote
+  // tier is down: then nobody waits for it.
+  void set_remote_lookups(bool enabled) { remote_lookups_enabled_ = enabled; }
+  void take_remote_lookups(std::vector<RemoteLookup>& out);
+  // The lookup of `seq` finished (hit, miss or error): it rejoins the waiting queue at its
+  // original place. Unknown or no longer parked sequences are ignored.
+  void remote_lookup_done(cache::SeqId seq);
+  int num_waiting_for_remote() const { return num_remote_waiting_; }
 
   int num_running() const { return static_cast<int>(running_count_); }
   int num_waiting() const;
@@ -147,6 +171,9 @@ class Scheduler {
   std::vector<size_t> cursor_;  // scratch: phase A position per tenant
   std::vector<char> scratch_blocked_;
   bool preempted_this_step_ = false;
+  bool remote_lookups_enabled_ = false;
+  int num_remote_waiting_ = 0;
+  std::vector<RemoteLookup> remote_lookups_;
   int64_t step_ = 0;
   SchedulerCounters counters_;
 };

@@ -24,7 +24,9 @@
 
 namespace kvserve::scheduler {
 
-enum class SeqStatus { kWaiting, kRunning, kSwapped, kFinished };
+// kWaitingForRemote: its prompt may continue in the remote KV tier; it holds no KV and waits,
+// outside the waiting queue, until the lookup's blocks landed in the host tier (or failed).
+enum class SeqStatus { kWaiting, kWaitingForRemote, kRunning, kSwapped, kFinished };
 enum class SeqFinish { kStopToken, kEos, kLength, kMaxModelLen, kAborted };
 
 struct StopConditions {
@@ -50,6 +52,7 @@ struct SequenceState {
   int32_t num_computed = 0;
   SeqStatus status = SeqStatus::kWaiting;
   bool known_to_runner = false;  // the runner holds our table and history
+  bool remote_checked = false;   // the remote tier was asked once; never again
   int num_preemptions = 0;
   int64_t last_scheduled_step = -1;  // step in which it last ran (victim selection)
   std::optional<SeqFinish> finish;

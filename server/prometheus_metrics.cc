@@ -1,5 +1,7 @@
 #include "server/prometheus_metrics.h"
 
+#include "server/kv_tier_metrics.h"
+
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
@@ -167,6 +169,7 @@ PrometheusMetrics::PrometheusMetrics(PrometheusMetricsOptions options)
       registry_(std::make_shared<prometheus::Registry>()) {
   prometheus::Registry& r = *registry_;
   const Labels m = {{"model", options_.model_name}};
+  kv_tiers_ = std::make_unique<KvTierMetrics>(r, options_.model_name);
 
   ttft_ = Build<Histogram>(r, m, "kvserve_time_to_first_token_seconds",
                            "Time from arrival at the engine to the first generated token.");
@@ -398,6 +401,11 @@ void PrometheusMetrics::OnStep(const engine::StepStats& step) {
   if (queries > 0) prefix_queries_->Increment(static_cast<double>(queries));
   if (hits > 0) prefix_hits_->Increment(static_cast<double>(hits));
   if (vllm_) vllm_->OnStep(step, queries, hits);
+}
+
+void PrometheusMetrics::OnKvTiers(const engine::KvTierStats& tiers) {
+  std::lock_guard<std::mutex> lock(mu_);
+  kv_tiers_->Update(tiers);
 }
 
 void PrometheusMetrics::OnCompressionRound(const engine::CompressionRoundStats& round) {

@@ -43,6 +43,7 @@ class Family;
 namespace kvserve::server {
 
 class VllmCompatMetrics;
+class KvTierMetrics;
 
 struct PrometheusMetricsOptions {
   std::string model_name;            // value of the `model` label
@@ -63,6 +64,7 @@ class PrometheusMetrics final : public engine::EngineObserver {
   void OnRequestRejected(const engine::RequestLabels& labels, const std::string& reason) override;
   void OnStep(const engine::StepStats& step) override;
   void OnCompressionRound(const engine::CompressionRoundStats& round) override;
+  void OnKvTiers(const engine::KvTierStats& tiers) override;
 
   // Front-end hooks. `route` must come from a bounded set (the registered routes).
   void OnHttpResponse(std::string_view route, int status);
@@ -145,6 +147,7 @@ class PrometheusMetrics final : public engine::EngineObserver {
   std::unique_ptr<VllmCompatMetrics> vllm_;  // null unless options_.vllm_compat
 
   std::mutex mu_;  // guards the series caches and the prefix cursors below
+  std::unique_ptr<KvTierMetrics> kv_tiers_;  // kvserve_kv_tier_* (kv_tier_metrics.h); under mu_
   // tenant -> policy -> series (keys are label values, so both levels stay bounded).
   absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, std::unique_ptr<RequestSeries>>> request_series_;
   absl::flat_hash_map<std::string, std::unique_ptr<PolicySeries>> policy_series_;

@@ -18,61 +18,22 @@
 #include <thread>
 
 #include "cache/kv_block_record.h"
+#include "tests/integration/cache/redis_process.h"
 
 namespace kvserve::cache {
 namespace {
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return 0;
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
+using testing::FreePort;
 
-bool Pings(int port) {
-  timeval tv{0, 200000};
-  redisContext* c = redisConnectWithTimeout("127.0.0.1", port, tv);
-  bool ok = false;
-  if (c != nullptr && c->err == 0) {
-    auto* r = static_cast<redisReply*>(redisCommand(c, "PING"));
-    ok = r != nullptr && r->type == REDIS_REPLY_STATUS;
-    if (r != nullptr) freeReplyObject(r);
-  }
-  if (c != nullptr) redisFree(c);
-  return ok;
-}
-
+// The test restarts the server through its own instance; RedisProcess does the work.
 class RedisServer {
  public:
-  explicit RedisServer(int port) : port_(port) {
-    pid_ = fork();
-    if (pid_ == 0) {
-      std::string p = std::to_string(port);
-      execlp("redis-server", "redis-server", "--port", p.c_str(), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru",
-             "--loglevel", "warning", static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    for (int i = 0; i < 100 && !Pings(port_); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ~RedisServer() { Kill(); }
-  bool ready() const { return Pings(port_); }
-  void Kill() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
+  explicit RedisServer(int port) : proc_(port) {}
+  bool ready() const { return proc_.ready(); }
+  void Kill() { proc_.Kill(); }
 
  private:
-  int port_;
-  pid_t pid_ = -1;
+  testing::RedisProcess proc_;
 };
 
 constexpr double kSecond = 1e9;

@@ -7,6 +7,12 @@
 // A small pool (96 blocks of 4 tokens) keeps the cache under constant pressure, so
 // allocation failures, preemption (swap or recompute), evictions of cached blocks and
 // prefix hits on free blocks all happen thousands of times.
+//
+// The Tiered variant adds the host prefix tier (24 more host blocks): evicted cached blocks
+// are offloaded and loaded back on hits, sharing the host pool with swap. Every operation is
+// one scheduler step (begin_step first), and its copies run in the runner's order: device ->
+// host (offloads, swap-outs), then host -> device (swap-ins, loads), then copy-on-write, then
+// the writes of new tokens.
 #include <gtest/gtest.h>
 
 #include <iterator>
@@ -33,6 +39,7 @@ constexpr int kOps = 100000;
 constexpr int kBlockSize = 4;
 constexpr int32_t kBlocks = 96;
 constexpr int32_t kHostBlocks = 48;
+constexpr int32_t kHostCacheBlocks = 24;
 constexpr int kMaxSeqs = 24;
 constexpr int kMaxLen = 64;
 
@@ -47,16 +54,30 @@ struct SimSeq {
 
 class CacheRandomized : public ::testing::TestWithParam<KvDtype> {
  protected:
+  virtual bool Tiered() const { return false; }
+  int32_t HostBlocks() const { return kHostBlocks + (Tiered() ? kHostCacheBlocks : 0); }
+
+  // The host tier's copies of the last manager call; `swap_in` copies run between the two
+  // directions, as in the runner.
+  void TierCopies(std::span<const BlockCopy> swap_in = {}) {
+    std::vector<BlockCopy> to_host, to_device;
+    m_->take_tier_copies(to_host, to_device);
+    ASSERT_TRUE(dev_->copy_blocks_to(*host_, to_host).ok());
+    ASSERT_TRUE(host_->copy_blocks_to(*dev_, swap_in).ok());
+    ASSERT_TRUE(host_->copy_blocks_to(*dev_, to_device).ok());
+  }
+
   void SetUp() override {
     const KvLayout layout = testing::SmallLayout(GetParam(), kBlockSize, /*layers=*/2,
                                                  /*kv_heads=*/2, /*head_dim=*/4);
     KvCacheManagerOptions o;
     o.layout = layout;
     o.num_blocks = kBlocks + 1;
-    o.num_host_blocks = kHostBlocks;
+    o.num_host_blocks = HostBlocks();
+    o.host_cache_blocks = Tiered() ? kHostCacheBlocks : 0;
     m_ = std::make_unique<KvCacheManager>(o, base::Logger());
     dev_ = std::move(HostKvStorage::Create(layout, kBlocks + 1)).value();
-    host_ = std::move(HostKvStorage::Create(layout, kHostBlocks)).value();
+    host_ = std::move(HostKvStorage::Create(layout, HostBlocks())).value();
     keys_ = {MakePrefixKey("m", "tenant-a", ""), MakePrefixKey("m", "tenant-b", "")};
   }
 
@@ -114,6 +135,7 @@ class CacheRandomized : public ::testing::TestWithParam<KvDtype> {
   bool Append(SeqId id, const std::vector<int32_t>& more) {
     auto d = m_->allocate(id, static_cast<int>(more.size()));
     if (!d) return false;
+    TierCopies();
     if (d->cow) {
       const BlockCopy c = *d->cow;
       EXPECT_TRUE(dev_->copy_blocks(std::span(&c, 1)).ok());
@@ -127,6 +149,7 @@ class CacheRandomized : public ::testing::TestWithParam<KvDtype> {
   }
 
   void Step() {
+    m_->begin_step();
     const int r = static_cast<int>(rng_() % 100);
     Op op = r < 18 ? kNew : r < 50 ? kAppend : r < 57 ? kFork : r < 65 ? kFree : r < 72 ? kTruncate
             : r < 80 ? kSwapOut : r < 90 ? kSwapIn : r < 93 ? kLimit : kVerify;
@@ -136,6 +159,8 @@ class CacheRandomized : public ::testing::TestWithParam<KvDtype> {
         const SeqId id{next_id_++};
         const std::vector<int32_t> prompt = MakePrompt();
         const PrefixMatch hit = m_->match_prefix(id, prompt, keys_[rng_() % 2]);
+        TierCopies();
+        host_hits_ += hit.host_blocks;
         SimSeq& s = seqs_[id.value()];
         s.tokens.assign(prompt.begin(), prompt.begin() + hit.num_tokens);
         if (hit.num_tokens > 0) {
@@ -223,7 +248,7 @@ class CacheRandomized : public ::testing::TestWithParam<KvDtype> {
           Preempt(id);
           return;
         }
-        ASSERT_TRUE(host_->copy_blocks_to(*dev_, *copies).ok());
+        TierCopies(*copies);
         seqs_.at(id.value()).swapped = false;
         ++swaps_in_;
         Verify(id);
@@ -252,6 +277,7 @@ class CacheRandomized : public ::testing::TestWithParam<KvDtype> {
   std::map<int64_t, SimSeq> seqs_;
   int64_t next_id_ = 1;
   int op_counts_[kNumOps] = {};
+  int host_hits_ = 0;
   int hits_ = 0, failed_allocs_ = 0, preempt_swaps_ = 0, preempt_frees_ = 0, swaps_out_ = 0,
       swaps_in_ = 0;
 };
@@ -267,10 +293,11 @@ TEST_P(CacheRandomized, MixedOperationsKeepInvariantsAndData) {
   // Drain: every sequence freed, every block back in the free queue.
   for (const auto& [id, s] : seqs_) Verify(SeqId{id});
   for (const auto& [id, s] : seqs_) m_->free(SeqId{id});
+  m_->begin_step();  // quarantined host blocks come back
   ASSERT_TRUE(CheckCacheInvariants(*m_).ok());
   const CacheUsage u = m_->usage();
   EXPECT_EQ(u.used_blocks, 0);
-  EXPECT_EQ(u.swap_used_blocks, 0);
+  EXPECT_EQ(u.swap_used_blocks, u.host_cache_blocks);  // only the prefix tier holds host blocks
   EXPECT_EQ(u.num_sequences, 0);
 
   std::string mix;
@@ -288,7 +315,37 @@ TEST_P(CacheRandomized, MixedOperationsKeepInvariantsAndData) {
   EXPECT_GT(u.evicted_blocks, 1000u);
   EXPECT_GT(u.swap_in_reused_blocks, 100u);
   EXPECT_GT(swaps_in_, 1000);
+  EXPECT_EQ(u.offloaded_blocks, 0u);  // no host prefix tier here
 }
+
+// The same mix with the host prefix tier on (fp32: the tier moves whole blocks, the dtype
+// does not matter to it).
+class CacheRandomizedTiered : public CacheRandomized {
+ protected:
+  bool Tiered() const override { return true; }
+};
+TEST_P(CacheRandomizedTiered, MixedOperationsKeepInvariantsAndData) {
+  for (int i = 0; i < kOps; ++i) {
+    Step();
+    if (HasFatalFailure()) FAIL() << "at op " << i;
+    const absl::Status st = CheckCacheInvariants(*m_);
+    ASSERT_TRUE(st.ok()) << "after op " << i << ": " << st;
+  }
+  for (const auto& [id, s] : seqs_) Verify(SeqId{id});
+  for (const auto& [id, s] : seqs_) m_->free(SeqId{id});
+  m_->begin_step();
+  ASSERT_TRUE(CheckCacheInvariants(*m_).ok());
+  const CacheUsage u = m_->usage();
+  EXPECT_EQ(u.used_blocks, 0);
+  EXPECT_EQ(u.swap_used_blocks, u.host_cache_blocks);
+  std::printf("tiered: prefix hits=%d host blocks loaded=%d swaps out=%d in=%d\n  %s\n", hits_, host_hits_,
+              swaps_out_, swaps_in_, u.ToString().c_str());
+  EXPECT_GT(hits_, 1000);
+  EXPECT_GT(u.offloaded_blocks, 1000u);
+  EXPECT_GT(host_hits_, 100);
+  EXPECT_GT(swaps_in_, 1000);
+}
+INSTANTIATE_TEST_SUITE_P(Fp32, CacheRandomizedTiered, ::testing::Values(KvDtype::kFp32));
 
 INSTANTIATE_TEST_SUITE_P(AllDtypes, CacheRandomized,
                          ::testing::Values(KvDtype::kFp32, KvDtype::kFp16, KvDtype::kBf16,

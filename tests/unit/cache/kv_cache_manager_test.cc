@@ -338,6 +338,9 @@ TEST(KvCacheManager, SwapOutAndInRestoresTheData) {
     EXPECT_FALSE(m->is_swapped(s));
     EXPECT_EQ(m->num_tokens(s), 14);
     EXPECT_EQ(VerifyPattern(**dev, *m, s, toks), "") << std::string(config::Name(dtype));
+    // The host blocks the swap-in reads are free again from the next step on.
+    EXPECT_EQ(m->host_quarantine().size(), 4u);
+    m->begin_step();
     EXPECT_EQ(m->usage().swap_used_blocks, 0);
     EXPECT_EQ(m->usage().swapped_out_blocks, 4u);
     EXPECT_EQ(m->usage().swapped_in_blocks, 4u);

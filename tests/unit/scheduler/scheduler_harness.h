@@ -24,7 +24,8 @@ struct HarnessOptions {
   SchedulerOptions sched;
   int block_size = 4;
   int32_t num_blocks = 64;       // including the null block
-  int32_t num_host_blocks = 0;
+  int32_t num_host_blocks = 0;   // host pool (swap + host prefix tier)
+  int32_t host_cache_blocks = 0;  // host prefix tier's share
   bool prefix_caching = false;
   int vocab_size = 1000;
 };
@@ -36,6 +37,7 @@ class Harness {
     co.layout.block_size = options_.block_size;
     co.num_blocks = options_.num_blocks;
     co.num_host_blocks = options_.num_host_blocks;
+    co.host_cache_blocks = options_.host_cache_blocks;
     co.enable_prefix_caching = options_.prefix_caching;
     cache_ = std::make_unique<cache::KvCacheManager>(co, base::Logger());
     engine::FakeModelRunnerOptions ro;

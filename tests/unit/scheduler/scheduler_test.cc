@@ -452,5 +452,72 @@ TEST(Scheduler, SwappedCompressingSequenceKeepsItsCompactedLayout) {
   h.ExpectAllFree();
 }
 
+// Host prefix tier: a prompt whose blocks were evicted from the small pool is served from
+// the host tier; the fake runner checks every slot it reads against the token history, so a
+// wrong offload or load would fail the step.
+TEST(Scheduler, HostPrefixTierServesEvictedPrefixesWithCorrectKv) {
+  HarnessOptions o = Small(64, /*blocks=*/17);
+  o.prefix_caching = true;
+  o.num_host_blocks = 32;
+  o.host_cache_blocks = 32;
+  Harness h(o);
+  cache::SeqId a = h.Add(41, 4, 0, 0, 1, 1, /*prompt_salt=*/1);  // 10 full blocks may hit
+  h.RunUntilIdle();
+  h.Add(50, 4, 0, 0, 1, 1, 2);  // pushes a's blocks out of the 16-block pool
+  h.RunUntilIdle();
+  ASSERT_GT(h.cache().usage().offloaded_blocks, 0u);
+  cache::SeqId again = h.Add(41, 4, 0, 0, 1, 1, 1);
+  h.RunUntilIdle();
+  EXPECT_GT(h.cache().usage().host_hit_blocks, 0u);
+  EXPECT_EQ(h.output(again), h.output(a));
+  EXPECT_EQ(h.output(a), RunAlone(41, 4, 1, 1));
+  EXPECT_EQ(h.cache().usage().used_blocks, 0);
+  EXPECT_FALSE(h.sched().has_work());
+}
+
+// Remote tier: a prompt with full blocks no local tier holds waits for its lookup in its own
+// state while a short request runs; it rejoins the queue when the lookup is done.
+TEST(Scheduler, RemoteLookupParksTheSequenceWhileOthersRun) {
+  HarnessOptions o = Small(64, 64);
+  o.prefix_caching = true;
+  o.num_host_blocks = 8;
+  o.host_cache_blocks = 8;
+  Harness h(o);
+  h.sched().set_remote_lookups(true);
+  cache::SeqId long_seq = h.Add(21, 2, 0, 0, 1, 1, 3);   // 5 full blocks may hit
+  cache::SeqId short_seq = h.Add(3, 2, 0, 0, 1, 1, 4);   // no full block: never waits
+  ASSERT_TRUE(h.Step());
+  ASSERT_EQ(h.last_plan().seqs.size(), 1u);
+  EXPECT_EQ(h.last_plan().seqs[0].seq, short_seq);
+  std::vector<RemoteLookup> lookups;
+  h.sched().take_remote_lookups(lookups);
+  ASSERT_EQ(lookups.size(), 1u);
+  EXPECT_EQ(lookups[0].seq, long_seq);
+  EXPECT_EQ(lookups[0].first_block, 0);
+  EXPECT_EQ(lookups[0].hashes.size(), 5u);
+  EXPECT_EQ(lookups[0].tenant_salt, cache::TenantSalt(h.sched().find(long_seq)->prefix_key));
+  EXPECT_EQ(h.sched().num_waiting_for_remote(), 1);
+  EXPECT_EQ(h.sched().num_waiting(), 1);
+  h.RunUntilIdle();  // the short request finishes; the long one is not work yet
+  EXPECT_EQ(h.output(short_seq).size(), 2u);
+  EXPECT_FALSE(h.sched().has_work());
+  // Lookup done (a miss): it is admitted and computes, and is never parked again.
+  h.sched().remote_lookup_done(long_seq);
+  EXPECT_EQ(h.sched().num_waiting_for_remote(), 0);
+  h.RunUntilIdle();
+  EXPECT_EQ(h.output(long_seq), RunAlone(21, 2, 1, 3));
+  lookups.clear();
+  h.sched().take_remote_lookups(lookups);
+  EXPECT_TRUE(lookups.empty());
+  // Aborting a parked sequence releases it.
+  cache::SeqId parked = h.Add(30, 2, 0, 0, 1, 1, 5);
+  h.Step();
+  ASSERT_EQ(h.sched().num_waiting_for_remote(), 1);
+  h.sched().Abort(parked);
+  EXPECT_EQ(h.sched().num_waiting_for_remote(), 0);
+  h.sched().remote_lookup_done(parked);  // late reply: ignored
+  EXPECT_FALSE(h.sched().has_work());
+}
+
 }  // namespace
 }  // namespace kvserve::scheduler

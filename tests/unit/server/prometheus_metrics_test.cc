@@ -104,6 +104,44 @@ TEST(PrometheusMetricsTest, RequiredNamesHaveTheirTypes) {
   }
 }
 
+// The tier series follow the engine's cumulative snapshots: counters advance by the
+// difference, a repeated snapshot adds nothing, latencies are observed once each.
+TEST(PrometheusMetricsTest, KvTierSeriesFollowCumulativeSnapshots) {
+  PrometheusMetrics m(Options());
+  engine::KvTierStats t;
+  t.block_size = 16;
+  t.remote_enabled = true;
+  t.remote_up = true;
+  t.lookup_blocks[engine::KvTierStats::kRemote] = 10;
+  t.hit_blocks[engine::KvTierStats::kRemote] = 4;
+  t.hit_blocks[engine::KvTierStats::kHost] = 2;
+  t.read_bytes[engine::KvTierStats::kRemote] = 1000;
+  t.remote_rejected_blocks = 1;
+  t.host_blocks = 7;
+  t.host_capacity_blocks = 64;
+  t.remote_load_seconds = {0.003, 0.004};
+  m.OnKvTiers(t);
+  t.remote_load_seconds.clear();
+  m.OnKvTiers(t);  // the same totals again
+  t.hit_blocks[engine::KvTierStats::kRemote] = 6;
+  t.remote_up = false;
+  t.remote_errors = 3;
+  m.OnKvTiers(t);
+  Exposition e = Scrape(m);
+  EXPECT_EQ(e.Type("kvserve_kv_tier_hit_blocks_total"), "counter");
+  EXPECT_EQ(e.Type("kvserve_kv_tier_load_seconds"), "histogram");
+  EXPECT_EQ(e.Sum("kvserve_kv_tier_lookup_blocks_total", {{"tier", "remote"}}), 10);
+  EXPECT_EQ(e.Sum("kvserve_kv_tier_hit_blocks_total", {{"tier", "remote"}}), 6);
+  EXPECT_EQ(e.Sum("kvserve_kv_tier_hit_tokens_total", {{"tier", "remote"}}), 96);
+  EXPECT_EQ(e.Sum("kvserve_kv_tier_hit_tokens_total", {{"tier", "host"}}), 32);
+  EXPECT_EQ(e.Sum("kvserve_kv_tier_read_bytes_total", {{"tier", "remote"}}), 1000);
+  EXPECT_EQ(e.Sum("kvserve_kv_tier_errors_total", {{"kind", "rejected"}}), 1);
+  EXPECT_EQ(e.Sum("kvserve_kv_tier_errors_total", {{"kind", "transport"}}), 3);
+  EXPECT_EQ(e.Sum("kvserve_kv_tier_load_seconds_count"), 2);
+  EXPECT_EQ(e.Sum("kvserve_kv_tier_remote_up"), 0);
+  EXPECT_EQ(e.Sum("kvserve_kv_tier_host_blocks", {{"state", "held"}}), 7);
+}
+
 TEST(PrometheusMetricsTest, StepGaugesAndCumulativePrefixCounters) {
   PrometheusMetrics m(Options());
   engine::StepStats s;
