@@ -114,6 +114,15 @@ TEST_F(SafetensorsTest, ShapeDisagreesWithOffsets) {
   ExpectOpenError(path, "w", "needs 6");
 }
 
+// Found while writing safetensors_header_fuzz (its invariant: bytes == elements x dtype size): 2^62 F32
+// elements are 2^64 bytes, which wrapped to 0 and matched data_offsets [0, 0].
+TEST_F(SafetensorsTest, ByteSizeThatWrapsIsAnError) {
+  ExpectOpenError(Write("w.safetensors", R"({"t":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,0]}})", ""),
+                  "t", "is too large");
+  ExpectOpenError(Write("w2.safetensors", R"({"t":{"dtype":"F64","shape":[2305843009213693952],"data_offsets":[0,0]}})", ""),
+                  "t", "is too large");
+}
+
 TEST_F(SafetensorsTest, Overlap) {
   auto path = Write("overlap.safetensors",
                     R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
