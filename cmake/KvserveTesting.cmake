@@ -1,5 +1,10 @@
-# kvserve_add_gtest(<name> LABELS unit|integration|slow|gpu SOURCES ... DEPS ... [TIMEOUT s])
+# kvserve_add_gtest(<name> LABELS unit|integration|slow|gpu [concurrency] SOURCES ... DEPS ...
+#                   [TIMEOUT s])
 # Each gtest binary is discovered test by test so ctest -j spreads them over cores.
+# Labels: unit, integration, slow, gpu say what a test is; `concurrency` marks binaries whose
+# tests drive several threads (engine, scheduler, front ends): tools/sanitize.sh runs them
+# under ThreadSanitizer. Every label also gets a build target tests_<label> (tests/CMakeLists.txt)
+# that builds just its binaries.
 function(kvserve_add_gtest name)
   cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
   if(NOT ARG_TIMEOUT)
@@ -12,7 +17,13 @@ function(kvserve_add_gtest name)
     KVSERVE_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
     KVSERVE_BIN_DIR="${CMAKE_RUNTIME_OUTPUT_DIRECTORY}")
   kvserve_target_warnings(${name})
+  # PROPERTIES is a flat key/value list: a label list must keep its semicolons escaped.
+  string(REPLACE ";" "\\;" labels "${ARG_LABELS}")
   gtest_discover_tests(${name}
     DISCOVERY_TIMEOUT 60
-    PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT})
+    PROPERTIES LABELS "${labels}" TIMEOUT ${ARG_TIMEOUT})
+  foreach(label IN LISTS ARG_LABELS)
+    set_property(GLOBAL APPEND PROPERTY KVSERVE_TEST_LABELS ${label})
+    set_property(GLOBAL APPEND PROPERTY KVSERVE_TESTS_${label} ${name})
+  endforeach()
 endfunction()

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -230,6 +231,9 @@ absl::Status SafetensorsFile::ReadF32(const SafetensorsEntry& e, std::span<float
   if (static_cast<int64_t>(out.size()) != n) {
     return TensorError(path_, e.name, absl::StrCat("destination holds ", out.size(), " floats, tensor has ", n));
   }
+  // An empty tensor (a 0 in its shape) has nothing to read, and an empty destination's
+  // data() may be null, which memcpy must not get even for 0 bytes (found by fuzzing).
+  if (n == 0) return absl::OkStatus();
   const std::byte* src = data_ + e.begin;
   // Unaligned-safe element reads: offsets inside the data region need not be aligned.
   if (e.dtype == "F32") {
@@ -321,7 +325,17 @@ absl::Status SafetensorsCheckpoint::LoadF32(std::string_view name, std::span<con
                        absl::StrCat("shape [", absl::StrJoin(entry->shape, ", "), "], expected [",
                                     absl::StrJoin(shape, ", "), "]"));
   }
-  return file->ReadF32(*entry, out);
+  KVS_RETURN_IF_ERROR(file->ReadF32(*entry, out));
+  // A NaN or infinity in a weight is a corrupt checkpoint, never a value to serve answers
+  // from: every logit downstream of it would be garbage.
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!std::isfinite(out[i])) {
+      return TensorError(file->path(), name,
+                         absl::StrCat("element ", i, " is ", std::isnan(out[i]) ? "NaN" : "infinite",
+                                      " (corrupt weights?)"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 std::vector<std::string> SafetensorsCheckpoint::TensorNames() const {

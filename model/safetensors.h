@@ -83,7 +83,8 @@ class SafetensorsCheckpoint {
   // The tensor's entry and file, or NotFound naming the tensor and where it was looked for.
   absl::StatusOr<std::pair<const SafetensorsFile*, const SafetensorsEntry*>> Find(
       std::string_view name) const;
-  // Loads `name` as fp32 after checking its shape equals `shape`.
+  // Loads `name` as fp32 after checking its shape equals `shape`; a NaN or infinite element
+  // is an error naming the tensor (a corrupt checkpoint).
   absl::Status LoadF32(std::string_view name, std::span<const int64_t> shape,
                        std::span<float> out) const;
   std::vector<std::string> TensorNames() const;
