@@ -45,6 +45,7 @@ struct Expr {
   bool negate = false;
   std::vector<ExprPtr> args;
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
+  int height = 1;  // of this subtree; the parser keeps it <= kMaxExprHeight (jinja/limits.h)
 };
 
 enum class StmtKind {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "jinja/builtins.h"
 #include "jinja/error.h"
+#include "jinja/limits.h"
 #include "jinja/ops.h"
 
 namespace kvserve::jinja {
@@ -79,9 +80,11 @@ std::string Indent(const std::string& s, const CallArgs& args) {
   const Value* width = args.Get("width", 0);
   const Value* first = args.Get("first", 1);
   const Value* blank = args.Get("blank", 2);
+  if (width != nullptr && !width->is_string() && !width->is_int()) Throw("indent width must be an integer or a string");
+  if (width != nullptr && width->is_int()) CheckStringSize(static_cast<uint64_t>(std::max<int64_t>(width->as_int(), 0)), "the indent");
   const std::string pad = width == nullptr ? "    "
                           : width->is_string() ? width->as_string()
-                                               : std::string(static_cast<size_t>(width->as_int()), ' ');
+                                               : std::string(static_cast<size_t>(std::max<int64_t>(width->as_int(), 0)), ' ');
   std::string out;
   size_t start = 0;
   bool first_line = true;
@@ -91,6 +94,7 @@ std::string Indent(const std::string& s, const CallArgs& args) {
     const bool indent = first_line ? (first && first->Truthy()) : (!line.empty() || (blank && blank->Truthy()));
     if (indent && !(first_line && line.empty() && !(first && first->Truthy()))) out += pad;
     out += line;
+    CheckStringSize(out.size(), "the result of indent");
     if (nl == std::string::npos) break;
     out += '\n';
     start = nl + 1;
@@ -104,8 +108,10 @@ std::string Indent(const std::string& s, const CallArgs& args) {
 Value ApplyFilter(std::string_view name, const Value& input, const CallArgs& args) {
   if (name == "tojson") {
     JsonOptions opts;
-    if (const Value* indent = args.Get("indent", 0); indent && indent->is_int())
-      opts.indent = static_cast<int>(indent->as_int());
+    if (const Value* indent = args.Get("indent", 0); indent && indent->is_int()) {
+      if (indent->as_int() > 1024) Throw("tojson indent above 1024 (template limit)");
+      opts.indent = static_cast<int>(std::max<int64_t>(indent->as_int(), -1));
+    }
     if (const Value* sep = args.Get("separators", 99); sep && sep->is_array() && sep->array().size() == 2) {
       opts.item_separator = sep->array()[0].Str();
       opts.key_separator = sep->array()[1].Str();
@@ -113,6 +119,7 @@ Value ApplyFilter(std::string_view name, const Value& input, const CallArgs& arg
     if (const Value* sort = args.Get("sort_keys", 99)) opts.sort_keys = sort->Truthy();
     std::string out;
     AppendJson(input, opts, out);
+    CheckStringSize(out.size(), "the result of tojson");
     return Value(std::move(out));
   }
   if (name == "trim" || name == "strip") {
@@ -135,6 +142,7 @@ Value ApplyFilter(std::string_view name, const Value& input, const CallArgs& arg
       if (!first && sep) sep->AppendStr(out);
       first = false;
       (attr ? Attribute(v, *attr) : v).AppendStr(out);
+      CheckStringSize(out.size(), "the result of join");
     }
     return Value(std::move(out));
   }
@@ -246,6 +254,7 @@ Value ApplyFilter(std::string_view name, const Value& input, const CallArgs& arg
     const int64_t width = w && w->is_int() ? w->as_int() : 80;
     const int64_t pad = width - static_cast<int64_t>(s.size());
     if (pad <= 0) return Value(s);
+    CheckStringSize(static_cast<uint64_t>(width), "the result of center");
     const int64_t left = pad / 2 + (pad & width & 1);
     return Value(std::string(static_cast<size_t>(left), ' ') + s +
                  std::string(static_cast<size_t>(pad - left), ' '));

@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "jinja/builtins.h"
 #include "jinja/error.h"
+#include "jinja/limits.h"
 
 namespace kvserve::jinja {
 namespace {
@@ -132,6 +133,7 @@ std::optional<Value> StringMethod(const std::string& s, std::string_view name, c
       if (at == std::string::npos) break;
       out.append(s, start, at - start);
       out += *to;
+      CheckStringSize(out.size(), "the result of replace()");
       start = at + from->size();
       --count;
     }
@@ -160,6 +162,7 @@ std::optional<Value> StringMethod(const std::string& s, std::string_view name, c
       if (!first) out += s;
       first = false;
       v.AppendStr(out);
+      CheckStringSize(out.size(), "the result of join()");
     }
     return Value(std::move(out));
   }
@@ -201,6 +204,11 @@ std::optional<Value> DictMethod(const Value& d, std::string_view name, const Cal
   }
   if (name == "update") {
     const Value* other = a.Get("other", 0);
+    for (const auto& [k, v] : a.keyword)
+      if (Reaches(v, d)) Throw("update(): the dict would contain itself");
+    if (other && other->is_object() && other->storage() != d.storage())
+      for (const auto& [k, v] : other->object().items)
+        if (Reaches(v, d)) Throw("update(): the dict would contain itself");
     if (other && other->is_object())
       for (const auto& [k, v] : other->object().items) o.Set(k, v);
     for (const auto& [k, v] : a.keyword) o.Set(k, v);
@@ -213,6 +221,7 @@ std::optional<Value> ListMethod(const Value& l, std::string_view name, const Cal
   Array& arr = l.array();
   if (name == "append") {
     if (a.positional.empty()) Throw("append() needs an argument");
+    if (Reaches(a.positional[0], l)) Throw("append(): the list would contain itself");
     arr.push_back(a.positional[0]);
     return Value::None();
   }

@@ -1,10 +1,14 @@
 #include "jinja/ops.h"
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "jinja/builtins.h"
 #include "jinja/error.h"
+#include "jinja/limits.h"
 
 namespace kvserve::jinja {
 namespace {
@@ -14,7 +18,24 @@ namespace {
                      b.TypeName()));
 }
 
+// Python ints are unbounded; ours are int64, so a result that does not fit is an error
+// rather than undefined behaviour.
+[[noreturn]] void Overflow(std::string_view op) {
+  Throw(absl::StrCat("integer overflow in '", std::string(op), "' (template integers are 64-bit)"));
+}
+
+int64_t IntPow(int64_t base, int64_t exp) {
+  int64_t result = 1;
+  while (exp > 0) {  // square-and-multiply: at most 63 rounds
+    if ((exp & 1) && __builtin_mul_overflow(result, base, &result)) Overflow("**");
+    exp >>= 1;
+    if (exp > 0 && __builtin_mul_overflow(base, base, &base)) Overflow("**");
+  }
+  return result;
+}
+
 int64_t FloorDiv(int64_t a, int64_t b) {
+  if (a == INT64_MIN && b == -1) Overflow("//");
   int64_t q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
   return q;
@@ -41,16 +62,30 @@ Value BinaryOp(std::string_view op, const Value& a, const Value& b) {
   if (op == ">=") return Value(!Less(a, b));
   if (op == "in") return Value(Contains(b, a));
   if (op == "not in") return Value(!Contains(b, a));
-  if (op == "~") return Value(a.Str() + b.Str());
+  if (op == "~") {
+    std::string x = a.Str();
+    const std::string y = b.Str();
+    CheckStringSize(uint64_t{x.size()} + y.size(), "the result of '~'");
+    return Value(std::move(x) + y);
+  }
   if (op == "+") {
-    if (a.is_string() && b.is_string()) return Value(a.as_string() + b.as_string());
+    if (a.is_string() && b.is_string()) {
+      CheckStringSize(uint64_t{a.as_string().size()} + b.as_string().size(), "the result of '+'");
+      return Value(a.as_string() + b.as_string());
+    }
     // The reference renderer concatenates a string with a number or bool (printed as {{ }}
     // prints it). A list or dict is an error, as in Python (the reference's JavaScript
     // coercion of lists is not reproduced); so are none and undefined.
     const auto printable = [](const Value& v) { return v.is_string() || v.is_number() || v.is_bool(); };
-    if ((a.is_string() || b.is_string()) && printable(a) && printable(b))
-      return Value(a.Str() + b.Str());
+    if ((a.is_string() || b.is_string()) && printable(a) && printable(b)) {
+      const std::string x = a.Str();
+      const std::string y = b.Str();
+      CheckStringSize(uint64_t{x.size()} + y.size(), "the result of '+'");
+      return Value(x + y);
+    }
     if (a.is_array() && b.is_array()) {
+      if (a.array().size() + b.array().size() > static_cast<size_t>(kMaxRangeItems))
+        Throw(absl::StrCat("a list of more than ", kMaxRangeItems, " items (template limit)"));
       Array out = a.array();
       out.insert(out.end(), b.array().begin(), b.array().end());
       return Value(std::move(out));
@@ -58,7 +93,13 @@ Value BinaryOp(std::string_view op, const Value& a, const Value& b) {
   }
   if (op == "*" && a.is_string() && b.is_int()) {
     std::string out;
-    for (int64_t i = 0; i < b.as_int(); ++i) out += a.as_string();
+    const int64_t times = std::max<int64_t>(b.as_int(), 0);
+    if (!a.as_string().empty() && times > 0) {
+      if (static_cast<uint64_t>(times) > kMaxStringBytes / a.as_string().size())
+        CheckStringSize(kMaxStringBytes + 1, "the result of '*'");
+      out.reserve(a.as_string().size() * static_cast<size_t>(times));
+    }
+    for (int64_t i = 0; i < times && !a.as_string().empty(); ++i) out += a.as_string();
     return Value(std::move(out));
   }
   // Numbers (bools count as 0/1, as in Python).
@@ -78,19 +119,31 @@ Value BinaryOp(std::string_view op, const Value& a, const Value& b) {
   if (ints) {
     const int64_t i = x->as_int();
     const int64_t j = y->as_int();
-    if (op == "+") return Value(i + j);
-    if (op == "-") return Value(i - j);
-    if (op == "*") return Value(i * j);
+    int64_t r = 0;
+    if (op == "+") {
+      if (__builtin_add_overflow(i, j, &r)) Overflow(op);
+      return Value(r);
+    }
+    if (op == "-") {
+      if (__builtin_sub_overflow(i, j, &r)) Overflow(op);
+      return Value(r);
+    }
+    if (op == "*") {
+      if (__builtin_mul_overflow(i, j, &r)) Overflow(op);
+      return Value(r);
+    }
     if (op == "//" || op == "%") {
       if (j == 0) Throw("division by zero");
+      if (i == INT64_MIN && j == -1) {
+        if (op == "//") Overflow(op);
+        return Value(int64_t{0});
+      }
       const int64_t q = FloorDiv(i, j);
-      return op == "//" ? Value(q) : Value(i - q * j);
+      return op == "//" ? Value(q) : Value(i - q * j);  // |q * j| <= |i|: no overflow
     }
     if (op == "**") {
       if (j < 0) return Value(std::pow(static_cast<double>(i), static_cast<double>(j)));
-      int64_t r = 1;
-      for (int64_t k = 0; k < j; ++k) r *= i;
-      return Value(r);
+      return Value(IntPow(i, j));
     }
   }
   const double p = x->as_number();
@@ -201,13 +254,17 @@ Value Slice(const Value& seq, const std::optional<int64_t>& start_in,
   const int64_t stop = clamp(stop_in, step > 0 ? size : -1);
   if (seq.is_array()) {
     Array out;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
+    for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
       out.push_back(seq.array()[static_cast<size_t>(i)]);
+      if (__builtin_add_overflow(i, step, &i)) break;  // x[::huge]
+    }
     return Value(std::move(out));
   }
   std::string out;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
+  for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
     out += seq.as_string()[static_cast<size_t>(i)];
+    if (__builtin_add_overflow(i, step, &i)) break;
+  }
   return Value(std::move(out));
 }
 

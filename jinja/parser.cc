@@ -1,11 +1,13 @@
 #include "jinja/parser.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <initializer_list>
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "jinja/limits.h"
 
 namespace kvserve::jinja {
 namespace {
@@ -72,6 +74,34 @@ class Parser {
     Next();
   }
 
+  // Appends `child` (may be null: an omitted bound) to parent.args and keeps the tree's
+  // height bounded: chains like a+a+a+... or x|f|f|f... grow it without recursing here, but
+  // the renderer and the destructor recurse once per level.
+  void Adopt(Expr& parent, ExprPtr child) {
+    if (child != nullptr) Grow(parent, *child);
+    parent.args.push_back(std::move(child));
+  }
+  void Grow(Expr& parent, const Expr& child) {
+    parent.height = std::max(parent.height, child.height + 1);
+    if (parent.height > kMaxExprHeight) {
+      throw ParseError{parent.line, absl::StrCat("expression nested deeper than ", kMaxExprHeight,
+                                                 " levels (template limit)")};
+    }
+  }
+  // Bounds the parser's own recursion (brackets, `not not ...`, `- - ...`, nested
+  // statements): one guard per recursive rule.
+  struct NestingGuard {
+    explicit NestingGuard(Parser& p) : parser(p) {
+      if (++parser.nesting_ > kMaxNesting) {
+        --parser.nesting_;
+        throw ParseError{parser.Peek().line, absl::StrCat("brackets or blocks nested deeper than ",
+                                                          kMaxNesting, " levels (template limit)")};
+      }
+    }
+    ~NestingGuard() { --parser.nesting_; }
+    Parser& parser;
+  };
+
   ExprPtr Make(ExprKind kind, int line) {
     auto e = std::make_unique<Expr>();
     e->kind = kind;
@@ -122,6 +152,7 @@ class Parser {
   }
 
   StmtPtr ParseStatement() {
+    NestingGuard guard(*this);
     const int line = Peek().line;
     const std::string kw = ExpectName();
     auto s = std::make_unique<Stmt>();
@@ -246,22 +277,23 @@ class Parser {
     ExprPtr first = with_cond ? ParseExpr() : ParseOr();
     if (!IsOp(",")) return first;
     auto tuple = Make(ExprKind::kTuple, line);
-    tuple->args.push_back(std::move(first));
+    Adopt(*tuple, std::move(first));
     while (AcceptOp(",")) {
       if (Peek().kind == TokenKind::kBlockEnd || Peek().kind == TokenKind::kVarEnd) break;
-      tuple->args.push_back(with_cond ? ParseExpr() : ParseOr());
+      Adopt(*tuple, with_cond ? ParseExpr() : ParseOr());
     }
     return tuple;
   }
 
   ExprPtr ParseExpr() {
+    NestingGuard guard(*this);
     ExprPtr value = ParseOr();
     while (IsName("if")) {
       const int line = Next().line;
       auto cond = Make(ExprKind::kCond, line);
-      cond->args.push_back(std::move(value));
-      cond->args.push_back(ParseOr());
-      cond->args.push_back(AcceptName("else") ? ParseExpr() : nullptr);
+      Adopt(*cond, std::move(value));
+      Adopt(*cond, ParseOr());
+      Adopt(*cond, AcceptName("else") ? ParseExpr() : nullptr);
       value = std::move(cond);
     }
     return value;
@@ -271,8 +303,8 @@ class Parser {
     ExprPtr left = ParseAnd();
     while (IsName("or")) {
       auto e = Make(ExprKind::kOr, Next().line);
-      e->args.push_back(std::move(left));
-      e->args.push_back(ParseAnd());
+      Adopt(*e, std::move(left));
+      Adopt(*e, ParseAnd());
       left = std::move(e);
     }
     return left;
@@ -282,8 +314,8 @@ class Parser {
     ExprPtr left = ParseNot();
     while (IsName("and")) {
       auto e = Make(ExprKind::kAnd, Next().line);
-      e->args.push_back(std::move(left));
-      e->args.push_back(ParseNot());
+      Adopt(*e, std::move(left));
+      Adopt(*e, ParseNot());
       left = std::move(e);
     }
     return left;
@@ -291,9 +323,10 @@ class Parser {
 
   ExprPtr ParseNot() {
     if (IsName("not")) {
+      NestingGuard guard(*this);
       auto e = Make(ExprKind::kUnary, Next().line);
       e->name = "not";
-      e->args.push_back(ParseNot());
+      Adopt(*e, ParseNot());
       return e;
     }
     return ParseCompare();
@@ -302,8 +335,8 @@ class Parser {
   ExprPtr Binary(std::string op, ExprPtr left, ExprPtr right, int line) {
     auto e = Make(ExprKind::kBinary, line);
     e->name = std::move(op);
-    e->args.push_back(std::move(left));
-    e->args.push_back(std::move(right));
+    Adopt(*e, std::move(left));
+    Adopt(*e, std::move(right));
     return e;
   }
 
@@ -354,9 +387,10 @@ class Parser {
   ExprPtr ParseUnary(bool with_filter) {
     ExprPtr node;
     if (IsOp("-") || IsOp("+")) {
+      NestingGuard guard(*this);
       auto e = Make(ExprKind::kUnary, Peek().line);
       e->name = Next().text;
-      e->args.push_back(ParseUnary(false));
+      Adopt(*e, ParseUnary(false));
       node = std::move(e);
     } else {
       node = ParsePostfix(ParsePrimary());
@@ -407,7 +441,7 @@ class Parser {
         if (AcceptOp("[")) {
           auto e = Make(ExprKind::kList, line);
           while (!IsOp("]")) {
-            e->args.push_back(ParseExpr());
+            Adopt(*e, ParseExpr());
             if (!AcceptOp(",")) break;
           }
           ExpectOp("]");
@@ -416,9 +450,9 @@ class Parser {
         if (AcceptOp("{")) {
           auto e = Make(ExprKind::kDict, line);
           while (!IsOp("}")) {
-            e->args.push_back(ParseExpr());
+            Adopt(*e, ParseExpr());
             ExpectOp(":");
-            e->args.push_back(ParseExpr());
+            Adopt(*e, ParseExpr());
             if (!AcceptOp(",")) break;
           }
           ExpectOp("}");
@@ -438,14 +472,14 @@ class Parser {
           auto e = Make(ExprKind::kGetItem, line);
           auto idx = Make(ExprKind::kLiteral, line);
           idx->literal = Value(static_cast<int64_t>(std::strtoll(Next().text.c_str(), nullptr, 10)));
-          e->args.push_back(std::move(node));
-          e->args.push_back(std::move(idx));
+          Adopt(*e, std::move(node));
+          Adopt(*e, std::move(idx));
           node = std::move(e);
           continue;
         }
         auto e = Make(ExprKind::kGetAttr, line);
         e->name = ExpectName();
-        e->args.push_back(std::move(node));
+        Adopt(*e, std::move(node));
         node = std::move(e);
       } else if (AcceptOp("[")) {
         node = ParseSubscript(std::move(node), line);
@@ -468,11 +502,11 @@ class Parser {
     }
     ExpectOp("]");
     auto e = Make(slice ? ExprKind::kSlice : ExprKind::kGetItem, line);
-    e->args.push_back(std::move(node));
-    e->args.push_back(std::move(parts[0]));
+    Adopt(*e, std::move(node));
+    Adopt(*e, std::move(parts[0]));
     if (slice) {
-      e->args.push_back(std::move(parts[1]));
-      e->args.push_back(std::move(parts[2]));
+      Adopt(*e, std::move(parts[1]));
+      Adopt(*e, std::move(parts[2]));
     }
     return e;
   }
@@ -484,9 +518,11 @@ class Parser {
       if (Peek().kind == TokenKind::kName && IsOp("=", 1)) {
         std::string name = Next().text;
         Next();
-        e.kwargs.emplace_back(std::move(name), ParseExpr());
+        ExprPtr value = ParseExpr();
+        Grow(e, *value);
+        e.kwargs.emplace_back(std::move(name), std::move(value));
       } else {
-        e.args.push_back(ParseExpr());
+        Adopt(e, ParseExpr());
       }
       if (!AcceptOp(",")) break;
     }
@@ -495,7 +531,7 @@ class Parser {
 
   ExprPtr ParseCall(ExprPtr callee) {
     auto e = Make(ExprKind::kCall, Peek().line);
-    e->args.push_back(std::move(callee));
+    Adopt(*e, std::move(callee));
     ParseArgs(*e);
     return e;
   }
@@ -504,7 +540,7 @@ class Parser {
     auto e = Make(ExprKind::kFilter, Peek().line);
     e->name = ExpectName();
     while (AcceptOp(".")) e->name += "." + ExpectName();
-    e->args.push_back(std::move(input));
+    Adopt(*e, std::move(input));
     if (IsOp("(")) ParseArgs(*e);
     return e;
   }
@@ -517,11 +553,11 @@ class Parser {
         auto e = Make(ExprKind::kTest, Next().line);
         e->negate = AcceptName("not");
         e->name = ExpectName();
-        e->args.push_back(std::move(node));
+        Adopt(*e, std::move(node));
         if (IsOp("(")) {
           ParseArgs(*e);
         } else if (StartsTestArgument()) {
-          e->args.push_back(ParsePostfix(ParsePrimary()));
+          Adopt(*e, ParsePostfix(ParsePrimary()));
         }
         node = std::move(e);
       } else if (IsOp("(")) {
@@ -546,6 +582,7 @@ class Parser {
 
   const std::vector<Token>& t_;
   size_t pos_ = 0;
+  int nesting_ = 0;
 };
 
 }  // namespace

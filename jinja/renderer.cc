@@ -1,15 +1,83 @@
 #include "jinja/renderer.h"
 
+#include <climits>
+#include <cstdint>
+
 #include "absl/strings/str_cat.h"
 #include "jinja/builtins.h"
 #include "jinja/error.h"
 #include "jinja/ops.h"
+#include "jinja/value.h"
 
 namespace kvserve::jinja {
 
-Renderer::Renderer(const Scope& globals, const Object& context) : globals_(globals) {
+// Exec and Eval recurse once per nested block, expression level and macro call; this bounds
+// the sum, so no combination of limits can overflow the stack (a few hundred bytes a frame).
+constexpr int kMaxRenderRecursion = 1000;
+
+struct Renderer::DepthGuard {
+  explicit DepthGuard(Renderer& r) : renderer(r) {
+    if (++renderer.recursion_ > kMaxRenderRecursion) {
+      --renderer.recursion_;
+      Throw(absl::StrCat("template recursion deeper than ", kMaxRenderRecursion, " levels"));
+    }
+  }
+  ~DepthGuard() { --renderer.recursion_; }
+  Renderer& renderer;
+};
+
+// One macro or caller() invocation; macros may recurse (tool-schema templates do), but only
+// so deep.
+struct Renderer::CallFrame {
+  explicit CallFrame(Renderer& r) : renderer(r) {
+    if (++renderer.call_depth_ > renderer.limits_.max_call_depth) {
+      --renderer.call_depth_;
+      Throw(absl::StrCat("macro calls nested deeper than ", renderer.limits_.max_call_depth,
+                         " levels (endless recursion?)"));
+    }
+  }
+  ~CallFrame() { --renderer.call_depth_; }
+  Renderer& renderer;
+};
+
+Renderer::Renderer(const Scope& globals, const Object& context, const RenderLimits& limits)
+    : globals_(globals), limits_(limits) {
   scopes_.emplace_back();
   for (const auto& [k, v] : context.items) scopes_.back()[k] = v;
+}
+
+void Renderer::Step(int64_t n) {
+  steps_ += n;
+  if (steps_ > limits_.max_steps) {
+    Throw(absl::StrCat("template took more than ", limits_.max_steps,
+                       " evaluation steps (endless or very long loop?)"));
+  }
+}
+
+void Renderer::CheckOutputSize(const std::string& out) const { CheckStringSize(out.size(), "the output"); }
+
+void Renderer::CheckNesting(const Value& v) {
+  // Iterative walk (the point is to avoid deep recursion); a value shared several times is
+  // walked each time, which the step charge bounds.
+  std::vector<std::pair<const Value*, int>> stack{{&v, 1}};
+  int64_t visited = 0;
+  while (!stack.empty()) {
+    const auto [cur, depth] = stack.back();
+    stack.pop_back();
+    if (!cur->is_array() && !cur->is_object()) continue;
+    ++visited;
+    if (depth > limits_.max_value_depth) {
+      Step(visited);
+      Throw(absl::StrCat("lists and dicts nested deeper than ", limits_.max_value_depth,
+                         " levels (template limit)"));
+    }
+    if (cur->is_array()) {
+      for (const Value& x : cur->array()) stack.emplace_back(&x, depth + 1);
+    } else {
+      for (const auto& [k, x] : cur->object().items) stack.emplace_back(&x, depth + 1);
+    }
+  }
+  Step(visited);
 }
 
 void Renderer::Render(const Body& body, std::string& out) {
@@ -36,9 +104,11 @@ Renderer::Flow Renderer::Exec(const Body& body) {
 
 Renderer::Flow Renderer::ExecOne(const Stmt& s) {
   try {
+    DepthGuard depth(*this);
+    Step();
     switch (s.kind) {
-      case StmtKind::kText: *out_ += s.text; break;
-      case StmtKind::kOutput: Eval(*s.expr).AppendStr(*out_); break;
+      case StmtKind::kText: *out_ += s.text; CheckOutputSize(*out_); break;
+      case StmtKind::kOutput: Eval(*s.expr).AppendStr(*out_); CheckOutputSize(*out_); break;
       case StmtKind::kIf:
         for (size_t i = 0; i < s.conditions.size(); ++i)
           if (Eval(*s.conditions[i]).Truthy()) return Exec(s.bodies[i]);
@@ -51,6 +121,7 @@ Renderer::Flow Renderer::ExecOne(const Stmt& s) {
         const Stmt* block = &s;
         Scope caller_scope;
         caller_scope["caller"] = Value(Callable([this, block](const CallArgs& args) {
+          CallFrame frame(*this);
           scopes_.emplace_back();
           for (size_t i = 0; i < block->params.size(); ++i) {
             const Value* v = args.Get(block->params[i].name, i);
@@ -65,6 +136,7 @@ Renderer::Flow Renderer::ExecOne(const Stmt& s) {
         Value result = Eval(*s.expr);
         scopes_.pop_back();
         result.AppendStr(*out_);
+        CheckOutputSize(*out_);
         break;
       }
       case StmtKind::kFilterBlock: {
@@ -72,6 +144,7 @@ Renderer::Flow Renderer::ExecOne(const Stmt& s) {
         const Expr& f = *s.expr;
         CallArgs args = EvalArgs(f, 1);
         ApplyFilter(f.name, text, args).AppendStr(*out_);
+        CheckOutputSize(*out_);
         break;
       }
       case StmtKind::kBreak: return Flow::kBreak;
@@ -117,6 +190,7 @@ void Renderer::ExecFor(const Stmt& s) {
   }
   const int64_t n = static_cast<int64_t>(items.size());
   for (int64_t i = 0; i < n; ++i) {
+    Step();
     bind(items[static_cast<size_t>(i)]);
     Object loop;
     loop.items.reserve(9);
@@ -141,7 +215,9 @@ void Renderer::ExecSet(const Stmt& s) {
   if (!s.text.empty()) {  // set ns.attr = value
     Value target = Lookup(s.targets[0]);
     if (!target.is_object()) Throw(absl::StrCat("cannot set attribute '", s.text, "' on ", target.TypeName()));
+    if (Reaches(v, target)) Throw(absl::StrCat("cannot set attribute '", s.text, "': the dict would contain itself"));
     target.object().Set(s.text, std::move(v));
+    CheckNesting(target);
     return;
   }
   if (s.targets.size() == 1) {
@@ -157,6 +233,7 @@ void Renderer::ExecSet(const Stmt& s) {
 Value Renderer::MakeMacro(const Stmt& s) {
   const Stmt* macro = &s;
   return Value(Callable([this, macro](const CallArgs& args) {
+    CallFrame frame(*this);
     Scope scope;
     for (size_t i = 0; i < macro->params.size(); ++i) {
       const Param& p = macro->params[i];
@@ -187,7 +264,10 @@ Value Renderer::EvalCall(const Expr& e) {
       const Value* member = obj.object().Find(callee.name);
       if (member != nullptr && member->is_callable()) return member->callable()(args);
     }
-    if (std::optional<Value> r = CallMethod(obj, callee.name, args)) return *std::move(r);
+    if (std::optional<Value> r = CallMethod(obj, callee.name, args)) {
+      CheckNesting(obj);  // append / update may have deepened it
+      return *std::move(r);
+    }
     Throw(absl::StrCat(obj.TypeName(), " has no method '", callee.name, "'"));
   }
   Value f = Eval(callee);
@@ -199,6 +279,8 @@ Value Renderer::EvalCall(const Expr& e) {
 }
 
 Value Renderer::Eval(const Expr& e) {
+  DepthGuard depth(*this);
+  Step();
   switch (e.kind) {
     case ExprKind::kLiteral: return e.literal;
     case ExprKind::kName: return Lookup(e.name);
@@ -207,12 +289,16 @@ Value Renderer::Eval(const Expr& e) {
       Array out;
       out.reserve(e.args.size());
       for (const ExprPtr& a : e.args) out.push_back(Eval(*a));
-      return Value(std::move(out));
+      Value v(std::move(out));
+      CheckNesting(v);
+      return v;
     }
     case ExprKind::kDict: {
       Object out;
       for (size_t i = 0; i + 1 < e.args.size(); i += 2) out.Set(Eval(*e.args[i]).Str(), Eval(*e.args[i + 1]));
-      return Value(std::move(out));
+      Value v(std::move(out));
+      CheckNesting(v);
+      return v;
     }
     case ExprKind::kGetAttr: return GetAttr(Eval(*e.args[0]), e.name);
     case ExprKind::kGetItem: return GetItem(Eval(*e.args[0]), Eval(*e.args[1]));
@@ -227,10 +313,16 @@ Value Renderer::Eval(const Expr& e) {
       }
       return Slice(seq, bounds[0], bounds[1], bounds[2]);
     }
-    case ExprKind::kCall: return EvalCall(e);
+    case ExprKind::kCall: {
+      Value v = EvalCall(e);
+      CheckNesting(v);
+      return v;
+    }
     case ExprKind::kFilter: {
       Value input = Eval(*e.args[0]);
-      return ApplyFilter(e.name, input, EvalArgs(e, 1));
+      Value v = ApplyFilter(e.name, input, EvalArgs(e, 1));
+      CheckNesting(v);
+      return v;
     }
     case ExprKind::kTest: {
       Value input = Eval(*e.args[0]);
@@ -240,7 +332,10 @@ Value Renderer::Eval(const Expr& e) {
       Value v = Eval(*e.args[0]);
       if (e.name == "not") return Value(!v.Truthy());
       if (e.name == "-") {
-        if (v.is_int()) return Value(-v.as_int());
+        if (v.is_int()) {
+          if (v.as_int() == INT64_MIN) Throw("integer overflow in unary '-' (template integers are 64-bit)");
+          return Value(-v.as_int());
+        }
         if (v.is_float()) return Value(-v.as_number());
         Throw(absl::StrCat("bad operand type for unary -: ", v.TypeName()));
       }

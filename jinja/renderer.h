@@ -13,6 +13,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "jinja/ast.h"
+#include "jinja/limits.h"
 #include "jinja/value.h"
 
 namespace kvserve::jinja {
@@ -21,7 +22,7 @@ using Scope = absl::flat_hash_map<std::string, Value>;
 
 class Renderer {
  public:
-  Renderer(const Scope& globals, const Object& context);
+  Renderer(const Scope& globals, const Object& context, const RenderLimits& limits = {});
   // Throws jinja::Error (line set) on failure.
   void Render(const Body& body, std::string& out);
 
@@ -37,10 +38,22 @@ class Renderer {
   Value Lookup(const std::string& name) const;
   Value MakeMacro(const Stmt& s);
   Value RenderToString(const Body& body);
+  // Counts one evaluation step against limits_.max_steps (throws past it).
+  void Step(int64_t n = 1);
+  // Throws unless `v` nests lists/dicts at most limits_.max_value_depth deep (new containers
+  // and containers a method mutated are checked; the walk is charged as steps).
+  void CheckNesting(const Value& v);
+  void CheckOutputSize(const std::string& out) const;
+  struct CallFrame;   // bounds macro / caller() depth
+  struct DepthGuard;  // bounds Exec/Eval recursion (macro calls, nested blocks, expressions)
 
   const Scope& globals_;
   std::vector<Scope> scopes_;
   std::string* out_ = nullptr;
+  RenderLimits limits_;
+  int64_t steps_ = 0;
+  int call_depth_ = 0;   // macro and caller() frames
+  int recursion_ = 0;    // Exec/Eval frames
 };
 
 }  // namespace kvserve::jinja

@@ -1,9 +1,13 @@
 #include "jinja/template.h"
 
+#include <new>
+#include <stdexcept>
+
 #include "absl/strings/str_cat.h"
 #include "jinja/ast.h"
 #include "jinja/error.h"
 #include "jinja/lexer.h"
+#include "jinja/limits.h"
 #include "jinja/parser.h"
 #include "jinja/renderer.h"
 
@@ -12,6 +16,7 @@ namespace kvserve::jinja {
 struct Template::Compiled {
   Body body;
   Scope globals;
+  RenderLimits limits;
 };
 
 namespace {
@@ -31,8 +36,20 @@ Scope MakeGlobals() {
     else if (p.size() >= 2) { start = p[0].as_int(); stop = p[1].as_int(); }
     if (p.size() >= 3) step = p[2].as_int();
     if (p.empty() || step == 0) Throw("range() needs 1 to 3 integers and a non-zero step");
+    // Length first, so a huge range is an error instead of an allocation the process cannot
+    // survive. Unsigned arithmetic: the distance between two int64 bounds fits in uint64.
+    const bool up = step > 0;
+    if (up ? start >= stop : start <= stop) return Value(Array{});
+    const uint64_t span = up ? static_cast<uint64_t>(stop) - static_cast<uint64_t>(start)
+                             : static_cast<uint64_t>(start) - static_cast<uint64_t>(stop);
+    const uint64_t abs_step = up ? static_cast<uint64_t>(step) : 0 - static_cast<uint64_t>(step);
+    const uint64_t count = span / abs_step + (span % abs_step != 0 ? 1 : 0);
+    if (count > static_cast<uint64_t>(kMaxRangeItems))
+      Throw(absl::StrCat("range() of more than ", kMaxRangeItems, " items (template limit)"));
     Array out;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.emplace_back(i);
+    out.reserve(static_cast<size_t>(count));
+    for (uint64_t k = 0; k < count; ++k)  // start + k*step lies between the bounds: it fits
+      out.emplace_back(static_cast<int64_t>(static_cast<uint64_t>(start) + k * static_cast<uint64_t>(step)));
     return Value(std::move(out));
   }));
   auto make_dict = [](const CallArgs& args) {
@@ -60,16 +77,21 @@ absl::StatusOr<Template> Template::Compile(std::string_view source, const Templa
   auto compiled = std::make_shared<Compiled>();
   compiled->body = *std::move(body);
   compiled->globals = MakeGlobals();
+  compiled->limits = options.limits;
   return Template(std::move(compiled));
 }
 
 absl::StatusOr<std::string> Template::Render(const Object& context) const {
   std::string out;
   try {
-    Renderer renderer(compiled_->globals, context);
+    Renderer renderer(compiled_->globals, context, compiled_->limits);
     renderer.Render(compiled_->body, out);
   } catch (const Error& e) {
     return absl::InvalidArgumentError(absl::StrCat("template line ", e.line, ": ", e.message));
+  } catch (const std::bad_alloc&) {  // a limit missed somewhere: still no crash
+    return absl::ResourceExhaustedError("the chat template ran out of memory while rendering");
+  } catch (const std::length_error&) {
+    return absl::ResourceExhaustedError("the chat template built a string or list too large to hold");
   }
   return out;
 }

@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "jinja/limits.h"
 #include "jinja/value.h"
 
 namespace kvserve::jinja {
@@ -28,6 +29,7 @@ struct Stmt;
 struct TemplateOptions {
   bool trim_blocks = true;    // transformers' settings
   bool lstrip_blocks = true;
+  RenderLimits limits;        // jinja/limits.h: steps, call and value depth
 };
 
 class Template {
@@ -36,7 +38,8 @@ class Template {
                                           const TemplateOptions& options = {});
   // `context` holds the variables (messages, add_generation_prompt, bos_token, ...).
   // InvalidArgument naming the line for runtime errors; raise_exception(msg) gives
-  // "template line N: <msg>".
+  // "template line N: <msg>". A template that exceeds a limit of jinja/limits.h (endless
+  // loop, runaway recursion, a string past 64 MiB) gets InvalidArgument naming the limit.
   absl::StatusOr<std::string> Render(const Object& context) const;
 
  private:

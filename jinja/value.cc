@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "absl/container/flat_hash_set.h"
+
 namespace kvserve::jinja {
 
 const Value* Object::Find(std::string_view key) const {
@@ -209,6 +211,32 @@ void AppendJson(const Value& v, const JsonOptions& opts, std::string& out, int d
       return;
     }
   }
+}
+
+const void* Value::storage() const {
+  if (is_array()) return &array();
+  if (is_object()) return &object();
+  return nullptr;
+}
+
+bool Reaches(const Value& from, const Value& container) {
+  const void* target = container.storage();
+  if (target == nullptr) return false;
+  std::vector<const Value*> stack{&from};
+  absl::flat_hash_set<const void*> seen;
+  while (!stack.empty()) {
+    const Value* cur = stack.back();
+    stack.pop_back();
+    const void* id = cur->storage();
+    if (id == nullptr || !seen.insert(id).second) continue;
+    if (id == target) return true;
+    if (cur->is_array()) {
+      for (const Value& x : cur->array()) stack.push_back(&x);
+    } else {
+      for (const auto& [k, x] : cur->object().items) stack.push_back(&x);
+    }
+  }
+  return false;
 }
 
 }  // namespace kvserve::jinja

@@ -76,6 +76,8 @@ class Value {
   std::string Str() const;
   void AppendStr(std::string& out) const;
   const char* TypeName() const;
+  // Identity of a list's or dict's shared storage (nullptr for other kinds).
+  const void* storage() const;
 
  private:
   explicit Value(Kind k) : data_(k == Kind::kNone ? Data(nullptr) : Data()) {}
@@ -84,6 +86,11 @@ class Value {
                             std::shared_ptr<Callable>>;
   Data data_;
 };
+
+// True when `from` is the list/dict `container` or holds it at any depth (by identity).
+// Inserting such a value into `container` would make it contain itself: printing it would
+// never end and its shared storage would never be freed, so the interpreter refuses.
+bool Reaches(const Value& from, const Value& container);
 
 // Python ==: deep for lists and dicts, 1 == 1.0.
 bool Equal(const Value& a, const Value& b);

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -68,6 +69,10 @@ absl::StatusOr<SafetensorsEntry> ParseEntry(const std::string& path, const std::
     }
     elems *= dim;
     e.shape.push_back(static_cast<int64_t>(dim));
+  }
+  // The byte size must not wrap either: [2^62] of F32 would claim 2^64 = 0 bytes.
+  if (elems > (uint64_t{1} << 62) / e.dtype_bytes) {
+    return TensorError(path, name, absl::StrCat("shape ", v["shape"].dump(), " of ", e.dtype, " is too large"));
   }
   const json& off = v.contains("data_offsets") ? v["data_offsets"] : json();
   if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
@@ -167,9 +172,20 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   f->path_ = path;
   f->map_ = static_cast<const std::byte*>(map);
   f->map_size_ = size;
+  KVS_ASSIGN_OR_RETURN(SafetensorsLayout layout, ParseSafetensorsLayout(path, {f->map_, f->map_size_}));
+  f->data_ = f->map_ + layout.data_offset;
+  f->entries_ = std::move(layout.entries);
+  return f;
+}
 
+absl::StatusOr<SafetensorsLayout> ParseSafetensorsLayout(const std::string& path,
+                                                         std::span<const std::byte> file) {
+  const uint64_t size = file.size();
+  if (size < 8) {
+    return FileError(path, absl::StrCat("file is ", size, " bytes, shorter than the 8-byte header length"));
+  }
   uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | static_cast<uint8_t>(f->map_[i]);
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | static_cast<uint8_t>(file[static_cast<size_t>(i)]);
   if (header_len > size - 8) {
     return FileError(path, absl::StrCat("header length ", header_len, " exceeds the ", size - 8,
                                         " bytes after it (not a safetensors file, or truncated)"));
@@ -177,22 +193,23 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   if (header_len > kMaxHeaderBytes) {
     return FileError(path, absl::StrCat("header length ", header_len, " exceeds the 100 MB limit"));
   }
-  const char* hdr = reinterpret_cast<const char*>(f->map_ + 8);
+  const char* hdr = reinterpret_cast<const char*>(file.data() + 8);
   json header = json::parse(hdr, hdr + header_len, nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded()) return FileError(path, "header is not valid JSON");
   if (!header.is_object()) return FileError(path, "header is not a JSON object");
-  f->data_ = f->map_ + 8 + header_len;
+  SafetensorsLayout layout;
+  layout.data_offset = 8 + header_len;
   const uint64_t data_size = size - 8 - header_len;
 
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") continue;
     KVS_ASSIGN_OR_RETURN(SafetensorsEntry e, ParseEntry(path, it.key(), it.value()));
-    f->entries_.push_back(std::move(e));
+    layout.entries.push_back(std::move(e));
   }
-  KVS_RETURN_IF_ERROR(CheckCoverage(path, f->entries_, data_size));
-  std::sort(f->entries_.begin(), f->entries_.end(),
+  KVS_RETURN_IF_ERROR(CheckCoverage(path, layout.entries, data_size));
+  std::sort(layout.entries.begin(), layout.entries.end(),
             [](const auto& a, const auto& b) { return a.name < b.name; });
-  return f;
+  return layout;
 }
 
 SafetensorsFile::~SafetensorsFile() {
@@ -214,6 +231,9 @@ absl::Status SafetensorsFile::ReadF32(const SafetensorsEntry& e, std::span<float
   if (static_cast<int64_t>(out.size()) != n) {
     return TensorError(path_, e.name, absl::StrCat("destination holds ", out.size(), " floats, tensor has ", n));
   }
+  // An empty tensor (a 0 in its shape) has nothing to read, and an empty destination's
+  // data() may be null, which memcpy must not get even for 0 bytes (found by fuzzing).
+  if (n == 0) return absl::OkStatus();
   const std::byte* src = data_ + e.begin;
   // Unaligned-safe element reads: offsets inside the data region need not be aligned.
   if (e.dtype == "F32") {
@@ -305,7 +325,17 @@ absl::Status SafetensorsCheckpoint::LoadF32(std::string_view name, std::span<con
                        absl::StrCat("shape [", absl::StrJoin(entry->shape, ", "), "], expected [",
                                     absl::StrJoin(shape, ", "), "]"));
   }
-  return file->ReadF32(*entry, out);
+  KVS_RETURN_IF_ERROR(file->ReadF32(*entry, out));
+  // A NaN or infinity in a weight is a corrupt checkpoint, never a value to serve answers
+  // from: every logit downstream of it would be garbage.
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!std::isfinite(out[i])) {
+      return TensorError(file->path(), name,
+                         absl::StrCat("element ", i, " is ", std::isnan(out[i]) ? "NaN" : "infinite",
+                                      " (corrupt weights?)"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 std::vector<std::string> SafetensorsCheckpoint::TensorNames() const {

@@ -36,6 +36,16 @@ struct SafetensorsEntry {
   int64_t num_elements() const;
 };
 
+// The validated layout of a whole safetensors file held in memory: its entries (sorted by
+// name) and the offset of the data region. Open() applies it to the mapped file; it is also
+// what the safetensors fuzz target feeds. Errors name `path` (and the tensor).
+struct SafetensorsLayout {
+  std::vector<SafetensorsEntry> entries;
+  uint64_t data_offset = 0;  // 8 + header length
+};
+absl::StatusOr<SafetensorsLayout> ParseSafetensorsLayout(const std::string& path,
+                                                         std::span<const std::byte> file);
+
 // One memory-mapped, validated safetensors file.
 class SafetensorsFile {
  public:
@@ -73,7 +83,8 @@ class SafetensorsCheckpoint {
   // The tensor's entry and file, or NotFound naming the tensor and where it was looked for.
   absl::StatusOr<std::pair<const SafetensorsFile*, const SafetensorsEntry*>> Find(
       std::string_view name) const;
-  // Loads `name` as fp32 after checking its shape equals `shape`.
+  // Loads `name` as fp32 after checking its shape equals `shape`; a NaN or infinite element
+  // is an error naming the tensor (a corrupt checkpoint).
   absl::Status LoadF32(std::string_view name, std::span<const int64_t> shape,
                        std::span<float> out) const;
   std::vector<std::string> TensorNames() const;

@@ -24,6 +24,7 @@ class ServerProcess {
   int http_port() const { return http_port_; }
   int grpc_port() const { return grpc_port_; }
   std::string grpc_target() const { return host_ + ":" + std::to_string(grpc_port_); }
+  pid_t pid() const { return pid_; }  // for /proc/<pid> readings (fds, threads, RSS)
 
   void Signal(int sig);
   // The exit status once the process ended within `timeout` (-1: killed by a signal).

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "gtest/gtest.h"
 #include "model/llama_weights.h"
@@ -114,6 +115,15 @@ TEST_F(SafetensorsTest, ShapeDisagreesWithOffsets) {
   ExpectOpenError(path, "w", "needs 6");
 }
 
+// Found while writing safetensors_header_fuzz (its invariant: bytes == elements x dtype size): 2^62 F32
+// elements are 2^64 bytes, which wrapped to 0 and matched data_offsets [0, 0].
+TEST_F(SafetensorsTest, ByteSizeThatWrapsIsAnError) {
+  ExpectOpenError(Write("w.safetensors", R"({"t":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,0]}})", ""),
+                  "t", "is too large");
+  ExpectOpenError(Write("w2.safetensors", R"({"t":{"dtype":"F64","shape":[2305843009213693952],"data_offsets":[0,0]}})", ""),
+                  "t", "is too large");
+}
+
 TEST_F(SafetensorsTest, Overlap) {
   auto path = Write("overlap.safetensors",
                     R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
@@ -181,6 +191,40 @@ TEST_F(SafetensorsTest, WrongShapeNamesTensor) {
   EXPECT_NE(std::string(w.status().message()).find("tensor \"model.embed_tokens.weight\": shape [64, 300], expected [300, 64]"),
             std::string::npos)
       << w.status();
+}
+
+// Corrupt weights: a NaN or infinity is an error naming the tensor, never a model that
+// serves garbage.
+TEST_F(SafetensorsTest, NonFiniteWeightIsAnError) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto path = Write("nan.safetensors",
+                    R"({"ok":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"bad":{"dtype":"F32","shape":[3],"data_offsets":[8,20]},"inf":{"dtype":"F16","shape":[1],"data_offsets":[20,22]}})",
+                    Floats({1, 2}) + Floats({0, nan, 3}) + std::string("\x00\x7c", 2));
+  auto ckpt = SafetensorsCheckpoint::OpenFile(path);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  std::vector<float> out(3);
+  const int64_t shape3[] = {3};
+  absl::Status st = ckpt->LoadF32("bad", shape3, out);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(std::string(st.message()).find("tensor \"bad\": element 1 is NaN (corrupt weights?)"), std::string::npos) << st;
+  std::vector<float> one(1);
+  const int64_t shape1[] = {1};
+  st = ckpt->LoadF32("inf", shape1, one);  // F16 0x7c00 is +infinity
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(std::string(st.message()).find("element 0 is infinite"), std::string::npos) << st;
+  std::vector<float> two(2);
+  const int64_t shape2[] = {2};
+  EXPECT_TRUE(ckpt->LoadF32("ok", shape2, two).ok());
+}
+
+// safetensors_header_fuzz: reading an empty tensor (shape [0, 5]) passed a null destination
+// to memcpy (undefined behaviour, reported by UBSan).
+TEST_F(SafetensorsTest, EmptyTensorReads) {
+  auto path = Write("empty.safetensors", R"({"z":{"dtype":"F32","shape":[0,5],"data_offsets":[0,0]}})", "");
+  auto file = SafetensorsFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::vector<float> none;
+  EXPECT_TRUE((*file)->ReadF32(*(*file)->Find("z"), none).ok());
 }
 
 TEST_F(SafetensorsTest, ShardedIndex) {
