@@ -41,13 +41,18 @@ class ExportError(Exception):
     pass
 
 
+def load_json(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
 # ---------------------------------------------------------------- safetensors
 
 def read_safetensors(model_dir):
     """name -> (dtype string, numpy array of the raw values: float32, float16 or uint16 bf16 bits)."""
     index = os.path.join(model_dir, "model.safetensors.index.json")
     if os.path.exists(index):
-        files = sorted(set(json.load(open(index))["weight_map"].values()))
+        files = sorted(set(load_json(index)["weight_map"].values()))
     elif os.path.exists(os.path.join(model_dir, "model.safetensors")):
         files = ["model.safetensors"]
     else:
@@ -106,7 +111,7 @@ def tokenizer_metadata(model_dir, config, vocab_size):
     path = os.path.join(model_dir, "tokenizer.json")
     if not os.path.exists(path):
         raise ExportError(f"{model_dir}: no tokenizer.json (llama.cpp needs the vocabulary in the GGUF)")
-    tok = json.load(open(path, encoding="utf-8"))
+    tok = load_json(path)
     model = tok.get("model", {})
     if model.get("type") != "BPE" or not model.get("byte_fallback"):
         raise ExportError(f"{path}: model type {model.get('type')} (byte_fallback={model.get('byte_fallback')}); "
@@ -148,7 +153,7 @@ def tokenizer_metadata(model_dir, config, vocab_size):
             scores.append(-float(n_merges + i))
 
     tc_path = os.path.join(model_dir, "tokenizer_config.json")
-    tc = json.load(open(tc_path, encoding="utf-8")) if os.path.exists(tc_path) else {}
+    tc = load_json(tc_path) if os.path.exists(tc_path) else {}
 
     def token_id(name, fallback):
         t = tc.get(name)
@@ -176,7 +181,7 @@ def tokenizer_metadata(model_dir, config, vocab_size):
 # ---------------------------------------------------------------- model
 
 def export(model_dir, out_path, dtype="auto"):
-    config = json.load(open(os.path.join(model_dir, "config.json")))
+    config = load_json(os.path.join(model_dir, "config.json"))
     if config.get("model_type") != "llama":
         raise ExportError(f"config.json: model_type {config.get('model_type')!r}; only 'llama' is supported")
     for key in ("attention_bias", "mlp_bias"):

@@ -105,7 +105,8 @@ class GgufReader:
     key -> value (arrays as lists), `tensors` maps name -> numpy array in numpy shape order."""
 
     def __init__(self, path: str):
-        self.buf = memoryview(open(path, "rb").read())
+        with open(path, "rb") as f:
+            self.buf = memoryview(f.read())
         self.pos = 0
         if bytes(self.buf[:4]) != MAGIC:
             raise ValueError(f"{path}: not a GGUF file (magic {bytes(self.buf[:4])!r})")
