@@ -89,7 +89,12 @@ void ComputePool::WorkerLoop(int slot) {
 void ComputePool::RunImpl(int64_t chunks, ChunkFn fn, void* ctx) {
   if (chunks <= 0) return;
   if (running_ || workers_.empty() || chunks == 1 || chunks > 0xffffffffLL) {
+    // A serial job is a job too: a Run from inside its chunks must also run serially (the
+    // one-chunk case once let a nested Run hand chunks to workers with slots != 0).
+    const bool outermost = !running_;
+    if (outermost) running_ = true;
     for (int64_t c = 0; c < chunks; ++c) fn(ctx, c, 0);
+    if (outermost) running_ = false;
     return;
   }
   running_ = true;
