@@ -22,10 +22,11 @@
 //   node bench/peer/peer_bench.mjs --nlc DIR --kvserve BIN --model DIR --gguf FILE [--label NAME]
 //        [--threads 2] [--runs 3] [--prompt-len 512] [--decode-tokens 64] [--concurrency 8,32]
 //        [--check-tokens 32] [--json OUT.json] [-- extra kvserve serve flags]
-import {spawn} from "node:child_process";
 import {writeFileSync} from "node:fs";
 import path from "node:path";
 import {pathToFileURL} from "node:url";
+
+import {KvserveProcess} from "./kvserve_process.mjs";
 
 function parseArgs(argv) {
   const a = {threads: 2, runs: 3, promptLen: 512, decodeTokens: 64, concurrency: [8, 32], checkTokens: 32,
@@ -66,57 +67,6 @@ function promptIds(seed, n, vocab) {
     out.push(5 + (x % (hi - 5)));
   }
   return out;
-}
-
-// ---------------------------------------------------------------- kvserve over HTTP
-
-class Kvserve {
-  static async start(bin, model, threads, extra) {
-    const args = ["serve", "--model", model, "--host", "127.0.0.1", "--http-port", "0", "--grpc-port", "0",
-                  "--threads", String(threads), "--log-level", "warn", ...extra];
-    const child = spawn(bin, args, {stdio: ["ignore", "pipe", "inherit"]});
-    let out = "";
-    const url = await new Promise((resolve, reject) => {
-      child.on("exit", (code) => reject(new Error(`kvserve exited (${code}) before listening: ${out}`)));
-      child.stdout.on("data", (d) => {
-        out += d;
-        const m = out.match(/kvserve listening http=([^ :]+):(\d+) grpc=/);
-        if (m) resolve(`http://${m[1]}:${m[2]}`);
-      });
-    });
-    const k = new Kvserve();
-    k.child = child;
-    k.url = url;
-    return k;
-  }
-
-  async stop() {
-    const done = new Promise((r) => this.child.once("exit", r));
-    this.child.kill("SIGTERM");
-    await done;
-  }
-
-  async post(route, body) {
-    const r = await fetch(this.url + route, {method: "POST", headers: {"content-type": "application/json"},
-                                             body: JSON.stringify(body)});
-    const text = await r.text();
-    if (!r.ok) throw new Error(`kvserve ${route}: HTTP ${r.status}: ${text}`);
-    return JSON.parse(text);
-  }
-
-  async tokenize(text) { return (await this.post("/tokenize", {prompt: text})).tokens; }
-
-  async greedy(ids, n) {
-    const j = await this.post("/v1/completions", {prompt: ids, max_tokens: n, temperature: 0, ignore_eos: true,
-                                                  return_token_ids: true});
-    return j.choices[0].token_ids;
-  }
-
-  async prefillSeconds(ids) {
-    const t0 = now();
-    await this.post("/v1/completions", {prompt: ids, max_tokens: 1, temperature: 0, ignore_eos: true});
-    return now() - t0;
-  }
 }
 
 // ---------------------------------------------------------------- llama.cpp in-process
@@ -249,7 +199,7 @@ async function checkTokens(kv, lc, a) {
 async function main() {
   const a = parseArgs(process.argv.slice(2));
   const label = a.label || path.basename(a.model);
-  const kv = await Kvserve.start(a.kvserve, a.model, a.threads, a.extra);
+  const kv = await KvserveProcess.start(a.kvserve, a.model, a.threads, a.extra);
   let lc;
   try {
     lc = await LlamaCpp.start(a.nlc, a.gguf, a.threads);
