@@ -86,9 +86,11 @@ void ComputePool::WorkerLoop(int slot) {
   }
 }
 
-void ComputePool::RunImpl(int64_t chunks, ChunkFn fn, void* ctx) {
+void ComputePool::RunImpl(int64_t chunks, ChunkFn fn, void* ctx, bool wake) {
   if (chunks <= 0) return;
-  if (running_ || workers_.empty() || chunks == 1 || chunks > 0xffffffffLL) {
+  const bool none_awake =
+      !wake && sleepers_.load(std::memory_order_seq_cst) == static_cast<int>(workers_.size());
+  if (running_ || workers_.empty() || chunks == 1 || chunks > 0xffffffffLL || none_awake) {
     // A serial job is a job too: a Run from inside its chunks must also run serially (the
     // one-chunk case once let a nested Run hand chunks to workers with slots != 0).
     const bool outermost = !running_;
@@ -103,7 +105,7 @@ void ComputePool::RunImpl(int64_t chunks, ChunkFn fn, void* ctx) {
   done_.store(0, std::memory_order_relaxed);
   work_.store(static_cast<uint64_t>(chunks) << 32, std::memory_order_release);
   epoch_.fetch_add(1, std::memory_order_seq_cst);
-  if (sleepers_.load(std::memory_order_seq_cst) > 0) WakeSleepers();
+  if (wake && sleepers_.load(std::memory_order_seq_cst) > 0) WakeSleepers();
   Drain(0);
   for (int i = 0; done_.load(std::memory_order_acquire) < chunks; ++i) {
     if (i < kCallerSpins) {

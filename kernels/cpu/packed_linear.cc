@@ -16,8 +16,6 @@ namespace kvserve::kernels::cpu {
 namespace {
 
 constexpr int kW = kPanelWidth;
-// Work below which one thread is faster than waking the team (multiply-adds).
-constexpr int64_t kParallelMacs = 1 << 18;
 // Work per chunk and the most chunks one call is cut into (shape-only, see the header).
 constexpr int64_t kChunkMacs = 1 << 16;
 constexpr int64_t kMaxChunks = 32;
@@ -270,7 +268,7 @@ void PackedLinearWith(const KernelTable& kt, const float* x, int64_t x_stride, c
   const int groups = (panels + group - 1) / group;
   const int64_t macs = rows * in_features * static_cast<int64_t>(out_features);
   const int64_t chunks = std::clamp<int64_t>(macs / kChunkMacs, 1, std::min<int64_t>(groups, kMaxChunks));
-  ParallelFor(chunks, macs >= kParallelMacs, [&](int64_t c, int) {
+  ParallelFor(chunks, SplitFor(macs), [&](int64_t c, int) {
     const int p0 = static_cast<int>(groups * c / chunks) * group;
     const int p1 = std::min(panels, static_cast<int>(groups * (c + 1) / chunks) * group);
     RunPanels(kt, x, x_stride, packed, bias, y, y_stride, rows, in_features, out_features, accumulate, p0, p1,
