@@ -24,7 +24,16 @@ constexpr auto kSpinFor = std::chrono::microseconds(0);
 // that holds a chunk may be descheduled; yielding lets it run on a busy 2-core box).
 constexpr int kCallerSpins = 2000;
 
+// SplitFor's thresholds (multiply-adds): below kIfAwakeMacs a fork costs more than the job;
+// below kWakeMacs (~40 us of one core) a sleeping worker would arrive after the caller is done.
+constexpr int64_t kIfAwakeMacs = int64_t{1} << 18;
+constexpr int64_t kWakeMacs = int64_t{1} << 21;
+
 }  // namespace
+
+Split SplitFor(int64_t macs) {
+  return macs >= kWakeMacs ? Split::kWake : macs >= kIfAwakeMacs ? Split::kIfAwake : Split::kSerial;
+}
 
 ComputePool::ComputePool(int threads) {
   const int workers = threads > 1 ? threads - 1 : 0;

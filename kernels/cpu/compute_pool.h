@@ -92,13 +92,10 @@ int ComputeThreads();
 //   kWake:    sleeping workers are woken.
 enum class Split { kSerial, kIfAwake, kWake };
 
-// Thresholds in multiply-adds of a register-blocked kernel (~50 G/s per core here); kernels
-// with slower inner loops scale their counts (attention: x4). Measured in docs/benchmarks.md.
-inline constexpr int64_t kIfAwakeMacs = int64_t{1} << 18;
-inline constexpr int64_t kWakeMacs = int64_t{1} << 21;
-inline Split SplitFor(int64_t macs) {
-  return macs >= kWakeMacs ? Split::kWake : macs >= kIfAwakeMacs ? Split::kIfAwake : Split::kSerial;
-}
+// The split for a job of `macs` multiply-adds of a register-blocked kernel (~50 G/s per core
+// here); kernels with slower inner loops scale their counts (attention: x4). The thresholds
+// live in compute_pool.cc, measured in docs/benchmarks.md.
+Split SplitFor(int64_t macs);
 
 // Runs fn(chunk, slot) for chunk in [0, chunks) on the calling thread's team (serially when
 // the team has one thread or `parallel` is false; `parallel` = true means Split::kWake).
