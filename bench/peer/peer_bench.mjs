@@ -56,7 +56,12 @@ function parseArgs(argv) {
 }
 
 const now = () => Number(process.hrtime.bigint()) / 1e9;
-const median = (xs) => { const s = [...xs].sort((x, y) => x - y); const m = s.length >> 1; return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2; };
+// Median of the finite values (a run without a figure is NaN and left out).
+const median = (xs) => {
+  const s = xs.filter(Number.isFinite).sort((x, y) => x - y);
+  const m = s.length >> 1;
+  return s.length === 0 ? NaN : s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+};
 
 // Deterministic prompt token ids (xorshift), drawn from the ordinary tokens 5..min(vocab, 2048).
 function promptIds(seed, n, vocab) {
@@ -83,27 +88,24 @@ class LlamaCpp {
     return l;
   }
 
-  // One context per sequence count, kept for the whole run. fp32 KV: the same precision as
-  // kvserve's default KV (llama.cpp's default is f16).
-  async context(sequences, perSequence) {
-    const key = `${sequences}x${perSequence}`;
+  // One context per sequence count, kept for the whole run with its sequences (a disposed
+  // sequence's slot comes back asynchronously, so sequences are reused and cleared instead).
+  // fp32 KV: the same precision as kvserve's default KV (llama.cpp's default is f16).
+  async sequences(n, perSequence) {
+    const key = `${n}x${perSequence}`;
     if (!this.contexts.has(key)) {
-      this.contexts.set(key, await this.model.createContext({
-        sequences, contextSize: perSequence, batchSize: 512, threads: {ideal: this.threads, min: this.threads},
-        experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32"}));
+      const ctx = await this.model.createContext({
+        sequences: n, contextSize: perSequence, batchSize: 512, threads: {ideal: this.threads, min: this.threads},
+        experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32"});
+      this.contexts.set(key, {ctx, seqs: Array.from({length: n}, () => ctx.getSequence())});
     }
-    return this.contexts.get(key);
+    return this.contexts.get(key).seqs;
   }
 
   async withSequences(n, perSequence, fn) {
-    const ctx = await this.context(n, perSequence);
-    const seqs = [];
-    for (let i = 0; i < n; ++i) seqs.push(ctx.getSequence());
-    try {
-      return await fn(seqs);
-    } finally {
-      for (const s of seqs) s.dispose();
-    }
+    const seqs = await this.sequences(n, perSequence);
+    for (const s of seqs) await s.clearHistory();
+    return fn(seqs);
   }
 
   tokenize(text) { return this.model.tokenize(text, false); }
@@ -130,7 +132,7 @@ class LlamaCpp {
   }
 
   async dispose() {
-    for (const c of this.contexts.values()) await c.dispose();
+    for (const {ctx} of this.contexts.values()) await ctx.dispose();
     await this.model.dispose();
     await this.llama.dispose();
   }
@@ -171,7 +173,8 @@ async function measure(engineName, engine, scenario, run, a, vocab) {
     };
     const one = await wall(prompts, 1);
     const many = await wall(again, a.decodeTokens);
-    return (n * (a.decodeTokens - 1)) / (many - one);
+    // A noisy machine can stall the 1-token wave longer than the whole N-token one: no figure.
+    return many > one ? (n * (a.decodeTokens - 1)) / (many - one) : NaN;
   }
   return engine.withSequences(n, 128, (seqs) => concurrentDecode(n, run, (cb) => Promise.all(seqs.map((s, i) =>
     engine.generate(s, prompts[i], a.decodeTokens, (count, t) => cb(i, count, t))))));
@@ -227,7 +230,12 @@ async function main() {
     console.log(`\n${label}: tokens/s, median of ${a.runs} alternated runs (min-max), threads ${a.threads}\n`);
     console.log("| scenario | kvserve (HTTP) | llama.cpp (in-process) | kvserve / llama.cpp |");
     console.log("|---|---:|---:|---:|");
-    const fmt = (xs) => `${median(xs).toFixed(0)} (${Math.min(...xs).toFixed(0)}-${Math.max(...xs).toFixed(0)})`;
+    const fmt = (xs) => {
+      const f = xs.filter(Number.isFinite);
+      const left = xs.length - f.length;
+      return f.length === 0 ? "n/a" : `${median(f).toFixed(0)} (${Math.min(...f).toFixed(0)}-${Math.max(...f).toFixed(0)})` +
+                                      (left ? ` [${left} run(s) without a figure]` : "");
+    };
     const names = {prompt: `prompt ${a.promptLen} tokens`};
     for (const sc of scenarios) {
       const k = results[sc].kvserve, l = results[sc]["llama.cpp"];
