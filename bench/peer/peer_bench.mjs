@@ -240,7 +240,7 @@ async function main() {
     for (const sc of scenarios) {
       const k = results[sc].kvserve, l = results[sc]["llama.cpp"];
       console.log(`| ${names[sc] ?? `decode, ${sc.split("@")[1]} sequence(s)`} | ${fmt(k)} | ${fmt(l)} | ` +
-                  `${(median(k) / median(l)).toFixed(2)}x |`);
+                  `${Number.isFinite(median(k) / median(l)) ? (median(k) / median(l)).toFixed(2) + "x" : "n/a"} |`);
     }
     if (a.json) writeFileSync(a.json, JSON.stringify({label, threads: a.threads, runs: a.runs, check: check.lines, results}, null, 1));
   } finally {
