@@ -9,6 +9,11 @@ all a speed benchmark needs (the outputs are meaningless).
 
     bench/make_random_llama.py OUT_DIR [--hidden 768] [--layers 12] [--heads 12] [--kv-heads 4]
                                [--intermediate 2048] [--vocab 32000] [--dtype F32|BF16]
+                               [--tokenizer-from models/kvs-tiny]
+
+The tokenizer (so the directory can be served over HTTP and exported to GGUF) is the given
+model's tokenizer.json and tokenizer_config.json, its vocabulary padded to --vocab with
+`<extra_N>` entries that no merge produces.
 """
 import argparse
 import array
@@ -17,6 +22,24 @@ import os
 import random
 import struct
 import sys
+
+
+def write_tokenizer(src_dir: str, out_dir: str, vocab_size: int) -> None:
+    with open(os.path.join(src_dir, "tokenizer.json"), encoding="utf-8") as f:
+        tok = json.load(f)
+    vocab = tok["model"]["vocab"]
+    used = set(vocab.values()) | {t["id"] for t in tok.get("added_tokens", [])}
+    if max(used) >= vocab_size:
+        raise SystemExit(f"{src_dir}: tokenizer has ids up to {max(used)}, more than --vocab {vocab_size}")
+    for i in range(vocab_size):
+        if i not in used:
+            vocab[f"<extra_{i}>"] = i
+    with open(os.path.join(out_dir, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(tok, f, ensure_ascii=False)
+    cfg = os.path.join(src_dir, "tokenizer_config.json")
+    if os.path.exists(cfg):
+        with open(cfg, encoding="utf-8") as f, open(os.path.join(out_dir, "tokenizer_config.json"), "w") as g:
+            g.write(f.read())
 
 
 def main() -> int:
@@ -30,6 +53,8 @@ def main() -> int:
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dtype", choices=["F32", "BF16"], default="F32")
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap.add_argument("--tokenizer-from", default=os.path.join(here, "..", "models", "kvs-tiny"))
     a = ap.parse_args()
     if a.hidden % a.heads or a.heads % a.kv_heads:
         print("hidden must be a multiple of heads, heads of kv-heads", file=sys.stderr)
@@ -51,7 +76,9 @@ def main() -> int:
             (p + "mlp.down_proj.weight", [d, inter]),
         ]
     rng = random.Random(a.seed)
-    block_len = 1 << 20
+    # Coprime with every row length used here, so no two rows of a matrix are equal (equal
+    # lm_head rows would make exact logit ties, and greedy tokens would depend on tie-breaking).
+    block_len = (1 << 20) + 7
     values = array.array("f", (rng.gauss(0.0, 0.02) for _ in range(block_len)))
     esize = 4 if a.dtype == "F32" else 2
     if esize == 2:  # bf16: the top 16 bits of each fp32 value (truncation is fine here)
@@ -98,6 +125,8 @@ def main() -> int:
     }
     with open(os.path.join(a.out_dir, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
+    if a.tokenizer_from:
+        write_tokenizer(a.tokenizer_from, a.out_dir, v)
     params = sum(eval("*".join(map(str, s))) for _, s in tensors)
     print(f"wrote {a.out_dir}: {params / 1e6:.1f} M parameters")
     return 0

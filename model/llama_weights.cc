@@ -110,12 +110,17 @@ absl::StatusOr<LlamaWeights> LlamaWeights::Load(const ModelConfig& c, const Safe
     lw.down = base + o.down;
     w.layers_.push_back(lw);
   }
-  // Packed copies for the forward pass (see the header): bf16 from the checkpoint's own
-  // bytes when it stores the projections in bf16, else fp32.
+  // Packed copies for the forward pass (see the header): bf16 or fp16 from the checkpoint's
+  // own bytes when it stores the projections so, else fp32.
   KVS_ASSIGN_OR_RETURN(auto probe, ckpt.Find("model.layers.0.mlp.gate_proj.weight"));
   KVS_ASSIGN_OR_RETURN(auto head_probe,
                        ckpt.Find(c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight"));
-  const bool bf16 = c.num_layers > 0 && probe.second->dtype == "BF16" && head_probe.second->dtype == "BF16";
+  const std::string half_dtype =
+      c.num_layers > 0 && probe.second->dtype == head_probe.second->dtype &&
+              (probe.second->dtype == "BF16" || probe.second->dtype == "F16")
+          ? probe.second->dtype
+          : "";
+  const bool half = !half_dtype.empty();
   using kernels::cpu::PackedLinearFloats;
   size_t packed_elems = Align(PackedLinearFloats(static_cast<int>(vocab), static_cast<int>(d)));
   const size_t per_layer = Align(PackedLinearFloats(static_cast<int>(qkv_rows), static_cast<int>(d))) +
@@ -124,40 +129,45 @@ absl::StatusOr<LlamaWeights> LlamaWeights::Load(const ModelConfig& c, const Safe
                            Align(PackedLinearFloats(static_cast<int>(d), static_cast<int>(inter)));
   packed_elems += per_layer * static_cast<size_t>(c.num_layers);
   size_t pc = 0;
-  std::vector<uint16_t> rows_bf16;  // one stacked row-major matrix, before packing
-  // Packs the row-major fp32 matrix `src` [out][in], or (bf16) the checkpoint tensors `names`
-  // stacked by rows.
+  std::vector<uint16_t> rows_half;  // one stacked row-major matrix, before packing
+  // Packs the row-major fp32 matrix `src` [out][in], or (bf16/fp16) the checkpoint tensors
+  // `names` stacked by rows.
   auto pack = [&](const float* src, const std::vector<std::string>& names, int64_t out,
                   int64_t in) -> absl::StatusOr<PackedProjection> {
     PackedProjection pp;
-    if (!bf16) {
+    if (!half) {
       float* dst = w.packed_.data() + pc;
       kernels::cpu::PackLinearWeights(src, static_cast<int>(out), static_cast<int>(in), dst);
       pp.f32 = dst;
     } else {
-      rows_bf16.resize(static_cast<size_t>(out * in));
+      rows_half.resize(static_cast<size_t>(out * in));
       size_t at = 0;
       for (const std::string& name : names) {
         KVS_ASSIGN_OR_RETURN(auto found, ckpt.Find(name));
-        if (found.second->dtype != "BF16") {
-          return absl::InvalidArgumentError(absl::StrCat(name, " is ", found.second->dtype,
-                                                          "; a bf16 checkpoint needs every projection in BF16"));
+        if (found.second->dtype != half_dtype) {
+          return absl::InvalidArgumentError(absl::StrCat(name, " is ", found.second->dtype, "; a ", half_dtype,
+                                                          " checkpoint needs every projection in ", half_dtype));
         }
         const auto bytes = found.first->Bytes(*found.second);
-        if (at + bytes.size() / 2 > rows_bf16.size()) return absl::InvalidArgumentError(absl::StrCat(name, ": too large"));
-        std::memcpy(rows_bf16.data() + at, bytes.data(), bytes.size());
+        if (at + bytes.size() / 2 > rows_half.size()) return absl::InvalidArgumentError(absl::StrCat(name, ": too large"));
+        std::memcpy(rows_half.data() + at, bytes.data(), bytes.size());
         at += bytes.size() / 2;
       }
-      if (at != rows_bf16.size()) return absl::InvalidArgumentError(absl::StrCat(names.front(), ": wrong size"));
-      uint16_t* dst = w.packed_bf16_.data() + pc;
-      kernels::cpu::PackLinearWeightsBf16(rows_bf16.data(), static_cast<int>(out), static_cast<int>(in), dst);
-      pp.bf16 = dst;
+      if (at != rows_half.size()) return absl::InvalidArgumentError(absl::StrCat(names.front(), ": wrong size"));
+      uint16_t* dst = w.packed_half_.data() + pc;
+      if (half_dtype == "BF16") {
+        kernels::cpu::PackLinearWeightsBf16(rows_half.data(), static_cast<int>(out), static_cast<int>(in), dst);
+        pp.bf16 = dst;
+      } else {
+        kernels::cpu::PackLinearWeightsFp16(rows_half.data(), static_cast<int>(out), static_cast<int>(in), dst);
+        pp.fp16 = dst;
+      }
     }
     pc += Align(PackedLinearFloats(static_cast<int>(out), static_cast<int>(in)));
     return pp;
   };
-  if (bf16) {
-    w.packed_bf16_.assign(packed_elems, 0);
+  if (half) {
+    w.packed_half_.assign(packed_elems, 0);
   } else {
     w.packed_.assign(packed_elems, 0.0f);
   }
@@ -180,7 +190,7 @@ absl::StatusOr<LlamaWeights> LlamaWeights::Load(const ModelConfig& c, const Safe
   const int64_t norm_params = d * (2 * static_cast<int64_t>(c.num_layers) + 1);
   const int64_t matrix_params = c.num_parameters() - (c.tie_word_embeddings ? 0 : vocab * d) - norm_params;
   w.streamed_bytes_ = static_cast<size_t>(norm_params) * sizeof(float) +
-                      static_cast<size_t>(matrix_params) * (bf16 ? sizeof(uint16_t) : sizeof(float));
+                      static_cast<size_t>(matrix_params) * (half ? sizeof(uint16_t) : sizeof(float));
   return w;
 }
 

@@ -15,9 +15,9 @@
 // With tied embeddings lm_head points at embed.
 //
 // The four projections and lm_head are also kept packed for kernels/cpu/packed_linear.h
-// (16-output panels, k-major), which is what the forward pass reads: in bf16, straight from
-// the checkpoint's bytes, when the checkpoint stores them in bf16 (nothing is rounded, half
-// the bytes are streamed per step), else in fp32 (fp16 checkpoints are widened to fp32).
+// (16-output panels, k-major), which is what the forward pass reads: in bf16 or fp16, straight
+// from the checkpoint's bytes, when the checkpoint stores them so (nothing is rounded, half
+// the bytes are streamed per step; the kernels widen each weight exactly), else in fp32.
 // The row-major fp32 copies above stay for code that reads checkpoint-layout weights
 // (calibration, tests); dropping them for the projections is a memory saving left to do. Loading checks that every expected tensor
 // is present with the expected shape; extra tensors (rotary caches and the like) are ignored.
@@ -34,10 +34,11 @@
 
 namespace kvserve::model {
 
-// One projection in packed form: exactly one of the two is set.
+// One projection in packed form: exactly one of the three is set.
 struct PackedProjection {
   const float* f32 = nullptr;
   const uint16_t* bf16 = nullptr;
+  const uint16_t* fp16 = nullptr;
 };
 
 struct LayerWeights {
@@ -71,6 +72,7 @@ class LlamaWeights {
   const float* lm_head() const { return lm_head_; }        // [V][D]
   const PackedProjection& lm_head_packed() const { return lm_head_packed_; }  // packed [V][D]
   bool bf16_projections() const { return lm_head_packed_.bf16 != nullptr; }
+  bool fp16_projections() const { return lm_head_packed_.fp16 != nullptr; }
   const LayerWeights& layer(int i) const { return layers_[static_cast<size_t>(i)]; }
   int num_layers() const { return static_cast<int>(layers_.size()); }
   // Bytes a forward step streams per token at batch 1: every weight except the embedding
@@ -82,7 +84,7 @@ class LlamaWeights {
   LlamaWeights() = default;
   std::vector<float> storage_;
   std::vector<float> packed_;          // fp32 packed copies, same order as storage_
-  std::vector<uint16_t> packed_bf16_;  // or bf16 ones
+  std::vector<uint16_t> packed_half_;  // or bf16 / fp16 ones
   PackedProjection lm_head_packed_;
   const float* embed_ = nullptr;
   const float* final_norm_ = nullptr;

@@ -609,7 +609,9 @@ absl::StatusOr<HttpGenerationRequest> ParseCompletionRequest(std::string_view te
   }
   KVS_RETURN_IF_ERROR(ParseCommon(body, out));
   KVS_RETURN_IF_ERROR(
-      ReadOptionalFields(body, {{"echo", &r.echo}, {"add_special_tokens", &r.add_special_tokens}}));
+      ReadOptionalFields(body, {{"echo", &r.echo},
+                                {"add_special_tokens", &r.add_special_tokens},
+                                {"return_token_ids", &out.return_token_ids}}));
   KVS_ASSIGN_OR_RETURN(auto logprobs, GetInt(body, "logprobs"));
   if (logprobs) {
     if (*logprobs < 0 || *logprobs > 20) return FieldError("logprobs", "must be in [0, 20]");

@@ -22,6 +22,7 @@ struct HttpGenerationRequest {
   // `timeout`: seconds the whole request may take; past it the generation is aborted and
   // the client gets a 504 (streaming: an in-band error after the tokens already sent).
   std::optional<double> timeout_seconds;
+  bool return_token_ids = false;  // completions: vLLM's return_token_ids (see ResponseMeta)
 };
 
 absl::StatusOr<HttpGenerationRequest> ParseCompletionRequest(std::string_view body);

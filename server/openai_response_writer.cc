@@ -141,6 +141,7 @@ std::string CompletionResponseJson(const ResponseMeta& meta, const std::vector<C
                    {"logprobs", logprobs ? CompletionLogprobs(c.logprobs, 0) : json(nullptr)},
                    {"finish_reason", FinishReasonJson(c.finish)},
                    {"stop_reason", StopReasonJson(c.stop_string, c.stop_token_id)}});
+    if (meta.return_token_ids) arr.back()["token_ids"] = c.token_ids;
   }
   j["choices"] = std::move(arr);
   j["usage"] = UsageJson(usage);
@@ -177,6 +178,7 @@ std::string CompletionChunkJson(const ResponseMeta& meta, const ChoiceDelta& d, 
                                                                : json(nullptr)},
                  {"finish_reason", FinishReasonJson(d.finish)},
                  {"stop_reason", StopReasonJson(d.stop_string, d.stop_token_id)}};
+  if (meta.return_token_ids) choice["token_ids"] = d.token_ids;
   j["choices"] = json::array({std::move(choice)});
   AttachUsage(j, usage, usage_null);
   return Dump(j);

@@ -19,6 +19,9 @@ struct ResponseMeta {
   std::string id;
   int64_t created = 0;  // unix seconds
   std::string model;
+  // vLLM's `return_token_ids` (completions): each choice (and each streamed chunk) also
+  // carries "token_ids", the generated ids, so a client can compare tokens, not text.
+  bool return_token_ids = false;
 };
 
 std::string CompletionResponseJson(const ResponseMeta& meta, const std::vector<ChoiceResult>& choices,

@@ -213,7 +213,7 @@ class Routes {
 
     const std::string request_id = (*generation)->id();
     ResponseMeta meta{request_id, UnixSeconds(*options_.wall_clock),
-                      frontend_.options().model_name};
+                      frontend_.options().model_name, parsed->return_token_ids};
     const bool logprobs = parsed->request.return_logprobs;
     const base::Nanos deadline_ns =
         parsed->timeout_seconds ? options_.clock->now_ns() + static_cast<base::Nanos>(*parsed->timeout_seconds * 1e9)

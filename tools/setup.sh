@@ -16,6 +16,7 @@ build_pkgs=(
 # Test: what the test suite drives or checks against besides our binaries.
 test_pkgs=(
   curl wamerican python3
+  python3-numpy  # tools/export_gguf and its test (tests/unit/tools)
   prometheus   # the real Prometheus server and promtool (tests/integration/observability)
   yamllint     # deploy/ YAML (tests/integration/deploy)
   redis-server # the real Redis for the remote KV tier (tests/integration/cache)

@@ -24,7 +24,16 @@ constexpr auto kSpinFor = std::chrono::microseconds(0);
 // that holds a chunk may be descheduled; yielding lets it run on a busy 2-core box).
 constexpr int kCallerSpins = 2000;
 
+// SplitFor's thresholds (multiply-adds): below kIfAwakeMacs a fork costs more than the job;
+// below kWakeMacs (~40 us of one core) a sleeping worker would arrive after the caller is done.
+constexpr int64_t kIfAwakeMacs = int64_t{1} << 18;
+constexpr int64_t kWakeMacs = int64_t{1} << 21;
+
 }  // namespace
+
+Split SplitFor(int64_t macs) {
+  return macs >= kWakeMacs ? Split::kWake : macs >= kIfAwakeMacs ? Split::kIfAwake : Split::kSerial;
+}
 
 ComputePool::ComputePool(int threads) {
   const int workers = threads > 1 ? threads - 1 : 0;
@@ -86,10 +95,17 @@ void ComputePool::WorkerLoop(int slot) {
   }
 }
 
-void ComputePool::RunImpl(int64_t chunks, ChunkFn fn, void* ctx) {
+void ComputePool::RunImpl(int64_t chunks, ChunkFn fn, void* ctx, bool wake) {
   if (chunks <= 0) return;
-  if (running_ || workers_.empty() || chunks == 1 || chunks > 0xffffffffLL) {
+  const bool none_awake =
+      !wake && sleepers_.load(std::memory_order_seq_cst) == static_cast<int>(workers_.size());
+  if (running_ || workers_.empty() || chunks == 1 || chunks > 0xffffffffLL || none_awake) {
+    // A serial job is a job too: a Run from inside its chunks must also run serially (the
+    // one-chunk case once let a nested Run hand chunks to workers with slots != 0).
+    const bool outermost = !running_;
+    if (outermost) running_ = true;
     for (int64_t c = 0; c < chunks; ++c) fn(ctx, c, 0);
+    if (outermost) running_ = false;
     return;
   }
   running_ = true;
@@ -98,7 +114,7 @@ void ComputePool::RunImpl(int64_t chunks, ChunkFn fn, void* ctx) {
   done_.store(0, std::memory_order_relaxed);
   work_.store(static_cast<uint64_t>(chunks) << 32, std::memory_order_release);
   epoch_.fetch_add(1, std::memory_order_seq_cst);
-  if (sleepers_.load(std::memory_order_seq_cst) > 0) WakeSleepers();
+  if (wake && sleepers_.load(std::memory_order_seq_cst) > 0) WakeSleepers();
   Drain(0);
   for (int i = 0; done_.load(std::memory_order_acquire) < chunks; ++i) {
     if (i < kCallerSpins) {

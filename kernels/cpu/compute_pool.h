@@ -27,6 +27,7 @@
 #include <mutex>
 #include <cstdint>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace kvserve::kernels::cpu {
@@ -42,9 +43,11 @@ class ComputePool {
   int size() const { return static_cast<int>(workers_.size()) + 1; }
 
   // Calls fn(chunk, slot) once for every chunk in [0, chunks); returns when all are done.
+  // wake = false: sleeping workers are not woken (only workers still spinning after the last
+  // job join, and with none the caller runs the job alone), for jobs shorter than a wake-up.
   template <typename Fn>
-  void Run(int64_t chunks, Fn&& fn) {
-    RunImpl(chunks, &Trampoline<std::remove_reference_t<Fn>>, &fn);
+  void Run(int64_t chunks, Fn&& fn, bool wake = true) {
+    RunImpl(chunks, &Trampoline<std::remove_reference_t<Fn>>, &fn, wake);
   }
 
  private:
@@ -53,7 +56,7 @@ class ComputePool {
   static void Trampoline(void* ctx, int64_t chunk, int slot) {
     (*static_cast<Fn*>(ctx))(chunk, slot);
   }
-  void RunImpl(int64_t chunks, ChunkFn fn, void* ctx);
+  void RunImpl(int64_t chunks, ChunkFn fn, void* ctx, bool wake);
   void Drain(int slot);
   void WorkerLoop(int slot);
   void WakeSleepers();
@@ -80,23 +83,41 @@ class ComputePool {
 int SetComputeThreads(int threads);
 int ComputeThreads();
 
+// How a kernel's loop may use the team, from its size. Waking a sleeping worker costs a
+// futex wake-up (an inter-processor interrupt on a VM) plus the worker's wake latency, tens of
+// microseconds on the 2-vCPU dev VM: a job shorter than that finishes on the caller before the
+// worker arrives, and the wake-up only slows the caller (docs/benchmarks.md, threads).
+//   kSerial:  the caller alone.
+//   kIfAwake: workers that are still awake (spinning after the previous job) join; none is woken.
+//   kWake:    sleeping workers are woken.
+enum class Split { kSerial, kIfAwake, kWake };
+
+// The split for a job of `macs` multiply-adds of a register-blocked kernel (~50 G/s per core
+// here); kernels with slower inner loops scale their counts (attention: x4). The thresholds
+// live in compute_pool.cc, measured in docs/benchmarks.md.
+Split SplitFor(int64_t macs);
+
 // Runs fn(chunk, slot) for chunk in [0, chunks) on the calling thread's team (serially when
-// the team has one thread or `parallel` is false).
+// the team has one thread or `parallel` is false; `parallel` = true means Split::kWake).
 template <typename Fn>
-void ParallelFor(int64_t chunks, bool parallel, Fn&& fn);
+void ParallelFor(int64_t chunks, Split split, Fn&& fn);
+template <typename Fn>
+void ParallelFor(int64_t chunks, bool parallel, Fn&& fn) {
+  ParallelFor(chunks, parallel ? Split::kWake : Split::kSerial, std::forward<Fn>(fn));
+}
 
 namespace internal {
 ComputePool* CurrentPool();  // null when the calling thread's team has one thread
 }  // namespace internal
 
 template <typename Fn>
-void ParallelFor(int64_t chunks, bool parallel, Fn&& fn) {
-  ComputePool* pool = parallel && chunks > 1 ? internal::CurrentPool() : nullptr;
+void ParallelFor(int64_t chunks, Split split, Fn&& fn) {
+  ComputePool* pool = split != Split::kSerial && chunks > 1 ? internal::CurrentPool() : nullptr;
   if (pool == nullptr) {
     for (int64_t c = 0; c < chunks; ++c) fn(c, 0);
     return;
   }
-  pool->Run(chunks, fn);
+  pool->Run(chunks, fn, split == Split::kWake);
 }
 
 }  // namespace kvserve::kernels::cpu

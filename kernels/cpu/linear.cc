@@ -7,9 +7,6 @@
 namespace kvserve::kernels::cpu {
 namespace {
 
-// Work below which one thread is faster than waking the team (multiply-adds; 2^18 is
-// ~30 us of single-core sgemm, well above a fork/join even on a busy machine).
-constexpr int64_t kParallelMacs = 1 << 18;
 // Slices are whole multiples of this many output features (keeps sgemm/sgemv panels whole).
 constexpr int kSliceAlign = 16;
 // Work per chunk (multiply-adds) and the most chunks one call is cut into.
@@ -55,7 +52,7 @@ void Linear(const float* x, int64_t x_stride, const float* w, const float* bias,
   // Fixed cut: enough chunks that a late or descheduled worker leaves little for the caller
   // to wait on, each still big enough to amortise its sgemm call.
   const int64_t chunks = std::clamp<int64_t>(macs / kChunkMacs, 1, std::min(units, kMaxChunks));
-  ParallelFor(chunks, macs >= kParallelMacs, [&](int64_t c, int) {
+  ParallelFor(chunks, SplitFor(macs), [&](int64_t c, int) {
     const int begin = static_cast<int>(std::min<int64_t>(out_features, units * c / chunks * kSliceAlign));
     const int end = static_cast<int>(std::min<int64_t>(out_features, units * (c + 1) / chunks * kSliceAlign));
     LinearSlice(x, x_stride, w, bias, y, y_stride, rows, in_features, begin, end, accumulate);

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "kernels/cpu/compute_pool.h"
+#include "kernels/cpu/kv_quant.h"  // HalfToFloat (portable fp16 kernel)
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -16,8 +17,6 @@ namespace kvserve::kernels::cpu {
 namespace {
 
 constexpr int kW = kPanelWidth;
-// Work below which one thread is faster than waking the team (multiply-adds).
-constexpr int64_t kParallelMacs = 1 << 18;
 // Work per chunk and the most chunks one call is cut into (shape-only, see the header).
 constexpr int64_t kChunkMacs = 1 << 16;
 constexpr int64_t kMaxChunks = 32;
@@ -39,6 +38,12 @@ struct Tile {
 // ---- portable kernel: 16-lane vector extension, separate mul and add (-ffp-contract=off) ----
 typedef float V16 __attribute__((vector_size(64), aligned(4)));
 
+// Weight element kinds: float, uint16_t (bf16 bits) and Fp16 (a tag: fp16 bits held in
+// uint16_t). Elem<WT> is the stored type.
+struct Fp16 {};
+template <typename WT>
+using Elem = std::conditional_t<std::is_same_v<WT, Fp16>, uint16_t, WT>;
+
 // bf16 -> fp32 is exact: the bf16 bits are the top half of the fp32 bits.
 inline float Bf16ToF32(uint16_t h) {
   const uint32_t bits = static_cast<uint32_t>(h) << 16;
@@ -48,10 +53,12 @@ inline float Bf16ToF32(uint16_t h) {
 }
 
 template <typename WT>
-inline V16 LoadPanelRow(const WT* p) {
+inline V16 LoadPanelRow(const Elem<WT>* p) {
   V16 v;
   if constexpr (std::is_same_v<WT, float>) {
     std::memcpy(&v, p, sizeof(V16));
+  } else if constexpr (std::is_same_v<WT, Fp16>) {
+    for (int i = 0; i < kW; ++i) v[i] = HalfToFloat(p[i]);  // exact, subnormals included
   } else {
     for (int i = 0; i < kW; ++i) v[i] = Bf16ToF32(p[i]);
   }
@@ -60,13 +67,13 @@ inline V16 LoadPanelRow(const WT* p) {
 
 template <int R, int P, typename WT>
 void KernelPortable(const Tile& t) {
-  const WT* pk = static_cast<const WT*>(t.pk);
+  const Elem<WT>* pk = static_cast<const Elem<WT>*>(t.pk);
   V16 acc[R][P];
   for (int r = 0; r < R; ++r)
     for (int p = 0; p < P; ++p) acc[r][p] = V16{};
   for (int k = 0; k < t.in; ++k) {
     V16 w[P];
-    for (int p = 0; p < P; ++p) w[p] = LoadPanelRow(pk + p * t.panel_elems + static_cast<int64_t>(k) * kW);
+    for (int p = 0; p < P; ++p) w[p] = LoadPanelRow<WT>(pk + p * t.panel_elems + static_cast<int64_t>(k) * kW);
     for (int r = 0; r < R; ++r) {
       const float xv = t.x[r * t.x_stride + k];
       for (int p = 0; p < P; ++p) acc[r][p] = acc[r][p] + xv * w[p];
@@ -89,9 +96,12 @@ void KernelPortable(const Tile& t) {
 #ifdef KVS_HAVE_X86
 // ---- AVX-512 kernel ----
 template <typename WT>
-__attribute__((target("avx512f,fma"))) inline __m512 LoadPanelRow512(const WT* p) {
+__attribute__((target("avx512f,fma"))) inline __m512 LoadPanelRow512(const Elem<WT>* p) {
   if constexpr (std::is_same_v<WT, float>) {
     return _mm512_loadu_ps(p);
+  } else if constexpr (std::is_same_v<WT, Fp16>) {
+    // vcvtph2ps (AVX-512F): every fp16 value, subnormals included, is exact in fp32.
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   } else {
     // Widen 16 bf16 to 32 bits and shift into the top half: exact fp32 values.
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
@@ -106,11 +116,11 @@ __attribute__((target("avx512f,fma"))) void KernelAvx512(const Tile& t) {
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
-  const WT* pk = static_cast<const WT*>(t.pk);
+  const Elem<WT>* pk = static_cast<const Elem<WT>*>(t.pk);
   for (int k = 0; k < t.in; ++k) {
     __m512 w[P];
 #pragma GCC unroll 4
-    for (int p = 0; p < P; ++p) w[p] = LoadPanelRow512(pk + p * t.panel_elems);
+    for (int p = 0; p < P; ++p) w[p] = LoadPanelRow512<WT>(pk + p * t.panel_elems);
     pk += kW;
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
@@ -204,8 +214,8 @@ bool UsesAvx512() {
 int PIndex(int p) { return p == 4 ? 2 : p - 1; }
 
 // Panels [p0, p1) for all rows, `group` panels per call (the last call may take fewer).
-template <typename WT>
-void RunPanels(const KernelTable& kt, const float* x, int64_t x_stride, const WT* packed, const float* bias,
+template <typename E>
+void RunPanels(const KernelTable& kt, const float* x, int64_t x_stride, const E* packed, const float* bias,
                float* y, int64_t y_stride, int64_t rows, int in, int out, bool accumulate, int p0, int p1,
                int group) {
   const int64_t panel_elems = static_cast<int64_t>(in) * kW;
@@ -256,12 +266,16 @@ void PackLinearWeightsBf16(const uint16_t* w, int out_features, int in_features,
   Pack(w, out_features, in_features, packed);
 }
 
+void PackLinearWeightsFp16(const uint16_t* w, int out_features, int in_features, uint16_t* packed) {
+  Pack(w, out_features, in_features, packed);
+}
+
 const char* PackedLinearKernelName() { return UsesAvx512() ? "avx512" : "portable"; }
 
 namespace {
 
-template <typename WT>
-void PackedLinearWith(const KernelTable& kt, const float* x, int64_t x_stride, const WT* packed,
+template <typename E>
+void PackedLinearWith(const KernelTable& kt, const float* x, int64_t x_stride, const E* packed,
                       const float* bias, float* y, int64_t y_stride, int64_t rows, int in_features,
                       int out_features, bool accumulate) {
   if (rows <= 0 || out_features <= 0) return;
@@ -270,7 +284,7 @@ void PackedLinearWith(const KernelTable& kt, const float* x, int64_t x_stride, c
   const int groups = (panels + group - 1) / group;
   const int64_t macs = rows * in_features * static_cast<int64_t>(out_features);
   const int64_t chunks = std::clamp<int64_t>(macs / kChunkMacs, 1, std::min<int64_t>(groups, kMaxChunks));
-  ParallelFor(chunks, macs >= kParallelMacs, [&](int64_t c, int) {
+  ParallelFor(chunks, SplitFor(macs), [&](int64_t c, int) {
     const int p0 = static_cast<int>(groups * c / chunks) * group;
     const int p1 = std::min(panels, static_cast<int>(groups * (c + 1) / chunks) * group);
     RunPanels(kt, x, x_stride, packed, bias, y, y_stride, rows, in_features, out_features, accumulate, p0, p1,
@@ -292,6 +306,12 @@ void PackedLinearBf16(const float* x, int64_t x_stride, const uint16_t* packed, 
                    accumulate);
 }
 
+void PackedLinearFp16(const float* x, int64_t x_stride, const uint16_t* packed, const float* bias, float* y,
+                      int64_t y_stride, int64_t rows, int in_features, int out_features, bool accumulate) {
+  PackedLinearWith(Kernels<Fp16>(), x, x_stride, packed, bias, y, y_stride, rows, in_features, out_features,
+                   accumulate);
+}
+
 namespace internal {
 void PackedLinearPortable(const float* x, int64_t x_stride, const float* packed, const float* bias, float* y,
                           int64_t y_stride, int64_t rows, int in_features, int out_features, bool accumulate) {
@@ -301,6 +321,11 @@ void PackedLinearPortable(const float* x, int64_t x_stride, const float* packed,
 void PackedLinearBf16Portable(const float* x, int64_t x_stride, const uint16_t* packed, const float* bias, float* y,
                               int64_t y_stride, int64_t rows, int in_features, int out_features, bool accumulate) {
   PackedLinearWith(PortableKernels<uint16_t>(), x, x_stride, packed, bias, y, y_stride, rows, in_features,
+                   out_features, accumulate);
+}
+void PackedLinearFp16Portable(const float* x, int64_t x_stride, const uint16_t* packed, const float* bias, float* y,
+                              int64_t y_stride, int64_t rows, int in_features, int out_features, bool accumulate) {
+  PackedLinearWith(PortableKernels<Fp16>(), x, x_stride, packed, bias, y, y_stride, rows, in_features,
                    out_features, accumulate);
 }
 }  // namespace internal

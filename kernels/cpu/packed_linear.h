@@ -33,7 +33,7 @@ namespace kvserve::kernels::cpu {
 
 inline constexpr int kPanelWidth = 16;
 
-// Elements (floats, or bf16 for the bf16 variant) a packed [out][in] matrix takes.
+// Elements (floats, or 16-bit values for the bf16/fp16 variants) a packed [out][in] matrix takes.
 size_t PackedLinearFloats(int out_features, int in_features);
 
 // w: [out][in] row-major -> packed (PackedLinearFloats floats, 64-byte aligned for speed).
@@ -46,6 +46,13 @@ void PackLinearWeights(const float* w, int out_features, int in_features, float*
 // round the activations to bf16 too.)
 void PackLinearWeightsBf16(const uint16_t* w, int out_features, int in_features, uint16_t* packed);
 void PackedLinearBf16(const float* x, int64_t x_stride, const uint16_t* packed, const float* bias, float* y,
+                      int64_t y_stride, int64_t rows, int in_features, int out_features, bool accumulate);
+
+// fp16 weights (raw IEEE half bits) likewise: packed as they are, widened exactly at run time
+// (vcvtph2ps on AVX-512 CPUs, an exact bit conversion in the portable kernel), then the same
+// fp32 chain: PackedLinearFp16 equals PackedLinear on the same values held as fp32, bit for bit.
+void PackLinearWeightsFp16(const uint16_t* w, int out_features, int in_features, uint16_t* packed);
+void PackedLinearFp16(const float* x, int64_t x_stride, const uint16_t* packed, const float* bias, float* y,
                       int64_t y_stride, int64_t rows, int in_features, int out_features, bool accumulate);
 
 // Which kernel PackedLinear uses on this CPU ("avx512" or "portable").
@@ -61,6 +68,8 @@ namespace internal {
 void PackedLinearPortable(const float* x, int64_t x_stride, const float* packed, const float* bias, float* y,
                           int64_t y_stride, int64_t rows, int in_features, int out_features, bool accumulate);
 void PackedLinearBf16Portable(const float* x, int64_t x_stride, const uint16_t* packed, const float* bias, float* y,
+                              int64_t y_stride, int64_t rows, int in_features, int out_features, bool accumulate);
+void PackedLinearFp16Portable(const float* x, int64_t x_stride, const uint16_t* packed, const float* bias, float* y,
                               int64_t y_stride, int64_t rows, int in_features, int out_features, bool accumulate);
 }  // namespace internal
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "base/check.h"
 #include "kernels/cpu/compute_pool.h"
@@ -15,12 +16,21 @@ namespace {
 constexpr size_t kAlignFloats = 16;  // 64-byte spacing between per-thread regions
 size_t RoundUp(size_t n) { return (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats; }
 
-// Per-thread scratch, carved from the caller's workspace:
+// Query rows of one sequence attended together (a tile): each K/V block is loaded (and, for
+// a quantized cache, dequantized) once per tile instead of once per row, and pairs of
+// (row, head) share the K and V loads of the dot products and weighted sums. Decode rows
+// are tiles of one row. Tiling changes only the loop order across rows: every row runs the
+// same arithmetic in the same order as alone, so results do not depend on the tile, the
+// batch or the thread count (attention_kernel_test checks prefill rows against one-row calls
+// bit for bit).
+constexpr int kTileRows = 16;
+
+// Per-thread scratch, carved from the caller's workspace; u = (row in tile) * group + head:
 //   k_rows [block_size][head_dim]   dequantized K of the current block (unused for fp32)
 //   v_rows [block_size][head_dim]   dequantized V of the current block (unused for fp32)
-//   scores [group][block_size]      scores, then probabilities, of the current block
-//   acc    [group][head_dim]        running softmax-weighted V sum
-//   max    [group], sum [group]     running max and normaliser
+//   scores [u][block_size]          scores, then probabilities, of the current block
+//   acc    [u][head_dim]            running softmax-weighted V sum
+//   max    [u], sum [u]             running max and normaliser
 struct ThreadScratch {
   float* k_rows;
   float* v_rows;
@@ -32,19 +42,21 @@ struct ThreadScratch {
 
 size_t PerThreadFloats(const cache::KvLayout& layout, int group) {
   const size_t run = layout.head_run_elems();
-  return 2 * RoundUp(run) + RoundUp(static_cast<size_t>(group) * layout.block_size) +
-         RoundUp(static_cast<size_t>(group) * layout.head_dim) + 2 * RoundUp(group);
+  const size_t units = static_cast<size_t>(kTileRows) * group;
+  return 2 * RoundUp(run) + RoundUp(units * layout.block_size) + RoundUp(units * layout.head_dim) +
+         2 * RoundUp(units);
 }
 
 ThreadScratch CarveScratch(const cache::KvLayout& layout, int group, float* base) {
   ThreadScratch s;
   const size_t run = RoundUp(layout.head_run_elems());
+  const size_t units = static_cast<size_t>(kTileRows) * group;
   s.k_rows = base;
   s.v_rows = s.k_rows + run;
   s.scores = s.v_rows + run;
-  s.acc = s.scores + RoundUp(static_cast<size_t>(group) * layout.block_size);
-  s.max = s.acc + RoundUp(static_cast<size_t>(group) * layout.head_dim);
-  s.sum = s.max + RoundUp(group);
+  s.acc = s.scores + RoundUp(units * layout.block_size);
+  s.max = s.acc + RoundUp(units * layout.head_dim);
+  s.sum = s.max + RoundUp(units);
   return s;
 }
 
@@ -75,12 +87,10 @@ int64_t AttentionMacs(const PagedSeqs& seqs, int num_heads, int head_dim) {
   }
   return 2 * entries * num_heads * head_dim;
 }
-constexpr int64_t kParallelMacs = 1 << 16;
+// Attention's inner loops (8-wide dot products, exps) do about a quarter of the packed
+// linear kernel's multiply-adds per second: its MACs count four times in SplitFor.
+constexpr int64_t kAttentionMacCost = 4;
 
-int SeqOfRow(const PagedSeqs& seqs, int64_t row) {
-  const int32_t* end = seqs.seq_starts + seqs.num_seqs + 1;
-  return static_cast<int>(std::upper_bound(seqs.seq_starts, end, row) - seqs.seq_starts) - 1;
-}
 
 
 struct AttnArgs {
@@ -101,70 +111,105 @@ struct AttnArgs {
 // the scores are where the time goes (simd.h), and they are twice as wide with AVX2.
 #define KVS_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 
-// Attention of one (query row, KV head) pair: the group's query heads over the row's
-// visible entries, block by block with an online softmax.
-KVS_SIMD_CLONES void AttendItem(const AttnArgs& a, int64_t item, float* scratch, float* out, int64_t out_stride,
-                                float* lse) {
+// Scores of the query rows `qa` (and `qb`, when not null) against K rows [0, n_a) (and
+// [0, n_b)): Dot4 over four K rows at a time, then Dot for the rest, exactly as for one row.
+inline void ScoreRows(const float* qa, const float* qb, const float* k, int n_a, int n_b, int hd, float scale,
+                      float* sa, float* sb) {
+  int r = 0;
+  if (qb != nullptr) {
+    for (; r + 4 <= std::min(n_a, n_b); r += 4) {
+      const float* kr = k + static_cast<int64_t>(r) * hd;
+      simd::Dot4x2(qa, qb, kr, kr + hd, kr + 2 * hd, kr + 3 * hd, hd, sa + r, sb + r);
+    }
+    int rb = r;
+    for (; rb + 4 <= n_b; rb += 4) {
+      const float* kr = k + static_cast<int64_t>(rb) * hd;
+      simd::Dot4(qb, kr, kr + hd, kr + 2 * hd, kr + 3 * hd, hd, sb + rb);
+    }
+    for (; rb < n_b; ++rb) sb[rb] = Dot(qb, k + static_cast<int64_t>(rb) * hd, hd);
+    for (rb = 0; rb < n_b; ++rb) sb[rb] *= scale;
+  }
+  for (; r + 4 <= n_a; r += 4) {
+    const float* kr = k + static_cast<int64_t>(r) * hd;
+    simd::Dot4(qa, kr, kr + hd, kr + 2 * hd, kr + 3 * hd, hd, sa + r);
+  }
+  for (; r < n_a; ++r) sa[r] = Dot(qa, k + static_cast<int64_t>(r) * hd, hd);
+  for (r = 0; r < n_a; ++r) sa[r] *= scale;
+}
+
+// Attention of rows [j0, j0 + rows) of sequence s (a tile, kTileRows at most) for KV head g:
+// the group's query heads over each row's visible entries, block by block with an online
+// softmax. Row j sees physical indices [0, kv_len - n_s + j + 1).
+KVS_SIMD_CLONES void AttendTile(const AttnArgs& a, int s, int64_t j0, int rows, int g, float* scratch, float* out,
+                                int64_t out_stride, float* lse) {
   const cache::KvLayout& layout = a.layout;
-  const int kv_heads = layout.num_kv_heads;
   const int group = a.group;
   const int hd = layout.head_dim;
   const int bs = layout.block_size;
-  const int64_t row = item / kv_heads;
-  const int g = static_cast<int>(item - row * kv_heads);
-  const int s = SeqOfRow(a.seqs, row);
-  const int64_t n_s = a.seqs.seq_starts[s + 1] - a.seqs.seq_starts[s];
-  const int64_t j = row - a.seqs.seq_starts[s];
-  const int64_t len = a.seqs.kv_lens[s] - n_s + j + 1;  // physical indices [0, len) attended
-  KVS_DCHECK(len >= 1, "seq ", s, " row ", j, ": kv_len ", a.seqs.kv_lens[s], " < rows ", n_s);
+  const int64_t first = a.seqs.seq_starts[s];
+  const int64_t n_s = a.seqs.seq_starts[s + 1] - first;
+  const int64_t base = a.seqs.kv_lens[s] - n_s;  // row j attends [0, base + j + 1)
+  KVS_DCHECK(base >= 0, "seq ", s, ": kv_len ", a.seqs.kv_lens[s], " < rows ", n_s);
   const int32_t* table = a.seqs.block_tables + a.seqs.block_table_offsets[s];
   ThreadScratch ws = CarveScratch(layout, group, scratch);
-  const float* q_group = a.q + row * a.q_stride + static_cast<int64_t>(g) * group * hd;
+  const int units = rows * group;
+  auto q_of = [&](int u) {
+    return a.q + (first + j0 + u / group) * a.q_stride + static_cast<int64_t>(g * group + u % group) * hd;
+  };
+  auto len_of = [&](int u) { return base + j0 + u / group + 1; };
 
-  std::fill(ws.acc, ws.acc + static_cast<size_t>(group) * hd, 0.0f);
-  std::fill(ws.max, ws.max + group, -std::numeric_limits<float>::infinity());
-  std::fill(ws.sum, ws.sum + group, 0.0f);
-  const int64_t num_blocks = (len + bs - 1) / bs;
+  std::fill(ws.acc, ws.acc + static_cast<size_t>(units) * hd, 0.0f);
+  std::fill(ws.max, ws.max + units, -std::numeric_limits<float>::infinity());
+  std::fill(ws.sum, ws.sum + units, 0.0f);
+  const int64_t num_blocks = (len_of(units - 1) + bs - 1) / bs;
   for (int64_t b = 0; b < num_blocks; ++b) {
-    const int n = static_cast<int>(std::min<int64_t>(bs, len - b * bs));
+    // Rows see a growing prefix: the first unit that sees block b, and each unit's count.
+    const int u0 = static_cast<int>(std::max<int64_t>(0, b * bs - base - j0)) * group;
+    auto n_of = [&](int u) { return static_cast<int>(std::min<int64_t>(bs, len_of(u) - b * bs)); };
+    const int n_max = n_of(units - 1);
     const int64_t block = table[b];
-    const float* k = LoadRun(layout, a.layer_data, a.layer_scales, block, 0, g, n, ws.k_rows);
-    // Scores of every head of the group, four K rows at a time (one shared reduction).
-    for (int i = 0; i < group; ++i) {
-      const float* qi = q_group + static_cast<int64_t>(i) * hd;
-      float* sc = ws.scores + static_cast<size_t>(i) * bs;
-      int r = 0;
-      for (; r + 4 <= n; r += 4) {
-        const float* kr = k + static_cast<int64_t>(r) * hd;
-        simd::Dot4(qi, kr, kr + hd, kr + 2 * hd, kr + 3 * hd, hd, sc + r);
-      }
-      for (; r < n; ++r) sc[r] = Dot(qi, k + static_cast<int64_t>(r) * hd, hd);
-      for (r = 0; r < n; ++r) sc[r] *= a.scale;
+    const float* k = LoadRun(layout, a.layer_data, a.layer_scales, block, 0, g, n_max, ws.k_rows);
+    int u = u0;
+    for (; u + 1 < units; u += 2) {
+      ScoreRows(q_of(u), q_of(u + 1), k, n_of(u), n_of(u + 1), hd, a.scale, ws.scores + static_cast<size_t>(u) * bs,
+                ws.scores + static_cast<size_t>(u + 1) * bs);
     }
-    for (int i = 0; i < group; ++i) {
-      float* sc = ws.scores + static_cast<size_t>(i) * bs;
+    if (u < units) ScoreRows(q_of(u), nullptr, k, n_of(u), 0, hd, a.scale, ws.scores + static_cast<size_t>(u) * bs, nullptr);
+    for (u = u0; u < units; ++u) {
+      const int n = n_of(u);
+      float* sc = ws.scores + static_cast<size_t>(u) * bs;
       float block_max = -std::numeric_limits<float>::infinity();
       for (int r = 0; r < n; ++r) block_max = std::max(block_max, sc[r]);
-      const float new_max = std::max(ws.max[i], block_max);
+      const float new_max = std::max(ws.max[u], block_max);
       // exp(-inf) flushes to ~0 on the first block: the empty running state is dropped.
-      const float correction = simd::ExpNonPositive(ws.max[i] - new_max);
+      const float correction = simd::ExpNonPositive(ws.max[u] - new_max);
       const float block_sum = simd::ExpShiftedInPlace(sc, n, new_max);
-      ws.sum[i] = ws.sum[i] * correction + block_sum;
-      ws.max[i] = new_max;
-      if (correction != 1.0f) simd::Scale(correction, ws.acc + static_cast<size_t>(i) * hd, hd);
+      ws.sum[u] = ws.sum[u] * correction + block_sum;
+      ws.max[u] = new_max;
+      if (correction != 1.0f) simd::Scale(correction, ws.acc + static_cast<size_t>(u) * hd, hd);
     }
-    const float* v = LoadRun(layout, a.layer_data, a.layer_scales, block, 1, g, n, ws.v_rows);
-    for (int i = 0; i < group; ++i) {
-      simd::WeightedRowSum(ws.scores + static_cast<size_t>(i) * bs, v, n, hd, ws.acc + static_cast<size_t>(i) * hd);
+    const float* v = LoadRun(layout, a.layer_data, a.layer_scales, block, 1, g, n_max, ws.v_rows);
+    for (u = u0; u < units;) {
+      const int n = n_of(u);
+      float* acc = ws.acc + static_cast<size_t>(u) * hd;
+      const float* p = ws.scores + static_cast<size_t>(u) * bs;
+      if (u + 1 < units && n_of(u + 1) == n) {
+        simd::WeightedRowSum2(p, p + bs, v, n, hd, acc, acc + hd);
+        u += 2;
+      } else {
+        simd::WeightedRowSum(p, v, n, hd, acc);
+        u += 1;
+      }
     }
   }
-  for (int i = 0; i < group; ++i) {
-    const int h = g * group + i;
-    const float inv = 1.0f / ws.sum[i];
-    const float* acc = ws.acc + static_cast<size_t>(i) * hd;
+  for (int u = 0; u < units; ++u) {
+    const int64_t row = first + j0 + u / group;
+    const int h = g * group + u % group;
+    const float inv = 1.0f / ws.sum[u];
+    const float* acc = ws.acc + static_cast<size_t>(u) * hd;
     float* o = out + row * out_stride + static_cast<int64_t>(h) * hd;
     for (int d = 0; d < hd; ++d) o[d] = acc[d] * inv;
-    if (lse != nullptr) lse[row * a.num_heads + h] = ws.max[i] + std::log(ws.sum[i]);
+    if (lse != nullptr) lse[row * a.num_heads + h] = ws.max[u] + std::log(ws.sum[u]);
   }
 }
 
@@ -224,11 +269,26 @@ void PagedAttention(const cache::KvLayout& layout, const std::byte* layer_data,
   KVS_CHECK(workspace_floats >= per_thread * static_cast<size_t>(ComputeThreads()),
             "attention workspace too small: ", workspace_floats, " floats");
   const AttnArgs a{layout, layer_data, layer_scales, seqs, q, q_stride, num_heads, group, scale};
-  const int64_t items = static_cast<int64_t>(seqs.seq_starts[seqs.num_seqs]) * kv_heads;
-  const bool parallel = items > 1 && AttentionMacs(seqs, num_heads, layout.head_dim) >= kParallelMacs;
+  // tile_starts[s]: the first tile of sequence s (thread_local: no allocation once grown).
+  // Workers reach it through `starts` (a thread_local named in the lambda would be theirs).
+  thread_local std::vector<int64_t> tile_starts;
+  std::vector<int64_t>& starts = tile_starts;
+  starts.resize(static_cast<size_t>(seqs.num_seqs) + 1);
+  starts[0] = 0;
+  for (int s = 0; s < seqs.num_seqs; ++s) {
+    const int64_t n = seqs.seq_starts[s + 1] - seqs.seq_starts[s];
+    starts[s + 1] = starts[s] + (n + kTileRows - 1) / kTileRows;
+  }
+  const int64_t items = starts[seqs.num_seqs] * kv_heads;
+  const Split split = SplitFor(kAttentionMacCost * AttentionMacs(seqs, num_heads, layout.head_dim));
 
-  ParallelFor(items, parallel, [&](int64_t item, int slot) {
-    AttendItem(a, item, workspace + per_thread * static_cast<size_t>(slot), out, out_stride, lse);
+  ParallelFor(items, split, [&](int64_t item, int slot) {
+    const int64_t tile = item / kv_heads;
+    const int g = static_cast<int>(item - tile * kv_heads);
+    const int s = static_cast<int>(std::upper_bound(starts.begin(), starts.end(), tile) - starts.begin()) - 1;
+    const int64_t j0 = (tile - starts[s]) * kTileRows;
+    const int rows = static_cast<int>(std::min<int64_t>(kTileRows, seqs.seq_starts[s + 1] - seqs.seq_starts[s] - j0));
+    AttendTile(a, s, j0, rows, g, workspace + per_thread * static_cast<size_t>(slot), out, out_stride, lse);
   });
 }
 
@@ -246,10 +306,10 @@ void AttentionMass(const cache::KvLayout& layout, const std::byte* layer_data,
   }
   const AttnArgs a{layout, layer_data, layer_scales, seqs, q, q_stride, num_heads, group, scale};
   const int64_t items = static_cast<int64_t>(seqs.num_seqs) * kv_heads;
-  const bool parallel = items > 1 && AttentionMacs(seqs, num_heads, layout.head_dim) >= kParallelMacs;
+  const Split split = SplitFor(kAttentionMacCost * AttentionMacs(seqs, num_heads, layout.head_dim));
 
   // One item owns mass[s][g][*], so no two threads add into the same slot.
-  ParallelFor(items, parallel, [&](int64_t item, int slot) {
+  ParallelFor(items, split, [&](int64_t item, int slot) {
     MassItem(a, item, workspace + per_thread * static_cast<size_t>(slot), lse, mass, mass_stride);
   });
 }

@@ -12,9 +12,12 @@
 //   compacted, while RoPE positions travel separately. GQA: query head h reads KV head
 //   h / (num_heads / num_kv_heads).
 //
-// Per (row, KV head) the kernel streams the sequence block by block with an online softmax,
-// so no buffer grows with the context; the per-thread workspace holds one block of
-// dequantized K and V and the group's running state. The CUDA kernel takes the same
+// Per (tile of up to 16 consecutive query rows of one sequence, KV head) the kernel streams
+// the sequence block by block with an online softmax, so no buffer grows with the context
+// and each K/V block is read (dequantized) once per tile, not once per row (prefill traffic
+// is O(rows / 16 * context), not O(rows * context)); the per-thread workspace holds one block
+// of dequantized K and V and the tile's running state. Every row's arithmetic is the same as
+// alone (bit-identical results for any tiling, batch or thread count). The CUDA kernel takes the same
 // PagedSeqs and pointer arguments (plus a stream).
 #pragma once
 

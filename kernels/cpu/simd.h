@@ -72,6 +72,49 @@ inline void Dot4(const float* q, const float* k0, const float* k1, const float* 
   std::memcpy(out, &r, sizeof r);
 }
 
+// Dot4 for two query rows qa, qb against the same K rows, sharing the K loads. Each output
+// is computed by exactly Dot4's expressions (same accumulation and reduction order), so
+// outa/outb equal Dot4(qa, ...)/Dot4(qb, ...) bit for bit.
+inline void Dot4x2(const float* qa, const float* qb, const float* k0, const float* k1, const float* k2,
+                   const float* k3, int n, float* outa, float* outb) {
+  V8 a0 = {}, a1 = {}, a2 = {}, a3 = {}, b0 = {}, b1 = {}, b2 = {}, b3 = {};
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const V8 qva = Load(qa + i), qvb = Load(qb + i);
+    const V8 l0 = Load(k0 + i), l1 = Load(k1 + i), l2 = Load(k2 + i), l3 = Load(k3 + i);
+    a0 += qva * l0;
+    a1 += qva * l1;
+    a2 += qva * l2;
+    a3 += qva * l3;
+    b0 += qvb * l0;
+    b1 += qvb * l1;
+    b2 += qvb * l2;
+    b3 += qvb * l3;
+  }
+  auto fold = [](const V8& x0v, const V8& x1v, const V8& x2v, const V8& x3v) {
+    const V4 x0 = __builtin_shufflevector(x0v, x0v, 0, 1, 2, 3) + __builtin_shufflevector(x0v, x0v, 4, 5, 6, 7);
+    const V4 x1 = __builtin_shufflevector(x1v, x1v, 0, 1, 2, 3) + __builtin_shufflevector(x1v, x1v, 4, 5, 6, 7);
+    const V4 x2 = __builtin_shufflevector(x2v, x2v, 0, 1, 2, 3) + __builtin_shufflevector(x2v, x2v, 4, 5, 6, 7);
+    const V4 x3 = __builtin_shufflevector(x3v, x3v, 0, 1, 2, 3) + __builtin_shufflevector(x3v, x3v, 4, 5, 6, 7);
+    const V4 h01 = __builtin_shufflevector(x0, x1, 0, 4, 2, 6) + __builtin_shufflevector(x0, x1, 1, 5, 3, 7);
+    const V4 h23 = __builtin_shufflevector(x2, x3, 0, 4, 2, 6) + __builtin_shufflevector(x2, x3, 1, 5, 3, 7);
+    return V4(__builtin_shufflevector(h01, h23, 0, 1, 4, 5) + __builtin_shufflevector(h01, h23, 2, 3, 6, 7));
+  };
+  V4 ra = fold(a0, a1, a2, a3), rb = fold(b0, b1, b2, b3);
+  for (; i < n; ++i) {
+    ra[0] += qa[i] * k0[i];
+    ra[1] += qa[i] * k1[i];
+    ra[2] += qa[i] * k2[i];
+    ra[3] += qa[i] * k3[i];
+    rb[0] += qb[i] * k0[i];
+    rb[1] += qb[i] * k1[i];
+    rb[2] += qb[i] * k2[i];
+    rb[3] += qb[i] * k3[i];
+  }
+  std::memcpy(outa, &ra, sizeof ra);
+  std::memcpy(outb, &rb, sizeof rb);
+}
+
 // y[i] += alpha * x[i]
 inline void Axpy(float alpha, const float* x, float* y, int n) {
   const V8 a = Splat(alpha);
@@ -93,6 +136,32 @@ inline void WeightedRowSum(const float* p, const float* rows, int n_rows, int n,
     float acc = y[d];
     for (int r = 0; r < n_rows; ++r) acc += p[r] * rows[static_cast<int64_t>(r) * n + d];
     y[d] = acc;
+  }
+}
+
+// WeightedRowSum for two weight vectors over the same rows, sharing the row loads; each
+// result equals WeightedRowSum's bit for bit (same per-element accumulation order).
+inline void WeightedRowSum2(const float* pa, const float* pb, const float* rows, int n_rows, int n, float* ya,
+                            float* yb) {
+  int d = 0;
+  for (; d + 8 <= n; d += 8) {
+    V8 acca = Load(ya + d), accb = Load(yb + d);
+    for (int r = 0; r < n_rows; ++r) {
+      const V8 v = Load(rows + static_cast<int64_t>(r) * n + d);
+      acca += Splat(pa[r]) * v;
+      accb += Splat(pb[r]) * v;
+    }
+    Store(ya + d, acca);
+    Store(yb + d, accb);
+  }
+  for (; d < n; ++d) {
+    float acca = ya[d], accb = yb[d];
+    for (int r = 0; r < n_rows; ++r) {
+      acca += pa[r] * rows[static_cast<int64_t>(r) * n + d];
+      accb += pb[r] * rows[static_cast<int64_t>(r) * n + d];
+    }
+    ya[d] = acca;
+    yb[d] = accb;
   }
 }
 

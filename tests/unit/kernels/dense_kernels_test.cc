@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/kv_quant.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/rmsnorm.h"
@@ -246,6 +247,38 @@ TEST_P(DenseKernels, PackedLinearBf16EqualsFp32OnTheSameValues) {
       ASSERT_EQ(yb[i], yf[i]) << "rows " << n << " at " << i;
       ASSERT_EQ(ybp[i], yfp[i]) << "portable, rows " << n << " at " << i;
       ASSERT_NEAR(yf[i], yfp[i], 1e-4);
+    }
+  }
+}
+
+TEST_P(DenseKernels, PackedLinearFp16EqualsFp32OnTheSameValues) {
+  // fp16 weights are widened exactly (subnormals too), so the fp16 kernels must equal the fp32
+  // kernels run on the same values, bit for bit, for every row-kernel size.
+  const int in = 72, out = 150;
+  const int64_t rows = 17;
+  auto x = Random(static_cast<size_t>(rows * in), 25);
+  auto wf = Random(static_cast<size_t>(out) * in, 26, 0.1f);
+  std::vector<uint16_t> wh(wf.size());
+  for (size_t i = 0; i < wf.size(); ++i) {
+    wh[i] = FloatToHalf(wf[i]);
+    if (i % 97 == 0) wh[i] = static_cast<uint16_t>(0x0001 + i % 0x3ff);  // subnormals
+    if (i % 89 == 0) wh[i] = static_cast<uint16_t>(0x8000 | (0x0200 + i % 0x1ff));  // negative subnormals
+    wf[i] = HalfToFloat(wh[i]);
+  }
+  std::vector<float> pf(PackedLinearFloats(out, in));
+  std::vector<uint16_t> ph(PackedLinearFloats(out, in));
+  PackLinearWeights(wf.data(), out, in, pf.data());
+  PackLinearWeightsFp16(wh.data(), out, in, ph.data());
+  auto b = Random(static_cast<size_t>(out), 27);
+  for (int64_t n : {1, 3, 4, 5, 12, 17}) {
+    std::vector<float> yf(static_cast<size_t>(n * out)), yh(yf.size()), yfp(yf.size()), yhp(yf.size());
+    PackedLinear(x.data(), in, pf.data(), b.data(), yf.data(), out, n, in, out, false);
+    PackedLinearFp16(x.data(), in, ph.data(), b.data(), yh.data(), out, n, in, out, false);
+    internal::PackedLinearPortable(x.data(), in, pf.data(), b.data(), yfp.data(), out, n, in, out, false);
+    internal::PackedLinearFp16Portable(x.data(), in, ph.data(), b.data(), yhp.data(), out, n, in, out, false);
+    for (size_t i = 0; i < yf.size(); ++i) {
+      ASSERT_EQ(yh[i], yf[i]) << "rows " << n << " at " << i;
+      ASSERT_EQ(yhp[i], yfp[i]) << "portable, rows " << n << " at " << i;
     }
   }
 }

@@ -290,22 +290,27 @@ TEST(LlamaModelThreads, ResultsAgreeAcrossThreadCounts) {
   for (size_t i = 1; i < results.size(); ++i) EXPECT_EQ(results[0], results[i]) << "thread count " << i + 1;
 }
 
-TEST(LlamaWeightsPacking, Bf16CheckpointsStayBf16) {
-  // A bf16 checkpoint's projections are packed from its own bf16 bytes (half the bytes per
-  // step); fp32 and fp16 checkpoints run on fp32 panels. The logits of all three are checked
+TEST(LlamaWeightsPacking, HalfCheckpointsStayHalf) {
+  // A bf16 or fp16 checkpoint's projections are packed from its own 16-bit bytes (half the
+  // bytes per step); fp32 checkpoints run on fp32 panels. The logits of all three are checked
   // against the float64 reference by FixtureModelTest.
-  for (const auto& [variant, bf16] : {std::pair<const char*, bool>{"qwen2_bf16", true}, {"llama_f32", false},
-                                      {"llama3_f16", false}}) {
+  struct Case {
+    const char* variant;
+    bool bf16, fp16;
+  };
+  for (const auto& [variant, bf16, fp16] :
+       {Case{"qwen2_bf16", true, false}, Case{"llama_f32", false, false}, Case{"llama3_f16", false, true}}) {
     auto model = LoadFixture(variant, 1);
     ASSERT_NE(model, nullptr);
     EXPECT_EQ(model->weights().bf16_projections(), bf16) << variant;
+    EXPECT_EQ(model->weights().fp16_projections(), fp16) << variant;
     // Bytes a step streams relative to fp32 weights: about half for bf16.
     const auto& c = model->config();
     const double fp32_bytes =
         4.0 * static_cast<double>(c.num_parameters() -
                                   (c.tie_word_embeddings ? 0 : static_cast<int64_t>(c.vocab_size) * c.hidden_size));
     const double ratio = static_cast<double>(model->weights().streamed_bytes()) / fp32_bytes;
-    if (bf16) {
+    if (bf16 || fp16) {
       EXPECT_LT(ratio, 0.6) << variant;
     } else {
       EXPECT_GT(ratio, 0.99) << variant;

@@ -22,7 +22,7 @@ TEST(CompletionParserTest, ReadsEveryHonouredField) {
     "top_k": 40, "min_p": 0.05, "n": 2, "stop": ["\n", "END"], "stop_token_ids": [2, 5],
     "seed": 42, "presence_penalty": 0.1, "frequency_penalty": -0.2, "repetition_penalty": 1.1,
     "logprobs": 3, "echo": true, "ignore_eos": true, "user": "u1", "priority": -3,
-    "min_tokens": 2, "cache_salt": "s", "stream": true,
+    "min_tokens": 2, "cache_salt": "s", "stream": true, "return_token_ids": true,
     "stream_options": {"include_usage": true, "continuous_usage_stats": true},
     "kv_compression": {"policy": "triattention", "budget": 256, "ratio": 0.5, "divide_length": 64,
                        "window": 32, "sinks": 4, "protect_prompt": false, "audit": true},
@@ -56,6 +56,7 @@ TEST(CompletionParserTest, ReadsEveryHonouredField) {
   EXPECT_TRUE(r->stream);
   EXPECT_TRUE(r->include_usage);
   EXPECT_TRUE(r->continuous_usage);
+  EXPECT_TRUE(r->return_token_ids);
   EXPECT_EQ(g.compression.policy, config::CompressionPolicyKind::kTriAttention);
   EXPECT_EQ(g.compression.budget, 256);
   EXPECT_EQ(g.compression.ratio, 0.5);
@@ -101,6 +102,7 @@ TEST(CompletionParserTest, WrongTypesNameTheField) {
       {R"({"prompt": "x", "stop_token_ids": "2"})", "stop_token_ids"},
       {R"({"prompt": "x", "seed": "42"})", "seed"},
       {R"({"prompt": "x", "echo": 1})", "echo"},
+      {R"({"prompt": "x", "return_token_ids": "yes"})", "return_token_ids"},
       {R"({"prompt": "x", "stream": "yes"})", "stream"},
       {R"({"prompt": "x", "logprobs": 21})", "logprobs"},
       {R"({"prompt": "x", "top_k": -2})", "top_k"},

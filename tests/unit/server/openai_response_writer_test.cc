@@ -87,6 +87,23 @@ TEST(OpenAiWriterTest, CompletionLogprobsAndInvalidUtf8) {
   EXPECT_EQ(lp["top_logprobs"][0].size(), 2u);  // the broken character became U+FFFD
 }
 
+TEST(OpenAiWriterTest, TokenIdsOnlyWhenAskedFor) {
+  ChoiceResult c;
+  c.text = "ab";
+  c.token_ids = {5, 6};
+  ChoiceDelta d;
+  d.text = "b";
+  d.token_ids = {6};
+  ResponseMeta meta = Meta();
+  EXPECT_FALSE(json::parse(CompletionResponseJson(meta, {c}, Usage(), false))["choices"][0].contains("token_ids"));
+  EXPECT_FALSE(json::parse(CompletionChunkJson(meta, d, false, 1, nullptr, false))["choices"][0].contains("token_ids"));
+  meta.return_token_ids = true;
+  EXPECT_EQ(json::parse(CompletionResponseJson(meta, {c}, Usage(), false))["choices"][0]["token_ids"],
+            json::array({5, 6}));
+  EXPECT_EQ(json::parse(CompletionChunkJson(meta, d, false, 1, nullptr, false))["choices"][0]["token_ids"],
+            json::array({6}));
+}
+
 TEST(OpenAiWriterTest, ErrorModelsAndTokenizerShapes) {
   json e = json::parse(ErrorJson(MakeHttpError(404, "The model `x` does not exist.")));
   EXPECT_EQ(e["error"]["code"], 404);
