@@ -41,12 +41,15 @@ class ByteCodec final : public kvserve::server::TextCodec {
   std::unique_ptr<kvserve::server::TextStreamDecoder> NewStreamDecoder(bool, bool) const override {
     return nullptr;  // not used by request building
   }
-  absl::StatusOr<std::vector<int32_t>> EncodeChat(std::span<const ChatMessage> messages,
-                                                  bool add_generation_prompt) const override {
-    std::string text;
-    for (const ChatMessage& m : messages) text += m.role + ": " + m.content + "\n";
-    if (add_generation_prompt) text += "assistant: ";
-    return Encode(text, true);
+  absl::StatusOr<kvserve::server::ChatPrompt> EncodeChat(std::span<const ChatMessage> messages,
+                                                         const kvserve::server::ChatPromptOptions& options) const override {
+    kvserve::server::ChatPrompt prompt;
+    for (const ChatMessage& m : messages) prompt.text += m.role + ": " + m.content + "\n";
+    if (options.add_generation_prompt) prompt.text += "assistant: ";
+    auto ids = Encode(prompt.text, true);
+    if (!ids.ok()) return ids.status();
+    prompt.ids = std::move(*ids);
+    return prompt;
   }
   int32_t vocab_size() const override { return 258; }
 };
