@@ -54,6 +54,7 @@ absl::StatusOr<config::Config> LoadFromArgs(const ParsedArgs& args, char** envp)
   config::ConfigSources sources;
   sources.file_path = args.config_file;
   sources.env = config::EnvFromEnviron(envp);
+  sources.lookup_env = config::EnvLookupFromEnviron(envp);
   sources.overrides = args.overrides;
   return config::LoadConfig(sources);
 }

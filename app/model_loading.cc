@@ -12,6 +12,7 @@ int LoadModelForCommand(const ParsedArgs& args, char** envp, std::string_view co
   config::ConfigSources sources;
   sources.file_path = args.config_file;
   sources.env = config::EnvFromEnviron(envp);
+  sources.lookup_env = config::EnvLookupFromEnviron(envp);
   sources.overrides = args.overrides;
   auto cfg = config::LoadConfig(sources);
   if (!cfg.ok()) {

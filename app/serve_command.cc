@@ -76,6 +76,7 @@ int RunServeWith(const ParsedArgs& args, char** envp, std::ostream& out, std::os
   config::ConfigSources sources;
   sources.file_path = args.config_file;
   sources.env = config::EnvFromEnviron(envp);
+  sources.lookup_env = config::EnvLookupFromEnviron(envp);
   sources.overrides = args.overrides;
   absl::StatusOr<config::Config> cfg = config::LoadConfig(sources);
   if (!cfg.ok()) {

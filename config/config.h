@@ -108,6 +108,10 @@ struct ServerConfig {
   std::string tls_key_path;
   std::string tls_client_ca_path;
   MetricsCompat metrics_compat = MetricsCompat::kNone;
+  // When set, GET /metrics needs 'Authorization: Bearer <metrics_api_key>' (tenant keys do
+  // not open it); empty: /metrics is open. Secret: redacted in dumps, never logged. Like every
+  // field it can come from the environment (KVSERVE_SERVER_METRICS_API_KEY).
+  std::string metrics_api_key;
 };
 
 struct TenantConfig {
@@ -116,6 +120,9 @@ struct TenantConfig {
   // A file of more keys, one per line (e.g. a mounted Kubernetes secret); LoadConfig reads
   // it into api_keys. Blank lines and surrounding whitespace are ignored.
   std::string api_keys_file;
+  // The name of an environment variable holding more keys (separated by commas, spaces or
+  // newlines), e.g. one filled from a Kubernetes secret; LoadConfig reads it into api_keys.
+  std::string api_keys_env;
   double weight = 1.0;                 // share of the token budget under contention
   int priority = 0;                    // default request priority (lower runs first)
   int max_running = 0;                 // 0: no per-tenant limit

@@ -11,6 +11,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "base/absl_compat.h"
 #include "base/check.h"
 #include "config/fields.h"
@@ -327,10 +328,27 @@ absl::Status Validate(const Config& cfg) {
   return absl::OkStatus();
 }
 
-// Appends the keys of every tenant's api_keys_file. Messages name the file, never a key.
-static absl::Status LoadKeyFiles(Config& cfg) {
+// Appends the keys of every tenant's api_keys_file and api_keys_env. Messages name the file
+// or the variable, never a key.
+static absl::Status LoadKeyFiles(Config& cfg, const ConfigSources& sources) {
   for (size_t i = 0; i < cfg.tenants.size(); ++i) {
     TenantConfig& t = cfg.tenants[i];
+    if (!t.api_keys_env.empty()) {
+      std::optional<std::string> value = sources.lookup_env ? sources.lookup_env(t.api_keys_env) : std::nullopt;
+      if (!value.has_value()) {
+        return absl::InvalidArgumentError(absl::StrCat("tenants[", i, "].api_keys_env=", t.api_keys_env,
+                                                       ": the environment variable is not set"));
+      }
+      size_t added = 0;
+      for (absl::string_view key : absl::StrSplit(*value, absl::ByAnyChar(", \t\r\n"), absl::SkipEmpty())) {
+        t.api_keys.push_back(std::string(key));
+        ++added;
+      }
+      if (added == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tenants[", i, "].api_keys_env=", t.api_keys_env, ": holds no key"));
+      }
+    }
     if (t.api_keys_file.empty()) continue;
     std::ifstream in(t.api_keys_file, std::ios::binary);
     if (!in) {
@@ -393,7 +411,7 @@ absl::StatusOr<Config> LoadConfig(const ConfigSources& sources) {
   for (const auto& [path, value] : sources.overrides) {
     KVS_RETURN_IF_ERROR(ApplyText(path, value, "command line", cfg));
   }
-  KVS_RETURN_IF_ERROR(LoadKeyFiles(cfg));
+  KVS_RETURN_IF_ERROR(LoadKeyFiles(cfg, sources));
   KVS_RETURN_IF_ERROR(Validate(cfg));
   return cfg;
 }
@@ -413,6 +431,19 @@ std::string DumpJson(const Config& cfg) {
   }
   doc["tenants"] = tenants;
   return doc.dump(2);
+}
+
+std::function<std::optional<std::string>(const std::string&)> EnvLookupFromEnviron(char** envp) {
+  return [envp](const std::string& name) -> std::optional<std::string> {
+    if (envp == nullptr) return std::nullopt;
+    for (char** e = envp; *e != nullptr; ++e) {
+      const std::string_view entry(*e);
+      if (entry.size() > name.size() && entry.starts_with(name) && entry[name.size()] == '=') {
+        return std::string(entry.substr(name.size() + 1));
+      }
+    }
+    return std::nullopt;
+  };
 }
 
 KeyValues EnvFromEnviron(char** envp) {

@@ -3,6 +3,8 @@
 //   cache.block_size=12: must be a power of two in [8,128]
 #pragma once
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -19,6 +21,9 @@ struct ConfigSources {
   std::string file_path;  // JSON file; empty: none
   KeyValues env;          // KVSERVE_* variables (name, value); see EnvFromEnviron
   KeyValues overrides;    // CLI flags as (field path, text), applied last
+  // Looks up any environment variable (tenants[].api_keys_env names one); null: none is set.
+  // See EnvLookupFromEnviron.
+  std::function<std::optional<std::string>(const std::string&)> lookup_env;
 };
 
 absl::StatusOr<Config> LoadConfig(const ConfigSources& sources);
@@ -37,6 +42,8 @@ std::string DumpJson(const Config& cfg);
 // Picks the KVSERVE_* entries out of a process environment block (the only place in
 // the tree that looks at the environment; main passes `environ`).
 KeyValues EnvFromEnviron(char** envp);
+// A lookup of any variable of a process environment block (for ConfigSources::lookup_env).
+std::function<std::optional<std::string>(const std::string&)> EnvLookupFromEnviron(char** envp);
 
 // Environment variables with a meaning other than a field.
 inline constexpr std::string_view kConfigFileEnv = "KVSERVE_CONFIG";

@@ -367,6 +367,9 @@ std::vector<Field<Config>> BuildConfigFields() {
                              [](C& c) -> auto& { return c.server.tls_client_ca_path; }));
   f.push_back(EnumField<C>("server.metrics_compat", "also export metrics under another engine's names",
                            [](C& c) -> auto& { return c.server.metrics_compat; }, kMetricsCompat));
+  f.push_back(StringField<C>("server.metrics_api_key",
+                             "Bearer key that GET /metrics requires (tenant keys do not open it); empty: open",
+                             [](C& c) -> auto& { return c.server.metrics_api_key; }, false, true));
   return f;
 }
 
@@ -379,6 +382,9 @@ std::vector<Field<TenantConfig>> BuildTenantFields() {
                                  [](T& t) -> auto& { return t.api_keys; }, true));
   f.push_back(StringField<T>("api_keys_file", "file with more keys, one per line (a mounted secret)",
                              [](T& t) -> auto& { return t.api_keys_file; }));
+  f.push_back(StringField<T>("api_keys_env",
+                             "environment variable with more keys, comma/space/newline separated (a secret)",
+                             [](T& t) -> auto& { return t.api_keys_env; }));
   f.push_back(DoubleField<T>("weight", "fair share of the token budget under contention",
                              [](T& t) -> auto& { return t.weight; }, 0.0, 1e6, true));
   f.push_back(IntField<T>("priority", "default request priority (lower first)",

@@ -24,7 +24,34 @@ std::string_view Trim(std::string_view s) {
   return s;
 }
 
+// The digest of the key in "Bearer <key>", or Unauthenticated naming what is missing.
+absl::StatusOr<KeyDigest> PresentedDigest(std::string_view authorization) {
+  authorization = Trim(authorization);
+  if (authorization.empty()) {
+    return absl::UnauthenticatedError("missing API key: send 'Authorization: Bearer <key>'");
+  }
+  size_t space = authorization.find(' ');
+  if (space == std::string_view::npos || !EqualsIgnoreCase(authorization.substr(0, space), "bearer")) {
+    return absl::UnauthenticatedError("malformed Authorization header: expected 'Bearer <key>'");
+  }
+  return Sha256(Trim(authorization.substr(space + 1)));
+}
+
+// 1 iff equal; no early exit.
+uint32_t DigestEqual(const KeyDigest& a, const KeyDigest& b) {
+  uint32_t diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ b[i];
+  return ((diff | (0u - diff)) >> 31) ^ 1u;
+}
+
 }  // namespace
+
+absl::Status BearerKey::Check(std::string_view authorization) const {
+  absl::StatusOr<KeyDigest> presented = PresentedDigest(authorization);
+  if (!presented.ok()) return presented.status();
+  if (DigestEqual(*presented, digest_) == 0) return absl::UnauthenticatedError("invalid API key");
+  return absl::OkStatus();
+}
 
 KeyDigest Sha256(std::string_view data) {
   KeyDigest d;
@@ -46,23 +73,15 @@ Authenticator::Authenticator(std::vector<config::TenantConfig> tenants)
 absl::StatusOr<const config::TenantConfig*> Authenticator::Authenticate(
     std::string_view authorization) const {
   if (open()) return nullptr;
-  authorization = Trim(authorization);
-  if (authorization.empty()) {
-    return absl::UnauthenticatedError("missing API key: send 'Authorization: Bearer <key>'");
-  }
-  size_t space = authorization.find(' ');
-  if (space == std::string_view::npos || !EqualsIgnoreCase(authorization.substr(0, space), "bearer")) {
-    return absl::UnauthenticatedError("malformed Authorization header: expected 'Bearer <key>'");
-  }
-  const KeyDigest presented = Sha256(Trim(authorization.substr(space + 1)));
+  absl::StatusOr<KeyDigest> digest = PresentedDigest(authorization);
+  if (!digest.ok()) return digest.status();
+  const KeyDigest& presented = *digest;
   // Constant time over all keys: every digest is compared in full and the match is
   // selected without branching on secret data.
   size_t match = 0;
   uint32_t found = 0;
   for (const Key& key : keys_) {
-    uint32_t diff = 0;
-    for (size_t i = 0; i < presented.size(); ++i) diff |= presented[i] ^ key.digest[i];
-    const uint32_t equal = ((diff | (0u - diff)) >> 31) ^ 1u;  // 1 iff diff == 0
+    const uint32_t equal = DigestEqual(presented, key.digest);
     const size_t mask = 0 - static_cast<size_t>(equal & (found ^ 1u));
     match = (match & ~mask) | (key.tenant & mask);
     found |= equal;

@@ -24,6 +24,17 @@ using KeyDigest = std::array<uint8_t, 32>;
 
 KeyDigest Sha256(std::string_view data);
 
+// A single Bearer key kept as its digest (the /metrics key): Check() accepts exactly that
+// key, compared in constant time, with Unauthenticated naming what was wrong (never the key).
+class BearerKey {
+ public:
+  explicit BearerKey(std::string_view key) : digest_(Sha256(key)) {}
+  absl::Status Check(std::string_view authorization) const;
+
+ private:
+  KeyDigest digest_;
+};
+
 class Authenticator {
  public:
   explicit Authenticator(std::vector<config::TenantConfig> tenants);

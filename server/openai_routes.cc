@@ -191,7 +191,7 @@ class Routes {
     http.Get("/health", [self](const HttpRequest&) { return self->Health(); });
     http.Get("/ready", [self](const HttpRequest&) { return self->Ready(); });
     http.Get("/version", [self](const HttpRequest&) { return self->Version(); });
-    http.Get("/metrics", [self](const HttpRequest&) { return self->Metrics(); });
+    http.Get("/metrics", [self](const HttpRequest& r) { return self->Metrics(r); });
   }
 
  private:
@@ -315,7 +315,12 @@ class Routes {
 
   HttpResponse Version() { return JsonResponse(200, VersionJson(frontend_.options().version)); }
 
-  HttpResponse Metrics() {
+  HttpResponse Metrics(const HttpRequest& req) {
+    if (options_.metrics_key) {
+      if (absl::Status st = options_.metrics_key->Check(req.header("Authorization")); !st.ok()) {
+        return StatusResponse(st);
+      }
+    }
     HttpResponse r;
     r.content_type = "text/plain; version=0.0.4; charset=utf-8";
     if (options_.metrics_text) r.body = options_.metrics_text();

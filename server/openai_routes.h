@@ -1,16 +1,19 @@
 // The OpenAI-compatible HTTP surface on an HttpServer, over a Frontend:
 //   POST /v1/completions  POST /v1/chat/completions  GET /v1/models
 //   POST /tokenize  POST /detokenize            (API key required when keys are configured)
-//   GET /health  GET /ready  GET /version  GET /metrics   (public)
+//   GET /health  GET /ready  GET /version                (public)
+//   GET /metrics   (public, or only with server.metrics_api_key when that is set)
 // Streaming responses are SSE. A client that hangs up while its request generates (streaming
 // or not) is noticed on its socket at once and the request is aborted in the engine.
 #pragma once
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "base/clock.h"
+#include "server/auth.h"
 #include "server/error_mapping.h"
 #include "server/frontend.h"
 #include "server/http_server.h"
@@ -30,6 +33,8 @@ struct OpenAiRoutesOptions {
   const base::Clock* wall_clock = nullptr;  // Unix epoch ("created"); required
   // Prometheus text exposition for /metrics; null: an empty (valid) exposition.
   std::function<std::string()> metrics_text;
+  // server.metrics_api_key: when set, /metrics answers 401 without exactly this key.
+  std::optional<BearerKey> metrics_key;
 };
 
 void RegisterOpenAiRoutes(HttpServer& http, Frontend& frontend, OpenAiRoutesOptions options);

@@ -47,6 +47,7 @@ ServerApp::ServerApp(ServerAppOptions options, ServerAppDeps deps)
   ro.clock = deps_.clock;
   ro.wall_clock = deps_.wall_clock;
   ro.metrics_text = options_.metrics_text;
+  if (!options_.server.metrics_api_key.empty()) ro.metrics_key.emplace(options_.server.metrics_api_key);
   RegisterOpenAiRoutes(*http_, *frontend_, std::move(ro));
 
   GrpcServerOptions go;

@@ -5,6 +5,8 @@
 
 #include <cstdio>
 #include <fstream>
+#include <map>
+#include <optional>
 
 #include "config/fields.h"
 #include "nlohmann/json.hpp"
@@ -261,6 +263,61 @@ TEST(ConfigLoader, ApiKeysFromAFile) {
   auto empty = LoadConfig(sources);
   ASSERT_FALSE(empty.ok());
   EXPECT_THAT(std::string(empty.status().message()), HasSubstr("holds no key"));
+}
+
+// Keys can come from an environment variable the config names (a Kubernetes secretKeyRef);
+// errors name the variable, never a key; dumps redact them.
+TEST(ConfigLoader, ApiKeysFromAnEnvironmentVariable) {
+  const std::string dir = ::testing::TempDir();
+  const std::string cfg_path = dir + "/kvserve_env_keys.json";
+  { std::ofstream(cfg_path) << R"({"tenants": [{"name": "a", "api_keys": ["sk-inline"], "api_keys_env": "TENANT_A_KEYS"}]})"; }
+  ConfigSources sources;
+  sources.file_path = cfg_path;
+  std::map<std::string, std::string> env = {{"TENANT_A_KEYS", " sk-env-1,sk-env-2\nsk-env-3 "}};
+  sources.lookup_env = [&env](const std::string& name) -> std::optional<std::string> {
+    auto it = env.find(name);
+    return it == env.end() ? std::nullopt : std::optional<std::string>(it->second);
+  };
+  auto cfg = LoadConfig(sources);
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(cfg->tenants[0].api_keys, (std::vector<std::string>{"sk-inline", "sk-env-1", "sk-env-2", "sk-env-3"}));
+  EXPECT_EQ(DumpJson(*cfg).find("sk-env"), std::string::npos) << "keys are never dumped";
+  EXPECT_NE(DumpJson(*cfg).find("TENANT_A_KEYS"), std::string::npos) << "the variable's name is not secret";
+
+  env.erase("TENANT_A_KEYS");
+  auto unset = LoadConfig(sources);
+  ASSERT_FALSE(unset.ok());
+  EXPECT_THAT(std::string(unset.status().message()),
+              HasSubstr("tenants[0].api_keys_env=TENANT_A_KEYS: the environment variable is not set"));
+  env["TENANT_A_KEYS"] = " , \n";
+  auto empty = LoadConfig(sources);
+  ASSERT_FALSE(empty.ok());
+  EXPECT_THAT(std::string(empty.status().message()), HasSubstr("holds no key"));
+  env["TENANT_A_KEYS"] = "sk-inline";
+  auto twice = LoadConfig(sources);
+  ASSERT_FALSE(twice.ok());
+  EXPECT_THAT(std::string(twice.status().message()), HasSubstr("listed twice"));
+  EXPECT_EQ(std::string(twice.status().message()).find("sk-inline"), std::string::npos);
+
+  // The real process environment, through the same lookup the daemon uses.
+  char entry[] = "TENANT_A_KEYS=sk-proc";
+  char other[] = "PATH=/bin";
+  char* envp[] = {other, entry, nullptr};
+  sources.lookup_env = EnvLookupFromEnviron(envp);
+  auto proc = LoadConfig(sources);
+  ASSERT_TRUE(proc.ok()) << proc.status();
+  EXPECT_EQ(proc->tenants[0].api_keys.back(), "sk-proc");
+}
+
+// The /metrics key is a secret field: redacted in dumps, settable from the environment.
+TEST(ConfigLoader, MetricsApiKeyIsSecret) {
+  ConfigSources sources;
+  sources.env = {{"KVSERVE_SERVER_METRICS_API_KEY", "sk-scrape"}};
+  auto cfg = LoadConfig(sources);
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(cfg->server.metrics_api_key, "sk-scrape");
+  EXPECT_EQ(DumpJson(*cfg).find("sk-scrape"), std::string::npos);
+  EXPECT_NE(DumpJson(*cfg).find("\"metrics_api_key\": \"<redacted>\""), std::string::npos);
 }
 
 TEST(ConfigLoader, TenantWithoutDefaultPolicyInheritsTheServers) {

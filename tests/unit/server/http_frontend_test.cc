@@ -316,6 +316,32 @@ TEST_F(HttpFrontendTest, PublicEndpointsNeedNoKey) {
   EXPECT_EQ(Get("/ready")->status, 503);
 }
 
+// server.metrics_api_key: /metrics opens to that key only (not to a tenant's), and the 401s
+// never echo what was sent.
+TEST_F(HttpFrontendTest, MetricsKeyGuardsMetricsOnly) {
+  TestServerOptions o;
+  o.tenants.push_back(MakeTenant("alpha", {"sk-alpha"}));
+  o.metrics_api_key = "sk-metrics-scraper";
+  Start(o);
+  auto none = Get("/metrics");
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 401);
+  auto tenant_key = Get("/metrics", "sk-alpha");
+  ASSERT_TRUE(tenant_key);
+  EXPECT_EQ(tenant_key->status, 401);
+  EXPECT_EQ(tenant_key->body.find("sk-alpha"), std::string::npos);
+  auto wrong = Get("/metrics", "sk-metrics-scrapeR");
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->status, 401);
+  auto right = Get("/metrics", "sk-metrics-scraper");
+  ASSERT_TRUE(right);
+  EXPECT_EQ(right->status, 200);
+  EXPECT_NE(right->body.find("kvserve_test_up 1"), std::string::npos);
+  // The metrics key is not a tenant key, and /health stays public.
+  ExpectError(Get("/v1/models", "sk-metrics-scraper"), 401);
+  EXPECT_EQ(Get("/health")->status, 200);
+}
+
 TEST_F(HttpFrontendTest, BadRequestsAre400NamingTheField) {
   TestServerOptions o;
   o.engine.max_model_len = 64;

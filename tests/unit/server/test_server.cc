@@ -17,6 +17,7 @@ TestServer::TestServer(TestServerOptions options)
   o.server.tls_cert_path = options.tls_cert_path;
   o.server.tls_key_path = options.tls_key_path;
   o.server.tls_client_ca_path = options.tls_client_ca_path;
+  o.server.metrics_api_key = options.metrics_api_key;
   o.tenants = std::move(options.tenants);
   o.watch_connections = options.watch_connections;
   o.model_name = kModelName;
