@@ -64,6 +64,40 @@ ServeFactories DefaultServeFactories() {
   return f;
 }
 
+namespace {
+
+// SIGHUP: re-reads the configuration (file, key files, the environment captured at start)
+// and replaces the tenants' API keys: rotating a mounted Kubernetes secret needs no restart.
+// Only keys are applied; any other change is reported as needing a restart. A configuration
+// that no longer loads, or that changes the tenants, keeps the old keys. Never logs a key.
+void ReloadApiKeys(const config::ConfigSources& sources, const config::Config& running, server::ServerApp& app,
+                   const base::Logger& logger) {
+  absl::StatusOr<config::Config> fresh = config::LoadConfig(sources);
+  if (!fresh.ok()) {
+    logger.error("SIGHUP: the configuration no longer loads, API keys unchanged: %s",
+                 std::string(fresh.status().message()));
+    return;
+  }
+  if (absl::Status st = app.ReloadKeys(fresh->tenants); !st.ok()) {
+    logger.error("SIGHUP: API keys unchanged: %s", std::string(st.message()));
+    return;
+  }
+  size_t keys = 0;
+  for (const auto& t : fresh->tenants) keys += t.api_keys.size();
+  logger.info("SIGHUP: API keys reloaded (%d keys for %d tenants)", static_cast<int>(keys),
+              static_cast<int>(fresh->tenants.size()));
+  // Compared without the keys (their number shows in a dump even though they are redacted).
+  auto without_keys = [](config::Config c) {
+    for (auto& t : c.tenants) t.api_keys.clear();
+    return config::DumpJson(c);
+  };
+  if (without_keys(*fresh) != without_keys(running)) {
+    logger.warn("SIGHUP: the configuration has other changes; only API keys are reloaded, the rest needs a restart");
+  }
+}
+
+}  // namespace
+
 int RunServe(const ParsedArgs& args, char** envp, std::ostream& out, std::ostream& err) {
   return RunServeWith(args, envp, out, err, DefaultServeFactories());
 }
@@ -156,10 +190,11 @@ int RunServeWith(const ParsedArgs& args, char** envp, std::ostream& out, std::os
     }
     out << app.ListeningLine() << std::endl;  // flushed: scripts wait for this line
 
-    const int sig = signals.Wait();
+    int sig = 0;
+    while ((sig = signals.Wait()) == SIGHUP) ReloadApiKeys(sources, *cfg, app, logger);
     logger.info("received %s: draining", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-    // A second signal cuts the drain short (requests still running are aborted).
-    app.Drain([&](std::chrono::milliseconds d) { return signals.WaitFor(d).has_value(); });
+    // A second SIGINT/SIGTERM cuts the drain short (requests still running are aborted).
+    app.Drain([&](std::chrono::milliseconds d) { return signals.WaitForTermination(d).has_value(); });
   }
   engine->reset();  // after the servers: no stream is read any more
   logger.info("stopped");

@@ -4,6 +4,8 @@
 
 #include <cctype>
 
+#include "absl/strings/str_cat.h"
+
 namespace kvserve::server {
 namespace {
 
@@ -59,20 +61,54 @@ KeyDigest Sha256(std::string_view data) {
   return d;
 }
 
-Authenticator::Authenticator(std::vector<config::TenantConfig> tenants)
-    : tenants_(std::move(tenants)) {
-  for (size_t t = 0; t < tenants_.size(); ++t) {
-    for (const auto& key : tenants_[t].api_keys) {
-      keys_.push_back(Key{Sha256(key), t});
-    }
+std::shared_ptr<const Authenticator::KeyTable> Authenticator::Digests(std::vector<config::TenantConfig>& tenants) {
+  auto table = std::make_shared<KeyTable>();
+  for (size_t t = 0; t < tenants.size(); ++t) {
+    for (const auto& key : tenants[t].api_keys) table->push_back(Key{Sha256(key), t});
     // The digests are all we need; drop the plain keys so they cannot leak from here.
-    tenants_[t].api_keys.clear();
+    tenants[t].api_keys.clear();
   }
+  return table;
+}
+
+Authenticator::Authenticator(std::vector<config::TenantConfig> tenants)
+    : tenants_(std::move(tenants)), keys_(Digests(tenants_)) {}
+
+Authenticator::Authenticator(Authenticator&& other) noexcept
+    : tenants_(std::move(other.tenants_)), keys_(other.Snapshot()) {}
+
+std::shared_ptr<const Authenticator::KeyTable> Authenticator::Snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return keys_;
+}
+
+absl::Status Authenticator::ReloadKeys(const std::vector<config::TenantConfig>& tenants) {
+  if (tenants.size() != tenants_.size()) {
+    return absl::FailedPreconditionError(absl::StrCat("the configuration now has ", tenants.size(),
+                                                      " tenants instead of ", tenants_.size(),
+                                                      ": changing tenants needs a restart"));
+  }
+  for (size_t t = 0; t < tenants.size(); ++t) {
+    if (tenants[t].name != tenants_[t].name) {
+      return absl::FailedPreconditionError(absl::StrCat("tenants[", t, "] is now \"", tenants[t].name,
+                                                        "\" instead of \"", tenants_[t].name,
+                                                        "\": changing tenants needs a restart"));
+    }
+  }
+  std::vector<config::TenantConfig> copy = tenants;
+  std::shared_ptr<const KeyTable> table = Digests(copy);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (table->empty() && !keys_->empty()) {
+    return absl::FailedPreconditionError("the new configuration has no API key at all (the server would be open)");
+  }
+  keys_ = std::move(table);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<const config::TenantConfig*> Authenticator::Authenticate(
     std::string_view authorization) const {
-  if (open()) return nullptr;
+  const std::shared_ptr<const KeyTable> keys = Snapshot();
+  if (keys->empty()) return nullptr;
   absl::StatusOr<KeyDigest> digest = PresentedDigest(authorization);
   if (!digest.ok()) return digest.status();
   const KeyDigest& presented = *digest;
@@ -80,7 +116,7 @@ absl::StatusOr<const config::TenantConfig*> Authenticator::Authenticate(
   // selected without branching on secret data.
   size_t match = 0;
   uint32_t found = 0;
-  for (const Key& key : keys_) {
+  for (const Key& key : *keys) {
     const uint32_t equal = DigestEqual(presented, key.digest);
     const size_t mask = 0 - static_cast<size_t>(equal & (found ^ 1u));
     match = (match & ~mask) | (key.tenant & mask);

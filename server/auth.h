@@ -7,11 +7,15 @@
 //   presented:   "Authorization: Bearer <key>"  --sha256-->  compared with all of the above
 //
 // With no key configured anywhere the server is open: every request is accepted and
-// runs as the default tenant (nullptr).
+// runs as the default tenant (nullptr). The key table can be replaced while serving
+// (ReloadKeys, on SIGHUP); readers take a snapshot of it, so a reload never blocks them
+// for longer than a shared_ptr copy.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string_view>
 #include <vector>
 
@@ -38,13 +42,23 @@ class BearerKey {
 class Authenticator {
  public:
   explicit Authenticator(std::vector<config::TenantConfig> tenants);
+  // Movable before it is shared between threads (the Frontend takes it by value).
+  Authenticator(Authenticator&& other) noexcept;
+  Authenticator& operator=(Authenticator&&) = delete;
 
   // True when no API key is configured (open server).
-  bool open() const { return keys_.empty(); }
+  bool open() const { return Snapshot()->empty(); }
 
   // `authorization` is the raw Authorization header / metadata value ("" when absent).
   // Returns the tenant (nullptr: default tenant, open server) or Unauthenticated.
   absl::StatusOr<const config::TenantConfig*> Authenticate(std::string_view authorization) const;
+
+  // Replaces every tenant's keys with those of `tenants` (a re-read configuration: SIGHUP).
+  // Only keys change: the tenants themselves (names, order, limits) are fixed for the
+  // process's life, so pointers Authenticate handed out stay valid. Refused, keeping the old
+  // keys, when the tenant names or their order differ, or when the new keys would leave a
+  // keyed server open. Safe while other threads authenticate. Messages never hold a key.
+  absl::Status ReloadKeys(const std::vector<config::TenantConfig>& tenants);
 
   const std::vector<config::TenantConfig>& tenants() const { return tenants_; }
 
@@ -53,8 +67,13 @@ class Authenticator {
     KeyDigest digest;
     size_t tenant;
   };
-  std::vector<config::TenantConfig> tenants_;
-  std::vector<Key> keys_;
+  using KeyTable = std::vector<Key>;
+  static std::shared_ptr<const KeyTable> Digests(std::vector<config::TenantConfig>& tenants);
+  std::shared_ptr<const KeyTable> Snapshot() const;
+
+  std::vector<config::TenantConfig> tenants_;  // api_keys cleared: only digests are kept
+  mutable std::mutex mu_;
+  std::shared_ptr<const KeyTable> keys_;       // guarded by mu_; never null
 };
 
 }  // namespace kvserve::server

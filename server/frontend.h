@@ -66,6 +66,8 @@ class Frontend {
 
   // Tenant of an Authorization header value; nullptr: default tenant (open server).
   absl::StatusOr<const config::TenantConfig*> Authenticate(std::string_view authorization) const;
+  // Replaces the tenants' API keys (SIGHUP); see Authenticator::ReloadKeys.
+  absl::Status ReloadKeys(const std::vector<config::TenantConfig>& tenants) { return auth_.ReloadKeys(tenants); }
 
   // Validates, tokenizes and submits. Errors: InvalidArgument (names the field), NotFound
   // (model), PermissionDenied, ResourceExhausted, Unavailable (draining).

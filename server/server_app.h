@@ -72,6 +72,11 @@ class ServerApp {
   // Closes both listeners (cuts whatever still runs). Idempotent.
   void Stop();
 
+  // Replaces the tenants' API keys from a re-read configuration (SIGHUP): HTTP and gRPC
+  // requests authenticate against the new keys from then on. Errors (tenants changed, no
+  // key left) keep the old keys; see Authenticator::ReloadKeys.
+  absl::Status ReloadKeys(const std::vector<config::TenantConfig>& tenants) { return frontend_->ReloadKeys(tenants); }
+
   Frontend& frontend() { return *frontend_; }
 
  private:

@@ -12,6 +12,7 @@ TerminationSignals TerminationSignals::Block() {
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
   return TerminationSignals(set);
@@ -32,6 +33,16 @@ std::optional<int> TerminationSignals::WaitFor(std::chrono::milliseconds timeout
     const int sig = sigtimedwait(&set_, nullptr, &ts);
     if (sig > 0) return sig;
     if (errno != EINTR) return std::nullopt;  // EAGAIN: timed out
+  }
+}
+
+std::optional<int> TerminationSignals::WaitForTermination(std::chrono::milliseconds timeout) const {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return std::nullopt;
+    const std::optional<int> sig = WaitFor(left);
+    if (!sig.has_value() || *sig != SIGHUP) return sig;
   }
 }
 

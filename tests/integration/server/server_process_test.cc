@@ -13,6 +13,8 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <fstream>
+#include <functional>
 #include <thread>
 
 #include "kvserve/v1/kvserve.grpc.pb.h"
@@ -509,6 +511,51 @@ TEST_F(KVSERVE_SERVER_SUITE, DisconnectedClientFreesItsSlot) {
   EXPECT_EQ(res->status, 200) << res->body;
   EXPECT_LT(took, milliseconds(500));
   close(keeper);
+}
+
+// SIGHUP re-reads the API keys (a rotated Kubernetes secret) without a restart; the daemon
+// keeps serving, and a configuration that no longer loads keeps the old keys.
+TEST_F(KVSERVE_SERVER_SUITE, SighupReloadsApiKeys) {
+  const std::string keys = WriteTempFile("alpha.keys", "sk-old\n");
+  json cfg = json::parse(kConfig);
+  cfg["tenants"][0] = {{"name", "alpha"}, {"api_keys_file", keys}};
+  ASSERT_NO_FATAL_FAILURE(StartServer(cfg.dump()));
+  ASSERT_EQ(Get("/v1/models", "sk-old")->status, 200);
+  auto status_with = [&](const std::string& key) {
+    auto r = Get("/v1/models", key);
+    return r ? r->status : -1;
+  };
+  auto wait_for = [&](const std::function<bool()>& cond) {
+    for (int i = 0; i < 500 && !cond(); ++i) std::this_thread::sleep_for(milliseconds(10));
+    return cond();
+  };
+
+  { std::ofstream(keys) << "sk-new\n"; }
+  server_->Signal(SIGHUP);
+  ASSERT_TRUE(wait_for([&] { return status_with("sk-new") == 200; })) << server_->stderr_text();
+  Error(Get("/v1/models", "sk-old"), 401);
+  EXPECT_EQ(status_with("sk-beta"), 200) << "other tenants keep their keys";
+  v1::TokenizeRequest treq;
+  treq.set_prompt("a");
+  v1::TokenizeResponse tresp;
+  auto ctx = Context("sk-new");
+  EXPECT_TRUE(stub_->Tokenize(ctx.get(), treq, &tresp).ok()) << "gRPC uses the new keys too";
+  auto old_ctx = Context("sk-old");
+  EXPECT_EQ(stub_->Tokenize(old_ctx.get(), treq, &tresp).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+
+  // An unreadable key file: the reload is refused, the current keys stay, nothing is leaked.
+  { std::ofstream(keys) << "\n"; }
+  server_->Signal(SIGHUP);
+  ASSERT_TRUE(wait_for([&] { return server_->stderr_text().find("API keys unchanged") != std::string::npos; }))
+      << server_->stderr_text();
+  EXPECT_EQ(status_with("sk-new"), 200);
+  EXPECT_EQ(server_->stderr_text().find("sk-new"), std::string::npos) << "keys never reach the log";
+  EXPECT_EQ(Get("/health", "")->status, 200);
+
+  server_->Signal(SIGTERM);
+  std::optional<int> status = server_->WaitExit(milliseconds(30000));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(*status, 0);
 }
 
 TEST_F(KVSERVE_SERVER_SUITE, SigtermDrainsAndExitsZero) {
