@@ -99,6 +99,25 @@ ProcStats ReadProc(pid_t pid) {
   return s;
 }
 
+// "name x count" of the process's threads (their comm), for a failure message.
+std::string ThreadNames(pid_t pid) {
+  std::map<std::string, int> names;
+  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      std::ifstream comm(dir + "/" + e->d_name + "/comm");
+      std::string name;
+      std::getline(comm, name);
+      ++names[name];
+    }
+    closedir(d);
+  }
+  std::string out;
+  for (const auto& [name, n] : names) out += name + " x" + std::to_string(n) + "; ";
+  return out;
+}
+
 // The value of the first sample of `name` whose labels contain `label` (e.g. state="used");
 // -1 when there is none. Every kvserve series also carries model="...".
 double Metric(const std::string& text, const std::string& name, const std::string& label = "") {
@@ -447,12 +466,12 @@ TEST_F(SoakTest, ManyMixedRequestsUnderFaultsLoseAndLeakNothing) {
   }
   // Connection threads and sockets wind down once the clients are gone.
   ProcStats after = ReadProc(server_->pid());
-  // The pools keep up to the peak concurrency's worth of threads (measured: +40 after 300
-  // requests, +44 after 900 from 48 clients), so the bound is that, not the baseline; a
-  // leak grows with the request count and trips it at soak_full's size.
-  const int thread_bound = baseline.threads + kWorkers + 8;
+  // The HTTP connection pool shrinks back after the burst (idle threads beyond 2 exit after
+  // 5 s, server/worker_pool.h), so the thread count returns to the baseline; the slack is
+  // for gRPC's pollers, which its own policy keeps between a minimum and a maximum.
+  const int thread_bound = baseline.threads + 6;
   const int fd_bound = baseline.fds + 4;
-  for (int tries = 0; tries < 100 && (after.fds > fd_bound || after.threads > thread_bound); ++tries) {
+  for (int tries = 0; tries < 150 && (after.fds > fd_bound || after.threads > thread_bound); ++tries) {
     std::this_thread::sleep_for(milliseconds(200));
     after = ReadProc(server_->pid());
   }
@@ -462,8 +481,8 @@ TEST_F(SoakTest, ManyMixedRequestsUnderFaultsLoseAndLeakNothing) {
               "%d slow readers, %d probes; %d HTTP, %d gRPC, %d with compression; %.0f preemptions\n",
               total, seconds, t.completed.load(), t.clean_errors.load(), t.malformed_4xx.load(), t.disconnects.load(),
               t.slow_ok.load(), t.probes.load(), t.http.load(), t.grpc.load(), t.compressed.load(), preemptions);
-  std::printf("[ soak ] fds %d -> %d, threads %d -> %d, RSS %ld -> %ld KiB\n", baseline.fds, after.fds,
-              baseline.threads, after.threads, baseline.rss_kb, after.rss_kb);
+  std::printf("[ soak ] fds %d -> %d, threads %d -> %d (%s), RSS %ld -> %ld KiB\n", baseline.fds, after.fds,
+              baseline.threads, after.threads, ThreadNames(server_->pid()).c_str(), baseline.rss_kb, after.rss_kb);
   for (const auto& [reason, count] : t.error_reasons) std::printf("[ soak ] clean error %s: %d\n", reason.c_str(), count);
 
   for (size_t k = 0; k < t.failures.size() && k < 20; ++k) ADD_FAILURE() << t.failures[k];
@@ -477,7 +496,7 @@ TEST_F(SoakTest, ManyMixedRequestsUnderFaultsLoseAndLeakNothing) {
   EXPECT_EQ(Metric(metrics, "kvserve_kv_cache_blocks", "state=\"used\""), 0) << "KV blocks leaked";
   EXPECT_EQ(Metric(metrics, "kvserve_kv_host_swap_blocks", "state=\"used\""), 0) << "swap blocks leaked";
   EXPECT_LE(after.fds, fd_bound) << "file descriptors leaked";
-  EXPECT_LE(after.threads, thread_bound) << "threads leaked";
+  EXPECT_LE(after.threads, thread_bound) << "threads leaked: " << ThreadNames(server_->pid());
   EXPECT_LT(after.rss_kb, baseline.rss_kb + 256 * 1024) << "RSS grew by more than 256 MiB";
   EXPECT_NE(server_->stderr_text().find("SIGHUP: API keys reloaded"), std::string::npos)
       << "the mid-run SIGHUP was not handled";

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <condition_variable>
 #include <mutex>
 
@@ -71,6 +73,32 @@ TEST(WorkerPoolTest, ReusesIdleThreads) {
   }
   EXPECT_EQ(ran.load(), 20);
   EXPECT_EQ(pool.threads(), 1);
+}
+
+// After a burst the pool shrinks back to keep_threads: idle threads beyond it exit (and are
+// joined), and the pool grows again for the next burst.
+TEST(WorkerPoolTest, ShrinksBackAfterABurst) {
+  WorkerPool pool(64, /*keep_threads=*/2, std::chrono::milliseconds(50));
+  for (int burst = 0; burst < 2; ++burst) {
+    Gate gate;
+    constexpr int kJobs = 12;
+    for (int i = 0; i < kJobs; ++i) pool.Enqueue([&] { gate.ArriveAndWait(); });
+    ASSERT_TRUE(gate.WaitArrived(kJobs));
+    EXPECT_EQ(pool.threads(), kJobs);
+    gate.Open();
+    ASSERT_TRUE(pool.WaitUntilIdle(std::chrono::seconds(10)));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (pool.threads() > 2 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_EQ(pool.threads(), 2) << "burst " << burst;
+  }
+  std::atomic<int> ran{0};
+  pool.Enqueue([&] { ran.fetch_add(1); });  // also joins the exited threads
+  ASSERT_TRUE(pool.WaitUntilIdle(std::chrono::seconds(10)));
+  EXPECT_EQ(ran.load(), 1);
+  pool.Shutdown();
+  EXPECT_EQ(pool.threads(), 0);
 }
 
 }  // namespace
