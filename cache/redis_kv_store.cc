@@ -38,6 +38,12 @@ absl::StatusOr<RedisEndpoint> ParseRedisUrl(std::string_view url) {
     return absl::InvalidArgumentError(absl::StrCat("remote KV URL '", base::AsAbsl(url), "': ", base::AsAbsl(why)));
   };
   constexpr std::string_view kScheme = "redis://";
+  if (url.starts_with("rediss://")) {
+    // Debian 12's hiredis (0.14) is built without TLS (no hiredis_ssl), so there is nothing
+    // to speak TLS with; say so instead of "must start with redis://".
+    return bad("rediss:// (TLS) is not supported: this build's hiredis has no TLS; reach Redis over a private "
+               "network or a TLS sidecar (stunnel, a service mesh) and use redis://");
+  }
   if (!url.starts_with(kScheme)) return bad("must start with redis:// (e.g. redis://127.0.0.1:6379/0)");
   std::string_view rest = url.substr(kScheme.size());
   RedisEndpoint ep;

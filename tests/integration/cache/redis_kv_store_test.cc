@@ -127,6 +127,8 @@ TEST(RedisKvStore, ParsesUrlsAndNamesWhatIsWrong) {
   EXPECT_NE(ParseRedisUrl("redis://x:99999").status().message().find("port"), std::string::npos);
   EXPECT_NE(ParseRedisUrl("redis://x:1/db").status().message().find("database"), std::string::npos);
   EXPECT_NE(ParseRedisUrl("redis://:1").status().message().find("host"), std::string::npos);
+  EXPECT_NE(ParseRedisUrl("rediss://x:6380").status().message().find("rediss:// (TLS) is not supported"),
+            std::string::npos);
 }
 
 }  // namespace
