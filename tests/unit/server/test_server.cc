@@ -19,6 +19,7 @@ TestServer::TestServer(TestServerOptions options)
   o.server.tls_client_ca_path = options.tls_client_ca_path;
   o.tenants = std::move(options.tenants);
   o.watch_connections = options.watch_connections;
+  o.chat_formats = options.chat_formats;
   o.model_name = kModelName;
   o.version = "0.1.0-test";
   o.id_seed = 1234;

@@ -25,6 +25,7 @@ struct TestServerOptions {
   int http_max_connections = 512;
   bool watch_connections = true;
   std::string tls_cert_path, tls_key_path, tls_client_ca_path;  // TLS on both listeners when set
+  chat::ChatFormats chat_formats;  // reasoning / tool-call formats (default: neither)
 };
 
 class TestServer {
