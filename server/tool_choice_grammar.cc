@@ -38,7 +38,7 @@ absl::StatusOr<std::optional<structured::GrammarSpec>> ToolChoiceGrammar(const G
   std::vector<structured::ToolSchema> tools;
   for (const auto& [name, params] : c.tool_parameters) tools.push_back({name, params});
   return std::optional(structured::GrammarSpec{
-      Kind::kToolCalls, structured::ToolCallsSource(chat::Name(format), tools, c.parallel_tool_calls ? 0 : 1), {}, "tools"});
+      Kind::kToolCalls, structured::ToolCallsSource(chat::Name(format), tools, c.parallel_tool_calls ? structured::kMaxRequiredToolCalls : 1), {}, "tools"});
 }
 
 }  // namespace kvserve::server

@@ -4,7 +4,7 @@
 //   "none" / "auto"   no grammar (auto: calls are parsed from free text)
 //   named function    the output is that function's arguments: its `parameters` schema (any
 //                     JSON object without one); the reply is that one call (as vLLM does)
-//   "required"        the output is one or more calls (one with parallel_tool_calls false) in
+//   "required"        the output is 1..kMaxRequiredToolCalls calls (one with parallel_tool_calls false) in
 //                     the served model's tool-call format, each naming a request tool with
 //                     arguments valid for its schema (structured/tool_call_grammar.h)
 //

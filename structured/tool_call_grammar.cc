@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/absl_compat.h"
+#include "structured/byte_dfa.h"
 #include "structured/json_schema.h"
 
 namespace kvserve::structured {
@@ -81,11 +82,17 @@ absl::StatusOr<RegexNode> ToolCallsToRegex(std::string_view source, std::string_
          std::move(args), RegexNode::Literal(absl::StrCat("}", base::AsAbsl(layout->call_close)))}));
   }
   const int max_calls = spec.value("max_calls", 0);
-  return RegexNode::Seq({RegexNode::Literal(layout->before),
-                         RegexNode::SeparatedList(RegexNode::Alt(std::move(calls)),
-                                                  RegexNode::Literal(layout->separator), 1,
-                                                  max_calls > 0 ? max_calls : -1),
-                         RegexNode::Literal(layout->after)});
+  auto list = [&](int max) {
+    return RegexNode::Seq({RegexNode::Literal(layout->before),
+                           RegexNode::SeparatedList(RegexNode::Alt(calls), RegexNode::Literal(layout->separator), 1, max),
+                           RegexNode::Literal(layout->after)});
+  };
+  if (max_calls <= 1) return list(max_calls == 1 ? 1 : -1);
+  // A bounded list copies the calls' automaton max_calls times; when that does not fit the
+  // automaton's state limit (big argument schemas), the list is unbounded instead.
+  RegexNode bounded = list(max_calls);
+  if (ByteDfa::Compile(bounded).ok()) return bounded;
+  return list(-1);
 }
 
 }  // namespace kvserve::structured

@@ -10,8 +10,12 @@
 // lets through parses as at least one call. The spec travels as JSON text (GrammarSpec.source,
 // so that the grammar cache keys on it):
 //   {"format": "hermes", "max_calls": 1, "tools": [{"name": "f", "parameters": {...}}, ...]}
-// max_calls 0: any number of calls (parallel_tool_calls true); a tool without parameters takes
-// any JSON object.
+// max_calls 0: any number of calls; a tool without parameters takes any JSON object.
+//
+// tool_choice "required" with parallel_tool_calls uses kMaxRequiredToolCalls: an unbounded list
+// lets a weak model repeat calls until max_tokens cuts the last one off (and a cut-off section
+// is returned as content), so the grammar ends the output after that many calls (unless that
+// automaton would exceed ByteDfa's state limit: then the list is unbounded).
 #pragma once
 
 #include <string>
@@ -23,6 +27,8 @@
 #include "structured/regex_ast.h"
 
 namespace kvserve::structured {
+
+inline constexpr int kMaxRequiredToolCalls = 4;
 
 struct ToolSchema {
   std::string name;

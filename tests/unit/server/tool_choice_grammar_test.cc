@@ -6,6 +6,7 @@
 #include "server/openai_request_parser.h"
 #include "structured/byte_dfa.h"
 #include "structured/grammar_spec.h"
+#include "structured/tool_call_grammar.h"
 
 namespace kvserve::server {
 namespace {
@@ -65,6 +66,20 @@ TEST(ToolChoiceGrammar, RequiredIsOneOrMoreCallsInTheModelsFormat) {
   const std::string now = "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
   EXPECT_TRUE(hermes.Matches(paris));
   EXPECT_TRUE(hermes.Matches(paris + "\n" + now));  // parallel calls by default
+  // Up to kMaxRequiredToolCalls of them; `now` takes any JSON object, whose automaton is too big
+  // to copy that often, so with it the list is unbounded (the documented fallback).
+  std::string calls = paris;
+  for (int i = 1; i < structured::kMaxRequiredToolCalls; ++i) calls += "\n" + paris;
+  EXPECT_TRUE(hermes.Matches(calls + "\n" + now));
+  auto small = ParseChatRequest(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required",
+      "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+                 "properties": {"city": {"type": "string", "maxLength": 8}}, "required": ["city"]}}}]})");
+  ASSERT_TRUE(small.ok()) << small.status();
+  auto bounded = ToolChoiceGrammar(small->request, chat::ToolCallFormat::kHermes);
+  ASSERT_TRUE(bounded.ok() && bounded->has_value());
+  const auto bounded_dfa = Dfa(**bounded);
+  EXPECT_TRUE(bounded_dfa.Matches(calls));
+  EXPECT_FALSE(bounded_dfa.Matches(calls + "\n" + paris));
   EXPECT_FALSE(hermes.Matches(""));                 // at least one call
   EXPECT_FALSE(hermes.Matches("Sure! " + paris));   // nothing but calls
   EXPECT_FALSE(hermes.Matches("<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>"));

@@ -541,13 +541,13 @@ if (realEngine) {
         const final = await stream.finalChatCompletion();
         const c = final.choices[0];
         assert.equal(c.finish_reason, 'tool_calls', `seed ${seed}: ${JSON.stringify(c.message)}`);
-        assert.ok(c.message.tool_calls.length >= 1);
+        assert.ok(c.message.tool_calls.length >= 1 && c.message.tool_calls.length <= 4, String(c.message.tool_calls.length));
         assert.deepEqual(indexes, c.message.tool_calls.map((_, i) => i));
         c.message.tool_calls.forEach(validCall);
         assert.ok(!c.message.content, JSON.stringify(c.message.content));
       }
     });
-    await check('grpc: Chat with tools: required, named and auto', async () => {
+    await check('grpc: Chat with tools: required and named', async () => {
       const gstub = new kvserve.KvServe(`${toolServer.host}:${toolServer.grpcPort}`, grpc.credentials.createInsecure());
       const gtools = tools.map((t) => ({ name: t.function.name, description: t.function.description ?? '',
                                          parameters: JSON.stringify(t.function.parameters) }));
