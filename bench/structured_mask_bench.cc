@@ -4,10 +4,16 @@
 //   BM_MaskCold   computing one state's token mask (the trie walk; once per state and grammar)
 //   BM_MaskWarm   a decode step once masks are cached: mask lookup, -inf on disallowed logits,
 //                 advancing the automaton by the sampled token
+//   BM_MaskWarmPerTokenBranch  the same step with the mask applied as it was before
+//                 base::MaskLogits (a bit test and branch per token), kept as the baseline so
+//                 that before/after are measured side by side in one run
 // Items processed = tokens, so the per-token figure is the reported time per item.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <limits>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -95,7 +101,37 @@ void BM_MaskWarm(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(f.path.size()));
 }
 
+// The previous CompiledGrammar::ApplyMask / Sampler loop: one bit test and branch per token.
+void ApplyMaskPerToken(const TokenMask& mask, std::span<float> logits) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const size_t n = logits.size();
+  for (size_t w = 0; w * 64 < n; ++w) {
+    const uint64_t bits = mask[w];
+    if (bits == ~uint64_t{0}) continue;
+    const size_t end = std::min(n, w * 64 + 64);
+    for (size_t i = w * 64; i < end; ++i) {
+      if (!((bits >> (i - w * 64)) & 1)) logits[i] = kNegInf;
+    }
+  }
+}
+
+void BM_MaskWarmPerTokenBranch(benchmark::State& state) {
+  const Fixture f = Make(static_cast<int>(state.range(0)));
+  for (int32_t s : f.states) f.grammar->MaskFor(s);
+  std::vector<float> logits(f.trie->vocab_size(), 0.5f);
+  for (auto _ : state) {
+    int32_t s = f.grammar->start();
+    for (int32_t tok : f.path) {
+      ApplyMaskPerToken(f.grammar->MaskFor(s), logits);
+      s = f.grammar->Advance(s, tok);
+    }
+    benchmark::DoNotOptimize(logits.data());
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(f.path.size()));
+}
+
 BENCHMARK(BM_MaskCold)->Arg(32000)->Arg(128000)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_MaskWarm)->Arg(32000)->Arg(128000)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_MaskWarmPerTokenBranch)->Arg(32000)->Arg(128000)->Unit(benchmark::kMicrosecond);
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
+#include "base/token_mask.h"
 
 namespace kvserve::model {
 namespace {
@@ -148,15 +149,8 @@ SampleResult Sampler::Sample(std::span<const float> logits, const SamplingParams
     work_[static_cast<size_t>(id)] += bias;
   }
   ApplyPenalties(p, prompt, output);
-  if (!allowed.empty()) {
-    // Ids past the mask (a model vocabulary padded beyond the tokenizer's) are never allowed.
-    for (int i = 0; i < vocab_; ++i) {
-      const size_t word = static_cast<size_t>(i) >> 6;
-      if (word >= allowed.size() || !((allowed[word] >> (i & 63)) & 1)) {
-        work_[static_cast<size_t>(i)] = -std::numeric_limits<float>::infinity();
-      }
-    }
-  }
+  // Ids past the mask (a model vocabulary padded beyond the tokenizer's) are never allowed.
+  if (!allowed.empty()) base::MaskLogits(allowed, work_);
   if (p.greedy()) {
     r.token = static_cast<int32_t>(std::max_element(work_.begin(), work_.end()) - work_.begin());
   } else {

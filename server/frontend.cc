@@ -5,6 +5,7 @@
 #include "base/absl_compat.h"
 #include "base/check.h"
 #include "server/error_mapping.h"
+#include "server/tool_choice_grammar.h"
 
 namespace kvserve::server {
 
@@ -58,14 +59,17 @@ absl::StatusOr<std::unique_ptr<Generation>> Frontend::Generate(const GenerationR
                       "\"auto\" needs the model's tool-call format, and none was detected in its chat template; "
                       "set model.tool_call_parser (hermes|llama3_json|mistral) or send tool_choice \"none\"");
   }
+  // The output's grammar: a structured output, or what a named / "required" tool_choice needs.
+  KVS_ASSIGN_OR_RETURN(std::optional<structured::GrammarSpec> spec, ToolChoiceGrammar(request, formats.tools));
+  if (!spec) spec = request.grammar;
   std::shared_ptr<const structured::CompiledGrammar> grammar;
-  if (request.grammar) {
+  if (spec) {
     if (grammars_ == nullptr) {
-      return FieldError(request.grammar->field, "structured outputs need the tokenizer's vocabulary, which this "
-                                                "server's codec does not provide");
+      return FieldError(spec->field, "structured outputs need the tokenizer's vocabulary, which this "
+                                     "server's codec does not provide");
     }
-    auto compiled = grammars_->Get(*request.grammar);
-    if (!compiled.ok()) return GrammarError(*request.grammar, compiled.status());
+    auto compiled = grammars_->Get(*spec);
+    if (!compiled.ok()) return GrammarError(*spec, compiled.status());
     grammar = *std::move(compiled);
   }
   KVS_ASSIGN_OR_RETURN(
@@ -92,8 +96,9 @@ absl::StatusOr<std::unique_ptr<Generation>> Frontend::Generate(const GenerationR
     opts.prompt_ids = p.spec.prompt_tokens;
     opts.at_text_start = request.kind == RequestKind::kChat;
     const bool named_tool = request.chat.tool_choice == ToolChoice::kNamed;
+    const bool required_tool = request.chat.tool_choice == ToolChoice::kRequired;
     if (request.kind == RequestKind::kChat &&
-        (formats.reasoning || request.chat.tool_choice == ToolChoice::kAuto || named_tool)) {
+        (formats.reasoning || request.chat.tool_choice == ToolChoice::kAuto || named_tool || required_tool)) {
       chat::ChatOutputConfig out;
       out.split_reasoning = formats.reasoning;
       out.markers = formats.markers;
@@ -107,6 +112,12 @@ absl::StatusOr<std::unique_ptr<Generation>> Frontend::Generate(const GenerationR
         out.split_reasoning = false;
         out.tools = chat::ToolCallFormat::kNone;
         out.forced_tool_name = request.chat.tool_choice_name;
+      }
+      if (required_tool) {
+        // The grammar makes the whole output tool calls in the model's format, from the first
+        // token (no reasoning block first).
+        out.split_reasoning = false;
+        out.tools = formats.tools;
       }
       opts.chat_output = std::move(out);
       opts.include_reasoning = request.chat.include_reasoning;

@@ -28,8 +28,8 @@ struct PromptInput {
   bool is_token_ids = false;
 };
 
-// OpenAI's tool_choice. kRequired and kNamed need constrained decoding (not implemented: the
-// parser refuses them with a 400 naming tool_choice).
+// OpenAI's tool_choice. kRequired and kNamed are enforced by constrained decoding
+// (tool_choice_grammar.h).
 enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
 
 // Chat-only members: how the prompt is rendered and how the output is read back.
@@ -39,8 +39,8 @@ struct ChatOptions {
   std::string tool_choice_name;      // kNamed
   bool parallel_tool_calls = true;   // false: at most one tool call per choice
   bool include_reasoning = true;     // vLLM: false drops reasoning_content
-  // Each tool's `function.parameters` (JSON text, "" when absent) by name: a named
-  // tool_choice constrains the output to that tool's arguments.
+  // Each tool's `function.parameters` (JSON text, "" when absent) by name, in request order: a
+  // named or "required" tool_choice constrains the output to valid calls.
   std::vector<std::pair<std::string, std::string>> tool_parameters;
 };
 
@@ -65,8 +65,8 @@ struct GenerationRequest {
   ChatOptions chat;                     // chat
   bool skip_special_tokens = true;
   engine::CompressionRequest compression;
-  // Structured outputs (response_format json_object/json_schema, guided_json/regex/choice, or a
-  // named tool_choice): the output is constrained to this grammar.
+  // Structured outputs (response_format json_object/json_schema, guided_json/regex/choice/
+  // grammar): the output is constrained to this grammar. (tool_choice adds its own.)
   std::optional<structured::GrammarSpec> grammar;
 };
 

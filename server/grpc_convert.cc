@@ -6,6 +6,7 @@
 #include "base/check.h"
 #include "config/fields.h"
 #include "server/error_mapping.h"
+#include "server/grpc_chat_tools.h"
 
 namespace kvserve::server {
 namespace {
@@ -53,6 +54,9 @@ absl::Status ApplySampling(const v1::SamplingParams& p, GenerationRequest& r) {
       case v1::StructuredOutput::kChoice:
         r.grammar = structured::GrammarSpec{Kind::kChoice, "", {so.choice().choices().begin(), so.choice().choices().end()},
                                             "sampling.structured.choice"};
+        break;
+      case v1::StructuredOutput::kGrammar:
+        r.grammar = structured::GrammarSpec{Kind::kGrammar, so.grammar(), {}, "sampling.structured.grammar"};
         break;
       default:
         break;
@@ -126,7 +130,11 @@ void ToProto(const LogprobEntry& e, v1::TokenLogprob* out) {
   }
 }
 
-std::string FinishName(engine::FinishReason r) { return std::string(engine::Name(r)); }
+// "tool_calls" when a chat sample ended by itself after calling tools (as the HTTP API says).
+std::string FinishName(engine::FinishReason r, bool called_tools) {
+  if (called_tools && r == engine::FinishReason::kStop) return "tool_calls";
+  return std::string(engine::Name(r));
+}
 
 }  // namespace
 
@@ -156,7 +164,7 @@ absl::StatusOr<GenerationRequest> FromProto(const v1::ChatRequest& request) {
   GenerationRequest r;
   r.kind = RequestKind::kChat;
   r.model = request.model();
-  for (const auto& m : request.messages()) r.messages.emplace_back(m.role(), m.content());
+  KVS_RETURN_IF_ERROR(ApplyChatTools(request, r));  // messages, tools, tool_choice
   KVS_RETURN_IF_ERROR(ApplySampling(request.sampling(), r));
   KVS_RETURN_IF_ERROR(ApplyCompression(request.kv_compression(), r.compression));
   if (request.priority() != 0) r.priority = request.priority();
@@ -194,7 +202,8 @@ void ToProto(const std::string& request_id, const ChoiceDelta& d, v1::GenerateCh
   if (!d.reasoning.empty()) chunk->set_reasoning(d.reasoning);
   for (int32_t id : d.token_ids) chunk->add_token_ids(id);
   for (const auto& lp : d.logprobs) ToProto(lp, chunk->add_logprobs());
-  if (d.finish) chunk->set_finish_reason(FinishName(*d.finish));
+  ToProto(d.tool_calls, chunk->mutable_tool_calls());
+  if (d.finish) chunk->set_finish_reason(FinishName(*d.finish, !d.tool_calls.empty()));
 }
 
 void ToProto(const UsageSummary& u, v1::Usage* out) {
@@ -224,7 +233,8 @@ void ToProto(const ChoiceResult& result, v1::Completion* out) {
   out->set_text(result.text);
   if (!result.reasoning.empty()) out->set_reasoning(result.reasoning);
   for (int32_t id : result.token_ids) out->add_token_ids(id);
-  out->set_finish_reason(FinishName(result.finish));
+  ToProto(result.tool_calls, out->mutable_tool_calls());
+  out->set_finish_reason(FinishName(result.finish, !result.tool_calls.empty()));
   for (const auto& lp : result.logprobs) ToProto(lp, out->add_logprobs());
 }
 

@@ -5,14 +5,12 @@
 namespace kvserve::server {
 namespace {
 
-constexpr std::array<RefusedMember, 13> kRefused = {{
+constexpr std::array<RefusedMember, 11> kRefused = {{
     // Completions.
     {ParamScope::kCompletion, "best_of", "generate n samples instead (only best_of = 1)", "1"},
     // vLLM's structured-output members kvserve does not implement.
-    {ParamScope::kCompletion, "guided_grammar", "grammars are not implemented (use guided_json, guided_regex or guided_choice)", ""},
-    {ParamScope::kCompletion, "structured_outputs", "use response_format, guided_json, guided_regex or guided_choice", ""},
-    {ParamScope::kChat, "guided_grammar", "grammars are not implemented (use guided_json, guided_regex or guided_choice)", ""},
-    {ParamScope::kChat, "structured_outputs", "use response_format, guided_json, guided_regex or guided_choice", ""},
+    {ParamScope::kCompletion, "structured_outputs", "use response_format, guided_json, guided_regex, guided_choice or guided_grammar", ""},
+    {ParamScope::kChat, "structured_outputs", "use response_format, guided_json, guided_regex, guided_choice or guided_grammar", ""},
     // Chat: legacy functions, structured outputs and modalities.
     {ParamScope::kChat, "functions", "function calling is not implemented", ""},
     {ParamScope::kChat, "function_call", "function calling is not implemented", "\"none\""},

@@ -515,20 +515,18 @@ absl::Status ParseToolChoice(const json& body, const std::vector<std::string>& t
     return FieldError("tool_choice.function.name",
                       absl::StrCat("\"", c.tool_choice_name, "\" is not one of the request's tools"));
   }
-  if (c.tool_choice == ToolChoice::kRequired) {
-    return FieldError("tool_choice", "\"required\" is not implemented yet; name the function or use \"auto\"");
-  }
   return absl::OkStatus();
 }
 
-// Structured outputs: response_format (chat), guided_json, guided_regex, guided_choice; at most
-// one of them.
+// Structured outputs: response_format (chat), guided_json, guided_regex, guided_choice,
+// guided_grammar; at most one of them.
 absl::Status ParseStructuredOutputs(const json& body, bool chat, std::optional<structured::GrammarSpec>& out) {
   using Kind = structured::GrammarSpec::Kind;
   auto set = [&](structured::GrammarSpec spec) -> absl::Status {
     if (out) {
       return FieldError(spec.field, absl::StrCat("cannot be combined with ", out->field,
-                                                 " (one of response_format, guided_json, guided_regex, guided_choice)"));
+                                                 " (one of response_format, guided_json, guided_regex, guided_choice, "
+                                                 "guided_grammar)"));
     }
     out = std::move(spec);
     return absl::OkStatus();
@@ -562,6 +560,8 @@ absl::Status ParseStructuredOutputs(const json& body, bool chat, std::optional<s
   }
   KVS_ASSIGN_OR_RETURN(auto regex, GetString(body, "guided_regex"));
   if (regex) KVS_RETURN_IF_ERROR(set({Kind::kRegex, *regex, {}, "guided_regex"}));
+  KVS_ASSIGN_OR_RETURN(auto grammar, GetString(body, "guided_grammar"));
+  if (grammar) KVS_RETURN_IF_ERROR(set({Kind::kGrammar, *grammar, {}, "guided_grammar"}));
   if (const json* gc = Member(body, "guided_choice")) {
     if (!gc->is_array() || gc->empty()) return TypeError("guided_choice", "a non-empty array of strings", *gc);
     structured::GrammarSpec spec{Kind::kChoice, "", {}, "guided_choice"};
@@ -653,20 +653,7 @@ absl::StatusOr<HttpGenerationRequest> ParseChatRequest(std::string_view text) {
   KVS_RETURN_IF_ERROR(ParseTools(body, r.chat.prompt, tool_names, &r.chat.tool_parameters));
   KVS_RETURN_IF_ERROR(ParseToolChoice(body, tool_names, r.chat));
   KVS_RETURN_IF_ERROR(ParseStructuredOutputs(body, /*chat=*/true, r.grammar));
-  if (r.chat.tool_choice == ToolChoice::kNamed) {
-    // The output is the named function's arguments: an object of its parameters schema.
-    if (r.grammar) return FieldError("tool_choice", absl::StrCat("cannot be combined with ", r.grammar->field));
-    for (const auto& [name, params] : r.chat.tool_parameters) {
-      if (name != r.chat.tool_choice_name) continue;
-      if (params.empty()) {
-        r.grammar = structured::GrammarSpec{structured::GrammarSpec::Kind::kJsonObject, "", {}, "tool_choice"};
-      } else {
-        r.grammar = structured::GrammarSpec{structured::GrammarSpec::Kind::kJsonSchema, params, {},
-                                            absl::StrCat("tools.", name, ".parameters")};
-      }
-      break;
-    }
-  }
+  // A named or "required" tool_choice becomes a grammar in the front end (tool_choice_grammar.h).
   KVS_RETURN_IF_ERROR(ReadOptionalFields(body, {{"parallel_tool_calls", &r.chat.parallel_tool_calls},
                                                 {"include_reasoning", &r.chat.include_reasoning}}));
   return out;

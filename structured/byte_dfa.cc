@@ -186,6 +186,45 @@ absl::StatusOr<ByteDfa> ByteDfa::Compile(const RegexNode& regex, int max_states)
     }
     dfa.final_only_.push_back(any ? 0 : 1);
   }
+  // Prune dead ends: a state from which no accepting state can be reached (a branch that
+  // matches nothing, e.g. a grammar's recursion cut at its depth bound) becomes kDead, so that
+  // every live state can still complete a match and masks never lead a sequence into a corner.
+  const size_t n = sets.size();
+  std::vector<std::vector<int32_t>> reverse(n);
+  for (size_t s = 0; s < n; ++s) {
+    for (int c = 0; c < num; ++c) {
+      const int32_t t = dfa.transitions_[s * num + c];
+      if (t >= 0) reverse[t].push_back(static_cast<int32_t>(s));
+    }
+  }
+  std::vector<uint8_t> live(n, 0);
+  std::vector<int32_t> queue;
+  for (size_t s = 0; s < n; ++s) {
+    if (dfa.accepting_[s]) {
+      live[s] = 1;
+      queue.push_back(static_cast<int32_t>(s));
+    }
+  }
+  while (!queue.empty()) {
+    const int32_t t = queue.back();
+    queue.pop_back();
+    for (int32_t s : reverse[t]) {
+      if (!live[s]) {
+        live[s] = 1;
+        queue.push_back(s);
+      }
+    }
+  }
+  if (!live[0]) return absl::InvalidArgumentError("the grammar matches no output at all");
+  for (size_t s = 0; s < n; ++s) {
+    bool any = false;
+    for (int c = 0; c < num; ++c) {
+      int32_t& t = dfa.transitions_[s * num + c];
+      if (t >= 0 && !live[t]) t = kDead;
+      any |= t >= 0;
+    }
+    dfa.final_only_[s] = any ? 0 : 1;
+  }
   return dfa;
 }
 

@@ -3,11 +3,17 @@
 #include <limits>
 
 #include "base/check.h"
+#include "base/token_mask.h"
 
 namespace kvserve::structured {
 
 CompiledGrammar::CompiledGrammar(ByteDfa dfa, std::shared_ptr<const TokenTrie> trie)
-    : dfa_(std::move(dfa)), trie_(std::move(trie)), masks_(dfa_.num_states()) {}
+    : dfa_(std::move(dfa)),
+      trie_(std::move(trie)),
+      owned_(dfa_.num_states()),
+      published_(new std::atomic<const TokenMask*>[static_cast<size_t>(dfa_.num_states())]) {
+  for (int s = 0; s < dfa_.num_states(); ++s) published_[s].store(nullptr, std::memory_order_relaxed);
+}
 
 TokenMask CompiledGrammar::ComputeMask(int32_t state) const {
   KVS_CHECK(state >= 0 && state < dfa_.num_states(), "grammar state ", state);
@@ -45,10 +51,14 @@ TokenMask CompiledGrammar::ComputeMask(int32_t state) const {
 }
 
 const TokenMask& CompiledGrammar::MaskFor(int32_t state) const {
-  std::lock_guard<std::mutex> lock(mu_);
   KVS_CHECK(state >= 0 && state < dfa_.num_states(), "grammar state ", state);
-  auto& slot = masks_[state];
-  if (slot == nullptr) slot = std::make_unique<const TokenMask>(ComputeMask(state));
+  if (const TokenMask* m = published_[state].load(std::memory_order_acquire)) return *m;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& slot = owned_[state];
+  if (slot == nullptr) {
+    slot = std::make_unique<const TokenMask>(ComputeMask(state));
+    published_[state].store(slot.get(), std::memory_order_release);
+  }
   return *slot;
 }
 
@@ -59,17 +69,6 @@ int32_t CompiledGrammar::Advance(int32_t state, int32_t token) const {
   return dfa_.Walk(state, trie_->token_bytes(token));
 }
 
-void CompiledGrammar::ApplyMask(const TokenMask& mask, std::span<float> logits) {
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  const size_t n = logits.size();
-  for (size_t w = 0; w * 64 < n; ++w) {
-    const uint64_t bits = mask[w];
-    if (bits == ~uint64_t{0}) continue;
-    const size_t end = std::min(n, w * 64 + 64);
-    for (size_t i = w * 64; i < end; ++i) {
-      if (!((bits >> (i - w * 64)) & 1)) logits[i] = kNegInf;
-    }
-  }
-}
+void CompiledGrammar::ApplyMask(const TokenMask& mask, std::span<float> logits) { base::MaskLogits(mask, logits); }
 
 }  // namespace kvserve::structured

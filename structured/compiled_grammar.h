@@ -6,10 +6,12 @@
 //   state ──MaskFor──► bit per token: its bytes keep the automaton alive (EOS: state accepting)
 //   state ──Advance(token)──► next state (kDead if the token was not allowed)
 //
-// Thread-safe: the automaton is immutable; the mask table is filled under a mutex, and a mask,
-// once published, never changes.
+// Thread-safe: the automaton is immutable; a mask is computed under a mutex and published
+// through an atomic pointer, so a step that finds its state's mask cached takes no lock; a
+// mask, once published, never changes.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -40,7 +42,7 @@ class CompiledGrammar {
   const TokenMask& MaskFor(int32_t state) const;
   // The state after `token`; EOS keeps the state.
   int32_t Advance(int32_t state, int32_t token) const;
-  // Sets every disallowed token's logit to -infinity.
+  // Sets every disallowed token's logit to -infinity (base::MaskLogits: branch-free per token).
   static void ApplyMask(const TokenMask& mask, std::span<float> logits);
   // Computes a mask without caching it (the benchmark's cold cost).
   TokenMask ComputeMask(int32_t state) const;
@@ -48,8 +50,9 @@ class CompiledGrammar {
  private:
   ByteDfa dfa_;
   std::shared_ptr<const TokenTrie> trie_;
-  mutable std::mutex mu_;
-  mutable std::vector<std::unique_ptr<const TokenMask>> masks_;  // per state, null until computed
+  mutable std::mutex mu_;                                        // guards owned_ and publishing
+  mutable std::vector<std::unique_ptr<const TokenMask>> owned_;  // per state, null until computed
+  std::unique_ptr<std::atomic<const TokenMask*>[]> published_;   // per state: owned_[s].get() once set
 };
 
 }  // namespace kvserve::structured

@@ -1,7 +1,9 @@
 #include "structured/grammar_spec.h"
 
 #include "absl/strings/str_cat.h"
+#include "structured/ebnf_grammar.h"
 #include "structured/json_schema.h"
+#include "structured/tool_call_grammar.h"
 
 namespace kvserve::structured {
 
@@ -22,6 +24,10 @@ absl::StatusOr<RegexNode> ToRegex(const GrammarSpec& spec) {
       if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat(spec.field, ": ", std::string(r.status().message())));
       return r;
     }
+    case GrammarSpec::Kind::kGrammar:
+      return EbnfToRegex(spec.source, spec.field);
+    case GrammarSpec::Kind::kToolCalls:
+      return ToolCallsToRegex(spec.source, spec.field);
     case GrammarSpec::Kind::kChoice: {
       if (spec.choices.empty()) return absl::InvalidArgumentError(absl::StrCat(spec.field, ": needs at least one choice"));
       std::vector<RegexNode> alts;

@@ -3,13 +3,17 @@
 // whitespace, object members in the schema's `properties` order. Every string the language
 // holds parses as JSON and validates against the schema.
 //
-// Supported: type (one or a list), properties (every listed property is written, required or
-// not; additionalProperties must be absent or false), required (must name listed properties),
-// items, minItems, maxItems, enum, const, anyOf, oneOf (as anyOf; branches should not overlap),
-// string minLength/maxLength/pattern, integer/number minimum 0 (no sign), plus the annotations
+// Supported: type (one or a list), properties (in order; a property not named in `required` may
+// be left out; additionalProperties must be absent or false), required (must name listed
+// properties), items, minItems, maxItems, enum, const (any JSON value, written canonically),
+// anyOf, oneOf (as anyOf; branches should not overlap), string minLength/maxLength/pattern,
+// integer minimum/maximum/exclusiveMinimum/exclusiveMaximum (any bounds within +-1e16), number
+// minimum/maximum with integer values and minimum >= 0 (bounded numbers have no exponent),
+// $ref to "#/..." pointers into the schema ($defs, definitions) with recursion unrolled
+// kMaxRefRecursion deep (the branch that would go deeper is not offered), plus the annotations
 // title, description, default, examples, $schema, $id, $comment and format (ignored).
 // Anything else is InvalidArgument naming the keyword's path, e.g.
-// "response_format.json_schema.schema.properties.age.maximum: not supported".
+// "response_format.json_schema.schema.properties.tags.uniqueItems: not supported".
 #pragma once
 
 #include <string_view>
@@ -18,6 +22,8 @@
 #include "structured/regex_ast.h"
 
 namespace kvserve::structured {
+
+inline constexpr int kMaxRefRecursion = 3;
 
 // `schema_json`: the schema as JSON text; `field`: its request path (for error messages).
 absl::StatusOr<RegexNode> JsonSchemaToRegex(std::string_view schema_json, std::string_view field);

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <thread>
 
 #include "kvserve/v1/kvserve.grpc.pb.h"
@@ -163,6 +164,144 @@ TEST_F(GrpcFrontendTest, ChatStreamsTheReply) {
   EXPECT_TRUE(usage);
   ASSERT_EQ(engine().submitted().size(), 1u);
   EXPECT_EQ(engine().submitted()[0].prompt_tokens[1], kFakeImStart);
+}
+
+// The text of a fake prompt's byte tokens (specials dropped).
+std::string PromptText(const std::vector<int32_t>& ids) {
+  std::string out;
+  for (int32_t id : ids) {
+    if (id >= kFakeByteOffset && id < kFakeByteOffset + 256) out.push_back(static_cast<char>(id - kFakeByteOffset));
+  }
+  return out;
+}
+
+v1::ChatRequest ToolRequest(const std::string& reply) {
+  v1::ChatRequest req;
+  auto* u = req.add_messages();
+  u->set_role("user");
+  u->set_content("Weather in Paris and Rome?");
+  auto* a = req.add_messages();
+  a->set_role("assistant");
+  auto* call = a->add_tool_calls();
+  call->set_id("call_1");
+  call->set_name("get_weather");
+  call->set_arguments(R"({"city": "Paris"})");
+  auto* t = req.add_messages();
+  t->set_role("tool");
+  t->set_tool_call_id("call_1");
+  t->set_content("21 C <<reply>>" + reply + "<</reply>>");
+  auto* tool = req.add_tools();
+  tool->set_name("get_weather");
+  tool->set_description("Weather in a city");
+  tool->set_parameters(R"({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})");
+  req.mutable_sampling()->set_max_tokens(200);
+  return req;
+}
+
+TEST_F(GrpcFrontendTest, ChatToolCallsRoundTrip) {
+  TestServerOptions options;
+  options.chat_formats.tools = chat::ToolCallFormat::kHermes;
+  Start(std::move(options));
+  const std::string rome = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n</tool_call>";
+  for (const char* mode : {"", "auto", "required"}) {
+    v1::ChatRequest req = ToolRequest(rome);
+    if (*mode != 0) req.mutable_tool_choice()->set_mode(mode);
+    auto ctx = Context();
+    auto reader = stub_->Chat(ctx.get(), req);
+    std::vector<v1::GenerateChunk> chunks;
+    v1::GenerateChunk c;
+    while (reader->Read(&c)) chunks.push_back(c);
+    ASSERT_TRUE(reader->Finish().ok()) << mode;
+    std::string text;
+    std::vector<v1::ToolCall> calls;
+    std::string finish;
+    for (const auto& chunk : chunks) {
+      text += chunk.text();
+      calls.insert(calls.end(), chunk.tool_calls().begin(), chunk.tool_calls().end());
+      if (!chunk.finish_reason().empty()) finish = chunk.finish_reason();
+    }
+    EXPECT_EQ(text, "") << mode;
+    ASSERT_EQ(calls.size(), 1u) << mode;
+    EXPECT_EQ(calls[0].name(), "get_weather");
+    EXPECT_EQ(calls[0].arguments(), R"({"city":"Rome"})");
+    EXPECT_TRUE(calls[0].id().starts_with("call_")) << calls[0].id();
+    EXPECT_EQ(finish, "tool_calls");
+  }
+  // The tools, the earlier call and the tool result reached the template.
+  const std::string prompt = PromptText(engine().submitted().back().prompt_tokens);
+  EXPECT_NE(prompt.find(R"("name":"get_weather","description":"Weather in a city","parameters":{"type":"object")"),
+            std::string::npos) << prompt;
+  EXPECT_NE(prompt.find(R"(<tool_call>[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":{"city":"Paris"}}}])"),
+            std::string::npos) << prompt;
+  EXPECT_NE(prompt.find("tool\n21 C"), std::string::npos) << prompt;
+
+  // tool_choice none: the same reply is content.
+  v1::ChatRequest none = ToolRequest(rome);
+  none.mutable_tool_choice()->set_mode("none");
+  auto ctx = Context();
+  auto reader = stub_->Chat(ctx.get(), none);
+  std::string text;
+  v1::GenerateChunk c;
+  while (reader->Read(&c)) {
+    text += c.text();
+    EXPECT_EQ(c.tool_calls_size(), 0);
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(text, rome);
+}
+
+TEST_F(GrpcFrontendTest, ChatToolErrorsNameTheField) {
+  Start();  // no tool-call format: auto and required are refused, a named function is not
+  struct Case {
+    std::function<void(v1::ChatRequest&)> edit;
+    std::string field;
+  };
+  const std::vector<Case> cases = {
+      {[](v1::ChatRequest& r) { r.mutable_messages(2)->clear_tool_call_id(); }, "messages[2].tool_call_id"},
+      {[](v1::ChatRequest& r) { r.mutable_messages(0)->set_tool_call_id("x"); }, "messages[0].tool_call_id"},
+      {[](v1::ChatRequest& r) { r.mutable_messages(1)->mutable_tool_calls(0)->set_arguments("[1]"); },
+       "messages[1].tool_calls[0].arguments"},
+      {[](v1::ChatRequest& r) { r.mutable_tools(0)->set_parameters("{nope"); }, "tools[0].parameters"},
+      {[](v1::ChatRequest& r) { r.mutable_tools(0)->clear_name(); }, "tools[0].name"},
+      {[](v1::ChatRequest& r) { r.mutable_tool_choice()->set_function("get_time"); }, "tool_choice.function"},
+      {[](v1::ChatRequest& r) { r.mutable_tool_choice()->set_mode("sometimes"); }, "tool_choice.mode"},
+      {[](v1::ChatRequest& r) { r.mutable_tool_choice()->set_mode("required"); }, "tool_choice"},
+      {[](v1::ChatRequest& r) { r.mutable_tool_choice()->set_mode("auto"); }, "tool_choice"},
+      {[](v1::ChatRequest& r) {
+         r.mutable_tool_choice()->set_function("get_weather");
+         r.mutable_sampling()->mutable_structured()->set_regex("a");
+       },
+       "tool_choice"},
+      {[](v1::ChatRequest& r) {
+         r.clear_tools();
+         r.mutable_tool_choice()->set_mode("required");
+       },
+       "tool_choice"},
+  };
+  for (const Case& k : cases) {
+    v1::ChatRequest req = ToolRequest("x");
+    k.edit(req);
+    auto ctx = Context();
+    auto reader = stub_->Chat(ctx.get(), req);
+    v1::GenerateChunk c;
+    while (reader->Read(&c)) {
+    }
+    const grpc::Status st = reader->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << k.field;
+    EXPECT_TRUE(st.error_message().starts_with(k.field + ":")) << k.field << " -> " << st.error_message();
+  }
+  // A named function needs no tool-call format: the output is its arguments, one call.
+  v1::ChatRequest named = ToolRequest(R"({"city": "Oslo"})");
+  named.mutable_tool_choice()->set_function("get_weather");
+  auto ctx = Context();
+  auto reader = stub_->Chat(ctx.get(), named);
+  std::vector<v1::ToolCall> calls;
+  v1::GenerateChunk c;
+  while (reader->Read(&c)) calls.insert(calls.end(), c.tool_calls().begin(), c.tool_calls().end());
+  ASSERT_TRUE(reader->Finish().ok());
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].name(), "get_weather");
+  EXPECT_EQ(calls[0].arguments(), R"({"city": "Oslo"})");
 }
 
 TEST_F(GrpcFrontendTest, TokenizeDetokenizeAndListModels) {

@@ -218,7 +218,13 @@ TEST(UnsupportedParamsTest, DefaultsNullsAndEmptiesAndHintsAreAccepted) {
     auto r = ParseChatRequest(chat + extra + "}");
     EXPECT_TRUE(r.ok()) << extra << ": " << r.status();
   }
-  EXPECT_EQ(ParamOf(ParseChatRequest(chat + R"("guided_grammar": "root ::= \"a\""})")), "guided_grammar");
+  auto grammar = ParseChatRequest(chat + R"("guided_grammar": "root ::= \"a\""})");
+  ASSERT_TRUE(grammar.ok()) << grammar.status();
+  EXPECT_EQ(grammar->request.grammar->kind, structured::GrammarSpec::Kind::kGrammar);
+  EXPECT_EQ(grammar->request.grammar->source, R"(root ::= "a")");
+  EXPECT_EQ(ParamOf(ParseChatRequest(chat + R"("guided_grammar": 3})")), "guided_grammar");
+  EXPECT_EQ(ParamOf(ParseChatRequest(chat + R"("guided_grammar": "root ::= \"a\"", "guided_regex": "a"})")),
+            "guided_grammar");
   EXPECT_EQ(ParamOf(ParseCompletionRequest(R"({"prompt": "p", "structured_outputs": {"regex": "a"}})")),
             "structured_outputs");
   EXPECT_EQ(ParamOf(ParseChatRequest(chat + R"("functions": [{"name": "f"}]})")), "functions");
@@ -254,15 +260,17 @@ TEST(ChatParserTest, StructuredOutputs) {
   EXPECT_EQ(ParamOf(ParseChatRequest(chat + R"("response_format": {"type": "xml"}})")), "response_format.type");
   EXPECT_EQ(ParamOf(ParseChatRequest(chat + R"("guided_regex": "a", "guided_choice": ["a"]})")), "guided_choice");
   EXPECT_EQ(ParamOf(ParseChatRequest(chat + R"("guided_choice": []})")), "guided_choice");
-  // A named tool_choice constrains the output to that tool's parameters.
+  // A named tool_choice keeps the tools' parameters; the front end makes them the grammar
+  // (tool_choice_grammar_test).
   auto named = ParseChatRequest(chat + R"("tools": [{"type": "function", "function": {"name": "f",
       "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}],
       "tool_choice": {"type": "function", "function": {"name": "f"}}})");
   ASSERT_TRUE(named.ok()) << named.status();
   EXPECT_EQ(named->request.chat.tool_choice, ToolChoice::kNamed);
-  ASSERT_TRUE(named->request.grammar.has_value());
-  EXPECT_EQ(named->request.grammar->source, R"({"type":"object","properties":{"q":{"type":"string"}}})");
-  EXPECT_EQ(named->request.grammar->field, "tools.f.parameters");
+  EXPECT_FALSE(named->request.grammar.has_value());
+  ASSERT_EQ(named->request.chat.tool_parameters.size(), 1u);
+  EXPECT_EQ(named->request.chat.tool_parameters[0].first, "f");
+  EXPECT_EQ(named->request.chat.tool_parameters[0].second, R"({"type":"object","properties":{"q":{"type":"string"}}})");
 }
 
 TEST(ChatParserTest, RolesAreCheckedAndDeveloperIsSystem) {
@@ -312,14 +320,11 @@ TEST(ChatParserTest, ToolsToolCallsAndToolResults) {
   EXPECT_EQ(ParseChatRequest(user + R"("tool_choice": "none"})")->request.chat.tool_choice, ToolChoice::kNone);
   EXPECT_EQ(ParamOf(ParseChatRequest(user + R"("tool_choice": "auto"})")), "tool_choice");  // no tools
   EXPECT_EQ(ParamOf(ParseChatRequest(user + tools + R"(, "tool_choice": "sometimes"})")), "tool_choice");
-  EXPECT_EQ(ParamOf(ParseChatRequest(user + tools + R"(, "tool_choice": "required"})")), "tool_choice");
+  EXPECT_EQ(ParseChatRequest(user + tools + R"(, "tool_choice": "required"})")->request.chat.tool_choice,
+            ToolChoice::kRequired);
   EXPECT_EQ(ParamOf(ParseChatRequest(
                 user + tools + R"(, "tool_choice": {"type": "function", "function": {"name": "g"}}})")),
             "tool_choice.function.name");
-  EXPECT_EQ(ParamOf(ParseChatRequest(user + tools +
-                                     R"(, "tool_choice": {"type": "function", "function": {"name": "f"}}, )"
-                                     R"("guided_regex": "a"})")),
-            "tool_choice");
   EXPECT_EQ(ParamOf(ParseChatRequest(user + R"("tools": [{"type": "function", "function": {}}]})")),
             "tools[0].function.name");
   EXPECT_EQ(ParamOf(ParseChatRequest(user + R"("tools": [{"type": "retrieval"}]})")), "tools[0].type");

@@ -20,6 +20,7 @@ TestServer::TestServer(TestServerOptions options)
   o.server.metrics_api_key = options.metrics_api_key;
   o.tenants = std::move(options.tenants);
   o.watch_connections = options.watch_connections;
+  o.chat_formats = options.chat_formats;
   o.model_name = kModelName;
   o.version = "0.1.0-test";
   o.id_seed = 1234;

@@ -26,6 +26,7 @@ struct TestServerOptions {
   bool watch_connections = true;
   std::string tls_cert_path, tls_key_path, tls_client_ca_path;  // TLS on both listeners when set
   std::string metrics_api_key;  // server.metrics_api_key
+  chat::ChatFormats chat_formats;  // reasoning / tool-call formats (default: neither)
 };
 
 class TestServer {

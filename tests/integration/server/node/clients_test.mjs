@@ -257,7 +257,7 @@ if (realEngine) {
     assert.equal(r.choices[0].message.tool_calls.length, 1);
   });
 
-  await check('openai: tool results round trip; tool_choice none; required refused', async () => {
+  await check('openai: tool results round trip; tool_choice none; required', async () => {
     const first = await openai.chat.completions.create({ model, messages: scripted(toolReply), tools: [weatherTool],
                                                          max_tokens: 200 });
     const call = first.choices[0].message.tool_calls[0];
@@ -270,8 +270,13 @@ if (realEngine) {
                                                         tool_choice: 'none', max_tokens: 200 });
     assert.equal(none.choices[0].message.content, toolReply);
     assert.equal(none.choices[0].finish_reason, 'stop');
+    // "required" constrains decoding (the fake engine's scripted reply is one call anyway).
+    const required = await openai.chat.completions.create({ model, messages: scripted(toolReply), tools: [weatherTool],
+                                                            tool_choice: 'required', max_tokens: 200 });
+    assert.equal(required.choices[0].finish_reason, 'tool_calls');
+    assert.equal(required.choices[0].message.tool_calls[0].function.name, 'get_weather');
     await assert.rejects(openai.chat.completions.create({ model, messages: scripted(toolReply), tools: [weatherTool],
-                                                          tool_choice: 'required' }),
+                                                          tool_choice: 'required', response_format: { type: 'json_object' } }),
                          (e) => e.status === 400 && e.param === 'tool_choice');
     await assert.rejects(openai.chat.completions.create({ model, messages: [{ role: 'tool', content: 'x' }] }),
                          (e) => e.status === 400 && e.param === 'messages[0].tool_call_id');
@@ -350,16 +355,46 @@ const personSchema = { type: 'object', properties: {
   member: { type: 'boolean' }, tags: { type: 'array', items: { enum: ['red', 'green', 'blue'] }, maxItems: 3 },
   score: { type: 'number' }, note: { anyOf: [{ type: 'null' }, { type: 'string', maxLength: 8 }] } },
   required: ['name', 'age'], additionalProperties: false };
+// Properties come in schema order; the required ones always, the others when the model chose to.
+const inOrder = (o, order, required) => {
+  const keys = Object.keys(o);
+  assert.deepEqual(keys, order.filter((k) => keys.includes(k)), JSON.stringify(o));
+  for (const k of required) assert.ok(keys.includes(k), `${k} missing: ${JSON.stringify(o)}`);
+};
 const validPerson = (o) => {
   assert.equal(typeof o, 'object');
-  assert.deepEqual(Object.keys(o), ['name', 'age', 'member', 'tags', 'score', 'note']);
+  inOrder(o, ['name', 'age', 'member', 'tags', 'score', 'note'], ['name', 'age']);
   assert.equal(typeof o.name, 'string');
   assert.ok([...o.name].length <= 12, o.name);
   assert.ok(Number.isInteger(o.age) && o.age >= 0, String(o.age));
-  assert.equal(typeof o.member, 'boolean');
-  assert.ok(Array.isArray(o.tags) && o.tags.length <= 3 && o.tags.every((t) => ['red', 'green', 'blue'].includes(t)));
-  assert.equal(typeof o.score, 'number');
-  assert.ok(o.note === null || (typeof o.note === 'string' && [...o.note].length <= 8));
+  assert.ok(!('member' in o) || typeof o.member === 'boolean');
+  assert.ok(!('tags' in o) || (Array.isArray(o.tags) && o.tags.length <= 3 && o.tags.every((t) => ['red', 'green', 'blue'].includes(t))));
+  assert.ok(!('score' in o) || typeof o.score === 'number');
+  assert.ok(!('note' in o) || o.note === null || (typeof o.note === 'string' && [...o.note].length <= 8));
+};
+// $ref/$defs, integer and number ranges, enum/const of any type, anyOf, lengths and item counts.
+const orderSchema = {
+  $defs: { item: { type: 'object', properties: { sku: { type: 'string', minLength: 2, maxLength: 6 },
+                                                  qty: { type: 'integer', minimum: 1, maximum: 12 } },
+                   required: ['sku', 'qty'], additionalProperties: false } },
+  type: 'object', properties: {
+    id: { type: 'integer', minimum: -50, maximum: 999 }, items: { type: 'array', items: { $ref: '#/$defs/item' }, minItems: 1, maxItems: 3 },
+    price: { type: 'number', minimum: 0, maximum: 100 }, kind: { enum: ['a', 7, null, { x: [true] }] }, v: { const: [1, 'two'] },
+    note: { anyOf: [{ type: 'boolean' }, { type: 'string', maxLength: 4 }] } },
+  required: ['id', 'items', 'v'], additionalProperties: false };
+const validOrder = (o) => {
+  inOrder(o, ['id', 'items', 'price', 'kind', 'v', 'note'], ['id', 'items', 'v']);
+  assert.ok(Number.isInteger(o.id) && o.id >= -50 && o.id <= 999, String(o.id));
+  assert.ok(Array.isArray(o.items) && o.items.length >= 1 && o.items.length <= 3);
+  for (const it of o.items) {
+    assert.deepEqual(Object.keys(it), ['sku', 'qty']);
+    assert.ok([...it.sku].length >= 2 && [...it.sku].length <= 6, it.sku);
+    assert.ok(Number.isInteger(it.qty) && it.qty >= 1 && it.qty <= 12, String(it.qty));
+  }
+  assert.ok(!('price' in o) || (typeof o.price === 'number' && o.price >= 0 && o.price <= 100), String(o.price));
+  assert.ok(!('kind' in o) || ['a', 7, null].includes(o.kind) || JSON.stringify(o.kind) === '{"x":[true]}');
+  assert.deepEqual(o.v, [1, 'two']);
+  assert.ok(!('note' in o) || typeof o.note === 'boolean' || (typeof o.note === 'string' && [...o.note].length <= 4));
 };
 const seeds = realEngine ? 24 : 2;
 await check(`openai: json_schema outputs validate (${seeds} seeds, temperature 1)`, async () => {
@@ -371,6 +406,43 @@ await check(`openai: json_schema outputs validate (${seeds} seeds, temperature 1
     assert.equal(r.choices[0].finish_reason, 'stop', `seed ${seed}: ${r.choices[0].message.content}`);
     validPerson(JSON.parse(r.choices[0].message.content));
   }
+});
+await check(`openai: json_schema with $ref, ranges, enum/const, anyOf validate (${seeds} seeds, temperature 1)`, async () => {
+  for (let seed = 0; seed < seeds; ++seed) {
+    const r = await openai.chat.completions.create({
+      model, messages: [{ role: 'user', content: 'An order, please.' }], temperature: 1, seed, max_tokens: 400,
+      response_format: { type: 'json_schema', json_schema: { name: 'order', schema: orderSchema } } });
+    if (!realEngine) continue;
+    assert.equal(r.choices[0].finish_reason, 'stop', `seed ${seed}: ${r.choices[0].message.content}`);
+    validOrder(JSON.parse(r.choices[0].message.content));
+  }
+});
+// guided_grammar (GBNF): a list of simple arithmetic expressions; recursion (parentheses)
+// unrolled to a bounded depth. Checked against an equivalent JS matcher.
+const exprGrammar = `
+root ::= expr ("; " expr){0,2}
+expr ::= term (" " [+*-] " " term){0,2}
+term ::= [0-9]{1,3} | "(" expr ")"
+`;
+const exprRe = (() => {
+  let term = '[0-9]{1,3}';
+  let expr = '';
+  for (let d = 0; d < 4; ++d) {
+    expr = `${term}(?: [+*-] ${term}){0,2}`;
+    term = `(?:[0-9]{1,3}|\\(${expr}\\))`;
+  }
+  return new RegExp(`^${expr}(?:; ${expr}){0,2}$`);
+})();
+await check(`openai: guided_grammar (${seeds} seeds, temperature 1)`, async () => {
+  for (let seed = 0; seed < seeds; ++seed) {
+    const c = await openai.completions.create({ model, prompt: 'Sum:', temperature: 1, seed, max_tokens: 120,
+                                                guided_grammar: exprGrammar });
+    if (!realEngine) continue;
+    if (c.choices[0].finish_reason === 'length') continue;  // cut off: nothing to check
+    assert.ok(exprRe.test(c.choices[0].text), `seed ${seed}: ${JSON.stringify(c.choices[0].text)}`);
+  }
+  await assert.rejects(openai.completions.create({ model, prompt: 'x', guided_grammar: 'root ::= "a" b' }),
+                       (e) => e.status === 400 && e.param === 'guided_grammar' && e.message.includes("rule 'root'"));
 });
 await check(`openai: guided_regex, guided_choice, json_object (${seeds} seeds, temperature 1)`, async () => {
   const re = '[A-Z][a-z]{1,8} (of|from) [A-Z][a-z]{1,8}, [0-9]{1,4}';
@@ -398,8 +470,8 @@ await check(`openai: guided_regex, guided_choice, json_object (${seeds} seeds, t
 });
 await check('openai: structured outputs errors name the member', async () => {
   await assert.rejects(openai.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }],
-      response_format: { type: 'json_schema', json_schema: { name: 'n', schema: { type: 'integer', maximum: 3 } } } }),
-    (e) => e.status === 400 && e.param === 'response_format.json_schema.schema.maximum');
+      response_format: { type: 'json_schema', json_schema: { name: 'n', schema: { type: 'array', uniqueItems: true } } } }),
+    (e) => e.status === 400 && e.param === 'response_format.json_schema.schema.uniqueItems');
   await assert.rejects(openai.completions.create({ model, prompt: 'x', guided_regex: '(a)\\1' }),
                        (e) => e.status === 400 && e.param === 'guided_regex');
 });
@@ -415,10 +487,103 @@ if (realEngine) {
       assert.equal(c.finish_reason, 'tool_calls');
       assert.equal(c.message.tool_calls[0].function.name, 'get_weather');
       const args = JSON.parse(c.message.tool_calls[0].function.arguments);
-      assert.deepEqual(Object.keys(args), ['city', 'days']);
-      assert.ok(Number.isInteger(args.days));
+      inOrder(args, ['city', 'days'], []);
+      assert.ok(!('days' in args) || Number.isInteger(args.days));
     }
   });
+
+  // tool_choice "required" on a server configured for Hermes-style tool calls: at temperature 1
+  // every reply is parsed tool calls naming the request's tools with schema-valid arguments.
+  const tools = [
+    { type: 'function', function: { name: 'get_weather', description: 'Weather in a city', parameters: { type: 'object',
+      properties: { city: { type: 'string', minLength: 1, maxLength: 10 }, days: { type: 'integer', minimum: 1, maximum: 7 } },
+      required: ['city'] } } },
+    { type: 'function', function: { name: 'get_time', parameters: { type: 'object',
+      properties: { tz: { enum: ['UTC', 'CET', 'PST'] } }, required: ['tz'] } } }];
+  const validCall = (call) => {
+    assert.equal(call.type ?? 'function', 'function');
+    const args = JSON.parse(call.function.arguments);
+    if (call.function.name === 'get_weather') {
+      inOrder(args, ['city', 'days'], ['city']);
+      assert.ok([...args.city].length >= 1 && [...args.city].length <= 10, args.city);
+      assert.ok(!('days' in args) || (Number.isInteger(args.days) && args.days >= 1 && args.days <= 7));
+    } else {
+      assert.equal(call.function.name, 'get_time');
+      assert.deepEqual(Object.keys(args), ['tz']);
+      assert.ok(['UTC', 'CET', 'PST'].includes(args.tz));
+    }
+  };
+  const cfgTools = path.join(dir, 'tools.json');
+  writeFileSync(cfgTools, JSON.stringify({ ...baseConfig, model: { tool_call_parser: 'hermes' } }));
+  const toolServer = await startServer(cfgTools);
+  try {
+    const client = new OpenAI({ baseURL: `http://${toolServer.host}:${toolServer.httpPort}/v1`, apiKey: KEY, maxRetries: 0 });
+    const messages = [{ role: 'user', content: 'What is the weather in Paris?' }];
+    await check(`openai: tool_choice required always returns parsed calls (${seeds} seeds, temperature 1)`, async () => {
+      const names = new Set();
+      for (let seed = 0; seed < seeds; ++seed) {
+        const r = await client.chat.completions.create({ model, messages, tools, tool_choice: 'required',
+                                                         parallel_tool_calls: false, temperature: 1, seed, max_tokens: 200 });
+        const c = r.choices[0];
+        assert.equal(c.finish_reason, 'tool_calls', `seed ${seed}: ${JSON.stringify(c.message)}`);
+        assert.equal(c.message.tool_calls.length, 1);
+        validCall(c.message.tool_calls[0]);
+        names.add(c.message.tool_calls[0].function.name);
+      }
+      assert.equal(names.size, 2, 'both tools get called across seeds');
+    });
+    await check('openai: tool_choice required, streaming (SDK stream helper), parallel calls', async () => {
+      for (let seed = 0; seed < 6; ++seed) {
+        const stream = client.chat.completions.stream({ model, messages, tools, tool_choice: 'required',
+                                                        temperature: 1, seed, max_tokens: 1000 });
+        const indexes = [];
+        for await (const chunk of stream) for (const c of chunk.choices) for (const t of c.delta.tool_calls ?? []) indexes.push(t.index);
+        const final = await stream.finalChatCompletion();
+        const c = final.choices[0];
+        assert.equal(c.finish_reason, 'tool_calls', `seed ${seed}: ${JSON.stringify(c.message)}`);
+        assert.ok(c.message.tool_calls.length >= 1 && c.message.tool_calls.length <= 4, String(c.message.tool_calls.length));
+        assert.deepEqual(indexes, c.message.tool_calls.map((_, i) => i));
+        c.message.tool_calls.forEach(validCall);
+        assert.ok(!c.message.content, JSON.stringify(c.message.content));
+      }
+    });
+    await check('grpc: Chat with tools: required and named', async () => {
+      const gstub = new kvserve.KvServe(`${toolServer.host}:${toolServer.grpcPort}`, grpc.credentials.createInsecure());
+      const gtools = tools.map((t) => ({ name: t.function.name, description: t.function.description ?? '',
+                                         parameters: JSON.stringify(t.function.parameters) }));
+      const chat = (req) => new Promise((resolve, reject) => {
+        const chunks = [];
+        const call = gstub.Chat(req, auth());
+        call.on('data', (c) => chunks.push(c));
+        call.on('error', reject);
+        call.on('end', () => resolve(chunks));
+      });
+      try {
+        for (let seed = 0; seed < 8; ++seed) {
+          const chunks = await chat({ messages, tools: gtools, tool_choice: { mode: 'required' }, parallel_tool_calls: false,
+                                      sampling: { max_tokens: 200, temperature: 1, seed } });
+          const calls = chunks.flatMap((c) => c.tool_calls);
+          assert.equal(calls.length, 1, JSON.stringify(chunks));
+          validCall({ function: calls[0] });
+          assert.ok(calls[0].id.startsWith('call_'));
+          assert.equal(chunks.filter((c) => c.finish_reason).map((c) => c.finish_reason).join(), 'tool_calls');
+          assert.equal(chunks.map((c) => c.text).join(''), '');
+        }
+        const named = await chat({ messages, tools: gtools, tool_choice: { function: 'get_time' },
+                                   sampling: { max_tokens: 100, temperature: 1, seed: 3 } });
+        const ncalls = named.flatMap((c) => c.tool_calls);
+        assert.equal(ncalls.length, 1);
+        assert.equal(ncalls[0].name, 'get_time');
+        validCall({ function: ncalls[0] });
+        await assert.rejects(chat({ messages: [{ role: 'tool', content: 'x' }] }),
+                             (e) => e.code === grpc.status.INVALID_ARGUMENT && e.details.includes('messages[0].tool_call_id'));
+      } finally {
+        gstub.close();
+      }
+    });
+  } finally {
+    await new Promise((resolve) => { toolServer.child.on('exit', resolve); toolServer.child.kill('SIGTERM'); });
+  }
 }
 
 await check('grpc: Generate streams chunks, usage last', async () => {
@@ -457,7 +622,20 @@ await check('grpc: Chat, Tokenize, Detokenize, ListModels', async () => {
   assert.equal(models.models[0].id, model);
 });
 
-await check('grpc: structured outputs (regex, choice, json_schema)', async () => {
+if (!realEngine) {
+  await check('grpc: Chat with tools returns tool_calls (scripted reply)', async () => {
+    const chunks = await collect(stub.Chat({ messages: scripted(toolReply), sampling: { max_tokens: 200 },
+                                             tools: [{ name: 'get_weather', parameters: JSON.stringify(weatherTool.function.parameters) }] },
+                                           auth()));
+    const calls = chunks.flatMap((c) => c.tool_calls);
+    assert.equal(calls.length, 1);
+    assert.equal(calls[0].name, 'get_weather');
+    assert.deepEqual(JSON.parse(calls[0].arguments), { city: 'Paris' });
+    assert.equal(chunks.filter((c) => c.finish_reason).map((c) => c.finish_reason).join(), 'tool_calls');
+  });
+}
+
+await check('grpc: structured outputs (regex, choice, json_schema, grammar)', async () => {
   const re = '[a-z]{2,6}(, [a-z]{2,6}){0,3}\\.';
   for (let seed = 0; seed < (realEngine ? 8 : 1); ++seed) {
     const a = await unary('Complete', { model, prompt, sampling: { max_tokens: 64, temperature: 1, seed,
@@ -470,6 +648,12 @@ await check('grpc: structured outputs (regex, choice, json_schema)', async () =>
     assert.ok(new RegExp(`^(?:${re})$`).test(a.choices[0].text), JSON.stringify(a.choices[0].text));
     assert.ok(['left', 'right'].includes(b.choices[0].text), b.choices[0].text);
     validPerson(JSON.parse(c.choices[0].text));
+  }
+  for (let seed = 0; seed < (realEngine ? 8 : 1); ++seed) {
+    const g = await unary('Complete', { model, prompt: 'Sum:', sampling: { max_tokens: 120, temperature: 1, seed,
+                                                                          structured: { grammar: exprGrammar } } });
+    if (!realEngine || g.choices[0].finish_reason === 'length') continue;
+    assert.ok(exprRe.test(g.choices[0].text), JSON.stringify(g.choices[0].text));
   }
   await assert.rejects(unary('Complete', { model, prompt, sampling: { structured: { regex: '(?<=a)b' } } }),
                        (e) => e.code === grpc.status.INVALID_ARGUMENT && e.details.includes('sampling.structured.regex'));
