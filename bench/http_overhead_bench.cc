@@ -19,16 +19,20 @@
 // then each mode gets its own prompts of the same shape), --max-tokens tokens each, temperature 0,
 // ignore_eos. Per run: TTFT p50/p90 over all its requests. Per mode: the median of the runs'
 // figures and their min-max; B - A: the median (min-max) of the paired per-run differences.
-// The client threads share the process (and the 2 cores) with the server in both modes.
+// The client threads share the process (and the cores) with the server in both modes;
+// --client-nice N lowers their priority in both modes (a load generator on another machine
+// would not compete with the server at all).
 // Prints figures; asserts nothing.
 //
 //   http_overhead_bench [--concurrency 64] [--runs 5] [--requests-per-client 2] [--min-requests 32]
 //                       [--prompt-len 64] [--max-tokens 16] [--threads 0] [--prefix-cache]
+//                       [--client-nice N]
 //
 // --concurrency C measures 1, 16 and C clients (those <= C).
 #include <httplib.h>
 #include <stdlib.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -73,6 +77,7 @@ struct Args {
   int max_tokens = 16;
   int threads = 0;  // engine.threads; 0: all cores, as `kvserve serve`
   bool prefix_cache = false;
+  int client_nice = 0;  // nice value of the client threads (both modes); the server keeps 0
 };
 
 bool ParseArgs(int argc, char** argv, Args& a) {
@@ -94,6 +99,7 @@ bool ParseArgs(int argc, char** argv, Args& a) {
     else if (f == "--prompt-len") a.prompt_len = v;
     else if (f == "--max-tokens") a.max_tokens = v;
     else if (f == "--threads") a.threads = v;
+    else if (f == "--client-nice") a.client_nice = v;
     else {
       std::fprintf(stderr, "http_overhead_bench: unknown argument %s\n", f.c_str());
       return false;
@@ -282,6 +288,11 @@ ThreadSched BusiestThread(const std::map<int, ThreadSched>& before, const std::m
   return best;
 }
 
+// Linux nice values are per thread: lowers only the calling client thread.
+void NiceClientThread(int nice) {
+  if (nice != 0) setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), nice);
+}
+
 struct RunResult {
   std::vector<double> ttft_ms;
   int failed = 0;
@@ -301,6 +312,7 @@ RunResult RunInProcess(engine::ServingEngine& engine, const std::vector<std::vec
   std::vector<std::thread> threads;
   for (int c = 0; c < clients; ++c) {
     threads.emplace_back([&, c] {
+      NiceClientThread(a.client_nice);
       start.arrive_and_wait();
       for (size_t k = 0; k < prompts[c].size(); ++k) {
         engine::RequestSpec s;
@@ -348,6 +360,7 @@ RunResult RunHttp(std::vector<std::unique_ptr<httplib::Client>>& conns,
   std::vector<std::thread> threads;
   for (int c = 0; c < clients; ++c) {
     threads.emplace_back([&, c] {
+      NiceClientThread(a.client_nice);
       httplib::Client& cli = *conns[c];
       std::vector<std::string> bodies;
       for (const auto& p : prompts[c]) bodies.push_back(CompletionBody(p, a.max_tokens));
@@ -575,11 +588,12 @@ int main(int argc, char** argv) {
   std::printf("kvs-tiny on the CPU backend (engine.threads %d; 0: all cores), C client threads each sending "
               "max(%d, %d / C) requests back to back per run, prompts of %d token ids (none shared; prefix cache %s), "
               "%d generated tokens, greedy, streamed. A = in-process `EngineClient::Submit`, B = HTTP "
-              "`POST /v1/completions` (one keep-alive cpp-httplib connection per client, same process). "
+              "`POST /v1/completions` (one keep-alive cpp-httplib connection per client, same process; client "
+              "threads at nice %d). "
               "TTFT in ms: median over %d runs of each run's p50/p90 (min to max); B - A: median of the "
               "paired per-run differences (min to max); one warm-up run per mode discarded; modes alternated.\n\n",
               a.threads, a.requests_per_client, a.min_requests, a.prompt_len, a.prefix_cache ? "on" : "off",
-              a.max_tokens, a.runs);
+              a.max_tokens, a.client_nice, a.runs);
   std::printf("CPU: %s, %u CPUs; load average at start %s, at end %s; %.0f s\n\n", CpuModel().c_str(),
               std::thread::hardware_concurrency(), load_at_start.c_str(), LoadAverage().c_str(), wall_s);
   std::printf("| concurrency | requests/run | A p50 | A p90 | B p50 | B p90 | B - A p50 | B - A p90 | failed A/B |\n");
