@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "cuda/cuda_kv_storage.h"
+#include "cuda_bench_util.h"
 #include "cuda/cuda_llama_model.h"
 #include "kernels/device_probe.h"
 #include "model/batch_builder.h"
@@ -34,31 +35,6 @@ namespace {
 
 using kvserve::cuda::CudaKvStorage;
 using kvserve::cuda::CudaLlamaModel;
-
-double DeviceCopyGbps(size_t bytes) {
-  void *a = nullptr, *b = nullptr;
-  if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) return 0.0;
-  cudaMemset(a, 1, bytes);
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  std::vector<double> ms;
-  for (int i = 0; i < 7; ++i) {
-    cudaEventRecord(start);
-    cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
-    float t = 0.0f;
-    cudaEventElapsedTime(&t, start, stop);
-    ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  cudaFree(a);
-  cudaFree(b);
-  return 2.0 * static_cast<double>(bytes) / (ms[ms.size() / 2] * 1e-3) / 1e9;
-}
 
 struct Figures {
   double tokens_per_s = 0.0;
@@ -158,7 +134,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cuda_e2e_bench: %s\n", std::string(m.status().message()).c_str());
     return 1;
   }
-  const double copy = DeviceCopyGbps(size_t{2} << 30);
+  const double copy = kvserve::bench::DeviceCopyGbps(size_t{2} << 30, 6);
   // A decode step streams every weight but the embedding table (fp32, one row per token read).
   const double streamed = static_cast<double>((*m)->weight_bytes()) -
                           static_cast<double>(c.vocab_size) * c.hidden_size * sizeof(float);

@@ -5,6 +5,7 @@
 //
 //   round (CompressionPolicy::Run), one sequence:
 //     ReadRows(table, layer, K, head, lo, n)  ──► host float rows the policy scores
+//       (or ScoreTriAttention / ScoreSnapKv: a device backend scores in place; scores cross)
 //     policy selects keep [layers][kv heads][K]          (host, float64)
 //     Compact(table, plan)                    ──► K/V (+ scales) moved in the backend's memory
 //     SlotState::ApplyKeepPlan(plan)          ──► positions / mass moved on the host
@@ -27,6 +28,30 @@ namespace kvserve::compression {
 using KeepPlan = kernels::cpu::KeepPlan;
 using CompactStats = kernels::cpu::CompactStats;
 
+// TriAttention's scoring weights of one (layer, KV head) (TriAttentionScorer::PrepareKvHead):
+// what a backend needs to score keys where they live.
+struct TriKeyWeights {
+  int group = 0;      // query heads of the KV head
+  int pools = 1;      // 1 (mean over offsets) or the number of offsets (max pooling)
+  bool trig = true;   // score terms
+  bool norm = true;
+  std::span<const double> w;  // [pools][group][head_dim] virtual queries
+  std::span<const double> c;  // [group][head_dim / 2] norm weights
+};
+
+// SnapKV's observation window for one (layer, KV head): the window's queries (RoPE applied)
+// and how many of the sequence's slots each of them saw (its causal prefix).
+struct SnapKvWindow {
+  int group = 0;               // query heads of the KV head
+  int num_queries = 0;         // window rows
+  const float* queries = nullptr;  // [num_queries][q_stride]; head h at h * head_dim
+  int64_t q_stride = 0;
+  std::span<const int64_t> seen;   // [num_queries] slots [0, seen[r]) attended by row r
+  int64_t prefix_end = 0;      // [prefix_end, n): the window's own slots, always kept
+  int pool_kernel = 1;         // average-pool width (odd)
+  double scale = 1.0;          // softmax scale
+};
+
 class KvAccess {
  public:
   virtual ~KvAccess() = default;
@@ -42,6 +67,27 @@ class KvAccess {
   // Per-slot host state (positions, attention mass) is the caller's: SlotState::ApplyKeepPlan.
   // The plan has been checked with kernels::cpu::ValidateKeepPlan against this layout and table.
   virtual CompactStats Compact(std::span<const int32_t> table, const KeepPlan& plan) = 0;
+
+  // Optional scoring where the KV lives (a device backend): the TriAttention scores of rows
+  // [begin, end) of (layer, K, kv_head) under `weights`, z-normalised per query head and
+  // max-pooled over the group, into pooled[end - begin] (what TriAttentionPolicy selects
+  // from), so only these scores cross, not the keys. Returns false when the backend does not
+  // score; the policy then reads the rows and scores on the host (the reference).
+  // Optional, as ScoreTriAttention: SnapKV's score of every slot of [lo, n) of (layer, K,
+  // kv_head) into row[n - lo]: for slots before window.prefix_end the window's attention
+  // probabilities summed over its rows, average-pooled over pool_kernel slots (within
+  // [0, prefix_end)) and averaged over the group; +inf for the window's own slots.
+  virtual bool ScoreSnapKv(std::span<const int32_t> table, int layer, int kv_head, int64_t lo, int64_t n,
+                           const SnapKvWindow& window, std::span<double> row) {
+    (void)table, (void)layer, (void)kv_head, (void)lo, (void)n, (void)window, (void)row;
+    return false;
+  }
+
+  virtual bool ScoreTriAttention(std::span<const int32_t> table, int layer, int kv_head, int64_t begin, int64_t end,
+                                 const TriKeyWeights& weights, std::span<double> pooled) {
+    (void)table, (void)layer, (void)kv_head, (void)begin, (void)end, (void)weights, (void)pooled;
+    return false;
+  }
 };
 
 }  // namespace kvserve::compression

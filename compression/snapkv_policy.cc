@@ -56,16 +56,33 @@ absl::Status SnapKvPolicy::SelectKeep(const RoundInput& in, int64_t lo, int64_t 
     kernels::cpu::RopeCosSin(qpos_.data(), nq, context().rope_inv_freq.data(), d / 2, cos_sin_.data());
     kernels::cpu::ApplyRope(queries_.data(), nq, q_heads, d, q_size, cos_sin_.data());
     for (int kv = 0; kv < context().num_kv_heads; ++kv) {
-      in.kv->ReadRows(in.block_table, layer, /*kv=*/0, kv, 0, n, keys_.data());
       const std::span<const int32_t> pos = in.slots->positions(layer, kv);
-      std::fill(row_.begin(), row_.end(), 0.0);
-      for (int g = 0; g < group; ++g) {
+      // Positions ascend along the row, so the keys a query saw are a prefix.
+      seen_.resize(static_cast<size_t>(nq));
+      for (int r = 0; r < nq; ++r) {
+        seen_[static_cast<size_t>(r)] = std::upper_bound(pos.begin(), pos.end(), qpos_[static_cast<size_t>(r)]) - pos.begin();
+      }
+      SnapKvWindow window;
+      window.group = group;
+      window.num_queries = nq;
+      window.queries = queries_.data() + static_cast<int64_t>(kv) * group * d;
+      window.q_stride = q_size;
+      window.seen = seen_;
+      window.prefix_end = prefix_end;
+      window.pool_kernel = kSnapKvPoolKernel;
+      window.scale = scale;
+      // A device backend scores where the keys live; otherwise they come to the host.
+      const bool scored_by_backend = in.kv->ScoreSnapKv(in.block_table, layer, kv, lo, n, window, row_);
+      if (!scored_by_backend) {
+        in.kv->ReadRows(in.block_table, layer, /*kv=*/0, kv, 0, n, keys_.data());
+        std::fill(row_.begin(), row_.end(), 0.0);
+      }
+      for (int g = 0; g < group && !scored_by_backend; ++g) {
         const int h = kv * group + g;
         std::fill(attn_.begin(), attn_.end(), 0.0);
         for (int r = 0; r < nq; ++r) {
           const float* q = queries_.data() + static_cast<int64_t>(r) * q_size + static_cast<int64_t>(h) * d;
-          // Positions ascend along the row, so the keys a query saw are a prefix.
-          const int64_t seen = std::upper_bound(pos.begin(), pos.end(), qpos_[static_cast<size_t>(r)]) - pos.begin();
+          const int64_t seen = seen_[static_cast<size_t>(r)];
           double mx = -std::numeric_limits<double>::infinity();
           for (int64_t j = 0; j < seen; ++j) {
             const float* k = keys_.data() + j * d;
@@ -89,7 +106,9 @@ absl::Status SnapKvPolicy::SelectKeep(const RoundInput& in, int64_t lo, int64_t 
           row_[static_cast<size_t>(j - lo)] += acc / kSnapKvPoolKernel / group;
         }
       }
-      for (int64_t j = prefix_end; j < n; ++j) row_[static_cast<size_t>(j - lo)] = std::numeric_limits<double>::infinity();
+      if (!scored_by_backend) {
+        for (int64_t j = prefix_end; j < n; ++j) row_[static_cast<size_t>(j - lo)] = std::numeric_limits<double>::infinity();
+      }
       const base::Nanos t_scored = clock.now_ns();
       timings.score_ns += t_scored - t;
       const int64_t r = static_cast<int64_t>(layer) * context().num_kv_heads + kv;

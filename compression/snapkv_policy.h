@@ -41,6 +41,7 @@ class SnapKvPolicy final : public CompressionPolicy {
  private:
   std::vector<float> queries_;    // [w][num_q_heads * head_dim], rotated
   std::vector<int32_t> qpos_;     // [w]
+  std::vector<int64_t> seen_;     // [w] slots each window row attended
   std::vector<float> cos_sin_;    // [w][head_dim]
   std::vector<float> keys_;       // [n][head_dim]
   std::vector<double> logits_;    // [n]

@@ -54,18 +54,25 @@ absl::Status TriAttentionPolicy::SelectKeep(const RoundInput& in, int64_t lo, in
   scorer_.Prepare(in.next_position);
   for (int layer = 0; layer < layers; ++layer) {
     for (int kv = 0; kv < kv_heads; ++kv) {
-      if (m > 0) {
+      // A device backend scores, normalises and pools where the keys live; otherwise the
+      // keys come to the host and the reference code below does the same.
+      const TriKeyWeights weights = scorer_.PrepareKvHead(layer, kv);
+      const bool pooled_by_backend =
+          m > 0 && in.kv->ScoreTriAttention(in.block_table, layer, kv, lo, scored_end, weights, pooled_);
+      if (m > 0 && !pooled_by_backend) {
         in.kv->ReadRows(in.block_table, layer, /*kv=*/0, kv, lo, scored_end, keys_.data());
-        scorer_.ScoreKvHead(layer, kv, keys_.data(), m, scores_.data());
+        scorer_.ScoreKeys(keys_.data(), m, scores_.data());
       }
       const base::Nanos t_scored = clock.now_ns();
       timings.score_ns += t_scored - t;
 
-      std::fill(pooled_.begin(), pooled_.end(), -std::numeric_limits<double>::infinity());
-      for (int g = 0; g < group; ++g) {
-        std::span<double> row(scores_.data() + static_cast<int64_t>(g) * m, static_cast<size_t>(m));
-        ZNormalize(row);
-        MaxInto(row, pooled_);
+      if (!pooled_by_backend) {
+        std::fill(pooled_.begin(), pooled_.end(), -std::numeric_limits<double>::infinity());
+        for (int g = 0; g < group; ++g) {
+          std::span<double> row(scores_.data() + static_cast<int64_t>(g) * m, static_cast<size_t>(m));
+          ZNormalize(row);
+          MaxInto(row, pooled_);
+        }
       }
       if (cross) {
         double* acc = summed_.data() + static_cast<int64_t>(kv) * m;

@@ -60,6 +60,11 @@ void TriAttentionScorer::Prepare(int64_t next_position) {
 }
 
 void TriAttentionScorer::ScoreKvHead(int layer, int kv_head, const float* keys, int64_t n, double* out) {
+  PrepareKvHead(layer, kv_head);
+  ScoreKeys(keys, n, out);
+}
+
+TriKeyWeights TriAttentionScorer::PrepareKvHead(int layer, int kv_head) {
   const int F = freqs_;
   const int d = head_dim_;
   const double s = stats_.attention_scaling;
@@ -67,8 +72,6 @@ void TriAttentionScorer::ScoreKvHead(int layer, int kv_head, const float* keys, 
   const double inv_s = 1.0 / s;  // cached keys carry s once; kappa = cached / s
   const bool max_pool = options_.offset_pool == TriOffsetPool::kMax;
   const int P = max_pool ? options_.num_offsets : 1;
-  const bool want_trig = options_.terms != TriScoreTerms::kNormOnly;
-  const bool want_norm = options_.terms != TriScoreTerms::kTrigOnly;
   for (int g = 0; g < group_; ++g) {
     const int h = kv_head * group_ + g;
     double* c = c_.data() + static_cast<size_t>(g) * F;
@@ -89,6 +92,23 @@ void TriAttentionScorer::ScoreKvHead(int layer, int kv_head, const float* keys, 
       c[f] = std::max(0.0, s2 * (st.m - std::hypot(st.a_re, st.a_im))) * inv_s;
     }
   }
+  TriKeyWeights wt;
+  wt.group = group_;
+  wt.pools = P;
+  wt.trig = options_.terms != TriScoreTerms::kNormOnly;
+  wt.norm = options_.terms != TriScoreTerms::kTrigOnly;
+  wt.w = std::span<const double>(w_.data(), static_cast<size_t>(P) * group_ * d);
+  wt.c = std::span<const double>(c_.data(), static_cast<size_t>(group_) * F);
+  return wt;
+}
+
+void TriAttentionScorer::ScoreKeys(const float* keys, int64_t n, double* out) {
+  const int F = freqs_;
+  const int d = head_dim_;
+  const bool max_pool = options_.offset_pool == TriOffsetPool::kMax;
+  const int P = max_pool ? options_.num_offsets : 1;
+  const bool want_trig = options_.terms != TriScoreTerms::kNormOnly;
+  const bool want_norm = options_.terms != TriScoreTerms::kTrigOnly;
   if (want_norm) {
     if (mag_.size() < static_cast<size_t>(n) * F) mag_.resize(static_cast<size_t>(n) * F);
     for (int64_t j = 0; j < n; ++j) {

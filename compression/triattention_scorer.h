@@ -28,6 +28,7 @@
 #include <span>
 #include <vector>
 
+#include "compression/kv_access.h"
 #include "compression/policy_params.h"
 #include "compression/triattention_stats.h"
 
@@ -57,7 +58,14 @@ class TriAttentionScorer {
 
   // keys: [n][head_dim] cached keys of (layer, kv_head), dequantized.
   // out:  [group][n] scores; row g belongs to query head kv_head * group + g.
+  // = PrepareKvHead(layer, kv_head) then ScoreKeys(keys, n, out).
   void ScoreKvHead(int layer, int kv_head, const float* keys, int64_t n, double* out);
+
+  // The weights of (layer, kv_head) after Prepare: virtual queries and norm weights, valid
+  // until the next PrepareKvHead (a device backend scores with them: KvAccess::ScoreTriAttention).
+  TriKeyWeights PrepareKvHead(int layer, int kv_head);
+  // Scores keys with the weights of the last PrepareKvHead (as ScoreKvHead).
+  void ScoreKeys(const float* keys, int64_t n, double* out);
 
   int group_size() const { return group_; }
   int num_offsets() const { return options_.num_offsets; }

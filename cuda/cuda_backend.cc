@@ -60,6 +60,20 @@ absl::StatusOr<cache::DeviceMemoryProfile> ProfileForward(CudaLlamaModel& m, con
 absl::StatusOr<engine::Backend> MakeCudaBackend(const config::Config& config, const model::LlamaModel& model,
                                                 const compression::PolicyContext* compression,
                                                 const base::Logger& logger) {
+  return MakeCudaBackendWith(config, model, compression, logger, CudaBackendOptions{});
+}
+
+engine::CudaBackendFactory CudaBackendFactoryWith(const CudaBackendOptions& options) {
+  return [options](const config::Config& config, const model::LlamaModel& model,
+                   const compression::PolicyContext* compression, const base::Logger& logger) {
+    return MakeCudaBackendWith(config, model, compression, logger, options);
+  };
+}
+
+absl::StatusOr<engine::Backend> MakeCudaBackendWith(const config::Config& config, const model::LlamaModel& model,
+                                                    const compression::PolicyContext* compression,
+                                                    const base::Logger& logger, const CudaBackendOptions& options) {
+  if (options.max_kv_blocks < 0) return absl::InvalidArgumentError("cuda: max_kv_blocks must be >= 0");
   const config::CacheConfig& cc = config.cache;
   if (cc.block_size < 8 || cc.block_size > 128 || !std::has_single_bit(static_cast<unsigned>(cc.block_size))) {
     return absl::InvalidArgumentError(
@@ -75,7 +89,7 @@ absl::StatusOr<engine::Backend> MakeCudaBackend(const config::Config& config, co
   const cache::KvLayout layout = model.KvLayoutFor(cc.block_size, cc.kv_dtype);
   KVS_ASSIGN_OR_RETURN(cache::DeviceMemoryProfile profile, ProfileForward(*dm, layout, kDevice));
   const uint64_t budget = cache::DeviceKvBudgetBytes(cc, profile);
-  const int32_t usable = cache::UsableBlocksForBudget(budget, layout);
+  int32_t usable = cache::UsableBlocksForBudget(budget, layout);
   logger.info("cuda: device memory %.2f GiB, %.2f GiB in use after a profiling forward of %d tokens; "
               "cache.gpu_memory_utilization=%.2f leaves %.2f GiB for KV: %d blocks of %zu bytes",
               static_cast<double>(profile.total_bytes) / (1 << 30),
@@ -87,11 +101,21 @@ absl::StatusOr<engine::Backend> MakeCudaBackend(const config::Config& config, co
         " bytes in use after the profiling forward; raise cache.gpu_memory_utilization or lower "
         "scheduler.max_num_batched_tokens)"));
   }
+  if (options.max_kv_blocks > 0 && options.max_kv_blocks < usable) {
+    logger.info("cuda: KV pool capped at %d blocks (CudaBackendOptions::max_kv_blocks)", options.max_kv_blocks);
+    usable = options.max_kv_blocks;
+  }
   engine::Backend b;
   b.kind = config::Backend::kCuda;
   KVS_ASSIGN_OR_RETURN(std::unique_ptr<CudaKvStorage> storage, CudaKvStorage::Create(layout, usable + 1, kDevice));
   KVS_RETURN_IF_ERROR(dm->UseStream(storage->stream()));
-  const int32_t host_blocks = cache::UsableBlocksForBudget(cc.host_swap_bytes, layout);
+  // One host pool for swap and the host prefix tier, as the CPU backend (cache/host_kv_cache.cc).
+  const int32_t swap_blocks = cache::UsableBlocksForBudget(cc.host_swap_bytes, layout);
+  const int32_t cache_blocks = cache::UsableBlocksForBudget(cc.host_cache_bytes, layout);
+  if (static_cast<int64_t>(swap_blocks) + cache_blocks > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError("cache.host_swap_bytes + cache.host_cache_bytes: too many host blocks");
+  }
+  const int32_t host_blocks = swap_blocks + cache_blocks;
   if (host_blocks > 0) {
     b.host_allocator = std::make_unique<PinnedHostAllocator>();
     KVS_ASSIGN_OR_RETURN(b.swap, cache::HostKvStorage::Create(layout, host_blocks, b.host_allocator.get()));
@@ -100,6 +124,7 @@ absl::StatusOr<engine::Backend> MakeCudaBackend(const config::Config& config, co
   opts.layout = layout;
   opts.num_blocks = usable + 1;
   opts.num_host_blocks = host_blocks;
+  opts.host_cache_blocks = cache_blocks;
   opts.enable_prefix_caching = cc.enable_prefix_caching;
   b.manager = std::make_unique<cache::KvCacheManager>(opts, logger.child("cache"));
   auto runner = std::make_unique<CudaModelRunner>(std::move(dm), *storage, b.swap.get(), compression);

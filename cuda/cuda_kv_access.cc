@@ -5,8 +5,9 @@
 #include <algorithm>
 
 #include "base/check.h"
-#include "kernels/cpu/kv_compact.h"
+#include "compression/selection.h"
 #include "kernels/cpu/kv_quant.h"
+#include "kernels/cuda/kv_compression.h"
 
 namespace kvserve::cuda {
 namespace {
@@ -53,66 +54,169 @@ void CudaKvAccess::ReadRows(std::span<const int32_t> table, int layer, int kv, i
                                l.head_dim, l.dtype, out);
 }
 
+CudaKvAccess::~CudaKvAccess() {
+  for (DeviceScratch* d : {&d_layers_, &d_table_, &d_keep_, &d_weights_, &d_scores_, &d_window_}) cudaFree(d->ptr);
+}
+
+void* CudaKvAccess::Ensure(DeviceScratch& s, size_t bytes) {
+  if (bytes <= s.bytes) return s.ptr;
+  // Growth: whatever used the old buffer has finished (every call ends synchronized).
+  cudaFree(s.ptr);
+  s.ptr = nullptr;
+  s.bytes = 0;
+  const size_t want = std::max<size_t>(bytes + bytes / 2, 4096);
+  Check(cudaMalloc(&s.ptr, want), "allocating compression scratch");
+  s.bytes = want;
+  return s.ptr;
+}
+
 compression::CompactStats CudaKvAccess::Compact(std::span<const int32_t> table, const compression::KeepPlan& plan) {
   const cache::KvLayout& l = storage_.layout();
-  const int64_t bs = l.block_size;
-  const int64_t nb = (plan.phys_len + bs - 1) / bs;
+  const int64_t nb = (plan.phys_len + l.block_size - 1) / l.block_size;
   KVS_CHECK(static_cast<int64_t>(table.size()) >= nb, "cuda kv access: table shorter than the plan's phys_len");
-  const int64_t first = plan.lo / bs;               // blocks before it are never touched
-  const int64_t last = (plan.new_len() + bs - 1) / bs;  // blocks from here on are freed
-  const size_t block_bytes = l.block_elems() * l.elem_bytes();
-  const size_t block_scales = l.block_scales();
   auto stream = static_cast<cudaStream_t>(storage_.stream());
-  data_.resize(static_cast<size_t>(l.num_layers));
-  scales_.resize(static_cast<size_t>(l.num_layers));
-  std::vector<std::byte*> data_ptrs(static_cast<size_t>(l.num_layers));
-  std::vector<float*> scale_ptrs(static_cast<size_t>(l.num_layers), nullptr);
-  for (int layer = 0; layer < l.num_layers; ++layer) {
-    auto& d = data_[static_cast<size_t>(layer)];
-    auto& s = scales_[static_cast<size_t>(layer)];
-    d.resize(static_cast<size_t>(nb) * block_bytes);
-    data_ptrs[static_cast<size_t>(layer)] = d.data();
-    if (l.has_scales()) {
-      s.resize(static_cast<size_t>(nb) * block_scales);
-      scale_ptrs[static_cast<size_t>(layer)] = s.data();
+  const auto layers = static_cast<size_t>(l.num_layers);
+  if (layer_ptrs_.size() != layers) {
+    layer_ptrs_.resize(layers);
+    scale_ptrs_.resize(layers);
+    for (size_t i = 0; i < layers; ++i) {
+      layer_ptrs_[i] = storage_.device_layer_data(static_cast<int>(i));
+      scale_ptrs_[i] = storage_.device_layer_scales(static_cast<int>(i));
     }
-    for (int64_t i = first; i < nb; ++i) {
-      const int64_t block = table[static_cast<size_t>(i)];
-      Check(cudaMemcpyAsync(d.data() + static_cast<size_t>(i) * block_bytes,
-                            storage_.device_layer_data(layer) + static_cast<size_t>(block) * block_bytes, block_bytes,
-                            cudaMemcpyDeviceToHost, stream),
-            "staging blocks");
-      if (l.has_scales()) {
-        Check(cudaMemcpyAsync(s.data() + static_cast<size_t>(i) * block_scales,
-                              storage_.device_layer_scales(layer) + static_cast<size_t>(block) * block_scales,
-                              block_scales * sizeof(float), cudaMemcpyDeviceToHost, stream),
-              "staging scales");
-      }
-    }
+    auto* d = static_cast<std::byte*>(Ensure(d_layers_, 2 * layers * sizeof(void*)));
+    Check(cudaMemcpy(d, layer_ptrs_.data(), layers * sizeof(void*), cudaMemcpyHostToDevice), "layer pointers");
+    Check(cudaMemcpy(d + layers * sizeof(void*), scale_ptrs_.data(), layers * sizeof(void*), cudaMemcpyHostToDevice),
+          "scale pointers");
   }
-  Check(cudaStreamSynchronize(stream), "synchronizing staged blocks");
-  std::vector<int32_t> identity(static_cast<size_t>(nb));
-  for (int64_t i = 0; i < nb; ++i) identity[static_cast<size_t>(i)] = static_cast<int32_t>(i);
-  const compression::CompactStats stats = kernels::cpu::CompactKv(
-      l, data_ptrs.data(), l.has_scales() ? scale_ptrs.data() : nullptr, identity.data(), plan, nullptr, 0);
-  for (int layer = 0; layer < l.num_layers; ++layer) {
-    for (int64_t i = first; i < last; ++i) {
-      const int64_t block = table[static_cast<size_t>(i)];
-      Check(cudaMemcpyAsync(storage_.device_layer_data(layer) + static_cast<size_t>(block) * block_bytes,
-                            data_[static_cast<size_t>(layer)].data() + static_cast<size_t>(i) * block_bytes,
-                            block_bytes, cudaMemcpyHostToDevice, stream),
-            "writing compacted blocks");
-      if (l.has_scales()) {
-        Check(cudaMemcpyAsync(storage_.device_layer_scales(layer) + static_cast<size_t>(block) * block_scales,
-                              scales_[static_cast<size_t>(layer)].data() + static_cast<size_t>(i) * block_scales,
-                              block_scales * sizeof(float), cudaMemcpyHostToDevice, stream),
-              "writing compacted scales");
-      }
-    }
+  const size_t keep_n = layers * static_cast<size_t>(l.num_kv_heads) * static_cast<size_t>(plan.num_keep);
+  auto* d_table = static_cast<int32_t*>(Ensure(d_table_, static_cast<size_t>(nb) * 4));
+  auto* d_keep = static_cast<int32_t*>(Ensure(d_keep_, std::max<size_t>(keep_n, 1) * 4));
+  Check(cudaMemcpyAsync(d_table, table.data(), static_cast<size_t>(nb) * 4, cudaMemcpyHostToDevice, stream),
+        "block table to the device");
+  if (keep_n > 0) {
+    Check(cudaMemcpyAsync(d_keep, plan.keep, keep_n * 4, cudaMemcpyHostToDevice, stream), "keep lists to the device");
   }
-  // The host staging is reused by the next call: the uploads must finish first.
-  Check(cudaStreamSynchronize(stream), "synchronizing compacted blocks");
+  auto* d_ptrs = static_cast<std::byte*>(d_layers_.ptr);
+  Check(static_cast<cudaError_t>(kernels::cuda::CompactKv(
+            l, reinterpret_cast<std::byte* const*>(d_ptrs),
+            l.has_scales() ? reinterpret_cast<float* const*>(d_ptrs + layers * sizeof(void*)) : nullptr, d_table,
+            plan.lo, plan.scored_end, plan.phys_len, plan.num_keep, d_keep, stream)),
+        "compaction gather");
+  // The statistics kernels::cpu::CompactKv reports, counted from the plan on the host.
+  compression::CompactStats stats;
+  stats.new_len = plan.new_len();
+  const int64_t shift = plan.scored_end - (plan.lo + plan.num_keep);
+  const int64_t rows = static_cast<int64_t>(layers) * l.num_kv_heads;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t* keep = plan.keep + r * plan.num_keep;
+    int64_t i = 0;
+    while (i < plan.num_keep && keep[i] == plan.lo + i) ++i;
+    stats.rows_moved += (plan.num_keep - i) + (shift > 0 ? plan.phys_len - plan.scored_end : 0);
+  }
+  const int64_t row_bytes = static_cast<int64_t>(l.head_dim) * static_cast<int64_t>(l.elem_bytes());
+  stats.bytes_moved = stats.rows_moved * (2 * row_bytes + (l.has_scales() ? 2 * static_cast<int64_t>(sizeof(float)) : 0));
+  // The table and keep uploads read host memory the caller may reuse: finish before returning.
+  Check(cudaStreamSynchronize(stream), "synchronizing the compaction");
   return stats;
+}
+
+bool CudaKvAccess::ScoreTriAttention(std::span<const int32_t> table, int layer, int kv_head, int64_t begin,
+                                     int64_t end, const compression::TriKeyWeights& weights,
+                                     std::span<double> pooled) {
+  const cache::KvLayout& l = storage_.layout();
+  KVS_CHECK(begin >= 0 && begin <= end && static_cast<int64_t>(table.size()) * l.block_size >= end &&
+                static_cast<int64_t>(pooled.size()) >= end - begin,
+            "cuda kv access: scoring rows [", begin, ", ", end, ") outside a table of ", table.size(), " blocks");
+  const int64_t n = end - begin;
+  if (n == 0) return true;
+  auto stream = static_cast<cudaStream_t>(storage_.stream());
+  const int64_t nb = (end + l.block_size - 1) / l.block_size;
+  auto* d_table = static_cast<int32_t*>(Ensure(d_table_, static_cast<size_t>(nb) * 4));
+  Check(cudaMemcpyAsync(d_table, table.data(), static_cast<size_t>(nb) * 4, cudaMemcpyHostToDevice, stream),
+        "block table to the device");
+  host_weights_.assign(weights.w.begin(), weights.w.end());
+  host_weights_.insert(host_weights_.end(), weights.c.begin(), weights.c.end());
+  auto* d_w = static_cast<double*>(Ensure(d_weights_, std::max<size_t>(host_weights_.size(), 1) * sizeof(double)));
+  Check(cudaMemcpyAsync(d_w, host_weights_.data(), host_weights_.size() * sizeof(double), cudaMemcpyHostToDevice,
+                        stream),
+        "scoring weights to the device");
+  const auto group = static_cast<size_t>(weights.group);
+  auto* d_scores =
+      static_cast<double*>(Ensure(d_scores_, (group + 1) * static_cast<size_t>(n) * sizeof(double)));
+  double* d_pooled = d_scores + group * static_cast<size_t>(n);
+  kernels::cuda::DeviceTriWeights dw;
+  dw.group = weights.group;
+  dw.pools = weights.pools;
+  dw.trig = weights.trig;
+  dw.norm = weights.norm;
+  dw.w = d_w;
+  dw.c = d_w + weights.w.size();
+  Check(static_cast<cudaError_t>(kernels::cuda::TriAttentionScores(l, storage_.device_layer_data(layer),
+                                                                  storage_.device_layer_scales(layer), d_table,
+                                                                  kv_head, begin, end, dw, d_scores, stream)),
+        "triattention scores");
+  Check(static_cast<cudaError_t>(
+            kernels::cuda::ZNormMaxPool(d_scores, weights.group, n, compression::kMinStd, d_pooled, stream)),
+        "z-normalisation and GQA max");
+  Check(cudaMemcpyAsync(pooled.data(), d_pooled, static_cast<size_t>(n) * sizeof(double), cudaMemcpyDeviceToHost,
+                        stream),
+        "pooled scores to the host");
+  Check(cudaStreamSynchronize(stream), "synchronizing the scores");
+  return true;
+}
+
+bool CudaKvAccess::ScoreSnapKv(std::span<const int32_t> table, int layer, int kv_head, int64_t lo, int64_t n,
+                               const compression::SnapKvWindow& window, std::span<double> row) {
+  const cache::KvLayout& l = storage_.layout();
+  KVS_CHECK(lo >= 0 && lo <= n && static_cast<int64_t>(table.size()) * l.block_size >= n &&
+                static_cast<int64_t>(row.size()) >= n - lo &&
+                static_cast<int64_t>(window.seen.size()) == window.num_queries,
+            "cuda kv access: snapkv scoring of [", lo, ", ", n, ") outside a table of ", table.size(), " blocks");
+  if (n == lo) return true;
+  auto stream = static_cast<cudaStream_t>(storage_.stream());
+  const int64_t nb = (n + l.block_size - 1) / l.block_size;
+  auto* d_table = static_cast<int32_t*>(Ensure(d_table_, static_cast<size_t>(nb) * 4));
+  Check(cudaMemcpyAsync(d_table, table.data(), static_cast<size_t>(nb) * 4, cudaMemcpyHostToDevice, stream),
+        "block table to the device");
+  // The group's queries of each window row, packed: [rows][group * head_dim].
+  const size_t per_row = static_cast<size_t>(window.group) * static_cast<size_t>(l.head_dim);
+  const auto rows = static_cast<size_t>(window.num_queries);
+  host_queries_.resize(rows * per_row);
+  for (size_t r = 0; r < rows; ++r) {
+    const float* src = window.queries + static_cast<int64_t>(r) * window.q_stride;
+    std::copy(src, src + per_row, host_queries_.begin() + static_cast<std::ptrdiff_t>(r * per_row));
+  }
+  const size_t q_bytes = (rows * per_row * sizeof(float) + 255) / 256 * 256;
+  auto* d_win = static_cast<std::byte*>(Ensure(d_window_, q_bytes + std::max<size_t>(rows, 1) * sizeof(int64_t)));
+  if (rows > 0) {
+    Check(cudaMemcpyAsync(d_win, host_queries_.data(), rows * per_row * sizeof(float), cudaMemcpyHostToDevice, stream),
+          "window queries to the device");
+    Check(cudaMemcpyAsync(d_win + q_bytes, window.seen.data(), rows * sizeof(int64_t), cudaMemcpyHostToDevice, stream),
+          "window extents to the device");
+  }
+  const size_t ws_bytes = kernels::cuda::SnapKvWorkspaceBytes(window.group, window.num_queries, window.prefix_end);
+  const size_t ws_aligned = (ws_bytes + 255) / 256 * 256;
+  auto* d_ws = static_cast<std::byte*>(
+      Ensure(d_scores_, ws_aligned + static_cast<size_t>(n - lo) * sizeof(double)));
+  auto* d_row = reinterpret_cast<double*>(d_ws + ws_aligned);
+  kernels::cuda::DeviceSnapKvWindow dw;
+  dw.group = window.group;
+  dw.num_queries = window.num_queries;
+  dw.queries = reinterpret_cast<const float*>(d_win);
+  dw.q_stride = static_cast<int64_t>(per_row);
+  dw.seen = reinterpret_cast<const int64_t*>(d_win + q_bytes);
+  dw.prefix_end = window.prefix_end;
+  dw.pool_kernel = window.pool_kernel;
+  dw.scale = window.scale;
+  Check(static_cast<cudaError_t>(kernels::cuda::SnapKvScores(l, storage_.device_layer_data(layer),
+                                                            storage_.device_layer_scales(layer), d_table, kv_head, lo,
+                                                            n, dw, d_ws, d_row, stream)),
+        "snapkv scores");
+  Check(cudaMemcpyAsync(row.data(), d_row, static_cast<size_t>(n - lo) * sizeof(double), cudaMemcpyDeviceToHost,
+                        stream),
+        "snapkv scores to the host");
+  Check(cudaStreamSynchronize(stream), "synchronizing the scores");
+  return true;
 }
 
 }  // namespace kvserve::cuda

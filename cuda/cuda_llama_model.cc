@@ -82,16 +82,6 @@ absl::StatusOr<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::CreateRandom(con
   return m;
 }
 
-cache::KvLayout CudaLlamaModel::KvLayoutFor(int block_size, config::KvDtype dtype) const {
-  cache::KvLayout l;
-  l.num_layers = config_.num_layers;
-  l.num_kv_heads = config_.num_kv_heads;
-  l.head_dim = config_.head_dim;
-  l.block_size = block_size;
-  l.dtype = dtype;
-  return l;
-}
-
 absl::Status CudaLlamaModel::Init() {
   const auto& c = config_;
   if (options_.max_tokens_per_step < 1 || options_.max_logits_rows < 1) {
@@ -143,7 +133,8 @@ absl::Status CudaLlamaModel::Init() {
   const size_t o_x = take(t * d * 4), o_h = take(t * d * 4), o_qkv = take(t * qkv * 4), o_attn = take(t * q * 4),
                o_gu = take(t * 2 * inter * 4), o_act = take(t * inter * 4), o_xb = take(t * widest * 2),
                o_ws = take(attn_ws_bytes_), o_logits = take(rows * static_cast<size_t>(c.vocab_size) * 4),
-               o_lp = take(rows * 4), o_tok = take(rows * 4);
+               o_lp = take(rows * 4), o_tok = take(rows * 4), o_mask_index = take(rows * 4),
+               o_masks = take(rows * static_cast<size_t>(mask_words()) * 8);
   scratch_bytes_ = at;
   KVS_CUDA_OK(cudaMalloc(&scratch_, scratch_bytes_), absl::StrCat("allocating ", scratch_bytes_, " bytes of scratch"));
   auto* base = static_cast<std::byte*>(scratch_);
@@ -158,6 +149,8 @@ absl::Status CudaLlamaModel::Init() {
   logits_ = reinterpret_cast<float*>(base + o_logits);
   logprobs_ = reinterpret_cast<float*>(base + o_lp);
   tokens_ = reinterpret_cast<int32_t*>(base + o_tok);
+  mask_index_ = reinterpret_cast<int32_t*>(base + o_mask_index);
+  masks_ = reinterpret_cast<uint64_t*>(base + o_masks);
   // Metadata for a step of max_tokens rows over short tables; grows when needed.
   KVS_RETURN_IF_ERROR(EnsureMetaCapacity(static_cast<int64_t>(t) * 8 + 1024,
                                          static_cast<int64_t>(t) * c.head_dim));
@@ -275,37 +268,27 @@ absl::Status CudaLlamaModel::RunLayers(const model::ForwardBatch& b, const model
                                        const model::ForwardObservers* observers) {
   const auto& c = config_;
   KVS_RETURN_IF_ERROR(model::ValidateForwardBatch(c, options_.max_tokens_per_step, b, kv.layout, kv.num_blocks));
-  if (static_cast<int>(kv.layer_data.size()) != c.num_layers ||
-      (kv.layout.has_scales() && static_cast<int>(kv.layer_scales.size()) != c.num_layers)) {
-    return absl::InvalidArgumentError("forward batch: KV view needs one data (and scale) pointer per layer");
-  }
+  KVS_RETURN_IF_ERROR(model::ValidateKvView(kv));
+  KVS_RETURN_IF_ERROR(model::ValidateObservers(c, b, observers));
   const int64_t t = b.num_tokens();
   const int d = c.hidden_size, q_size = c.q_size(), kv_size = c.kv_size();
   const int qkv_stride = q_size + 2 * kv_size, inter = c.intermediate_size, hd = c.head_dim;
   const bool want_queries = observers != nullptr && !observers->pre_rope_queries.empty();
-  if (want_queries &&
-      static_cast<int64_t>(observers->pre_rope_queries.size()) < static_cast<int64_t>(c.num_layers) * t * q_size) {
-    return absl::InvalidArgumentError("forward batch: pre_rope_queries buffer too small");
-  }
   const bool want_mass = observers != nullptr && !observers->attention_mass.empty();
   const int s_count = b.num_seqs();
-  size_t mass_floats = 0;
-  if (want_mass) {
-    int64_t max_len = 0;
-    for (int32_t len : b.kv_lens) max_len = std::max<int64_t>(max_len, len);
-    mass_floats = static_cast<size_t>(c.num_layers) * static_cast<size_t>(s_count) *
-                  static_cast<size_t>(c.num_kv_heads) * static_cast<size_t>(observers->mass_stride);
-    if (observers->mass_stride < max_len || observers->attention_mass.size() < mass_floats) {
-      return absl::InvalidArgumentError("forward batch: attention_mass buffer or stride too small");
-    }
-  }
+  const size_t mass_floats = want_mass ? static_cast<size_t>(c.num_layers) * static_cast<size_t>(s_count) *
+                                             static_cast<size_t>(c.num_kv_heads) *
+                                             static_cast<size_t>(observers->mass_stride)
+                                       : 0;
   if (t == 0) {
     if (want_mass) std::fill(observers->attention_mass.begin(), observers->attention_mass.end(), 0.0f);
     return absl::OkStatus();
   }
 
   // Host side: pack the batch and the RoPE table (as kernels::cpu::RopeCosSin: angle in double).
-  packed_ = model::PackForwardBatch(b, staging_);
+  // Prefill chunks go to the tiled kernel, decode rows to the split-KV kernel.
+  const int tile_rows = model::PrefillTileRows(hd, c.num_heads / c.num_kv_heads, kernels::cuda::kMaxPrefillTileFloats);
+  packed_ = model::PackForwardBatch(b, staging_, tile_rows);
   const int half = hd / 2;
   cos_sin_host_.resize(static_cast<size_t>(t) * hd);
   for (int64_t i = 0; i < t; ++i) {
@@ -340,15 +323,19 @@ absl::Status CudaLlamaModel::RunLayers(const model::ForwardBatch& b, const model
   seqs.block_table_offsets = d_meta_ + packed_.table_offsets;
   seqs.block_tables = d_meta_ + packed_.block_tables;
   seqs.row_seq = d_meta_ + packed_.row_seq;
-  const int split = model::ChooseSplitTokens(static_cast<int>(t), c.num_kv_heads, c.num_heads, hd, packed_.max_kv_len,
-                                             2 * num_sms_, kMinSplitTokens, attn_ws_bytes_);
+  seqs.num_split_rows = packed_.num_split_rows;
+  seqs.split_rows = d_meta_ + packed_.split_rows;
+  seqs.num_tiles = packed_.num_tiles;
+  seqs.tile_rows = packed_.tile_rows;
+  seqs.tiles = d_meta_ + packed_.tiles;
+  const int split = model::ChooseSplitTokens(std::max(1, packed_.num_split_rows), c.num_kv_heads, c.num_heads, hd,
+                                             packed_.max_kv_len, 2 * num_sms_, kMinSplitTokens, attn_ws_bytes_);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
 
   if (want_queries) {
     const size_t need = static_cast<size_t>(c.num_layers) * static_cast<size_t>(t) * q_size * sizeof(float);
     if (need > prerope_bytes_) {
       cudaFree(prerope_);
-  cudaFree(mass_dev_);
       prerope_ = nullptr;
       prerope_bytes_ = 0;
       // Sized for a full step once, so later steps do not reallocate.
@@ -491,15 +478,36 @@ absl::Status CudaLlamaModel::ForwardDevice(const model::ForwardBatch& b, const m
   return absl::OkStatus();
 }
 
-absl::Status CudaLlamaModel::SampleGreedy(int rows, std::span<int32_t> tokens, std::span<float> logprobs) {
+absl::Status CudaLlamaModel::SampleGreedy(int rows, std::span<int32_t> tokens, std::span<float> logprobs,
+                                          const model::DeviceMasks* masks) {
   if (rows > last_logits_rows_ || tokens.size() < static_cast<size_t>(rows) ||
       logprobs.size() < static_cast<size_t>(rows)) {
     return absl::InvalidArgumentError("cuda model: greedy sampling over rows the last step did not compute");
   }
   if (rows == 0) return absl::OkStatus();
-  KVS_CUDA_OK(kernels::cuda::GreedySample(logits_, rows, config_.vocab_size, tokens_, logprobs_, stream_),
-              "greedy sampling");
   auto st = static_cast<cudaStream_t>(stream_);
+  const bool masked = masks != nullptr && masks->num_masks > 0;
+  if (masked) {
+    // Only the constrained rows' masks cross: [rows] indices, then num_masks x mask_words words.
+    if (masks->mask_words != mask_words() || static_cast<int>(masks->mask_index.size()) != rows ||
+        masks->words.size() != static_cast<size_t>(masks->num_masks) * static_cast<size_t>(mask_words()) ||
+        masks->num_masks > rows) {
+      return absl::InvalidArgumentError("cuda model: structured-output masks do not match the sampled rows");
+    }
+    for (int32_t i : masks->mask_index) {
+      if (i < -1 || i >= masks->num_masks) {
+        return absl::InvalidArgumentError("cuda model: a row names a structured-output mask that does not exist");
+      }
+    }
+    KVS_CUDA_OK(cudaMemcpyAsync(mask_index_, masks->mask_index.data(), static_cast<size_t>(rows) * 4,
+                                cudaMemcpyHostToDevice, st),
+                "mask indices to the device");
+    KVS_CUDA_OK(cudaMemcpyAsync(masks_, masks->words.data(), masks->words.size() * 8, cudaMemcpyHostToDevice, st),
+                "structured-output masks to the device");
+  }
+  KVS_CUDA_OK(kernels::cuda::GreedySampleMasked(logits_, rows, config_.vocab_size, masked ? mask_index_ : nullptr,
+                                                masks_, mask_words(), tokens_, logprobs_, stream_),
+              "greedy sampling");
   KVS_CUDA_OK(cudaMemcpyAsync(tokens.data(), tokens_, static_cast<size_t>(rows) * 4, cudaMemcpyDeviceToHost, st),
               "sampled tokens to the host");
   KVS_CUDA_OK(cudaMemcpyAsync(logprobs.data(), logprobs_, static_cast<size_t>(rows) * 4, cudaMemcpyDeviceToHost, st),

@@ -8,7 +8,7 @@
 //                      qkv = h·Wqkvᵀ (+b)                          cuBLAS (+ AddBias)
 //                      q, k = rope(q, k)                           ApplyRope (one call, H + Hkv heads)
 //                      cache[slot_mapping] = k, v                  WriteKv (codes = CPU's)
-//                      a = paged_attention(q, cache)               split-KV PagedAttention
+//                      a = paged_attention(q, cache)               PagedAttention: split-KV decode, tiled prefill
 //                      x += a·Woᵀ (+b)                             cuBLAS beta = 1 (+ AddBias)
 //                      x += silu_mul(rmsnorm(x)·Wguᵀ)·Wdownᵀ       cuBLAS, SiluMul, cuBLAS beta = 1
 //           logits = rmsnorm(x[logits_rows])·lm_headᵀ              RmsNorm (gathering), cuBLAS
@@ -70,7 +70,6 @@ class CudaLlamaModel final : public model::ForwardModel {
   const model::ModelConfig& config() const override { return config_; }
   std::span<const float> rope_inv_freq() const override { return inv_freq_; }
   int max_tokens_per_step() const override { return options_.max_tokens_per_step; }
-  cache::KvLayout KvLayoutFor(int block_size, config::KvDtype dtype) const override;
 
   // kv.layer_data / layer_scales hold DEVICE pointers (CudaKvStorage::device_layer_data).
   // Logits of every batch.logits_rows row to the host (chunks of max_logits_rows); synchronizes.
@@ -82,7 +81,13 @@ class CudaLlamaModel final : public model::ForwardModel {
                              const model::ForwardObservers* observers = nullptr);
   // After ForwardDevice: greedy token and raw log-softmax of it for each of the step's
   // `rows` logits rows (kernels/cuda/llama_kernels.h GreedySample); synchronizes.
-  absl::Status SampleGreedy(int rows, std::span<int32_t> tokens, std::span<float> logprobs);
+  // `masks` (may be null): structured-output masks of the constrained rows
+  // (model::PackDeviceMasks); those rows take the argmax over their allowed tokens, the
+  // reported logprob stays the raw row's, as model::Sampler. Only these masks are uploaded.
+  absl::Status SampleGreedy(int rows, std::span<int32_t> tokens, std::span<float> logprobs,
+                            const model::DeviceMasks* masks = nullptr);
+  // 64-bit words of one token mask for this vocabulary.
+  int mask_words() const { return (config_.vocab_size + 63) / 64; }
   // After ForwardDevice: logits row `row` (index into batch.logits_rows) to the host; synchronizes.
   absl::Status CopyLogitsRow(int row, std::span<float> out);
   absl::Status Synchronize();
@@ -130,6 +135,8 @@ class CudaLlamaModel final : public model::ForwardModel {
         *logits_ = nullptr, *logprobs_ = nullptr;
   uint16_t* xb_ = nullptr;  // bf16 GEMM input staging
   int32_t* tokens_ = nullptr;
+  int32_t* mask_index_ = nullptr;  // [max_logits_rows]
+  uint64_t* masks_ = nullptr;      // [max_logits_rows][mask_words]
   void* attn_ws_ = nullptr;
   size_t attn_ws_bytes_ = 0;
   float* prerope_ = nullptr;  // [L][T][q], allocated on first use

@@ -5,8 +5,14 @@
 //   StepPlan ──► copies (swap out/in over pinned host memory, copy-on-write) on the storage's stream
 //            ──► ForwardBatch (model::BatchBuilder) ──► CudaLlamaModel::ForwardDevice (same stream)
 //            ──► sampling rows, routed by model::RouteFor:
-//                  device greedy: token + logprob computed on the device, 8 bytes per row come back
-//                  host: the row's logits come back and model::Sampler draws (CPU code and RNG)
+//                  device greedy: token + logprob computed on the device, 8 bytes per row come back;
+//                    a structured-output row's grammar mask goes up first (only those rows')
+//                    and the argmax runs over its allowed tokens
+//                  host: the row's logits come back and model::Sampler draws (CPU code and RNG),
+//                    with the grammar mask as on the CPU
+//
+// Per-sequence state (tables, histories, grammar states, compression) is engine::RunnerBook,
+// the CPU runner's own bookkeeping.
 //            ──► compression rounds through CudaKvAccess (host staging) ──► StepResult
 //
 // What runs on the host: batch building, the RoPE table, non-greedy sampling (temperature,
@@ -18,7 +24,6 @@
 #include <memory>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "cache/kv_storage.h"
 #include "compression/compression_policy.h"
 #include "compression/kv_compressor.h"
@@ -26,7 +31,8 @@
 #include "cuda/cuda_kv_storage.h"
 #include "cuda/cuda_llama_model.h"
 #include "engine/model_runner.h"
-#include "model/batch_builder.h"
+#include "engine/runner_book.h"
+#include "model/device_plan.h"
 #include "model/sampler.h"
 
 namespace kvserve::cuda {
@@ -45,15 +51,6 @@ class CudaModelRunner final : public engine::ModelRunner {
   int vocab_size() const override { return model_.config().vocab_size; }
 
  private:
-  struct Seq {
-    std::vector<int32_t> table;
-    std::vector<int32_t> history;  // prompt then generated
-    int32_t num_prompt = 0;
-    model::SamplingParams sampling;
-    uint64_t seed = 0;
-    int sample_index = 0;
-  };
-
   std::unique_ptr<CudaLlamaModel> owned_model_;  // null when the caller owns the model
   CudaLlamaModel& model_;
   CudaKvStorage& storage_;
@@ -61,14 +58,12 @@ class CudaModelRunner final : public engine::ModelRunner {
   model::Sampler sampler_;
   std::vector<std::byte*> layer_data_;  // device pointers
   std::vector<float*> layer_scales_;
-  absl::flat_hash_map<int64_t, Seq> seqs_;
   std::unique_ptr<CudaKvAccess> kv_access_;
   std::unique_ptr<compression::KvCompressor> compressor_;
+  std::unique_ptr<engine::RunnerBook> book_;  // per-sequence state, shared with the CPU runner
 
   // Per-step scratch, reused.
-  model::BatchBuilder builder_;
-  std::vector<Seq*> sampling_seqs_;
-  std::vector<compression::BatchSeq> batch_seqs_;
+  model::DeviceMasks masks_;
   std::vector<int32_t> greedy_tokens_;
   std::vector<float> greedy_logprobs_;
   std::vector<float> row_logits_;

@@ -4,10 +4,11 @@
 //            ──► ForwardBatch (tokens, positions, slot mapping, block tables) ──► LlamaModel
 //            ──► logits of sampling rows ──► Sampler ──► StepResult
 //
-// Runner-side state per sequence: its block table and token history (sent in full once
-// by the scheduler, then deltas), and for compressing sequences their policy state
-// (compression::KvCompressor): rounds run right after the forward pass, before the next step reads the
-// KV, and come back as StepResult::compactions. Sampling is stateless per token: the RNG of the k-th
+// Runner-side state per sequence (engine::RunnerBook, shared with the CUDA runner): its block
+// table and token history (sent in full once by the scheduler, then deltas), its grammar state,
+// and for compressing sequences their policy state (compression::KvCompressor): rounds run
+// right after the forward pass, before the next step reads the KV, and come back as
+// StepResult::compactions. Sampling is stateless per token: the RNG of the k-th
 // generated token is seeded from (seed, k) and the sample index, so a sequence draws the
 // same tokens alone or batched, and after preemption and recompute.
 #pragma once
@@ -15,13 +16,12 @@
 #include <memory>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "cache/host_kv_storage.h"
 #include "compression/compression_policy.h"
 #include "compression/host_kv_access.h"
 #include "compression/kv_compressor.h"
 #include "engine/model_runner.h"
-#include "model/batch_builder.h"
+#include "engine/runner_book.h"
 #include "model/llama_model.h"
 #include "model/sampler.h"
 
@@ -38,33 +38,18 @@ class CpuModelRunner final : public ModelRunner {
   int vocab_size() const override { return model_.config().vocab_size; }
 
  private:
-  struct Seq {
-    std::vector<int32_t> table;
-    std::vector<int32_t> history;  // prompt then generated
-    int32_t num_prompt = 0;
-    model::SamplingParams sampling;
-    uint64_t seed = 0;
-    int sample_index = 0;
-    // Structured outputs: the grammar and its automaton state after the generated tokens.
-    std::shared_ptr<const structured::CompiledGrammar> grammar;
-    int32_t grammar_state = 0;
-  };
-
   model::LlamaModel& model_;
   cache::KvStorage& storage_;
   cache::KvStorage* swap_;
   model::Sampler sampler_;
   std::vector<std::byte*> layer_data_;
   std::vector<float*> layer_scales_;
-  absl::flat_hash_map<int64_t, Seq> seqs_;
   std::unique_ptr<compression::HostKvAccess> kv_access_;  // compression's view of storage_
   std::unique_ptr<compression::KvCompressor> compressor_;
+  std::unique_ptr<RunnerBook> book_;  // per-sequence state (shared with the CUDA runner)
 
   // Per-step scratch, reused.
-  model::BatchBuilder builder_;
   std::vector<float> logits_;
-  std::vector<Seq*> sampling_seqs_;
-  std::vector<compression::BatchSeq> batch_seqs_;
 };
 
 }  // namespace kvserve::engine

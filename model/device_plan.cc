@@ -3,20 +3,61 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "base/check.h"
 
 namespace kvserve::model {
 namespace {
 
 int64_t AlignUp(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 
-absl::Status BatchError(absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat("forward batch: ", what));
-}
-
 }  // namespace
 
-PackedBatch PackForwardBatch(const ForwardBatch& b, std::vector<int32_t>& staging) {
+AttentionRowCounts CountAttentionRows(std::span<const int32_t> seq_starts, int tile_rows) {
+  KVS_CHECK(tile_rows >= 1, "tile_rows ", tile_rows);
+  AttentionRowCounts c;
+  for (size_t i = 0; i + 1 < seq_starts.size(); ++i) {
+    const int32_t n = seq_starts[i + 1] - seq_starts[i];
+    if (n == 1) {
+      ++c.split_rows;
+    } else {
+      c.tiles += (n + tile_rows - 1) / tile_rows;
+    }
+  }
+  return c;
+}
+
+void PlanAttentionRows(std::span<const int32_t> seq_starts, int tile_rows, std::span<int32_t> split_rows,
+                       std::span<int32_t> tiles) {
+  const AttentionRowCounts c = CountAttentionRows(seq_starts, tile_rows);
+  KVS_CHECK(split_rows.size() == static_cast<size_t>(c.split_rows) && tiles.size() == 2 * static_cast<size_t>(c.tiles),
+            "attention routing spans of the wrong size");
+  size_t split_at = 0, tile_at = 0;
+  for (size_t i = 0; i + 1 < seq_starts.size(); ++i) {
+    const int32_t begin = seq_starts[i], end = seq_starts[i + 1];
+    if (end - begin == 1) {
+      split_rows[split_at++] = begin;
+      continue;
+    }
+    for (int32_t r = begin; r < end; r += tile_rows) {
+      tiles[tile_at++] = r;
+      tiles[tile_at++] = std::min(tile_rows, end - r);
+    }
+  }
+}
+
+int PrefillTileRows(int head_dim, int group, int max_tile_floats) {
+  if (head_dim < 1 || group < 1) return 0;
+  return std::min(32, max_tile_floats / (head_dim * group));
+}
+
+PackedBatch PackForwardBatch(const ForwardBatch& b, std::vector<int32_t>& staging, int tile_rows) {
   PackedBatch p;
+  p.tile_rows = tile_rows;
+  if (tile_rows > 0) {
+    const AttentionRowCounts c = CountAttentionRows(b.seq_starts, tile_rows);
+    p.num_split_rows = c.split_rows;
+    p.num_tiles = c.tiles;
+  }
   p.num_tokens = static_cast<int>(b.num_tokens());
   p.num_seqs = b.num_seqs();
   p.num_logits_rows = static_cast<int>(b.logits_rows.size());
@@ -36,6 +77,8 @@ PackedBatch PackForwardBatch(const ForwardBatch& b, std::vector<int32_t>& stagin
   p.block_tables = take(static_cast<int64_t>(b.block_tables.size()));
   p.logits_rows = take(p.num_logits_rows);
   p.row_seq = take(t);
+  p.split_rows = take(p.num_split_rows);
+  p.tiles = take(2 * static_cast<int64_t>(p.num_tiles));
   p.slot_mapping = take(2 * t);  // int64 entries; `at` is a multiple of 4 here
   p.total_int32 = at;
   staging.assign(static_cast<size_t>(at), 0);
@@ -49,6 +92,11 @@ PackedBatch PackForwardBatch(const ForwardBatch& b, std::vector<int32_t>& stagin
   put(p.table_offsets, b.block_table_offsets);
   put(p.block_tables, b.block_tables);
   put(p.logits_rows, b.logits_rows);
+  if (tile_rows > 0) {
+    const std::span<int32_t> all(staging);
+    PlanAttentionRows(b.seq_starts, tile_rows, all.subspan(static_cast<size_t>(p.split_rows), p.num_split_rows),
+                      all.subspan(static_cast<size_t>(p.tiles), 2 * static_cast<size_t>(p.num_tiles)));
+  }
   for (int i = 0; i < p.num_seqs; ++i) {
     for (int32_t r = b.seq_starts[static_cast<size_t>(i)]; r < b.seq_starts[static_cast<size_t>(i) + 1]; ++r) {
       staging[static_cast<size_t>(p.row_seq + r)] = i;
@@ -61,59 +109,6 @@ PackedBatch PackForwardBatch(const ForwardBatch& b, std::vector<int32_t>& stagin
     staging[static_cast<size_t>(p.slot_mapping + 2 * r + 1)] = static_cast<int32_t>(static_cast<uint32_t>(v >> 32));
   }
   return p;
-}
-
-absl::Status ValidateForwardBatch(const ModelConfig& c, int max_tokens, const ForwardBatch& b,
-                                  const cache::KvLayout& l, int64_t num_blocks) {
-  const int64_t t = b.num_tokens();
-  const int s = b.num_seqs();
-  if (l.num_layers != c.num_layers || l.num_kv_heads != c.num_kv_heads || l.head_dim != c.head_dim ||
-      l.block_size < 1) {
-    return BatchError("KV layout does not match the model (layers, KV heads, head_dim)");
-  }
-  if (t > max_tokens) return BatchError(absl::StrCat(t, " tokens exceed max_tokens_per_step ", max_tokens));
-  if (static_cast<int64_t>(b.positions.size()) != t || static_cast<int64_t>(b.slot_mapping.size()) != t) {
-    return BatchError("token_ids, positions and slot_mapping differ in length");
-  }
-  if (b.seq_starts.empty() || b.seq_starts.front() != 0 || b.seq_starts.back() != t) {
-    return BatchError("seq_starts must start at 0 and end at the number of tokens");
-  }
-  if (static_cast<int>(b.kv_lens.size()) != s || static_cast<int>(b.block_table_offsets.size()) != s + 1) {
-    return BatchError("kv_lens needs S entries and block_table_offsets S + 1");
-  }
-  if (b.block_table_offsets.front() != 0 ||
-      b.block_table_offsets.back() != static_cast<int32_t>(b.block_tables.size())) {
-    return BatchError("block_table_offsets must start at 0 and end at block_tables.size()");
-  }
-  for (int i = 0; i < s; ++i) {
-    const int64_t n = b.seq_starts[static_cast<size_t>(i) + 1] - b.seq_starts[static_cast<size_t>(i)];
-    const int64_t blocks =
-        b.block_table_offsets[static_cast<size_t>(i) + 1] - b.block_table_offsets[static_cast<size_t>(i)];
-    if (n < 0 || blocks < 0) return BatchError(absl::StrCat("sequence ", i, ": offsets decrease"));
-    const int32_t kv_len = b.kv_lens[static_cast<size_t>(i)];
-    if (kv_len < n) return BatchError(absl::StrCat("sequence ", i, ": kv_len ", kv_len, " < its ", n, " rows"));
-    if (kv_len > blocks * l.block_size) {
-      return BatchError(absl::StrCat("sequence ", i, ": kv_len ", kv_len, " needs more than its ", blocks, " blocks"));
-    }
-  }
-  for (int32_t block : b.block_tables) {
-    if (block < 0 || block >= num_blocks) return BatchError(absl::StrCat("block id ", block, " out of range"));
-  }
-  const int64_t num_slots = num_blocks * l.block_size;
-  for (int64_t i = 0; i < t; ++i) {
-    const auto u = static_cast<size_t>(i);
-    if (b.token_ids[u] < 0 || b.token_ids[u] >= c.vocab_size) {
-      return BatchError(absl::StrCat("token id ", b.token_ids[u], " at row ", i, " outside the vocabulary"));
-    }
-    if (b.positions[u] < 0) return BatchError(absl::StrCat("negative position at row ", i));
-    if (b.slot_mapping[u] < -1 || b.slot_mapping[u] >= num_slots) {
-      return BatchError(absl::StrCat("slot ", b.slot_mapping[u], " at row ", i, " out of range"));
-    }
-  }
-  for (int32_t r : b.logits_rows) {
-    if (r < 0 || r >= t) return BatchError(absl::StrCat("logits row ", r, " out of range"));
-  }
-  return absl::OkStatus();
 }
 
 size_t SplitWorkspaceBytes(int num_rows, int num_heads, int head_dim, int max_kv_len, int split_tokens) {
@@ -143,6 +138,24 @@ SampleRoute RouteFor(const SamplingParams& p) {
   const bool plain = p.greedy() && p.logit_bias.empty() && p.repetition_penalty == 1.0f &&
                      p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f && (!p.logprobs || *p.logprobs == 0);
   return plain ? SampleRoute::kDeviceGreedy : SampleRoute::kHost;
+}
+
+void DeviceMasks::Reset(int rows, int words_per_mask) {
+  KVS_CHECK(rows >= 0 && words_per_mask >= 0, "device masks: ", rows, " rows of ", words_per_mask, " words");
+  mask_index.assign(static_cast<size_t>(rows), -1);
+  words.clear();
+  mask_words = words_per_mask;
+  num_masks = 0;
+}
+
+void DeviceMasks::Set(int row, std::span<const uint64_t> allowed) {
+  KVS_CHECK(row >= 0 && static_cast<size_t>(row) < mask_index.size() && mask_index[static_cast<size_t>(row)] < 0,
+            "device masks: row ", row, " outside the step or constrained twice");
+  mask_index[static_cast<size_t>(row)] = num_masks++;
+  const size_t w = static_cast<size_t>(mask_words);
+  const size_t n = std::min(w, allowed.size());
+  words.insert(words.end(), allowed.begin(), allowed.begin() + static_cast<std::ptrdiff_t>(n));
+  words.resize(words.size() + (w - n), 0);
 }
 
 }  // namespace kvserve::model

@@ -5,7 +5,11 @@
 //   ForwardBatch (host spans) ──PackForwardBatch──► one int32 staging array, one H2D copy:
 //
 //     [token_ids T][positions T][seq_starts S+1][kv_lens S][table_offsets S+1]
-//     [block_tables B][logits_rows R][row_seq T][pad][slot_mapping T x int64]
+//     [block_tables B][logits_rows R][row_seq T][split_rows Rs][tiles 2 x NT][pad]
+//     [slot_mapping T x int64]
+//
+//   split_rows / tiles: which rows the split-KV decode kernel and which the tiled prefill
+//   kernel attend (PlanAttentionRows); both empty when the caller passes tile_rows 0.
 //
 //   every section starts at a multiple of 4 int32 (16 bytes); slot_mapping at a multiple of
 //   2 int32 as well, so it can be read as int64 on the device.
@@ -15,11 +19,13 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "cache/kv_layout.h"
 #include "model/forward_batch.h"
+#include "model/forward_validation.h"  // ValidateForwardBatch, the device model's gate
 #include "model/model_config.h"
 #include "model/sampler.h"
 
@@ -28,22 +34,42 @@ namespace kvserve::model {
 // Offsets (in int32 units) of each section inside the packed staging array.
 struct PackedBatch {
   int64_t token_ids = 0, positions = 0, seq_starts = 0, kv_lens = 0, table_offsets = 0, block_tables = 0,
-          logits_rows = 0, row_seq = 0, slot_mapping = 0;
+          logits_rows = 0, row_seq = 0, split_rows = 0, tiles = 0, slot_mapping = 0;
   int64_t total_int32 = 0;  // size of the staging array
   int num_tokens = 0;
   int num_seqs = 0;
   int num_logits_rows = 0;
   int max_kv_len = 0;  // max of kv_lens (0 for an empty batch)
+  int num_split_rows = 0;
+  int num_tiles = 0;
+  int tile_rows = 0;   // as passed to PackForwardBatch
 };
 
-// Packs `batch` into `staging` (resized; capacity reused) and returns the section offsets.
-// row_seq[t] is the sequence of row t (from seq_starts).
-PackedBatch PackForwardBatch(const ForwardBatch& batch, std::vector<int32_t>& staging);
+// Attention routing of a step (kernels/cuda/paged_attention.h): the rows of single-row
+// sequences (decode) go to the split-KV kernel, which splits long contexts across CTAs; the
+// rows of multi-row sequences (prefill chunks) are cut into tiles of up to `tile_rows`
+// consecutive rows of one sequence, (first row, rows) pairs, for the tiled kernel. Every row
+// lands in exactly one of the two. tile_rows >= 1.
+// CountAttentionRows sizes the two lists, PlanAttentionRows fills them (spans of exactly
+// split_rows and 2 x tiles entries).
+struct AttentionRowCounts {
+  int split_rows = 0;
+  int tiles = 0;
+};
+AttentionRowCounts CountAttentionRows(std::span<const int32_t> seq_starts, int tile_rows);
+void PlanAttentionRows(std::span<const int32_t> seq_starts, int tile_rows, std::span<int32_t> split_rows,
+                       std::span<int32_t> tiles);
 
-// The checks LlamaModel::Forward makes, for a model of `config` accepting `max_tokens` rows,
-// over a pool of `num_blocks` blocks laid out as `layout`. InvalidArgument names the field.
-absl::Status ValidateForwardBatch(const ModelConfig& config, int max_tokens, const ForwardBatch& batch,
-                                  const cache::KvLayout& layout, int64_t num_blocks);
+// Query rows per prefill tile for a model of `group` query heads per KV head and `head_dim`:
+// the most rows (at most 32) whose queries fit `max_tile_floats` floats
+// (kernels::cuda::kMaxPrefillTileFloats); 0 when not even one row fits.
+int PrefillTileRows(int head_dim, int group, int max_tile_floats);
+
+// Packs `batch` into `staging` (resized; capacity reused) and returns the section offsets.
+// row_seq[t] is the sequence of row t (from seq_starts). tile_rows > 0 also packs the
+// attention routing (PlanAttentionRows); 0 leaves split_rows and tiles empty.
+PackedBatch PackForwardBatch(const ForwardBatch& batch, std::vector<int32_t>& staging, int tile_rows = 0);
+
 
 // Split-KV decode attention (kernels/cuda/paged_attention.h): attended slots per split for a
 // step of `num_rows` query rows over `num_kv_heads` heads whose longest context is
@@ -62,5 +88,23 @@ size_t SplitWorkspaceBytes(int num_rows, int num_heads, int head_dim, int max_kv
 // (model/sampler_rng.h), so the CPU and CUDA backends sample identically from equal logits.
 enum class SampleRoute { kDeviceGreedy, kHost };
 SampleRoute RouteFor(const SamplingParams& params);
+
+// Structured-output masks of one step's device-greedy rows, packed for one upload: only the
+// constrained rows carry a mask (the others are -1), each exactly `mask_words` words (the
+// device vocabulary's); a grammar mask shorter than that is padded with zero words, so ids past
+// it are never allowed, as model::Sampler treats them. Reused across steps (no allocation once
+// grown).
+struct DeviceMasks {
+  std::vector<int32_t> mask_index;  // [rows] index into words / mask_words, or -1
+  std::vector<uint64_t> words;      // [num_masks][mask_words]
+  int mask_words = 0;
+  int num_masks = 0;
+
+  // Starts a step of `rows` sampled rows, all unconstrained.
+  void Reset(int rows, int words_per_mask);
+  // Constrains row `row` (< rows, once per step) to the tokens set in `allowed` (bit i of word
+  // i / 64); words of `allowed` past mask_words are dropped (they name ids past the vocabulary).
+  void Set(int row, std::span<const uint64_t> allowed);
+};
 
 }  // namespace kvserve::model

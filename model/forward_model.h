@@ -29,8 +29,17 @@ class ForwardModel {
   virtual std::span<const float> rope_inv_freq() const = 0;
   // Most rows one Forward accepts.
   virtual int max_tokens_per_step() const = 0;
-  // The KV layout this model needs for a given block size and KV dtype.
-  virtual cache::KvLayout KvLayoutFor(int block_size, config::KvDtype dtype) const = 0;
+  // The KV layout this model needs for a given block size and KV dtype: the config's layers,
+  // KV heads and head_dim (every Llama-family model, CPU or device).
+  virtual cache::KvLayout KvLayoutFor(int block_size, config::KvDtype dtype) const {
+    cache::KvLayout l;
+    l.num_layers = config().num_layers;
+    l.num_kv_heads = config().num_kv_heads;
+    l.head_dim = config().head_dim;
+    l.block_size = block_size;
+    l.dtype = dtype;
+    return l;
+  }
   // One step (forward_batch.h). A bad batch is an InvalidArgument and leaves the cache as it was.
   virtual absl::Status Forward(const ForwardBatch& batch, const KvCacheView& kv, std::span<float> logits,
                                const ForwardObservers* observers = nullptr) = 0;

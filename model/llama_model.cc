@@ -10,6 +10,7 @@
 #include "kernels/cpu/compute_pool.h"
 #include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/paged_attention.h"
+#include "model/forward_validation.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/swiglu.h"
@@ -76,89 +77,14 @@ LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, const ModelOpti
                c.vocab_size, static_cast<double>(c.num_parameters()) * 1e-6, threads_);
 }
 
-cache::KvLayout LlamaModel::KvLayoutFor(int block_size, config::KvDtype dtype) const {
-  cache::KvLayout l;
-  l.num_layers = config_.num_layers;
-  l.num_kv_heads = config_.num_kv_heads;
-  l.head_dim = config_.head_dim;
-  l.block_size = block_size;
-  l.dtype = dtype;
-  return l;
-}
-
 absl::Status LlamaModel::Validate(const ForwardBatch& b, const KvCacheView& kv, std::span<float> logits,
                                   const ForwardObservers* observers) const {
-  const int64_t t = b.num_tokens();
-  const int s = b.num_seqs();
-  const auto& l = kv.layout;
-  if (l.num_layers != config_.num_layers || l.num_kv_heads != config_.num_kv_heads ||
-      l.head_dim != config_.head_dim || l.block_size < 1) {
-    return BatchError("KV layout does not match the model (layers, KV heads, head_dim)");
-  }
-  if (static_cast<int>(kv.layer_data.size()) != l.num_layers) return BatchError("KV view needs one data pointer per layer");
-  if (l.has_scales() && static_cast<int>(kv.layer_scales.size()) != l.num_layers) {
-    return BatchError("KV view needs one scale pointer per layer for this dtype");
-  }
-  if (t > max_tokens_) return BatchError(absl::StrCat(t, " tokens exceed max_tokens_per_step ", max_tokens_));
-  if (static_cast<int64_t>(b.positions.size()) != t || static_cast<int64_t>(b.slot_mapping.size()) != t) {
-    return BatchError("token_ids, positions and slot_mapping differ in length");
-  }
-  if (b.seq_starts.empty() || b.seq_starts.front() != 0 || b.seq_starts.back() != t) {
-    return BatchError("seq_starts must start at 0 and end at the number of tokens");
-  }
-  if (static_cast<int>(b.kv_lens.size()) != s || static_cast<int>(b.block_table_offsets.size()) != s + 1) {
-    return BatchError("kv_lens needs S entries and block_table_offsets S + 1");
-  }
-  if (b.block_table_offsets.front() != 0 ||
-      b.block_table_offsets.back() != static_cast<int32_t>(b.block_tables.size())) {
-    return BatchError("block_table_offsets must start at 0 and end at block_tables.size()");
-  }
-  for (int i = 0; i < s; ++i) {
-    const int64_t n = b.seq_starts[i + 1] - b.seq_starts[i];
-    const int64_t blocks = b.block_table_offsets[i + 1] - b.block_table_offsets[i];
-    if (n < 0 || blocks < 0) return BatchError(absl::StrCat("sequence ", i, ": offsets decrease"));
-    if (b.kv_lens[i] < n) {
-      return BatchError(absl::StrCat("sequence ", i, ": kv_len ", b.kv_lens[i], " < its ", n, " rows"));
-    }
-    if (b.kv_lens[i] > blocks * l.block_size) {
-      return BatchError(absl::StrCat("sequence ", i, ": kv_len ", b.kv_lens[i], " needs more than its ",
-                                     blocks, " blocks"));
-    }
-  }
-  for (int32_t block : b.block_tables) {
-    if (block < 0 || block >= kv.num_blocks) return BatchError(absl::StrCat("block id ", block, " out of range"));
-  }
-  const int64_t num_slots = kv.num_blocks * l.block_size;
-  for (int64_t i = 0; i < t; ++i) {
-    if (b.token_ids[i] < 0 || b.token_ids[i] >= config_.vocab_size) {
-      return BatchError(absl::StrCat("token id ", b.token_ids[i], " at row ", i, " outside the vocabulary"));
-    }
-    if (b.positions[i] < 0) return BatchError(absl::StrCat("negative position at row ", i));
-    if (b.slot_mapping[i] < -1 || b.slot_mapping[i] >= num_slots) {
-      return BatchError(absl::StrCat("slot ", b.slot_mapping[i], " at row ", i, " out of range"));
-    }
-  }
-  for (int32_t r : b.logits_rows) {
-    if (r < 0 || r >= t) return BatchError(absl::StrCat("logits row ", r, " out of range"));
-  }
+  KVS_RETURN_IF_ERROR(ValidateForwardBatch(config_, max_tokens_, b, kv.layout, kv.num_blocks));
+  KVS_RETURN_IF_ERROR(ValidateKvView(kv));
   if (logits.size() < b.logits_rows.size() * static_cast<size_t>(config_.vocab_size)) {
     return BatchError("logits buffer too small");
   }
-  if (observers != nullptr && !observers->attention_mass.empty()) {
-    int64_t max_len = 0;
-    for (int32_t len : b.kv_lens) max_len = std::max<int64_t>(max_len, len);
-    if (observers->mass_stride < max_len ||
-        static_cast<int64_t>(observers->attention_mass.size()) <
-            static_cast<int64_t>(config_.num_layers) * s * config_.num_kv_heads * observers->mass_stride) {
-      return BatchError("attention_mass buffer or stride too small");
-    }
-  }
-  if (observers != nullptr && !observers->pre_rope_queries.empty() &&
-      static_cast<int64_t>(observers->pre_rope_queries.size()) <
-          static_cast<int64_t>(config_.num_layers) * t * config_.q_size()) {
-    return BatchError("pre_rope_queries buffer too small");
-  }
-  return absl::OkStatus();
+  return ValidateObservers(config_, b, observers);
 }
 
 absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, std::span<float> logits,

@@ -55,7 +55,6 @@ class LlamaModel final : public ForwardModel {
   int threads() const { return threads_; }
   int max_tokens_per_step() const override { return max_tokens_; }
   // The KV layout this model needs for a given block size and KV dtype.
-  cache::KvLayout KvLayoutFor(int block_size, config::KvDtype dtype) const override;
 
   // Runs one step. Writes the K/V of every row with slot_mapping >= 0 into `kv` and the
   // logits of batch.logits_rows (in that order) into `logits` ([R][vocab], R =

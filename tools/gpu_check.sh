@@ -31,6 +31,11 @@ case "${1:-}" in
 esac
 
 # The gpu test binaries and the CUDA benchmarks (keep in step with tests/unit/cuda, bench/).
+# cuda_backend_test holds every gpu test: KV storage, sampler draws, paged attention (split-KV
+# and tiled prefill), Llama kernels (incl. grammar-masked greedy), device compression
+# (TriAttention/SnapKV scores, compaction), the CUDA model and the CUDA engine (greedy, n > 1,
+# compression policies, preemption by recompute and swap, structured outputs).
+# cuda_kv_bench also prints prefill attention and a device TriAttention round.
 gpu_tests=(cuda_backend_test)
 benches=(cuda_kv_bench cuda_e2e_bench)
 

@@ -1,10 +1,12 @@
 // KV element codes in device code: the same bit-level algorithms as kernels/cpu/kv_quant.cc
 // (restated, not shared: that file is host-only), so codes written on the device are
-// bit-identical to the CPU's for every finite input. Every float operation that takes part
+// bit-identical to the CPU's for every finite input, and decoded exactly as the CPU decodes
+// them (every kernel that reads KV: attention, mass, compression scoring, compaction). Every float operation that takes part
 // in rounding is an explicit _rn intrinsic, so nvcc cannot contract it into an FMA.
 // Included only by .cu files of kernels/cuda.
 #pragma once
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -80,6 +82,46 @@ __device__ __forceinline__ uint8_t FloatToInt8Code(float v) {
   int32_t q = static_cast<int32_t>(__fsub_rn(__fadd_rn(v, kMagic), kMagic));
   q = q > 127 ? 127 : (q < -127 ? -127 : q);
   return static_cast<uint8_t>(static_cast<int8_t>(q));
+}
+
+// ------------------------------------------------------------------ decoding (exact)
+
+__device__ __forceinline__ float Bf16CodeToFloat(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
+
+__device__ __forceinline__ float Fp8E4M3CodeToFloat(uint8_t b) {
+  const int e = (b >> 3) & 0xf, m = b & 7;
+  float v;
+  if (e == 0) {
+    v = ldexpf(static_cast<float>(m), -9);
+  } else if (e == 15 && m == 7) {
+    v = __int_as_float(0x7fc00000);
+  } else {
+    v = ldexpf(static_cast<float>(8 + m), e - 10);
+  }
+  return (b & 0x80) ? -v : v;
+}
+
+__device__ __forceinline__ bool KvScaled(config::KvDtype d) {
+  return d == config::KvDtype::kFp8E4M3 || d == config::KvDtype::kInt8;
+}
+
+// Element `i` of the row starting at element offset `base` of a layer array, dequantized
+// (row_scale: the row's scale; ignored by the unscaled dtypes).
+__device__ __forceinline__ float LoadKvElem(config::KvDtype dtype, const std::byte* data, size_t base, int i,
+                                            float row_scale) {
+  switch (dtype) {
+    case config::KvDtype::kFp32:
+      return reinterpret_cast<const float*>(data)[base + i];
+    case config::KvDtype::kFp16:
+      return __half2float(reinterpret_cast<const __half*>(data)[base + i]);
+    case config::KvDtype::kBf16:
+      return Bf16CodeToFloat(reinterpret_cast<const uint16_t*>(data)[base + i]);
+    case config::KvDtype::kFp8E4M3:
+      return Fp8E4M3CodeToFloat(reinterpret_cast<const uint8_t*>(data)[base + i]) * row_scale;
+    case config::KvDtype::kInt8:
+      return static_cast<float>(reinterpret_cast<const int8_t*>(data)[base + i]) * row_scale;
+  }
+  return 0.0f;
 }
 
 }  // namespace kvserve::kernels::cuda

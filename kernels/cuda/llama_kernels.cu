@@ -161,17 +161,10 @@ constexpr int kSampleThreads = 256;
 
 __device__ __forceinline__ bool Better(float v, int i, float bv, int bi) { return v > bv || (v == bv && i < bi); }
 
-__global__ void __launch_bounds__(kSampleThreads) GreedyKernel(const float* logits, int vocab, int32_t* tokens,
-                                                               float* logprobs) {
-  const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
-  float bv = -INFINITY;
-  int bi = INT_MAX;
-  for (int i = static_cast<int>(threadIdx.x); i < vocab; i += kSampleThreads) {
-    if (Better(row[i], i, bv, bi)) {
-      bv = row[i];
-      bi = i;
-    }
-  }
+// Block-wide first maximum (value, then lowest id) of each thread's candidate; every thread
+// gets the result. `slot` selects one of two shared buffers so two reductions may follow
+// each other without a barrier in between.
+__device__ __forceinline__ void BlockBest(float& bv, int& bi, int slot) {
   for (int o = 16; o > 0; o >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
     const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
@@ -180,25 +173,54 @@ __global__ void __launch_bounds__(kSampleThreads) GreedyKernel(const float* logi
       bi = oi;
     }
   }
-  __shared__ float wv[kSampleThreads / 32];
-  __shared__ int wi[kSampleThreads / 32];
-  __shared__ double ws[kSampleThreads / 32];
+  __shared__ float wv[2][kSampleThreads / 32];
+  __shared__ int wi[2][kSampleThreads / 32];
   if (threadIdx.x % 32 == 0) {
-    wv[threadIdx.x / 32] = bv;
-    wi[threadIdx.x / 32] = bi;
+    wv[slot][threadIdx.x / 32] = bv;
+    wi[slot][threadIdx.x / 32] = bi;
   }
   __syncthreads();
-  bv = wv[0];
-  bi = wi[0];
+  bv = wv[slot][0];
+  bi = wi[slot][0];
   for (int w = 1; w < kSampleThreads / 32; ++w) {
-    if (Better(wv[w], wi[w], bv, bi)) {
-      bv = wv[w];
-      bi = wi[w];
+    if (Better(wv[slot][w], wi[slot][w], bv, bi)) {
+      bv = wv[slot][w];
+      bi = wi[slot][w];
     }
   }
-  if (bi == INT_MAX) bi = 0;  // an all-NaN row: the CPU's max_element also lands on id 0
+}
+
+// masks == nullptr or mask_index[row] < 0: every token. Otherwise the argmax runs over the
+// tokens whose bit is set in masks[mask_index[row] * mask_words ...] (as model::Sampler's
+// allowed mask), while the logprob stays the raw row's log-softmax, shifted by the raw
+// maximum as on the CPU.
+__global__ void __launch_bounds__(kSampleThreads) GreedyKernel(const float* logits, int vocab,
+                                                               const int32_t* mask_index, const uint64_t* masks,
+                                                               int mask_words, int32_t* tokens, float* logprobs) {
+  const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
+  const int mi = mask_index != nullptr ? mask_index[blockIdx.x] : -1;
+  const uint64_t* mask = mi >= 0 ? masks + static_cast<int64_t>(mi) * mask_words : nullptr;
+  float bv = -INFINITY, rv = -INFINITY;  // best allowed, best overall
+  int bi = INT_MAX, ri = INT_MAX;
+  for (int i = static_cast<int>(threadIdx.x); i < vocab; i += kSampleThreads) {
+    if (Better(row[i], i, rv, ri)) {
+      rv = row[i];
+      ri = i;
+    }
+    if (mask != nullptr && !((mask[i >> 6] >> (i & 63)) & 1u)) continue;
+    if (Better(row[i], i, bv, bi)) {
+      bv = row[i];
+      bi = i;
+    }
+  }
+  BlockBest(bv, bi, 0);
+  BlockBest(rv, ri, 1);
+  __shared__ double ws[kSampleThreads / 32];
+  // An all-NaN row, or (masked) no allowed token above -inf: the CPU's max_element lands on
+  // id 0 (every candidate compares equal to the first).
+  if (bi == INT_MAX || (mask != nullptr && bv == -INFINITY)) bi = 0;
   // log-softmax of the token, the sum in double as the CPU sampler.
-  const double mx = static_cast<double>(bv);
+  const double mx = static_cast<double>(mask != nullptr ? rv : bv);
   double sum = 0.0;
   for (int i = static_cast<int>(threadIdx.x); i < vocab; i += kSampleThreads) {
     sum += exp(static_cast<double>(row[i]) - mx);
@@ -288,8 +310,17 @@ int ToBf16(const float* x, int64_t x_stride, int64_t rows, int cols, uint16_t* o
 }
 
 int GreedySample(const float* logits, int64_t rows, int vocab, int32_t* tokens, float* logprobs, void* stream) {
+  return GreedySampleMasked(logits, rows, vocab, nullptr, nullptr, 0, tokens, logprobs, stream);
+}
+
+int GreedySampleMasked(const float* logits, int64_t rows, int vocab, const int32_t* mask_index,
+                       const uint64_t* masks, int mask_words, int32_t* tokens, float* logprobs, void* stream) {
   if (rows == 0) return 0;
-  GreedyKernel<<<static_cast<unsigned>(rows), kSampleThreads, 0, AsStream(stream)>>>(logits, vocab, tokens, logprobs);
+  if (mask_index != nullptr && (masks == nullptr || static_cast<int64_t>(mask_words) * 64 < vocab)) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+  GreedyKernel<<<static_cast<unsigned>(rows), kSampleThreads, 0, AsStream(stream)>>>(
+      logits, vocab, mask_index, masks, mask_words, tokens, logprobs);
   return LastError();
 }
 

@@ -54,6 +54,13 @@ int ToBf16(const float* x, int64_t x_stride, int64_t rows, int cols, uint16_t* o
 // Greedy: tokens[r] = first argmax of logits[r][:vocab]; logprobs[r] = logits[r][token] -
 // logsumexp(logits[r]) (accumulated in double). One CTA per row.
 int GreedySample(const float* logits, int64_t rows, int vocab, int32_t* tokens, float* logprobs, void* stream);
+// The same with structured-output masks: row r with mask_index[r] >= 0 takes its argmax over
+// the tokens whose bit is set in masks[mask_index[r] * mask_words ...] (bit i of word i / 64,
+// mask_words * 64 >= vocab), as model::Sampler's `allowed`; when no allowed token is above
+// -inf it returns id 0, as the CPU's max_element. The logprob stays that of the raw row.
+// mask_index may be null (no masks).
+int GreedySampleMasked(const float* logits, int64_t rows, int vocab, const int32_t* mask_index,
+                       const uint64_t* masks, int mask_words, int32_t* tokens, float* logprobs, void* stream);
 
 // Deterministic pseudo-random fill (benchmarks' random weights): out[i] = scale * u(i) + shift,
 // u uniform in [-1, 1) from a hash of (seed, i). As fp32 or as bf16 codes.

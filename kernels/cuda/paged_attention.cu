@@ -1,10 +1,12 @@
 #include "kernels/cuda/paged_attention.h"
 
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstring>
+#include <type_traits>
+
+#include "kernels/cuda/kv_codes.cuh"
 
 namespace kvserve::kernels::cuda {
 namespace {
@@ -24,54 +26,17 @@ struct Params {
   float scale;
   int split_tokens;
   int num_splits;
-  float* ws_m;    // [rows][heads][splits]
-  float* ws_l;    // [rows][heads][splits]
-  float* ws_acc;  // [rows][heads][splits][head_dim]
+  const int32_t* split_rows;  // rows of the split-KV kernel (null: every row)
+  int num_split_rows;
+  float* ws_m;    // [split rows][heads][splits]
+  float* ws_l;    // [split rows][heads][splits]
+  float* ws_acc;  // [split rows][heads][splits][head_dim]
 };
 
-// Exact decoders, bit-for-bit those of kernels/cpu/kv_quant.cc.
-__device__ __forceinline__ float Bf16Bits(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
-__device__ __forceinline__ float Fp8E4M3(uint8_t b) {
-  const int e = (b >> 3) & 0xf, m = b & 7;
-  float v;
-  if (e == 0) {
-    v = ldexpf(static_cast<float>(m), -9);
-  } else if (e == 15 && m == 7) {
-    v = __int_as_float(0x7fc00000);
-  } else {
-    v = ldexpf(static_cast<float>(8 + m), e - 10);
-  }
-  return (b & 0x80) ? -v : v;
-}
+__device__ __forceinline__ int SplitRow(const Params& p, int i) { return p.split_rows != nullptr ? p.split_rows[i] : i; }
 
-// Element `i` of the row starting at element offset `base`, dequantized (scale: the row's).
 __device__ __forceinline__ float Load(const Params& p, size_t base, int i, float row_scale) {
-  switch (p.layout.dtype) {
-    case config::KvDtype::kFp32:
-      return reinterpret_cast<const float*>(p.data)[base + i];
-    case config::KvDtype::kFp16:
-      return __half2float(reinterpret_cast<const __half*>(p.data)[base + i]);
-    case config::KvDtype::kBf16:
-      return Bf16Bits(reinterpret_cast<const uint16_t*>(p.data)[base + i]);
-    case config::KvDtype::kFp8E4M3:
-      return Fp8E4M3(reinterpret_cast<const uint8_t*>(p.data)[base + i]) * row_scale;
-    case config::KvDtype::kInt8:
-      return static_cast<float>(reinterpret_cast<const int8_t*>(p.data)[base + i]) * row_scale;
-  }
-  return 0.0f;
-}
-
-// cache::KvLayout's addressing, restated for device code (the layout header stays plain C++).
-__device__ __forceinline__ size_t RunIndex(const cache::KvLayout& l, int64_t block, int kv, int head) {
-  return (static_cast<size_t>(block) * 2 + static_cast<size_t>(kv)) * static_cast<size_t>(l.num_kv_heads) +
-         static_cast<size_t>(head);
-}
-__device__ __forceinline__ size_t ElemOffset(const cache::KvLayout& l, int64_t block, int kv, int head, int off) {
-  return RunIndex(l, block, kv, head) * static_cast<size_t>(l.block_size) * static_cast<size_t>(l.head_dim) +
-         static_cast<size_t>(off) * static_cast<size_t>(l.head_dim);
-}
-__device__ __forceinline__ size_t ScaleOffset(const cache::KvLayout& l, int64_t block, int kv, int head, int off) {
-  return RunIndex(l, block, kv, head) * static_cast<size_t>(l.block_size) + static_cast<size_t>(off);
+  return LoadKvElem(p.layout.dtype, p.data, base, i, row_scale);
 }
 
 __device__ __forceinline__ float WarpSum(float x) {
@@ -82,7 +47,8 @@ __device__ __forceinline__ float WarpSum(float x) {
 // kElems = ceil(head_dim / 32): lane l owns elements l, l + 32, ... (coalesced per warp).
 template <int kElems>
 __global__ void __launch_bounds__(kThreads) SplitKernel(Params p) {
-  const int row = static_cast<int>(blockIdx.x), g = static_cast<int>(blockIdx.y), split = static_cast<int>(blockIdx.z);
+  const int row_index = static_cast<int>(blockIdx.x), g = static_cast<int>(blockIdx.y);
+  const int split = static_cast<int>(blockIdx.z), row = SplitRow(p, row_index);
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int hd = p.layout.head_dim, group = p.group;
   const int s = p.seqs.row_seq[row];
@@ -118,13 +84,13 @@ __global__ void __launch_bounds__(kThreads) SplitKernel(Params p) {
 
   const int bs = p.layout.block_size;
   const int32_t* table = p.seqs.block_tables + p.seqs.block_table_offsets[s];
-  const bool scaled = p.layout.dtype == config::KvDtype::kFp8E4M3 || p.layout.dtype == config::KvDtype::kInt8;
+  const bool scaled = KvScaled(p.layout.dtype);
   for (int i = begin + warp; i < end; i += kWarps) {
     const int64_t block = table[i / bs];
     const int off = i % bs;
-    const size_t kb = ElemOffset(p.layout, block, 0, g, off), vb = ElemOffset(p.layout, block, 1, g, off);
-    const float ks = scaled ? p.scales[ScaleOffset(p.layout, block, 0, g, off)] : 1.0f;
-    const float vs = scaled ? p.scales[ScaleOffset(p.layout, block, 1, g, off)] : 1.0f;
+    const size_t kb = KvElemOffset(p.layout, block, 0, g, off), vb = KvElemOffset(p.layout, block, 1, g, off);
+    const float ks = scaled ? p.scales[KvScaleOffset(p.layout, block, 0, g, off)] : 1.0f;
+    const float vs = scaled ? p.scales[KvScaleOffset(p.layout, block, 1, g, off)] : 1.0f;
     float k[kElems], v[kElems];
 #pragma unroll
     for (int e = 0; e < kElems; ++e) {
@@ -177,7 +143,7 @@ __global__ void __launch_bounds__(kThreads) SplitKernel(Params p) {
         a += acc_s[w][h][d] * f;
       }
     }
-    const int64_t slot = (static_cast<int64_t>(row) * p.num_heads + g * group + h) * p.num_splits + split;
+    const int64_t slot = (static_cast<int64_t>(row_index) * p.num_heads + g * group + h) * p.num_splits + split;
     p.ws_acc[slot * hd + d] = a;
     if (d == 0) {
       p.ws_m[slot] = mx;
@@ -187,9 +153,10 @@ __global__ void __launch_bounds__(kThreads) SplitKernel(Params p) {
 }
 
 __global__ void CombineKernel(Params p, float* out, int64_t out_stride, float* lse) {
-  const int row = static_cast<int>(blockIdx.x), head = static_cast<int>(blockIdx.y);
+  const int row_index = static_cast<int>(blockIdx.x), head = static_cast<int>(blockIdx.y);
+  const int row = SplitRow(p, row_index);
   const int hd = p.layout.head_dim;
-  const int64_t base = (static_cast<int64_t>(row) * p.num_heads + head) * p.num_splits;
+  const int64_t base = (static_cast<int64_t>(row_index) * p.num_heads + head) * p.num_splits;
   float mx = -INFINITY;
   for (int sp = 0; sp < p.num_splits; ++sp) mx = fmaxf(mx, p.ws_m[base + sp]);
   float sum = 0.0f;
@@ -206,6 +173,138 @@ __global__ void CombineKernel(Params p, float* out, int64_t out_stride, float* l
   if (lse != nullptr && threadIdx.x == 0) lse[static_cast<int64_t>(row) * p.num_heads + head] = mx + logf(sum);
 }
 
+// ------------------------------------------------------------------ tiled prefill
+
+constexpr int kChunk = 32;                                  // slots per shared-memory chunk
+constexpr int kTileAcc = kMaxPrefillTileFloats / kThreads;  // accumulators per thread
+
+// Dynamic shared memory of a tile of `vecs` query vectors (rows x group): queries, K chunk
+// (rows padded by one float against bank conflicts), V chunk, scores, and per vector the
+// running max, sum and this chunk's correction.
+size_t TileSharedBytes(int vecs, int hd) {
+  return (static_cast<size_t>(vecs) * hd + static_cast<size_t>(kChunk) * (2 * hd + 1) +
+          static_cast<size_t>(vecs) * kChunk + 3 * static_cast<size_t>(vecs)) *
+         sizeof(float);
+}
+
+__global__ void __launch_bounds__(kThreads) TileKernel(Params p, float* out, int64_t out_stride, float* lse) {
+  const int tile = static_cast<int>(blockIdx.x), g = static_cast<int>(blockIdx.y);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int hd = p.layout.head_dim, group = p.group, bs = p.layout.block_size;
+  const int first = p.seqs.tiles[2 * tile], rows = p.seqs.tiles[2 * tile + 1];
+  const int s = p.seqs.row_seq[first];
+  const int start = p.seqs.seq_starts[s];
+  const int n = p.seqs.seq_starts[s + 1] - start;
+  const int kv_len = p.seqs.kv_lens[s];
+  // Row r of the tile (query row first + r) attends slots [0, base_attend + r].
+  const int base_attend = kv_len - n + (first - start);
+  const int end = base_attend + rows;  // slots the tile's last row attends
+  const int vecs = rows * group;       // query vector v = r * group + h
+  const int elems = vecs * hd;         // <= kMaxPrefillTileFloats (checked at launch)
+
+  extern __shared__ float smem[];
+  float* q_s = smem;                            // [vecs][hd]
+  float* k_s = q_s + vecs * hd;                 // [kChunk][hd + 1]
+  float* v_s = k_s + kChunk * (hd + 1);         // [kChunk][hd]
+  float* sc_s = v_s + kChunk * hd;              // [vecs][kChunk]
+  float* m_s = sc_s + vecs * kChunk;            // [vecs]
+  float* l_s = m_s + vecs;                      // [vecs]
+  float* c_s = l_s + vecs;                      // [vecs]
+
+  for (int i = tid; i < elems; i += kThreads) {
+    const int v = i / hd, d = i % hd;
+    const int r = v / group, h = v % group;
+    q_s[i] = p.q[static_cast<int64_t>(first + r) * p.q_stride + static_cast<int64_t>(g * group + h) * hd + d];
+  }
+  for (int v = tid; v < vecs; v += kThreads) {
+    m_s[v] = -INFINITY;
+    l_s[v] = 0.0f;
+  }
+  float acc[kTileAcc];
+#pragma unroll
+  for (int k = 0; k < kTileAcc; ++k) acc[k] = 0.0f;
+
+  const int32_t* table = p.seqs.block_tables + p.seqs.block_table_offsets[s];
+  const bool scaled = KvScaled(p.layout.dtype);
+  for (int c0 = 0; c0 < end; c0 += kChunk) {
+    const int cn = min(kChunk, end - c0);
+    __syncthreads();  // the previous chunk's V and scores are consumed; q_s, m_s, l_s written
+    for (int i = tid; i < cn * hd; i += kThreads) {
+      const int c = i / hd, d = i % hd;
+      const int slot = c0 + c;
+      const int64_t block = table[slot / bs];
+      const int off = slot % bs;
+      const float ks = scaled ? p.scales[KvScaleOffset(p.layout, block, 0, g, off)] : 1.0f;
+      const float vsc = scaled ? p.scales[KvScaleOffset(p.layout, block, 1, g, off)] : 1.0f;
+      k_s[c * (hd + 1) + d] = Load(p, KvElemOffset(p.layout, block, 0, g, off), d, ks);
+      v_s[c * hd + d] = Load(p, KvElemOffset(p.layout, block, 1, g, off), d, vsc);
+    }
+    __syncthreads();
+    for (int i = tid; i < vecs * kChunk; i += kThreads) {
+      const int v = i / kChunk, c = i % kChunk;
+      const int r = v / group;
+      float score = -INFINITY;
+      if (c < cn && c0 + c <= base_attend + r) {
+        const float* qv = q_s + v * hd;
+        const float* kc = k_s + c * (hd + 1);
+        float dot = 0.0f;
+        for (int d = 0; d < hd; ++d) dot += qv[d] * kc[d];
+        score = dot * p.scale;
+      }
+      sc_s[i] = score;
+    }
+    __syncthreads();
+    // Online softmax, one thread per query vector; the scores become probabilities.
+    for (int v = tid; v < vecs; v += kThreads) {
+      float* sv = sc_s + v * kChunk;
+      float mx = m_s[v];
+      for (int c = 0; c < cn; ++c) mx = fmaxf(mx, sv[c]);
+      float corr = 1.0f, sum = 0.0f;
+      if (mx != -INFINITY) {
+        corr = m_s[v] == -INFINITY ? 0.0f : expf(m_s[v] - mx);
+        for (int c = 0; c < kChunk; ++c) {
+          const float pr = (c < cn && sv[c] != -INFINITY) ? expf(sv[c] - mx) : 0.0f;
+          sv[c] = pr;
+          sum += pr;
+        }
+      } else {
+        for (int c = 0; c < kChunk; ++c) sv[c] = 0.0f;
+      }
+      m_s[v] = mx;
+      l_s[v] = l_s[v] * corr + sum;
+      c_s[v] = corr;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < kTileAcc; ++k) {
+      const int e = tid + k * kThreads;
+      if (e < elems) {
+        const int v = e / hd, d = e % hd;
+        const float* pv = sc_s + v * kChunk;
+        float a = acc[k] * c_s[v];
+        for (int c = 0; c < cn; ++c) a += pv[c] * v_s[c * hd + d];
+        acc[k] = a;
+      }
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < kTileAcc; ++k) {
+    const int e = tid + k * kThreads;
+    if (e < elems) {
+      const int v = e / hd, d = e % hd;
+      const int r = v / group, h = v % group;
+      out[static_cast<int64_t>(first + r) * out_stride + static_cast<int64_t>(g * group + h) * hd + d] = acc[k] / l_s[v];
+    }
+  }
+  if (lse != nullptr) {
+    for (int v = tid; v < vecs; v += kThreads) {
+      const int r = v / group, h = v % group;
+      lse[static_cast<int64_t>(first + r) * p.num_heads + g * group + h] = m_s[v] + logf(l_s[v]);
+    }
+  }
+}
+
 constexpr int kMassSlotsPerCta = 32;
 
 // One warp per slot i of (s, g): K row dequantized once, then every (row, head) that sees it.
@@ -220,12 +319,12 @@ __global__ void __launch_bounds__(kThreads) MassKernel(Params p, const float* ls
   const int begin = static_cast<int>(blockIdx.z) * kMassSlotsPerCta;
   const int end = min(kv_len, begin + kMassSlotsPerCta);
   const int32_t* table = p.seqs.block_tables + p.seqs.block_table_offsets[s];
-  const bool scaled = p.layout.dtype == config::KvDtype::kFp8E4M3 || p.layout.dtype == config::KvDtype::kInt8;
+  const bool scaled = KvScaled(p.layout.dtype);
   for (int i = begin + warp; i < end; i += kWarps) {
     const int64_t block = table[i / bs];
     const int off = i % bs;
-    const size_t kb = ElemOffset(p.layout, block, 0, g, off);
-    const float ks = scaled ? p.scales[ScaleOffset(p.layout, block, 0, g, off)] : 1.0f;
+    const size_t kb = KvElemOffset(p.layout, block, 0, g, off);
+    const float ks = scaled ? p.scales[KvScaleOffset(p.layout, block, 0, g, off)] : 1.0f;
     float k[kElems];
 #pragma unroll
     for (int e = 0; e < kElems; ++e) {
@@ -254,29 +353,57 @@ __global__ void __launch_bounds__(kThreads) MassKernel(Params p, const float* ls
   }
 }
 
-template <int kElems>
-void LaunchMass(const Params& p, const float* lse, float* mass, int64_t mass_stride, cudaStream_t stream) {
-  dim3 grid(static_cast<unsigned>(p.seqs.num_seqs), static_cast<unsigned>(p.layout.num_kv_heads),
-            static_cast<unsigned>((p.seqs.max_kv_len + kMassSlotsPerCta - 1) / kMassSlotsPerCta));
-  MassKernel<kElems><<<grid, kThreads, 0, stream>>>(p, lse, mass, mass_stride);
-}
-
 int NumSplits(const DevicePagedSeqs& seqs, int split_tokens) {
   return split_tokens > 0 ? (seqs.max_kv_len + split_tokens - 1) / split_tokens : 0;
 }
 
-template <int kElems>
-void LaunchSplit(const Params& p, cudaStream_t stream) {
-  dim3 grid(static_cast<unsigned>(p.seqs.num_rows), static_cast<unsigned>(p.layout.num_kv_heads),
-            static_cast<unsigned>(p.num_splits));
-  SplitKernel<kElems><<<grid, kThreads, 0, stream>>>(p);
+// Rows the split-KV kernel runs: every row, or the listed ones when the step is tiled.
+int SplitRowCount(const DevicePagedSeqs& seqs) { return seqs.tiles != nullptr ? seqs.num_split_rows : seqs.num_rows; }
+
+// Calls f(std::integral_constant<int, kElems>) for kElems = ceil(head_dim / 32) in [1, 8];
+// false for head dims outside that range.
+template <typename F>
+bool DispatchElems(int head_dim, F&& f) {
+  switch ((head_dim + 31) / 32) {
+    case 1: f(std::integral_constant<int, 1>{}); return true;
+    case 2: f(std::integral_constant<int, 2>{}); return true;
+    case 3: f(std::integral_constant<int, 3>{}); return true;
+    case 4: f(std::integral_constant<int, 4>{}); return true;
+    case 5: f(std::integral_constant<int, 5>{}); return true;
+    case 6: f(std::integral_constant<int, 6>{}); return true;
+    case 7: f(std::integral_constant<int, 7>{}); return true;
+    case 8: f(std::integral_constant<int, 8>{}); return true;
+    default: return false;
+  }
+}
+
+// The shape checks both entry points share.
+bool ValidShape(const cache::KvLayout& layout, int num_heads, const float* layer_scales) {
+  return layout.head_dim >= 1 && layout.head_dim <= kMaxAttentionHeadDim && layout.num_kv_heads >= 1 &&
+         num_heads % layout.num_kv_heads == 0 && num_heads / layout.num_kv_heads <= kMaxAttentionGroup &&
+         (!layout.has_scales() || layer_scales != nullptr);
+}
+
+Params MakeParams(const cache::KvLayout& layout, const std::byte* layer_data, const float* layer_scales,
+                  const DevicePagedSeqs& seqs, const float* q, int64_t q_stride, int num_heads, float scale) {
+  Params p{};
+  p.layout = layout;
+  p.data = layer_data;
+  p.scales = layer_scales;
+  p.seqs = seqs;
+  p.q = q;
+  p.q_stride = q_stride;
+  p.num_heads = num_heads;
+  p.group = num_heads / layout.num_kv_heads;
+  p.scale = scale;
+  return p;
 }
 
 }  // namespace
 
 size_t PagedAttentionWorkspaceBytes(const cache::KvLayout& layout, int num_heads, const DevicePagedSeqs& seqs,
                                     int split_tokens) {
-  const size_t slots = static_cast<size_t>(seqs.num_rows) * static_cast<size_t>(num_heads) *
+  const size_t slots = static_cast<size_t>(SplitRowCount(seqs)) * static_cast<size_t>(num_heads) *
                        static_cast<size_t>(NumSplits(seqs, split_tokens));
   return slots * (static_cast<size_t>(layout.head_dim) + 2) * sizeof(float);
 }
@@ -286,43 +413,46 @@ int PagedAttention(const cache::KvLayout& layout, const std::byte* layer_data, c
                    float* out, int64_t out_stride, float* lse, void* workspace, size_t workspace_bytes,
                    int split_tokens, void* stream) {
   if (seqs.num_rows == 0) return cudaSuccess;
-  if (layout.head_dim < 1 || layout.head_dim > kMaxAttentionHeadDim || layout.num_kv_heads < 1 ||
-      num_heads % layout.num_kv_heads != 0 || num_heads / layout.num_kv_heads > kMaxAttentionGroup ||
-      split_tokens < 1 || seqs.max_kv_len < 1 || (layout.has_scales() && layer_scales == nullptr) ||
+  if (!ValidShape(layout, num_heads, layer_scales) || split_tokens < 1 || seqs.max_kv_len < 1 ||
       workspace_bytes < PagedAttentionWorkspaceBytes(layout, num_heads, seqs, split_tokens)) {
     return cudaErrorInvalidValue;
   }
-  Params p{};
-  p.layout = layout;
-  p.data = layer_data;
-  p.scales = layer_scales;
-  p.seqs = seqs;
-  p.q = q;
-  p.q_stride = q_stride;
-  p.num_heads = num_heads;
-  p.group = num_heads / layout.num_kv_heads;
-  p.scale = scale;
+  const int group = num_heads / layout.num_kv_heads;
+  const bool tiled = seqs.tiles != nullptr;
+  if (tiled && (seqs.num_split_rows < 0 || seqs.num_tiles < 0 || seqs.tile_rows < 1 ||
+                (seqs.num_split_rows > 0 && seqs.split_rows == nullptr) ||
+                static_cast<int64_t>(seqs.tile_rows) * group * layout.head_dim > kMaxPrefillTileFloats)) {
+    return cudaErrorInvalidValue;
+  }
+  Params p = MakeParams(layout, layer_data, layer_scales, seqs, q, q_stride, num_heads, scale);
   p.split_tokens = split_tokens;
   p.num_splits = NumSplits(seqs, split_tokens);
-  const size_t slots = static_cast<size_t>(seqs.num_rows) * static_cast<size_t>(num_heads) *
+  p.split_rows = tiled ? seqs.split_rows : nullptr;
+  p.num_split_rows = SplitRowCount(seqs);
+  const size_t slots = static_cast<size_t>(p.num_split_rows) * static_cast<size_t>(num_heads) *
                        static_cast<size_t>(p.num_splits);
   p.ws_m = static_cast<float*>(workspace);
   p.ws_l = p.ws_m + slots;
   p.ws_acc = p.ws_l + slots;
   auto st = static_cast<cudaStream_t>(stream);
-  switch ((layout.head_dim + 31) / 32) {
-    case 1: LaunchSplit<1>(p, st); break;
-    case 2: LaunchSplit<2>(p, st); break;
-    case 3: LaunchSplit<3>(p, st); break;
-    case 4: LaunchSplit<4>(p, st); break;
-    case 5: LaunchSplit<5>(p, st); break;
-    case 6: LaunchSplit<6>(p, st); break;
-    case 7: LaunchSplit<7>(p, st); break;
-    case 8: LaunchSplit<8>(p, st); break;
-    default: return cudaErrorInvalidValue;
+  if (p.num_split_rows > 0) {
+    const dim3 grid(static_cast<unsigned>(p.num_split_rows), static_cast<unsigned>(layout.num_kv_heads),
+                    static_cast<unsigned>(p.num_splits));
+    const bool ok = DispatchElems(layout.head_dim, [&](auto elems) {
+      SplitKernel<decltype(elems)::value><<<grid, kThreads, 0, st>>>(p);
+    });
+    if (!ok) return cudaErrorInvalidValue;
+    const dim3 cgrid(static_cast<unsigned>(p.num_split_rows), static_cast<unsigned>(num_heads));
+    CombineKernel<<<cgrid, 128, 0, st>>>(p, out, out_stride, lse);
   }
-  dim3 grid(static_cast<unsigned>(seqs.num_rows), static_cast<unsigned>(num_heads));
-  CombineKernel<<<grid, 128, 0, st>>>(p, out, out_stride, lse);
+  if (tiled && seqs.num_tiles > 0) {
+    const size_t smem = TileSharedBytes(seqs.tile_rows * group, layout.head_dim);
+    const int err = static_cast<int>(
+        cudaFuncSetAttribute(TileKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    if (err != cudaSuccess) return err;
+    const dim3 grid(static_cast<unsigned>(seqs.num_tiles), static_cast<unsigned>(layout.num_kv_heads));
+    TileKernel<<<grid, kThreads, smem, st>>>(p, out, out_stride, lse);
+  }
   return static_cast<int>(cudaGetLastError());
 }
 
@@ -330,33 +460,17 @@ int AttentionMass(const cache::KvLayout& layout, const std::byte* layer_data, co
                   const DevicePagedSeqs& seqs, const float* q, int64_t q_stride, int num_heads, float scale,
                   const float* lse, float* mass, int64_t mass_stride, void* stream) {
   if (seqs.num_seqs == 0 || seqs.max_kv_len == 0) return cudaSuccess;
-  if (layout.head_dim < 1 || layout.head_dim > kMaxAttentionHeadDim || layout.num_kv_heads < 1 ||
-      num_heads % layout.num_kv_heads != 0 || num_heads / layout.num_kv_heads > kMaxAttentionGroup ||
-      mass_stride < seqs.max_kv_len || lse == nullptr || (layout.has_scales() && layer_scales == nullptr)) {
+  if (!ValidShape(layout, num_heads, layer_scales) || mass_stride < seqs.max_kv_len || lse == nullptr) {
     return cudaErrorInvalidValue;
   }
-  Params p{};
-  p.layout = layout;
-  p.data = layer_data;
-  p.scales = layer_scales;
-  p.seqs = seqs;
-  p.q = q;
-  p.q_stride = q_stride;
-  p.num_heads = num_heads;
-  p.group = num_heads / layout.num_kv_heads;
-  p.scale = scale;
-  auto st = static_cast<cudaStream_t>(stream);
-  switch ((layout.head_dim + 31) / 32) {
-    case 1: LaunchMass<1>(p, lse, mass, mass_stride, st); break;
-    case 2: LaunchMass<2>(p, lse, mass, mass_stride, st); break;
-    case 3: LaunchMass<3>(p, lse, mass, mass_stride, st); break;
-    case 4: LaunchMass<4>(p, lse, mass, mass_stride, st); break;
-    case 5: LaunchMass<5>(p, lse, mass, mass_stride, st); break;
-    case 6: LaunchMass<6>(p, lse, mass, mass_stride, st); break;
-    case 7: LaunchMass<7>(p, lse, mass, mass_stride, st); break;
-    case 8: LaunchMass<8>(p, lse, mass, mass_stride, st); break;
-    default: return cudaErrorInvalidValue;
-  }
+  const Params p = MakeParams(layout, layer_data, layer_scales, seqs, q, q_stride, num_heads, scale);
+  const dim3 grid(static_cast<unsigned>(seqs.num_seqs), static_cast<unsigned>(layout.num_kv_heads),
+                  static_cast<unsigned>((seqs.max_kv_len + kMassSlotsPerCta - 1) / kMassSlotsPerCta));
+  const bool ok = DispatchElems(layout.head_dim, [&](auto elems) {
+    MassKernel<decltype(elems)::value><<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(p, lse, mass,
+                                                                                               mass_stride);
+  });
+  if (!ok) return cudaErrorInvalidValue;
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -3,8 +3,10 @@
 // per-row scales), for a batch that mixes prefill chunks and decode rows. Plain C++ header: no
 // CUDA types (pointers are device pointers, the stream is a cudaStream_t passed as void*).
 //
-// Split-KV ("flash-decoding"): each (query row, KV head) pair is cut into splits of
-// `split_tokens` attended slots, so a few long decode rows still fill the GPU.
+// Two kernels share the step (DevicePagedSeqs says which row goes where):
+//
+// Split-KV ("flash-decoding") for decode rows: each (query row, KV head) pair is cut into
+// splits of `split_tokens` attended slots, so a few long decode rows still fill the GPU.
 //
 //   pass 1  grid (row, kv head, split), 4 warps per CTA; the group's query heads (GQA) are
 //           processed together so each K/V row is read once per group. A warp walks slots
@@ -12,6 +14,15 @@
 //           group (warp-reduced), online softmax, accumulate dequantized V. The warps merge
 //           their (max, sum, acc) in shared memory and write one partial per split.
 //   pass 2  grid (row, head): merges the splits (log-sum-exp weights), writes out and lse.
+//
+// Tiled prefill for the rows of prefill chunks: grid (tile, KV head); a tile is up to
+// tile_rows consecutive query rows of one sequence, all heads of the KV head's group, so each
+// dequantized K/V row is read once per tile instead of once per row. The CTA walks the slots
+// the tile attends (a chunk attends to every earlier slot of its sequence, then causally
+// within itself) in chunks of 32: K and V of the chunk dequantized into shared memory, the
+// tile x chunk scores (causal mask per row), an online-softmax update per query vector, and
+// the accumulators (in registers, kMaxPrefillTileFloats / 128 per thread) rescaled and
+// advanced. Queries are read once; no workspace.
 //
 // Every reduction has a fixed order, so results are deterministic and independent of the
 // batch; they equal the CPU kernel up to fp32 summation order (documented tolerance in the
@@ -36,12 +47,25 @@ struct DevicePagedSeqs {
   const int32_t* block_table_offsets = nullptr;  // [num_seqs + 1]
   const int32_t* block_tables = nullptr;         // block ids
   const int32_t* row_seq = nullptr;              // [num_rows] sequence index of each row
+  // Optional prefill tiling (model::PlanAttentionRows). tiles == nullptr: every row goes
+  // through the split-KV kernel. Otherwise the split-KV kernel runs only split_rows (decode
+  // rows) and the tiled kernel the tiles: (first row, rows <= tile_rows), all rows of one
+  // sequence; together they cover every row exactly once.
+  int num_split_rows = 0;
+  const int32_t* split_rows = nullptr;  // [num_split_rows]
+  int num_tiles = 0;
+  int tile_rows = 0;                    // largest tile; tile_rows * group * head_dim <= kMaxPrefillTileFloats
+  const int32_t* tiles = nullptr;       // [num_tiles][2]
 };
 
 inline constexpr int kMaxAttentionHeadDim = 256;  // head_dim in [1, 256]
 inline constexpr int kMaxAttentionGroup = 8;      // num_heads / num_kv_heads in [1, 8]
+// The tiled prefill kernel keeps a tile's queries (rows x group heads x head_dim floats) in
+// shared memory and its accumulators in registers: at most this many floats per tile
+// (model::PrefillTileRows picks the rows).
+inline constexpr int kMaxPrefillTileFloats = 8192;
 
-// Bytes of device workspace PagedAttention needs.
+// Bytes of device workspace PagedAttention needs (for the split-KV rows).
 size_t PagedAttentionWorkspaceBytes(const cache::KvLayout& layout, int num_heads, const DevicePagedSeqs& seqs,
                                     int split_tokens);
 

@@ -4,6 +4,8 @@
 // independent float64 reference), each with the same compaction and accounting.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <set>
 
 #include "absl/strings/match.h"
@@ -365,6 +367,70 @@ TEST(SnapKv, CompressesThePromptAtTheEndOfPrefillAndAgainInDecode) {
   ASSERT_TRUE(r.ok()) << r.status();
   for (int l = 0; l < 2; ++l)
     for (int kv = 0; kv < 2; ++kv) EXPECT_EQ(h.Positions(seq, l, kv), want[l * 2 + kv]) << "decode round " << l << kv;
+}
+
+// A backend that scores SnapKV where its KV lives (CudaKvAccess): the policy hands it the
+// window (queries, the prefix each row saw, where the window starts) and keeps the top-k of
+// the scores it returns, reading no key itself.
+class SnapScoringAccess final : public testing::DelegatingKvAccess {
+ public:
+  using DelegatingKvAccess::DelegatingKvAccess;
+  bool ScoreSnapKv(std::span<const int32_t>, int layer, int kv_head, int64_t lo, int64_t n, const SnapKvWindow& w,
+                   std::span<double> row) override {
+    windows.push_back(w);
+    window_seen.emplace_back(w.seen.begin(), w.seen.end());
+    for (int64_t j = lo; j < n; ++j) {
+      row[static_cast<size_t>(j - lo)] = j < w.prefix_end ? static_cast<double>((j * 7919 + layer * 13 + kv_head) % 101)
+                                                          : std::numeric_limits<double>::infinity();
+    }
+    return true;
+  }
+  std::vector<SnapKvWindow> windows;
+  std::vector<std::vector<int64_t>> window_seen;
+};
+
+TEST(SnapKv, ABackendThatScoresInPlaceGetsTheWindowAndNoKeyIsRead) {
+  Harness h;
+  const int64_t prompt = 30, budget = 16, w = 4;
+  PolicyParams p = Params(CompressionPolicyKind::kSnapKv, budget, 8, prompt, false);
+  p.window = w;
+  auto policy = h.Make(p);
+  TestSeq seq = h.NewSeq(*policy, 64);
+  const int q_size = kQHeads * 16;
+  std::vector<float> rows(static_cast<size_t>(prompt * q_size), 0.5f);
+  std::vector<int32_t> positions(static_cast<size_t>(prompt));
+  std::iota(positions.begin(), positions.end(), 0);
+  seq.Append(prompt);
+  policy->ObserveQueries(seq.slots, QueryView{rows.data(), 0, q_size, positions.data(), prompt});
+  ASSERT_TRUE(policy->Due(prompt, prompt));
+  SnapScoringAccess access(h.pool.access());
+  RoundInput in = seq.Input();
+  in.kv = &access;
+  auto r = policy->Run(in);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(access.reads, 0) << "the policy read keys although the backend scored them";
+  ASSERT_EQ(access.windows.size(), 4u) << "one call per (layer, KV head)";
+  for (size_t c = 0; c < access.windows.size(); ++c) {
+    const SnapKvWindow& win = access.windows[c];
+    EXPECT_EQ(win.group, kQHeads / 2);
+    EXPECT_EQ(win.num_queries, w);
+    EXPECT_EQ(win.q_stride, q_size);
+    EXPECT_EQ(win.prefix_end, prompt - w);
+    EXPECT_EQ(win.pool_kernel, kSnapKvPoolKernel);
+    EXPECT_DOUBLE_EQ(win.scale, 1.0 / 4.0);  // 1 / sqrt(head_dim 16)
+    // Window row r is position prompt - w + r: it saw every slot up to itself.
+    EXPECT_EQ(access.window_seen[c], (std::vector<int64_t>{27, 28, 29, 30}));
+  }
+  // Kept: the top-(budget - w) of the returned scores, then the window.
+  for (int l = 0; l < 2; ++l) {
+    for (int kv = 0; kv < 2; ++kv) {
+      std::vector<double> scores;
+      for (int64_t j = 0; j < prompt - w; ++j) scores.push_back(static_cast<double>((j * 7919 + l * 13 + kv) % 101));
+      std::vector<int32_t> want = TopK(scores, budget - w, 0);
+      for (int64_t j = prompt - w; j < prompt; ++j) want.push_back(static_cast<int32_t>(j));
+      EXPECT_EQ(h.Positions(seq, l, kv), want) << "layer " << l << " kv " << kv;
+    }
+  }
 }
 
 TEST(SnapKv, PinnedPromptIsNeverCompressedAtPrefill) {

@@ -160,6 +160,27 @@ class TestPool {
   std::unique_ptr<HostKvAccess> access_;
 };
 
+// A KvAccess that forwards to a host pool's and counts the rows read: the base of the test
+// doubles that stand for a backend scoring where its KV lives (they override a Score* hook).
+class DelegatingKvAccess : public KvAccess {
+ public:
+  explicit DelegatingKvAccess(HostKvAccess& host) : host_(host) {}
+  const cache::KvLayout& layout() const override { return host_.layout(); }
+  void ReadRows(std::span<const int32_t> table, int layer, int kv, int head, int64_t begin, int64_t end,
+                float* out) override {
+    ++reads;
+    host_.ReadRows(table, layer, kv, head, begin, end, out);
+  }
+  CompactStats Compact(std::span<const int32_t> table, const KeepPlan& plan) override {
+    return host_.Compact(table, plan);
+  }
+  HostKvAccess& host() { return host_; }
+  int reads = 0;  // ReadRows calls made by the code under test
+
+ private:
+  HostKvAccess& host_;
+};
+
 // FNV-1a over a row's bytes, order-sensitive when chained.
 inline uint64_t Fnv(std::span<const std::byte> b, uint64_t h = 0xcbf29ce484222325ull) {
   for (std::byte x : b) {

@@ -4,6 +4,9 @@
 // KvCacheManager::truncate, and a round with nothing to evict touches nothing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -193,6 +196,69 @@ TEST_P(TriAttentionRound, KeepsTheReferenceSelectionAndFreesTailBlocks) {
     seq.Append(beta);
     EXPECT_TRUE(policy->Due(seq.slots.size(), seq.next_position));
   }
+}
+
+// A backend that scores where its KV lives (the CUDA backend's CudaKvAccess): it gets the
+// scorer's weights and returns pooled scores, and the policy then reads no key at all. This
+// one scores from the weights with the formula kv_access.h documents (an independent
+// restatement: virtual-query dot product, max over pools, norm term; z-normalisation per
+// query head; max over the group) on the host pool's rows.
+class ScoringAccess final : public testing::DelegatingKvAccess {
+ public:
+  using DelegatingKvAccess::DelegatingKvAccess;
+  bool ScoreTriAttention(std::span<const int32_t> table, int layer, int kv_head, int64_t begin, int64_t end,
+                         const TriKeyWeights& w, std::span<double> pooled) override {
+    ++scored;
+    const int d = layout().head_dim, f_count = d / 2;
+    const int64_t n = end - begin;
+    std::vector<float> keys(static_cast<size_t>(n * d));
+    host().ReadRows(table, layer, 0, kv_head, begin, end, keys.data());
+    std::fill(pooled.begin(), pooled.begin() + n, -std::numeric_limits<double>::infinity());
+    for (int g = 0; g < w.group; ++g) {
+      std::vector<double> row(static_cast<size_t>(n));
+      for (int64_t j = 0; j < n; ++j) {
+        const float* k = keys.data() + j * d;
+        double trig = w.trig ? -std::numeric_limits<double>::infinity() : 0.0, norm = 0.0;
+        for (int p = 0; w.trig && p < w.pools; ++p) {
+          double t = 0.0;
+          for (int i = 0; i < d; ++i) t += w.w[static_cast<size_t>((p * w.group + g) * d + i)] * k[i];
+          trig = std::max(trig, t);
+        }
+        for (int f = 0; w.norm && f < f_count; ++f) {
+          norm += w.c[static_cast<size_t>(g * f_count + f)] * std::hypot(double{k[f]}, double{k[f + f_count]});
+        }
+        row[static_cast<size_t>(j)] = trig + norm;
+      }
+      double mean = 0.0, var = 0.0;
+      for (double v : row) mean += v / static_cast<double>(n);
+      for (double v : row) var += (v - mean) * (v - mean) / static_cast<double>(n);
+      const double sd = std::max(std::sqrt(var), 1e-6);
+      for (int64_t j = 0; j < n; ++j) {
+        pooled[static_cast<size_t>(j)] = std::max(pooled[static_cast<size_t>(j)], (row[static_cast<size_t>(j)] - mean) / sd);
+      }
+    }
+    return true;
+  }
+  int scored = 0;
+};
+
+TEST(TriAttentionPolicy, ABackendThatScoresInPlaceGetsTheWeightsAndNoKeyIsRead) {
+  Harness h(config::KvDtype::kBf16, 33);
+  const int64_t prompt = 6, budget = 20;
+  auto policy = h.Make(TriParams(budget, 8, prompt));
+  ASSERT_NE(policy, nullptr);
+  TestSeq seq = h.NewSeq(*policy, h.pool.Allocate(36));
+  seq.Append(36);
+  const Before before = Capture(seq);
+  const std::vector<int32_t> want_keep = ReferenceTriKeep(seq, h.stats, prompt, budget - prompt);
+  ScoringAccess access(h.pool.access());
+  RoundInput in = seq.Input();
+  in.kv = &access;
+  auto r = policy->Run(in);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(access.scored, h.layout.num_layers * h.layout.num_kv_heads) << "one call per (layer, KV head)";
+  EXPECT_EQ(access.reads, 0) << "the policy read keys although the backend scored them";
+  CheckCompacted(seq, before, want_keep, prompt, budget - prompt);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, TriAttentionRound,

@@ -1,21 +1,30 @@
 // The CPU and CUDA engines on the bundled kvs-tiny model (fp32 weights, fp32 KV) emit the same
 // token streams: greedy over 256 tokens for a batch of prompts, seeded sampling with n > 1 (the
 // CUDA runner samples non-greedy rows on the host with the CPU's sampler and RNG), and a
-// compression policy that evicts (streaming_llm, snapkv and h2o; scored through CudaKvAccess,
-// h2o from the device's attention mass). Token
+// compression policy that evicts (streaming_llm, snapkv, h2o and triattention: compacted on the
+// device by CudaKvAccess, triattention scored there too, h2o from the device's attention mass;
+// triattention's pooled scores may differ from the CPU's by ~1e-15, which can only matter for
+// candidates that tie to that precision). Token
 // equality assumes the two forward passes never disagree on an argmax or a sampling interval,
 // which holds when logits agree to ~1e-5 (cuda_model_test) and no two candidates are that close;
-// a failure here prints the first differing position. Needs a GPU (label gpu).
+// a failure here prints the first differing position. Structured outputs: the grammar's mask is
+// applied on the CUDA path too (device greedy with the mask uploaded, host sampling with it), so
+// constrained streams match the CPU's and spell what the grammar accepts. Needs a GPU (label gpu).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <map>
 
+#include "cache/cache_sizing.h"
 #include "config/fields.h"
 #include "cuda/cuda_backend.h"
 #include "engine/engine_factory.h"
 #include "kernels/device_probe.h"
+#include "model/model_config.h"
+#include "structured/compiled_grammar.h"
+#include "structured/grammar_cache.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kvserve::cuda {
 namespace {
@@ -55,17 +64,24 @@ class CudaEngine : public testing::Test {
     ASSERT_TRUE(std::filesystem::exists(dir_ + "/model.safetensors"));
   }
 
-  std::unique_ptr<engine::ServingEngine> Make(config::Backend backend) {
+  static config::Config BaseConfig() {
     config::Config cfg;
     cfg.engine.threads = 1;
-    cfg.engine.backend = backend;
     cfg.cache.kv_bytes = 64ull << 20;           // CPU pool
     cfg.cache.gpu_memory_utilization = 0.2;     // CUDA pool: plenty for these requests
     cfg.cache.enable_prefix_caching = false;    // same chunking on both backends
     cfg.scheduler.max_num_seqs = 64;
     cfg.model.max_model_len = 2048;
+    return cfg;
+  }
+
+  std::unique_ptr<engine::ServingEngine> Make(config::Backend backend) { return Make(backend, BaseConfig(), 0); }
+
+  // cuda_blocks > 0 caps the CUDA pool (CudaBackendOptions::max_kv_blocks).
+  std::unique_ptr<engine::ServingEngine> Make(config::Backend backend, config::Config cfg, int32_t cuda_blocks) {
+    cfg.engine.backend = backend;
     engine::EngineDeps deps;
-    deps.make_cuda_backend = MakeCudaBackend;
+    deps.make_cuda_backend = CudaBackendFactoryWith(CudaBackendOptions{cuda_blocks});
     auto e = engine::CreateEngine(cfg, dir_, std::move(deps));
     EXPECT_TRUE(e.ok()) << e.status();
     return e.ok() ? std::move(*e) : nullptr;
@@ -73,7 +89,11 @@ class CudaEngine : public testing::Test {
 
   // Runs `specs` concurrently on a fresh engine of `backend`.
   std::vector<Stream> Run(config::Backend backend, const std::vector<RequestSpec>& specs) {
-    auto engine = Make(backend);
+    return Run(backend, specs, BaseConfig(), 0);
+  }
+  std::vector<Stream> Run(config::Backend backend, const std::vector<RequestSpec>& specs, const config::Config& cfg,
+                          int32_t cuda_blocks) {
+    auto engine = Make(backend, cfg, cuda_blocks);
     std::vector<Stream> out;
     if (engine == nullptr) return out;
     std::vector<std::shared_ptr<engine::TokenStream>> streams;
@@ -139,7 +159,7 @@ TEST_F(CudaEngine, SeededSamplingWithNGreaterThanOneMatches) {
 
 TEST_F(CudaEngine, CompressionPoliciesEvictTheSameTokens) {
   for (auto kind : {config::CompressionPolicyKind::kStreamingLlm, config::CompressionPolicyKind::kSnapKv,
-                    config::CompressionPolicyKind::kH2O}) {
+                    config::CompressionPolicyKind::kH2O, config::CompressionPolicyKind::kTriAttention}) {
     SCOPED_TRACE(std::string(config::Name(kind)));
     std::vector<RequestSpec> specs;
     for (int i = 0; i < 2; ++i) {
@@ -149,6 +169,94 @@ TEST_F(CudaEngine, CompressionPoliciesEvictTheSameTokens) {
       specs.push_back(s);
     }
     ExpectSame(Run(config::Backend::kCpu, specs), Run(config::Backend::kCuda, specs), 200);
+  }
+}
+
+TEST_F(CudaEngine, PreemptionByRecomputeAndBySwapEmitsTheCpuEnginesStreams) {
+  // A pool of the same few blocks on both backends, so the scheduler preempts at the same steps.
+  auto mc = model::LoadModelConfig(dir_);
+  ASSERT_TRUE(mc.ok()) << mc.status();
+  for (auto mode : {config::PreemptionMode::kRecompute, config::PreemptionMode::kSwap}) {
+    SCOPED_TRACE(mode == config::PreemptionMode::kSwap ? "swap" : "recompute");
+    config::Config cfg = BaseConfig();
+    cfg.scheduler.preemption_mode = mode;
+    cache::KvLayout layout;
+    layout.num_layers = mc->num_layers;
+    layout.num_kv_heads = mc->num_kv_heads;
+    layout.head_dim = mc->head_dim;
+    layout.block_size = cfg.cache.block_size;
+    layout.dtype = cfg.cache.kv_dtype;
+    cfg.cache.kv_bytes = 48 * layout.bytes_per_block();  // 6 requests x ~21 blocks do not fit
+    const int32_t blocks = cache::UsableBlocksForBudget(cfg.cache.kv_bytes, layout);
+    ASSERT_GT(blocks, 30);
+    std::vector<RequestSpec> specs;
+    for (int i = 0; i < 6; ++i) specs.push_back(Greedy("p" + std::to_string(i), Prompt(150 + 13 * i, 60 + i), 160));
+    ExpectSame(Run(config::Backend::kCpu, specs, cfg, 0), Run(config::Backend::kCuda, specs, cfg, blocks), 160);
+  }
+}
+
+// The structured-outputs view of kvs-tiny's vocabulary, built as server::TokenizerTextCodec
+// builds it (special tokens, BOS and EOS ids excluded; the primary EOS ends a grammar).
+std::shared_ptr<const structured::TokenTrie> TinyTrie(const std::string& dir) {
+  auto tok = tokenizer::LoadTokenizerDir(dir);
+  EXPECT_TRUE(tok.ok()) << tok.status();
+  if (!tok.ok()) return nullptr;
+  const tokenizer::Tokenizer& t = **tok;
+  std::vector<std::string> bytes(static_cast<size_t>(t.vocab_size()));
+  std::vector<int32_t> excluded;
+  for (int32_t id = 0; id < t.vocab_size(); ++id) {
+    bytes[static_cast<size_t>(id)] = std::string(t.token_decoder().bytes(id));
+    if (t.is_special(id)) excluded.push_back(id);
+  }
+  if (auto bos = t.bos_id()) excluded.push_back(*bos);
+  for (int32_t id : t.eos_ids()) excluded.push_back(id);
+  return std::make_shared<structured::TokenTrie>(bytes, excluded, t.eos_id().value_or(-1));
+}
+
+TEST_F(CudaEngine, StructuredOutputMasksApplyOnTheDeviceAndHostRoutes) {
+  auto trie = TinyTrie(dir_);
+  ASSERT_NE(trie, nullptr);
+  structured::GrammarCache grammars(trie);
+  auto regex = grammars.Get({structured::GrammarSpec::Kind::kRegex, "[a-z]+( [a-z]+){3,6}\\.", {}, "guided_regex"});
+  ASSERT_TRUE(regex.ok()) << regex.status();
+  auto choice = grammars.Get({structured::GrammarSpec::Kind::kChoice, "", {"yes", "no", "maybe later"}, "guided_choice"});
+  ASSERT_TRUE(choice.ok()) << choice.status();
+  std::vector<RequestSpec> specs;
+  for (int i = 0; i < 3; ++i) {
+    // Greedy (device route, the mask is uploaded), greedy with top-2 logprobs and seeded
+    // sampling (host route, the CPU sampler applies the mask).
+    RequestSpec s = Greedy("r" + std::to_string(i), Prompt(30 + 17 * i, 40 + i), 64);
+    s.ignore_eos = false;
+    s.sampling.grammar = i == 1 ? *choice : *regex;
+    if (i == 1) s.sampling.logprobs = 2;
+    if (i == 2) {
+      s.sampling.temperature = 0.9f;
+      s.sampling.seed = 7;
+      s.n = 2;
+    }
+    specs.push_back(s);
+  }
+  RequestSpec plain = Greedy("plain", Prompt(33, 40), 24);  // unconstrained in the same batch
+  specs.push_back(plain);
+  const std::vector<Stream> cpu = Run(config::Backend::kCpu, specs);
+  const std::vector<Stream> gpu = Run(config::Backend::kCuda, specs);
+  ASSERT_EQ(cpu.size(), specs.size());
+  ASSERT_EQ(gpu.size(), specs.size());
+  for (size_t r = 0; r < specs.size(); ++r) {
+    EXPECT_TRUE(gpu[r].error.empty()) << gpu[r].error;
+    EXPECT_EQ(cpu[r].tokens, gpu[r].tokens) << "request " << r;
+    const auto& grammar = specs[r].sampling.grammar;
+    if (grammar == nullptr) continue;
+    for (const auto& [sample, toks] : gpu[r].tokens) {
+      ASSERT_FALSE(toks.empty()) << "request " << r << " sample " << sample;
+      // Every token was allowed where it was drawn: the automaton never dies.
+      int32_t state = grammar->start();
+      for (size_t k = 0; k < toks.size(); ++k) {
+        ASSERT_TRUE(structured::Allowed(grammar->MaskFor(state), toks[k]))
+            << "request " << r << " sample " << sample << " token " << k << " (" << toks[k] << ") not allowed";
+        state = grammar->Advance(state, toks[k]);
+      }
+    }
   }
 }
 

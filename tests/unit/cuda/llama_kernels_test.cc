@@ -5,8 +5,9 @@
 //   EmbeddingGather                 bit-exact: one rounded op per output, same table
 //   RmsNorm                         1e-5 relative: the fp32 sum of squares runs in another order
 //   SiluMul                         2e-6 relative: device expf is within 2 ulp of glibc's
-//   GreedySample                    token exact (first maximum wins ties); logprob 1e-5 absolute
-//                                   (double sums in another order, then rounded to float)
+//   GreedySample(Masked)            token exact (first maximum wins ties, grammar masks as the
+//                                   CPU sampler's `allowed`); logprob 1e-5 absolute (double sums
+//                                   in another order, then rounded to float)
 //   CublasGemm fp32                 1e-5 * sqrt(in) absolute: fp32 FMA order (TF32 is off)
 //   CublasGemm bf16                 same on bf16-rounded inputs: products of bf16 are exact in fp32
 // Needs a GPU (label gpu).
@@ -24,6 +25,7 @@
 
 #include "cache/host_kv_storage.h"
 #include "cuda/cuda_kv_storage.h"
+#include "cuda/device_array.h"
 #include "kernels/cpu/kv_quant.h"
 #include "kernels/cpu/kv_write.h"
 #include "kernels/cpu/rmsnorm.h"
@@ -31,6 +33,7 @@
 #include "kernels/cpu/swiglu.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/device_probe.h"
+#include "model/device_plan.h"
 #include "model/sampler.h"
 
 namespace kvserve::kernels::cuda {
@@ -40,33 +43,7 @@ using config::KvDtype;
 
 // A device copy of a host vector, freed at scope exit.
 template <typename T>
-class DeviceVec {
- public:
-  explicit DeviceVec(const std::vector<T>& host) : n_(std::max<size_t>(1, host.size())) {
-    EXPECT_EQ(cudaMalloc(&p_, n_ * sizeof(T)), cudaSuccess);
-    if (!host.empty()) {
-      EXPECT_EQ(cudaMemcpy(p_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-    }
-  }
-  explicit DeviceVec(size_t n) : n_(std::max<size_t>(1, n)) {
-    EXPECT_EQ(cudaMalloc(&p_, n_ * sizeof(T)), cudaSuccess);
-    EXPECT_EQ(cudaMemset(p_, 0, n_ * sizeof(T)), cudaSuccess);
-  }
-  ~DeviceVec() { cudaFree(p_); }
-  DeviceVec(const DeviceVec&) = delete;
-  DeviceVec& operator=(const DeviceVec&) = delete;
-  T* get() const { return p_; }
-  std::vector<T> ToHost(size_t n) const {
-    std::vector<T> h(n);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(h.data(), p_, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return h;
-  }
-
- private:
-  T* p_ = nullptr;
-  size_t n_;
-};
+using DeviceVec = kvserve::cuda::DeviceArray<T>;
 
 std::vector<float> Normal(size_t n, std::mt19937& rng, float sigma = 1.0f) {
   std::normal_distribution<float> d(0.0f, sigma);
@@ -246,6 +223,32 @@ TEST_F(CudaLlamaKernels, SiluMulBiasBf16AndEmbedding) {
   }
 }
 
+// The device's greedy tokens and logprobs of `rows` rows against model::Sampler's greedy
+// draw on the same logits (with each row's grammar mask, when `allowed` is given).
+void ExpectSameAsTheCpuSampler(const std::vector<float>& logits, int rows, int vocab, const DeviceVec<int32_t>& dt,
+                               const DeviceVec<float>& dlp,
+                               const std::vector<std::vector<uint64_t>>* allowed = nullptr) {
+  const std::vector<int32_t> tokens = dt.ToHost(static_cast<size_t>(rows));
+  const std::vector<float> lps = dlp.ToHost(static_cast<size_t>(rows));
+  ASSERT_EQ(tokens.size(), static_cast<size_t>(rows));
+  ASSERT_EQ(lps.size(), static_cast<size_t>(rows));
+  model::Sampler sampler(vocab);
+  model::SamplingParams p;
+  p.temperature = 0.0f;
+  p.logprobs = 0;
+  for (int r = 0; r < rows; ++r) {
+    model::SamplerRng unused(0);
+    const std::span<const uint64_t> mask =
+        allowed != nullptr ? std::span<const uint64_t>((*allowed)[static_cast<size_t>(r)]) : std::span<const uint64_t>();
+    const model::SampleResult want = sampler.Sample(
+        std::span<const float>(logits.data() + static_cast<size_t>(r) * vocab, static_cast<size_t>(vocab)), p, {}, {},
+        unused, mask);
+    EXPECT_EQ(tokens[static_cast<size_t>(r)], want.token) << "vocab " << vocab << " row " << r;
+    // The logprob is the raw row's, as the CPU sampler reports it.
+    EXPECT_NEAR(lps[static_cast<size_t>(r)], want.logprob, 1e-5f) << "vocab " << vocab << " row " << r;
+  }
+}
+
 TEST_F(CudaLlamaKernels, GreedySampleMatchesTheCpuSampler) {
   std::mt19937 rng(21);
   for (int vocab : {2048, 32000, 128256}) {
@@ -259,22 +262,48 @@ TEST_F(CudaLlamaKernels, GreedySampleMatchesTheCpuSampler) {
     DeviceVec<int32_t> dt(static_cast<size_t>(rows));
     DeviceVec<float> dlp(static_cast<size_t>(rows));
     ASSERT_EQ(GreedySample(dl.get(), rows, vocab, dt.get(), dlp.get(), nullptr), 0);
-    const std::vector<int32_t> tokens = dt.ToHost(static_cast<size_t>(rows));
-    const std::vector<float> lps = dlp.ToHost(static_cast<size_t>(rows));
-    model::Sampler sampler(vocab);
-    model::SamplingParams p;
-    p.temperature = 0.0f;
-    p.logprobs = 0;
-    for (int r = 0; r < rows; ++r) {
-      model::SamplerRng unused(0);
-      const model::SampleResult want = sampler.Sample(
-          std::span<const float>(logits.data() + static_cast<size_t>(r) * vocab, static_cast<size_t>(vocab)), p, {}, {},
-          unused);
-      EXPECT_EQ(tokens[static_cast<size_t>(r)], want.token) << "vocab " << vocab << " row " << r;
-      EXPECT_NEAR(lps[static_cast<size_t>(r)], want.logprob, 1e-5f) << "vocab " << vocab << " row " << r;
-    }
+    ExpectSameAsTheCpuSampler(logits, rows, vocab, dt, dlp);
+    const std::vector<int32_t> tokens = dt.ToHost();
     EXPECT_EQ(tokens[1], 700);
     EXPECT_EQ(tokens[2], vocab - 1);
+  }
+}
+
+TEST_F(CudaLlamaKernels, MaskedGreedySampleMatchesTheCpuSamplerWithAGrammarMask) {
+  std::mt19937 rng(22);
+  for (int vocab : {2048, 32000, 32003}) {
+    const int rows = 6;
+    const int words = (vocab + 63) / 64;
+    std::vector<float> logits = Normal(static_cast<size_t>(rows * vocab), rng, 3.0f);
+    // Row r's mask: every token with (id * 7 + r) % 5 == 0, except row 3 (unconstrained) and
+    // row 4 (one allowed token, far below the raw maximum), row 5 (a grammar mask shorter than
+    // the vocabulary: ids past it are never allowed).
+    model::DeviceMasks masks;
+    masks.Reset(rows, words);
+    std::vector<std::vector<uint64_t>> allowed(static_cast<size_t>(rows));
+    for (int r = 0; r < rows; ++r) {
+      if (r == 3) continue;
+      auto& m = allowed[static_cast<size_t>(r)];
+      m.assign(static_cast<size_t>(r == 5 ? words / 2 : words), 0);
+      for (int i = 0; i < static_cast<int>(m.size()) * 64 && i < vocab; ++i) {
+        const bool ok = r == 4 ? i == vocab / 3 : (i * 7 + r) % 5 == 0;
+        if (ok) m[static_cast<size_t>(i) >> 6] |= uint64_t{1} << (i & 63);
+      }
+      masks.Set(r, m);
+    }
+    logits[static_cast<size_t>(4 * vocab + vocab / 3)] = -20.0f;
+    logits[static_cast<size_t>(4 * vocab + 5)] = 90.0f;  // the raw maximum, not allowed
+    DeviceVec<float> dl(logits);
+    DeviceVec<int32_t> didx(masks.mask_index);
+    DeviceVec<uint64_t> dmasks(masks.words);
+    DeviceVec<int32_t> dt(static_cast<size_t>(rows));
+    DeviceVec<float> dlp(static_cast<size_t>(rows));
+    ASSERT_EQ(GreedySampleMasked(dl.get(), rows, vocab, didx.get(), dmasks.get(), words, dt.get(), dlp.get(), nullptr),
+              0);
+    ExpectSameAsTheCpuSampler(logits, rows, vocab, dt, dlp, &allowed);
+    const std::vector<int32_t> tokens = dt.ToHost();
+    EXPECT_EQ(tokens[4], vocab / 3);
+    EXPECT_LT(tokens[5], words / 2 * 64);
   }
 }
 

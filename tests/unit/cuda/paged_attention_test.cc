@@ -1,6 +1,8 @@
-// The CUDA paged attention against its CPU twin on random inputs: head_dim 48/64/128, block
+// The CUDA paged attention against its CPU twin on random inputs: head_dim 48/64/128/256, block
 // 16/32, GQA 1/4/8, every KV dtype, random non-contiguous block tables, mixed prefill chunks
-// and decode rows with odd lengths, several split sizes. Tolerance: both sides dequantize the
+// (also chunked prefill: a chunk attending to earlier KV) and decode rows with odd lengths,
+// several split sizes; every row through the split-KV kernel, and decode rows split-KV with
+// prefill rows through the tiled kernel (the model's tile size and a 3-row tile). Tolerance: both sides dequantize the
 // same codes exactly and accumulate in fp32; only the summation order differs, so outputs agree
 // to ~1e-5 relative. AttentionMass (H2O) is compared the same way, to 1e-4 relative. Needs a
 // GPU (label gpu).
@@ -17,23 +19,15 @@
 
 #include "cache/host_kv_storage.h"
 #include "cuda/cuda_kv_storage.h"
+#include "cuda/device_array.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/device_probe.h"
+#include "model/device_plan.h"
 
 namespace kvserve::kernels::cuda {
 namespace {
 
 using config::KvDtype;
-
-template <typename T>
-T* Upload(const std::vector<T>& v) {
-  T* d = nullptr;
-  EXPECT_EQ(cudaMalloc(&d, std::max<size_t>(1, v.size()) * sizeof(T)), cudaSuccess);
-  if (!v.empty()) {
-    EXPECT_EQ(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  return d;
-}
 
 struct Case {
   KvDtype dtype;
@@ -55,7 +49,9 @@ void RunCase(const Case& c, uint32_t seed) {
   const int num_heads = c.kv_heads * c.group;
 
   // Sequences: (rows this step, kv_len after the step): decode rows, prefill chunks, odd sizes.
-  const std::vector<std::pair<int, int>> shape = {{1, 1}, {1, 37}, {5, 5}, {3, 70}, {1, 301}, {7, 133}};
+  // {40, 190} and {33, 97}: chunked prefill (the chunk attends to the earlier KV, then causally).
+  const std::vector<std::pair<int, int>> shape = {{1, 1},  {1, 37},   {5, 5},   {3, 70},
+                                                  {1, 301}, {7, 133}, {40, 190}, {33, 97}, {64, 64}};
   int32_t total_blocks = 1;
   for (auto [n, kv] : shape) total_blocks += (kv + c.block_size - 1) / c.block_size;
   std::vector<int32_t> ids(static_cast<size_t>(total_blocks - 1));
@@ -63,7 +59,7 @@ void RunCase(const Case& c, uint32_t seed) {
   std::shuffle(ids.begin(), ids.end(), rng);  // non-contiguous tables
 
   auto host = std::move(cache::HostKvStorage::Create(layout, total_blocks)).value();
-  std::vector<int32_t> seq_starts{0}, kv_lens, offsets{0}, tables, row_seq;
+  std::vector<int32_t> seq_starts{0}, kv_lens, offsets{0}, tables;
   size_t next = 0;
   int max_kv = 0;
   for (size_t s = 0; s < shape.size(); ++s) {
@@ -74,7 +70,6 @@ void RunCase(const Case& c, uint32_t seed) {
     seq_starts.push_back(seq_starts.back() + n);
     kv_lens.push_back(kv);
     max_kv = std::max(max_kv, kv);
-    for (int j = 0; j < n; ++j) row_seq.push_back(static_cast<int32_t>(s));
     std::vector<float> k(static_cast<size_t>(c.kv_heads * c.head_dim)), v(k.size());
     for (int i = 0; i < kv; ++i) {
       for (auto& x : k) x = normal(rng);
@@ -108,33 +103,53 @@ void RunCase(const Case& c, uint32_t seed) {
   for (int32_t b = 0; b < total_blocks; ++b) all.push_back({cache::BlockId{b}, cache::BlockId{b}});
   ASSERT_TRUE(dev->copy_blocks_from(*host, all).ok());
   ASSERT_TRUE(dev->synchronize().ok());
-  DevicePagedSeqs ds;
-  ds.num_seqs = cs.num_seqs;
-  ds.num_rows = rows;
-  ds.max_kv_len = max_kv;
-  ds.seq_starts = Upload(seq_starts);
-  ds.kv_lens = Upload(kv_lens);
-  ds.block_table_offsets = Upload(offsets);
-  ds.block_tables = Upload(tables);
-  ds.row_seq = Upload(row_seq);
-  float* dq = Upload(q);
-  float *dout = nullptr, *dlse = nullptr;
-  ASSERT_EQ(cudaMalloc(&dout, ref.size() * sizeof(float)), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&dlse, ref_lse.size() * sizeof(float)), cudaSuccess);
-  const size_t ws_bytes = PagedAttentionWorkspaceBytes(layout, num_heads, ds, c.split);
-  void* ws = nullptr;
-  ASSERT_EQ(cudaMalloc(&ws, ws_bytes), cudaSuccess);
-  ASSERT_EQ(PagedAttention(layout, dev->device_layer_data(0), dev->device_layer_scales(0), ds, dq, q_stride,
-                           num_heads, scale, dout, out_stride, dlse, ws, ws_bytes, c.split, dev->stream()),
-            0);
-  ASSERT_TRUE(dev->synchronize().ok());
+  const kvserve::cuda::UploadedPagedSeqs uploaded(seq_starts, kv_lens, offsets, tables);
+  ASSERT_TRUE(uploaded.ok());
+  const DevicePagedSeqs& ds = uploaded.view();
+  ASSERT_EQ(ds.num_rows, rows);
+  ASSERT_EQ(ds.max_kv_len, max_kv);
+  const kvserve::cuda::DeviceArray<float> q_dev(q), out_dev(ref.size()), lse_dev(ref_lse.size());
+  ASSERT_TRUE(q_dev.ok() && out_dev.ok() && lse_dev.ok());
+  const float* dq = q_dev.get();
+  float* dout = out_dev.get();
+  float* dlse = lse_dev.get();
+  // Every row through the split-KV kernel, then decode rows split-KV and prefill rows tiled
+  // (the model's tile size, and 3 rows so that tiles end inside chunks).
+  std::vector<kvserve::cuda::DeviceArray<int32_t>> routing;
   std::vector<float> got(ref.size()), got_lse(ref_lse.size());
-  ASSERT_EQ(cudaMemcpy(got.data(), dout, got.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(got_lse.data(), dlse, got_lse.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
-  double worst = 0.0;
-  for (size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, std::fabs(double(got[i]) - double(ref[i])));
-  EXPECT_LT(worst, 2e-5 * std::sqrt(double(max_kv))) << "max |cuda - cpu| of the outputs";
-  for (size_t i = 0; i < ref_lse.size(); ++i) EXPECT_NEAR(got_lse[i], ref_lse[i], 1e-4) << "lse " << i;
+  for (int tile_rows : {0, model::PrefillTileRows(c.head_dim, c.group, kMaxPrefillTileFloats), 3}) {
+    SCOPED_TRACE(testing::Message() << "tile_rows " << tile_rows);
+    DevicePagedSeqs dr = ds;
+    if (tile_rows > 0) {
+      const model::AttentionRowCounts counts = model::CountAttentionRows(seq_starts, tile_rows);
+      std::vector<int32_t> split_rows(static_cast<size_t>(counts.split_rows)),
+          tiles(2 * static_cast<size_t>(counts.tiles));
+      model::PlanAttentionRows(seq_starts, tile_rows, split_rows, tiles);
+      dr.num_split_rows = counts.split_rows;
+      dr.split_rows = routing.emplace_back(split_rows).get();
+      dr.num_tiles = counts.tiles;
+      dr.tile_rows = tile_rows;
+      dr.tiles = routing.emplace_back(tiles).get();
+    }
+    const size_t ws_bytes = PagedAttentionWorkspaceBytes(layout, num_heads, dr, c.split);
+    const kvserve::cuda::DeviceArray<std::byte> ws_dev(ws_bytes);
+    ASSERT_TRUE(ws_dev.ok());
+    void* ws = ws_dev.get();
+    ASSERT_EQ(cudaMemset(dout, 0xff, ref.size() * sizeof(float)), cudaSuccess);  // NaN: every row must be written
+    ASSERT_EQ(PagedAttention(layout, dev->device_layer_data(0), dev->device_layer_scales(0), dr, dq, q_stride,
+                             num_heads, scale, dout, out_stride, dlse, ws, ws_bytes, c.split, dev->stream()),
+              0);
+    ASSERT_TRUE(dev->synchronize().ok());
+    ASSERT_EQ(cudaMemcpy(got.data(), dout, got.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(got_lse.data(), dlse, got_lse.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+    double worst = 0.0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      ASSERT_FALSE(std::isnan(got[i])) << "output " << i << " not written";
+      worst = std::max(worst, std::fabs(double(got[i]) - double(ref[i])));
+    }
+    EXPECT_LT(worst, 2e-5 * std::sqrt(double(max_kv))) << "max |cuda - cpu| of the outputs";
+    for (size_t i = 0; i < ref_lse.size(); ++i) EXPECT_NEAR(got_lse[i], ref_lse[i], 1e-4) << "lse " << i;
+  }
 
   // Attention mass (H2O) from each side's own lse: the CPU's polynomial exp is within 3e-7.
   const int64_t mass_stride = max_kv + 3;
@@ -142,26 +157,17 @@ void RunCase(const Case& c, uint32_t seed) {
   std::vector<float> ref_mass(mass_n, 0.0f);
   kernels::cpu::AttentionMass(layout, host->layer_data(0), host->layer_scales(0), cs, q.data(), q_stride, num_heads,
                               scale, ref_lse.data(), ref_mass.data(), mass_stride, work.data(), work.size());
-  float* dmass = nullptr;
-  ASSERT_EQ(cudaMalloc(&dmass, mass_n * sizeof(float)), cudaSuccess);
-  ASSERT_EQ(cudaMemset(dmass, 0, mass_n * sizeof(float)), cudaSuccess);
+  const kvserve::cuda::DeviceArray<float> mass_dev(mass_n);  // zeroed
+  ASSERT_TRUE(mass_dev.ok());
+  float* dmass = mass_dev.get();
   ASSERT_EQ(AttentionMass(layout, dev->device_layer_data(0), dev->device_layer_scales(0), ds, dq, q_stride, num_heads,
                           scale, dlse, dmass, mass_stride, dev->stream()),
             0);
   ASSERT_TRUE(dev->synchronize().ok());
   std::vector<float> got_mass(mass_n);
   ASSERT_EQ(cudaMemcpy(got_mass.data(), dmass, mass_n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
-  cudaFree(dmass);
   for (size_t i = 0; i < mass_n; ++i) {
     ASSERT_NEAR(got_mass[i], ref_mass[i], 1e-4 * (1.0 + std::fabs(ref_mass[i]))) << "mass " << i;
-  }
-  for (void* p : {static_cast<void*>(dq), static_cast<void*>(dout), static_cast<void*>(dlse), ws,
-                  const_cast<void*>(static_cast<const void*>(ds.seq_starts)),
-                  const_cast<void*>(static_cast<const void*>(ds.kv_lens)),
-                  const_cast<void*>(static_cast<const void*>(ds.block_table_offsets)),
-                  const_cast<void*>(static_cast<const void*>(ds.block_tables)),
-                  const_cast<void*>(static_cast<const void*>(ds.row_seq))}) {
-    cudaFree(p);
   }
 }
 
@@ -170,7 +176,7 @@ TEST(CudaPagedAttention, MatchesTheCpuKernel) {
   ASSERT_TRUE(probe.usable()) << "the gpu tests need a CUDA device: " << probe.reason;
   uint32_t seed = 1;
   for (KvDtype d : {KvDtype::kFp32, KvDtype::kFp16, KvDtype::kBf16, KvDtype::kFp8E4M3, KvDtype::kInt8}) {
-    for (int hd : {48, 64, 128}) {
+    for (int hd : {48, 64, 128, 256}) {
       for (int bs : {16, 32}) {
         for (int group : {1, 4, 8}) {
           for (int split : {32, 512}) RunCase({d, hd, bs, 2, group, split}, seed++);
@@ -195,6 +201,15 @@ TEST(CudaPagedAttention, RejectsShapesOutsideItsLimits) {
   EXPECT_EQ(PagedAttention(layout, nullptr, nullptr, ds, nullptr, 0, 32, 1.0f, nullptr, 0, nullptr, nullptr, 1 << 30,
                            16, nullptr),
             static_cast<int>(cudaErrorInvalidValue));  // group 16 > 8
+  // A prefill tile whose queries exceed the kernel's shared-memory budget.
+  layout.head_dim = 128;
+  const int32_t tile[2] = {0, 1};
+  ds.tiles = tile;
+  ds.num_tiles = 1;
+  ds.tile_rows = kMaxPrefillTileFloats / (128 * 4) + 1;
+  EXPECT_EQ(PagedAttention(layout, nullptr, nullptr, ds, nullptr, 0, 8, 1.0f, nullptr, 0, nullptr, nullptr, 1 << 30,
+                           16, nullptr),
+            static_cast<int>(cudaErrorInvalidValue));
 }
 
 }  // namespace

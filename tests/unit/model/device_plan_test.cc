@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 
@@ -78,6 +79,57 @@ TEST(PackForwardBatchTest, SectionsRoundTripAndAreAligned) {
   for (int r = 0; r < 6; ++r) {
     EXPECT_EQ(ReadInt64(staging, p.slot_mapping + 2 * r), want_slots[static_cast<size_t>(r)]) << "row " << r;
     EXPECT_EQ(b.slot_mapping[static_cast<size_t>(r)], want_slots[static_cast<size_t>(r)]);
+  }
+}
+
+TEST(PackForwardBatchTest, RoutesDecodeRowsToSplitKvAndPrefillRowsToTiles) {
+  // Sequences of 3 rows (prefill chunk), 1 (decode), 2, 1, 7 (a chunk longer than two tiles).
+  const std::vector<int32_t> starts{0, 3, 4, 6, 7, 14};
+  const AttentionRowCounts c = CountAttentionRows(starts, 3);
+  EXPECT_EQ(c.split_rows, 2);
+  EXPECT_EQ(c.tiles, 1 + 1 + 3);
+  std::vector<int32_t> split(static_cast<size_t>(c.split_rows)), tiles(2 * static_cast<size_t>(c.tiles));
+  PlanAttentionRows(starts, 3, split, tiles);
+  EXPECT_EQ(split, (std::vector<int32_t>{3, 6}));
+  EXPECT_EQ(tiles, (std::vector<int32_t>{0, 3, 4, 2, 7, 3, 10, 3, 13, 1}));
+  // Every row exactly once, each tile within one sequence.
+  std::vector<int> seen(14, 0);
+  for (int32_t r : split) ++seen[static_cast<size_t>(r)];
+  for (size_t i = 0; i < tiles.size(); i += 2) {
+    for (int32_t r = tiles[i]; r < tiles[i] + tiles[i + 1]; ++r) ++seen[static_cast<size_t>(r)];
+    const auto seq = std::upper_bound(starts.begin(), starts.end(), tiles[i]) - starts.begin() - 1;
+    EXPECT_LE(tiles[i] + tiles[i + 1], starts[static_cast<size_t>(seq) + 1]) << "tile " << i / 2;
+  }
+  EXPECT_EQ(seen, std::vector<int>(14, 1));
+
+  // Packed: the same lists in the staging array, 16-byte aligned; tile_rows 0 packs none.
+  std::vector<int32_t> tokens(14, 5), positions(14, 0), lens{3, 9, 2, 30, 7}, offsets{0, 1, 2, 3, 4, 5},
+      tables{1, 2, 3, 4, 5}, logits{2};
+  std::vector<int64_t> slots(14, -1);
+  ForwardBatch b{tokens, positions, slots, starts, lens, offsets, tables, logits};
+  std::vector<int32_t> staging;
+  const PackedBatch p = PackForwardBatch(b, staging, 3);
+  EXPECT_EQ(p.num_split_rows, 2);
+  EXPECT_EQ(p.num_tiles, 5);
+  EXPECT_EQ(p.tile_rows, 3);
+  EXPECT_EQ(p.split_rows % 4, 0);
+  EXPECT_EQ(p.tiles % 4, 0);
+  EXPECT_EQ(std::vector<int32_t>(staging.begin() + p.split_rows, staging.begin() + p.split_rows + 2), split);
+  EXPECT_EQ(std::vector<int32_t>(staging.begin() + p.tiles, staging.begin() + p.tiles + 10), tiles);
+  const PackedBatch none = PackForwardBatch(b, staging, 0);
+  EXPECT_EQ(none.num_split_rows, 0);
+  EXPECT_EQ(none.num_tiles, 0);
+}
+
+TEST(PackForwardBatchTest, PrefillTileRowsKeepTheTileInItsBudget) {
+  EXPECT_EQ(PrefillTileRows(128, 1, 8192), 32);  // capped
+  EXPECT_EQ(PrefillTileRows(128, 4, 8192), 16);
+  EXPECT_EQ(PrefillTileRows(128, 8, 8192), 8);
+  EXPECT_EQ(PrefillTileRows(256, 8, 8192), 4);
+  EXPECT_EQ(PrefillTileRows(48, 2, 8192), 32);
+  EXPECT_EQ(PrefillTileRows(256, 8, 1024), 0);  // not even one row
+  for (int hd : {48, 64, 128, 256}) {
+    for (int g : {1, 2, 4, 8}) EXPECT_LE(PrefillTileRows(hd, g, 8192) * hd * g, 8192) << hd << " " << g;
   }
 }
 
@@ -179,6 +231,27 @@ TEST(RouteForTest, OnlyPlainGreedyStaysOnTheDevice) {
   p.frequency_penalty = 0.0f;
   p.temperature = 0.7f;
   EXPECT_EQ(RouteFor(p), SampleRoute::kHost);
+}
+
+TEST(DeviceMasksTest, OnlyConstrainedRowsCarryAMaskPaddedOrCutToTheVocabulary) {
+  DeviceMasks m;
+  m.Reset(4, 3);  // a 130..192-token vocabulary
+  EXPECT_EQ(m.mask_index, (std::vector<int32_t>{-1, -1, -1, -1}));
+  EXPECT_EQ(m.num_masks, 0);
+  EXPECT_TRUE(m.words.empty());
+  const std::vector<uint64_t> short_mask{0x5ull};                         // a smaller tokenizer vocabulary
+  const std::vector<uint64_t> long_mask{0x1ull, 0x2ull, 0x4ull, 0xffull};  // one word past the model's
+  m.Set(2, short_mask);
+  m.Set(0, long_mask);
+  EXPECT_EQ(m.mask_index, (std::vector<int32_t>{1, -1, 0, -1}));
+  EXPECT_EQ(m.num_masks, 2);
+  // Row 2's mask first (set first), zero-padded: ids past the grammar's mask are never allowed.
+  EXPECT_EQ(m.words, (std::vector<uint64_t>{0x5ull, 0, 0, 0x1ull, 0x2ull, 0x4ull}));
+  // A new step reuses the buffers and forgets the previous masks.
+  m.Reset(2, 3);
+  EXPECT_EQ(m.mask_index, (std::vector<int32_t>{-1, -1}));
+  EXPECT_EQ(m.num_masks, 0);
+  EXPECT_TRUE(m.words.empty());
 }
 
 TEST(DeviceWeightLayoutTest, PiecesAreAlignedDisjointAndSized) {

@@ -1,0 +1,110 @@
+#include "engine/runner_book.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "base/check.h"
+#include "engine/runner_conversions.h"
+#include "structured/compiled_grammar.h"
+
+namespace kvserve::engine {
+
+absl::Status ApplyCopies(const scheduler::StepPlan& plan, cache::KvStorage& storage, cache::KvStorage* swap) {
+  if (!plan.swap_out.empty() || !plan.swap_in.empty()) {
+    if (swap == nullptr) return absl::InternalError("swap requested but no host swap tier exists");
+    // The same two calls for any pair of memory spaces (cache/kv_storage.h).
+    KVS_RETURN_IF_ERROR(storage.copy_blocks_to(*swap, plan.swap_out));
+    KVS_RETURN_IF_ERROR(storage.copy_blocks_from(*swap, plan.swap_in));
+  }
+  return storage.copy_blocks(plan.copies);
+}
+
+RunnerBook::RunnerBook(int block_size, compression::KvCompressor& compressor)
+    : compressor_(compressor), builder_(block_size) {}
+
+absl::Status RunnerBook::Begin(const scheduler::StepPlan& plan) {
+  for (const auto& n : plan.new_seqs) {
+    Seq s;
+    s.history = n.history;
+    s.num_prompt = n.num_prompt_tokens;
+    s.sampling = ToModelParams(n.sampling);
+    s.seed = n.sampling.seed.value_or(0);
+    s.sample_index = n.sampling.sample_index;
+    if (n.sampling.grammar != nullptr) {
+      // A resumed sequence (after preemption) replays its generated tokens through the grammar.
+      s.grammar = n.sampling.grammar;
+      s.grammar_state = s.grammar->start();
+      for (size_t i = static_cast<size_t>(s.num_prompt); i < s.history.size(); ++i) {
+        s.grammar_state = s.grammar->Advance(s.grammar_state, s.history[i]);
+      }
+    }
+    seqs_[n.seq.value()] = std::move(s);
+    KVS_RETURN_IF_ERROR(compressor_.Track(n.seq, n.compression, n.compression_auto, n.resume));
+  }
+
+  builder_.Clear();
+  sampling_seqs_.clear();
+  batch_seqs_.clear();
+  for (const auto& q : plan.seqs) {
+    auto it = seqs_.find(q.seq.value());
+    if (it == seqs_.end()) {
+      return absl::InternalError(absl::StrCat("sequence ", q.seq.value(), " was never sent to the runner"));
+    }
+    Seq& s = it->second;
+    if (q.table_reset) s.table.clear();
+    const size_t need = static_cast<size_t>(q.table_offset + q.num_new_blocks);
+    if (s.table.size() < need) s.table.resize(need);
+    for (int i = 0; i < q.num_new_blocks; ++i) {
+      s.table[static_cast<size_t>(q.table_offset + i)] =
+          plan.new_blocks[static_cast<size_t>(q.blocks_begin + i)].value();
+    }
+    // New rows append at the sequence's physical end, also after a compaction; positions
+    // stay logical.
+    const int32_t first_row = static_cast<int32_t>(builder_.num_tokens());
+    compressor_.BeginStep(q.seq, q.first_position, q.num_tokens, q.kv_len_after);
+    batch_seqs_.push_back({q.seq, first_row, q.num_tokens, q.kv_len_after});
+    builder_.AddSequence(std::span<const int32_t>(plan.token_ids)
+                             .subspan(static_cast<size_t>(q.token_begin), static_cast<size_t>(q.num_tokens)),
+                         static_cast<int32_t>(q.first_position), static_cast<int32_t>(q.kv_len_after - q.num_tokens),
+                         s.table, q.sample ? model::LogitsWanted::kLast : model::LogitsWanted::kNone);
+    if (q.sample) sampling_seqs_.push_back(&s);
+  }
+  return absl::OkStatus();
+}
+
+std::span<const uint64_t> RunnerBook::AllowedFor(const Seq& s) {
+  if (s.grammar == nullptr || s.grammar_state == structured::ByteDfa::kDead) return {};
+  return s.grammar->MaskFor(s.grammar_state);
+}
+
+void RunnerBook::Record(Seq& s, int32_t token) {
+  if (s.grammar != nullptr) s.grammar_state = s.grammar->Advance(s.grammar_state, token);
+  s.history.push_back(token);
+}
+
+absl::Status RunnerBook::Finish(const scheduler::StepPlan& plan, scheduler::StepResult& result) {
+  // Compression rounds, after every KV write of the step and before the next step reads.
+  for (const auto& q : plan.seqs) {
+    if (!compressor_.tracking(q.seq)) continue;
+    Seq& s = seqs_.at(q.seq.value());
+    const int64_t next_position = q.first_position + q.num_tokens;
+    KVS_ASSIGN_OR_RETURN(std::optional<compression::RoundResult> r,
+                         compressor_.EndStep(q.seq, next_position, plan.compress_auto, s.table));
+    if (r) result.compactions.push_back(ToCompaction(q.seq, next_position, std::move(*r)));
+  }
+  for (cache::SeqId id : plan.finished) {
+    seqs_.erase(id.value());
+    compressor_.Forget(id);
+  }
+  for (cache::SeqId id : plan.preempted) {
+    seqs_.erase(id.value());
+    if (std::find(plan.parked.begin(), plan.parked.end(), id) != plan.parked.end()) {
+      compressor_.Park(id);
+    } else {
+      compressor_.Forget(id);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kvserve::engine

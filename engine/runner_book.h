@@ -1,0 +1,93 @@
+// RunnerBook: the per-sequence bookkeeping every model runner (engine::CpuModelRunner,
+// cuda::CudaModelRunner) does around its forward pass, in one place so the backends cannot
+// drift apart. The runner owns the book, the KV storages and the compressor; the book owns the
+// runner-side state of each sequence:
+//
+//   Seq { block table, history (prompt then generated), sampling params, seed,
+//         grammar + automaton state after the generated tokens (structured outputs) }
+//
+//   StepPlan ──ApplyCopies──► swap out/in, copy-on-write on the runner's storages
+//            ──Begin────────► new_seqs registered (grammar replayed on resume, compressor Track),
+//                             tables patched, rows added to the BatchBuilder,
+//                             compressor BeginStep; sampling_seqs() / batch_seqs() for this step
+//            (runner: forward pass and sampling; AllowedFor gives a row's grammar mask,
+//             Record appends the sampled token and advances the grammar)
+//            ──Finish───────► compression rounds (StepResult::compactions), finished and
+//                             preempted sequences dropped (parked ones keep their policy state)
+//
+// Single-threaded (the engine thread), as the runners.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "cache/kv_storage.h"
+#include "compression/kv_compressor.h"
+#include "model/batch_builder.h"
+#include "model/sampler.h"
+#include "scheduler/step_plan.h"
+
+namespace kvserve::structured {
+class CompiledGrammar;
+}
+
+namespace kvserve::engine {
+
+// Swap-outs, swap-ins (both directions through the same two storage calls whatever the memory
+// spaces) and copy-on-write copies of `plan`, queued on `storage`. `swap` may be null when the
+// plan moves nothing to or from the host tier.
+absl::Status ApplyCopies(const scheduler::StepPlan& plan, cache::KvStorage& storage, cache::KvStorage* swap);
+
+class RunnerBook {
+ public:
+  struct Seq {
+    std::vector<int32_t> table;
+    std::vector<int32_t> history;  // prompt then generated
+    int32_t num_prompt = 0;
+    model::SamplingParams sampling;
+    uint64_t seed = 0;
+    int sample_index = 0;
+    // Structured outputs: the grammar and its automaton state after the generated tokens.
+    std::shared_ptr<const structured::CompiledGrammar> grammar;
+    int32_t grammar_state = 0;
+
+    std::span<const int32_t> prompt() const { return {history.data(), static_cast<size_t>(num_prompt)}; }
+    std::span<const int32_t> output() const {
+      return {history.data() + num_prompt, history.size() - static_cast<size_t>(num_prompt)};
+    }
+  };
+
+  // `compressor` must outlive the book.
+  RunnerBook(int block_size, compression::KvCompressor& compressor);
+
+  // Registers the plan's new sequences and builds the step's batch (see the picture above).
+  // InternalError when the plan names a sequence the runner never received.
+  absl::Status Begin(const scheduler::StepPlan& plan);
+
+  model::BatchBuilder& builder() { return builder_; }
+  // The sequences sampled this step, in the order of plan.seqs with q.sample set (= logits rows).
+  std::span<Seq* const> sampling_seqs() const { return sampling_seqs_; }
+  std::span<const compression::BatchSeq> batch_seqs() const { return batch_seqs_; }
+
+  // The grammar's allowed-token mask for the sequence's next token; empty when unconstrained
+  // (or the automaton is dead, which a correctly masked sampler never reaches).
+  static std::span<const uint64_t> AllowedFor(const Seq& s);
+  // Appends a sampled token to the history and advances the grammar.
+  static void Record(Seq& s, int32_t token);
+
+  // Compression rounds of the step's sequences, then the finished / preempted ones dropped.
+  absl::Status Finish(const scheduler::StepPlan& plan, scheduler::StepResult& result);
+
+ private:
+  compression::KvCompressor& compressor_;
+  absl::flat_hash_map<int64_t, Seq> seqs_;
+  model::BatchBuilder builder_;
+  std::vector<Seq*> sampling_seqs_;
+  std::vector<compression::BatchSeq> batch_seqs_;
+};
+
+}  // namespace kvserve::engine

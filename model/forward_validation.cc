@@ -1,0 +1,98 @@
+#include "model/forward_validation.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace kvserve::model {
+namespace {
+
+absl::Status BatchError(absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("forward batch: ", what));
+}
+
+}  // namespace
+
+absl::Status ValidateForwardBatch(const ModelConfig& c, int max_tokens, const ForwardBatch& b,
+                                  const cache::KvLayout& l, int64_t num_blocks) {
+  const int64_t t = b.num_tokens();
+  const int s = b.num_seqs();
+  if (l.num_layers != c.num_layers || l.num_kv_heads != c.num_kv_heads || l.head_dim != c.head_dim ||
+      l.block_size < 1) {
+    return BatchError("KV layout does not match the model (layers, KV heads, head_dim)");
+  }
+  if (t > max_tokens) return BatchError(absl::StrCat(t, " tokens exceed max_tokens_per_step ", max_tokens));
+  if (static_cast<int64_t>(b.positions.size()) != t || static_cast<int64_t>(b.slot_mapping.size()) != t) {
+    return BatchError("token_ids, positions and slot_mapping differ in length");
+  }
+  if (b.seq_starts.empty() || b.seq_starts.front() != 0 || b.seq_starts.back() != t) {
+    return BatchError("seq_starts must start at 0 and end at the number of tokens");
+  }
+  if (static_cast<int>(b.kv_lens.size()) != s || static_cast<int>(b.block_table_offsets.size()) != s + 1) {
+    return BatchError("kv_lens needs S entries and block_table_offsets S + 1");
+  }
+  if (b.block_table_offsets.front() != 0 ||
+      b.block_table_offsets.back() != static_cast<int32_t>(b.block_tables.size())) {
+    return BatchError("block_table_offsets must start at 0 and end at block_tables.size()");
+  }
+  for (int i = 0; i < s; ++i) {
+    const int64_t n = b.seq_starts[static_cast<size_t>(i) + 1] - b.seq_starts[static_cast<size_t>(i)];
+    const int64_t blocks =
+        b.block_table_offsets[static_cast<size_t>(i) + 1] - b.block_table_offsets[static_cast<size_t>(i)];
+    if (n < 0 || blocks < 0) return BatchError(absl::StrCat("sequence ", i, ": offsets decrease"));
+    const int32_t kv_len = b.kv_lens[static_cast<size_t>(i)];
+    if (kv_len < n) return BatchError(absl::StrCat("sequence ", i, ": kv_len ", kv_len, " < its ", n, " rows"));
+    if (kv_len > blocks * l.block_size) {
+      return BatchError(absl::StrCat("sequence ", i, ": kv_len ", kv_len, " needs more than its ", blocks, " blocks"));
+    }
+  }
+  for (int32_t block : b.block_tables) {
+    if (block < 0 || block >= num_blocks) return BatchError(absl::StrCat("block id ", block, " out of range"));
+  }
+  const int64_t num_slots = num_blocks * l.block_size;
+  for (int64_t i = 0; i < t; ++i) {
+    const auto u = static_cast<size_t>(i);
+    if (b.token_ids[u] < 0 || b.token_ids[u] >= c.vocab_size) {
+      return BatchError(absl::StrCat("token id ", b.token_ids[u], " at row ", i, " outside the vocabulary"));
+    }
+    if (b.positions[u] < 0) return BatchError(absl::StrCat("negative position at row ", i));
+    if (b.slot_mapping[u] < -1 || b.slot_mapping[u] >= num_slots) {
+      return BatchError(absl::StrCat("slot ", b.slot_mapping[u], " at row ", i, " out of range"));
+    }
+  }
+  for (int32_t r : b.logits_rows) {
+    if (r < 0 || r >= t) return BatchError(absl::StrCat("logits row ", r, " out of range"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateKvView(const KvCacheView& kv) {
+  if (static_cast<int>(kv.layer_data.size()) != kv.layout.num_layers) {
+    return BatchError("KV view needs one data pointer per layer");
+  }
+  if (kv.layout.has_scales() && static_cast<int>(kv.layer_scales.size()) != kv.layout.num_layers) {
+    return BatchError("KV view needs one scale pointer per layer for this dtype");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateObservers(const ModelConfig& config, const ForwardBatch& b, const ForwardObservers* observers) {
+  if (observers == nullptr) return absl::OkStatus();
+  if (!observers->attention_mass.empty()) {
+    int64_t max_len = 0;
+    for (int32_t len : b.kv_lens) max_len = std::max<int64_t>(max_len, len);
+    if (observers->mass_stride < max_len ||
+        static_cast<int64_t>(observers->attention_mass.size()) <
+            static_cast<int64_t>(config.num_layers) * b.num_seqs() * config.num_kv_heads * observers->mass_stride) {
+      return BatchError("attention_mass buffer or stride too small");
+    }
+  }
+  if (!observers->pre_rope_queries.empty() &&
+      static_cast<int64_t>(observers->pre_rope_queries.size()) <
+          static_cast<int64_t>(config.num_layers) * b.num_tokens() * config.q_size()) {
+    return BatchError("pre_rope_queries buffer too small");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kvserve::model
