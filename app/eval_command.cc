@@ -67,6 +67,7 @@ struct Row {
   int64_t budget = 0;
   double ppl = 0.0;
   double ppl_ratio = 1.0;   // tokens seen / peak held, perplexity windows (mean)
+  double bytes_per_token = 0.0;  // peak KV bytes (scales included) / tokens seen, perplexity windows (mean)
   int passkey_ok = 0;
   int passkey_n = 0;
   double passkey_ratio = 1.0;
@@ -281,6 +282,9 @@ int RunEval(const ParsedArgs& args, char** envp, std::ostream& out, std::ostream
   eo.chunk = o.chunk;
   eo.block_size = loaded.config.cache.block_size;
   eo.kv_dtype = loaded.config.cache.kv_dtype;
+  eo.k_dtype = loaded.config.cache.k_dtype;
+  eo.v_dtype = loaded.config.cache.v_dtype;
+  eo.int4_group = loaded.config.cache.kv_int4_group;
 
   Variant full;
   full.label = "full";
@@ -295,7 +299,7 @@ int RunEval(const ParsedArgs& args, char** envp, std::ostream& out, std::ostream
     Row row;
     row.policy = variant.label;
     row.budget = budget;
-    double nll = 0.0, ratio_sum = 0.0;
+    double nll = 0.0, ratio_sum = 0.0, bytes_sum = 0.0;
     int64_t scored = 0, windows = 0;
     auto check = [&](const compression::PolicyParams& params) {
       absl::Status st = compression::ValidateParams(params);
@@ -317,6 +321,7 @@ int RunEval(const ParsedArgs& args, char** envp, std::ostream& out, std::ostream
         nll += r->nll;
         scored += r->scored;
         ratio_sum += r->stats.compression_ratio();
+        bytes_sum += r->stats.bytes_per_token();
         ++windows;
       }
     } else {
@@ -335,11 +340,13 @@ int RunEval(const ParsedArgs& args, char** envp, std::ostream& out, std::ostream
         nll += r->nll;
         scored += r->scored;
         ratio_sum += r->stats.compression_ratio();
+        bytes_sum += r->stats.bytes_per_token();
         ++windows;
       }
     }
     row.ppl = scored > 0 ? std::exp(nll / static_cast<double>(scored)) : 0.0;
     row.ppl_ratio = windows > 0 ? ratio_sum / static_cast<double>(windows) : 1.0;
+    row.bytes_per_token = windows > 0 ? bytes_sum / static_cast<double>(windows) : 0.0;
     double pk_ratio = 0.0, key_held = 0.0;
     for (const auto& it : items) {
       absl::StatusOr<compression::PasskeyResult> r;
@@ -366,21 +373,24 @@ int RunEval(const ParsedArgs& args, char** envp, std::ostream& out, std::ostream
     row.passkey_ratio = row.passkey_n > 0 ? pk_ratio / row.passkey_n : 1.0;
     row.key_held = row.passkey_n > 0 ? key_held / row.passkey_n : 1.0;
     row.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    err << absl::StrFormat("[eval] %-22s B=%-4d ppl %.3f (ratio %.2fx)  passkey %d/%d (ratio %.2fx)  %.1f s\n",
-                           row.policy, budget, row.ppl, row.ppl_ratio, row.passkey_ok, row.passkey_n,
-                           row.passkey_ratio, row.seconds);
+    err << absl::StrFormat("[eval] %-22s B=%-4d ppl %.3f (ratio %.2fx, %.1f KV bytes/token)  passkey %d/%d (ratio "
+                           "%.2fx)  %.1f s\n",
+                           row.policy, budget, row.ppl, row.ppl_ratio, row.bytes_per_token, row.passkey_ok,
+                           row.passkey_n, row.passkey_ratio, row.seconds);
     rows.push_back(row);
   }
 
   const double full_ppl = rows.front().ppl;
   const double full_pk = rows.front().passkey_n > 0 ? static_cast<double>(rows.front().passkey_ok) / rows.front().passkey_n : 0;
-  out << "| policy | budget | perplexity | vs full | KV ratio (ppl) | passkey | KV ratio (passkey) | key held |\n"
-      << "|---|---:|---:|---:|---:|---:|---:|---:|\n";
+  out << "| policy | budget | perplexity | vs full | KV ratio (ppl) | KV bytes/token (ppl) | passkey | KV ratio "
+         "(passkey) | key held |\n"
+      << "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const Row& r : rows) {
     const double acc = r.passkey_n > 0 ? static_cast<double>(r.passkey_ok) / r.passkey_n : 0.0;
-    out << absl::StrFormat("| %s | %s | %.3f | %+.2f%% | %.2fx | %d/%d (%.0f%%) | %.2fx | %.0f%% |\n", r.policy,
+    out << absl::StrFormat("| %s | %s | %.3f | %+.2f%% | %.2fx | %.1f | %d/%d (%.0f%%) | %.2fx | %.0f%% |\n", r.policy,
                            r.budget > 0 ? std::to_string(r.budget) : std::string("-"), r.ppl,
-                           100.0 * (r.ppl / full_ppl - 1.0), r.ppl_ratio, r.passkey_ok, r.passkey_n, 100.0 * acc,
+                           100.0 * (r.ppl / full_ppl - 1.0), r.ppl_ratio, r.bytes_per_token, r.passkey_ok,
+                           r.passkey_n, 100.0 * acc,
                            r.passkey_ratio, 100.0 * r.key_held);
   }
   const std::string slack = o.divide_length > 0 ? std::to_string(o.divide_length) : "min(128, B/4)";
@@ -403,11 +413,11 @@ int RunEval(const ParsedArgs& args, char** envp, std::ostream& out, std::ostream
   }
   if (!o.out_tsv.empty()) {
     std::ofstream tsv(o.out_tsv);
-    tsv << "policy\tbudget\tppl\tppl_ratio\tpasskey_acc\tpasskey_ratio\tkey_held\n";
+    tsv << "policy\tbudget\tppl\tppl_ratio\tpasskey_acc\tpasskey_ratio\tkey_held\tbytes_per_token\n";
     for (const Row& r : rows) {
       tsv << r.policy << "\t" << r.budget << "\t" << r.ppl << "\t" << r.ppl_ratio << "\t"
           << (r.passkey_n > 0 ? static_cast<double>(r.passkey_ok) / r.passkey_n : 0.0) << "\t" << r.passkey_ratio
-          << "\t" << r.key_held << "\n";
+          << "\t" << r.key_held << "\t" << r.bytes_per_token << "\n";
     }
     if (!tsv) {
       err << "kvserve eval: --out-tsv " << o.out_tsv << ": cannot write\n";

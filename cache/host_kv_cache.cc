@@ -22,7 +22,7 @@ absl::StatusOr<HostKvCache> MakeHostKvCache(const config::CacheConfig& cfg, KvLa
   }
   KvLayout layout = model_dims;
   layout.block_size = cfg.block_size;
-  layout.dtype = cfg.kv_dtype;
+  layout = WithPrecision(layout, config::EffectiveKDtype(cfg), config::EffectiveVDtype(cfg), cfg.kv_int4_group);
 
   const int32_t usable = UsableBlocksForBudget(cfg.kv_bytes, layout);
   if (usable < 1) {

@@ -33,7 +33,7 @@ absl::StatusOr<std::unique_ptr<HostKvStorage>> HostKvStorage::Create(const KvLay
         ") or num_blocks=", num_blocks));
   }
   std::unique_ptr<HostKvStorage> s(new HostKvStorage(layout, num_blocks, allocator));
-  const size_t data_bytes = RoundUp(num_blocks * layout.block_elems() * layout.elem_bytes());
+  const size_t data_bytes = RoundUp(num_blocks * layout.block_data_bytes());
   const size_t scale_bytes = RoundUp(num_blocks * layout.block_scales() * sizeof(float));
   const size_t layers = static_cast<size_t>(layout.num_layers);
   const size_t total = layers * (data_bytes + scale_bytes);
@@ -80,7 +80,7 @@ absl::Status HostKvStorage::copy_blocks_from(KvStorage& src, std::span<const Blo
 
 void HostKvStorage::CopyHostBlocks(const KvStorage& src, KvStorage& dst, std::span<const BlockCopy> copies) {
   const KvLayout& layout = src.layout();
-  const size_t block_bytes = layout.block_elems() * layout.elem_bytes();
+  const size_t block_bytes = layout.block_data_bytes();
   const size_t scale_count = layout.block_scales();
   const bool same = &src == &dst;
   for (int l = 0; l < layout.num_layers; ++l) {
@@ -107,7 +107,7 @@ absl::Status HostKvStorage::zero_blocks(std::span<const BlockId> blocks) {
       return absl::InvalidArgumentError(absl::StrCat("zero of block ", b.value(), " out of range"));
     }
   }
-  const size_t block_bytes = layout_.block_elems() * layout_.elem_bytes();
+  const size_t block_bytes = layout_.block_data_bytes();
   const size_t scale_count = layout_.block_scales();
   for (int l = 0; l < layout_.num_layers; ++l) {
     for (BlockId b : blocks) {
@@ -154,7 +154,7 @@ void ForEachBlockRun(Storage& storage, BlockId block, F&& f) {
   const KvLayout& l = storage.layout();
   KVS_CHECK(storage.host_addressable(), "block bytes of a storage that is not host-addressable");
   KVS_CHECK(block.value() >= 0 && block.value() < storage.num_blocks(), "block ", block.value(), " out of range");
-  const size_t data_bytes = l.block_elems() * l.elem_bytes();
+  const size_t data_bytes = l.block_data_bytes();
   const size_t scale_bytes = l.block_scales() * sizeof(float);
   size_t off = 0;
   for (int layer = 0; layer < l.num_layers; ++layer) {

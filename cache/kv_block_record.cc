@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <bit>
 #include <cstring>
 
 #include "absl/strings/str_format.h"
@@ -58,6 +59,18 @@ std::string_view Name(KvRecordReject r) {
   return "unknown";
 }
 
+namespace {
+// Byte 9: 0 when V shares K's dtype (every record written before split dtypes), else V's
+// dtype + 1. Byte 10: log2 of the int4 value group when V is int4, else 0.
+uint8_t VDtypeByte(const KvLayout& l) {
+  return l.v_dtype() == l.k_dtype() ? 0 : static_cast<uint8_t>(static_cast<int>(l.v_dtype()) + 1);
+}
+uint8_t Int4GroupByte(const KvLayout& l) {
+  return l.v_dtype() == config::KvDtype::kInt4 ? static_cast<uint8_t>(std::bit_width(static_cast<unsigned>(l.int4_group)))
+                                               : 0;
+}
+}  // namespace
+
 std::string EncodeKvBlockRecord(const KvTierIdentity& id, KvBlockAddress at,
                                 std::span<const std::byte> payload) {
   const KvLayout& l = id.layout;
@@ -67,6 +80,8 @@ std::string EncodeKvBlockRecord(const KvTierIdentity& id, KvBlockAddress at,
   Put<uint16_t>(out, 4, kKvBlockFormatVersion);
   Put<uint16_t>(out, 6, static_cast<uint16_t>(kKvBlockHeaderBytes));
   Put<uint8_t>(out, 8, static_cast<uint8_t>(l.dtype));
+  Put<uint8_t>(out, 9, VDtypeByte(l));
+  Put<uint8_t>(out, 10, Int4GroupByte(l));
   Put<uint32_t>(out, 12, static_cast<uint32_t>(l.block_size));
   Put<uint32_t>(out, 16, static_cast<uint32_t>(l.num_layers));
   Put<uint32_t>(out, 20, static_cast<uint32_t>(l.num_kv_heads));
@@ -95,7 +110,10 @@ KvRecordCheck CheckKvBlockRecord(std::span<const std::byte> record, const KvTier
   const KvLayout& l = id.layout;
   if (Get<uint64_t>(record, 32) != id.model_fingerprint) return reject(KvRecordReject::kModel);
   if (Get<uint64_t>(record, 40) != id.config_hash) return reject(KvRecordReject::kConfig);
-  if (Get<uint8_t>(record, 8) != static_cast<uint8_t>(l.dtype)) return reject(KvRecordReject::kDtype);
+  if (Get<uint8_t>(record, 8) != static_cast<uint8_t>(l.dtype) || Get<uint8_t>(record, 9) != VDtypeByte(l) ||
+      Get<uint8_t>(record, 10) != Int4GroupByte(l)) {
+    return reject(KvRecordReject::kDtype);
+  }
   if (Get<uint32_t>(record, 12) != static_cast<uint32_t>(l.block_size)) return reject(KvRecordReject::kBlockSize);
   if (Get<uint32_t>(record, 16) != static_cast<uint32_t>(l.num_layers)) return reject(KvRecordReject::kLayers);
   if (Get<uint32_t>(record, 20) != static_cast<uint32_t>(l.num_kv_heads) ||

@@ -8,7 +8,8 @@
 //        0    4 magic "KVSB"
 //        4    2 format_version (kKvBlockFormatVersion)
 //        6    2 header_bytes (kKvBlockHeaderBytes)
-//        8    1 dtype (config::KvDtype)      9..11 reserved, zero
+//        8    1 dtype (config::KvDtype; K's)  9 1 V's dtype + 1, 0 when K's
+//       10    1 bit_width(int4 V group), 0 unless V is int4      11 reserved, zero
 //       12    4 block_size       16 4 num_layers    20 4 num_kv_heads    24 4 head_dim
 //       28    4 payload_bytes (= KvLayout::bytes_per_block())
 //       32    8 model_fingerprint (model id)      40 8 config_hash (what shapes KV values)

@@ -13,6 +13,7 @@ namespace kvserve::cache {
 KvCacheManager::KvCacheManager(const KvCacheManagerOptions& options, base::Logger logger)
     : block_size_(options.layout.block_size),
       bytes_per_block_(options.layout.block_size > 0 ? options.layout.bytes_per_block() : 0),
+      layout_(options.layout),
       enable_prefix_caching_(options.enable_prefix_caching),
       logger_(std::move(logger)),
       pool_(options.num_blocks),

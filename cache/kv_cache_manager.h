@@ -215,6 +215,7 @@ class KvCacheManager {
 
   int block_size() const { return block_size_; }
   size_t bytes_per_block() const { return bytes_per_block_; }
+  const KvLayout& layout() const { return layout_; }
   bool prefix_caching_enabled() const { return enable_prefix_caching_; }
   int32_t num_sequences() const { return static_cast<int32_t>(seq_index_.size()); }
   // Tokens the device pool holds when full.
@@ -260,6 +261,7 @@ class KvCacheManager {
 
   const int block_size_;
   const size_t bytes_per_block_;
+  const KvLayout layout_;
   const bool enable_prefix_caching_;
   base::Logger logger_;
   BlockPool pool_;

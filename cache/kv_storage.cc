@@ -27,8 +27,7 @@ std::string_view MemorySpaceName(MemorySpace space) {
 absl::Status CheckBlockCopies(const KvStorage& src, const KvStorage& dst, std::span<const BlockCopy> copies) {
   const KvLayout& s = src.layout();
   const KvLayout& d = dst.layout();
-  if (d.num_layers != s.num_layers || d.num_kv_heads != s.num_kv_heads || d.head_dim != s.head_dim ||
-      d.block_size != s.block_size || d.dtype != s.dtype) {
+  if (!SameKvLayout(s, d)) {
     return absl::InvalidArgumentError("block copy between storages of different layouts");
   }
   for (const BlockCopy& c : copies) {

@@ -22,15 +22,15 @@ void HostKvAccess::ReadRows(std::span<const int32_t> table, int layer, int kv, i
   KVS_DCHECK(static_cast<int64_t>(table.size()) * l.block_size >= end);
   const std::byte* data = layer_data_[static_cast<size_t>(layer)];
   const float* scales = l.has_scales() ? layer_scales_[static_cast<size_t>(layer)] : nullptr;
-  const size_t eb = l.elem_bytes();
-  // One DequantizeRows call per run of consecutive slots inside a block.
+  const bool scaled = cache::KvDtypeHasScales(l.side_dtype(kv));
+  // One DequantizeRun call per run of consecutive slots inside a block.
   for (int64_t i = begin; i < end;) {
     const int64_t block = table[static_cast<size_t>(i / l.block_size)];
     const int off = static_cast<int>(i % l.block_size);
     const int n = static_cast<int>(std::min<int64_t>(end - i, l.block_size - off));
-    kernels::cpu::DequantizeRows(data + l.elem_offset(block, kv, head, off) * eb,
-                                 scales != nullptr ? scales + l.scale_offset(block, kv, head, off) : nullptr, n,
-                                 l.head_dim, l.dtype, out + (i - begin) * l.head_dim);
+    kernels::cpu::DequantizeRun(l, kv, data + l.run_byte_offset(block, kv, head),
+                                scaled ? scales + l.run_scale_offset(block, kv, head) : nullptr, off, n,
+                                out + (i - begin) * l.head_dim);
     i += n;
   }
 }

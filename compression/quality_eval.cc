@@ -24,7 +24,9 @@ class SequenceDriver {
                                                                 const PolicyParams& params, int64_t max_tokens,
                                                                 const EvalOptions& o) {
     auto d = std::unique_ptr<SequenceDriver>(new SequenceDriver(model, o.block_size));
-    const cache::KvLayout layout = model.KvLayoutFor(o.block_size, o.kv_dtype);
+    const cache::KvLayout layout = cache::WithPrecision(model.KvLayoutFor(o.block_size, o.kv_dtype),
+                                                        o.k_dtype.value_or(o.kv_dtype),
+                                                        o.v_dtype.value_or(o.kv_dtype), o.int4_group);
     const int32_t blocks = static_cast<int32_t>((max_tokens + o.block_size - 1) / o.block_size) + 2;
     KVS_ASSIGN_OR_RETURN(d->storage_, cache::HostKvStorage::Create(layout, blocks));
     for (int l = 0; l < layout.num_layers; ++l) {
@@ -66,6 +68,8 @@ class SequenceDriver {
     next_position_ += n;
     stats_.tokens_seen = next_position_;
     stats_.peak_kv_tokens = std::max(stats_.peak_kv_tokens, phys_len_);
+    stats_.peak_kv_bytes = std::max<int64_t>(
+        stats_.peak_kv_bytes, need_blocks * static_cast<int64_t>(storage_->layout().bytes_per_block()));
     KVS_ASSIGN_OR_RETURN(std::optional<RoundResult> r,
                          compressor_->EndStep(kSeq, next_position_, /*pressure=*/true, table_));
     if (r) {

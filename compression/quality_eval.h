@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -34,13 +35,23 @@ namespace kvserve::compression {
 struct EvalOptions {
   int chunk = 64;                 // prefill / scoring chunk (tokens per forward)
   int block_size = 16;
-  config::KvDtype kv_dtype = config::KvDtype::kFp32;
+  config::KvDtype kv_dtype = config::KvDtype::kFp32;  // K and V, unless k_dtype / v_dtype say
+  std::optional<config::KvDtype> k_dtype;
+  std::optional<config::KvDtype> v_dtype;
+  int int4_group = 32;
 };
 
 struct SequenceStats {
   int64_t tokens_seen = 0;        // KV entries ever written
   int64_t peak_kv_tokens = 0;     // most slots held at once
   int64_t rounds = 0;
+  // KV bytes the sequence held at its peak: blocks (of every layer, K and V, scales
+  // included) times the layout's bytes per block.
+  int64_t peak_kv_bytes = 0;
+  // Bytes of KV per token the sequence has seen, at its peak: precision and eviction together.
+  double bytes_per_token() const {
+    return tokens_seen > 0 ? static_cast<double>(peak_kv_bytes) / static_cast<double>(tokens_seen) : 0.0;
+  }
   double compression_ratio() const {
     return peak_kv_tokens > 0 ? static_cast<double>(tokens_seen) / static_cast<double>(peak_kv_tokens) : 1.0;
   }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,7 +15,9 @@ namespace kvserve::config {
 enum class LogLevel { kTrace, kDebug, kInfo, kWarn, kError, kOff };
 enum class LogFormat { kText, kJson };
 enum class Backend { kAuto, kCpu, kCuda };
-enum class KvDtype { kFp32, kFp16, kBf16, kFp8E4M3, kInt8 };
+// KV storage precision (docs/kv_precision.md). kInt4 is asymmetric 4-bit with per-group
+// (value, min) scales: per channel per block for keys, per token per head_dim group for values.
+enum class KvDtype { kFp32, kFp16, kBf16, kFp8E4M3, kInt8, kInt4 };
 enum class QueuePolicy { kFcfs, kPriority };
 enum class PreemptionMode { kRecompute, kSwap };
 enum class CompressionPolicyKind { kFull, kTriAttention, kStreamingLlm, kSnapKv, kH2O, kAuto };
@@ -46,7 +49,10 @@ struct CacheConfig {
   int block_size = 16;                          // tokens per KV block
   uint64_t kv_bytes = 256ull << 20;             // KV pool budget (CPU backend)
   double gpu_memory_utilization = 0.90;         // CUDA: share of the device this instance may use
-  KvDtype kv_dtype = KvDtype::kFp32;
+  KvDtype kv_dtype = KvDtype::kFp32;           // shorthand: K and V (unless k_dtype/v_dtype say)
+  std::optional<KvDtype> k_dtype;               // keys' precision; unset: kv_dtype
+  std::optional<KvDtype> v_dtype;               // values' precision; unset: kv_dtype
+  int kv_int4_group = 32;                       // int4 values: elements per scale group along head_dim
   bool enable_prefix_caching = true;
   uint64_t host_swap_bytes = 256ull << 20;      // host swap tier; 0 disables swapping
   uint64_t host_cache_bytes = 0;                // host prefix tier (evicted prefix blocks); 0: off
@@ -132,6 +138,7 @@ struct TenantConfig {
   CompressionPolicyKind default_policy = CompressionPolicyKind::kFull;
   bool has_default_policy = false;     // set by the loader when the config names one
   std::vector<CompressionPolicyKind> allowed_policies;  // empty: all
+  std::vector<KvDtype> allowed_kv_dtypes;  // precisions its requests may ask for; empty: all
   std::string prefix_cache_group;      // tenants sharing a group share prefix-cache blocks;
                                        // empty: the tenant's own name (isolated)
 };
@@ -157,5 +164,9 @@ inline CompressionPolicyKind EffectiveDefaultPolicy(const Config& config, const 
   return tenant != nullptr && tenant->has_default_policy ? tenant->default_policy
                                                          : config.compression.default_policy;
 }
+
+// The precisions the pool stores K and V in: the per-side setting, else the kv_dtype shorthand.
+inline KvDtype EffectiveKDtype(const CacheConfig& c) { return c.k_dtype.value_or(c.kv_dtype); }
+inline KvDtype EffectiveVDtype(const CacheConfig& c) { return c.v_dtype.value_or(c.kv_dtype); }
 
 }  // namespace kvserve::config

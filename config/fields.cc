@@ -33,11 +33,12 @@ constexpr std::array<EnumName<LogFormat>, 2> kLogFormats{{{LogFormat::kText, "te
                                                           {LogFormat::kJson, "json"}}};
 constexpr std::array<EnumName<Backend>, 3> kBackends{
     {{Backend::kAuto, "auto"}, {Backend::kCpu, "cpu"}, {Backend::kCuda, "cuda"}}};
-constexpr std::array<EnumName<KvDtype>, 5> kKvDtypes{{{KvDtype::kFp32, "fp32"},
+constexpr std::array<EnumName<KvDtype>, 6> kKvDtypes{{{KvDtype::kFp32, "fp32"},
                                                       {KvDtype::kFp16, "fp16"},
                                                       {KvDtype::kBf16, "bf16"},
                                                       {KvDtype::kFp8E4M3, "fp8_e4m3"},
-                                                      {KvDtype::kInt8, "int8"}}};
+                                                      {KvDtype::kInt8, "int8"},
+                                                      {KvDtype::kInt4, "int4"}}};
 constexpr std::array<EnumName<QueuePolicy>, 2> kQueuePolicies{
     {{QueuePolicy::kFcfs, "fcfs"}, {QueuePolicy::kPriority, "priority"}}};
 constexpr std::array<EnumName<PreemptionMode>, 2> kPreemptionModes{
@@ -171,6 +172,32 @@ Field<Root> EnumField(std::string path, std::string help, Ref ref,
   return f;
 }
 
+// An enum that may be unset ("auto": follow another setting); the member is std::optional<E>.
+template <typename Root, typename E, size_t N, typename Ref>
+Field<Root> OptionalEnumField(std::string path, std::string help, Ref ref,
+                              const std::array<EnumName<E>, N>& table) {
+  std::vector<std::string> choices = Names(table);
+  choices.insert(choices.begin(), "auto");
+  std::string allowed = absl::StrCat("must be one of ", absl::StrJoin(choices, "|"));
+  Field<Root> f{std::move(path), FieldKind::kEnum, std::move(help), allowed, choices, false, {}, {}};
+  f.get = [ref, &table](const Root& r) -> Value {
+    const auto& v = ref(const_cast<Root&>(r));
+    return v ? std::string(NameOf(table, *v)) : std::string("auto");
+  };
+  f.set = [ref, &table, allowed](Root& r, const Value& v) -> std::optional<std::string> {
+    const auto& name = std::get<std::string>(v);
+    if (name == "auto") {
+      ref(r).reset();
+      return std::nullopt;
+    }
+    auto e = Lookup(table, name);
+    if (!e) return allowed;
+    ref(r) = *e;
+    return std::nullopt;
+  };
+  return f;
+}
+
 template <typename Root, typename E, size_t N, typename Ref>
 Field<Root> EnumListField(std::string path, std::string help, Ref ref,
                           const std::array<EnumName<E>, N>& table) {
@@ -248,8 +275,16 @@ std::vector<Field<Config>> BuildConfigFields() {
                              "activations and KV pool, as in vLLM)",
                              [](C& c) -> auto& { return c.cache.gpu_memory_utilization; }, 0.0, 1.0,
                              true));
-  f.push_back(EnumField<C>("cache.kv_dtype", "storage precision of K and V",
+  f.push_back(EnumField<C>("cache.kv_dtype", "storage precision of K and V (shorthand for both)",
                            [](C& c) -> auto& { return c.cache.kv_dtype; }, kKvDtypes));
+  f.push_back(OptionalEnumField<C>("cache.k_dtype", "storage precision of K; auto: cache.kv_dtype",
+                                   [](C& c) -> auto& { return c.cache.k_dtype; }, kKvDtypes));
+  f.push_back(OptionalEnumField<C>("cache.v_dtype", "storage precision of V; auto: cache.kv_dtype",
+                                   [](C& c) -> auto& { return c.cache.v_dtype; }, kKvDtypes));
+  f.push_back(IntField<C>("cache.kv_int4_group",
+                          "int4 values: elements per (scale, min) group along head_dim (the last "
+                          "group of a row may be shorter)",
+                          [](C& c) -> auto& { return c.cache.kv_int4_group; }, 8, 256, false, true));
   f.push_back(BoolField<C>("cache.enable_prefix_caching", "reuse KV blocks of shared prompt prefixes",
                            [](C& c) -> auto& { return c.cache.enable_prefix_caching; }));
   f.push_back(IntField<C>("cache.host_swap_bytes", "host swap tier size in bytes; 0 disables swap",
@@ -397,6 +432,8 @@ std::vector<Field<TenantConfig>> BuildTenantFields() {
                            [](T& t) -> auto& { return t.default_policy; }, kPolicies));
   f.push_back(EnumListField<T>("allowed_policies", "policies requests may ask for; empty: all",
                                [](T& t) -> auto& { return t.allowed_policies; }, kPolicies));
+  f.push_back(EnumListField<T>("allowed_kv_dtypes", "KV precisions requests may ask for; empty: all",
+                               [](T& t) -> auto& { return t.allowed_kv_dtypes; }, kKvDtypes));
   f.push_back(StringField<T>("prefix_cache_group",
                              "tenants in one group share prefix-cache blocks; empty: isolated",
                              [](T& t) -> auto& { return t.prefix_cache_group; }));

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
 #include "cache/host_kv_cache.h"
+#include "config/fields.h"
 #include "engine/cpu_model_runner.h"
 
 namespace kvserve::engine {
@@ -52,9 +53,24 @@ absl::StatusOr<config::Backend> ResolveBackend(config::Backend requested, const 
   return absl::InvalidArgumentError("engine.backend: unknown value");
 }
 
+absl::Status CudaReadsKvPrecision(const config::CacheConfig& c) {
+  const config::KvDtype k = config::EffectiveKDtype(c);
+  const config::KvDtype v = config::EffectiveVDtype(c);
+  if (k == c.kv_dtype && v == c.kv_dtype && c.kv_dtype != config::KvDtype::kInt4) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "cache.k_dtype=", std::string(config::Name(k)), " cache.v_dtype=", std::string(config::Name(v)),
+      ": the CUDA kernels read K and V in one dtype (cache.kv_dtype=fp32|fp16|bf16|fp8_e4m3|int8); split K/V "
+      "dtypes and int4 run on the CPU backend only (engine.backend=cpu)"));
+}
+
+cache::KvLayout ConfiguredKvLayout(const config::CacheConfig& c, const model::LlamaModel& model) {
+  return cache::WithPrecision(model.KvLayoutFor(c.block_size, c.kv_dtype), config::EffectiveKDtype(c),
+                              config::EffectiveVDtype(c), c.kv_int4_group);
+}
+
 absl::StatusOr<Backend> MakeCpuBackend(const config::Config& config, model::LlamaModel& model,
                                        const compression::PolicyContext* compression, const base::Logger& logger) {
-  cache::KvLayout layout = model.KvLayoutFor(config.cache.block_size, config.cache.kv_dtype);
+  cache::KvLayout layout = ConfiguredKvLayout(config.cache, model);
   KVS_ASSIGN_OR_RETURN(cache::HostKvCache kv, cache::MakeHostKvCache(config.cache, layout, logger.child("cache")));
   Backend b;
   b.kind = config::Backend::kCpu;

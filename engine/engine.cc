@@ -670,6 +670,13 @@ void Engine::ReportStep(base::Nanos started, const scheduler::StepPlan& plan) {
   s.prefix_hits_tokens = static_cast<int64_t>(usage.prefix_hit_tokens);
   s.live_logical_tokens = scheduler_.live_logical_tokens();
   s.live_physical_tokens = scheduler_.live_physical_tokens();
+  const cache::KvLayout& layout = cache_.layout();
+  if (layout.block_size > 0 && layout.num_layers > 0) {
+    s.k_dtype = layout.k_dtype();
+    s.v_dtype = layout.v_dtype();
+    s.k_bytes_per_token = layout.side_bytes_per_token(0);
+    s.v_bytes_per_token = layout.side_bytes_per_token(1);
+  }
   observer_->OnStep(s);
   if (tiers_ != nullptr || usage.host_cache_capacity_blocks > 0) ReportTiers(usage);
 }

@@ -93,8 +93,14 @@ cache::KvTierIdentity TierIdentity(const config::Config& config, const std::stri
   for (const auto& w : weights) absl::StrAppend(&model_id, "\n", w);
   cache::KvTierIdentity id;
   id.model_fingerprint = cache::BlockHasher::HashString(model_id);
+  // The kv_dtype name alone when K and V share it (hashes of existing deployments stay put).
+  std::string precision(config::Name(config.cache.kv_dtype));
+  if (!layout.uniform() || layout.k_dtype() != config.cache.kv_dtype) {
+    precision = absl::StrCat(std::string(config::Name(layout.k_dtype())), "+",
+                             std::string(config::Name(layout.v_dtype())), "/g", layout.int4_group);
+  }
   id.config_hash = cache::BlockHasher::HashString(
-      absl::StrCat(std::string(config::Name(config.cache.kv_dtype)), "/", config.cache.block_size, "/", config.model.served_name));
+      absl::StrCat(precision, "/", config.cache.block_size, "/", config.model.served_name));
   id.layout = layout;
   return id;
 }
@@ -137,6 +143,15 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config
   support.cuda_runner_available = static_cast<bool>(deps.make_cuda_backend);
   KVS_ASSIGN_OR_RETURN(config::Backend kind, ResolveBackend(config.engine.backend, kernels::ProbeCudaDevice(),
                                                             support, why));
+  if (kind == config::Backend::kCuda) {
+    if (absl::Status st = CudaReadsKvPrecision(config.cache); !st.ok()) {
+      if (config.engine.backend == config::Backend::kCuda) {
+        return absl::FailedPreconditionError(absl::StrCat("engine.backend=cuda: ", st.message()));
+      }
+      kind = config::Backend::kCpu;
+      why = absl::StrCat("backend: cpu, ", st.message(), " (engine.backend=auto)");
+    }
+  }
   deps.logger.info("%s", why);
   auto local = std::make_unique<LocalEngine>();
   model::ModelOptions mo;

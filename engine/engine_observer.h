@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "config/config.h"
 #include "engine/request_types.h"
 
 namespace kvserve::engine {
@@ -52,6 +53,12 @@ struct StepStats {
   int64_t prefix_hits_tokens = 0;     // cumulative
   int64_t live_logical_tokens = 0;    // tokens the running sequences have seen
   int64_t live_physical_tokens = 0;   // tokens whose KV they hold
+  // The pool's precision: K and V dtypes and the KV bytes per token each side costs (all
+  // layers, scales included; 0 when the layout is unknown).
+  config::KvDtype k_dtype = config::KvDtype::kFp32;
+  config::KvDtype v_dtype = config::KvDtype::kFp32;
+  double k_bytes_per_token = 0.0;
+  double v_bytes_per_token = 0.0;
   // False for a state refresh after a step that ran no batch (only aborted or finished
   // sequences to forget): the state fields are current, duration and token counts are not
   // a step's.

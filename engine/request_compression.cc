@@ -29,6 +29,31 @@ int64_t ResolvedCompression::reported_budget() const {
   return compressing() ? compression::TargetLength(params) : 0;
 }
 
+absl::Status CheckRequestPrecision(const CompressionRequest& req, const config::CacheConfig& cache,
+                                   const config::TenantConfig* tenant) {
+  const config::KvDtype pool[2] = {config::EffectiveKDtype(cache), config::EffectiveVDtype(cache)};
+  const std::optional<config::KvDtype> asked[2] = {req.k_dtype, req.v_dtype};
+  const char* const field[2] = {"kv_compression.k_dtype", "kv_compression.v_dtype"};
+  const char* const setting[2] = {"cache.k_dtype", "cache.v_dtype"};
+  const char* const side[2] = {"keys", "values"};
+  for (int kv = 0; kv < 2; ++kv) {
+    if (!asked[kv]) continue;
+    const std::string name(config::Name(*asked[kv]));
+    if (tenant != nullptr && !tenant->allowed_kv_dtypes.empty() &&
+        std::find(tenant->allowed_kv_dtypes.begin(), tenant->allowed_kv_dtypes.end(), *asked[kv]) ==
+            tenant->allowed_kv_dtypes.end()) {
+      return absl::PermissionDeniedError(
+          absl::StrCat(field[kv], ": tenant '", tenant->name, "' may not use KV precision '", name, "'"));
+    }
+    if (*asked[kv] != pool[kv]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field[kv], "=", name, ": this server's KV pool stores ", side[kv], " as ",
+          base::AsAbsl(config::Name(pool[kv])), " (", setting[kv], "); a request can ask only for the pool's precision"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ResolvedCompression> ResolveCompression(const RequestSpec& spec, const config::Config& config,
                                                        const config::TenantConfig* tenant,
                                                        const compression::PolicyContext* context) {
@@ -42,6 +67,7 @@ absl::StatusOr<ResolvedCompression> ResolveCompression(const RequestSpec& spec, 
     return absl::PermissionDeniedError(
         absl::StrCat("kv_compression.policy: tenant '", tenant->name, "' may not use policy '", name, "'"));
   }
+  KVS_RETURN_IF_ERROR(CheckRequestPrecision(req, config.cache, tenant));
   ResolvedCompression r;
   r.requested = kind;
   r.audit = req.audit;

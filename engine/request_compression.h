@@ -52,6 +52,13 @@ absl::StatusOr<ResolvedCompression> ResolveCompression(const RequestSpec& spec, 
                                                        const config::TenantConfig* tenant,
                                                        const compression::PolicyContext* context);
 
+// The request's KV precision (kv_compression.kv_dtype / k_dtype / v_dtype) against the pool's
+// and the tenant's allowed_kv_dtypes: PermissionDenied for a precision the tenant may not use,
+// InvalidArgument naming the field for one the pool does not hold (one precision per pool
+// today: a request may name the pool's own, nothing else). Asking for nothing is always OK.
+absl::Status CheckRequestPrecision(const CompressionRequest& req, const config::CacheConfig& cache,
+                                   const config::TenantConfig* tenant);
+
 // FNV-1a 64 of token ids (4 little-endian bytes each), in order.
 uint64_t HashTokenIds(std::span<const int32_t> ids);
 

@@ -21,6 +21,10 @@ struct CompressionRequest {
   std::optional<int> window;
   std::optional<int> sinks;
   std::optional<bool> protect_prompt;
+  // KV precision asked for (`kv_dtype` sets both; `k_dtype` / `v_dtype` one side). Served
+  // only where the pool holds that precision (ResolveCompression).
+  std::optional<config::KvDtype> k_dtype;
+  std::optional<config::KvDtype> v_dtype;
   bool audit = false;
 };
 

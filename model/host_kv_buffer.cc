@@ -4,7 +4,7 @@ namespace kvserve::model {
 
 HostKvBuffer::HostKvBuffer(const cache::KvLayout& layout, int64_t num_blocks)
     : layout_(layout), num_blocks_(num_blocks) {
-  const size_t bytes = static_cast<size_t>(num_blocks) * layout.block_elems() * layout.elem_bytes();
+  const size_t bytes = static_cast<size_t>(num_blocks) * layout.block_data_bytes();
   for (int l = 0; l < layout.num_layers; ++l) {
     storage_.emplace_back((bytes + sizeof(float) - 1) / sizeof(float), 0.0f);
     data_ptrs_.push_back(reinterpret_cast<std::byte*>(storage_.back().data()));

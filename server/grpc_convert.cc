@@ -85,6 +85,23 @@ absl::Status ApplyCompression(const v1::KvCompression& c, engine::CompressionReq
   if (c.has_sinks()) out.sinks = c.sinks();
   if (c.has_protect_prompt()) out.protect_prompt = c.protect_prompt();
   out.audit = c.audit();
+  auto dtype = [](const std::string& name, const char* field) -> absl::StatusOr<config::KvDtype> {
+    auto d = config::ParseKvDtype(name);
+    if (!d) {
+      return FieldError(field, absl::StrCat("unknown KV dtype '", name, "'; expected fp32|fp16|bf16|fp8_e4m3|int8|int4"));
+    }
+    return *d;
+  };
+  if (!c.kv_dtype().empty()) {
+    KVS_ASSIGN_OR_RETURN(out.k_dtype, dtype(c.kv_dtype(), "kv_compression.kv_dtype"));
+    out.v_dtype = out.k_dtype;
+  }
+  if (!c.k_dtype().empty()) {
+    KVS_ASSIGN_OR_RETURN(out.k_dtype, dtype(c.k_dtype(), "kv_compression.k_dtype"));
+  }
+  if (!c.v_dtype().empty()) {
+    KVS_ASSIGN_OR_RETURN(out.v_dtype, dtype(c.v_dtype(), "kv_compression.v_dtype"));
+  }
   return absl::OkStatus();
 }
 

@@ -154,6 +154,14 @@ absl::StatusOr<config::CompressionPolicyKind> ParsePolicy(const std::string& nam
   return *p;
 }
 
+absl::StatusOr<config::KvDtype> ParseDtype(const std::string& name, std::string_view field) {
+  auto d = config::ParseKvDtype(name);
+  if (!d) {
+    return FieldError(field, absl::StrCat("unknown KV dtype '", name, "'; expected fp32|fp16|bf16|fp8_e4m3|int8|int4"));
+  }
+  return *d;
+}
+
 // `kv_compression`: an object, or just the policy name as a string.
 absl::Status ParseCompression(const json& body, engine::CompressionRequest& c) {
   if (const json* v = Member(body, "kv_compression")) {
@@ -174,6 +182,19 @@ absl::Status ParseCompression(const json& body, engine::CompressionRequest& c) {
     KVS_ASSIGN_OR_RETURN(auto sinks, GetInt(*v, "sinks", p));
     KVS_ASSIGN_OR_RETURN(auto protect, GetBool(*v, "protect_prompt", p));
     KVS_ASSIGN_OR_RETURN(auto audit, GetBool(*v, "audit", p));
+    KVS_ASSIGN_OR_RETURN(auto kv_dtype, GetString(*v, "kv_dtype", p));
+    KVS_ASSIGN_OR_RETURN(auto k_dtype, GetString(*v, "k_dtype", p));
+    KVS_ASSIGN_OR_RETURN(auto v_dtype, GetString(*v, "v_dtype", p));
+    if (kv_dtype) {
+      KVS_ASSIGN_OR_RETURN(c.k_dtype, ParseDtype(*kv_dtype, "kv_compression.kv_dtype"));
+      c.v_dtype = c.k_dtype;
+    }
+    if (k_dtype) {
+      KVS_ASSIGN_OR_RETURN(c.k_dtype, ParseDtype(*k_dtype, "kv_compression.k_dtype"));
+    }
+    if (v_dtype) {
+      KVS_ASSIGN_OR_RETURN(c.v_dtype, ParseDtype(*v_dtype, "kv_compression.v_dtype"));
+    }
     auto check32 = [&](std::string_view name, const std::optional<int64_t>& val) {
       return val && (*val < INT32_MIN || *val > INT32_MAX) ? FieldError(Path(p, name), "out of range")
                                                            : absl::OkStatus();

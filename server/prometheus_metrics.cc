@@ -13,6 +13,7 @@
 #include <cctype>
 #include <cmath>
 
+#include "config/fields.h"
 #include "server/vllm_compat_metrics.h"
 
 namespace kvserve::server {
@@ -234,6 +235,9 @@ PrometheusMetrics::PrometheusMetrics(PrometheusMetricsOptions options)
   host_blocks_used_ = &host->Add({{"state", "used"}});
   live_logical_ = gauge("kvserve_kv_live_logical_tokens", "Tokens the running sequences have seen.");
   live_physical_ = gauge("kvserve_kv_live_physical_tokens", "Tokens whose KV the running sequences hold.");
+  kv_bytes_per_token_ = Build<Gauge>(r, m, "kvserve_kv_bytes_per_token",
+                                     "KV bytes one token costs, by side (key, value) and precision: all layers, "
+                                     "scales included.");
   prefix_queries_ = &Build<Counter>(r, m, "kvserve_prefix_cache_queries_total",
                                     "Prompt tokens looked up in the prefix cache.")->Add({});
   prefix_hits_ = &Build<Counter>(r, m, "kvserve_prefix_cache_hits_total",
@@ -379,6 +383,12 @@ void PrometheusMetrics::OnStep(const engine::StepStats& step) {
   host_blocks_used_->Set(static_cast<double>(step.host_blocks_used));
   live_logical_->Set(static_cast<double>(step.live_logical_tokens));
   live_physical_->Set(static_cast<double>(step.live_physical_tokens));
+  if (step.k_bytes_per_token > 0) {
+    kv_bytes_per_token_->Add({{"side", "key"}, {"dtype", std::string(config::Name(step.k_dtype))}})
+        .Set(step.k_bytes_per_token);
+    kv_bytes_per_token_->Add({{"side", "value"}, {"dtype", std::string(config::Name(step.v_dtype))}})
+        .Set(step.v_bytes_per_token);
+  }
   if (step.preemptions > 0) preemptions_->Increment(step.preemptions);
   if (step.ran_batch) {
     step_duration_->Observe(Seconds(step.duration_ns));

@@ -137,6 +137,7 @@ class PrometheusMetrics final : public engine::EngineObserver {
   prometheus::Gauge* host_blocks_used_;
   prometheus::Gauge* live_logical_;
   prometheus::Gauge* live_physical_;
+  prometheus::Family<prometheus::Gauge>* kv_bytes_per_token_;  // {side, dtype}
   prometheus::Counter* prefix_queries_;
   prometheus::Counter* prefix_hits_;
   prometheus::Counter* preemptions_;

@@ -19,11 +19,15 @@
 // dropped candidates. Slots that do not move (the identity prefix keep[i] == lo + i) are
 // skipped, so a round costs nothing for the tokens in front of the first dropped one.
 //
-// K, V and their scales (int8/fp8) move together, and so does every per-slot side array the
-// caller registers (absolute positions, accumulated attention mass, ...), laid out as
-// [num_layers][num_kv_heads][row_stride] elements with the same slot indexing.
+// K, V and their scales (int8/fp8, int4 values) move together, and so does every per-slot
+// side array the caller registers (absolute positions, accumulated attention mass, ...),
+// laid out as [num_layers][num_kv_heads][row_stride] elements with the same slot indexing.
+// int4 keys,
+// whose per-channel scales span a block, are re-encoded block by block instead
+// (RecodeInt4KeyBlocks in kv_compact.cc).
 //
-// Pure function of its arguments: no allocation, touches only the listed blocks.
+// Pure function of its arguments: touches only the listed blocks; no allocation except a
+// thread-local block of floats that int4 keys grow once.
 #pragma once
 
 #include <cstddef>
@@ -59,6 +63,7 @@ struct CompactStats {
   int64_t new_len = 0;
   int64_t rows_moved = 0;   // (layer, head, slot) rows copied (K and V count once)
   int64_t bytes_moved = 0;  // KV bytes copied: K and V data plus their scales
+  int64_t rows_recoded = 0; // int4 keys: (layer, head, slot) K rows decoded and encoded again
 };
 
 // Checks a plan against the layout and the block table (table_len entries): bounds, equal

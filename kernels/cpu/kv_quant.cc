@@ -1,9 +1,11 @@
 #include "kernels/cpu/kv_quant.h"
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 namespace kvserve::kernels::cpu {
 namespace {
@@ -176,6 +178,10 @@ void QuantizeRow(const float* src, int head_dim, KvDtype dtype, std::byte* dst, 
       *scale = s;
       return;
     }
+    case KvDtype::kInt4:
+      // One group spanning the row: the row API has no group parameter (QuantizeInt4Row has).
+      QuantizeInt4Row(src, head_dim, head_dim, dst, scale);
+      return;
   }
 }
 
@@ -238,11 +244,18 @@ void DequantizeRow(const std::byte* src, const float* scale, int head_dim, KvDty
     case KvDtype::kInt8:
       DequantizeInt8(src, *scale, head_dim, dst);
       return;
+    case KvDtype::kInt4:
+      DequantizeInt4Rows(src, scale, 1, head_dim, head_dim, dst);
+      return;
   }
 }
 
 void DequantizeRows(const std::byte* src, const float* scales, int num_rows, int head_dim,
                     KvDtype dtype, float* dst) {
+  if (dtype == KvDtype::kInt4) {
+    DequantizeInt4Rows(src, scales, num_rows, head_dim, head_dim, dst);
+    return;
+  }
   const size_t row_bytes = static_cast<size_t>(head_dim) * cache::KvDtypeBytes(dtype);
   const bool scaled = cache::KvDtypeHasScales(dtype);
   for (int r = 0; r < num_rows; ++r) {
@@ -251,24 +264,201 @@ void DequantizeRows(const std::byte* src, const float* scales, int num_rows, int
   }
 }
 
-// ---------------------------------------------------------------- paged-layout addressing
+// ---------------------------------------------------------------- int4
+
+namespace {
+
+inline int Int4Code(const std::byte* row, int i) {
+  const int b = static_cast<int>(std::to_integer<uint8_t>(row[i >> 1]));
+  return (i & 1) ? (b >> 4) : (b & 0xf);
+}
+inline void SetInt4Code(std::byte* row, int i, int code) {
+  uint8_t b = std::to_integer<uint8_t>(row[i >> 1]);
+  b = (i & 1) ? static_cast<uint8_t>((b & 0x0f) | (code << 4)) : static_cast<uint8_t>((b & 0xf0) | code);
+  row[i >> 1] = std::byte{b};
+}
+inline int Int4Encode(float x, float lo, float inv) {
+  int32_t q = RoundToInt((x - lo) * inv);
+  return q < 0 ? 0 : (q > kInt4MaxCode ? kInt4MaxCode : q);
+}
+inline size_t Int4RowBytes(int head_dim) { return (static_cast<size_t>(head_dim) + 1) / 2; }
+
+// The fp16 code one step toward -inf from h (finite h).
+uint16_t HalfNextDown(uint16_t h) {
+  if (h == 0x0000u) return 0x8001u;      // +0 -> the smallest negative subnormal
+  if (h & 0x8000u) return static_cast<uint16_t>(h + 1);  // negative: larger magnitude
+  return static_cast<uint16_t>(h - 1);
+}
+
+}  // namespace
+
+Int4Range MakeInt4Range(float lo, float hi) {
+  // min rounded down and step rounded up in fp16, so [min, min + 15 step] covers [lo, hi].
+  uint16_t lo_h = FloatToHalf(lo);
+  if (HalfToFloat(lo_h) > lo) lo_h = HalfNextDown(lo_h);
+  const float min = HalfToFloat(lo_h);
+  const float need = (hi - min) / static_cast<float>(kInt4MaxCode);
+  uint16_t step_h = FloatToHalf(need);
+  if (HalfToFloat(step_h) < need) step_h = static_cast<uint16_t>(step_h + 1);
+  return {HalfToFloat(step_h), min, std::bit_cast<float>(static_cast<uint32_t>(step_h) |
+                                                         (static_cast<uint32_t>(lo_h) << 16))};
+}
+
+Int4Range UnpackInt4Scale(float packed) {
+  const uint32_t u = std::bit_cast<uint32_t>(packed);
+  return {HalfToFloat(static_cast<uint16_t>(u & 0xffffu)), HalfToFloat(static_cast<uint16_t>(u >> 16)), packed};
+}
+
+void QuantizeInt4Row(const float* src, int head_dim, int group, std::byte* dst, float* scales) {
+  const int groups = (head_dim + group - 1) / group;
+  for (int g = 0; g < groups; ++g) {
+    const int b = g * group;
+    const int e = std::min(head_dim, b + group);
+    float lo = src[b];
+    float hi = src[b];
+    for (int i = b + 1; i < e; ++i) {
+      lo = std::fmin(lo, src[i]);
+      hi = std::fmax(hi, src[i]);
+    }
+    const Int4Range r = MakeInt4Range(lo, hi);
+    const float inv = r.step > 0.0f ? 1.0f / r.step : 0.0f;
+    for (int i = b; i < e; ++i) SetInt4Code(dst, i, Int4Encode(src[i], r.min, inv));
+    scales[g] = r.packed;
+  }
+  if (head_dim & 1) SetInt4Code(dst, head_dim, 0);  // the unused high nibble stays defined
+}
+
+void DequantizeInt4Rows(const std::byte* src, const float* scales, int num_rows, int head_dim, int group,
+                        float* dst) {
+  const int groups = (head_dim + group - 1) / group;
+  const size_t rb = Int4RowBytes(head_dim);
+  for (int r = 0; r < num_rows; ++r) {
+    const std::byte* row = src + r * rb;
+    const float* sc = scales + static_cast<size_t>(r) * groups;
+    float* out = dst + static_cast<size_t>(r) * head_dim;
+    for (int g = 0; g < groups; ++g) {
+      const int b = g * group;
+      const int e = std::min(head_dim, b + group);
+      const Int4Range range = UnpackInt4Scale(sc[g]);
+      for (int i = b; i < e; ++i) out[i] = range.min + static_cast<float>(Int4Code(row, i)) * range.step;
+    }
+  }
+}
+
+int WriteInt4ChannelRows(std::byte* run, float* scales, int head_dim, int first_row, int num_rows,
+                         const float* src, int64_t src_stride) {
+  const size_t rb = Int4RowBytes(head_dim);
+  int widened = 0;
+  for (int c = 0; c < head_dim; ++c) {
+    float lo = src[c];
+    float hi = src[c];
+    for (int r = 1; r < num_rows; ++r) {
+      lo = std::fmin(lo, src[r * src_stride + c]);
+      hi = std::fmax(hi, src[r * src_stride + c]);
+    }
+    Int4Range range;
+    if (first_row > 0) {
+      const Int4Range old = UnpackInt4Scale(scales[c]);
+      const float old_hi = old.min + static_cast<float>(kInt4MaxCode) * old.step;
+      if (lo < old.min || hi > old_hi) {
+        // Widen the channel and re-encode the rows already there from their decoded values.
+        range = MakeInt4Range(std::fmin(lo, old.min), std::fmax(hi, old_hi));
+        const float inv = range.step > 0.0f ? 1.0f / range.step : 0.0f;
+        for (int r = 0; r < first_row; ++r) {
+          std::byte* row = run + r * rb;
+          const float x = old.min + static_cast<float>(Int4Code(row, c)) * old.step;
+          SetInt4Code(row, c, Int4Encode(x, range.min, inv));
+        }
+        ++widened;
+      } else {
+        range = old;  // the new rows fit: the codes already there stay valid
+      }
+    } else {
+      range = MakeInt4Range(lo, hi);
+    }
+    const float inv = range.step > 0.0f ? 1.0f / range.step : 0.0f;
+    for (int r = 0; r < num_rows; ++r) {
+      SetInt4Code(run + (first_row + r) * rb, c, Int4Encode(src[r * src_stride + c], range.min, inv));
+    }
+    scales[c] = range.packed;
+  }
+  if (head_dim & 1) {
+    for (int r = first_row; r < first_row + num_rows; ++r) SetInt4Code(run + r * rb, head_dim, 0);
+  }
+  return widened;
+}
+
+void DequantizeInt4ChannelRows(const std::byte* run, const float* scales, int head_dim, int first_row,
+                               int num_rows, float* dst) {
+  const size_t rb = Int4RowBytes(head_dim);
+  thread_local std::vector<float> steps, mins;  // grow once to head_dim
+  steps.resize(static_cast<size_t>(head_dim));
+  mins.resize(static_cast<size_t>(head_dim));
+  for (int c = 0; c < head_dim; ++c) {
+    const Int4Range r = UnpackInt4Scale(scales[c]);
+    steps[c] = r.step;
+    mins[c] = r.min;
+  }
+  for (int r = 0; r < num_rows; ++r) {
+    const std::byte* row = run + (first_row + r) * rb;
+    float* out = dst + static_cast<size_t>(r) * head_dim;
+    for (int c = 0; c < head_dim; ++c) out[c] = mins[c] + static_cast<float>(Int4Code(row, c)) * steps[c];
+  }
+}
+
+void DequantizeRun(const cache::KvLayout& layout, int kv, const std::byte* run, const float* run_scales,
+                   int first, int n, float* dst) {
+  const KvDtype dtype = layout.side_dtype(kv);
+  const int hd = layout.head_dim;
+  if (dtype == KvDtype::kInt4) {
+    if (kv == 0) {
+      DequantizeInt4ChannelRows(run, run_scales, hd, first, n, dst);
+    } else {
+      DequantizeInt4Rows(run + first * layout.row_bytes(1), run_scales + static_cast<size_t>(first) * layout.v_groups(),
+                         n, hd, layout.int4_group, dst);
+    }
+    return;
+  }
+  const bool scaled = cache::KvDtypeHasScales(dtype);
+  DequantizeRows(run + first * layout.row_bytes(kv), scaled ? run_scales + first : nullptr, n, hd, dtype, dst);
+}
+
+void WriteKvRows(const cache::KvLayout& layout, std::byte* layer_data, float* layer_scales, int64_t block,
+                 int kv, int head, int offset, int n, const float* src, int64_t src_stride) {
+  const KvDtype dtype = layout.side_dtype(kv);
+  std::byte* run = layer_data + layout.run_byte_offset(block, kv, head);
+  float* run_scales =
+      cache::KvDtypeHasScales(dtype) ? layer_scales + layout.run_scale_offset(block, kv, head) : nullptr;
+  if (dtype == KvDtype::kInt4 && kv == 0) {
+    WriteInt4ChannelRows(run, run_scales, layout.head_dim, offset, n, src, src_stride);
+    return;
+  }
+  const size_t rb = layout.row_bytes(kv);
+  for (int r = 0; r < n; ++r) {
+    const float* row = src + r * src_stride;
+    const int o = offset + r;
+    if (dtype == KvDtype::kInt4) {
+      QuantizeInt4Row(row, layout.head_dim, layout.int4_group, run + o * rb,
+                      run_scales + static_cast<size_t>(o) * layout.v_groups());
+    } else {
+      QuantizeRow(row, layout.head_dim, dtype, run + o * rb, run_scales != nullptr ? run_scales + o : nullptr);
+    }
+  }
+}
 
 void WriteKvRow(const cache::KvLayout& layout, std::byte* layer_data, float* layer_scales,
                 int64_t block, int kv, int head, int offset, const float* src) {
-  std::byte* dst = layer_data + layout.elem_offset(block, kv, head, offset) * layout.elem_bytes();
-  float* scale =
-      layout.has_scales() ? layer_scales + layout.scale_offset(block, kv, head, offset) : nullptr;
-  QuantizeRow(src, layout.head_dim, layout.dtype, dst, scale);
+  WriteKvRows(layout, layer_data, layer_scales, block, kv, head, offset, 1, src, layout.head_dim);
 }
 
 void ReadKvRow(const cache::KvLayout& layout, const std::byte* layer_data,
                const float* layer_scales, int64_t block, int kv, int head, int offset,
                float* dst) {
-  const std::byte* src =
-      layer_data + layout.elem_offset(block, kv, head, offset) * layout.elem_bytes();
-  const float* scale =
-      layout.has_scales() ? layer_scales + layout.scale_offset(block, kv, head, offset) : nullptr;
-  DequantizeRow(src, scale, layout.head_dim, layout.dtype, dst);
+  const std::byte* run = layer_data + layout.run_byte_offset(block, kv, head);
+  const float* run_scales = cache::KvDtypeHasScales(layout.side_dtype(kv))
+                                ? layer_scales + layout.run_scale_offset(block, kv, head)
+                                : nullptr;
+  DequantizeRun(layout, kv, run, run_scales, offset, 1, dst);
 }
 
 }  // namespace kvserve::kernels::cpu

@@ -16,6 +16,23 @@
 //                    is NaN, max 448), RNE, saturating         [-448, 448]; 0 for an all-zero row)
 //   int8      1      symmetric, round-to-nearest-even,         max|x| / 127
 //                    clamped to [-127, 127]
+//   int4      1/2    asymmetric: x ~ min + code * step,        (step, min) per group as two
+//                    code in [0, 15], two codes per byte        fp16 packed in one float slot
+//                    (element i: byte i/2, low nibble if even)  (step low, min high half);
+//                                                               min rounded down and step up
+//                                                               so [min, min + 15 step] covers
+//                                                               the group. K: per channel over
+//                                                               the block's rows; V: per row,
+//                                                               per KvLayout::int4_group elements
+//
+// int4 assumes |x| < 65504 (fp16's range), as the fp16 cache does.
+// int4 keys (KIVI's per-channel keys): a run's scales are one packed slot per channel.
+// Rows are written one step at a time, so a channel's range grows as rows arrive: a new row
+// outside [min, min + 15 step] widens it and the rows already in the block are re-encoded
+// from their dequantized values (WriteInt4ChannelRows). A row thus picks up at most half a
+// step of the final range per widening after it was written; writing a whole block at once
+// (prefill, compaction) encodes it once with the exact range. int4 values: a row's scales
+// are one packed slot per group.
 //
 // Inputs are assumed finite: a K/V vector holding inf or NaN is already a broken forward
 // pass, and the scaled formats have no way to represent it next to finite values.
@@ -47,7 +64,8 @@ inline constexpr float kInt8Max = 127.0f;
 // ---------------------------------------------------------------- rows
 // Quantizes `head_dim` floats from `src` into `dst` (head_dim * KvDtypeBytes(dtype) bytes).
 // For fp8_e4m3 and int8 it also writes the row's scale to `*scale`; other dtypes ignore
-// `scale` (it may be null).
+// `scale` (it may be null). int4 here is one group over the whole row, (step, min) into
+// *scale (packed); the paged cache's int4 layouts go through WriteKvRows.
 void QuantizeRow(const float* src, int head_dim, config::KvDtype dtype, std::byte* dst,
                  float* scale);
 
@@ -62,7 +80,52 @@ void DequantizeRow(const std::byte* src, const float* scale, int head_dim, confi
 void DequantizeRows(const std::byte* src, const float* scales, int num_rows, int head_dim,
                     config::KvDtype dtype, float* dst);
 
+// ---------------------------------------------------------------- int4
+inline constexpr int kInt4MaxCode = 15;
+
+// A group's decode parameters: x ~ min + code * step; `packed` is the scale slot holding both
+// as fp16 (step in the low 16 bits, min in the high).
+struct Int4Range {
+  float step = 0.0f;
+  float min = 0.0f;
+  float packed = 0.0f;
+};
+// The fp16-representable range for values in [lo, hi]: min <= lo (one fp16 step below at
+// most) and min + 15 * step >= hi (step rounded up).
+Int4Range MakeInt4Range(float lo, float hi);
+Int4Range UnpackInt4Scale(float packed);
+
+// One row of `head_dim` values in groups of `group` elements (the last may be shorter):
+// codes into dst ((head_dim + 1) / 2 bytes), one packed (step, min) per group into scales.
+void QuantizeInt4Row(const float* src, int head_dim, int group, std::byte* dst, float* scales);
+// `num_rows` consecutive rows of int4 V codes (row stride (head_dim + 1) / 2 bytes, scale
+// stride `groups`).
+void DequantizeInt4Rows(const std::byte* src, const float* scales, int num_rows, int head_dim, int group,
+                        float* dst);
+
+// int4 keys, per channel over one (block, head) run. run: [block_size][(head_dim + 1) / 2]
+// codes; scales: [head_dim] packed (step, min). Writes rows [first_row, first_row + n)
+// from src ([n] rows, src_stride floats apart); rows [0, first_row) must hold valid codes
+// (first_row == 0 starts the block afresh). Returns the number of channels widened (rows
+// already there re-encoded).
+int WriteInt4ChannelRows(std::byte* run, float* scales, int head_dim, int first_row, int num_rows,
+                         const float* src, int64_t src_stride);
+void DequantizeInt4ChannelRows(const std::byte* run, const float* scales, int head_dim, int first_row,
+                               int num_rows, float* dst);
+
 // ---------------------------------------------------------------- paged-layout addressing
+// Rows [first, first + n) of the (block, kv, head) run whose data starts at `run` and whose
+// scales start at `run_scales` (layout.run_byte_offset / run_scale_offset), dequantized into
+// dst: [n][head_dim]. Every dtype, K or V.
+void DequantizeRun(const cache::KvLayout& layout, int kv, const std::byte* run, const float* run_scales,
+                   int first, int n, float* dst);
+
+// Writes `n` consecutive slots [offset, offset + n) of one block (same block, kv, head) from
+// src ([n] rows, src_stride floats apart); rows [0, offset) of the block must be valid (for
+// int4 keys, whose scales span the block).
+void WriteKvRows(const cache::KvLayout& layout, std::byte* layer_data, float* layer_scales, int64_t block,
+                 int kv, int head, int offset, int n, const float* src, int64_t src_stride);
+
 // Writes one token's K (kv = 0) or V (kv = 1) vector of one KV head into the slot
 // (block, offset) of one layer's storage. `layer_data` / `layer_scales` are the layer's base
 // pointers (KvStorage::layer_data / layer_scales); `layer_scales` may be null for unscaled

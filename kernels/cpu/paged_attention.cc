@@ -62,18 +62,16 @@ ThreadScratch CarveScratch(const cache::KvLayout& layout, int group, float* base
 
 using simd::Dot;
 
-// Rows [0, n) of the (block, kv, head) run as floats: a direct pointer for fp32, else
-// dequantized into `buf`.
-const float* LoadRun(const cache::KvLayout& layout, const std::byte* layer_data,
-                     const float* layer_scales, int64_t block, int kv, int head, int n, float* buf) {
-  const size_t elem = layout.elem_offset(block, kv, head, 0);
-  if (layout.dtype == config::KvDtype::kFp32) {
-    return reinterpret_cast<const float*>(layer_data) + elem;
-  }
+// Rows [0, n) of the (block, kv, head) run of `tier` as floats: a direct pointer for fp32,
+// else dequantized into `buf`.
+const float* LoadRun(const KvTierView& tier, int64_t block, int kv, int head, int n, float* buf) {
+  const cache::KvLayout& layout = tier.layout;
+  const std::byte* run = tier.layer_data + layout.run_byte_offset(block, kv, head);
+  const config::KvDtype dtype = layout.side_dtype(kv);
+  if (dtype == config::KvDtype::kFp32) return reinterpret_cast<const float*>(run);
   const float* scales =
-      layout.has_scales() ? layer_scales + layout.scale_offset(block, kv, head, 0) : nullptr;
-  DequantizeRows(layer_data + elem * layout.elem_bytes(), scales, n, layout.head_dim, layout.dtype,
-                 buf);
+      cache::KvDtypeHasScales(dtype) ? tier.layer_scales + layout.run_scale_offset(block, kv, head) : nullptr;
+  DequantizeRun(layout, kv, run, scales, 0, n, buf);
   return buf;
 }
 
@@ -94,9 +92,8 @@ constexpr int64_t kAttentionMacCost = 4;
 
 
 struct AttnArgs {
-  const cache::KvLayout& layout;
-  const std::byte* layer_data;
-  const float* layer_scales;
+  const cache::KvLayout& layout;  // tiers[0]'s: the geometry every tier shares
+  const KvTierView* tiers;
   const PagedSeqs& seqs;
   const float* q;
   int64_t q_stride;
@@ -168,7 +165,9 @@ KVS_SIMD_CLONES void AttendTile(const AttnArgs& a, int s, int64_t j0, int rows, 
     auto n_of = [&](int u) { return static_cast<int>(std::min<int64_t>(bs, len_of(u) - b * bs)); };
     const int n_max = n_of(units - 1);
     const int64_t block = table[b];
-    const float* k = LoadRun(layout, a.layer_data, a.layer_scales, block, 0, g, n_max, ws.k_rows);
+    const KvTierView& tier = a.tiers[KvTierOf(static_cast<int32_t>(block))];
+    const int64_t tb = KvTierBlock(static_cast<int32_t>(block));
+    const float* k = LoadRun(tier, tb, 0, g, n_max, ws.k_rows);
     int u = u0;
     for (; u + 1 < units; u += 2) {
       ScoreRows(q_of(u), q_of(u + 1), k, n_of(u), n_of(u + 1), hd, a.scale, ws.scores + static_cast<size_t>(u) * bs,
@@ -188,7 +187,7 @@ KVS_SIMD_CLONES void AttendTile(const AttnArgs& a, int s, int64_t j0, int rows, 
       ws.max[u] = new_max;
       if (correction != 1.0f) simd::Scale(correction, ws.acc + static_cast<size_t>(u) * hd, hd);
     }
-    const float* v = LoadRun(layout, a.layer_data, a.layer_scales, block, 1, g, n_max, ws.v_rows);
+    const float* v = LoadRun(tier, tb, 1, g, n_max, ws.v_rows);
     for (u = u0; u < units;) {
       const int n = n_of(u);
       float* acc = ws.acc + static_cast<size_t>(u) * hd;
@@ -232,7 +231,7 @@ KVS_SIMD_CLONES void MassItem(const AttnArgs& a, int64_t item, float* scratch, c
   const int64_t num_blocks = (kv_len + bs - 1) / bs;
   for (int64_t b = 0; b < num_blocks; ++b) {
     const int n = static_cast<int>(std::min<int64_t>(bs, kv_len - b * bs));
-    const float* k = LoadRun(layout, a.layer_data, a.layer_scales, table[b], 0, g, n, ws.k_rows);
+    const float* k = LoadRun(a.tiers[KvTierOf(table[b])], KvTierBlock(table[b]), 0, g, n, ws.k_rows);
     for (int64_t j = 0; j < n_s; ++j) {
       const int64_t len = kv_len - n_s + j + 1;
       const int visible = static_cast<int>(std::min<int64_t>(n, len - b * bs));
@@ -258,17 +257,33 @@ size_t PagedAttentionWorkspaceFloats(const cache::KvLayout& layout, int num_head
   return PerThreadFloats(layout, group) * static_cast<size_t>(std::max(num_threads, 1));
 }
 
-void PagedAttention(const cache::KvLayout& layout, const std::byte* layer_data,
-                    const float* layer_scales, const PagedSeqs& seqs, const float* q,
-                    int64_t q_stride, int num_heads, float scale, float* out, int64_t out_stride,
-                    float* lse, float* workspace, size_t workspace_floats) {
+namespace {
+
+void CheckTiers(std::span<const KvTierView> tiers) {
+  KVS_CHECK(!tiers.empty() && tiers.size() <= static_cast<size_t>(kMaxKvTiers), "attention: ", tiers.size(),
+            " KV tiers");
+  const cache::KvLayout& l0 = tiers[0].layout;
+  for (const KvTierView& t : tiers) {
+    KVS_CHECK(t.layout.num_kv_heads == l0.num_kv_heads && t.layout.head_dim == l0.head_dim &&
+                  t.layout.block_size == l0.block_size,
+              "attention: KV tiers differ in geometry");
+  }
+}
+
+}  // namespace
+
+void PagedAttentionTiered(std::span<const KvTierView> tiers, const PagedSeqs& seqs, const float* q, int64_t q_stride,
+                          int num_heads, float scale, float* out, int64_t out_stride, float* lse, float* workspace,
+                          size_t workspace_floats) {
+  CheckTiers(tiers);
+  const cache::KvLayout& layout = tiers[0].layout;
   const int kv_heads = layout.num_kv_heads;
   const int group = num_heads / kv_heads;
   KVS_CHECK(group * kv_heads == num_heads, "num_heads ", num_heads, " not a multiple of ", kv_heads);
   const size_t per_thread = PerThreadFloats(layout, group);
   KVS_CHECK(workspace_floats >= per_thread * static_cast<size_t>(ComputeThreads()),
             "attention workspace too small: ", workspace_floats, " floats");
-  const AttnArgs a{layout, layer_data, layer_scales, seqs, q, q_stride, num_heads, group, scale};
+  const AttnArgs a{layout, tiers.data(), seqs, q, q_stride, num_heads, group, scale};
   // tile_starts[s]: the first tile of sequence s (thread_local: no allocation once grown).
   // Workers reach it through `starts` (a thread_local named in the lambda would be theirs).
   thread_local std::vector<int64_t> tile_starts;
@@ -292,10 +307,20 @@ void PagedAttention(const cache::KvLayout& layout, const std::byte* layer_data,
   });
 }
 
-void AttentionMass(const cache::KvLayout& layout, const std::byte* layer_data,
-                   const float* layer_scales, const PagedSeqs& seqs, const float* q,
-                   int64_t q_stride, int num_heads, float scale, const float* lse, float* mass,
-                   int64_t mass_stride, float* workspace, size_t workspace_floats) {
+void PagedAttention(const cache::KvLayout& layout, const std::byte* layer_data,
+                    const float* layer_scales, const PagedSeqs& seqs, const float* q,
+                    int64_t q_stride, int num_heads, float scale, float* out, int64_t out_stride,
+                    float* lse, float* workspace, size_t workspace_floats) {
+  const KvTierView tier{layout, layer_data, layer_scales};
+  PagedAttentionTiered({&tier, 1}, seqs, q, q_stride, num_heads, scale, out, out_stride, lse, workspace,
+                       workspace_floats);
+}
+
+void AttentionMassTiered(std::span<const KvTierView> tiers, const PagedSeqs& seqs, const float* q, int64_t q_stride,
+                         int num_heads, float scale, const float* lse, float* mass, int64_t mass_stride,
+                         float* workspace, size_t workspace_floats) {
+  CheckTiers(tiers);
+  const cache::KvLayout& layout = tiers[0].layout;
   const int kv_heads = layout.num_kv_heads;
   const int group = num_heads / kv_heads;
   const size_t per_thread = PerThreadFloats(layout, group);
@@ -304,7 +329,7 @@ void AttentionMass(const cache::KvLayout& layout, const std::byte* layer_data,
   for (int s = 0; s < seqs.num_seqs; ++s) {
     KVS_CHECK(seqs.kv_lens[s] <= mass_stride, "attention mass stride ", mass_stride, " < kv_len ", seqs.kv_lens[s]);
   }
-  const AttnArgs a{layout, layer_data, layer_scales, seqs, q, q_stride, num_heads, group, scale};
+  const AttnArgs a{layout, tiers.data(), seqs, q, q_stride, num_heads, group, scale};
   const int64_t items = static_cast<int64_t>(seqs.num_seqs) * kv_heads;
   const Split split = SplitFor(kAttentionMacCost * AttentionMacs(seqs, num_heads, layout.head_dim));
 
@@ -312,6 +337,15 @@ void AttentionMass(const cache::KvLayout& layout, const std::byte* layer_data,
   ParallelFor(items, split, [&](int64_t item, int slot) {
     MassItem(a, item, workspace + per_thread * static_cast<size_t>(slot), lse, mass, mass_stride);
   });
+}
+
+void AttentionMass(const cache::KvLayout& layout, const std::byte* layer_data,
+                   const float* layer_scales, const PagedSeqs& seqs, const float* q,
+                   int64_t q_stride, int num_heads, float scale, const float* lse, float* mass,
+                   int64_t mass_stride, float* workspace, size_t workspace_floats) {
+  const KvTierView tier{layout, layer_data, layer_scales};
+  AttentionMassTiered({&tier, 1}, seqs, q, q_stride, num_heads, scale, lse, mass, mass_stride, workspace,
+                      workspace_floats);
 }
 
 }  // namespace kvserve::kernels::cpu

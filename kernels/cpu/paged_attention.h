@@ -23,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "cache/kv_layout.h"
 #include "kernels/cpu/compute_pool.h"  // ComputeThreads() sizes the workspace
@@ -38,6 +39,23 @@ struct PagedSeqs {
   const int32_t* block_tables = nullptr;         // [block_table_offsets[num_seqs]] block ids
 };
 
+// Mixed precision (issue 18): a sequence's block table may hold blocks of several precision
+// tiers, each its own storage with its own K/V dtypes (same layers, KV heads, head_dim and
+// block_size). A table entry carries its tier in the bits above kKvTierShift; plain block ids
+// (< 2^kKvTierShift) are tier 0, so a single-tier table is unchanged.
+//
+//   table entry:  [ tier (7 bits) | block within the tier's storage (24 bits) ]
+struct KvTierView {
+  cache::KvLayout layout;
+  const std::byte* layer_data = nullptr;  // one layer's storage of this tier
+  const float* layer_scales = nullptr;    // its scales (null when the tier's dtypes have none)
+};
+inline constexpr int kKvTierShift = 24;
+inline constexpr int kMaxKvTiers = 8;
+inline constexpr int32_t TieredBlock(int tier, int32_t block) { return (tier << kKvTierShift) | block; }
+inline constexpr int KvTierOf(int32_t entry) { return entry >> kKvTierShift; }
+inline constexpr int32_t KvTierBlock(int32_t entry) { return entry & ((1 << kKvTierShift) - 1); }
+
 // Floats of workspace PagedAttention / AttentionMass need for `num_threads` threads.
 size_t PagedAttentionWorkspaceFloats(const cache::KvLayout& layout, int num_heads,
                                      int num_threads);
@@ -52,6 +70,13 @@ void PagedAttention(const cache::KvLayout& layout, const std::byte* layer_data,
                     int64_t q_stride, int num_heads, float scale, float* out, int64_t out_stride,
                     float* lse, float* workspace, size_t workspace_floats);
 
+// PagedAttention over a table whose entries name their tier (TieredBlock); tiers[0] is also
+// what untagged entries read. Same arithmetic per row as PagedAttention over the dequantized
+// rows of each block's own tier.
+void PagedAttentionTiered(std::span<const KvTierView> tiers, const PagedSeqs& seqs, const float* q, int64_t q_stride,
+                          int num_heads, float scale, float* out, int64_t out_stride, float* lse, float* workspace,
+                          size_t workspace_floats);
+
 // Attention-probability mass per cached slot, for score-based KV compression (H2O, SnapKV):
 //
 //   mass[s][g][i] += sum over this step's rows j of s and query heads h of group g of
@@ -61,7 +86,10 @@ void PagedAttention(const cache::KvLayout& layout, const std::byte* layer_data,
 // so the caller zeroes it once per step. lse: from PagedAttention on the same inputs.
 void AttentionMass(const cache::KvLayout& layout, const std::byte* layer_data,
                    const float* layer_scales, const PagedSeqs& seqs, const float* q,
-                   int64_t q_stride, int num_heads, float scale, const float* lse, float* mass,
+                       int64_t q_stride, int num_heads, float scale, const float* lse, float* mass,
                    int64_t mass_stride, float* workspace, size_t workspace_floats);
+void AttentionMassTiered(std::span<const KvTierView> tiers, const PagedSeqs& seqs, const float* q, int64_t q_stride,
+                         int num_heads, float scale, const float* lse, float* mass, int64_t mass_stride,
+                         float* workspace, size_t workspace_floats);
 
 }  // namespace kvserve::kernels::cpu

@@ -45,6 +45,18 @@ TEST(HostKvCache, BlocksComeFromTheByteBudget) {
   EXPECT_EQ(q->manager->usage().total_blocks, 177);  // 100 * 16384 / (8192 + 1024 scales)
   EXPECT_EQ(q->swap, nullptr);
   EXPECT_FALSE(q->manager->can_swap_out(SeqId{1}));
+
+  // Split precision: int4 keys (a packed (step, min) slot per channel per block), int8 values.
+  // Per layer and block: data 2 heads * (16 * 32 / 2 + 16 * 32) = 1536 bytes, scales
+  // 2 * (32 + 16) slots = 384 bytes; four layers: 7680 bytes.
+  cfg.k_dtype = config::KvDtype::kInt4;
+  cfg.v_dtype = config::KvDtype::kInt8;
+  auto s = MakeHostKvCache(cfg, ModelDims(), base::Logger());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->storage->layout().k_dtype(), config::KvDtype::kInt4);
+  EXPECT_EQ(s->storage->layout().v_dtype(), config::KvDtype::kInt8);
+  EXPECT_EQ(s->storage->layout().bytes_per_block(), 7680u);
+  EXPECT_EQ(s->manager->usage().total_blocks, 213);  // 1638405 / 7680
 }
 
 TEST(HostKvCache, RejectsUnusableConfigs) {

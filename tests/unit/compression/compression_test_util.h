@@ -53,7 +53,7 @@ class TestPool {
  public:
   TestPool(const cache::KvLayout& layout, int64_t num_blocks, uint32_t seed = 11)
       : layout_(layout), num_blocks_(num_blocks), rng_(seed) {
-    const size_t bytes = static_cast<size_t>(num_blocks) * layout.block_elems() * layout.elem_bytes();
+    const size_t bytes = static_cast<size_t>(num_blocks) * layout.block_data_bytes();
     for (int l = 0; l < layout.num_layers; ++l) {
       data_.emplace_back((bytes + 3) / 4, 0.0f);
       data_ptrs_.push_back(reinterpret_cast<std::byte*>(data_.back().data()));
@@ -112,17 +112,22 @@ class TestPool {
           }
   }
 
-  // Raw bytes (data then scales) of physical index i's (layer, kv, head) row.
+  // Raw bytes (data then per-row scales) of physical index i's (layer, kv, head) row. int4
+  // keys: the codes only (their scales are per block).
   std::vector<std::byte> RawRow(const std::vector<int32_t>& table, int layer, int kv, int head, int64_t i) const {
-    const size_t eb = layout_.elem_bytes();
+    const size_t rb = layout_.row_bytes(kv);
     const int64_t block = table[i / layout_.block_size];
     const int off = static_cast<int>(i % layout_.block_size);
-    const std::byte* p = data_ptrs_[layer] + layout_.elem_offset(block, kv, head, off) * eb;
-    std::vector<std::byte> out(p, p + layout_.head_dim * eb);
-    if (layout_.has_scales()) {
-      const float s = scale_ptrs_[layer][layout_.scale_offset(block, kv, head, off)];
-      const auto* sb = reinterpret_cast<const std::byte*>(&s);
-      out.insert(out.end(), sb, sb + sizeof(float));
+    const std::byte* p = data_ptrs_[layer] + layout_.run_byte_offset(block, kv, head) + off * rb;
+    std::vector<std::byte> out(p, p + rb);
+    const config::KvDtype d = layout_.side_dtype(kv);
+    size_t ns = 0;
+    if (d == config::KvDtype::kFp8E4M3 || d == config::KvDtype::kInt8) ns = 1;
+    if (d == config::KvDtype::kInt4 && kv == 1) ns = static_cast<size_t>(layout_.v_groups());
+    if (ns > 0) {
+      const auto* sb = reinterpret_cast<const std::byte*>(scale_ptrs_[layer] + layout_.run_scale_offset(block, kv, head) +
+                                                          off * ns);
+      out.insert(out.end(), sb, sb + ns * sizeof(float));
     }
     return out;
   }
@@ -130,7 +135,7 @@ class TestPool {
   // Whole blocks' bytes (every layer, data and scales), to prove they were not touched.
   std::vector<std::byte> BlockBytes(std::span<const int32_t> blocks) const {
     std::vector<std::byte> out;
-    const size_t db = layout_.block_elems() * layout_.elem_bytes();
+    const size_t db = layout_.block_data_bytes();
     for (int l = 0; l < layout_.num_layers; ++l) {
       for (int32_t b : blocks) {
         const std::byte* p = data_ptrs_[l] + b * db;

@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <tuple>
 
 #include "compression_test_util.h"
 #include "config/fields.h"
+#include "kernels/cpu/kv_quant.h"
 
 namespace kvserve::kernels::cpu {
 namespace {
@@ -145,6 +147,81 @@ TEST_P(KvCompactTest, IdentityPlanMovesNothing) {
 
 INSTANTIATE_TEST_SUITE_P(AllDtypes, KvCompactTest, ::testing::ValuesIn(compression::testing::kAllDtypes),
                          [](const auto& p) { return std::string(config::Name(p.param)); });
+
+// Split K/V dtypes, int4 included: rows stored per row (every V dtype, K unless int4) move
+// byte for byte; int4 keys are re-encoded per destination block, each decoded row within half
+// a step (of its new block's channel range) of what it decoded to before.
+constexpr config::KvDtype kPrecisions[] = {config::KvDtype::kFp32, config::KvDtype::kFp16,
+                                           config::KvDtype::kBf16, config::KvDtype::kFp8E4M3,
+                                           config::KvDtype::kInt8, config::KvDtype::kInt4};
+
+class KvCompactSplitTest : public ::testing::TestWithParam<std::tuple<config::KvDtype, config::KvDtype>> {};
+
+TEST_P(KvCompactSplitTest, RowsMoveIntactOrWithinTheirNewEncoding) {
+  const auto [kd, vd] = GetParam();
+  cache::KvLayout layout = cache::WithPrecision(Layout(kd), kd, vd, 4);
+  layout.head_dim = 10;  // int4: an even row of two value groups of 4 and one of 2
+  TestPool pool(layout, 40);
+  const int64_t len_a = 45, len_b = 30;
+  const std::vector<int32_t> table_a = pool.Allocate(len_a);
+  const std::vector<int32_t> table_b = pool.Allocate(len_b);
+  pool.FillRandom(table_a, len_a);
+  pool.FillRandom(table_b, len_b);
+  const std::vector<std::byte> b_before = pool.BlockBytes(table_b);
+  const int nl = layout.num_layers, nh = layout.num_kv_heads;
+  std::vector<std::vector<std::byte>> raw_before;
+  std::vector<std::vector<float>> k_before;
+  for (int l = 0; l < nl; ++l)
+    for (int h = 0; h < nh; ++h)
+      for (int64_t i = 0; i < len_a; ++i) {
+        raw_before.push_back(pool.RawRow(table_a, l, 0, h, i));
+        raw_before.push_back(pool.RawRow(table_a, l, 1, h, i));
+        k_before.push_back(pool.Read(table_a, l, 0, h, i));
+      }
+  const int64_t rows = static_cast<int64_t>(nl) * nh;
+  const int64_t lo = 5, scored_end = 40, k = 20;
+  const std::vector<int32_t> keep = RandomKeep(rows, lo, scored_end, k, pool.rng());
+  const KeepPlan plan{lo, scored_end, len_a, k, keep.data()};
+  ASSERT_TRUE(ValidateKeepPlan(layout, static_cast<int64_t>(table_a.size()), plan).ok());
+  const CompactStats st = CompactKv(layout, pool.layer_data().data(),
+                                    layout.has_scales() ? pool.layer_scales().data() : nullptr, table_a.data(), plan,
+                                    nullptr, 0);
+  auto source_of = [&](int64_t r, int64_t i) -> int64_t {
+    if (i < lo) return i;
+    if (i < lo + k) return keep[r * k + (i - lo)];
+    return scored_end + (i - lo - k);
+  };
+  for (int l = 0; l < nl; ++l) {
+    for (int h = 0; h < nh; ++h) {
+      const int64_t r = static_cast<int64_t>(l) * nh + h;
+      for (int64_t i = 0; i < st.new_len; ++i) {
+        const int64_t src = source_of(r, i);
+        ASSERT_EQ(pool.RawRow(table_a, l, 1, h, i), raw_before[(r * len_a + src) * 2 + 1]) << "V slot " << i;
+        if (kd != config::KvDtype::kInt4) {
+          ASSERT_EQ(pool.RawRow(table_a, l, 0, h, i), raw_before[(r * len_a + src) * 2]) << "K slot " << i;
+          continue;
+        }
+        const std::vector<float> now = pool.Read(table_a, l, 0, h, i);
+        const int64_t block = table_a[i / layout.block_size];
+        const float* scales = pool.layer_scales()[l] + layout.run_scale_offset(block, 0, h);
+        for (int c = 0; c < layout.head_dim; ++c) {
+          const float want = k_before[r * len_a + src][c];
+          ASSERT_LE(std::abs(now[c] - want), 0.5f * UnpackInt4Scale(scales[c]).step * 1.0001f + 1e-6f)
+              << "K slot " << i << " channel " << c << " (from slot " << src << ")";
+        }
+      }
+    }
+  }
+  if (kd == config::KvDtype::kInt4) EXPECT_GT(st.rows_recoded, 0);
+  EXPECT_EQ(pool.BlockBytes(table_b), b_before) << "another sequence's blocks changed";
+}
+
+INSTANTIATE_TEST_SUITE_P(Pairs, KvCompactSplitTest,
+                         ::testing::Combine(::testing::ValuesIn(kPrecisions), ::testing::ValuesIn(kPrecisions)),
+                         [](const auto& p) {
+                           return std::string(config::Name(std::get<0>(p.param))) + "_" +
+                                  std::string(config::Name(std::get<1>(p.param)));
+                         });
 
 TEST(KvCompactValidate, RejectsBadPlans) {
   const cache::KvLayout layout = Layout(config::KvDtype::kFp32);

@@ -87,7 +87,8 @@ TEST(ConfigLoader, OutOfRangeNamesFieldValueAndRange) {
   st = ApplyText("cache.gpu_memory_utilization", "0", "command line", cfg);
   EXPECT_THAT(std::string(st.message()), HasSubstr("cache.gpu_memory_utilization=0: must be a number in (0,1]"));
   st = ApplyText("cache.kv_dtype", "fp4", "command line", cfg);
-  EXPECT_THAT(std::string(st.message()), HasSubstr("cache.kv_dtype=fp4: must be one of fp32|fp16|bf16|fp8_e4m3|int8"));
+  EXPECT_THAT(std::string(st.message()),
+              HasSubstr("cache.kv_dtype=fp4: must be one of fp32|fp16|bf16|fp8_e4m3|int8|int4"));
 }
 
 // Found by config_json_fuzz: a number beyond double used to escape as an exception.
@@ -214,6 +215,43 @@ TEST(ConfigLoader, ByteSizesAcceptUnits) {
   EXPECT_EQ(std::get<int64_t>(*ParseText(FieldKind::kBytes, "4096")), 4096);
   EXPECT_FALSE(ParseText(FieldKind::kBytes, "12 parsecs").ok());
   EXPECT_FALSE(ParseText(FieldKind::kBytes, "99999999999T").ok());
+}
+
+// kv_dtype sets both sides; k_dtype / v_dtype override one side ("auto": follow kv_dtype).
+TEST(ConfigLoader, SplitKvDtypes) {
+  auto d = LoadConfig({});
+  ASSERT_TRUE(d.ok());
+  EXPECT_FALSE(d->cache.k_dtype.has_value());
+  EXPECT_FALSE(d->cache.v_dtype.has_value());
+  EXPECT_EQ(EffectiveKDtype(d->cache), KvDtype::kFp32);
+  EXPECT_EQ(EffectiveVDtype(d->cache), KvDtype::kFp32);
+  EXPECT_EQ(d->cache.kv_int4_group, 32);
+
+  ConfigSources s;
+  s.overrides = {{"cache.kv_dtype", "bf16"}, {"cache.v_dtype", "int4"}, {"cache.kv_int4_group", "64"}};
+  auto c = LoadConfig(s);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(EffectiveKDtype(c->cache), KvDtype::kBf16);
+  EXPECT_EQ(EffectiveVDtype(c->cache), KvDtype::kInt4);
+  EXPECT_EQ(c->cache.kv_int4_group, 64);
+
+  s.overrides = {{"cache.kv_dtype", "int8"}, {"cache.k_dtype", "fp16"}, {"cache.v_dtype", "auto"}};
+  c = LoadConfig(s);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(EffectiveKDtype(c->cache), KvDtype::kFp16);
+  EXPECT_EQ(EffectiveVDtype(c->cache), KvDtype::kInt8);
+
+  Config cfg;
+  auto st = ApplyText("cache.k_dtype", "int2", "command line", cfg);
+  EXPECT_THAT(std::string(st.message()),
+              HasSubstr("cache.k_dtype=int2: must be one of auto|fp32|fp16|bf16|fp8_e4m3|int8|int4"));
+  st = ApplyText("cache.kv_int4_group", "48", "command line", cfg);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("cache.kv_int4_group=48: must be a power of two"));
+  st = ApplyJson(R"({"tenants": [{"name": "t", "allowed_kv_dtypes": ["fp32", "int4"]}]})", "f.json", cfg);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(cfg.tenants[0].allowed_kv_dtypes, (std::vector<KvDtype>{KvDtype::kFp32, KvDtype::kInt4}));
+  st = ApplyJson(R"({"tenants": [{"name": "t", "allowed_kv_dtypes": ["fp4"]}]})", "f.json", cfg);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("allowed_kv_dtypes"));
 }
 
 TEST(ConfigLoader, TenantsParseAndValidate) {

@@ -30,6 +30,40 @@ class ResolveCompressionTest : public ::testing::Test {
   const compression::TriAttentionStats* stats_marker_ = nullptr;
 };
 
+// A request may name the pool's precision (per side or both); anything else is a 400 naming
+// the field, and a tenant's allowed_kv_dtypes limits what it may name.
+TEST_F(ResolveCompressionTest, KvPrecisionMustBeThePoolsAndTheTenantsAllowed) {
+  cfg_.cache.kv_dtype = config::KvDtype::kBf16;
+  cfg_.cache.v_dtype = config::KvDtype::kInt4;
+  RequestSpec s = Spec(10, 100);
+  s.compression.k_dtype = config::KvDtype::kBf16;
+  s.compression.v_dtype = config::KvDtype::kInt4;
+  EXPECT_TRUE(ResolveCompression(s, cfg_, nullptr, &context_).ok());
+  s.compression.v_dtype.reset();  // one side only
+  EXPECT_TRUE(ResolveCompression(s, cfg_, nullptr, &context_).ok());
+
+  s.compression.k_dtype = config::KvDtype::kInt8;
+  auto r = ResolveCompression(s, cfg_, nullptr, &context_);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("kv_compression.k_dtype=int8: this server's KV pool stores keys as bf16 (cache.k_dtype)"));
+  s.compression.k_dtype.reset();
+  s.compression.v_dtype = config::KvDtype::kBf16;
+  r = ResolveCompression(s, cfg_, nullptr, &context_);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("kv_compression.v_dtype=bf16"));
+
+  config::TenantConfig t;
+  t.name = "t";
+  t.allowed_kv_dtypes = {config::KvDtype::kBf16};
+  s.compression.v_dtype = config::KvDtype::kInt4;
+  r = ResolveCompression(s, cfg_, &t, &context_);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("kv_compression.v_dtype: tenant 't' may not use KV precision 'int4'"));
+  s.compression.v_dtype.reset();
+  EXPECT_TRUE(ResolveCompression(s, cfg_, &t, &context_).ok()) << "asking for nothing is always allowed";
+}
+
 TEST_F(ResolveCompressionTest, RequestThenTenantThenServer) {
   cfg_.compression.default_policy = CompressionPolicyKind::kStreamingLlm;
   auto r = ResolveCompression(Spec(10, 100), cfg_, nullptr, &context_);

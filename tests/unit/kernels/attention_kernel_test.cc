@@ -4,11 +4,14 @@
 // (tight), and over the original fp32 rows (tolerance per dtype).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <tuple>
 #include <vector>
 
+#include "config/fields.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/kv_quant.h"
 #include "kernels/cpu/kv_write.h"
@@ -36,13 +39,14 @@ struct Fixture {
   std::vector<std::vector<float>> k_orig, v_orig;  // per seq [kv_len][kv_heads][head_dim]
   std::vector<float> q;                            // [T][num_heads * head_dim]
 
-  explicit Fixture(KvDtype dtype) {
+  // K stored as `dtype`, V as `v_dtype` (default: the same); int4 values in groups of 8.
+  explicit Fixture(KvDtype dtype, std::optional<KvDtype> v_dtype = std::nullopt) {
     layout.num_layers = 1;
     layout.num_kv_heads = 2;
     layout.head_dim = 16;
     layout.block_size = 4;
-    layout.dtype = dtype;
-    storage.assign(num_blocks * layout.block_elems() * layout.elem_bytes() / sizeof(float) + 1, 0.0f);
+    layout = cache::WithPrecision(layout, dtype, v_dtype.value_or(dtype), 8);
+    storage.assign(num_blocks * layout.block_data_bytes() / sizeof(float) + 1, 0.0f);
     scales.assign(num_blocks * std::max<size_t>(layout.block_scales(), 1), 0.0f);
     std::mt19937 gen(42);
     std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -169,6 +173,7 @@ double Tolerance(KvDtype d) {
     case KvDtype::kBf16: return 3e-2;
     case KvDtype::kInt8: return 3e-2;
     case KvDtype::kFp8E4M3: return 1.5e-1;
+    case KvDtype::kInt4: return 0.3;  // measured 0.15 (int4 values), 0.059 (int4 keys)
   }
   return 0;
 }
@@ -295,6 +300,58 @@ TEST_P(PagedAttentionTest, WriteKvOfManyRowsLandsInItsSlots) {
     }
   }
 }
+
+// Every (K dtype, V dtype) pair, int4 included: attention and attention mass over the
+// quantized cache equal the naive computation over the dequantized K and V (tight), and
+// stay near the fp32 result (the looser side's tolerance).
+class SplitPrecisionAttentionTest : public ::testing::TestWithParam<std::tuple<KvDtype, KvDtype>> {
+ protected:
+  void SetUp() override { threads_ = SetComputeThreads(2); }
+  void TearDown() override { SetComputeThreads(0); }
+  int threads_ = 1;
+};
+
+TEST_P(SplitPrecisionAttentionTest, EqualsAttentionOverDequantizedKv) {
+  const auto [kd, vd] = GetParam();
+  Fixture f(kd, vd);
+  ASSERT_EQ(f.layout.k_dtype(), kd);
+  ASSERT_EQ(f.layout.v_dtype(), vd);
+  f.WriteAll();
+  const int hd = f.layout.head_dim;
+  const int64_t rows = f.seq_starts.back();
+  const int64_t q_stride = static_cast<int64_t>(f.num_heads) * hd;
+  std::vector<float> ws(PagedAttentionWorkspaceFloats(f.layout, f.num_heads, threads_));
+  std::vector<float> out(rows * q_stride, -1.0f), lse(rows * f.num_heads);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  PagedAttention(f.layout, f.data(), f.scale_ptr(), f.View(), f.q.data(), q_stride, f.num_heads, scale, out.data(),
+                 q_stride, lse.data(), ws.data(), ws.size());
+  const int mass_stride = 201;
+  std::vector<float> mass(f.seqs.size() * f.layout.num_kv_heads * mass_stride, 0.0f);
+  AttentionMass(f.layout, f.data(), f.scale_ptr(), f.View(), f.q.data(), q_stride, f.num_heads, scale, lse.data(),
+                mass.data(), mass_stride, ws.data(), ws.size());
+  const auto stored = f.Reference(/*stored=*/true, mass_stride);
+  const auto original = f.Reference(/*stored=*/false, mass_stride);
+  const double tol = std::max(Tolerance(kd), Tolerance(vd));
+  double worst = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    ASSERT_NEAR(out[i], stored.out[i], 2e-5) << "element " << i;
+    worst = std::max(worst, std::abs(out[i] - original.out[i]));
+  }
+  EXPECT_LE(worst, tol) << "vs fp32 K/V";
+  std::printf("k=%s v=%s: max |attention - fp32 attention| %.3g\n", std::string(config::Name(kd)).c_str(),
+              std::string(config::Name(vd)).c_str(), worst);
+  for (size_t i = 0; i < lse.size(); ++i) ASSERT_NEAR(lse[i], stored.lse[i], 2e-5);
+  for (size_t i = 0; i < mass.size(); ++i) ASSERT_NEAR(mass[i], stored.mass[i], 2e-5) << "mass " << i;
+}
+
+constexpr KvDtype kPrecisions[] = {KvDtype::kFp32, KvDtype::kFp16, KvDtype::kBf16,
+                                   KvDtype::kFp8E4M3, KvDtype::kInt8, KvDtype::kInt4};
+INSTANTIATE_TEST_SUITE_P(Pairs, SplitPrecisionAttentionTest,
+                         ::testing::Combine(::testing::ValuesIn(kPrecisions), ::testing::ValuesIn(kPrecisions)),
+                         [](const auto& p) {
+                           return std::string(config::Name(std::get<0>(p.param))) + "_" +
+                                  std::string(config::Name(std::get<1>(p.param)));
+                         });
 
 INSTANTIATE_TEST_SUITE_P(
     DtypesAndThreads, PagedAttentionTest,

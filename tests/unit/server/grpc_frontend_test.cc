@@ -109,6 +109,23 @@ TEST_F(GrpcFrontendTest, GenerateStreamsChunksThenUsage) {
   EXPECT_EQ(finishes, 1);
   ASSERT_EQ(engine().submitted().size(), 1u);
   EXPECT_EQ(engine().submitted()[0].compression.policy, config::CompressionPolicyKind::kStreamingLlm);
+  EXPECT_FALSE(engine().submitted()[0].compression.k_dtype.has_value());
+
+  // KV precision: kv_dtype sets both sides, v_dtype overrides one; a bad name is a 400
+  // naming the field.
+  v1::GenerateRequest precise = Prompt("Hi", 2);
+  precise.mutable_kv_compression()->set_kv_dtype("bf16");
+  precise.mutable_kv_compression()->set_v_dtype("int4");
+  auto [pc, ps] = Generate(precise);
+  ASSERT_TRUE(ps.ok()) << ps.error_message();
+  ASSERT_EQ(engine().submitted().size(), 2u);
+  EXPECT_EQ(engine().submitted()[1].compression.k_dtype, config::KvDtype::kBf16);
+  EXPECT_EQ(engine().submitted()[1].compression.v_dtype, config::KvDtype::kInt4);
+  v1::GenerateRequest bad_dtype = Prompt("Hi", 2);
+  bad_dtype.mutable_kv_compression()->set_k_dtype("int3");
+  auto [bc, bs] = Generate(bad_dtype);
+  EXPECT_EQ(bs.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(bs.error_message().find("kv_compression.k_dtype"), std::string::npos) << bs.error_message();
 }
 
 TEST_F(GrpcFrontendTest, CompleteWithTwoSeededSamplesAndStop) {

@@ -109,6 +109,9 @@ TEST(CompletionParserTest, WrongTypesNameTheField) {
       {R"({"prompt": "x", "kv_compression": 3})", "kv_compression"},
       {R"({"prompt": "x", "kv_compression": {"policy": "zip"}})", "kv_compression.policy"},
       {R"({"prompt": "x", "kv_compression": {"budget": "big"}})", "kv_compression.budget"},
+      {R"({"prompt": "x", "kv_compression": {"kv_dtype": "int2"}})", "kv_compression.kv_dtype"},
+      {R"({"prompt": "x", "kv_compression": {"k_dtype": 4}})", "kv_compression.k_dtype"},
+      {R"({"prompt": "x", "kv_compression": {"v_dtype": "fp4"}})", "kv_compression.v_dtype"},
       {R"({"prompt": "x", "stream_options": {"include_usage": true}})", "stream_options"},
       {R"({"prompt": "x", "stream": true, "stream_options": {"include_usage": 1}})",
        "stream_options.include_usage"},
@@ -126,6 +129,22 @@ TEST(CompletionParserTest, NullsAndIntegralFloatsAreAccepted) {
   EXPECT_EQ(r->request.max_tokens, 16);
   EXPECT_FLOAT_EQ(r->request.sampling.temperature, 1.0f);
   EXPECT_FALSE(r->request.return_logprobs);
+}
+
+TEST(CompletionParserTest, KvCompressionPrecision) {
+  auto both = ParseCompletionRequest(R"({"prompt": "x", "kv_compression": {"kv_dtype": "int8"}})");
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ(both->request.compression.k_dtype, config::KvDtype::kInt8);
+  EXPECT_EQ(both->request.compression.v_dtype, config::KvDtype::kInt8);
+  auto split = ParseCompletionRequest(
+      R"({"prompt": "x", "kv_compression": {"policy": "full", "kv_dtype": "bf16", "v_dtype": "int4"}})");
+  ASSERT_TRUE(split.ok()) << split.status();
+  EXPECT_EQ(split->request.compression.k_dtype, config::KvDtype::kBf16);
+  EXPECT_EQ(split->request.compression.v_dtype, config::KvDtype::kInt4);
+  auto none = ParseCompletionRequest(R"({"prompt": "x", "kv_compression": {"policy": "full"}})");
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->request.compression.k_dtype.has_value());
+  EXPECT_FALSE(none->request.compression.v_dtype.has_value());
 }
 
 TEST(CompletionParserTest, KvCompressionShorthandsAndVllmXargs) {

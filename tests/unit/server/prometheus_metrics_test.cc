@@ -162,6 +162,10 @@ TEST(PrometheusMetricsTest, StepGaugesAndCumulativePrefixCounters) {
   s.prefix_hits_tokens = 16;
   s.live_logical_tokens = 300;
   s.live_physical_tokens = 100;
+  s.k_dtype = config::KvDtype::kInt4;
+  s.v_dtype = config::KvDtype::kBf16;
+  s.k_bytes_per_token = 288;
+  s.v_bytes_per_token = 768;
   m.OnStep(s);
   s.prefix_queries_tokens = 96;  // cumulative: +32
   s.prefix_hits_tokens = 32;     // +16
@@ -179,6 +183,8 @@ TEST(PrometheusMetricsTest, StepGaugesAndCumulativePrefixCounters) {
   EXPECT_EQ(e.Sum("kvserve_kv_host_swap_blocks", {{"state", "used"}}), 10);
   EXPECT_EQ(e.Sum("kvserve_kv_live_logical_tokens"), 300);
   EXPECT_EQ(e.Sum("kvserve_kv_live_physical_tokens"), 100);
+  EXPECT_EQ(e.Sum("kvserve_kv_bytes_per_token", {{"side", "key"}, {"dtype", "int4"}}), 288);
+  EXPECT_EQ(e.Sum("kvserve_kv_bytes_per_token", {{"side", "value"}, {"dtype", "bf16"}}), 768);
   EXPECT_EQ(e.Sum("kvserve_prefix_cache_queries_total"), 96);
   EXPECT_EQ(e.Sum("kvserve_prefix_cache_hits_total"), 32);
   EXPECT_EQ(e.Sum("kvserve_num_preemptions_total"), 2);

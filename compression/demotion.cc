@@ -1,0 +1,38 @@
+#include "compression/demotion.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace kvserve::compression {
+
+void PlanDemotion(std::span<const double> scores, int64_t keep, std::span<const int64_t> tier_sizes, int64_t base,
+                  DemotionRow& out, std::vector<int32_t>& scratch) {
+  const int64_t n = static_cast<int64_t>(scores.size());
+  // Rank: higher score first; NaN below everything; ties to the lower slot (a strict weak
+  // order, so the ranking is deterministic).
+  scratch.resize(static_cast<size_t>(n));
+  std::iota(scratch.begin(), scratch.end(), 0);
+  std::sort(scratch.begin(), scratch.end(), [&](int32_t a, int32_t b) {
+    const double sa = scores[static_cast<size_t>(a)];
+    const double sb = scores[static_cast<size_t>(b)];
+    const bool na = std::isnan(sa), nb = std::isnan(sb);
+    if (na != nb) return nb;  // the non-NaN one first
+    if (!na && sa != sb) return sa > sb;
+    return a < b;
+  });
+  auto take = [&](int64_t& at, int64_t count, std::vector<int32_t>& into) {
+    const int64_t end = std::min(n, at + std::max<int64_t>(0, count));
+    into.clear();
+    for (int64_t r = at; r < end; ++r) into.push_back(static_cast<int32_t>(base + scratch[static_cast<size_t>(r)]));
+    std::sort(into.begin(), into.end());
+    at = end;
+  };
+  int64_t at = 0;
+  take(at, keep, out.keep);
+  out.tiers.resize(tier_sizes.size());
+  for (size_t t = 0; t < tier_sizes.size(); ++t) take(at, tier_sizes[t], out.tiers[t]);
+  take(at, n - at, out.evicted);
+}
+
+}  // namespace kvserve::compression
