@@ -303,7 +303,7 @@ int RunEval(const ParsedArgs& args, char** envp, std::ostream& out, std::ostream
     int64_t scored = 0, windows = 0;
     auto check = [&](const compression::PolicyParams& params) {
       absl::Status st = compression::ValidateParams(params);
-      if (!st.ok()) err << "kvserve eval: " << row.policy << " budget " << budget << ": " << st.message() << "\n";
+      if (!st.ok()) err << "kvserve eval: " << row.policy << " budget " << row.budget << ": " << st.message() << "\n";
       return st.ok();
     };
     if (o.decode_mode) {

@@ -491,12 +491,19 @@ TEST_F(KVSERVE_SERVER_SUITE, ServesHundredsOfConcurrentStreams) {
       "tenants": [{"name": "alpha", "api_keys": ["sk-alpha"]}]})"));
   constexpr int kStreams = 256;
   std::vector<std::string> bodies(kStreams);
+  std::vector<std::string> failures(kStreams);  // why a stream got no body: status or client error
   std::vector<std::thread> clients;
   for (int i = 0; i < kStreams; ++i) {
-    clients.emplace_back([this, &bodies, i] {
+    clients.emplace_back([this, &bodies, &failures, i] {
       auto res = Post("/v1/completions", R"({"prompt": "In the beginning", "max_tokens": 8, "ignore_eos": true,
                                              "stream": true})");
-      if (res && res->status == 200) bodies[i] = res->body;
+      if (!res) {
+        failures[i] = "client error " + httplib::to_string(res.error());
+      } else if (res->status != 200) {
+        failures[i] = "status " + std::to_string(res->status) + ": " + res->body;
+      } else {
+        bodies[i] = res->body;
+      }
     });
   }
   // Other requests are served while the streams run.
@@ -506,7 +513,7 @@ TEST_F(KVSERVE_SERVER_SUITE, ServesHundredsOfConcurrentStreams) {
   for (auto& t : clients) t.join();
   for (int i = 0; i < kStreams; ++i) {
     std::vector<std::string> events = SseData(bodies[i]);
-    ASSERT_GE(events.size(), 2u) << "stream " << i;
+    ASSERT_GE(events.size(), 2u) << "stream " << i << ": " << failures[i];
     EXPECT_EQ(events.back(), "[DONE]") << "stream " << i;
   }
 }

@@ -535,11 +535,18 @@ TEST_F(HttpFrontendTest, ServesHundredsOfConcurrentStreams) {
   constexpr int kStreams = 256;
   engine().SetPaused(true);
   std::vector<std::string> bodies(kStreams);
+  std::vector<std::string> failures(kStreams);  // why a stream got no body: status or client error
   std::vector<std::thread> clients;
   for (int i = 0; i < kStreams; ++i) {
     clients.emplace_back([&, i] {
       auto res = Post("/v1/completions", R"({"prompt": "x", "max_tokens": 8, "temperature": 0, "stream": true})");
-      if (res && res->status == 200) bodies[i] = res->body;
+      if (!res) {
+        failures[i] = "client error " + httplib::to_string(res.error());
+      } else if (res->status != 200) {
+        failures[i] = "status " + std::to_string(res->status) + ": " + res->body;
+      } else {
+        bodies[i] = res->body;
+      }
     });
   }
   // All of them are in the engine at once: no small worker pool holds them back ...
@@ -552,7 +559,7 @@ TEST_F(HttpFrontendTest, ServesHundredsOfConcurrentStreams) {
   for (auto& t : clients) t.join();
   for (int i = 0; i < kStreams; ++i) {
     std::vector<std::string> events = SseData(bodies[i]);
-    ASSERT_FALSE(events.empty()) << "stream " << i;
+    ASSERT_FALSE(events.empty()) << "stream " << i << ": " << failures[i];
     EXPECT_EQ(events.back(), "[DONE]") << "stream " << i;
   }
 }
