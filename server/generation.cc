@@ -8,12 +8,12 @@
 namespace kvserve::server {
 
 // The engine thread's wake-ups of one generation. The wake-up function runs outside the
-// lock: it wakes a consumer thread (an eventfd write, a pump schedule) that at once takes
-// this lock in Poll, and waking it while still holding the lock would make it block on the
-// engine thread, then need another wake-up to go on (a lock convoy, twice per token on a
-// busy machine). `running` counts calls in progress so that SetWakeup can still promise that
-// the previous function has returned. `seq` is written under the lock (so waiters on `cv`
-// miss nothing) and read without it by Poll.
+// lock: it wakes a consumer thread (an eventfd write, a pump schedule), and a consumer woken
+// while the engine thread still held the lock could run at once, block on it and need a
+// second wake-up to go on (a lock convoy, per token on a busy machine). `running` counts calls
+// in progress so that SetWakeup can still promise that the previous function has returned.
+// `seq` is written under the lock (so waiters on `cv` miss nothing) and read without it by
+// Poll, so Poll(0), the pull-style consumers' call, takes no lock here at all.
 struct Generation::Signal {
   using Wakeup = std::shared_ptr<const std::function<void()>>;
   std::mutex mu;
