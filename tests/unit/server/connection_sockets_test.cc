@@ -142,6 +142,9 @@ TEST(ConnectionSocketsTest, HttpHandlersFindTheirConnectionsSocket) {
       EXPECT_EQ(res->body, "match");
     }
   }
+  // Hang up first: the server's threads would otherwise wait out the keep-alive timeout.
+  a.stop();
+  b.stop();
   server.Stop();
 }
 
