@@ -304,6 +304,8 @@ void Engine::Loop() {
     }
     for (auto& cmd : commands_) Apply(cmd);
     commands_.clear();
+    // Rejections and aborts reach their consumers now, not after the step below.
+    wakeups_.Flush();
     // Remote lookups answered: their blocks land in the host tier, the sequences wait again.
     if (tiers_ != nullptr) {
       tiers_->ApplyReplies(cache_, scheduler_);
@@ -311,6 +313,8 @@ void Engine::Loop() {
       if (observer_ != nullptr && tiers_->remote_available() != reported_remote_up_) ReportTiers(cache_.usage());
     }
     if (scheduler_.has_work()) Step();
+    // Each consumer wakes once for everything the step gave it (stream_wakeups.h).
+    wakeups_.Flush();
   }
   // Requests still in the inbox were accepted too: add them so that they end like the rest.
   {
@@ -322,6 +326,7 @@ void Engine::Loop() {
   }
   commands_.clear();
   FailAll(absl::CancelledError("engine stopped"));
+  wakeups_.Flush();
   alive_.store(false);
 }
 
@@ -360,8 +365,8 @@ void Engine::AddRequest(Command& cmd) {
     TokenEvent e;
     e.finish = FinishReason::kError;
     e.error = absl::StrCat("request_id '", r.id, "' is already in flight");
-    cmd.stream->push(std::move(e));
-    cmd.stream->close();
+    wakeups_.Push(cmd.stream, std::move(e));
+    wakeups_.Close(cmd.stream);
     queued_.fetch_sub(1);
     tenant_queued_[cmd.tenant].fetch_sub(1);
     in_flight_.fetch_sub(1);
@@ -419,7 +424,7 @@ void Engine::Forget(uint64_t key) {
   in_flight_.fetch_sub(1);
   std::shared_ptr<TokenStream> stream = std::move(r.stream);
   requests_.erase(it);
-  stream->close();
+  wakeups_.Close(stream);
 }
 
 void Engine::AbortRequest(uint64_t key, FinishReason reason, const std::string& error) {
@@ -457,12 +462,12 @@ void Engine::FinishSample(Request& r, uint64_t key, int sample, FinishReason rea
     r.timeline.generation_tokens = usage.completion_tokens;
     r.timeline.compression = usage.compression;
     event.usage = std::move(usage);
-    r.stream->push(std::move(event));
+    wakeups_.Push(r.stream, std::move(event));
     if (observer_ != nullptr) observer_->OnRequestFinished(r.timeline);
     Forget(key);
     return;
   }
-  r.stream->push(std::move(event));
+  wakeups_.Push(r.stream, std::move(event));
 }
 
 void Engine::OnScheduled(const scheduler::StepPlan& plan) {
@@ -515,7 +520,7 @@ void Engine::Publish(const std::vector<scheduler::SeqUpdate>& updates) {
     if (u.finish) {
       FinishSample(r, key, sample, ToFinishReason(*u.finish), u.stop_token, std::move(e));
     } else {
-      r.stream->push(std::move(e));
+      wakeups_.Push(r.stream, std::move(e));
     }
   }
 }

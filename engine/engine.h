@@ -34,6 +34,7 @@
 #include "engine/kv_tier_bridge.h"
 #include "engine/model_runner.h"
 #include "engine/request_compression.h"
+#include "engine/stream_wakeups.h"
 #include "scheduler/scheduler.h"
 
 namespace kvserve::engine {
@@ -163,6 +164,9 @@ class Engine final : public ServingEngine {
   scheduler::StepResult result_;
   std::vector<scheduler::SeqUpdate> updates_;
   std::vector<Command> commands_;  // inbox swapped out here
+  // Events go out quietly while commands are applied and a step is published; each stream's
+  // consumer is woken once afterwards (Loop flushes before it sleeps or steps again).
+  StreamWakeups wakeups_;
   bool warned_stuck_ = false;
   bool auto_pressure_ = false;
   bool reported_remote_up_ = false;  // remote tier state in the last ReportTiers  // `auto` requests compress (pool above the high watermark)

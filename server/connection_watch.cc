@@ -107,6 +107,21 @@ std::optional<int> FindConnectionSocket(std::string_view peer_addr, int peer_por
   return found;
 }
 
+bool IsConnectionSocket(int fd, std::string_view peer_addr, int peer_port, int local_port) {
+  if (fd < 0 || peer_port <= 0 || local_port <= 0) return false;
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  int port = 0;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0 || !Describe(ss, &port, nullptr) ||
+      port != local_port) {
+    return false;
+  }
+  len = sizeof ss;
+  std::string addr;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0 || !Describe(ss, &port, &addr)) return false;
+  return port == peer_port && SameAddress(addr, peer_addr);
+}
+
 ConnectionWaiter::ConnectionWaiter(std::optional<int> socket_fd) : socket_fd_(socket_fd) {
   event_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   KVS_CHECK(event_fd_ >= 0, "eventfd failed, errno ", errno);

@@ -1,7 +1,8 @@
 // Noticing that an HTTP client went away while its request is still generating, without
 // writing to it. cpp-httplib does not expose a connection's socket to handlers, so the
 // socket is found among the process's descriptors by its addresses (the one whose local
-// port and peer address:port match the request), once per generation request.
+// port and peer address:port match the request), once per connection (ConnectionSockets
+// remembers it for the connection's later requests).
 //
 //   engine push ─► Generation wake-up ─► ConnectionWaiter::Notify() ─► eventfd
 //   handler thread: poll({eventfd: POLLIN, socket: POLLRDHUP}) ─► kNotified | kPeerClosed
@@ -19,8 +20,12 @@
 
 namespace kvserve::server {
 
-// The connected TCP socket with these local port and peer address/port, if any.
+// The connected TCP socket with these local port and peer address/port, if any. Scans the
+// process's descriptors (two system calls each): ConnectionSockets calls it once per connection.
 std::optional<int> FindConnectionSocket(std::string_view peer_addr, int peer_port, int local_port);
+// Whether `fd` is now the connected TCP socket with these local port and peer address/port
+// (two system calls). A live connection's 4-tuple is unique, so a match is that connection.
+bool IsConnectionSocket(int fd, std::string_view peer_addr, int peer_port, int local_port);
 
 struct ConnectedSocket {
   int fd = -1;

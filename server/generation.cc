@@ -1,22 +1,52 @@
 #include "server/generation.h"
 
+#include <atomic>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 
 namespace kvserve::server {
 
+// The engine thread's wake-ups of one generation. The wake-up function runs outside the
+// lock: it wakes a consumer thread (an eventfd write, a pump schedule), and a consumer woken
+// while the engine thread still held the lock could run at once, block on it and need a
+// second wake-up to go on (a lock convoy, per token on a busy machine). `running` counts calls
+// in progress so that SetWakeup can still promise that the previous function has returned.
+// `seq` is written under the lock (so waiters on `cv` miss nothing) and read without it by
+// Poll, so Poll(0), the pull-style consumers' call, takes no lock here at all.
 struct Generation::Signal {
+  using Wakeup = std::shared_ptr<const std::function<void()>>;
   std::mutex mu;
-  std::condition_variable cv;
-  uint64_t seq = 0;
-  std::function<void()> wakeup;
+  std::condition_variable cv;       // Poll with a timeout waits here for `seq` to move
+  std::condition_variable idle_cv;  // SetWakeup waits here for `running` to reach 0
+  std::atomic<uint64_t> seq{0};
+  Wakeup wakeup;                    // copied (a reference count, no allocation) per call
+  int running = 0;
 
   void Notify() {
-    std::lock_guard<std::mutex> lock(mu);
-    ++seq;
+    Wakeup fn;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      seq.fetch_add(1, std::memory_order_release);
+      if (wakeup) {
+        fn = wakeup;
+        ++running;
+      }
+    }
     cv.notify_all();
-    // Called under the lock so that SetWakeup(nullptr) waits for a running wake-up.
-    if (wakeup) wakeup();
+    if (!fn) return;
+    (*fn)();
+    std::lock_guard<std::mutex> lock(mu);
+    if (--running == 0) idle_cv.notify_all();
+  }
+
+  void Set(std::function<void()> f) {
+    Wakeup next = f ? std::make_shared<const std::function<void()>>(std::move(f)) : nullptr;
+    std::unique_lock<std::mutex> lock(mu);
+    const bool had = wakeup != nullptr;
+    wakeup = std::move(next);
+    // Calls that took the previous function before the swap may still run it.
+    if (had) idle_cv.wait(lock, [this] { return running == 0; });
   }
 };
 
@@ -49,17 +79,13 @@ Generation::~Generation() {
 }
 
 void Generation::Poll(std::chrono::milliseconds timeout, std::vector<ChoiceDelta>& out) {
-  uint64_t seen;
-  {
-    std::lock_guard<std::mutex> lock(signal_->mu);
-    seen = signal_->seq;
-  }
+  const uint64_t seen = signal_->seq.load(std::memory_order_acquire);
   bool any = false;
   for (auto& part : parts_) any |= part->Drain(out);
   if (any || done() || timeout.count() <= 0) return;
   {
     std::unique_lock<std::mutex> lock(signal_->mu);
-    signal_->cv.wait_for(lock, timeout, [&] { return signal_->seq != seen; });
+    signal_->cv.wait_for(lock, timeout, [&] { return signal_->seq.load(std::memory_order_relaxed) != seen; });
   }
   for (auto& part : parts_) part->Drain(out);
 }
@@ -83,10 +109,7 @@ UsageSummary Generation::usage() const {
   return total;
 }
 
-void Generation::SetWakeup(std::function<void()> fn) {
-  std::lock_guard<std::mutex> lock(signal_->mu);
-  signal_->wakeup = std::move(fn);
-}
+void Generation::SetWakeup(std::function<void()> fn) { signal_->Set(std::move(fn)); }
 
 void Generation::Abort() {
   for (auto& part : parts_) part->Abort();

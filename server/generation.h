@@ -3,7 +3,7 @@
 // registry entry. Pull-style consumers (HTTP handlers) call Poll() with a short timeout;
 // push-style consumers (gRPC reactors) install a wake-up and call Poll(0).
 //
-//   engine thread: stream.push ──listener──► Signal { ++seq; cv.notify; wakeup() }
+//   engine thread: stream.push_quiet ... notify ──listener──► Signal { ++seq; cv.notify; wakeup() }
 //   consumer:      Poll(timeout): drain all parts; if nothing, wait on Signal, drain again
 //
 // The listeners hold the Signal by shared_ptr, so an engine that pushes after the
@@ -42,9 +42,10 @@ class Generation {
   bool done() const;
   UsageSummary usage() const;  // summed over the parts
 
-  // Runs `fn` (on the engine's thread, under an internal lock: it must only schedule
-  // work, never call back into this Generation) whenever new output may be waiting.
-  // nullptr detaches; after SetWakeup returns, the previous function no longer runs.
+  // Runs `fn` (on the engine's thread, once per engine step with output for this
+  // generation, outside any lock of it; it must only schedule work, never call back into
+  // this Generation) whenever new output may be waiting. nullptr detaches; after SetWakeup
+  // returns, the previous function no longer runs (SetWakeup waits for a call in progress).
   void SetWakeup(std::function<void()> fn);
   // Aborts every engine request still running. Thread-safe.
   void Abort();

@@ -1,6 +1,7 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
+#include <openssl/ssl.h>
 
 #include <sys/socket.h>
 
@@ -8,10 +9,12 @@
 #include <atomic>
 #include <cctype>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "server/connection_sockets.h"
 #include "server/request_deadlines.h"
 #include "server/worker_pool.h"
 
@@ -76,6 +79,7 @@ struct StreamState {
   std::function<void(bool)> on_end;
   std::atomic<bool> ended{false};
   bool completed = false;
+  std::string out;  // the provider's buffer, reused from chunk to chunk (connection thread only)
 
   void End(bool ok) {
     if (ended.exchange(true)) return;
@@ -83,7 +87,7 @@ struct StreamState {
   }
 };
 
-HttpRequest Convert(const httplib::Request& req) {
+HttpRequest Convert(const httplib::Request& req, ConnectionSockets& sockets) {
   HttpRequest r;
   r.method = req.method;
   r.path = req.path;
@@ -91,6 +95,17 @@ HttpRequest Convert(const httplib::Request& req) {
   r.remote_addr = req.remote_addr;
   r.remote_port = req.remote_port;
   r.local_port = req.local_port;
+  if (req.ssl != nullptr) {
+    // The TLS session holds the socket.
+    r.find_socket = [fd = SSL_get_fd(req.ssl)]() -> std::optional<int> {
+      if (fd < 0) return std::nullopt;
+      return fd;
+    };
+  } else {
+    r.find_socket = [&sockets, addr = req.remote_addr, port = req.remote_port, local = req.local_port] {
+      return sockets.Find(addr, port, local);
+    };
+  }
   for (const auto& [k, v] : req.headers) r.headers.emplace_back(k, v);
   return r;
 }
@@ -108,7 +123,8 @@ void Apply(HttpResponse r, httplib::Response& res) {
   res.set_chunked_content_provider(
       r.content_type,
       [state](size_t, httplib::DataSink& sink) {
-        std::string out;
+        std::string& out = state->out;
+        out.clear();
         const StreamStep step = state->next(out);
         if (step == StreamStep::kCancel) {
           state->End(false);
@@ -142,6 +158,8 @@ struct HttpServer::Impl {
   HttpServerOptions options;
   base::Logger logger;
   std::shared_ptr<std::atomic<int>> waiting = std::make_shared<std::atomic<int>>(0);
+  // Declared before `server`: its connection threads use it until they are joined.
+  ConnectionSockets sockets;
   // Declared before `server`: destroyed after it, once no connection thread is left.
   std::unique_ptr<RequestDeadlines> deadlines;  // non-null from construction
   std::function<void(int)> raise_backlog;
@@ -155,7 +173,7 @@ struct HttpServer::Impl {
     return [this, handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
       // The request is read; its handler (a stream, perhaps) may take its time.
       deadlines->MarkServing(req.remote_addr, req.remote_port);
-      Apply(handler(Convert(req)), res);
+      Apply(handler(Convert(req, sockets)), res);
     };
   }
 };

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -30,6 +31,11 @@ struct HttpRequest {
   std::string remote_addr;
   int remote_port = 0;
   int local_port = 0;
+  // Finds the connection's socket, for watching it for a hang-up (poll); never read, write
+  // or close it. It stays open while the handler and its streaming body run. Costs a system
+  // call or two (a descriptor scan on a connection's first call: connection_sockets.h), so
+  // handlers call it only when they need it. nullopt when not found.
+  std::function<std::optional<int>()> find_socket;
 
   // Case-insensitive; "" when absent.
   std::string header(std::string_view name) const;

@@ -220,8 +220,7 @@ class Routes {
                                 : 0;
     // The connection's socket, to notice a client that hangs up mid-generation.
     const std::optional<int> socket_fd =
-        options_.watch_connections ? FindConnectionSocket(req.remote_addr, req.remote_port, req.local_port)
-                                   : std::nullopt;
+        options_.watch_connections && req.find_socket ? req.find_socket() : std::nullopt;
     if (parsed->stream) {
       auto stream = std::make_shared<SseStream>(std::move(*generation), socket_fd, std::move(meta), chat,
                                                 logprobs, parsed->include_usage, parsed->continuous_usage,

@@ -44,7 +44,10 @@ bool StreamConsumer::Drain(std::vector<ChoiceDelta>& out) {
     }
   }
   if (done_) return out.size() > before;
-  while (auto event = stream_->try_pop()) OnEvent(*event, out);
+  // Everything queued, under one lock; the buffer keeps its capacity between calls.
+  stream_->pop_all(events_);
+  for (engine::TokenEvent& event : events_) OnEvent(event, out);
+  events_.clear();
   // The request's last event carries usage and comes after every sample's final event;
   // the close that follows adds nothing, so do not wait for it.
   bool all_finished = true;

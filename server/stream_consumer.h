@@ -91,6 +91,7 @@ class StreamConsumer {
   Options options_;
   size_t hold_back_ = 0;           // longest stop string - 1
   std::vector<Sample> samples_;
+  std::vector<engine::TokenEvent> events_;  // Drain's batch (empty between calls)
   bool echo_sent_ = false;
   bool abort_sent_ = false;
   bool done_ = false;

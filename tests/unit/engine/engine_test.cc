@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -193,6 +194,40 @@ TEST(Engine, ParallelSamplesEachFinish) {
   EXPECT_EQ(c.usage->completion_tokens,
             static_cast<int64_t>(c.tokens[0].size() + c.tokens[1].size() + c.tokens[2].size()));
   ExpectNoBlocksLeaked(rig);  // the forked samples share blocks copy-on-write
+}
+
+TEST(Engine, AConsumerWakesOncePerStepNotOncePerEvent) {
+  // The engine waits before its first step until the listener is in place.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool go = false;
+  std::atomic<int> steps{0};
+  Rig rig(config::Config{}, 256, 0, [&](int64_t) {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return go; });
+    steps.fetch_add(1);
+  });
+  std::atomic<int> wakes{0};
+  RequestSpec spec = Spec("batched", 12, 6, 42);
+  spec.n = 3;
+  spec.ignore_eos = true;
+  auto stream = rig.engine->Submit(spec);
+  ASSERT_TRUE(stream.ok());
+  (*stream)->set_listener([&wakes] { wakes.fetch_add(1); });
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    go = true;
+  }
+  cv.notify_all();
+  Collected c = Drain(**stream, 3);
+  EXPECT_EQ(c.events, 18);  // 3 samples x 6 tokens, one event each
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(c.tokens[k].size(), 6u) << k;
+  // Each step's events (every sample's token, the final ones, the close) come with a single
+  // wake-up, not one per event.
+  EXPECT_GE(wakes.load(), 1);
+  EXPECT_LE(wakes.load(), steps.load());
+  EXPECT_LT(wakes.load(), c.events / 2);
+  ExpectNoBlocksLeaked(rig);
 }
 
 TEST(Engine, RejectsInvalidRequestsNamingTheField) {

@@ -154,6 +154,28 @@ TEST_F(TlsTest, HttpsServesVerifiedClientsAndRefusesPlainHttp) {
   EXPECT_TRUE(!refused || refused->status != 200) << "plain HTTP must not be served on the TLS port";
 }
 
+TEST_F(TlsTest, HttpsClientThatHangsUpMidStreamIsAborted) {
+  auto server = Start(/*mutual=*/false);
+  server->engine().SetPaused(true);  // only the role chunk goes out; then only the socket tells
+  httplib::SSLClient tls("127.0.0.1", server->http_port());
+  tls.set_ca_cert_path(ca_path_.c_str());
+  tls.enable_server_certificate_verification(true);
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/chat/completions";
+  req.body = R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 50, "stream": true})";
+  req.set_header("Content-Type", "application/json");
+  // Returning false makes the client drop the connection at the first chunk.
+  req.content_receiver = [](const char*, size_t, uint64_t, uint64_t) { return false; };
+  auto res = tls.send(req);
+  EXPECT_FALSE(res);  // canceled by the receiver
+  tls.stop();
+  ASSERT_TRUE(server->engine().WaitForSubmitted(1, std::chrono::milliseconds(10000)));
+  const std::string id = server->engine().submitted()[0].request_id;
+  // Well within the 15 s SSE keep-alive: the hang-up is seen on the socket, not by a write.
+  EXPECT_TRUE(server->engine().WaitForAbort(id, std::chrono::milliseconds(5000)).has_value());
+}
+
 TEST_F(TlsTest, GrpcOverTls) {
   auto server = Start(/*mutual=*/false);
   EXPECT_TRUE(ListModels(*Stub(*server, /*with_client_cert=*/false)).ok());
