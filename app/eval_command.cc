@@ -17,6 +17,7 @@
 #include "base/absl_compat.h"
 #include "base/check.h"
 #include "base/clock.h"
+#include "cache/kv_layout.h"
 #include "compression/policy_factory.h"
 #include "compression/quality_eval.h"
 #include "compression/triattention_stats.h"
@@ -125,6 +126,9 @@ compression::PolicyParams ParamsFor(const Variant& v, int64_t budget, const Eval
   p.tri_selection = v.selection;
   p.tri_terms = v.terms;
   p.tri_offset_pool = v.pool;
+  if (v.kind == CompressionPolicyKind::kTriAttention) {
+    for (size_t t = 0; t < o.demote.size(); ++t) p.demote_tokens[t] = o.demote[t].second;
+  }
   // The vLLM port's guard: the last min(128, (B - lo) / 2) slots always kept.
   if (v.recent_window) {
     p.window = std::min<int64_t>(compression::kDefaultTriRecentWindow,
@@ -178,6 +182,24 @@ absl::StatusOr<EvalCommandOptions> ParseEvalOptions(const ParsedArgs& args) {
       int64_t x = 0;
       KVS_RETURN_IF_ERROR(ParseAtLeast("--budgets", std::string(b), 8, x));
       o.budgets.push_back(x);
+    }
+  }
+  if (auto v = SwitchValue(args, "--demote")) {
+    for (absl::string_view part : absl::StrSplit(*v, ',')) {
+      const std::vector<std::string> kv = absl::StrSplit(part, ':');
+      const auto d = kv.size() == 2 ? config::ParseKvDtype(kv[0]) : std::nullopt;
+      int64_t tokens = 0;
+      if (!d) {
+        return absl::InvalidArgumentError(absl::StrCat("--demote: '", part, "' is not DTYPE:TOKENS (e.g. int8:64)"));
+      }
+      KVS_RETURN_IF_ERROR(ParseAtLeast("--demote", kv[1], 0, tokens));
+      if (!o.demote.empty() && cache::KvDtypeBits(*d) >= cache::KvDtypeBits(o.demote.back().first)) {
+        return absl::InvalidArgumentError("--demote: list the tiers from highest precision to lowest");
+      }
+      o.demote.emplace_back(*d, tokens);
+    }
+    if (o.demote.size() > static_cast<size_t>(compression::kMaxDemoteTiers)) {
+      return absl::InvalidArgumentError("--demote: too many tiers");
     }
   }
   if (auto v = SwitchValue(args, "--policies")) {
@@ -285,6 +307,13 @@ int RunEval(const ParsedArgs& args, char** envp, std::ostream& out, std::ostream
   eo.k_dtype = loaded.config.cache.k_dtype;
   eo.v_dtype = loaded.config.cache.v_dtype;
   eo.int4_group = loaded.config.cache.kv_int4_group;
+  for (const auto& [dtype, tokens] : o.demote) eo.demote_dtypes.push_back(dtype);
+  const int pool_bits = std::min(cache::KvDtypeBits(config::EffectiveKDtype(loaded.config.cache)),
+                                 cache::KvDtypeBits(config::EffectiveVDtype(loaded.config.cache)));
+  if (!o.demote.empty() && cache::KvDtypeBits(o.demote.front().first) >= pool_bits) {
+    err << "kvserve eval: --demote: tiers must hold fewer bits than the pool's K and V (" << pool_bits << ")\n";
+    return kExitUsage;
+  }
 
   Variant full;
   full.label = "full";

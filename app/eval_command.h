@@ -16,6 +16,10 @@
 // sequences of a row have the same length). --policies also takes the TriAttention variants
 // triattention-perlayer, triattention-trig, triattention-norm, triattention-max and
 // triattention-window (the vLLM port's recent window kept) (run at --ablation-budgets).
+//
+// --demote int8:64,int4:128 (issue 18): every triattention row also keeps that many tokens in
+// demotion tiers of those precisions (highest first) instead of evicting them; the KV bytes
+// per token count the tiers' blocks from the first token on.
 #pragma once
 
 #include <cstdint>
@@ -32,7 +36,7 @@ namespace kvserve::app {
 inline constexpr const char* kEvalSwitches[] = {
     "--text=",  "--filler-text=", "--passkey=", "--filler=", "--budgets=",   "--policies=", "--divide-length=",
     "--chunk=", "--ppl-tokens=",  "--ppl-window=", "--seed=", "--out-tsv=", "--mode=", "--ppl-sequences=",
-    "--ablation-budgets="};
+    "--ablation-budgets=", "--demote="};
 
 struct EvalCommandOptions {
   std::string text_path;
@@ -52,6 +56,7 @@ struct EvalCommandOptions {
   int64_t ppl_window = 1024;
   uint64_t seed = 7;
   std::string out_tsv;
+  std::vector<std::pair<config::KvDtype, int64_t>> demote;  // --demote: tiers, highest precision first
 };
 
 absl::StatusOr<EvalCommandOptions> ParseEvalOptions(const ParsedArgs& args);

@@ -75,6 +75,41 @@ absl::Status CheckPool(const BlockPool& pool) {
   return absl::OkStatus();
 }
 
+// Demotion tier pools: each granted block has exactly one holder (a resident sequence), and
+// a block is used in its pool iff some sequence holds it: no leak, no double grant.
+absl::Status CheckTierPools(const KvCacheManager& m) {
+  for (int t = 0; t < m.num_demote_tiers(); ++t) {
+    const BlockPool& pool = m.tier_pool(t);
+    KVS_RETURN_IF_ERROR(CheckPool(pool));
+    if (pool.index().size() != 0) return Violation(absl::StrCat("demotion tier ", t + 1, " has published blocks"));
+    std::vector<int32_t> refs(static_cast<size_t>(pool.num_blocks()), 0);
+    absl::Status st;
+    m.for_each_sequence([&](SeqId id, const SequenceKvState& s) {
+      if (!st.ok() || static_cast<size_t>(t) >= s.tier_blocks.size()) return;
+      if (s.swapped && !s.tier_blocks[static_cast<size_t>(t)].empty()) {
+        st = Violation(absl::StrCat("sequence ", id.value(), " is swapped out but holds demotion tier blocks"));
+        return;
+      }
+      for (BlockId b : s.tier_blocks[static_cast<size_t>(t)]) {
+        if (b.value() <= 0 || b.value() >= pool.num_blocks()) {
+          st = Violation(
+              absl::StrCat("sequence ", id.value(), ": tier ", t + 1, " block ", b.value(), " out of range"));
+          return;
+        }
+        ++refs[static_cast<size_t>(b.value())];
+      }
+    });
+    KVS_RETURN_IF_ERROR(st);
+    for (int32_t i = 1; i < pool.num_blocks(); ++i) {
+      if (refs[static_cast<size_t>(i)] != pool.refcount(BlockId{i}) || refs[static_cast<size_t>(i)] > 1) {
+        return Violation(absl::StrCat("demotion tier ", t + 1, " block ", i, " refcount ", pool.refcount(BlockId{i}),
+                                      " but ", refs[static_cast<size_t>(i)], " holders"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status CheckCacheInvariants(const KvCacheManager& m) {
@@ -147,6 +182,7 @@ absl::Status CheckCacheInvariants(const KvCacheManager& m) {
     }
   });
   KVS_RETURN_IF_ERROR(st);
+  KVS_RETURN_IF_ERROR(CheckTierPools(m));
 
   for (int32_t i = 1; i < n; ++i) {
     if (refs[i] != pool.refcount(BlockId{i})) {

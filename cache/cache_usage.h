@@ -46,6 +46,9 @@ struct CacheUsage {
   uint64_t offload_skipped_blocks = 0; // evicted device blocks dropped (no free host block)
   uint64_t host_evicted_blocks = 0;    // host-tier blocks dropped by its LRU
   uint64_t host_yielded_blocks = 0;    // host-tier blocks given up to swap
+  // ---- demotion tier pools (all tiers together; their blocks are smaller, kv_layout.h)
+  int32_t demote_total_blocks = 0;
+  int32_t demote_used_blocks = 0;      // granted to sequences
 
   double usage_ratio() const {
     return total_blocks == 0 ? 0.0 : static_cast<double>(used_blocks) / total_blocks;

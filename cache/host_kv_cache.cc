@@ -5,6 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
 #include "cache/cache_sizing.h"
+#include "base/absl_compat.h"
+#include "config/fields.h"
 
 namespace kvserve::cache {
 
@@ -24,7 +26,8 @@ absl::StatusOr<HostKvCache> MakeHostKvCache(const config::CacheConfig& cfg, KvLa
   layout.block_size = cfg.block_size;
   layout = WithPrecision(layout, config::EffectiveKDtype(cfg), config::EffectiveVDtype(cfg), cfg.kv_int4_group);
 
-  const int32_t usable = UsableBlocksForBudget(cfg.kv_bytes, layout);
+  const uint64_t demote_bytes = cfg.demote_kv_bytes < cfg.kv_bytes ? cfg.demote_kv_bytes : 0;
+  const int32_t usable = UsableBlocksForBudget(cfg.kv_bytes - demote_bytes, layout);
   if (usable < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("cache.kv_bytes=", cfg.kv_bytes, ": buys no block of ",
@@ -43,6 +46,22 @@ absl::StatusOr<HostKvCache> MakeHostKvCache(const config::CacheConfig& cfg, KvLa
     KVS_ASSIGN_OR_RETURN(cache.swap, HostKvStorage::Create(layout, host_blocks));
   }
   KvCacheManagerOptions opts;
+  if (demote_bytes > 0 && !cfg.demote_dtypes.empty()) {
+    const uint64_t per_tier = demote_bytes / cfg.demote_dtypes.size();
+    for (config::KvDtype d : cfg.demote_dtypes) {
+      const KvLayout tier = DemoteTierLayout(layout, d);
+      const int32_t blocks = UsableBlocksForBudget(per_tier, tier);
+      if (blocks < 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "cache.demote_kv_bytes=", cfg.demote_kv_bytes, ": buys no block of the ",
+            base::AsAbsl(config::Name(d)), " tier (", tier.bytes_per_block(), " bytes)"));
+      }
+      KVS_ASSIGN_OR_RETURN(auto storage, HostKvStorage::Create(tier, blocks + 1));
+      cache.demote_tiers.push_back(std::move(storage));
+      opts.demote_tier_blocks.push_back(blocks);
+      opts.demote_tier_block_bytes.push_back(tier.bytes_per_block());
+    }
+  }
   opts.layout = layout;
   opts.num_blocks = usable + 1;
   opts.num_host_blocks = host_blocks;

@@ -8,9 +8,13 @@
 //   its own share and only free blocks (kv_cache_manager.h)
 //   bytes_per_block = layers * (2 * kv_heads * block_size * head_dim * dtype bytes
 //                               + scales for fp8/int8)            (kv_layout.h)
+//   cache.demote_kv_bytes (part of kv_bytes) -> one pool per cache.demote_dtypes entry, each
+//                            demote_kv_bytes / n_tiers / that tier's bytes_per_block blocks;
+//                            the main pool gets kv_bytes - demote_kv_bytes
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "base/logger.h"
@@ -25,7 +29,13 @@ struct HostKvCache {
   std::unique_ptr<HostKvStorage> storage;    // the KV pool ("device" blocks)
   std::unique_ptr<HostKvStorage> swap;       // host pool (swap + prefix tier); null when empty
   std::unique_ptr<KvCacheManager> manager;
+  std::vector<std::unique_ptr<HostKvStorage>> demote_tiers;  // tier t + 1 at index t
 };
+
+// The layout of demotion tier `dtype` (K and V) of a pool laid out as `pool`.
+inline KvLayout DemoteTierLayout(const KvLayout& pool, config::KvDtype dtype) {
+  return WithPrecision(pool, dtype, dtype, pool.int4_group);
+}
 
 // `model_dims` gives num_layers, num_kv_heads and head_dim; block_size and dtype come from
 // `cfg`. InvalidArgument when the config or the dimensions are unusable (the budget must

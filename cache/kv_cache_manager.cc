@@ -37,6 +37,12 @@ KvCacheManager::KvCacheManager(const KvCacheManagerOptions& options, base::Logge
       std::string(config::Name(l.dtype)), l.block_size > 0 ? l.bytes_per_token() : 0.0,
       enable_prefix_caching_ ? "on" : "off", swap_.num_blocks(), host_cache_.capacity());
   quarantine_.reserve(static_cast<size_t>(options.num_host_blocks));
+  for (int32_t blocks : options.demote_tier_blocks) {
+    KVS_CHECK(blocks >= 1, "demotion tier pool of ", blocks, " blocks");
+    tier_pools_.emplace_back(blocks + 1);
+  }
+  tier_block_bytes_ = options.demote_tier_block_bytes;
+  tier_block_bytes_.resize(tier_pools_.size(), 0);
 }
 
 // ------------------------------------------------------------------ sequence states
@@ -73,6 +79,13 @@ void KvCacheManager::erase(SeqId seq) {
   slots_[it->second].reset();  // keeps vector capacity for the next sequence
   free_slots_.push_back(it->second);
   seq_index_.erase(it);
+}
+
+void KvCacheManager::release_tier_blocks(SequenceKvState& s) {
+  for (size_t t = 0; t < s.tier_blocks.size(); ++t) {
+    for (BlockId b : s.tier_blocks[t]) tier_pools_[t].release(b);
+    s.tier_blocks[t].clear();
+  }
 }
 
 void KvCacheManager::release_table_tail_first(SequenceKvState& s) {
@@ -293,8 +306,43 @@ int32_t KvCacheManager::free(SeqId seq) {
     released = s->table.num_blocks();
     release_table_tail_first(*s);
   }
+  release_tier_blocks(*s);
   erase(seq);
   return released;
+}
+
+// ------------------------------------------------------------------ demotion tiers
+
+std::optional<std::span<const BlockId>> KvCacheManager::reserve_tier_blocks(SeqId seq, int tier,
+                                                                             int32_t num_blocks) {
+  SequenceKvState* s = find(seq);
+  KVS_CHECK(s != nullptr && !s->swapped, "reserve_tier_blocks on unknown or swapped-out sequence ", seq.value());
+  KVS_CHECK(tier >= 0 && tier < num_demote_tiers() && num_blocks >= 0, "reserve_tier_blocks: tier ", tier, ", ",
+            num_blocks, " blocks");
+  BlockPool& pool = tier_pools_[static_cast<size_t>(tier)];
+  if (num_blocks > pool.num_free()) return std::nullopt;
+  if (s->tier_blocks.size() < tier_pools_.size()) s->tier_blocks.resize(tier_pools_.size());
+  std::vector<BlockId>& held = s->tier_blocks[static_cast<size_t>(tier)];
+  const size_t first = held.size();
+  for (int32_t i = 0; i < num_blocks; ++i) held.push_back(*pool.allocate());
+  return std::span<const BlockId>(held).subspan(first);
+}
+
+int64_t KvCacheManager::kv_bytes_held(SeqId seq) const {
+  const SequenceKvState* s = find(seq);
+  if (s == nullptr) return 0;
+  const int64_t blocks = s->swapped ? static_cast<int64_t>(s->host_blocks.size()) : s->table.num_blocks();
+  int64_t bytes = blocks * static_cast<int64_t>(bytes_per_block_);
+  for (size_t t = 0; t < s->tier_blocks.size(); ++t) {
+    bytes += static_cast<int64_t>(s->tier_blocks[t].size() * tier_block_bytes_[t]);
+  }
+  return bytes;
+}
+
+std::span<const BlockId> KvCacheManager::tier_blocks(SeqId seq, int tier) const {
+  const SequenceKvState* s = find(seq);
+  if (s == nullptr || static_cast<size_t>(tier) >= s->tier_blocks.size()) return {};
+  return s->tier_blocks[static_cast<size_t>(tier)];
 }
 
 // ------------------------------------------------------------------ host swap tier
@@ -303,7 +351,7 @@ bool KvCacheManager::can_swap_out(SeqId seq) const {
   // Swap has priority over the prefix tier: its blocks count as available (swap_out makes
   // them yield; entries busy this step cannot, and then swap_out answers nullopt).
   const SequenceKvState* s = find(seq);
-  return s != nullptr && !s->swapped &&
+  return s != nullptr && !s->swapped && !s->holds_tier_blocks() &&
          s->table.num_blocks() <= swap_.num_free() + host_cache_.size() && swap_.num_blocks() > 0;
 }
 
@@ -590,6 +638,10 @@ CacheUsage KvCacheManager::usage() const {
   u.offload_skipped_blocks = offload_skipped_;
   u.host_evicted_blocks = host_evicted_blocks_;
   u.host_yielded_blocks = host_yielded_blocks_;
+  for (const BlockPool& p : tier_pools_) {
+    u.demote_total_blocks += p.num_usable();
+    u.demote_used_blocks += p.num_used();
+  }
   return u;
 }
 

@@ -40,6 +40,15 @@
 // later write to it would run first. Blocks only written this step may be reused: writes run
 // in list order, so the last owner's copy lands last.
 //
+// Demotion tier pools (importance-aware mixed precision, issue 18). Each tier is a pool of
+// its own (cache.demote_dtypes: one per lower precision, sized from cache.demote_kv_bytes, so
+// a tier block costs that tier's bytes, not the main pool's). reserve_tier_blocks grants a
+// sequence a fixed number of a tier's blocks at once (all or nothing); the runner fills
+// them with demoted tokens. Accounting rule: the main pool counts only full-precision
+// blocks; a granted tier block is used in its tier pool from the grant until the sequence is
+// freed (finished, aborted, or preempted: such a sequence is always recomputed, never
+// swapped, so tier blocks never reach the host tier). They are never shared or published.
+//
 // "No room" is an ordinary answer (false / nullopt), never an error: the scheduler preempts,
 // swaps or waits. Misuse (e.g. allocate on a swapped-out sequence) is a bug and aborts.
 // Copy lists returned here must be executed in call order (kv_storage.h).
@@ -108,6 +117,9 @@ struct KvCacheManagerOptions {
   int32_t host_cache_blocks = 0;   // most blocks the host prefix tier holds; 0: off
   RemoteWrites remote_writes = RemoteWrites::kNone;  // what to hand the remote tier
   bool enable_prefix_caching = true;
+  // Usable blocks (without the null block) of each demotion tier pool; empty: no tiers.
+  std::vector<int32_t> demote_tier_blocks;
+  std::vector<size_t> demote_tier_block_bytes;  // bytes per block of each tier (kv_layout.h)
   uint64_t hash_seed = BlockHasher::kDefaultSeed;
   int32_t expected_sequences = 256;  // capacity reserved up front (not a limit)
 };
@@ -191,7 +203,21 @@ class KvCacheManager {
   // it. Idempotent: unknown sequences are a no-op. Returns the blocks released.
   int32_t free(SeqId seq);
 
+  // ---- demotion tiers
+  int num_demote_tiers() const { return static_cast<int>(tier_pools_.size()); }
+  // Grants `seq` (must be resident) num_blocks more blocks of demotion tier `tier`, all or
+  // nothing: the granted ids (the tail of its tier table), or nullopt with no change when the
+  // tier pool has fewer free blocks.
+  std::optional<std::span<const BlockId>> reserve_tier_blocks(SeqId seq, int tier, int32_t num_blocks);
+  // Empty for unknown sequences or tiers never granted.
+  std::span<const BlockId> tier_blocks(SeqId seq, int tier) const;
+  const BlockPool& tier_pool(int tier) const { return tier_pools_[static_cast<size_t>(tier)]; }
+  // KV bytes (all layers, K and V, scales) of the blocks `seq` holds now: its table's blocks
+  // (shared ones counted in full) plus its granted tier blocks at their tiers' block size.
+  int64_t kv_bytes_held(SeqId seq) const;
+
   // ---- host swap tier
+  // False for a sequence holding demotion tier blocks (it is recomputed instead).
   bool can_swap_out(SeqId seq) const;
   // Copies (device src -> host dst) to run before the freed device blocks are reused;
   // nullopt when the host tier is disabled or full (the scheduler recomputes instead).
@@ -248,6 +274,7 @@ class KvCacheManager {
   void erase(SeqId seq);
   int32_t blocks_needed(const SequenceKvState& s, int num_new_tokens) const;
   void release_table_tail_first(SequenceKvState& s);
+  void release_tier_blocks(SequenceKvState& s);
   // pool_.allocate(), offloading the evicted content to the host tier first.
   std::optional<BlockId> allocate_device_block();
   void offload(BlockId device_block);
@@ -265,6 +292,8 @@ class KvCacheManager {
   const bool enable_prefix_caching_;
   base::Logger logger_;
   BlockPool pool_;
+  std::vector<BlockPool> tier_pools_;  // demotion tiers; refcount 1 while granted
+  std::vector<size_t> tier_block_bytes_;
   BlockHasher hasher_;
   SwapSpace swap_;
   HostPrefixCache host_cache_;

@@ -9,6 +9,10 @@
 //
 // Swapped out: the table is empty, host_blocks holds the KV (one host block per former
 // table entry, same order) and swapped_num_tokens the length; hashes stay valid.
+//
+// Demotion tiers (issue 18): tier_blocks[t] are the blocks of demotion tier pool t that the
+// sequence was granted (KvCacheManager::reserve_tier_blocks); the runner keeps its demoted
+// tokens there. Never shared, never published, never swapped (such a sequence is recomputed).
 #pragma once
 
 #include <cstdint>
@@ -33,6 +37,14 @@ struct SequenceKvState {
     publish_limit_tokens = std::numeric_limits<int64_t>::max();
     swapped = false;
     swapped_num_tokens = 0;
+    for (auto& t : tier_blocks) t.clear();
+  }
+
+  bool holds_tier_blocks() const {
+    for (const auto& t : tier_blocks) {
+      if (!t.empty()) return true;
+    }
+    return false;
   }
 
   int32_t num_committed_blocks() const { return static_cast<int32_t>(hashes.size()); }
@@ -46,6 +58,7 @@ struct SequenceKvState {
   bool swapped = false;
   int64_t swapped_num_tokens = 0;
   std::vector<BlockId> host_blocks;
+  std::vector<std::vector<BlockId>> tier_blocks;  // [demotion tier]; sized on first grant
 };
 
 }  // namespace kvserve::cache

@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "base/absl_compat.h"
+#include "config/fields.h"
 #include "base/check.h"
 
 namespace kvserve::compression {
@@ -44,7 +46,14 @@ void CompressionPolicy::ObserveAttentionMass(SlotState& slots, const MassView& m
   }
 }
 
-absl::StatusOr<RoundResult> CompressionPolicy::Run(const RoundInput& in) {
+absl::Status CompressionPolicy::RankForDemotion(const RoundInput& in, int64_t m, KeyReader read_keys,
+                                                std::span<double> scores, RoundResult& timings) {
+  (void)in, (void)m, (void)read_keys, (void)scores, (void)timings;
+  return absl::FailedPreconditionError(absl::StrCat("compression round: policy ", base::AsAbsl(config::Name(params_.kind)),
+                                                    " does not rank tokens for demotion"));
+}
+
+absl::Status CompressionPolicy::CheckRound(const RoundInput& in) const {
   if (in.slots == nullptr) return absl::InvalidArgumentError("compression round: no SlotState");
   if (in.kv == nullptr) return absl::InvalidArgumentError("compression round: no KvAccess");
   const cache::KvLayout& layout = in.kv->layout();
@@ -61,19 +70,16 @@ absl::StatusOr<RoundResult> CompressionPolicy::Run(const RoundInput& in) {
     return absl::FailedPreconditionError(absl::StrCat("compression round: SlotState holds ", in.slots->size(),
                                                       " slots, the sequence ", n));
   }
-  RoundResult r;
-  r.phys_len_before = n;
-  r.new_phys_len = n;
-  r.blocks_before = r.blocks_after = BlocksFor(n, layout.block_size);
-  if (target_ == 0 || n <= target_) return r;  // nothing to evict: touch nothing
+  return absl::OkStatus();
+}
+
+absl::Status CompressionPolicy::CheckPositions(const RoundInput& in) const {
+  const cache::KvLayout& layout = in.kv->layout();
   if (!in.slots->tracks_slots() || in.slots->options().num_layers != context_.num_layers ||
       in.slots->options().num_kv_heads != context_.num_kv_heads) {
     return absl::FailedPreconditionError("compression round: the SlotState was not made by this policy's NewSlotState");
   }
-
-  const int64_t lo = lo_;
-  const int64_t num_keep = target_ - lo;
-  KVS_CHECK(lo < n && num_keep > 0 && num_keep < n - lo);
+  const int64_t n = in.phys_len;
   const int64_t rows = static_cast<int64_t>(layout.num_layers) * layout.num_kv_heads;
   for (int64_t row = 0; row < rows; ++row) {
     const std::span<const int32_t> pos = in.slots->positions(static_cast<int>(row / layout.num_kv_heads),
@@ -83,6 +89,24 @@ absl::StatusOr<RoundResult> CompressionPolicy::Run(const RoundInput& in) {
                                                      " is not after the cached position ", pos[n - 1]));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RoundResult> CompressionPolicy::Run(const RoundInput& in) {
+  KVS_RETURN_IF_ERROR(CheckRound(in));
+  const cache::KvLayout& layout = in.kv->layout();
+  const int64_t n = in.phys_len;
+  RoundResult r;
+  r.phys_len_before = n;
+  r.new_phys_len = n;
+  r.blocks_before = r.blocks_after = BlocksFor(n, layout.block_size);
+  if (target_ == 0 || n <= target_) return r;  // nothing to evict: touch nothing
+  KVS_RETURN_IF_ERROR(CheckPositions(in));
+
+  const int64_t lo = lo_;
+  const int64_t num_keep = target_ - lo;
+  KVS_CHECK(lo < n && num_keep > 0 && num_keep < n - lo);
+  const int64_t rows = static_cast<int64_t>(layout.num_layers) * layout.num_kv_heads;
   keep_.resize(static_cast<size_t>(rows * num_keep));
   KVS_RETURN_IF_ERROR(SelectKeep(in, lo, num_keep, keep_, r));
 
@@ -107,9 +131,8 @@ absl::StatusOr<RoundResult> CompressionPolicy::Run(const RoundInput& in) {
   return r;
 }
 
-void CompressionPolicy::CollectEvicted(const RoundInput& in, const int32_t* keep, int64_t lo, int64_t num_keep,
-                                       RoundResult& r) {
-  const size_t t = static_cast<size_t>(in.next_position);
+void CompressionPolicy::NewAuditEpoch(int64_t next_position) {
+  const size_t t = static_cast<size_t>(next_position);
   if (dropped_mark_.size() < t) {
     dropped_mark_.resize(t, 0);
     held_mark_.resize(t, 0);
@@ -119,6 +142,11 @@ void CompressionPolicy::CollectEvicted(const RoundInput& in, const int32_t* keep
     std::fill(held_mark_.begin(), held_mark_.end(), 0);
     epoch_ = 1;
   }
+}
+
+void CompressionPolicy::CollectEvicted(const RoundInput& in, const int32_t* keep, int64_t lo, int64_t num_keep,
+                                       RoundResult& r) {
+  NewAuditEpoch(in.next_position);
   const int64_t n = in.phys_len;
   const int kv_heads = context_.num_kv_heads;
   const int64_t rows = static_cast<int64_t>(context_.num_layers) * kv_heads;

@@ -41,8 +41,10 @@
 #include <span>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "base/clock.h"
+#include "compression/demotion_round.h"
 #include "compression/policy_params.h"
 #include "compression/kv_access.h"
 #include "compression/slot_state.h"
@@ -126,6 +128,10 @@ struct RoundResult {
   base::Nanos select_ns = 0;
   base::Nanos compact_ns = 0;
   int64_t bytes_moved = 0;         // KV bytes copied (K, V and scales)
+  // Demoting rounds (demotion_round.h): tokens that entered a lower tier this round (mean
+  // over the (layer, KV head) rows) and the tokens each tier holds after it.
+  int64_t demoted_tokens = 0;
+  std::array<int64_t, kMaxDemoteTiers> tier_tokens{};
 
   int64_t blocks_freed() const { return blocks_before - blocks_after; }
 };
@@ -161,6 +167,19 @@ class CompressionPolicy {
 
   // Score, select and compact one sequence (see the header comment).
   absl::StatusOr<RoundResult> Run(const RoundInput& in);
+  // The same round for a sequence with lower-precision tiers (demotion_round.h): keeps the
+  // best target at full precision, fills the tiers with the next ones, evicts the rest.
+  // tiers[t] is demotion tier t + 1. Needs a policy that ranks (RankForDemotion).
+  absl::StatusOr<RoundResult> RunDemoting(const RoundInput& in, std::span<const TierRound> tiers);
+
+  // Reads the keys of the m candidates of a demoting round for one (layer, KV head) into
+  // out[m][head_dim] (dequantized, post-RoPE).
+  using KeyReader = absl::FunctionRef<void(int layer, int kv_head, float* out)>;
+  // Scores m candidates of every (layer, KV head) row into scores[row][m] (row = layer *
+  // num_kv_heads + kv_head), on the policy's own scale: higher is kept first. Default:
+  // FailedPrecondition (the policy does not rank tokens; ValidateParams refuses demote then).
+  virtual absl::Status RankForDemotion(const RoundInput& in, int64_t m, KeyReader read_keys,
+                                       std::span<double> scores, RoundResult& timings);
 
  protected:
   CompressionPolicy(const PolicyParams& params, const PolicyContext& context);
@@ -175,6 +194,11 @@ class CompressionPolicy {
 
  private:
   void CollectEvicted(const RoundInput& in, const int32_t* keep, int64_t lo, int64_t num_keep, RoundResult& r);
+  // Checks shared by Run and RunDemoting.
+  absl::Status CheckRound(const RoundInput& in) const;
+  absl::Status CheckPositions(const RoundInput& in) const;  // after CheckRound, when n > 0
+  // Starts a new audit epoch over positions [0, next_position) (CollectEvicted's marks).
+  void NewAuditEpoch(int64_t next_position);
 
   PolicyParams params_;
   PolicyContext context_;
@@ -184,6 +208,7 @@ class CompressionPolicy {
   std::vector<int32_t> keep_;
   std::vector<uint32_t> dropped_mark_, held_mark_;  // [position] = round epoch
   uint32_t epoch_ = 0;
+  DemotionScratch demotion_;
 };
 
 }  // namespace kvserve::compression

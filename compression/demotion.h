@@ -22,6 +22,9 @@
 
 namespace kvserve::compression {
 
+// Classes a tiered round can assign: full precision plus at most 7 tiers.
+inline constexpr int kMaxClasses = 8;
+
 struct DemotionRow {
   std::vector<int32_t> keep;                // full precision
   std::vector<std::vector<int32_t>> tiers;  // tiers[t]: demoted into tier t
@@ -32,5 +35,26 @@ struct DemotionRow {
 // in rank order; `out` is overwritten.
 void PlanDemotion(std::span<const double> scores, int64_t keep, std::span<const int64_t> tier_sizes, int64_t base,
                   DemotionRow& out, std::vector<int32_t>& scratch);
+
+// A round over tokens some of which already sit in lower tiers (demotion_round.h). Classes:
+// 0 = full precision, t = demotion tier t (1..T), -1 = evicted. A token never moves to a
+// better class than the one it holds (floor[u]: its bits are gone), so in rank order each
+// token takes the best class >= its floor that still has room:
+//
+//   rank order (as PlanDemotion) ──► class c = min { c >= floor[u] : taken[c] < sizes[c] }
+//                                      or -1 when every such class is full
+//
+// With sizes from TierClassSizes every class ends exactly full, so all (layer, KV head) rows
+// of a sequence keep the same count per class. `out` gets one class per candidate.
+void PlanTieredRow(std::span<const double> scores, std::span<const int8_t> floor, std::span<const int64_t> sizes,
+                   std::span<int8_t> out, std::vector<int32_t>& scratch);
+
+// Class sizes of a tiered round, identical for every row: class 0 takes `pick` of the
+// `num_full` full-precision candidates; tier t (1-based) then takes what it may hold,
+// min(caps[t-1], the candidates still unplaced whose floor allows it), rounded down to whole
+// blocks (a tier region of the block table holds only full blocks). held[t-1] = tokens tier t
+// holds before the round. sizes: [caps.size() + 1].
+void TierClassSizes(int64_t num_full, int64_t pick, std::span<const int64_t> held, std::span<const int64_t> caps,
+                    int block_size, std::span<int64_t> sizes);
 
 }  // namespace kvserve::compression

@@ -8,8 +8,12 @@
 
 namespace kvserve::compression {
 
-KvCompressor::KvCompressor(const PolicyContext* context, KvAccess& kv)
-    : context_(context), kv_(kv), layout_(kv.layout()) {}
+KvCompressor::KvCompressor(const PolicyContext* context, KvAccess& kv,
+                           std::span<const kernels::cpu::KvTierStorage> tiers)
+    : context_(context), kv_(kv), layout_(kv.layout()), tier_storages_(tiers.begin(), tiers.end()) {
+  KVS_CHECK(tier_storages_.size() <= static_cast<size_t>(kMaxDemoteTiers), "KvCompressor: ", tier_storages_.size(),
+            " demotion tiers");
+}
 
 KvCompressor::State* KvCompressor::find(cache::SeqId seq) {
   auto it = states_.find(seq.value());
@@ -129,7 +133,8 @@ void KvCompressor::FinishObservers() {
 }
 
 absl::StatusOr<std::optional<RoundResult>> KvCompressor::EndStep(cache::SeqId seq, int64_t next_position,
-                                                                 bool pressure, std::vector<int32_t>& table) {
+                                                                 bool pressure, std::vector<int32_t>& table,
+                                                                 std::span<const std::vector<int32_t>> tier_tables) {
   State* st = find(seq);
   if (st == nullptr) return std::nullopt;
   const int64_t n = st->slots.size();
@@ -142,7 +147,29 @@ absl::StatusOr<std::optional<RoundResult>> KvCompressor::EndStep(cache::SeqId se
   in.phys_len = n;
   in.slots = &st->slots;
   in.next_position = next_position;
-  KVS_ASSIGN_OR_RETURN(RoundResult r, st->policy->Run(in));
+  // Demotion once the scheduler granted tier blocks (demotion_round.h); a plain round before.
+  std::array<TierRound, kMaxDemoteTiers> tiers;
+  int num_tiers = 0;
+  bool granted = false;
+  const PolicyParams& p = st->policy->params();
+  if (p.demotes()) {
+    num_tiers = std::min(static_cast<int>(tier_storages_.size()), static_cast<int>(tier_tables.size()));
+    for (int t = 0; t < num_tiers; ++t) {
+      TierRound& tr = tiers[static_cast<size_t>(t)];
+      tr.storage = &tier_storages_[static_cast<size_t>(t)];
+      tr.table = tier_tables[static_cast<size_t>(t)];
+      tr.cap = p.demote_tokens[static_cast<size_t>(t)];
+      tr.slots = &st->tiers[static_cast<size_t>(t)];
+      granted |= tr.cap >= layout_.block_size && tr.table.size() > 0;
+      granted |= tr.slots->size > 0;
+    }
+  }
+  RoundResult r;
+  if (granted) {
+    KVS_ASSIGN_OR_RETURN(r, st->policy->RunDemoting(in, std::span<const TierRound>(tiers.data(), num_tiers)));
+  } else {
+    KVS_ASSIGN_OR_RETURN(r, st->policy->Run(in));
+  }
   if (!r.compacted) return std::nullopt;
   table.resize(static_cast<size_t>(r.blocks_after));
   return r;

@@ -21,6 +21,7 @@
 // table covers after each EndStep. Only one thread (the engine's) calls it.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -31,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "cache/cache_types.h"
 #include "cache/kv_layout.h"
+#include "compression/demotion_round.h"
 #include "compression/kv_access.h"
 #include "compression/compression_policy.h"
 #include "compression/policy_params.h"
@@ -51,8 +53,9 @@ struct BatchSeq {
 class KvCompressor {
  public:
   // `context` may be null: then only `full` sequences can be tracked (Track fails otherwise).
-  // `kv` (the runner's storage, host or device) must outlive the compressor.
-  KvCompressor(const PolicyContext* context, KvAccess& kv);
+  // `kv` (the runner's storage, host or device) must outlive the compressor. `tiers`: the
+  // demotion tier pools (host memory), tier t + 1 at index t; empty when the server has none.
+  KvCompressor(const PolicyContext* context, KvAccess& kv, std::span<const kernels::cpu::KvTierStorage> tiers = {});
 
   // A sequence the runner starts (or resumes). `full` is not tracked. With resume, the state
   // parked at preemption is reused (its KV comes back from the host tier unchanged).
@@ -83,14 +86,30 @@ class KvCompressor {
 
   // After the forward pass: runs a round when one is due (auto sequences only under
   // `pressure`). On compaction shrinks `table` to the blocks still used and returns the
-  // round; nullopt when nothing ran or nothing was evicted.
+  // round; nullopt when nothing ran or nothing was evicted. tier_tables[t]: the blocks of
+  // demotion tier t + 1 granted to the sequence (may be fewer than the tiers; a sequence
+  // asking for demotion demotes once some are granted, and only evicts before).
   absl::StatusOr<std::optional<RoundResult>> EndStep(cache::SeqId seq, int64_t next_position, bool pressure,
-                                                     std::vector<int32_t>& table);
+                                                     std::vector<int32_t>& table,
+                                                     std::span<const std::vector<int32_t>> tier_tables = {});
+  // Tokens the sequence holds in demotion tier tier + 1 (0 when untracked): the first
+  // tokens / block_size blocks of its tier table are in use (attention reads them).
+  int64_t tier_tokens(cache::SeqId seq, int tier) const {
+    auto it = states_.find(seq.value());
+    return it == states_.end() ? 0 : it->second.tiers[static_cast<size_t>(tier)].size;
+  }
+  int num_tiers() const { return static_cast<int>(tier_storages_.size()); }
+  // The sequence's tier state (positions of its demoted tokens); null if untracked.
+  const TierSlots* tier_slots(cache::SeqId seq, int tier) const {
+    auto it = states_.find(seq.value());
+    return it == states_.end() ? nullptr : &it->second.tiers[static_cast<size_t>(tier)];
+  }
 
  private:
   struct State {
     std::unique_ptr<CompressionPolicy> policy;
     SlotState slots;
+    std::array<TierSlots, kMaxDemoteTiers> tiers;  // demotion tiers (demotion_round.h)
     bool auto_mode = false;
   };
   State* find(cache::SeqId seq);
@@ -98,6 +117,7 @@ class KvCompressor {
   const PolicyContext* context_;
   KvAccess& kv_;
   cache::KvLayout layout_;
+  std::vector<kernels::cpu::KvTierStorage> tier_storages_;
   absl::flat_hash_map<int64_t, State> states_;
   absl::flat_hash_map<int64_t, State> parked_;
 

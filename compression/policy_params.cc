@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "base/absl_compat.h"
+#include "config/fields.h"
 
 namespace kvserve::compression {
 
@@ -66,6 +68,13 @@ absl::Status ValidateParams(const PolicyParams& p) {
   if (p.sinks < 0) return bad("sinks", absl::StrCat("must be >= 0, got ", p.sinks));
   if (p.prompt_len < 0) return bad("prompt", "negative prompt length");
   if (p.tri_max_offset < 0) return bad("max_offset", absl::StrCat("must be >= 0 (0: context), got ", p.tri_max_offset));
+  for (int64_t n : p.demote_tokens) {
+    if (n < 0) return bad("demote", absl::StrCat("token counts must be >= 0, got ", n));
+  }
+  if (p.demotes() && p.kind != CompressionPolicyKind::kTriAttention) {
+    return bad("demote", absl::StrCat("needs policy triattention (it ranks every held token, demoted ones included); ",
+                                      "policy ", base::AsAbsl(config::Name(p.kind)), " does not"));
+  }
   const int64_t lo = FirstEvictableSlot(p);
   if (p.kind == CompressionPolicyKind::kSnapKv && RecentWindow(p) < 1) {
     return bad("window", "snapkv needs an observation window of at least 1 token");

@@ -24,6 +24,7 @@
 // most 1.25 B (and B + 128 for large budgets, the reference implementation's setting).
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include "absl/status/status.h"
@@ -43,6 +44,9 @@ enum class TriOffsetPool { kMean, kMax };                   // aggregation over 
 inline constexpr int64_t kDefaultSlackCap = 128;          // the reference's divide_length
 inline constexpr int64_t kDefaultTriRecentWindow = 128;   // the vLLM port's recent window
 inline constexpr int64_t kDefaultSnapKvWindow = 64;
+// Lower-precision tiers a request may demote into (tier 0, the pool itself, is full precision;
+// kernels/cpu/paged_attention.h carries up to 8 tiers in a table entry).
+inline constexpr int kMaxDemoteTiers = 7;
 
 struct PolicyParams {
   config::CompressionPolicyKind kind = config::CompressionPolicyKind::kFull;
@@ -60,6 +64,17 @@ struct PolicyParams {
   TriScoreTerms tri_terms = TriScoreTerms::kBoth;
   TriOffsetPool tri_offset_pool = TriOffsetPool::kMean;
   int64_t tri_max_offset = 0;   // largest future offset 2^k used; 0: the model's context length
+  // Importance-aware mixed precision (demotion_round.h): demote_tokens[t] tokens are held in
+  // the server's demotion tier t + 1 (cache.demote_dtypes[t]) after a round; 0: tier unused.
+  // Rounded down to whole blocks when a round runs.
+  std::array<int64_t, kMaxDemoteTiers> demote_tokens{};
+
+  bool demotes() const {
+    for (int64_t n : demote_tokens) {
+      if (n > 0) return true;
+    }
+    return false;
+  }
 };
 
 // The server-wide defaults for one policy kind and prompt; the engine then applies the

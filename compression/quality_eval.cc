@@ -9,6 +9,7 @@
 #include "cache/host_kv_storage.h"
 #include "compression/host_kv_access.h"
 #include "compression/kv_compressor.h"
+#include "kernels/cpu/paged_attention.h"
 #include "model/batch_builder.h"
 #include "model/forward_batch.h"
 
@@ -34,7 +35,33 @@ class SequenceDriver {
       d->layer_scales_.push_back(d->storage_->layer_scales(l));
     }
     d->kv_access_ = std::make_unique<HostKvAccess>(layout, d->layer_data_, d->layer_scales_);
-    d->compressor_ = std::make_unique<KvCompressor>(context, *d->kv_access_);
+    if (params.demotes()) {
+      if (o.demote_dtypes.empty() || o.demote_dtypes.size() > static_cast<size_t>(kMaxDemoteTiers)) {
+        return absl::InvalidArgumentError("evaluation: demote_tokens given without (or with too many) demotion tiers");
+      }
+      const size_t n = o.demote_dtypes.size();
+      d->tier_storages_.resize(n);
+      d->tier_data_.resize(n);
+      d->tier_scales_.resize(n);
+      d->tier_tables_.resize(n);
+      for (size_t t = 0; t < n; ++t) {
+        const cache::KvLayout tl = cache::WithPrecision(layout, o.demote_dtypes[t], o.demote_dtypes[t], o.int4_group);
+        const int32_t tb = static_cast<int32_t>(params.demote_tokens[t] / o.block_size);
+        KVS_ASSIGN_OR_RETURN(d->tier_storages_[t], cache::HostKvStorage::Create(tl, tb + 1));
+        for (int l = 0; l < tl.num_layers; ++l) {
+          d->tier_data_[t].push_back(d->tier_storages_[t]->layer_data(l));
+          d->tier_scales_[t].push_back(d->tier_storages_[t]->layer_scales(l));
+        }
+        for (int32_t b = 1; b <= tb; ++b) d->tier_tables_[t].push_back(b);
+        d->tier_bytes_ += static_cast<int64_t>(tb) * static_cast<int64_t>(tl.bytes_per_block());
+      }
+      for (size_t t = 0; t < n; ++t) {
+        const cache::KvLayout& tl = d->tier_storages_[t]->layout();
+        d->tiers_.push_back({tl, d->tier_data_[t].data(), tl.has_scales() ? d->tier_scales_[t].data() : nullptr,
+                             d->tier_storages_[t]->num_blocks()});
+      }
+    }
+    d->compressor_ = std::make_unique<KvCompressor>(context, *d->kv_access_, d->tiers_);
     KVS_RETURN_IF_ERROR(d->compressor_->Track(kSeq, params, /*auto_mode=*/false, /*resume=*/false));
     d->block_size_ = o.block_size;
     d->num_blocks_ = blocks;
@@ -50,8 +77,24 @@ class SequenceDriver {
     if (need_blocks >= num_blocks_) return absl::ResourceExhaustedError("evaluation sequence outgrew its KV storage");
     // Identity table over blocks 1..: block 0 stays the null block by convention.
     while (static_cast<int64_t>(table_.size()) < need_blocks) table_.push_back(static_cast<int32_t>(table_.size()) + 1);
+    // Demoted tokens first, as the serving runner lays them out (engine/runner_book.cc).
+    int64_t demoted = 0;
+    std::span<const int32_t> attn = table_;
+    for (size_t t = 0; t < tiers_.size(); ++t) demoted += compressor_->tier_tokens(kSeq, static_cast<int>(t));
+    if (demoted > 0) {
+      attn_.clear();
+      for (size_t t = 0; t < tiers_.size(); ++t) {
+        const int64_t blocks = compressor_->tier_tokens(kSeq, static_cast<int>(t)) / block_size_;
+        for (int64_t b = 0; b < blocks; ++b) {
+          attn_.push_back(kernels::cpu::TieredBlock(static_cast<int>(t) + 1, tier_tables_[t][static_cast<size_t>(b)]));
+        }
+      }
+      attn_.insert(attn_.end(), table_.begin(), table_.end());
+      attn = attn_;
+    }
     builder_.Clear();
-    builder_.AddSequence(tokens, static_cast<int32_t>(next_position_), static_cast<int32_t>(phys_len_), table_, wanted);
+    builder_.AddSequence(tokens, static_cast<int32_t>(next_position_), static_cast<int32_t>(phys_len_ + demoted), attn,
+                         wanted);
     const model::ForwardBatch batch = builder_.batch();
     compressor_->BeginStep(kSeq, next_position_, n, kv_len);
     model::KvCacheView view;
@@ -59,8 +102,9 @@ class SequenceDriver {
     view.num_blocks = storage_->num_blocks();
     view.layer_data = layer_data_;
     if (view.layout.has_scales()) view.layer_scales = layer_scales_;
+    view.lower_tiers = tiers_;
     logits.resize(static_cast<size_t>(builder_.num_logits_rows()) * static_cast<size_t>(model_.config().vocab_size));
-    const BatchSeq bs[1] = {{kSeq, 0, n, kv_len}};
+    const BatchSeq bs[1] = {{kSeq, 0, n, kv_len + demoted}};
     const model::ForwardObservers* observers = compressor_->PrepareObservers(bs, batch.positions);
     KVS_RETURN_IF_ERROR(model_.Forward(batch, view, logits, observers));
     if (observers != nullptr) compressor_->FinishObservers();
@@ -69,9 +113,9 @@ class SequenceDriver {
     stats_.tokens_seen = next_position_;
     stats_.peak_kv_tokens = std::max(stats_.peak_kv_tokens, phys_len_);
     stats_.peak_kv_bytes = std::max<int64_t>(
-        stats_.peak_kv_bytes, need_blocks * static_cast<int64_t>(storage_->layout().bytes_per_block()));
+        stats_.peak_kv_bytes, need_blocks * static_cast<int64_t>(storage_->layout().bytes_per_block()) + tier_bytes_);
     KVS_ASSIGN_OR_RETURN(std::optional<RoundResult> r,
-                         compressor_->EndStep(kSeq, next_position_, /*pressure=*/true, table_));
+                         compressor_->EndStep(kSeq, next_position_, /*pressure=*/true, table_, tier_tables_));
     if (r) {
       phys_len_ = r->new_phys_len;
       ++stats_.rounds;
@@ -91,7 +135,14 @@ class SequenceDriver {
       for (int h = 0; h < s->options().num_kv_heads; ++h) {
         const std::span<const int32_t> row = s->positions(l, h);  // ascending (slot_state.h)
         for (int32_t p : positions) {
-          held += std::binary_search(row.begin(), row.end(), p) ? 1 : 0;
+          bool in = std::binary_search(row.begin(), row.end(), p);
+          // Demoted tokens are held too (at lower precision); tier rows are not sorted.
+          for (size_t t = 0; t < tiers_.size() && !in; ++t) {
+            const TierSlots* ts = compressor_->tier_slots(kSeq, static_cast<int>(t));
+            const std::span<const int32_t> tr = ts->row(static_cast<int64_t>(l) * s->options().num_kv_heads + h);
+            in = std::find(tr.begin(), tr.end(), p) != tr.end();
+          }
+          held += in ? 1 : 0;
           ++asked;
         }
       }
@@ -108,6 +159,14 @@ class SequenceDriver {
   std::vector<std::byte*> layer_data_;
   std::vector<float*> layer_scales_;
   std::unique_ptr<HostKvAccess> kv_access_;
+  // Demotion tiers (EvalOptions::demote_dtypes), identity tables over blocks 1...
+  std::vector<std::unique_ptr<cache::HostKvStorage>> tier_storages_;
+  std::vector<std::vector<std::byte*>> tier_data_;
+  std::vector<std::vector<float*>> tier_scales_;
+  std::vector<kernels::cpu::KvTierStorage> tiers_;
+  std::vector<std::vector<int32_t>> tier_tables_;
+  std::vector<int32_t> attn_;
+  int64_t tier_bytes_ = 0;
   std::unique_ptr<KvCompressor> compressor_;
   model::BatchBuilder builder_;
   std::vector<int32_t> table_;

@@ -39,6 +39,10 @@ struct EvalOptions {
   std::optional<config::KvDtype> k_dtype;
   std::optional<config::KvDtype> v_dtype;
   int int4_group = 32;
+  // Demotion tiers (params.demote_tokens[t] tokens of demote_dtypes[t], K and V): each on its
+  // own host storage, granted in full from the first token (as the server grants them) and
+  // counted in the peak KV bytes from then on.
+  std::vector<config::KvDtype> demote_dtypes;
 };
 
 struct SequenceStats {

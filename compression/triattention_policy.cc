@@ -99,4 +99,57 @@ absl::Status TriAttentionPolicy::SelectKeep(const RoundInput& in, int64_t lo, in
   return absl::OkStatus();
 }
 
+absl::Status TriAttentionPolicy::RankForDemotion(const RoundInput& in, int64_t m, KeyReader read_keys,
+                                                 std::span<double> scores, RoundResult& timings) {
+  const base::Clock& clock = *context().clock;
+  const int d = context().head_dim;
+  const int group = group_size();
+  const int layers = context().num_layers;
+  const int kv_heads = context().num_kv_heads;
+  const bool cross = params().tri_selection == TriSelection::kCrossLayer;
+  KVS_CHECK(scores.size() >= static_cast<size_t>(layers) * kv_heads * m, "RankForDemotion: scores too small");
+  keys_.resize(static_cast<size_t>(m) * d);
+  scores_.resize(static_cast<size_t>(group) * m);
+  pooled_.resize(static_cast<size_t>(m));
+  if (cross) summed_.assign(static_cast<size_t>(kv_heads) * m, 0.0);
+
+  base::Nanos t = clock.now_ns();
+  scorer_.Prepare(in.next_position);
+  for (int layer = 0; layer < layers; ++layer) {
+    for (int kv = 0; kv < kv_heads; ++kv) {
+      scorer_.PrepareKvHead(layer, kv);
+      if (m > 0) {
+        read_keys(layer, kv, keys_.data());
+        scorer_.ScoreKeys(keys_.data(), m, scores_.data());
+      }
+      const base::Nanos t_scored = clock.now_ns();
+      timings.score_ns += t_scored - t;
+      std::fill(pooled_.begin(), pooled_.end(), -std::numeric_limits<double>::infinity());
+      for (int g = 0; g < group; ++g) {
+        std::span<double> row(scores_.data() + static_cast<int64_t>(g) * m, static_cast<size_t>(m));
+        ZNormalize(row);
+        MaxInto(row, pooled_);
+      }
+      if (cross) {
+        double* acc = summed_.data() + static_cast<int64_t>(kv) * m;
+        for (int64_t j = 0; j < m; ++j) acc[j] += pooled_[static_cast<size_t>(j)];
+      } else {
+        std::copy(pooled_.begin(), pooled_.end(), scores.begin() + (static_cast<int64_t>(layer) * kv_heads + kv) * m);
+      }
+      t = clock.now_ns();
+      timings.select_ns += t - t_scored;
+    }
+  }
+  if (cross) {
+    for (double& v : summed_) v /= layers;
+    for (int layer = 0; layer < layers; ++layer) {
+      for (int kv = 0; kv < kv_heads; ++kv) {
+        std::copy_n(summed_.begin() + static_cast<int64_t>(kv) * m, m,
+                    scores.begin() + (static_cast<int64_t>(layer) * kv_heads + kv) * m);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace kvserve::compression

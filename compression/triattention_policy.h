@@ -38,6 +38,12 @@ class TriAttentionPolicy final : public CompressionPolicy {
   absl::Status SelectKeep(const RoundInput& in, int64_t lo, int64_t num_keep, std::span<int32_t> keep,
                           RoundResult& timings) override;
 
+ public:
+  // The same scores SelectKeep ranks by (z-normalised over the m candidates together, max
+  // over the group, and with cross-layer selection the mean over layers in every layer's row).
+  absl::Status RankForDemotion(const RoundInput& in, int64_t m, KeyReader read_keys, std::span<double> scores,
+                               RoundResult& timings) override;
+
  private:
   TriAttentionScorer scorer_;
   std::vector<float> keys_;      // [m][head_dim]

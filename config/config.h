@@ -53,6 +53,11 @@ struct CacheConfig {
   std::optional<KvDtype> k_dtype;               // keys' precision; unset: kv_dtype
   std::optional<KvDtype> v_dtype;               // values' precision; unset: kv_dtype
   int kv_int4_group = 32;                       // int4 values: elements per scale group along head_dim
+  // Demotion tiers (importance-aware mixed precision, issue 18): this many bytes of kv_bytes
+  // go to one pool per demote_dtypes entry (split evenly), where compression rounds put the
+  // tokens a request's kv_compression.demote asks for. 0: no tiers (demote is refused).
+  uint64_t demote_kv_bytes = 0;
+  std::vector<KvDtype> demote_dtypes = {KvDtype::kInt8, KvDtype::kInt4};  // descending precision
   bool enable_prefix_caching = true;
   uint64_t host_swap_bytes = 256ull << 20;      // host swap tier; 0 disables swapping
   uint64_t host_cache_bytes = 0;                // host prefix tier (evicted prefix blocks); 0: off

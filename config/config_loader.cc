@@ -275,6 +275,44 @@ absl::Status ApplyText(const std::string& path, const std::string& text, std::st
   return SetField(*field, cfg, *v, shown, "", origin);
 }
 
+namespace {
+
+// Bits per element of a KV dtype (int4: 4), for ordering precisions.
+int DtypeBits(KvDtype d) {
+  switch (d) {
+    case KvDtype::kFp32: return 32;
+    case KvDtype::kFp16:
+    case KvDtype::kBf16: return 16;
+    case KvDtype::kFp8E4M3:
+    case KvDtype::kInt8: return 8;
+    case KvDtype::kInt4: return 4;
+  }
+  return 32;
+}
+
+absl::Status ValidateDemoteTiers(const CacheConfig& c) {
+  auto err = [](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
+  if (c.demote_kv_bytes >= c.kv_bytes) {
+    return err("cache.demote_kv_bytes=", c.demote_kv_bytes, ": must be below cache.kv_bytes (", c.kv_bytes,
+               "), of which it is a part");
+  }
+  if (c.demote_dtypes.empty() || c.demote_dtypes.size() > 7) {
+    return err("cache.demote_dtypes: needs 1 to 7 precisions when cache.demote_kv_bytes > 0");
+  }
+  const int pool_bits = std::min(DtypeBits(EffectiveKDtype(c)), DtypeBits(EffectiveVDtype(c)));
+  int prev = pool_bits;
+  for (KvDtype d : c.demote_dtypes) {
+    if (DtypeBits(d) >= prev) {
+      return err("cache.demote_dtypes: ", base::AsAbsl(Name(d)), " must have fewer bits than the pool's K and V (",
+                 pool_bits, ") and than the tier before it: list the tiers from highest precision to lowest");
+    }
+    prev = DtypeBits(d);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status Validate(const Config& cfg) {
   auto err = [](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
   const auto& c = cfg.compression;
@@ -285,6 +323,9 @@ absl::Status Validate(const Config& cfg) {
   if (c.window + c.sinks > c.budget) {
     return err("compression.budget=", c.budget, ": must hold compression.window (", c.window,
                ") + compression.sinks (", c.sinks, ")");
+  }
+  if (cfg.cache.demote_kv_bytes > 0) {
+    KVS_RETURN_IF_ERROR(ValidateDemoteTiers(cfg.cache));
   }
   const auto& s = cfg.scheduler;
   if (!s.enable_chunked_prefill && cfg.model.max_model_len > s.max_num_batched_tokens) {

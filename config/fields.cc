@@ -285,6 +285,14 @@ std::vector<Field<Config>> BuildConfigFields() {
                           "int4 values: elements per (scale, min) group along head_dim (the last "
                           "group of a row may be shorter)",
                           [](C& c) -> auto& { return c.cache.kv_int4_group; }, 8, 256, false, true));
+  f.push_back(IntField<C>("cache.demote_kv_bytes",
+                          "bytes of cache.kv_bytes given to the demotion tier pools (one per "
+                          "cache.demote_dtypes entry, split evenly): kv_compression.demote moves "
+                          "low-importance tokens there; 0: no demotion",
+                          [](C& c) -> auto& { return c.cache.demote_kv_bytes; }, 0, kMaxBytes, true));
+  f.push_back(EnumListField<C>("cache.demote_dtypes",
+                               "demotion tiers' precision (K and V), highest first, each below the pool's",
+                               [](C& c) -> auto& { return c.cache.demote_dtypes; }, kKvDtypes));
   f.push_back(BoolField<C>("cache.enable_prefix_caching", "reuse KV blocks of shared prompt prefixes",
                            [](C& c) -> auto& { return c.cache.enable_prefix_caching; }));
   f.push_back(IntField<C>("cache.host_swap_bytes", "host swap tier size in bytes; 0 disables swap",

@@ -56,6 +56,12 @@ absl::StatusOr<config::Backend> ResolveBackend(config::Backend requested, const 
 absl::Status CudaReadsKvPrecision(const config::CacheConfig& c) {
   const config::KvDtype k = config::EffectiveKDtype(c);
   const config::KvDtype v = config::EffectiveVDtype(c);
+  if (c.demote_kv_bytes > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cache.demote_kv_bytes=", c.demote_kv_bytes,
+        ": the CUDA kernels read no demotion tiers (mixed-precision block tables run on the CPU backend only, "
+        "engine.backend=cpu)"));
+  }
   if (k == c.kv_dtype && v == c.kv_dtype && c.kv_dtype != config::KvDtype::kInt4) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       "cache.k_dtype=", std::string(config::Name(k)), " cache.v_dtype=", std::string(config::Name(v)),
@@ -77,7 +83,12 @@ absl::StatusOr<Backend> MakeCpuBackend(const config::Config& config, model::Llam
   b.storage = std::move(kv.storage);
   b.swap = std::move(kv.swap);
   b.manager = std::move(kv.manager);
-  b.runner = std::make_unique<CpuModelRunner>(model, *b.storage, b.swap.get(), compression);
+  std::vector<cache::KvStorage*> tiers;
+  for (auto& t : kv.demote_tiers) {
+    tiers.push_back(t.get());
+    b.demote_tiers.push_back(std::move(t));
+  }
+  b.runner = std::make_unique<CpuModelRunner>(model, *b.storage, b.swap.get(), compression, tiers);
   return b;
 }
 

@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "base/logger.h"
@@ -36,6 +37,7 @@ struct Backend {
   config::Backend kind = config::Backend::kCpu;  // never kAuto
   std::unique_ptr<cache::HostMemoryAllocator> host_allocator;  // the swap tier's (CUDA: pinned); may be null
   std::unique_ptr<cache::KvStorage> storage;     // the KV pool
+  std::vector<std::unique_ptr<cache::KvStorage>> demote_tiers;  // demotion tier pools (CPU only)
   std::unique_ptr<cache::KvStorage> swap;        // host swap tier; null when disabled
   std::unique_ptr<cache::KvCacheManager> manager;
   std::unique_ptr<ModelRunner> runner;
@@ -55,9 +57,10 @@ absl::StatusOr<config::Backend> ResolveBackend(config::Backend requested, const 
                                                const BackendSupport& support, std::string& why);
 
 // OK when the CUDA kernels read the configured KV precision: K and V in one dtype given by
-// cache.kv_dtype (fp32|fp16|bf16|fp8_e4m3|int8). Split K/V dtypes and int4 are CPU-only for
-// now; the error names the settings (CreateEngine: engine.backend=cuda fails with it,
-// engine.backend=auto falls back to the CPU).
+// cache.kv_dtype (fp32|fp16|bf16|fp8_e4m3|int8), and no demotion tiers. Split K/V dtypes,
+// int4 and demotion (cache.demote_kv_bytes > 0) are CPU-only for now; the error names the
+// settings (CreateEngine: engine.backend=cuda fails with it, engine.backend=auto falls back to
+// the CPU).
 absl::Status CudaReadsKvPrecision(const config::CacheConfig& cache);
 
 // The CPU pool's layout for `model` under cache.* (block size, K and V dtypes, int4 group).

@@ -5,7 +5,8 @@
 namespace kvserve::engine {
 
 CpuModelRunner::CpuModelRunner(model::LlamaModel& model, cache::KvStorage& storage,
-                               cache::KvStorage* swap, const compression::PolicyContext* compression)
+                               cache::KvStorage* swap, const compression::PolicyContext* compression,
+                               std::span<cache::KvStorage* const> demote_tiers)
     : model_(model),
       storage_(storage),
       swap_(swap),
@@ -16,8 +17,23 @@ CpuModelRunner::CpuModelRunner(model::LlamaModel& model, cache::KvStorage& stora
     layer_data_.push_back(storage_.layer_data(l));
     layer_scales_.push_back(storage_.layer_scales(l));
   }
+  tier_data_.resize(demote_tiers.size());
+  tier_scales_.resize(demote_tiers.size());
+  for (size_t t = 0; t < demote_tiers.size(); ++t) {
+    cache::KvStorage& st = *demote_tiers[t];
+    KVS_CHECK(st.host_addressable(), "the CPU runner needs host-addressable demotion tiers");
+    for (int l = 0; l < layout.num_layers; ++l) {
+      tier_data_[t].push_back(st.layer_data(l));
+      tier_scales_[t].push_back(st.layer_scales(l));
+    }
+  }
+  for (size_t t = 0; t < demote_tiers.size(); ++t) {
+    const cache::KvLayout& tl = demote_tiers[t]->layout();
+    tiers_.push_back({tl, tier_data_[t].data(), tl.has_scales() ? tier_scales_[t].data() : nullptr,
+                      demote_tiers[t]->num_blocks()});
+  }
   kv_access_ = std::make_unique<compression::HostKvAccess>(layout, layer_data_, layer_scales_);
-  compressor_ = std::make_unique<compression::KvCompressor>(compression, *kv_access_);
+  compressor_ = std::make_unique<compression::KvCompressor>(compression, *kv_access_, tiers_);
   book_ = std::make_unique<RunnerBook>(layout.block_size, *compressor_);
 }
 
@@ -37,6 +53,7 @@ absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan, scheduler:
     view.num_blocks = storage_.num_blocks();
     view.layer_data = layer_data_;
     if (view.layout.has_scales()) view.layer_scales = layer_scales_;
+    view.lower_tiers = tiers_;
     // Side outputs only for the policies that read them (snapkv: queries, h2o: mass).
     const model::ForwardObservers* observers = compressor_->PrepareObservers(book_->batch_seqs(), batch.positions);
     KVS_RETURN_IF_ERROR(model_.Forward(batch, view, logits_, observers));

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "cache/host_kv_storage.h"
@@ -30,9 +31,12 @@ namespace kvserve::engine {
 class CpuModelRunner final : public ModelRunner {
  public:
   // `swap` may be null (no host swap tier). `compression` may be null: then only `full`
-  // sequences run. All must outlive the runner.
+  // sequences run. `demote_tiers`: the demotion tier pools (host memory; tier t + 1 at index
+  // t), whose blocks a sequence's table may mix with the pool's (TieredBlock entries).
+  // All must outlive the runner.
   CpuModelRunner(model::LlamaModel& model, cache::KvStorage& storage, cache::KvStorage* swap,
-                 const compression::PolicyContext* compression = nullptr);
+                 const compression::PolicyContext* compression = nullptr,
+                 std::span<cache::KvStorage* const> demote_tiers = {});
 
   absl::Status Execute(const scheduler::StepPlan& plan, scheduler::StepResult& result) override;
   int vocab_size() const override { return model_.config().vocab_size; }
@@ -44,6 +48,10 @@ class CpuModelRunner final : public ModelRunner {
   model::Sampler sampler_;
   std::vector<std::byte*> layer_data_;
   std::vector<float*> layer_scales_;
+  // Demotion tiers: per tier its layer pointer arrays, and the view kernels and rounds read.
+  std::vector<std::vector<std::byte*>> tier_data_;
+  std::vector<std::vector<float*>> tier_scales_;
+  std::vector<kernels::cpu::KvTierStorage> tiers_;
   std::unique_ptr<compression::HostKvAccess> kv_access_;  // compression's view of storage_
   std::unique_ptr<compression::KvCompressor> compressor_;
   std::unique_ptr<RunnerBook> book_;  // per-sequence state (shared with the CUDA runner)

@@ -476,7 +476,9 @@ void Engine::OnScheduled(const scheduler::StepPlan& plan) {
     auto owner = seq_owner_.find(q.seq.value());
     if (owner == seq_owner_.end()) continue;
     Request& r = requests_.at(owner->second.first);
-    if (owner->second.second == 0) r.compression.OnScheduled(q.kv_len_after, q.first_position + q.num_tokens);
+    if (owner->second.second == 0) {
+      r.compression.OnScheduled(q.kv_len_after, q.first_position + q.num_tokens, cache_.kv_bytes_held(q.seq));
+    }
     if (!r.admitted) {
       r.admitted = true;
       r.timeline.first_scheduled = now;
@@ -621,6 +623,7 @@ void Engine::OnCompactions(const scheduler::StepResult& result) {
     stats.evicted_prompt_tokens = c.evicted_prompt_tokens;
     stats.blocks_reclaimed = c.blocks_freed;
     stats.bytes_moved = c.bytes_moved;
+    stats.demoted_tokens = c.demoted_tokens;
     const double t = static_cast<double>(std::max<int64_t>(1, c.next_position));
     for (int64_t p : c.evicted_positions) {
       stats.evicted_relative_positions.push_back(static_cast<double>(p) / t);
@@ -671,6 +674,8 @@ void Engine::ReportStep(base::Nanos started, const scheduler::StepPlan& plan) {
   s.kv_usage = usage.usage_ratio();
   s.host_blocks_total = usage.swap_total_blocks;
   s.host_blocks_used = usage.swap_used_blocks;
+  s.demote_blocks_total = usage.demote_total_blocks;
+  s.demote_blocks_used = usage.demote_used_blocks;
   s.prefix_queries_tokens = static_cast<int64_t>(usage.prefix_query_tokens);
   s.prefix_hits_tokens = static_cast<int64_t>(usage.prefix_hit_tokens);
   s.live_logical_tokens = scheduler_.live_logical_tokens();

@@ -49,6 +49,8 @@ struct StepStats {
   double kv_usage = 0.0;
   int64_t host_blocks_total = 0;
   int64_t host_blocks_used = 0;
+  int64_t demote_blocks_total = 0;    // demotion tier pools, all tiers (issue 18)
+  int64_t demote_blocks_used = 0;
   int64_t prefix_queries_tokens = 0;  // cumulative
   int64_t prefix_hits_tokens = 0;     // cumulative
   int64_t live_logical_tokens = 0;    // tokens the running sequences have seen
@@ -74,6 +76,7 @@ struct CompressionRoundStats {
   int64_t evicted_prompt_tokens = 0;
   int64_t blocks_reclaimed = 0;
   int64_t bytes_moved = 0;
+  int64_t demoted_tokens = 0;  // tokens moved into lower-precision tiers (per KV row)
   // For the position histograms: evicted position p relative to the sequence length t
   // (p / t in [0,1]) and age t - p, one entry per evicted token.
   std::vector<double> evicted_relative_positions;

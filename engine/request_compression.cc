@@ -54,6 +54,40 @@ absl::Status CheckRequestPrecision(const CompressionRequest& req, const config::
   return absl::OkStatus();
 }
 
+absl::Status ResolveDemotion(const CompressionRequest& req, const config::CacheConfig& cache,
+                             const config::TenantConfig* tenant, compression::PolicyParams& params) {
+  params.demote_tokens.fill(0);
+  std::vector<config::KvDtype> seen;
+  for (const auto& [dtype, tokens] : req.demote) {
+    const std::string name(config::Name(dtype));
+    const std::string field = absl::StrCat("kv_compression.demote.", name);
+    if (std::find(seen.begin(), seen.end(), dtype) != seen.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": given twice"));
+    }
+    seen.push_back(dtype);
+    if (tokens < 0) return absl::InvalidArgumentError(absl::StrCat(field, ": must be >= 0 tokens, got ", tokens));
+    if (tenant != nullptr && !tenant->allowed_kv_dtypes.empty() &&
+        std::find(tenant->allowed_kv_dtypes.begin(), tenant->allowed_kv_dtypes.end(), dtype) ==
+            tenant->allowed_kv_dtypes.end()) {
+      return absl::PermissionDeniedError(
+          absl::StrCat(field, ": tenant '", tenant->name, "' may not use KV precision '", name, "'"));
+    }
+    const auto& tiers = cache.demote_dtypes;
+    const auto it = std::find(tiers.begin(), tiers.end(), dtype);
+    if (cache.demote_kv_bytes == 0 || it == tiers.end()) {
+      std::string have;
+      for (config::KvDtype d : tiers) absl::StrAppend(&have, have.empty() ? "" : ", ", base::AsAbsl(config::Name(d)));
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": this server has no ", name, " demotion tier (",
+          cache.demote_kv_bytes == 0 ? std::string("cache.demote_kv_bytes=0: demotion is off")
+                                     : absl::StrCat("cache.demote_dtypes: ", have),
+          "); tiers hold lower precisions than the pool's"));
+    }
+    params.demote_tokens[static_cast<size_t>(it - tiers.begin())] = tokens;
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ResolvedCompression> ResolveCompression(const RequestSpec& spec, const config::Config& config,
                                                        const config::TenantConfig* tenant,
                                                        const compression::PolicyContext* context) {
@@ -71,7 +105,13 @@ absl::StatusOr<ResolvedCompression> ResolveCompression(const RequestSpec& spec, 
   ResolvedCompression r;
   r.requested = kind;
   r.audit = req.audit;
-  if (kind == CompressionPolicyKind::kFull) return r;
+  if (kind == CompressionPolicyKind::kFull) {
+    if (!req.demote.empty()) {
+      return absl::InvalidArgumentError(
+          "kv_compression.demote: needs a compressing policy (triattention); policy full keeps every token exact");
+    }
+    return r;
+  }
 
   r.auto_mode = kind == CompressionPolicyKind::kAuto;
   const CompressionPolicyKind concrete = r.auto_mode ? CompressionPolicyKind::kTriAttention : kind;
@@ -98,6 +138,7 @@ absl::StatusOr<ResolvedCompression> ResolveCompression(const RequestSpec& spec, 
   if (req.window) p.window = *req.window;
   if (req.sinks) p.sinks = *req.sinks;
   if (req.protect_prompt) p.protect_prompt = *req.protect_prompt;
+  KVS_RETURN_IF_ERROR(ResolveDemotion(req, config.cache, tenant, p));
   absl::Status valid = compression::ValidateParams(p);
   if (!valid.ok()) {
     if (!r.auto_mode) return valid;
@@ -134,13 +175,15 @@ CompressionAccount::CompressionAccount(const ResolvedCompression& resolved) : au
   summary_.budget = resolved.reported_budget();
 }
 
-void CompressionAccount::OnScheduled(int64_t kv_len, int64_t seen) {
+void CompressionAccount::OnScheduled(int64_t kv_len, int64_t seen, int64_t kv_bytes) {
   summary_.peak_kv_tokens = std::max(summary_.peak_kv_tokens, kv_len);
+  summary_.peak_kv_bytes = std::max(summary_.peak_kv_bytes, kv_bytes);
   seen_ = std::max(seen_, seen);
 }
 
 void CompressionAccount::OnRound(const scheduler::Compaction& round, std::span<const int32_t> tokens) {
   ++summary_.rounds;
+  summary_.demoted_tokens += round.demoted_tokens;
   summary_.evicted_tokens += static_cast<int64_t>(round.evicted_positions.size());
   summary_.evicted_prompt_tokens += round.evicted_prompt_tokens;
   if (!audit_) return;
@@ -160,6 +203,7 @@ void CompressionAccount::OnRound(const scheduler::Compaction& round, std::span<c
 CompressionSummary CompressionAccount::Summary() const {
   CompressionSummary s = summary_;
   s.compression_ratio = s.peak_kv_tokens > 0 ? static_cast<double>(seen_) / static_cast<double>(s.peak_kv_tokens) : 1.0;
+  s.kv_bytes_per_token = seen_ > 0 ? static_cast<double>(s.peak_kv_bytes) / static_cast<double>(seen_) : 0.0;
   return s;
 }
 

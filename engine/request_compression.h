@@ -59,6 +59,13 @@ absl::StatusOr<ResolvedCompression> ResolveCompression(const RequestSpec& spec, 
 absl::Status CheckRequestPrecision(const CompressionRequest& req, const config::CacheConfig& cache,
                                    const config::TenantConfig* tenant);
 
+// kv_compression.demote against the server's demotion tiers (cache.demote_dtypes) and the
+// tenant's allowed_kv_dtypes: fills params.demote_tokens (tier order). InvalidArgument naming
+// kv_compression.demote.<dtype> for a dtype the server has no tier of, a repeated dtype or a
+// negative count; PermissionDenied for a precision the tenant may not use.
+absl::Status ResolveDemotion(const CompressionRequest& req, const config::CacheConfig& cache,
+                             const config::TenantConfig* tenant, compression::PolicyParams& params);
+
 // FNV-1a 64 of token ids (4 little-endian bytes each), in order.
 uint64_t HashTokenIds(std::span<const int32_t> ids);
 
@@ -66,8 +73,9 @@ uint64_t HashTokenIds(std::span<const int32_t> ids);
 class CompressionAccount {
  public:
   explicit CompressionAccount(const ResolvedCompression& resolved);
-  // A step wrote KV: the sequence holds kv_len slots and has seen `seen` tokens.
-  void OnScheduled(int64_t kv_len, int64_t seen);
+  // A step wrote KV: the sequence holds kv_len slots (kv_bytes of KV blocks, demotion tiers
+  // included) and has seen `seen` tokens.
+  void OnScheduled(int64_t kv_len, int64_t seen, int64_t kv_bytes = 0);
   // A round ran; `tokens` are the sequence's token ids (position p holds tokens[p]).
   void OnRound(const scheduler::Compaction& round, std::span<const int32_t> tokens);
   CompressionSummary Summary() const;

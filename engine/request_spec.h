@@ -25,6 +25,10 @@ struct CompressionRequest {
   // only where the pool holds that precision (ResolveCompression).
   std::optional<config::KvDtype> k_dtype;
   std::optional<config::KvDtype> v_dtype;
+  // Importance-aware mixed precision: (dtype, tokens) pairs, e.g. {int8: 1024, int4: 2048}:
+  // after a round that many of the next most important tokens are held in the server's
+  // demotion tier of that dtype (cache.demote_dtypes) instead of being evicted.
+  std::vector<std::pair<config::KvDtype, int64_t>> demote;
   bool audit = false;
 };
 

@@ -42,6 +42,9 @@ struct CompressionSummary {
   int64_t evicted_prompt_tokens = 0;
   int64_t peak_kv_tokens = 0;          // most tokens held at once
   double compression_ratio = 1.0;      // tokens seen / peak tokens held
+  int64_t demoted_tokens = 0;          // tokens rounds moved into lower-precision tiers (per KV row)
+  int64_t peak_kv_bytes = 0;           // most KV bytes held at once (blocks, scales, demotion tiers)
+  double kv_bytes_per_token = 0.0;     // peak_kv_bytes / tokens seen
   std::vector<EvictionRecord> audit;   // only when the request asked for it
 };
 

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
 #include "engine/runner_conversions.h"
+#include "kernels/cpu/paged_attention.h"
 #include "structured/compiled_grammar.h"
 
 namespace kvserve::engine {
@@ -20,7 +21,7 @@ absl::Status ApplyCopies(const scheduler::StepPlan& plan, cache::KvStorage& stor
 }
 
 RunnerBook::RunnerBook(int block_size, compression::KvCompressor& compressor)
-    : compressor_(compressor), builder_(block_size) {}
+    : compressor_(compressor), block_size_(block_size), builder_(block_size) {}
 
 absl::Status RunnerBook::Begin(const scheduler::StepPlan& plan) {
   for (const auto& n : plan.new_seqs) {
@@ -40,6 +41,18 @@ absl::Status RunnerBook::Begin(const scheduler::StepPlan& plan) {
     }
     seqs_[n.seq.value()] = std::move(s);
     KVS_RETURN_IF_ERROR(compressor_.Track(n.seq, n.compression, n.compression_auto, n.resume));
+  }
+  for (const scheduler::TierGrant& g : plan.tier_grants) {
+    auto it = seqs_.find(g.seq.value());
+    if (it == seqs_.end() || g.tier < 0 || g.tier >= compressor_.num_tiers()) {
+      return absl::InternalError(absl::StrCat("tier grant for sequence ", g.seq.value(), " tier ", g.tier + 1,
+                                              " the runner cannot place"));
+    }
+    auto& tables = it->second.tier_tables;
+    if (tables.size() < static_cast<size_t>(compressor_.num_tiers())) tables.resize(compressor_.num_tiers());
+    for (int i = 0; i < g.num_blocks; ++i) {
+      tables[static_cast<size_t>(g.tier)].push_back(plan.tier_blocks[static_cast<size_t>(g.blocks_begin + i)].value());
+    }
   }
 
   builder_.Clear();
@@ -62,11 +75,32 @@ absl::Status RunnerBook::Begin(const scheduler::StepPlan& plan) {
     // stay logical.
     const int32_t first_row = static_cast<int32_t>(builder_.num_tokens());
     compressor_.BeginStep(q.seq, q.first_position, q.num_tokens, q.kv_len_after);
-    batch_seqs_.push_back({q.seq, first_row, q.num_tokens, q.kv_len_after});
+    // Demoted tokens: attention reads the tiers' filled blocks, then the pool's (the new rows
+    // still land in the pool's blocks: the tier regions are whole blocks, so the physical
+    // index of a pool slot moves by a multiple of block_size).
+    int32_t demoted = 0;
+    std::span<const int32_t> attn_table = s.table;
+    for (size_t t = 0; t < s.tier_tables.size(); ++t) {
+      demoted += static_cast<int32_t>(compressor_.tier_tokens(q.seq, static_cast<int>(t)));
+    }
+    if (demoted > 0) {
+      s.attn_table.clear();
+      for (size_t t = 0; t < s.tier_tables.size(); ++t) {
+        const int64_t blocks = compressor_.tier_tokens(q.seq, static_cast<int>(t)) / block_size_;
+        for (int64_t b = 0; b < blocks; ++b) {
+          const int32_t block = s.tier_tables[t][static_cast<size_t>(b)];
+          s.attn_table.push_back(kernels::cpu::TieredBlock(static_cast<int>(t) + 1, block));
+        }
+      }
+      s.attn_table.insert(s.attn_table.end(), s.table.begin(), s.table.end());
+      attn_table = s.attn_table;
+    }
+    batch_seqs_.push_back({q.seq, first_row, q.num_tokens, q.kv_len_after + demoted});
     builder_.AddSequence(std::span<const int32_t>(plan.token_ids)
                              .subspan(static_cast<size_t>(q.token_begin), static_cast<size_t>(q.num_tokens)),
-                         static_cast<int32_t>(q.first_position), static_cast<int32_t>(q.kv_len_after - q.num_tokens),
-                         s.table, q.sample ? model::LogitsWanted::kLast : model::LogitsWanted::kNone);
+                         static_cast<int32_t>(q.first_position),
+                         static_cast<int32_t>(q.kv_len_after - q.num_tokens + demoted), attn_table,
+                         q.sample ? model::LogitsWanted::kLast : model::LogitsWanted::kNone);
     if (q.sample) sampling_seqs_.push_back(&s);
   }
   return absl::OkStatus();
@@ -89,7 +123,7 @@ absl::Status RunnerBook::Finish(const scheduler::StepPlan& plan, scheduler::Step
     Seq& s = seqs_.at(q.seq.value());
     const int64_t next_position = q.first_position + q.num_tokens;
     KVS_ASSIGN_OR_RETURN(std::optional<compression::RoundResult> r,
-                         compressor_.EndStep(q.seq, next_position, plan.compress_auto, s.table));
+                         compressor_.EndStep(q.seq, next_position, plan.compress_auto, s.table, s.tier_tables));
     if (r) result.compactions.push_back(ToCompaction(q.seq, next_position, std::move(*r)));
   }
   for (cache::SeqId id : plan.finished) {

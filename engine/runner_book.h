@@ -54,6 +54,11 @@ class RunnerBook {
     // Structured outputs: the grammar and its automaton state after the generated tokens.
     std::shared_ptr<const structured::CompiledGrammar> grammar;
     int32_t grammar_state = 0;
+    // Demotion tier tables (tier t + 1 at index t): blocks granted in the tier pools.
+    std::vector<std::vector<int32_t>> tier_tables;
+    // The table attention reads when the sequence holds demoted tokens: the filled blocks of
+    // each tier (TieredBlock entries) in front of `table`.
+    std::vector<int32_t> attn_table;
 
     std::span<const int32_t> prompt() const { return {history.data(), static_cast<size_t>(num_prompt)}; }
     std::span<const int32_t> output() const {
@@ -84,6 +89,7 @@ class RunnerBook {
 
  private:
   compression::KvCompressor& compressor_;
+  int block_size_;
   absl::flat_hash_map<int64_t, Seq> seqs_;
   model::BatchBuilder builder_;
   std::vector<Seq*> sampling_seqs_;

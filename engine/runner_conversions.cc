@@ -33,6 +33,7 @@ scheduler::Compaction ToCompaction(cache::SeqId seq, int64_t next_position, comp
   c.select_ns = r.select_ns;
   c.compact_ns = r.compact_ns;
   c.bytes_moved = r.bytes_moved;
+  c.demoted_tokens = r.demoted_tokens;
   return c;
 }
 

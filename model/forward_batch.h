@@ -19,6 +19,7 @@
 #include <span>
 
 #include "cache/kv_layout.h"
+#include "kernels/cpu/kv_demote.h"
 
 namespace kvserve::model {
 
@@ -42,6 +43,10 @@ struct KvCacheView {
   int64_t num_blocks = 0;
   std::span<std::byte* const> layer_data;  // [num_layers]
   std::span<float* const> layer_scales;    // [num_layers]; empty unless layout.has_scales()
+  // Demotion tiers (CPU only): block table entries tagged TieredBlock(t, b) with t >= 1 read
+  // block b of lower_tiers[t - 1] (kernels/cpu/paged_attention.h); new rows are always
+  // written to the pool above. Empty: every entry is a plain block of the pool.
+  std::span<const kernels::cpu::KvTierStorage> lower_tiers;
 };
 
 // Optional per-step side outputs for the KV-compression policies. Costs nothing when unset.

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/paged_attention.h"
 
 namespace kvserve::model {
 namespace {
@@ -14,7 +15,8 @@ absl::Status BatchError(absl::string_view what) {
 }  // namespace
 
 absl::Status ValidateForwardBatch(const ModelConfig& c, int max_tokens, const ForwardBatch& b,
-                                  const cache::KvLayout& l, int64_t num_blocks) {
+                                  const cache::KvLayout& l, int64_t num_blocks,
+                                  std::span<const kernels::cpu::KvTierStorage> lower_tiers) {
   const int64_t t = b.num_tokens();
   const int s = b.num_seqs();
   if (l.num_layers != c.num_layers || l.num_kv_heads != c.num_kv_heads || l.head_dim != c.head_dim ||
@@ -46,8 +48,29 @@ absl::Status ValidateForwardBatch(const ModelConfig& c, int max_tokens, const Fo
       return BatchError(absl::StrCat("sequence ", i, ": kv_len ", kv_len, " needs more than its ", blocks, " blocks"));
     }
   }
-  for (int32_t block : b.block_tables) {
-    if (block < 0 || block >= num_blocks) return BatchError(absl::StrCat("block id ", block, " out of range"));
+  if (lower_tiers.size() >= static_cast<size_t>(kernels::cpu::kMaxKvTiers)) {
+    return BatchError(absl::StrCat(lower_tiers.size(), " demotion tiers, at most ", kernels::cpu::kMaxKvTiers - 1));
+  }
+  for (const kernels::cpu::KvTierStorage& tier : lower_tiers) {
+    if (tier.layout.num_layers != l.num_layers || tier.layout.num_kv_heads != l.num_kv_heads ||
+        tier.layout.head_dim != l.head_dim || tier.layout.block_size != l.block_size) {
+      return BatchError("a demotion tier's layout differs from the pool's geometry");
+    }
+  }
+  for (int32_t entry : b.block_tables) {
+    if (lower_tiers.empty()) {
+      if (entry < 0 || entry >= num_blocks) return BatchError(absl::StrCat("block id ", entry, " out of range"));
+      continue;
+    }
+    const int tier = entry < 0 ? -1 : kernels::cpu::KvTierOf(entry);
+    const int32_t block = kernels::cpu::KvTierBlock(entry);
+    const int64_t limit = tier == 0 ? num_blocks
+                          : tier > 0 && tier <= static_cast<int>(lower_tiers.size())
+                              ? lower_tiers[static_cast<size_t>(tier - 1)].num_blocks
+                              : 0;
+    if (tier < 0 || block >= limit) {
+      return BatchError(absl::StrCat("block table entry ", entry, " (tier ", tier, ", block ", block, ") out of range"));
+    }
   }
   const int64_t num_slots = num_blocks * l.block_size;
   for (int64_t i = 0; i < t; ++i) {

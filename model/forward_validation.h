@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "absl/status/status.h"
 #include "cache/kv_layout.h"
@@ -15,8 +16,10 @@ namespace kvserve::model {
 
 // The batch against a model of `config` accepting `max_tokens` rows, over a pool of
 // `num_blocks` blocks laid out as `layout`.
+// Entries of block_tables may name demotion tiers (TieredBlock, `lower_tiers`).
 absl::Status ValidateForwardBatch(const ModelConfig& config, int max_tokens, const ForwardBatch& batch,
-                                  const cache::KvLayout& layout, int64_t num_blocks);
+                                  const cache::KvLayout& layout, int64_t num_blocks,
+                                  std::span<const kernels::cpu::KvTierStorage> lower_tiers = {});
 
 // One data (and, for scaled dtypes, scale) pointer per layer.
 absl::Status ValidateKvView(const KvCacheView& kv);

@@ -79,7 +79,7 @@ LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, const ModelOpti
 
 absl::Status LlamaModel::Validate(const ForwardBatch& b, const KvCacheView& kv, std::span<float> logits,
                                   const ForwardObservers* observers) const {
-  KVS_RETURN_IF_ERROR(ValidateForwardBatch(config_, max_tokens_, b, kv.layout, kv.num_blocks));
+  KVS_RETURN_IF_ERROR(ValidateForwardBatch(config_, max_tokens_, b, kv.layout, kv.num_blocks, kv.lower_tiers));
   KVS_RETURN_IF_ERROR(ValidateKvView(kv));
   if (logits.size() < b.logits_rows.size() * static_cast<size_t>(config_.vocab_size)) {
     return BatchError("logits buffer too small");
@@ -133,14 +133,23 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
     kernels::cpu::ApplyRope(q, t, c.num_heads, c.head_dim, qkv_stride, cos_sin_.data());
     kernels::cpu::ApplyRope(k, t, c.num_kv_heads, c.head_dim, qkv_stride, cos_sin_.data());
     kernels::cpu::WriteKv(kv.layout, data, scales, k, v, qkv_stride, b.slot_mapping.data(), t);
-    kernels::cpu::PagedAttention(kv.layout, data, scales, seqs, q, qkv_stride, c.num_heads, scale, attn_.data(),
-                                 q_size, want_mass ? lse_.data() : nullptr, attn_workspace_.data(),
-                                 attn_workspace_.size());
+    // The pool is tier 0; demotion tiers follow (a table without tier tags reads only the pool).
+    kernels::cpu::KvTierView tiers[kernels::cpu::kMaxKvTiers];
+    tiers[0] = {kv.layout, data, scales};
+    const size_t num_tiers = 1 + kv.lower_tiers.size();
+    for (size_t i = 1; i < num_tiers; ++i) {
+      const kernels::cpu::KvTierStorage& st = kv.lower_tiers[i - 1];
+      tiers[i] = {st.layout, st.layer_data[layer], st.layer_scales != nullptr ? st.layer_scales[layer] : nullptr};
+    }
+    const std::span<const kernels::cpu::KvTierView> tier_views(tiers, num_tiers);
+    kernels::cpu::PagedAttentionTiered(tier_views, seqs, q, qkv_stride, c.num_heads, scale, attn_.data(), q_size,
+                                       want_mass ? lse_.data() : nullptr, attn_workspace_.data(),
+                                       attn_workspace_.size());
     if (want_mass) {
       float* mass = observers->attention_mass.data() +
                     static_cast<int64_t>(layer) * b.num_seqs() * c.num_kv_heads * observers->mass_stride;
-      kernels::cpu::AttentionMass(kv.layout, data, scales, seqs, q, qkv_stride, c.num_heads, scale, lse_.data(),
-                                  mass, observers->mass_stride, attn_workspace_.data(), attn_workspace_.size());
+      kernels::cpu::AttentionMassTiered(tier_views, seqs, q, qkv_stride, c.num_heads, scale, lse_.data(), mass,
+                                        observers->mass_stride, attn_workspace_.data(), attn_workspace_.size());
     }
     Project(attn_.data(), q_size, w.o_packed, w.o_bias, x_.data(), d, t, q_size, d, true);
 

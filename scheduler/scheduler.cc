@@ -127,6 +127,7 @@ void Scheduler::release(SequenceState& s) {
       break;
   }
   cache_.free(s.id);
+  s.tiers_granted = 0;
   // A swapped-out sequence is unknown to the runner except for its parked compression state.
   if (s.known_to_runner || s.runner_keeps_state) forget_next_.push_back(s.id);
   s.known_to_runner = false;
@@ -232,16 +233,33 @@ void Scheduler::preempt(SequenceState& victim, StepPlan& plan) {
     }
   }
   cache_.free(victim.id);
+  victim.tiers_granted = 0;
   victim.num_computed = 0;
   victim.status = SeqStatus::kWaiting;
   waiting_[victim.tenant].insert({queue_key(victim), victim.id});
   ++counters_.preemptions_recompute;
 }
 
+void Scheduler::grant_tiers(SequenceState& s, StepPlan& plan) {
+  const int tiers = std::min(cache_.num_demote_tiers(), compression::kMaxDemoteTiers);
+  const int bs = cache_.block_size();
+  for (int t = 0; t < tiers; ++t) {
+    const int64_t want = s.compression.demote_tokens[static_cast<size_t>(t)] / bs;
+    if (want <= 0 || (s.tiers_granted >> t & 1u) != 0) continue;
+    const int32_t blocks = static_cast<int32_t>(std::min<int64_t>(want, cache_.tier_pool(t).num_usable()));
+    const auto granted = cache_.reserve_tier_blocks(s.id, t, blocks);
+    if (!granted) continue;  // no room in the tier now: a normal answer, try next step
+    s.tiers_granted |= 1u << t;
+    plan.tier_grants.push_back({s.id, t, static_cast<int32_t>(plan.tier_blocks.size()), blocks});
+    plan.tier_blocks.insert(plan.tier_blocks.end(), granted->begin(), granted->end());
+  }
+}
+
 bool Scheduler::schedule_running(SequenceState& s, int num_tokens, StepPlan& plan) {
   while (true) {
     if (auto delta = cache_.allocate(s.id, num_tokens)) {
       emit(s, num_tokens, *delta, plan);
+      if (s.compression.demotes()) grant_tiers(s, plan);
       return true;
     }
     SequenceState* victim = pick_victim(s);
@@ -392,6 +410,7 @@ void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
       // No room: give the prefix references back and stop admitting this step, so that
       // a smaller request behind cannot overtake (and starve) this one.
       cache_.free(s.id);
+      s.tiers_granted = 0;
       s.num_computed = 0;
       return;
     }

@@ -142,6 +142,9 @@ class Scheduler {
   // Returns false if `s` itself was preempted.
   bool schedule_running(SequenceState& s, int num_tokens, StepPlan& plan);
   void emit(SequenceState& s, int num_tokens, const cache::AllocationDelta& delta, StepPlan& plan);
+  // Grants a running demoting sequence the tier blocks its demote_tokens ask for, each tier at
+  // once when its pool has room (otherwise tried again next step; until then rounds evict).
+  void grant_tiers(SequenceState& s, StepPlan& plan);
   int tokens_to_feed(const SequenceState& s, int budget) const;
   void preempt(SequenceState& victim, StepPlan& plan);
   SequenceState* pick_victim(const SequenceState& exclude);

@@ -71,6 +71,9 @@ struct SequenceState {
   bool compression_auto = false;     // `auto`: rounds only while the engine reports pressure
   int32_t max_chunk = 0;             // 0: no cap beyond the step's token budget
   bool runner_keeps_state = false;   // swapped out: the runner parked its compression state
+  // Demotion tiers granted (bit t: tier t + 1 holds its blocks for compression.demote_tokens[t]);
+  // cleared whenever the sequence's KV is freed.
+  uint32_t tiers_granted = 0;
 
   bool compressing() const { return compression.kind != config::CompressionPolicyKind::kFull; }
 

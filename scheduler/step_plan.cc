@@ -32,6 +32,8 @@ void StepPlan::clear() {
   finished.clear();
   preempted.clear();
   parked.clear();
+  tier_grants.clear();
+  tier_blocks.clear();
   total_tokens = 0;
   compress_auto = false;
 }

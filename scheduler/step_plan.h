@@ -53,6 +53,17 @@ struct ScheduledSeq {
   int32_t num_generated = 0;   // tokens this sequence generated before this step
 };
 
+// Demotion tier blocks granted to a sequence this step (KvCacheManager::reserve_tier_blocks):
+// appended to its table of demotion tier tier + 1; the ids are
+// StepPlan::tier_blocks[blocks_begin, blocks_begin + num_blocks). Applied before the forward
+// pass; a sequence's grants are dropped with it (finished or preempted: always recomputed).
+struct TierGrant {
+  cache::SeqId seq;
+  int32_t tier = 0;
+  int32_t blocks_begin = 0;
+  int32_t num_blocks = 0;
+};
+
 struct StepPlan {
   int64_t step_id = 0;
   std::vector<NewSeq> new_seqs;
@@ -65,6 +76,8 @@ struct StepPlan {
   std::vector<cache::SeqId> finished;
   std::vector<cache::SeqId> preempted;
   std::vector<cache::SeqId> parked;        // of `preempted`: swapped, keep compression state
+  std::vector<TierGrant> tier_grants;      // demotion tier blocks granted this step
+  std::vector<cache::BlockId> tier_blocks; // their ids
   int32_t total_tokens = 0;
   bool compress_auto = false;  // pool under pressure: `auto` sequences compress this step
 
@@ -96,6 +109,7 @@ struct Compaction {
   int64_t evicted_prompt_tokens = 0;
   int64_t score_ns = 0, select_ns = 0, compact_ns = 0;
   int64_t bytes_moved = 0;
+  int64_t demoted_tokens = 0;    // tokens that entered a demotion tier (per KV row)
 };
 
 struct StepResult {

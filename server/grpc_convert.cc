@@ -102,6 +102,15 @@ absl::Status ApplyCompression(const v1::KvCompression& c, engine::CompressionReq
   if (!c.v_dtype().empty()) {
     KVS_ASSIGN_OR_RETURN(out.v_dtype, dtype(c.v_dtype(), "kv_compression.v_dtype"));
   }
+  // Sorted by name so that errors and the resolved order do not depend on map iteration.
+  std::vector<std::pair<std::string, int64_t>> demote(c.demote().begin(), c.demote().end());
+  std::sort(demote.begin(), demote.end());
+  for (const auto& [name, tokens] : demote) {
+    const std::string field = absl::StrCat("kv_compression.demote.", name);
+    KVS_ASSIGN_OR_RETURN(config::KvDtype d, dtype(name, field.c_str()));
+    if (tokens < 0 || tokens > INT32_MAX) return FieldError(field, "must be a token count in [0, 2^31)");
+    out.demote.emplace_back(d, tokens);
+  }
   return absl::OkStatus();
 }
 
@@ -236,6 +245,9 @@ void ToProto(const UsageSummary& u, v1::Usage* out) {
   c->set_evicted_prompt_tokens(u.compression.evicted_prompt_tokens);
   c->set_peak_kv_tokens(u.compression.peak_kv_tokens);
   c->set_compression_ratio(u.compression.compression_ratio);
+  c->set_demoted_tokens(u.compression.demoted_tokens);
+  c->set_peak_kv_bytes(u.compression.peak_kv_bytes);
+  c->set_kv_bytes_per_token(u.compression.kv_bytes_per_token);
   for (const auto& r : u.compression.audit) {
     v1::EvictionRound* round = c->add_audit();
     round->set_round(r.round);

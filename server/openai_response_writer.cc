@@ -34,7 +34,10 @@ json CompressionJson(const engine::CompressionSummary& c) {
             {"evicted_tokens", c.evicted_tokens},
             {"evicted_prompt_tokens", c.evicted_prompt_tokens},
             {"peak_kv_tokens", c.peak_kv_tokens},
-            {"compression_ratio", c.compression_ratio}};
+            {"compression_ratio", c.compression_ratio},
+            {"demoted_tokens", c.demoted_tokens},
+            {"peak_kv_bytes", c.peak_kv_bytes},
+            {"kv_bytes_per_token", c.kv_bytes_per_token}};
   if (!c.audit.empty()) {
     json audit = json::array();
     for (const auto& r : c.audit) {

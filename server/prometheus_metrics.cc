@@ -141,6 +141,7 @@ struct PrometheusMetrics::PolicySeries {
   std::array<Histogram*, 3> phase;  // score, select, compact
   Counter* blocks_reclaimed;
   Counter* bytes_moved;
+  Counter* demoted_tokens;
   Histogram* relative_position;
   Histogram* age;
 };
@@ -211,6 +212,8 @@ PrometheusMetrics::PrometheusMetrics(PrometheusMetricsOptions options)
                                      "KV blocks returned to the pool by compression.");
   bytes_moved_ = Build<Counter>(r, m, "kvserve_kv_compaction_moved_bytes_total",
                                 "KV bytes copied by compaction.");
+  demoted_tokens_ = Build<Counter>(r, m, "kvserve_kv_demoted_tokens_total",
+                                   "Tokens compression rounds moved into lower-precision tiers (per KV row).");
   evicted_relative_position_ = Build<Histogram>(
       r, m, "kvserve_kv_evicted_token_relative_position",
       "Evicted tokens by position p relative to the sequence length t when evicted (p / t).");
@@ -233,6 +236,10 @@ PrometheusMetrics::PrometheusMetrics(PrometheusMetricsOptions options)
   auto* host = Build<Gauge>(r, m, "kvserve_kv_host_swap_blocks", "Host swap tier blocks by state (free, used).");
   host_blocks_free_ = &host->Add({{"state", "free"}});
   host_blocks_used_ = &host->Add({{"state", "used"}});
+  auto* demote = Build<Gauge>(r, m, "kvserve_kv_demote_tier_blocks",
+                              "Demotion tier pool blocks (all tiers) by state (free, granted to sequences).");
+  demote_blocks_free_ = &demote->Add({{"state", "free"}});
+  demote_blocks_used_ = &demote->Add({{"state", "used"}});
   live_logical_ = gauge("kvserve_kv_live_logical_tokens", "Tokens the running sequences have seen.");
   live_physical_ = gauge("kvserve_kv_live_physical_tokens", "Tokens whose KV the running sequences hold.");
   kv_bytes_per_token_ = Build<Gauge>(r, m, "kvserve_kv_bytes_per_token",
@@ -317,6 +324,7 @@ PrometheusMetrics::PolicySeries& PrometheusMetrics::PolicySeriesFor(const std::s
   }
   s->blocks_reclaimed = &blocks_reclaimed_->Add(l);
   s->bytes_moved = &bytes_moved_->Add(l);
+  s->demoted_tokens = &demoted_tokens_->Add(l);
   s->relative_position = &evicted_relative_position_->Add(l, RelativePositionBuckets());
   s->age = &evicted_age_->Add(l, AgeBuckets());
   slot = std::move(s);
@@ -381,6 +389,8 @@ void PrometheusMetrics::OnStep(const engine::StepStats& step) {
                        : 0.0);
   host_blocks_free_->Set(static_cast<double>(step.host_blocks_total - step.host_blocks_used));
   host_blocks_used_->Set(static_cast<double>(step.host_blocks_used));
+  demote_blocks_free_->Set(static_cast<double>(step.demote_blocks_total - step.demote_blocks_used));
+  demote_blocks_used_->Set(static_cast<double>(step.demote_blocks_used));
   live_logical_->Set(static_cast<double>(step.live_logical_tokens));
   live_physical_->Set(static_cast<double>(step.live_physical_tokens));
   if (step.k_bytes_per_token > 0) {
@@ -453,6 +463,7 @@ void PrometheusMetrics::OnCompressionRound(const engine::CompressionRoundStats& 
   p.phase[2]->Observe(Seconds(round.compact_ns));
   p.blocks_reclaimed->Increment(static_cast<double>(std::max<int64_t>(round.blocks_reclaimed, 0)));
   p.bytes_moved->Increment(static_cast<double>(std::max<int64_t>(round.bytes_moved, 0)));
+  p.demoted_tokens->Increment(static_cast<double>(std::max<int64_t>(round.demoted_tokens, 0)));
   if (!round.evicted_relative_positions.empty()) p.relative_position->ObserveMultiple(pos_counts, pos_sum);
   if (!round.evicted_ages.empty()) p.age->ObserveMultiple(age_counts, age_sum);
 }

@@ -119,6 +119,7 @@ class PrometheusMetrics final : public engine::EngineObserver {
   prometheus::Family<prometheus::Histogram>* phase_duration_;
   prometheus::Family<prometheus::Counter>* blocks_reclaimed_;
   prometheus::Family<prometheus::Counter>* bytes_moved_;
+  prometheus::Family<prometheus::Counter>* demoted_tokens_;
   prometheus::Family<prometheus::Histogram>* evicted_relative_position_;
   prometheus::Family<prometheus::Histogram>* evicted_age_;
   // Edge.
@@ -135,6 +136,8 @@ class PrometheusMetrics final : public engine::EngineObserver {
   prometheus::Gauge* host_usage_;
   prometheus::Gauge* host_blocks_free_;
   prometheus::Gauge* host_blocks_used_;
+  prometheus::Gauge* demote_blocks_free_;
+  prometheus::Gauge* demote_blocks_used_;
   prometheus::Gauge* live_logical_;
   prometheus::Gauge* live_physical_;
   prometheus::Family<prometheus::Gauge>* kv_bytes_per_token_;  // {side, dtype}

@@ -25,6 +25,7 @@ struct KvTierStorage {
   cache::KvLayout layout;
   std::byte* const* layer_data = nullptr;
   float* const* layer_scales = nullptr;  // may be null when the tier's dtypes have no scales
+  int64_t num_blocks = 0;                 // blocks of the storage (bounds of table entries)
 };
 
 // rows: [num_layers][num_kv_heads][n] physical indices into src_table's slots.

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <mutex>
 
+#include "cache/host_kv_cache.h"
 #include "config/fields.h"
 #include "engine/engine_factory.h"
 #include "engine/request_compression.h"
@@ -25,6 +26,8 @@ class Recorder : public EngineObserver {
   void OnStep(const StepStats& s) override {
     used_blocks = s.blocks_total - s.blocks_free;
     host_used_blocks = s.host_blocks_used;
+    demote_used_blocks = s.demote_blocks_used;
+    max_demote_used = std::max(max_demote_used.load(), s.demote_blocks_used);
     max_physical = std::max(max_physical.load(), s.live_physical_tokens);
     preemptions += s.preemptions;
     ++steps;
@@ -38,6 +41,7 @@ class Recorder : public EngineObserver {
     rounds.push_back(r);
   }
   std::atomic<int64_t> used_blocks{-1}, host_used_blocks{-1}, max_physical{0}, steps{0};
+  std::atomic<int64_t> demote_used_blocks{-1}, max_demote_used{0};
   std::atomic<int> preemptions{0};
   std::mutex mu;
   std::vector<CompressionRoundStats> rounds;
@@ -121,6 +125,7 @@ class CompressionEngine : public ::testing::Test {
     ASSERT_GT(rec.steps.load(), 0);
     EXPECT_EQ(rec.used_blocks.load(), 0) << "KV blocks still used after every request ended";
     EXPECT_EQ(rec.host_used_blocks.load(), 0) << "host swap blocks still used";
+    EXPECT_LE(rec.demote_used_blocks.load(), 0) << "demotion tier blocks still granted";
   }
 
   std::string dir_;
@@ -398,6 +403,133 @@ TEST_F(CompressionEngine, PreemptedCompressingRequestsResumeAndStayBounded) {
       EXPECT_LE(o.usage->compression.peak_kv_tokens, 80 + 32 + 32 + 16);
     }
     EXPECT_GT(rec.preemptions.load(), 0) << "the pool was meant to force preemption";
+    ExpectNoLeaks(engine, rec);
+  }
+}
+
+// Importance-aware mixed precision (issue 18): a triattention request with a demote schedule
+// keeps `budget` tokens exact and the next ones in int8 / int4 tier blocks. Its peak KV bytes
+// are the plain request's plus exactly its granted tier blocks at their own block size, below
+// what holding as many tokens at full precision costs; it decodes exactly as the full KV until
+// its first round and stays a sane greedy continuation after; nothing leaks, also under
+// preemption (a demoting sequence is recomputed, never swapped).
+TEST_F(CompressionEngine, DemotionHoldsTokensInCheaperTiersAndLeaksNothing) {
+  auto mc = model::LoadModelConfig(dir_);
+  ASSERT_TRUE(mc.ok());
+  cache::KvLayout pool;
+  pool.num_layers = mc->num_layers;
+  pool.num_kv_heads = mc->num_kv_heads;
+  pool.head_dim = mc->head_dim;
+  pool.block_size = 16;
+  const int64_t int8_block = static_cast<int64_t>(cache::DemoteTierLayout(pool, config::KvDtype::kInt8).bytes_per_block());
+  const int64_t int4_block = static_cast<int64_t>(cache::DemoteTierLayout(pool, config::KvDtype::kInt4).bytes_per_block());
+  ASSERT_LT(int4_block, int8_block);
+
+  Recorder rec;
+  config::Config cfg;
+  cfg.cache.kv_bytes = 64ull << 20;
+  cfg.cache.demote_kv_bytes = 8ull << 20;
+  cfg.cache.enable_prefix_caching = false;
+  cfg.compression.divide_length = 32;
+  auto engine = Make(cfg, &rec);
+  ASSERT_NE(engine, nullptr);
+  const RequestSpec plain = Spec("full", Prompt(16, 9), 320);
+  const Outcome full = Run(*engine, plain);
+  ASSERT_EQ(full.tokens.size(), 320u) << full.error;
+
+  RequestSpec evict = plain;
+  evict.request_id = "evict";
+  evict.compression.policy = CompressionPolicyKind::kTriAttention;
+  evict.compression.budget = 64;
+  RequestSpec demote = evict;
+  demote.request_id = "demote";
+  demote.compression.demote = {{config::KvDtype::kInt8, 64}, {config::KvDtype::kInt4, 128}};
+  RequestSpec wide = evict;  // as many tokens as budget + tiers, all at full precision
+  wide.request_id = "wide";
+  wide.compression.budget = 64 + 64 + 128;
+  const Outcome e = Run(*engine, evict), d = Run(*engine, demote), w = Run(*engine, wide);
+  ASSERT_EQ(d.tokens.size(), 320u) << d.error;
+  ASSERT_TRUE(e.usage && d.usage && w.usage);
+  const CompressionSummary &ce = e.usage->compression, &cd = d.usage->compression, &cw = w.usage->compression;
+  EXPECT_GT(cd.rounds, 0);
+  EXPECT_GT(cd.demoted_tokens, 0);
+  EXPECT_EQ(ce.demoted_tokens, 0);
+  // Same full-precision footprint as the eviction-only request, plus the granted tier blocks.
+  EXPECT_EQ(cd.peak_kv_tokens, ce.peak_kv_tokens);
+  EXPECT_EQ(cd.peak_kv_bytes, ce.peak_kv_bytes + 4 * int8_block + 8 * int4_block);
+  EXPECT_LT(cd.peak_kv_bytes, cw.peak_kv_bytes);
+  EXPECT_GT(cd.kv_bytes_per_token, ce.kv_bytes_per_token);
+  EXPECT_LT(cd.kv_bytes_per_token, cw.kv_bytes_per_token);
+  // Demoted tokens are still attended: fewer evicted than with eviction alone.
+  EXPECT_LT(cd.evicted_tokens, ce.evicted_tokens);
+  // Until the first round (96 slots held) nothing differs; after it the greedy output stays
+  // the model's own continuation, at least as close to the full KV as eviction alone is.
+  auto agree = [&](const Outcome& o) {
+    size_t n = 0;
+    while (n < o.tokens.size() && o.tokens[n] == full.tokens[n]) ++n;
+    return n;
+  };
+  EXPECT_GE(agree(d), 96u - 16u);
+  EXPECT_GE(agree(d), std::min(agree(e), agree(w)));
+  for (int32_t t : d.tokens) EXPECT_TRUE(t >= 0 && t < mc->vocab_size);
+  EXPECT_EQ(rec.max_demote_used.load(), 12);
+
+  // A demote schedule with nothing to evict changes nothing: bit-identical to full.
+  RequestSpec roomy = demote;
+  roomy.request_id = "roomy";
+  roomy.compression.budget = 400;
+  const Outcome r = Run(*engine, roomy);
+  EXPECT_EQ(r.tokens, full.tokens);
+  EXPECT_EQ(r.usage->compression.rounds, 0);
+
+  // Refusals name the field.
+  RequestSpec bad = demote;
+  bad.compression.demote = {{config::KvDtype::kFp8E4M3, 64}};
+  auto st = engine->Submit(bad);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find("kv_compression.demote.fp8_e4m3"), std::string_view::npos) << st.status();
+  bad.compression.demote = {{config::KvDtype::kInt8, -1}};
+  st = engine->Submit(bad);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find("kv_compression.demote.int8"), std::string_view::npos) << st.status();
+  bad.compression.demote = {{config::KvDtype::kInt8, 64}};
+  bad.compression.policy = CompressionPolicyKind::kH2O;
+  st = engine->Submit(bad);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find("kv_compression.demote"), std::string_view::npos) << st.status();
+  ExpectNoLeaks(engine, rec);
+}
+
+TEST_F(CompressionEngine, PreemptedDemotingRequestsAreRecomputedAndLeakNothing) {
+  for (auto mode : {config::PreemptionMode::kRecompute, config::PreemptionMode::kSwap}) {
+    Recorder rec;
+    config::Config cfg;
+    cfg.scheduler.preemption_mode = mode;
+    cfg.cache.kv_bytes = 24 * bytes_per_block_ + (1ull << 20);
+    cfg.cache.demote_kv_bytes = 1ull << 20;
+    cfg.cache.host_swap_bytes = 128 * bytes_per_block_;
+    cfg.compression.max_prefill_chunk = 32;
+    auto engine = Make(cfg, &rec);
+    ASSERT_NE(engine, nullptr);
+    std::vector<std::shared_ptr<TokenStream>> streams;
+    for (int i = 0; i < 5; ++i) {
+      RequestSpec s = Spec("p" + std::to_string(i), Prompt(24, i), 200, 0.7f);
+      s.n = i == 0 ? 2 : 1;
+      s.compression.policy = CompressionPolicyKind::kTriAttention;
+      s.compression.budget = 80;
+      s.compression.divide_length = 32;
+      s.compression.demote = {{config::KvDtype::kInt8, 32}, {config::KvDtype::kInt4, 64}};
+      auto st = engine->Submit(s);
+      ASSERT_TRUE(st.ok()) << st.status();
+      streams.push_back(*st);
+    }
+    for (auto& st : streams) {
+      Outcome o = Collect(*st);
+      EXPECT_EQ(o.tokens.size(), 200u) << o.error;
+      EXPECT_EQ(o.finish, FinishReason::kLength);
+    }
+    EXPECT_GT(rec.preemptions.load(), 0) << "the pool was meant to force preemption";
+    EXPECT_GT(rec.max_demote_used.load(), 0);
     ExpectNoLeaks(engine, rec);
   }
 }

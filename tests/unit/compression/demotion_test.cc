@@ -86,5 +86,50 @@ TEST(PlanDemotion, EvictsAndDemotesTheLowestScores) {
   EXPECT_TRUE(row.evicted.empty());
 }
 
+TEST(PlanTieredRow, TokensTakeTheBestClassTheirFloorAllowsInRankOrder) {
+  //             u:   0    1    2    3    4    5    6    7
+  const std::vector<double> s = {0.9, 0.1, 0.5, 0.7, 0.2, 0.8, 0.3, 0.6};
+  // u 0, 1 sit in tier 1 already, u 2 in tier 2; the rest are full-precision candidates.
+  const std::vector<int8_t> floor = {1, 1, 2, 0, 0, 0, 0, 0};
+  const int64_t sizes[] = {2, 2, 2};  // full, tier 1, tier 2; 2 evicted
+  std::vector<int8_t> cls(8);
+  std::vector<int32_t> scratch;
+  PlanTieredRow(s, floor, sizes, cls, scratch);
+  // Rank: 0 (.9, floor 1 -> tier 1), 5 (.8 -> full), 3 (.7 -> full), 7 (.6 -> full is full,
+  // tier 1), 2 (.5, floor 2 -> tier 2), 6 (.3 -> tier 2), 4 (.2) and 1 (.1) evicted.
+  EXPECT_EQ(cls, (std::vector<int8_t>{1, -1, 2, 0, -1, 0, 2, 1}));
+  // Every class ends exactly full and no token rises above its floor.
+  int64_t count[3] = {};
+  for (size_t u = 0; u < cls.size(); ++u) {
+    if (cls[u] >= 0) {
+      ++count[cls[u]];
+      EXPECT_GE(cls[u], floor[u]);
+    }
+  }
+  EXPECT_EQ(count[0], 2);
+  EXPECT_EQ(count[1], 2);
+  EXPECT_EQ(count[2], 2);
+}
+
+TEST(TierClassSizes, FillTiersInOrderWithWholeBlocks) {
+  int64_t sizes[3];
+  // 20 full candidates, 12 kept: 8 left; tier 1 (cap 8) takes them; tier 2 has nothing.
+  const int64_t held0[] = {0, 0}, caps[] = {8, 10};
+  TierClassSizes(20, 12, held0, caps, 4, sizes);
+  EXPECT_EQ(sizes[0], 12);
+  EXPECT_EQ(sizes[1], 8);
+  EXPECT_EQ(sizes[2], 0);
+  // Tiers full from before: 8 + 8 more candidates for tier 1 (8), then 8 + 8 for tier 2:
+  // its cap of 10 rounds down to 8 (two blocks of 4).
+  const int64_t held1[] = {8, 8};
+  TierClassSizes(20, 12, held1, caps, 4, sizes);
+  EXPECT_EQ(sizes[1], 8);
+  EXPECT_EQ(sizes[2], 8);
+  // Fewer candidates than a block: nothing is demoted, the round only evicts.
+  TierClassSizes(14, 12, held0, caps, 4, sizes);
+  EXPECT_EQ(sizes[1], 0);
+  EXPECT_EQ(sizes[2], 0);
+}
+
 }  // namespace
 }  // namespace kvserve::compression

@@ -203,5 +203,47 @@ TEST_F(QualityEvalTest, DecodePasskeyReportsWhichWatchedPositionsAreHeld) {
   EXPECT_DOUBLE_EQ(r->watched_held, 0.5);
 }
 
+// Demotion in the evaluation (--demote): tokens a plain round would evict stay in int8 / int4
+// tiers, so more of the text is held (key held counts them), the scores move less than with
+// eviction alone, and the peak bytes count the tiers' blocks from the first token.
+TEST_F(QualityEvalTest, DemotionKeepsTokensInTiersAndCountsTheirBytes) {
+  const std::vector<int32_t> text = Text(200);
+  const std::vector<int32_t> prompt(text.begin(), text.begin() + 1);
+  const std::vector<int32_t> forced(text.begin() + 1, text.end());
+  EvalOptions eo;
+  eo.chunk = 16;
+  eo.demote_dtypes = {config::KvDtype::kInt8, config::KvDtype::kInt4};
+  const PolicyContext ctx = Context();
+  PolicyParams tri = Params(CompressionPolicyKind::kTriAttention, 64, 16);
+  tri.protect_prompt = true;
+  PolicyParams demote = tri;
+  demote.demote_tokens = {32, 64};
+  auto full = EvalDecodePerplexity(*model_, &ctx, Params(CompressionPolicyKind::kFull, 0), prompt, forced, eo);
+  auto evict = EvalDecodePerplexity(*model_, &ctx, tri, prompt, forced, eo);
+  auto tiered = EvalDecodePerplexity(*model_, &ctx, demote, prompt, forced, eo);
+  ASSERT_TRUE(full.ok() && evict.ok() && tiered.ok()) << tiered.status();
+  EXPECT_EQ(tiered->stats.rounds, evict->stats.rounds);
+  EXPECT_EQ(tiered->stats.peak_kv_tokens, evict->stats.peak_kv_tokens);
+  // int8 tier: 2 blocks, int4 tier: 4 blocks (model geometry, block 16).
+  const cache::KvLayout pool = model_->KvLayoutFor(16, config::KvDtype::kFp32);
+  const int64_t tiers = 2 * static_cast<int64_t>(cache::WithPrecision(pool, config::KvDtype::kInt8,
+                                                                        config::KvDtype::kInt8, 32).bytes_per_block()) +
+                        4 * static_cast<int64_t>(cache::WithPrecision(pool, config::KvDtype::kInt4,
+                                                                        config::KvDtype::kInt4, 32).bytes_per_block());
+  EXPECT_EQ(tiered->stats.peak_kv_bytes, evict->stats.peak_kv_bytes + tiers);
+  EXPECT_LT(std::abs(tiered->nll - full->nll), std::abs(evict->nll - full->nll));
+  // Positions 60..63 are evicted by eviction alone in every row; with tiers some rows hold them.
+  const std::vector<int32_t> answer{5};
+  const std::vector<int32_t> middle{60, 61, 62, 63};
+  auto pk_evict = EvalDecodePasskey(*model_, &ctx, tri, prompt, forced, answer, eo, middle);
+  auto pk_tiered = EvalDecodePasskey(*model_, &ctx, demote, prompt, forced, answer, eo, middle);
+  ASSERT_TRUE(pk_evict.ok() && pk_tiered.ok());
+  EXPECT_GT(pk_tiered->watched_held, pk_evict->watched_held);
+  // A schedule without tiers to put it in is refused.
+  EvalOptions no_tiers = eo;
+  no_tiers.demote_dtypes.clear();
+  EXPECT_FALSE(EvalDecodePerplexity(*model_, &ctx, demote, prompt, forced, no_tiers).ok());
+}
+
 }  // namespace
 }  // namespace kvserve::compression

@@ -389,6 +389,30 @@ TEST(ConfigLoader, CrossFieldWatermarks) {
   EXPECT_THAT(std::string(cfg.status().message()), HasSubstr("compression.auto_low_watermark=0.95"));
 }
 
+TEST(ConfigLoader, DemotionTiersAreBelowThePoolAndPartOfItsBytes) {
+  auto load = [](std::vector<std::pair<std::string, std::string>> o) {
+    ConfigSources s;
+    s.overrides = std::move(o);
+    return LoadConfig(s);
+  };
+  auto ok = load({{"cache.demote_kv_bytes", "1048576"}, {"cache.demote_dtypes", "int8,int4"}});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->cache.demote_dtypes, (std::vector<KvDtype>{KvDtype::kInt8, KvDtype::kInt4}));
+  // Off by default: no tier is checked.
+  EXPECT_TRUE(load({{"cache.demote_dtypes", "fp32"}}).ok());
+  const std::pair<std::vector<std::pair<std::string, std::string>>, std::string> bad[] = {
+      {{{"cache.demote_kv_bytes", "1073741824"}, {"cache.kv_bytes", "1048576"}}, "must be below cache.kv_bytes"},
+      {{{"cache.demote_kv_bytes", "1048576"}, {"cache.demote_dtypes", "int4,int8"}}, "int8 must have fewer bits"},
+      {{{"cache.demote_kv_bytes", "1048576"}, {"cache.kv_dtype", "int8"}, {"cache.demote_dtypes", "int8"}},
+       "int8 must have fewer bits than the pool's K and V (8)"},
+  };
+  for (const auto& [overrides, what] : bad) {
+    auto cfg = load(overrides);
+    ASSERT_FALSE(cfg.ok()) << what;
+    EXPECT_THAT(std::string(cfg.status().message()), HasSubstr(what));
+  }
+}
+
 TEST(ConfigLoader, DumpRoundTripsAndRedactsKeys) {
   Config cfg;
   cfg.cache.block_size = 64;

@@ -64,6 +64,54 @@ TEST_F(ResolveCompressionTest, KvPrecisionMustBeThePoolsAndTheTenantsAllowed) {
   EXPECT_TRUE(ResolveCompression(s, cfg_, &t, &context_).ok()) << "asking for nothing is always allowed";
 }
 
+// kv_compression.demote maps each dtype to the server's tier of that dtype; a tier the server
+// lacks, a repeat, a negative count, a policy that does not rank and a tenant's precision
+// limit are refused naming the field.
+TEST_F(ResolveCompressionTest, DemoteMapsToTheServersTiers) {
+  cfg_.cache.demote_kv_bytes = 1 << 20;
+  cfg_.cache.demote_dtypes = {config::KvDtype::kInt8, config::KvDtype::kInt4};
+  RequestSpec s = Spec(10, 100);
+  s.compression.policy = CompressionPolicyKind::kTriAttention;
+  s.compression.budget = 64;
+  s.compression.demote = {{config::KvDtype::kInt4, 256}, {config::KvDtype::kInt8, 128}};
+  auto r = ResolveCompression(s, cfg_, nullptr, &context_);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->params.demote_tokens[0], 128);
+  EXPECT_EQ(r->params.demote_tokens[1], 256);
+  EXPECT_TRUE(r->params.demotes());
+  // Asking for nothing leaves every tier unused.
+  RequestSpec plain = s;
+  plain.compression.demote.clear();
+  r = ResolveCompression(plain, cfg_, nullptr, &context_);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->params.demotes());
+
+  auto error = [&](const RequestSpec& spec, const config::TenantConfig* t = nullptr) {
+    auto e = ResolveCompression(spec, cfg_, t, &context_);
+    return e.ok() ? std::string("ok") : std::string(e.status().message());
+  };
+  RequestSpec bad = s;
+  bad.compression.demote = {{config::KvDtype::kFp8E4M3, 64}};
+  EXPECT_THAT(error(bad), HasSubstr("kv_compression.demote.fp8_e4m3: this server has no fp8_e4m3 demotion tier"));
+  bad.compression.demote = {{config::KvDtype::kInt8, 64}, {config::KvDtype::kInt8, 32}};
+  EXPECT_THAT(error(bad), HasSubstr("kv_compression.demote.int8: given twice"));
+  bad.compression.demote = {{config::KvDtype::kInt4, -5}};
+  EXPECT_THAT(error(bad), HasSubstr("kv_compression.demote.int4: must be >= 0"));
+  bad = s;
+  bad.compression.policy = CompressionPolicyKind::kStreamingLlm;
+  EXPECT_THAT(error(bad), HasSubstr("kv_compression.demote: needs policy triattention"));
+  bad.compression.policy = CompressionPolicyKind::kFull;
+  EXPECT_THAT(error(bad), HasSubstr("kv_compression.demote: needs a compressing policy"));
+  config::TenantConfig t;
+  t.name = "t";
+  t.allowed_kv_dtypes = {config::KvDtype::kFp32, config::KvDtype::kInt8};
+  EXPECT_THAT(error(s, &t), HasSubstr("kv_compression.demote.int4: tenant 't' may not use KV precision 'int4'"));
+  EXPECT_EQ(ResolveCompression(s, cfg_, &t, &context_).status().code(), absl::StatusCode::kPermissionDenied);
+  // A server without tiers refuses any schedule.
+  cfg_.cache.demote_kv_bytes = 0;
+  EXPECT_THAT(error(s), HasSubstr("cache.demote_kv_bytes=0: demotion is off"));
+}
+
 TEST_F(ResolveCompressionTest, RequestThenTenantThenServer) {
   cfg_.compression.default_policy = CompressionPolicyKind::kStreamingLlm;
   auto r = ResolveCompression(Spec(10, 100), cfg_, nullptr, &context_);

@@ -126,6 +126,25 @@ TEST_F(GrpcFrontendTest, GenerateStreamsChunksThenUsage) {
   auto [bc, bs] = Generate(bad_dtype);
   EXPECT_EQ(bs.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(bs.error_message().find("kv_compression.k_dtype"), std::string::npos) << bs.error_message();
+
+  // Demotion schedule: a map of dtype -> tokens; a bad dtype or count names its entry.
+  v1::GenerateRequest demote = Prompt("Hi", 2);
+  (*demote.mutable_kv_compression()->mutable_demote())["int8"] = 1024;
+  (*demote.mutable_kv_compression()->mutable_demote())["int4"] = 2048;
+  auto [dc, ds] = Generate(demote);
+  ASSERT_TRUE(ds.ok()) << ds.error_message();
+  ASSERT_EQ(engine().submitted().size(), 3u);
+  const auto sched = engine().submitted()[2].compression.demote;  // submitted() is a copy
+  ASSERT_EQ(sched.size(), 2u);
+  EXPECT_EQ(sched[0], (std::pair<config::KvDtype, int64_t>{config::KvDtype::kInt4, 2048}));  // sorted by name
+  EXPECT_EQ(sched[1], (std::pair<config::KvDtype, int64_t>{config::KvDtype::kInt8, 1024}));
+  for (const auto& [name, tokens] : std::vector<std::pair<std::string, int64_t>>{{"int3", 8}, {"int8", -4}}) {
+    v1::GenerateRequest bad = Prompt("Hi", 2);
+    (*bad.mutable_kv_compression()->mutable_demote())[name] = tokens;
+    auto [xc, xs] = Generate(bad);
+    EXPECT_EQ(xs.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(xs.error_message().find("kv_compression.demote." + name), std::string::npos) << xs.error_message();
+  }
 }
 
 TEST_F(GrpcFrontendTest, CompleteWithTwoSeededSamplesAndStop) {

@@ -112,6 +112,10 @@ TEST(CompletionParserTest, WrongTypesNameTheField) {
       {R"({"prompt": "x", "kv_compression": {"kv_dtype": "int2"}})", "kv_compression.kv_dtype"},
       {R"({"prompt": "x", "kv_compression": {"k_dtype": 4}})", "kv_compression.k_dtype"},
       {R"({"prompt": "x", "kv_compression": {"v_dtype": "fp4"}})", "kv_compression.v_dtype"},
+      {R"({"prompt": "x", "kv_compression": {"demote": 5}})", "kv_compression.demote"},
+      {R"({"prompt": "x", "kv_compression": {"demote": {"int2": 64}}})", "kv_compression.demote.int2"},
+      {R"({"prompt": "x", "kv_compression": {"demote": {"int8": "lots"}}})", "kv_compression.demote.int8"},
+      {R"({"prompt": "x", "kv_compression": {"demote": {"int4": -1}}})", "kv_compression.demote.int4"},
       {R"({"prompt": "x", "stream_options": {"include_usage": true}})", "stream_options"},
       {R"({"prompt": "x", "stream": true, "stream_options": {"include_usage": 1}})",
        "stream_options.include_usage"},
@@ -145,6 +149,20 @@ TEST(CompletionParserTest, KvCompressionPrecision) {
   ASSERT_TRUE(none.ok());
   EXPECT_FALSE(none->request.compression.k_dtype.has_value());
   EXPECT_FALSE(none->request.compression.v_dtype.has_value());
+}
+
+TEST(CompletionParserTest, KvCompressionDemoteSchedule) {
+  auto r = ParseCompletionRequest(
+      R"({"prompt": "x", "kv_compression": {"policy": "triattention", "budget": 512,
+                                            "demote": {"int8": 1024, "int4": 2048.0}}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  const auto& d = r->request.compression.demote;
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0], (std::pair<config::KvDtype, int64_t>{config::KvDtype::kInt8, 1024}));
+  EXPECT_EQ(d[1], (std::pair<config::KvDtype, int64_t>{config::KvDtype::kInt4, 2048}));
+  auto none = ParseCompletionRequest(R"({"prompt": "x", "kv_compression": {"policy": "triattention"}})");
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->request.compression.demote.empty());
 }
 
 TEST(CompletionParserTest, KvCompressionShorthandsAndVllmXargs) {

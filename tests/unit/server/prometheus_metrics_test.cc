@@ -90,6 +90,8 @@ TEST(PrometheusMetricsTest, RequiredNamesHaveTheirTypes) {
       {"kvserve_kv_evicted_tokens_total", "counter"},
       {"kvserve_kv_compression_blocks_reclaimed_total", "counter"},
       {"kvserve_kv_compaction_moved_bytes_total", "counter"},
+      {"kvserve_kv_demoted_tokens_total", "counter"},
+      {"kvserve_kv_demote_tier_blocks", "gauge"},
       {"kvserve_kv_compression_ratio", "histogram"},
       {"kvserve_kv_evicted_token_relative_position", "histogram"},
       {"kvserve_kv_evicted_token_age_tokens", "histogram"},
@@ -303,6 +305,7 @@ TEST(PrometheusMetricsTest, CompressionRoundFeedsEvictionCountersAndPositionHist
   r.evicted_prompt_tokens = 2;
   r.blocks_reclaimed = 3;
   r.bytes_moved = 4096;
+  r.demoted_tokens = 7;
   r.evicted_relative_positions = {0.01, 0.05, 0.5, 0.99, NAN};
   r.evicted_ages = {1, 3, 100, 1000, 200000};
   m.OnCompressionRound(r);
@@ -315,6 +318,7 @@ TEST(PrometheusMetricsTest, CompressionRoundFeedsEvictionCountersAndPositionHist
   EXPECT_EQ(e.Sum("kvserve_kv_evicted_tokens_total", {{"policy", "triattention"}, {"origin", "generated"}}), 6);
   EXPECT_EQ(e.Sum("kvserve_kv_compression_blocks_reclaimed_total", tri), 6);
   EXPECT_EQ(e.Sum("kvserve_kv_compaction_moved_bytes_total", tri), 8192);
+  EXPECT_EQ(e.Sum("kvserve_kv_demoted_tokens_total", tri), 14);
   EXPECT_EQ(e.Sum("kvserve_kv_compression_round_duration_seconds_count", tri), 2);
   EXPECT_NEAR(*e.Sum("kvserve_kv_compression_round_duration_seconds_sum", tri), 0.012, 1e-12);
   EXPECT_NEAR(*e.Sum("kvserve_kv_compression_phase_duration_seconds_sum",
