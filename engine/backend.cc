@@ -13,8 +13,8 @@ BackendSupport ThisBuildSupports() {
 #if defined(KVSERVE_HAVE_CUDA)
   s.cuda_compiled = true;
 #endif
-  // Known only to the caller that can inject cuda::MakeCudaBackend (CreateEngine sets it
-  // from EngineDeps::make_cuda_backend).
+  // Known only to the caller that can inject the CUDA backend (CreateEngine sets it from
+  // EngineDeps::make_cuda_backend / load_cuda_backend).
   s.cuda_runner_available = false;
   return s;
 }
@@ -30,7 +30,7 @@ absl::StatusOr<config::Backend> ResolveBackend(config::Backend requested, const 
   } else if (!support.cuda_runner_available) {
     missing = absl::StrCat("CUDA device ", probe.device_name,
                            " found, but this program was built without the CUDA backend "
-                           "(no EngineDeps::make_cuda_backend)");
+                           "(no EngineDeps::make_cuda_backend or load_cuda_backend)");
   }
   switch (requested) {
     case config::Backend::kCpu:

@@ -7,7 +7,10 @@
 //        cpu  ─► MakeCpuBackend:  HostKvStorage pool (cache.kv_bytes) + host swap tier,
 //                                 CpuModelRunner
 //        cuda ─► cuda::MakeCudaBackend (cuda/cuda_backend.h, injected through
-//                EngineDeps::make_cuda_backend so engine/ links no CUDA code): device pool
+//                EngineDeps::make_cuda_backend, or loaded from libkvserve_cuda_backend.so
+//                through EngineDeps::load_cuda_backend (cuda_backend_loader.h) only once cuda
+//                is chosen, so engine/ links no CUDA code and a CPU-only kvserve process
+//                never maps cuBLAS): device pool
 //                sized from device memory after a profiling forward
 //                (cache.gpu_memory_utilization, DeviceKvBudgetBytes), pinned host swap tier,
 //                CudaModelRunner
@@ -44,7 +47,7 @@ struct Backend {
 // What this build of kvserve can run besides the CPU.
 struct BackendSupport {
   bool cuda_compiled = false;        // CUDA targets were built (nvcc found at build time)
-  bool cuda_runner_available = false;  // a CUDA backend factory was given (EngineDeps::make_cuda_backend)
+  bool cuda_runner_available = false;  // a CUDA backend factory or loader was given (EngineDeps)
 };
 BackendSupport ThisBuildSupports();
 

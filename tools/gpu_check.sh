@@ -36,7 +36,10 @@ esac
 # (TriAttention/SnapKV scores, compaction), the CUDA model and the CUDA engine (greedy, n > 1,
 # compression policies, preemption by recompute and swap, structured outputs).
 # cuda_kv_bench also prints prefill attention and a device TriAttention round.
-gpu_tests=(cuda_backend_test)
+# cuda_module_test loads the CUDA backend from libkvserve_cuda_backend.so, as `kvserve serve`
+# does (the module is shipped beside the binaries: `modules`).
+gpu_tests=(cuda_backend_test cuda_module_test)
+modules=(libkvserve_cuda_backend.so)
 benches=(cuda_kv_bench cuda_e2e_bench)
 
 # GPU_CHECK_BUILD_DIR (default build-gpu) and GPU_CHECK_JOBS (default nproc) let a shared
@@ -82,10 +85,10 @@ case "$mode" in
     build_gpu_targets
     rm -rf "$dir" && mkdir -p "$dir/lib"
     # Stripped binaries: the device tool carries at most 64 MiB.
-    for f in "${gpu_tests[@]}" "${benches[@]}"; do cp "$bin/$f" "$dir/" && strip --strip-debug "$dir/$f"; done
+    for f in "${gpu_tests[@]}" "${benches[@]}" "${modules[@]}"; do cp "$bin/$f" "$dir/" && strip --strip-debug "$dir/$f"; done
     # Every resolved shared library but the C library family, the driver and cuBLAS (cuBLASLt
     # alone is ~500 MiB; the GPU machine's CUDA 13 image has its own, found in bundle mode).
-    for f in "${gpu_tests[@]}" "${benches[@]}"; do ldd "$bin/$f"; done |
+    for f in "${gpu_tests[@]}" "${benches[@]}" "${modules[@]}"; do ldd "$bin/$f"; done |
       awk '/=> \// {print $3}' | sort -u |
       grep -vE '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libcuda|libcublas|libcublasLt)\.so' |
       while read -r lib; do cp -L "$lib" "$dir/lib/"; done
@@ -113,7 +116,7 @@ case "$mode" in
     base_path="${LD_LIBRARY_PATH:-}"
     unresolved() {
       local f
-      for f in "${gpu_tests[@]}" "${benches[@]}"; do ldd "$dir/$f" 2>&1 | grep "not found" && return 0; done
+      for f in "${gpu_tests[@]}" "${benches[@]}" "${modules[@]}"; do ldd "$dir/$f" 2>&1 | grep "not found" && return 0; done
       return 1
     }
     export LD_LIBRARY_PATH="$dir/lib-cxx:$dir/lib$cuda_libs${base_path:+:$base_path}"
