@@ -26,32 +26,53 @@ void CudaKvAccess::ReadRows(std::span<const int32_t> table, int layer, int kv, i
   KVS_CHECK(begin >= 0 && begin <= end && static_cast<int64_t>(table.size()) * l.block_size >= end,
             "cuda kv access: rows [", begin, ", ", end, ") outside a table of ", table.size(), " blocks");
   if (begin == end) return;
-  const size_t eb = l.elem_bytes();
-  const size_t row_bytes = static_cast<size_t>(l.head_dim) * eb;
+  // Rows come over segment by segment (the rows of one block) with the scales they decode
+  // with, and are dequantized on the host by the CPU's DequantizeRun, so every layout reads
+  // back exactly as the CPU backend's: per-row scales (fp8, int8), the groups of an int4 value
+  // row, or the run's per-channel int4 key scales (whole, for every segment).
+  const config::KvDtype dtype = l.side_dtype(kv);
+  const bool scaled = cache::KvDtypeHasScales(dtype);
+  const bool channel_scales = dtype == config::KvDtype::kInt4 && kv == 0;
+  const size_t rb = l.row_bytes(kv);
+  const size_t row_slots = !scaled || channel_scales ? 0 : l.run_scales(kv) / static_cast<size_t>(l.block_size);
   const auto n_rows = static_cast<size_t>(end - begin);
-  rows_.resize(n_rows * row_bytes);
-  if (l.has_scales()) row_scales_.resize(n_rows);
+  const size_t segments = static_cast<size_t>((end - 1) / l.block_size - begin / l.block_size + 1);
+  rows_.resize(n_rows * rb);
+  row_scales_.resize(channel_scales ? segments * static_cast<size_t>(l.head_dim) : n_rows * row_slots);
   auto stream = static_cast<cudaStream_t>(storage_.stream());
   const std::byte* data = storage_.device_layer_data(layer);
   const float* scales = storage_.device_layer_scales(layer);
-  for (int64_t i = begin; i < end;) {
+  for (int64_t i = begin, seg = 0; i < end; ++seg) {
     const int64_t block = table[static_cast<size_t>(i / l.block_size)];
     const int off = static_cast<int>(i % l.block_size);
     const int n = static_cast<int>(std::min<int64_t>(end - i, l.block_size - off));
     const size_t dst = static_cast<size_t>(i - begin);
-    Check(cudaMemcpyAsync(rows_.data() + dst * row_bytes, data + l.elem_offset(block, kv, head, off) * eb,
-                          static_cast<size_t>(n) * row_bytes, cudaMemcpyDeviceToHost, stream),
+    Check(cudaMemcpyAsync(rows_.data() + dst * rb, data + l.run_byte_offset(block, kv, head) + off * rb,
+                          static_cast<size_t>(n) * rb, cudaMemcpyDeviceToHost, stream),
           "reading K/V rows");
-    if (l.has_scales()) {
-      Check(cudaMemcpyAsync(row_scales_.data() + dst, scales + l.scale_offset(block, kv, head, off),
-                            static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToHost, stream),
+    if (scaled) {
+      const float* run_scales = scales + l.run_scale_offset(block, kv, head);
+      float* to = channel_scales ? row_scales_.data() + static_cast<size_t>(seg) * l.head_dim
+                                 : row_scales_.data() + dst * row_slots;
+      const size_t count = channel_scales ? static_cast<size_t>(l.head_dim) : static_cast<size_t>(n) * row_slots;
+      Check(cudaMemcpyAsync(to, channel_scales ? run_scales : run_scales + off * row_slots, count * sizeof(float),
+                            cudaMemcpyDeviceToHost, stream),
             "reading K/V scales");
     }
     i += n;
   }
   Check(cudaStreamSynchronize(stream), "synchronizing row reads");
-  kernels::cpu::DequantizeRows(rows_.data(), l.has_scales() ? row_scales_.data() : nullptr, static_cast<int>(n_rows),
-                               l.head_dim, l.dtype, out);
+  for (int64_t i = begin, seg = 0; i < end; ++seg) {
+    const int off = static_cast<int>(i % l.block_size);
+    const int n = static_cast<int>(std::min<int64_t>(end - i, l.block_size - off));
+    const size_t dst = static_cast<size_t>(i - begin);
+    // The staged segment is a run whose rows start at 0 (its per-row scales likewise).
+    const float* seg_scales = !scaled ? nullptr
+                              : channel_scales ? row_scales_.data() + static_cast<size_t>(seg) * l.head_dim
+                                               : row_scales_.data() + dst * row_slots;
+    kernels::cpu::DequantizeRun(l, kv, rows_.data() + dst * rb, seg_scales, 0, n, out + dst * l.head_dim);
+    i += n;
+  }
 }
 
 CudaKvAccess::~CudaKvAccess() {
@@ -113,8 +134,26 @@ compression::CompactStats CudaKvAccess::Compact(std::span<const int32_t> table, 
     while (i < plan.num_keep && keep[i] == plan.lo + i) ++i;
     stats.rows_moved += (plan.num_keep - i) + (shift > 0 ? plan.phys_len - plan.scored_end : 0);
   }
-  const int64_t row_bytes = static_cast<int64_t>(l.head_dim) * static_cast<int64_t>(l.elem_bytes());
-  stats.bytes_moved = stats.rows_moved * (2 * row_bytes + (l.has_scales() ? 2 * static_cast<int64_t>(sizeof(float)) : 0));
+  // Per moved row, as kernels::cpu::CompactKv counts it: K and V codes plus their per-row
+  // scales; int4 keys are re-encoded block by block from the first block a row moves into.
+  int64_t per_row_bytes = static_cast<int64_t>(l.row_bytes(0) + l.row_bytes(1));
+  for (int kv = 0; kv < 2; ++kv) {
+    const config::KvDtype d = l.side_dtype(kv);
+    if (d == config::KvDtype::kFp8E4M3 || d == config::KvDtype::kInt8) per_row_bytes += sizeof(float);
+    if (d == config::KvDtype::kInt4 && kv == 1) per_row_bytes += l.v_groups() * static_cast<int64_t>(sizeof(float));
+  }
+  stats.bytes_moved = stats.rows_moved * per_row_bytes;
+  if (l.k_dtype() == config::KvDtype::kInt4) {
+    const int64_t tail = plan.phys_len - plan.scored_end;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int32_t* keep = plan.keep + r * plan.num_keep;
+      int64_t i = 0;
+      while (i < plan.num_keep && keep[i] == plan.lo + i) ++i;
+      if (i == plan.num_keep && !(shift > 0 && tail > 0)) continue;
+      const int64_t first_dst = i < plan.num_keep ? plan.lo + i : plan.lo + plan.num_keep;
+      stats.rows_recoded += stats.new_len - (first_dst / l.block_size) * l.block_size;
+    }
+  }
   // The table and keep uploads read host memory the caller may reuse: finish before returning.
   Check(cudaStreamSynchronize(stream), "synchronizing the compaction");
   return stats;

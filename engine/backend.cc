@@ -53,16 +53,6 @@ absl::StatusOr<config::Backend> ResolveBackend(config::Backend requested, const 
   return absl::InvalidArgumentError("engine.backend: unknown value");
 }
 
-absl::Status CudaReadsKvPrecision(const config::CacheConfig& c) {
-  const config::KvDtype k = config::EffectiveKDtype(c);
-  const config::KvDtype v = config::EffectiveVDtype(c);
-  if (k == c.kv_dtype && v == c.kv_dtype && c.kv_dtype != config::KvDtype::kInt4) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "cache.k_dtype=", std::string(config::Name(k)), " cache.v_dtype=", std::string(config::Name(v)),
-      ": the CUDA kernels read K and V in one dtype (cache.kv_dtype=fp32|fp16|bf16|fp8_e4m3|int8); split K/V "
-      "dtypes and int4 run on the CPU backend only (engine.backend=cpu)"));
-}
-
 cache::KvLayout ConfiguredKvLayout(const config::CacheConfig& c, const model::LlamaModel& model) {
   return cache::WithPrecision(model.KvLayoutFor(c.block_size, c.kv_dtype), config::EffectiveKDtype(c),
                               config::EffectiveVDtype(c), c.kv_int4_group);

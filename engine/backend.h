@@ -57,13 +57,8 @@ BackendSupport ThisBuildSupports();
 absl::StatusOr<config::Backend> ResolveBackend(config::Backend requested, const kernels::DeviceProbe& probe,
                                                const BackendSupport& support, std::string& why);
 
-// OK when the CUDA kernels read the configured KV precision: K and V in one dtype given by
-// cache.kv_dtype (fp32|fp16|bf16|fp8_e4m3|int8). Split K/V dtypes and int4 are CPU-only for
-// now; the error names the settings (CreateEngine: engine.backend=cuda fails with it,
-// engine.backend=auto falls back to the CPU).
-absl::Status CudaReadsKvPrecision(const config::CacheConfig& cache);
-
-// The CPU pool's layout for `model` under cache.* (block size, K and V dtypes, int4 group).
+// The KV pool's layout for `model` under cache.* (block size, K and V dtypes, int4 group):
+// the CPU's and the CUDA backend's (every dtype pair the cache supports runs on both).
 cache::KvLayout ConfiguredKvLayout(const config::CacheConfig& cache, const model::LlamaModel& model);
 
 // Builds a CUDA backend for `model` (cuda::MakeCudaBackend in builds with CUDA).

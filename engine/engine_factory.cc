@@ -143,18 +143,8 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config
   support.cuda_runner_available = static_cast<bool>(deps.make_cuda_backend) || static_cast<bool>(deps.load_cuda_backend);
   KVS_ASSIGN_OR_RETURN(config::Backend kind, ResolveBackend(config.engine.backend, kernels::ProbeCudaDevice(),
                                                             support, why));
-  if (kind == config::Backend::kCuda) {
-    if (absl::Status st = CudaReadsKvPrecision(config.cache); !st.ok()) {
-      if (config.engine.backend == config::Backend::kCuda) {
-        return absl::FailedPreconditionError(absl::StrCat("engine.backend=cuda: ", st.message()));
-      }
-      kind = config::Backend::kCpu;
-      why = absl::StrCat("backend: cpu, ", st.message(), " (engine.backend=auto)");
-    }
-  }
   if (kind == config::Backend::kCuda && !deps.make_cuda_backend) {
-    // Only now, with a usable device and a precision the kernels read, is the CUDA backend
-    // (and with it cuBLAS) loaded.
+    // Only now, with a usable device, is the CUDA backend (and with it cuBLAS) loaded.
     absl::StatusOr<CudaBackendFactory> factory = deps.load_cuda_backend();
     if (!factory.ok()) {
       if (config.engine.backend == config::Backend::kCuda) {
