@@ -88,6 +88,19 @@ class KvAccess {
     (void)table, (void)layer, (void)kv_head, (void)begin, (void)end, (void)weights, (void)pooled;
     return false;
   }
+
+  // Batched ScoreTriAttention: every (layer, KV head) of a round in one call, so a device
+  // backend queues all heads' work and synchronises once instead of once per head.
+  // weights[layer * num_kv_heads + kv_head] (each valid for the call); pooled:
+  // [layers * num_kv_heads][end - begin], row i exactly what ScoreTriAttention(..., layer,
+  // kv_head, ...) would write. A backend that offers it says so up front
+  // (ScoresTriAttentionBatched), so the policy prepares every head's weights only for it.
+  virtual bool ScoresTriAttentionBatched() const { return false; }
+  virtual bool ScoreTriAttentionAll(std::span<const int32_t> table, int64_t begin, int64_t end,
+                                    std::span<const TriKeyWeights> weights, std::span<double> pooled) {
+    (void)table, (void)begin, (void)end, (void)weights, (void)pooled;
+    return false;
+  }
 };
 
 }  // namespace kvserve::compression

@@ -204,6 +204,65 @@ bool CudaKvAccess::ScoreTriAttention(std::span<const int32_t> table, int layer, 
   return true;
 }
 
+bool CudaKvAccess::ScoreTriAttentionAll(std::span<const int32_t> table, int64_t begin, int64_t end,
+                                        std::span<const compression::TriKeyWeights> weights,
+                                        std::span<double> pooled) {
+  const cache::KvLayout& l = storage_.layout();
+  const auto heads = static_cast<size_t>(l.num_layers) * static_cast<size_t>(l.num_kv_heads);
+  const int64_t n = end - begin;
+  KVS_CHECK(begin >= 0 && begin <= end && static_cast<int64_t>(table.size()) * l.block_size >= end &&
+                weights.size() == heads && pooled.size() >= heads * static_cast<size_t>(n),
+            "cuda kv access: batched scoring of rows [", begin, ", ", end, ") for ", weights.size(), " heads");
+  if (n == 0) return true;
+  auto stream = static_cast<cudaStream_t>(storage_.stream());
+  const int64_t nb = (end + l.block_size - 1) / l.block_size;
+  auto* d_table = static_cast<int32_t*>(Ensure(d_table_, static_cast<size_t>(nb) * 4));
+  Check(cudaMemcpyAsync(d_table, table.data(), static_cast<size_t>(nb) * 4, cudaMemcpyHostToDevice, stream),
+        "block table to the device");
+  // All heads' weights in one upload: head i's w then c at offsets[i].
+  host_weights_.clear();
+  std::vector<size_t> offsets(heads);
+  size_t max_group = 1;
+  for (size_t i = 0; i < heads; ++i) {
+    offsets[i] = host_weights_.size();
+    host_weights_.insert(host_weights_.end(), weights[i].w.begin(), weights[i].w.end());
+    host_weights_.insert(host_weights_.end(), weights[i].c.begin(), weights[i].c.end());
+    max_group = std::max(max_group, static_cast<size_t>(weights[i].group));
+  }
+  auto* d_w = static_cast<double*>(Ensure(d_weights_, std::max<size_t>(host_weights_.size(), 1) * sizeof(double)));
+  Check(cudaMemcpyAsync(d_w, host_weights_.data(), host_weights_.size() * sizeof(double), cudaMemcpyHostToDevice,
+                        stream),
+        "scoring weights to the device");
+  // Scratch: every head's pooled row (what comes back), then one head's per-query-head scores
+  // (reused: the stream orders each head's kernels after the previous head's).
+  const auto un = static_cast<size_t>(n);
+  auto* d_pooled = static_cast<double*>(Ensure(d_scores_, (heads + max_group) * un * sizeof(double)));
+  double* d_scores = d_pooled + heads * un;
+  for (size_t i = 0; i < heads; ++i) {
+    const compression::TriKeyWeights& w = weights[i];
+    kernels::cuda::DeviceTriWeights dw;
+    dw.group = w.group;
+    dw.pools = w.pools;
+    dw.trig = w.trig;
+    dw.norm = w.norm;
+    dw.w = d_w + offsets[i];
+    dw.c = d_w + offsets[i] + w.w.size();
+    const int layer = static_cast<int>(i / static_cast<size_t>(l.num_kv_heads));
+    const int kv_head = static_cast<int>(i % static_cast<size_t>(l.num_kv_heads));
+    Check(static_cast<cudaError_t>(kernels::cuda::TriAttentionScores(l, storage_.device_layer_data(layer),
+                                                                    storage_.device_layer_scales(layer), d_table,
+                                                                    kv_head, begin, end, dw, d_scores, stream)),
+          "triattention scores");
+    Check(static_cast<cudaError_t>(kernels::cuda::ZNormMaxPool(d_scores, w.group, n, compression::kMinStd,
+                                                               d_pooled + i * un, stream)),
+          "z-normalisation and GQA max");
+  }
+  Check(cudaMemcpyAsync(pooled.data(), d_pooled, heads * un * sizeof(double), cudaMemcpyDeviceToHost, stream),
+        "pooled scores to the host");
+  Check(cudaStreamSynchronize(stream), "synchronizing the scores");
+  return true;
+}
+
 bool CudaKvAccess::ScoreSnapKv(std::span<const int32_t> table, int layer, int kv_head, int64_t lo, int64_t n,
                                const compression::SnapKvWindow& window, std::span<double> row) {
   const cache::KvLayout& l = storage_.layout();

@@ -39,6 +39,11 @@ class CudaKvAccess final : public compression::KvAccess {
   compression::CompactStats Compact(std::span<const int32_t> table, const compression::KeepPlan& plan) override;
   bool ScoreTriAttention(std::span<const int32_t> table, int layer, int kv_head, int64_t begin, int64_t end,
                          const compression::TriKeyWeights& weights, std::span<double> pooled) override;
+  // Every head's kernels queued on the storage's stream, one copy of all pooled scores back and
+  // one synchronisation per round.
+  bool ScoresTriAttentionBatched() const override { return true; }
+  bool ScoreTriAttentionAll(std::span<const int32_t> table, int64_t begin, int64_t end,
+                            std::span<const compression::TriKeyWeights> weights, std::span<double> pooled) override;
   bool ScoreSnapKv(std::span<const int32_t> table, int layer, int kv_head, int64_t lo, int64_t n,
                    const compression::SnapKvWindow& window, std::span<double> row) override;
 

@@ -208,6 +208,9 @@ TEST_F(CudaKvCompression, TriAttentionScoresMatchTheCpuScorer) {
           ASSERT_EQ(cudaMalloc(&d_table, p.table.size() * 4), cudaSuccess);
           ASSERT_EQ(cudaMemcpy(d_table, p.table.data(), p.table.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
           ASSERT_EQ(cudaMalloc(&d_scores, want.size() * sizeof(double)), cudaSuccess);
+          std::vector<double> per_head;  // [layer][kv][n]: ScoreTriAttention's rows
+          std::vector<std::vector<double>> owned;  // every head's weights (w then c)
+          std::vector<compression::TriKeyWeights> all_weights;
           for (int layer = 0; layer < l.num_layers; ++layer) {
             for (int kv = 0; kv < kv_heads; ++kv) {
               // CPU: the keys dequantized on the host, scored, normalised and pooled.
@@ -247,8 +250,21 @@ TEST_F(CudaKvCompression, TriAttentionScoresMatchTheCpuScorer) {
               for (int64_t j = 0; j < n; ++j) {
                 ASSERT_NEAR(pooled[static_cast<size_t>(j)], pooled_want[static_cast<size_t>(j)], 1e-12) << "slot " << j;
               }
+              per_head.insert(per_head.end(), pooled.begin(), pooled.end());
+              owned.emplace_back(w.w.begin(), w.w.end());
+              owned.back().insert(owned.back().end(), w.c.begin(), w.c.end());
+              all_weights.push_back(w);
             }
           }
+          // Batched (one synchronisation per round): every head's row equals ScoreTriAttention's.
+          for (size_t i = 0; i < all_weights.size(); ++i) {
+            all_weights[i].w = std::span<const double>(owned[i].data(), all_weights[i].w.size());
+            all_weights[i].c = std::span<const double>(owned[i].data() + all_weights[i].w.size(), all_weights[i].c.size());
+          }
+          std::vector<double> batched(per_head.size(), -1.0);
+          ASSERT_TRUE(access.ScoresTriAttentionBatched());
+          ASSERT_TRUE(access.ScoreTriAttentionAll(p.table, lo, end, all_weights, batched));
+          for (size_t i = 0; i < batched.size(); ++i) ASSERT_EQ(batched[i], per_head[i]) << "batched score " << i;
           cudaFree(d_table);
           cudaFree(d_scores);
         }
