@@ -83,6 +83,17 @@ class KvAccess {
     return false;
   }
 
+  // Batched ScoreSnapKv: every KV head of one layer in one call (windows[kv_head], each valid
+  // for the call), rows: [num_kv_heads][n - lo], row k exactly what ScoreSnapKv(..., layer, k,
+  // ...) would write. A device backend synchronises once per layer instead of once per head.
+  // Offered up front (ScoresSnapKvBatched); false: the policy scores per head.
+  virtual bool ScoresSnapKvBatched() const { return false; }
+  virtual bool ScoreSnapKvLayer(std::span<const int32_t> table, int layer, int64_t lo, int64_t n,
+                                std::span<const SnapKvWindow> windows, std::span<double> rows) {
+    (void)table, (void)layer, (void)lo, (void)n, (void)windows, (void)rows;
+    return false;
+  }
+
   virtual bool ScoreTriAttention(std::span<const int32_t> table, int layer, int kv_head, int64_t begin, int64_t end,
                                  const TriKeyWeights& weights, std::span<double> pooled) {
     (void)table, (void)layer, (void)kv_head, (void)begin, (void)end, (void)weights, (void)pooled;

@@ -263,6 +263,85 @@ bool CudaKvAccess::ScoreTriAttentionAll(std::span<const int32_t> table, int64_t 
   return true;
 }
 
+bool CudaKvAccess::ScoreSnapKvLayer(std::span<const int32_t> table, int layer, int64_t lo, int64_t n,
+                                    std::span<const compression::SnapKvWindow> windows, std::span<double> rows) {
+  const cache::KvLayout& l = storage_.layout();
+  const size_t heads = windows.size();
+  const auto width = static_cast<size_t>(n - lo);
+  KVS_CHECK(heads == static_cast<size_t>(l.num_kv_heads) && lo >= 0 && lo <= n &&
+                static_cast<int64_t>(table.size()) * l.block_size >= n && rows.size() >= heads * width,
+            "cuda kv access: snapkv scoring of [", lo, ", ", n, ") for ", heads, " heads");
+  for (const compression::SnapKvWindow& w : windows) {
+    KVS_CHECK(static_cast<int64_t>(w.seen.size()) == w.num_queries, "cuda kv access: snapkv window extents");
+  }
+  if (n == lo) return true;
+  auto stream = static_cast<cudaStream_t>(storage_.stream());
+  const int64_t nb = (n + l.block_size - 1) / l.block_size;
+  auto* d_table = static_cast<int32_t*>(Ensure(d_table_, static_cast<size_t>(nb) * 4));
+  Check(cudaMemcpyAsync(d_table, table.data(), static_cast<size_t>(nb) * 4, cudaMemcpyHostToDevice, stream),
+        "block table to the device");
+  // Every head's queries packed [rows][group * head_dim], then every head's extents: one upload
+  // each. Buffers are sized for all heads before anything is queued (growing one would free
+  // memory queued kernels still read).
+  std::vector<size_t> q_off(heads), s_off(heads);
+  size_t q_floats = 0, seen_count = 0, ws_bytes = 0;
+  for (size_t i = 0; i < heads; ++i) {
+    const compression::SnapKvWindow& w = windows[i];
+    q_off[i] = q_floats;
+    s_off[i] = seen_count;
+    q_floats += static_cast<size_t>(w.num_queries) * static_cast<size_t>(w.group) * static_cast<size_t>(l.head_dim);
+    seen_count += static_cast<size_t>(w.num_queries);
+    ws_bytes = std::max(ws_bytes, kernels::cuda::SnapKvWorkspaceBytes(w.group, w.num_queries, w.prefix_end));
+  }
+  host_queries_.resize(q_floats);
+  host_seen_.resize(seen_count);
+  for (size_t i = 0; i < heads; ++i) {
+    const compression::SnapKvWindow& w = windows[i];
+    const size_t per_row = static_cast<size_t>(w.group) * static_cast<size_t>(l.head_dim);
+    for (size_t r = 0; r < static_cast<size_t>(w.num_queries); ++r) {
+      const float* src = w.queries + static_cast<int64_t>(r) * w.q_stride;
+      std::copy(src, src + per_row, host_queries_.begin() + static_cast<std::ptrdiff_t>(q_off[i] + r * per_row));
+    }
+    std::copy(w.seen.begin(), w.seen.end(), host_seen_.begin() + static_cast<std::ptrdiff_t>(s_off[i]));
+  }
+  const size_t q_bytes = (q_floats * sizeof(float) + 255) / 256 * 256;
+  auto* d_win = static_cast<std::byte*>(Ensure(d_window_, q_bytes + std::max<size_t>(seen_count, 1) * sizeof(int64_t)));
+  if (q_floats > 0) {
+    Check(cudaMemcpyAsync(d_win, host_queries_.data(), q_floats * sizeof(float), cudaMemcpyHostToDevice, stream),
+          "window queries to the device");
+  }
+  if (seen_count > 0) {
+    Check(cudaMemcpyAsync(d_win + q_bytes, host_seen_.data(), seen_count * sizeof(int64_t), cudaMemcpyHostToDevice,
+                          stream),
+          "window extents to the device");
+  }
+  // One workspace for every head (the stream orders them), then every head's row.
+  const size_t ws_aligned = (ws_bytes + 255) / 256 * 256;
+  auto* d_ws = static_cast<std::byte*>(Ensure(d_scores_, ws_aligned + heads * width * sizeof(double)));
+  auto* d_rows = reinterpret_cast<double*>(d_ws + ws_aligned);
+  for (size_t i = 0; i < heads; ++i) {
+    const compression::SnapKvWindow& w = windows[i];
+    kernels::cuda::DeviceSnapKvWindow dw;
+    dw.group = w.group;
+    dw.num_queries = w.num_queries;
+    dw.queries = reinterpret_cast<const float*>(d_win) + q_off[i];
+    dw.q_stride = static_cast<int64_t>(w.group) * l.head_dim;
+    dw.seen = reinterpret_cast<const int64_t*>(d_win + q_bytes) + s_off[i];
+    dw.prefix_end = w.prefix_end;
+    dw.pool_kernel = w.pool_kernel;
+    dw.scale = w.scale;
+    Check(static_cast<cudaError_t>(kernels::cuda::SnapKvScores(l, storage_.device_layer_data(layer),
+                                                              storage_.device_layer_scales(layer), d_table,
+                                                              static_cast<int>(i), lo, n, dw, d_ws, d_rows + i * width,
+                                                              stream)),
+          "snapkv scores");
+  }
+  Check(cudaMemcpyAsync(rows.data(), d_rows, heads * width * sizeof(double), cudaMemcpyDeviceToHost, stream),
+        "snapkv scores to the host");
+  Check(cudaStreamSynchronize(stream), "synchronizing the scores");
+  return true;
+}
+
 bool CudaKvAccess::ScoreSnapKv(std::span<const int32_t> table, int layer, int kv_head, int64_t lo, int64_t n,
                                const compression::SnapKvWindow& window, std::span<double> row) {
   const cache::KvLayout& l = storage_.layout();

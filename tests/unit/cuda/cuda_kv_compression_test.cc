@@ -332,6 +332,8 @@ TEST_F(CudaKvCompression, SnapKvWindowScoresMatchTheCpuPolicy) {
         std::vector<float> keys(static_cast<size_t>(n * hd));
         std::vector<double> got(static_cast<size_t>(n - lo));
         for (int layer = 0; layer < l.num_layers; ++layer) {
+          std::vector<compression::SnapKvWindow> layer_windows;
+          std::vector<double> per_head;
           for (int kv = 0; kv < kv_heads; ++kv) {
             compression::SnapKvWindow win;
             win.group = group;
@@ -345,6 +347,8 @@ TEST_F(CudaKvCompression, SnapKvWindowScoresMatchTheCpuPolicy) {
             access.ReadRows(p.table, layer, 0, kv, 0, n, keys.data());
             const std::vector<double> want = SnapReference(keys, hd, win, lo, n);
             ASSERT_TRUE(access.ScoreSnapKv(p.table, layer, kv, lo, n, win, got));
+            layer_windows.push_back(win);
+            per_head.insert(per_head.end(), got.begin(), got.end());
             for (int64_t j = 0; j < n - lo; ++j) {
               const double a = want[static_cast<size_t>(j)], b = got[static_cast<size_t>(j)];
               if (std::isinf(a)) {
@@ -354,6 +358,11 @@ TEST_F(CudaKvCompression, SnapKvWindowScoresMatchTheCpuPolicy) {
               }
             }
           }
+          // The layer batched (one synchronisation): every head's row equals ScoreSnapKv's.
+          std::vector<double> batched(per_head.size(), -1.0);
+          ASSERT_TRUE(access.ScoresSnapKvBatched());
+          ASSERT_TRUE(access.ScoreSnapKvLayer(p.table, layer, lo, n, layer_windows, batched));
+          for (size_t i = 0; i < batched.size(); ++i) ASSERT_EQ(batched[i], per_head[i]) << "batched score " << i;
         }
       }
     }
