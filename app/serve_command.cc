@@ -12,9 +12,7 @@
 #include "base/logger.h"
 #include "chat/chat_formats.h"
 #include "config/config_loader.h"
-#if defined(KVSERVE_HAVE_CUDA)
-#include "cuda/cuda_backend.h"
-#endif
+#include "engine/cuda_backend_loader.h"
 #include "server/prometheus_metrics.h"
 #include "server/server_app.h"
 #include "server/signals.h"
@@ -57,7 +55,14 @@ ServeFactories DefaultServeFactories() {
   };
   f.engine = [](const config::Config& cfg, const std::string& model_dir, engine::EngineDeps deps) {
 #if defined(KVSERVE_HAVE_CUDA)
-    deps.make_cuda_backend = cuda::MakeCudaBackend;
+    // The CUDA backend lives in libkvserve_cuda_backend.so beside this binary; CreateEngine
+    // loads it only when engine.backend resolves to cuda (a CPU-only run never maps cuBLAS).
+    deps.load_cuda_backend = [logger = deps.logger]() -> absl::StatusOr<engine::CudaBackendFactory> {
+      KVS_ASSIGN_OR_RETURN(engine::LoadedCudaModule m,
+                           engine::LoadCudaBackendModule(engine::CudaModuleSearchPaths(ExecutablePath(""))));
+      logger.info("cuda backend module: %s", m.path);
+      return std::move(m.factory);
+    };
 #endif
     return engine::CreateEngine(cfg, model_dir, std::move(deps));
   };

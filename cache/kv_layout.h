@@ -19,10 +19,10 @@
 //
 // When K and V share a dtype other than int4 ("uniform"), this is exactly the original
 // element layout [num_blocks][2 (K,V)][num_kv_heads][block_size][head_dim] with scales
-// [num_blocks][2][num_kv_heads][block_size], which the CUDA kernels address through
-// elem_offset / scale_offset / block_elems; those helpers are meaningful only for uniform
-// layouts (the CUDA backend refuses any other: engine/engine_factory.cc). The CPU code uses
-// the byte-addressed run_* helpers, valid for every layout.
+// [num_blocks][2][num_kv_heads][block_size] (elem_offset / scale_offset / block_elems
+// address it; meaningful only for uniform layouts). Kernels use the byte-addressed run_*
+// helpers, valid for every layout (the CUDA kernels precompute them: KvGeometry in
+// kernels/cuda/kv_codes.cuh).
 //
 // Why this order: a decode step reads, per (sequence, KV head), all K rows of a block and
 // then all V rows; keeping [block_size][head_dim] innermost makes each of those one
@@ -69,7 +69,7 @@ struct KvLayout {
   int num_kv_heads = 0;
   int head_dim = 0;
   int block_size = 16;
-  // K's dtype, and V's unless v_dtype_split is set (the CUDA kernels read only this).
+  // K's dtype, and V's unless v_dtype_split is set.
   config::KvDtype dtype = config::KvDtype::kFp32;
   std::optional<config::KvDtype> v_dtype_split;  // V's dtype when it differs from K's
   int int4_group = 32;  // int4 V: elements per (step, min) group along head_dim
@@ -125,7 +125,7 @@ struct KvLayout {
            (static_cast<double>(run_bytes(kv)) + static_cast<double>(run_scales(kv)) * sizeof(float)) / block_size;
   }
 
-  // ---- element addressing of uniform layouts (the CUDA kernels' view; see above)
+  // ---- element addressing of uniform layouts (see above)
   size_t elem_bytes() const { return KvDtypeBytes(dtype); }
   // Elements of one (block, K|V, head) run: block_size * head_dim.
   size_t head_run_elems() const { return static_cast<size_t>(block_size) * head_dim; }

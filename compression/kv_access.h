@@ -83,9 +83,33 @@ class KvAccess {
     return false;
   }
 
+  // Batched ScoreSnapKv: every KV head of one layer in one call (windows[kv_head], each valid
+  // for the call), rows: [num_kv_heads][n - lo], row k exactly what ScoreSnapKv(..., layer, k,
+  // ...) would write. A device backend synchronises once per layer instead of once per head.
+  // Offered up front (ScoresSnapKvBatched); false: the policy scores per head.
+  virtual bool ScoresSnapKvBatched() const { return false; }
+  virtual bool ScoreSnapKvLayer(std::span<const int32_t> table, int layer, int64_t lo, int64_t n,
+                                std::span<const SnapKvWindow> windows, std::span<double> rows) {
+    (void)table, (void)layer, (void)lo, (void)n, (void)windows, (void)rows;
+    return false;
+  }
+
   virtual bool ScoreTriAttention(std::span<const int32_t> table, int layer, int kv_head, int64_t begin, int64_t end,
                                  const TriKeyWeights& weights, std::span<double> pooled) {
     (void)table, (void)layer, (void)kv_head, (void)begin, (void)end, (void)weights, (void)pooled;
+    return false;
+  }
+
+  // Batched ScoreTriAttention: every (layer, KV head) of a round in one call, so a device
+  // backend queues all heads' work and synchronises once instead of once per head.
+  // weights[layer * num_kv_heads + kv_head] (each valid for the call); pooled:
+  // [layers * num_kv_heads][end - begin], row i exactly what ScoreTriAttention(..., layer,
+  // kv_head, ...) would write. A backend that offers it says so up front
+  // (ScoresTriAttentionBatched), so the policy prepares every head's weights only for it.
+  virtual bool ScoresTriAttentionBatched() const { return false; }
+  virtual bool ScoreTriAttentionAll(std::span<const int32_t> table, int64_t begin, int64_t end,
+                                    std::span<const TriKeyWeights> weights, std::span<double> pooled) {
+    (void)table, (void)begin, (void)end, (void)weights, (void)pooled;
     return false;
   }
 };

@@ -55,24 +55,45 @@ absl::Status SnapKvPolicy::SelectKeep(const RoundInput& in, int64_t lo, int64_t 
     }
     kernels::cpu::RopeCosSin(qpos_.data(), nq, context().rope_inv_freq.data(), d / 2, cos_sin_.data());
     kernels::cpu::ApplyRope(queries_.data(), nq, q_heads, d, q_size, cos_sin_.data());
-    for (int kv = 0; kv < context().num_kv_heads; ++kv) {
+    const int kv_heads = context().num_kv_heads;
+    seen_.resize(static_cast<size_t>(kv_heads));
+    windows_.resize(static_cast<size_t>(kv_heads));
+    for (int kv = 0; kv < kv_heads; ++kv) {
       const std::span<const int32_t> pos = in.slots->positions(layer, kv);
       // Positions ascend along the row, so the keys a query saw are a prefix.
-      seen_.resize(static_cast<size_t>(nq));
+      std::vector<int64_t>& head_seen = seen_[static_cast<size_t>(kv)];
+      head_seen.resize(static_cast<size_t>(nq));
       for (int r = 0; r < nq; ++r) {
-        seen_[static_cast<size_t>(r)] = std::upper_bound(pos.begin(), pos.end(), qpos_[static_cast<size_t>(r)]) - pos.begin();
+        head_seen[static_cast<size_t>(r)] =
+            std::upper_bound(pos.begin(), pos.end(), qpos_[static_cast<size_t>(r)]) - pos.begin();
       }
-      SnapKvWindow window;
+      SnapKvWindow& window = windows_[static_cast<size_t>(kv)];
       window.group = group;
       window.num_queries = nq;
       window.queries = queries_.data() + static_cast<int64_t>(kv) * group * d;
       window.q_stride = q_size;
-      window.seen = seen_;
+      window.seen = head_seen;
       window.prefix_end = prefix_end;
       window.pool_kernel = kSnapKvPoolKernel;
       window.scale = scale;
-      // A device backend scores where the keys live; otherwise they come to the host.
-      const bool scored_by_backend = in.kv->ScoreSnapKv(in.block_table, layer, kv, lo, n, window, row_);
+    }
+    // A backend that scores a whole layer at once (one device round trip per layer).
+    bool layer_by_backend = false;
+    if (in.kv->ScoresSnapKvBatched()) {
+      layer_rows_.resize(static_cast<size_t>(kv_heads) * static_cast<size_t>(n - lo));
+      layer_by_backend = in.kv->ScoreSnapKvLayer(in.block_table, layer, lo, n, windows_, layer_rows_);
+    }
+    for (int kv = 0; kv < kv_heads; ++kv) {
+      const std::vector<int64_t>& head_seen = seen_[static_cast<size_t>(kv)];
+      // A device backend scores where the keys live (this layer at once, or this head);
+      // otherwise they come to the host.
+      bool scored_by_backend = layer_by_backend;
+      if (layer_by_backend) {
+        const double* src = layer_rows_.data() + static_cast<int64_t>(kv) * (n - lo);
+        std::copy(src, src + (n - lo), row_.begin());
+      } else {
+        scored_by_backend = in.kv->ScoreSnapKv(in.block_table, layer, kv, lo, n, windows_[static_cast<size_t>(kv)], row_);
+      }
       if (!scored_by_backend) {
         in.kv->ReadRows(in.block_table, layer, /*kv=*/0, kv, 0, n, keys_.data());
         std::fill(row_.begin(), row_.end(), 0.0);
@@ -82,7 +103,7 @@ absl::Status SnapKvPolicy::SelectKeep(const RoundInput& in, int64_t lo, int64_t 
         std::fill(attn_.begin(), attn_.end(), 0.0);
         for (int r = 0; r < nq; ++r) {
           const float* q = queries_.data() + static_cast<int64_t>(r) * q_size + static_cast<int64_t>(h) * d;
-          const int64_t seen = seen_[static_cast<size_t>(r)];
+          const int64_t seen = head_seen[static_cast<size_t>(r)];
           double mx = -std::numeric_limits<double>::infinity();
           for (int64_t j = 0; j < seen; ++j) {
             const float* k = keys_.data() + j * d;

@@ -41,7 +41,9 @@ class SnapKvPolicy final : public CompressionPolicy {
  private:
   std::vector<float> queries_;    // [w][num_q_heads * head_dim], rotated
   std::vector<int32_t> qpos_;     // [w]
-  std::vector<int64_t> seen_;     // [w] slots each window row attended
+  std::vector<std::vector<int64_t>> seen_;  // [kv heads][w] slots each window row attended
+  std::vector<SnapKvWindow> windows_;        // [kv heads] one layer's windows
+  std::vector<double> layer_rows_;           // [kv heads][n - lo] a batching backend's scores
   std::vector<float> cos_sin_;    // [w][head_dim]
   std::vector<float> keys_;       // [n][head_dim]
   std::vector<double> logits_;    // [n]

@@ -52,13 +52,39 @@ absl::Status TriAttentionPolicy::SelectKeep(const RoundInput& in, int64_t lo, in
 
   base::Nanos t = clock.now_ns();
   scorer_.Prepare(in.next_position);
+  // A backend that scores every head in one call (one device round trip per round).
+  const int heads = layers * kv_heads;
+  bool batched = false;
+  if (m > 0 && in.kv->ScoresTriAttentionBatched()) {
+    head_weights_.resize(static_cast<size_t>(heads));
+    batch_weights_.resize(static_cast<size_t>(heads));
+    for (int i = 0; i < heads; ++i) {
+      const TriKeyWeights w = scorer_.PrepareKvHead(i / kv_heads, i % kv_heads);
+      std::vector<double>& own = head_weights_[static_cast<size_t>(i)];
+      own.assign(w.w.begin(), w.w.end());
+      own.insert(own.end(), w.c.begin(), w.c.end());
+      TriKeyWeights& b = batch_weights_[static_cast<size_t>(i)];
+      b = w;
+      b.w = std::span<const double>(own.data(), w.w.size());
+      b.c = std::span<const double>(own.data() + w.w.size(), w.c.size());
+    }
+    batch_pooled_.resize(static_cast<size_t>(heads) * static_cast<size_t>(m));
+    batched = in.kv->ScoreTriAttentionAll(in.block_table, lo, scored_end, batch_weights_, batch_pooled_);
+  }
   for (int layer = 0; layer < layers; ++layer) {
     for (int kv = 0; kv < kv_heads; ++kv) {
-      // A device backend scores, normalises and pools where the keys live; otherwise the
-      // keys come to the host and the reference code below does the same.
-      const TriKeyWeights weights = scorer_.PrepareKvHead(layer, kv);
-      const bool pooled_by_backend =
-          m > 0 && in.kv->ScoreTriAttention(in.block_table, layer, kv, lo, scored_end, weights, pooled_);
+      // A device backend scores, normalises and pools where the keys live (all heads at once,
+      // or this head); otherwise the keys come to the host and the reference code below does
+      // the same.
+      bool pooled_by_backend = batched;
+      if (batched) {
+        const double* r = batch_pooled_.data() + static_cast<int64_t>(layer * kv_heads + kv) * m;
+        std::copy(r, r + m, pooled_.begin());
+      } else {
+        const TriKeyWeights weights = scorer_.PrepareKvHead(layer, kv);
+        pooled_by_backend =
+            m > 0 && in.kv->ScoreTriAttention(in.block_table, layer, kv, lo, scored_end, weights, pooled_);
+      }
       if (m > 0 && !pooled_by_backend) {
         in.kv->ReadRows(in.block_table, layer, /*kv=*/0, kv, lo, scored_end, keys_.data());
         scorer_.ScoreKeys(keys_.data(), m, scores_.data());

@@ -49,6 +49,11 @@ class TriAttentionPolicy final : public CompressionPolicy {
   std::vector<float> keys_;      // [m][head_dim]
   std::vector<double> scores_;   // [group][m]
   std::vector<double> pooled_;   // [m] one layer's R_l
+  // Batched backend scoring (KvAccess::ScoreTriAttentionAll): every head's weights, copied
+  // out of the scorer (its views last until the next PrepareKvHead), and every head's R_l.
+  std::vector<std::vector<double>> head_weights_;  // [layers * kv_heads]: w then c
+  std::vector<TriKeyWeights> batch_weights_;       // views into head_weights_
+  std::vector<double> batch_pooled_;               // [layers * kv_heads][m]
   std::vector<double> summed_;   // [num_kv_heads][m] cross-layer sum of R_l
   std::vector<int32_t> chosen_;  // [num_keep] one row's keep list
   std::vector<int32_t> topk_scratch_;

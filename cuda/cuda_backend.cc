@@ -86,7 +86,7 @@ absl::StatusOr<engine::Backend> MakeCudaBackendWith(const config::Config& config
   mo.device = kDevice;
   mo.logger = logger.child("cuda");
   KVS_ASSIGN_OR_RETURN(std::unique_ptr<CudaLlamaModel> dm, CudaLlamaModel::Create(model.config(), model.weights(), mo));
-  const cache::KvLayout layout = model.KvLayoutFor(cc.block_size, cc.kv_dtype);
+  const cache::KvLayout layout = engine::ConfiguredKvLayout(cc, model);  // split K/V dtypes and int4 included
   KVS_ASSIGN_OR_RETURN(cache::DeviceMemoryProfile profile, ProfileForward(*dm, layout, kDevice));
   const uint64_t budget = cache::DeviceKvBudgetBytes(cc, profile);
   int32_t usable = cache::UsableBlocksForBudget(budget, layout);

@@ -39,6 +39,16 @@ class CudaKvAccess final : public compression::KvAccess {
   compression::CompactStats Compact(std::span<const int32_t> table, const compression::KeepPlan& plan) override;
   bool ScoreTriAttention(std::span<const int32_t> table, int layer, int kv_head, int64_t begin, int64_t end,
                          const compression::TriKeyWeights& weights, std::span<double> pooled) override;
+  // Every head's kernels queued on the storage's stream, one copy of all pooled scores back and
+  // one synchronisation per round.
+  bool ScoresTriAttentionBatched() const override { return true; }
+  bool ScoreTriAttentionAll(std::span<const int32_t> table, int64_t begin, int64_t end,
+                            std::span<const compression::TriKeyWeights> weights, std::span<double> pooled) override;
+  // Every KV head of a layer queued on the stream: one copy of all rows back, one
+  // synchronisation per layer.
+  bool ScoresSnapKvBatched() const override { return true; }
+  bool ScoreSnapKvLayer(std::span<const int32_t> table, int layer, int64_t lo, int64_t n,
+                        std::span<const compression::SnapKvWindow> windows, std::span<double> rows) override;
   bool ScoreSnapKv(std::span<const int32_t> table, int layer, int kv_head, int64_t lo, int64_t n,
                    const compression::SnapKvWindow& window, std::span<double> row) override;
 
@@ -67,6 +77,7 @@ class CudaKvAccess final : public compression::KvAccess {
   DeviceScratch d_window_;   // SnapKV: the window's queries, then seen counts
   std::vector<double> host_weights_;
   std::vector<float> host_queries_;
+  std::vector<int64_t> host_seen_;  // ScoreSnapKvLayer: every head's window extents
 };
 
 }  // namespace kvserve::cuda

@@ -81,7 +81,7 @@ absl::StatusOr<std::unique_ptr<CudaKvStorage>> CudaKvStorage::Create(const cache
   }
   std::unique_ptr<CudaKvStorage> s(new CudaKvStorage(layout, num_blocks, device));
   KVS_CUDA_RETURN_IF_ERROR(cudaSetDevice(device), "cudaSetDevice");
-  const size_t data_bytes = RoundUp(static_cast<size_t>(num_blocks) * layout.block_elems() * layout.elem_bytes());
+  const size_t data_bytes = RoundUp(static_cast<size_t>(num_blocks) * layout.block_data_bytes());
   const size_t scale_bytes = RoundUp(static_cast<size_t>(num_blocks) * layout.block_scales() * sizeof(float));
   const size_t layers = static_cast<size_t>(layout.num_layers);
   s->total_bytes_ = layers * (data_bytes + scale_bytes);
@@ -105,7 +105,7 @@ absl::StatusOr<std::unique_ptr<CudaKvStorage>> CudaKvStorage::Create(const cache
 absl::Status CudaKvStorage::Copy(const cache::KvStorage& src_storage, std::span<std::byte* const> src_data,
                                  std::span<float* const> src_scales, std::span<std::byte* const> dst_data,
                                  std::span<float* const> dst_scales, std::span<const cache::BlockCopy> copies) {
-  const size_t block_bytes = layout_.block_elems() * layout_.elem_bytes();
+  const size_t block_bytes = layout_.block_data_bytes();
   const size_t scale_bytes = layout_.block_scales() * sizeof(float);
   const bool same = &src_storage == this && src_data.data() == dst_data.data();
   KVS_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), "cudaSetDevice");
@@ -155,7 +155,7 @@ absl::Status CudaKvStorage::zero_blocks(std::span<const cache::BlockId> blocks) 
       return absl::InvalidArgumentError(absl::StrCat("zero of block ", b.value(), " out of range"));
     }
   }
-  const size_t block_bytes = layout_.block_elems() * layout_.elem_bytes();
+  const size_t block_bytes = layout_.block_data_bytes();
   const size_t scale_bytes = layout_.block_scales() * sizeof(float);
   KVS_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), "cudaSetDevice");
   for (size_t l = 0; l < data_.size(); ++l) {

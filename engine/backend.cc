@@ -13,8 +13,8 @@ BackendSupport ThisBuildSupports() {
 #if defined(KVSERVE_HAVE_CUDA)
   s.cuda_compiled = true;
 #endif
-  // Known only to the caller that can inject cuda::MakeCudaBackend (CreateEngine sets it
-  // from EngineDeps::make_cuda_backend).
+  // Known only to the caller that can inject the CUDA backend (CreateEngine sets it from
+  // EngineDeps::make_cuda_backend / load_cuda_backend).
   s.cuda_runner_available = false;
   return s;
 }
@@ -30,7 +30,7 @@ absl::StatusOr<config::Backend> ResolveBackend(config::Backend requested, const 
   } else if (!support.cuda_runner_available) {
     missing = absl::StrCat("CUDA device ", probe.device_name,
                            " found, but this program was built without the CUDA backend "
-                           "(no EngineDeps::make_cuda_backend)");
+                           "(no EngineDeps::make_cuda_backend or load_cuda_backend)");
   }
   switch (requested) {
     case config::Backend::kCpu:
@@ -54,19 +54,13 @@ absl::StatusOr<config::Backend> ResolveBackend(config::Backend requested, const 
 }
 
 absl::Status CudaReadsKvPrecision(const config::CacheConfig& c) {
-  const config::KvDtype k = config::EffectiveKDtype(c);
-  const config::KvDtype v = config::EffectiveVDtype(c);
   if (c.demote_kv_bytes > 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "cache.demote_kv_bytes=", c.demote_kv_bytes,
         ": the CUDA kernels read no demotion tiers (mixed-precision block tables run on the CPU backend only, "
         "engine.backend=cpu)"));
   }
-  if (k == c.kv_dtype && v == c.kv_dtype && c.kv_dtype != config::KvDtype::kInt4) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "cache.k_dtype=", std::string(config::Name(k)), " cache.v_dtype=", std::string(config::Name(v)),
-      ": the CUDA kernels read K and V in one dtype (cache.kv_dtype=fp32|fp16|bf16|fp8_e4m3|int8); split K/V "
-      "dtypes and int4 run on the CPU backend only (engine.backend=cpu)"));
+  return absl::OkStatus();
 }
 
 cache::KvLayout ConfiguredKvLayout(const config::CacheConfig& c, const model::LlamaModel& model) {

@@ -7,7 +7,10 @@
 //        cpu  ─► MakeCpuBackend:  HostKvStorage pool (cache.kv_bytes) + host swap tier,
 //                                 CpuModelRunner
 //        cuda ─► cuda::MakeCudaBackend (cuda/cuda_backend.h, injected through
-//                EngineDeps::make_cuda_backend so engine/ links no CUDA code): device pool
+//                EngineDeps::make_cuda_backend, or loaded from libkvserve_cuda_backend.so
+//                through EngineDeps::load_cuda_backend (cuda_backend_loader.h) only once cuda
+//                is chosen, so engine/ links no CUDA code and a CPU-only kvserve process
+//                never maps cuBLAS): device pool
 //                sized from device memory after a profiling forward
 //                (cache.gpu_memory_utilization, DeviceKvBudgetBytes), pinned host swap tier,
 //                CudaModelRunner
@@ -46,7 +49,7 @@ struct Backend {
 // What this build of kvserve can run besides the CPU.
 struct BackendSupport {
   bool cuda_compiled = false;        // CUDA targets were built (nvcc found at build time)
-  bool cuda_runner_available = false;  // a CUDA backend factory was given (EngineDeps::make_cuda_backend)
+  bool cuda_runner_available = false;  // a CUDA backend factory or loader was given (EngineDeps)
 };
 BackendSupport ThisBuildSupports();
 
@@ -56,14 +59,14 @@ BackendSupport ThisBuildSupports();
 absl::StatusOr<config::Backend> ResolveBackend(config::Backend requested, const kernels::DeviceProbe& probe,
                                                const BackendSupport& support, std::string& why);
 
-// OK when the CUDA kernels read the configured KV precision: K and V in one dtype given by
-// cache.kv_dtype (fp32|fp16|bf16|fp8_e4m3|int8), and no demotion tiers. Split K/V dtypes,
-// int4 and demotion (cache.demote_kv_bytes > 0) are CPU-only for now; the error names the
-// settings (CreateEngine: engine.backend=cuda fails with it, engine.backend=auto falls back to
-// the CPU).
+// OK when the CUDA backend can hold the configured cache: every K/V dtype pair runs there, but
+// demotion tiers (cache.demote_kv_bytes > 0, mixed-precision block tables) are CPU-only for
+// now; the error names the setting (CreateEngine: engine.backend=cuda fails with it,
+// engine.backend=auto falls back to the CPU).
 absl::Status CudaReadsKvPrecision(const config::CacheConfig& cache);
 
-// The CPU pool's layout for `model` under cache.* (block size, K and V dtypes, int4 group).
+// The KV pool's layout for `model` under cache.* (block size, K and V dtypes, int4 group):
+// the CPU's and the CUDA backend's (every dtype pair the cache supports runs on both).
 cache::KvLayout ConfiguredKvLayout(const config::CacheConfig& cache, const model::LlamaModel& model);
 
 // Builds a CUDA backend for `model` (cuda::MakeCudaBackend in builds with CUDA).

@@ -140,7 +140,7 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config
   // One line that says which backend runs and why.
   std::string why;
   BackendSupport support = ThisBuildSupports();
-  support.cuda_runner_available = static_cast<bool>(deps.make_cuda_backend);
+  support.cuda_runner_available = static_cast<bool>(deps.make_cuda_backend) || static_cast<bool>(deps.load_cuda_backend);
   KVS_ASSIGN_OR_RETURN(config::Backend kind, ResolveBackend(config.engine.backend, kernels::ProbeCudaDevice(),
                                                             support, why));
   if (kind == config::Backend::kCuda) {
@@ -150,6 +150,19 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config
       }
       kind = config::Backend::kCpu;
       why = absl::StrCat("backend: cpu, ", st.message(), " (engine.backend=auto)");
+    }
+  }
+  if (kind == config::Backend::kCuda && !deps.make_cuda_backend) {
+    // Only now, with a usable device, is the CUDA backend (and with it cuBLAS) loaded.
+    absl::StatusOr<CudaBackendFactory> factory = deps.load_cuda_backend();
+    if (!factory.ok()) {
+      if (config.engine.backend == config::Backend::kCuda) {
+        return absl::FailedPreconditionError(absl::StrCat("engine.backend=cuda: ", factory.status().message()));
+      }
+      kind = config::Backend::kCpu;
+      why = absl::StrCat("backend: cpu, ", factory.status().message(), " (engine.backend=auto)");
+    } else {
+      deps.make_cuda_backend = *std::move(factory);
     }
   }
   deps.logger.info("%s", why);

@@ -2,6 +2,7 @@
 // thread, the scheduler, the KV cache and the model runner.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -39,9 +40,14 @@ struct EngineDeps {
   // Set by CreateEngine; must outlive the engine.
   const compression::PolicyContext* compression = nullptr;
   // The CUDA backend's factory (cuda::MakeCudaBackend), given by callers that link the CUDA
-  // code (app/, gpu tests, benchmarks); empty: engine.backend=cuda is refused and auto runs on
-  // the CPU. engine/ itself never links CUDA code.
+  // code statically (gpu tests, benchmarks). engine/ itself never links CUDA code.
   CudaBackendFactory make_cuda_backend;
+  // Loads the CUDA backend on demand (app/: LoadCudaBackendModule, engine/cuda_backend_loader.h),
+  // called only when make_cuda_backend is empty and engine.backend resolved to cuda, so a
+  // process that runs on the CPU never loads cuBLAS. A load failure fails engine.backend=cuda
+  // with its message and sends auto to the CPU. With neither set, cuda is refused and auto
+  // runs on the CPU.
+  std::function<absl::StatusOr<CudaBackendFactory>()> load_cuda_backend;
   // The remote KV tier's engine-side bridge; null: no remote tier. Must outlive the engine.
   KvTierBridge* kv_tiers = nullptr;
 };

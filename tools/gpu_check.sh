@@ -14,7 +14,9 @@
 #
 # With the session's device tool (no packages can be installed there): here
 #   GPU_CHECK_BUILD_DIR=$PWD/build GPU_CHECK_JOBS=1 tools/gpu_check.sh --pack .gpu_bundle
-#   (.gpu_bundle/ is git-ignored; ~48 MiB: stripped binaries and their non-CUDA libraries)
+#   (.gpu_bundle/ is git-ignored; ~41 MiB: stripped binaries, the CUDA backend module, and
+#   their non-CUDA libraries as libs.tar.gz: OpenBLAS and ICU data alone are 67 MiB unpacked,
+#   past what the device tool carries; bundle mode unpacks them to a temporary directory)
 # then run `bash .gpu_bundle/gpu_check.sh --bundle .gpu_bundle` with carry [".gpu_bundle"] and a
 # timeout of ~480 s. The gpu tests read models/kvs-tiny from the carried working tree.
 #
@@ -36,7 +38,10 @@ esac
 # (TriAttention/SnapKV scores, compaction), the CUDA model and the CUDA engine (greedy, n > 1,
 # compression policies, preemption by recompute and swap, structured outputs).
 # cuda_kv_bench also prints prefill attention and a device TriAttention round.
-gpu_tests=(cuda_backend_test)
+# cuda_module_test loads the CUDA backend from libkvserve_cuda_backend.so, as `kvserve serve`
+# does (the module is shipped beside the binaries: `modules`).
+gpu_tests=(cuda_backend_test cuda_module_test)
+modules=(libkvserve_cuda_backend.so)
 benches=(cuda_kv_bench cuda_e2e_bench)
 
 # GPU_CHECK_BUILD_DIR (default build-gpu) and GPU_CHECK_JOBS (default nproc) let a shared
@@ -82,10 +87,10 @@ case "$mode" in
     build_gpu_targets
     rm -rf "$dir" && mkdir -p "$dir/lib"
     # Stripped binaries: the device tool carries at most 64 MiB.
-    for f in "${gpu_tests[@]}" "${benches[@]}"; do cp "$bin/$f" "$dir/" && strip --strip-debug "$dir/$f"; done
+    for f in "${gpu_tests[@]}" "${benches[@]}" "${modules[@]}"; do cp "$bin/$f" "$dir/" && strip --strip-debug "$dir/$f"; done
     # Every resolved shared library but the C library family, the driver and cuBLAS (cuBLASLt
     # alone is ~500 MiB; the GPU machine's CUDA 13 image has its own, found in bundle mode).
-    for f in "${gpu_tests[@]}" "${benches[@]}"; do ldd "$bin/$f"; done |
+    for f in "${gpu_tests[@]}" "${benches[@]}" "${modules[@]}"; do ldd "$bin/$f"; done |
       awk '/=> \// {print $3}' | sort -u |
       grep -vE '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libcuda|libcublas|libcublasLt)\.so' |
       while read -r lib; do cp -L "$lib" "$dir/lib/"; done
@@ -93,6 +98,8 @@ case "$mode" in
     # machine's; bundle mode then falls back to that machine's own.
     mkdir -p "$dir/lib-cxx"
     for lib in libstdc++.so.6 libgcc_s.so.1; do [ -f "$dir/lib/$lib" ] && mv "$dir/lib/$lib" "$dir/lib-cxx/"; done
+    # Compressed: the device tool carries at most 64 MiB (OpenBLAS + ICU data are 67 MiB).
+    tar -C "$dir" -czf "$dir/libs.tar.gz" lib lib-cxx && rm -rf "$dir/lib" "$dir/lib-cxx"
     cp "$0" "$dir/gpu_check.sh"
     du -sh "$dir"
     echo "[gpu_check] packed into $dir; on the GPU machine: $dir/gpu_check.sh --bundle $dir"
@@ -113,13 +120,20 @@ case "$mode" in
     base_path="${LD_LIBRARY_PATH:-}"
     unresolved() {
       local f
-      for f in "${gpu_tests[@]}" "${benches[@]}"; do ldd "$dir/$f" 2>&1 | grep "not found" && return 0; done
+      for f in "${gpu_tests[@]}" "${benches[@]}" "${modules[@]}"; do ldd "$dir/$f" 2>&1 | grep "not found" && return 0; done
       return 1
     }
-    export LD_LIBRARY_PATH="$dir/lib-cxx:$dir/lib$cuda_libs${base_path:+:$base_path}"
+    # The packed libraries, unpacked where this machine lets us write.
+    libs="$dir"
+    if [ -f "$dir/libs.tar.gz" ]; then
+      libs="$(mktemp -d "${TMPDIR:-/tmp}/kvserve_gpu_libs.XXXXXX")"
+      trap 'rm -rf "$libs"' EXIT
+      tar -C "$libs" -xzf "$dir/libs.tar.gz"
+    fi
+    export LD_LIBRARY_PATH="$libs/lib-cxx:$libs/lib$cuda_libs${base_path:+:$base_path}"
     if unresolved >/dev/null; then
       echo "[gpu_check] the packed C++ runtime does not load here; using this machine's"
-      export LD_LIBRARY_PATH="$dir/lib$cuda_libs${base_path:+:$base_path}"
+      export LD_LIBRARY_PATH="$libs/lib$cuda_libs${base_path:+:$base_path}"
     fi
     if unresolved; then echo "[gpu_check] unresolved libraries (above)"; exit 1; fi
     echo "[gpu_check] LD_LIBRARY_PATH=$LD_LIBRARY_PATH"

@@ -17,7 +17,7 @@ constexpr int kThreads = 256;
 // Explicit _rn operations: nvcc must not contract a product and a sum into an FMA (the host
 // code is compiled without FMA), so each score is the CPU's bit for bit.
 __global__ void __launch_bounds__(kThreads)
-    TriScoreKernel(cache::KvLayout layout, const std::byte* data, const float* scales, const int32_t* table,
+    TriScoreKernel(KvGeometry layout, const std::byte* data, const float* scales, const int32_t* table,
                    int kv_head, int64_t begin, int64_t n, DeviceTriWeights wt, double* scores) {
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (j >= n) return;
@@ -25,8 +25,9 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t slot = begin + j;
   const int64_t block = table[slot / bs];
   const int off = static_cast<int>(slot % bs);
-  const size_t base = KvElemOffset(layout, block, 0, kv_head, off);
-  const float ks = KvScaled(layout.dtype) ? scales[KvScaleOffset(layout, block, 0, kv_head, off)] : 1.0f;
+  const std::byte* run = data + KvRunByteOffset(layout, block, 0, kv_head);
+  const float* run_scales = scales != nullptr ? scales + KvRunScaleOffset(layout, block, 0, kv_head) : nullptr;
+  const float ks = KvRowScale(layout, 0, run_scales, off);
   for (int g = 0; g < wt.group; ++g) {
     double trig = 0.0, norm = 0.0;
     if (wt.trig) {
@@ -35,7 +36,7 @@ __global__ void __launch_bounds__(kThreads)
         const double* w = wt.w + (static_cast<int64_t>(p) * wt.group + g) * hd;
         double t = 0.0;
         for (int i = 0; i < hd; ++i) {
-          t = __dadd_rn(t, __dmul_rn(w[i], static_cast<double>(LoadKvElem(layout.dtype, data, base, i, ks))));
+          t = __dadd_rn(t, __dmul_rn(w[i], static_cast<double>(LoadKvRunElem(layout, 0, run, run_scales, off, i, ks))));
         }
         trig = trig < t ? t : trig;  // std::max(trig, t)
       }
@@ -43,8 +44,8 @@ __global__ void __launch_bounds__(kThreads)
     if (wt.norm) {
       const double* c = wt.c + static_cast<int64_t>(g) * F;
       for (int f = 0; f < F; ++f) {
-        const double re = LoadKvElem(layout.dtype, data, base, f, ks);
-        const double im = LoadKvElem(layout.dtype, data, base, f + F, ks);
+        const double re = LoadKvRunElem(layout, 0, run, run_scales, off, f, ks);
+        const double im = LoadKvRunElem(layout, 0, run, run_scales, off, f + F, ks);
         const double mag = __dsqrt_rn(__dadd_rn(__dmul_rn(re, re), __dmul_rn(im, im)));
         norm = __dadd_rn(norm, __dmul_rn(c[f], mag));
       }
@@ -110,26 +111,27 @@ __device__ double BlockMax(double v, double* shared) {
 
 // The scaled logit of window row r (query head g of the group) against slot j: the CPU
 // policy's float64 dot product, term by term.
-__device__ __forceinline__ double SnapLogit(const cache::KvLayout& layout, const std::byte* data, const float* scales,
+__device__ __forceinline__ double SnapLogit(const KvGeometry& layout, const std::byte* data, const float* scales,
                                             const int32_t* table, int kv_head, const DeviceSnapKvWindow& w, int r,
                                             int g, int64_t j) {
   const int hd = layout.head_dim, bs = layout.block_size;
   const float* q = w.queries + static_cast<int64_t>(r) * w.q_stride + static_cast<int64_t>(g) * hd;
   const int64_t block = table[j / bs];
   const int off = static_cast<int>(j % bs);
-  const size_t base = KvElemOffset(layout, block, 0, kv_head, off);
-  const float ks = KvScaled(layout.dtype) ? scales[KvScaleOffset(layout, block, 0, kv_head, off)] : 1.0f;
+  const std::byte* run = data + KvRunByteOffset(layout, block, 0, kv_head);
+  const float* run_scales = scales != nullptr ? scales + KvRunScaleOffset(layout, block, 0, kv_head) : nullptr;
+  const float ks = KvRowScale(layout, 0, run_scales, off);
   double dot = 0.0;
   for (int i = 0; i < hd; ++i) {
     dot = __dadd_rn(dot, __dmul_rn(static_cast<double>(q[i]),
-                                   static_cast<double>(LoadKvElem(layout.dtype, data, base, i, ks))));
+                                   static_cast<double>(LoadKvRunElem(layout, 0, run, run_scales, off, i, ks))));
   }
   return __dmul_rn(dot, w.scale);
 }
 
 // Per (window row, query head): the softmax's max and sum over the slots the row saw.
 __global__ void __launch_bounds__(kThreads)
-    SnapStatsKernel(cache::KvLayout layout, const std::byte* data, const float* scales, const int32_t* table,
+    SnapStatsKernel(KvGeometry layout, const std::byte* data, const float* scales, const int32_t* table,
                     int kv_head, DeviceSnapKvWindow w, double* stats) {
   __shared__ double part[kThreads / 32];
   const int r = static_cast<int>(blockIdx.x), g = static_cast<int>(blockIdx.y);
@@ -153,7 +155,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // attn[g][j] for j < prefix_end: the window rows' probabilities summed in row order.
 __global__ void __launch_bounds__(kThreads)
-    SnapAttnKernel(cache::KvLayout layout, const std::byte* data, const float* scales, const int32_t* table,
+    SnapAttnKernel(KvGeometry layout, const std::byte* data, const float* scales, const int32_t* table,
                    int kv_head, DeviceSnapKvWindow w, const double* stats, double* attn) {
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   const int g = static_cast<int>(blockIdx.y);
@@ -194,63 +196,161 @@ __global__ void __launch_bounds__(kThreads)
 
 constexpr int kCompactRows = 16;     // destination slots staged per round trip
 constexpr int kMaxRowBytes = 1024;   // head_dim 256 x fp32
+constexpr int kMaxRowScales = 32;    // int4 values: head_dim 256 / kv_int4_group 8
+// int4 key recode: one block of decoded key rows (block_size 128 x head_dim 256 floats).
+constexpr size_t kMaxRecodeSharedBytes = 128 * 1024;
+
+// Scale slots that move with one row of side kv (kv_compact.cc's RowMover::RowScales): one for
+// fp8/int8, the groups of an int4 value row, none for int4 keys (their per-channel scales span
+// the block: RecodeInt4KeysKernel) and the unscaled dtypes.
+__host__ __device__ __forceinline__ int RowScaleSlots(const KvGeometry& g, int kv) {
+  switch (g.dtype[kv]) {
+    case config::KvDtype::kFp8E4M3:
+    case config::KvDtype::kInt8: return 1;
+    case config::KvDtype::kInt4: return kv == 0 ? 0 : g.v_groups;
+    default: return 0;
+  }
+}
 
 // One CTA per (KV head, layer) row. Destinations lo + i ascend; chunk by chunk every source is
 // read into shared memory before any destination of the chunk is written. A destination is
 // below every source of later chunks (keep lists ascend and keep[i] >= lo + i; the tail moves
 // left), so no source is overwritten before it is read: the in-place argument of
-// kernels/cpu/kv_compact.h, chunk-wise.
+// kernels/cpu/kv_compact.h, chunk-wise. Sides [kv_begin, 2) move (K is skipped when it is int4).
 __global__ void __launch_bounds__(kThreads)
-    CompactKernel(cache::KvLayout layout, std::byte* const* layer_data, float* const* layer_scales,
-                  const int32_t* table, int64_t lo, int64_t scored_end, int64_t phys_len, int64_t num_keep,
-                  const int32_t* keep, int eb) {
+    CompactKernel(KvGeometry geo, std::byte* const* layer_data, float* const* layer_scales, const int32_t* table,
+                  int64_t lo, int64_t scored_end, int64_t phys_len, int64_t num_keep, const int32_t* keep,
+                  int kv_begin) {
   const int head = static_cast<int>(blockIdx.x), layer = static_cast<int>(blockIdx.y);
-  const int bs = layout.block_size;
-  const int64_t row = static_cast<int64_t>(layer) * layout.num_kv_heads + head;
+  const int bs = geo.block_size;
+  const int64_t row = static_cast<int64_t>(layer) * geo.num_kv_heads + head;
   const int32_t* k = keep + row * num_keep;
   const int64_t shift = scored_end - (lo + num_keep);
   const int64_t moves = num_keep + (shift > 0 ? phys_len - scored_end : 0);
   std::byte* data = layer_data[layer];
-  float* scales = KvScaled(layout.dtype) ? layer_scales[layer] : nullptr;
-  const int row_bytes = layout.head_dim * eb;
-  const bool words = row_bytes % 4 == 0;  // rows start at multiples of row_bytes
-  const int units = words ? row_bytes / 4 : row_bytes;
+  float* scales = layer_scales != nullptr ? layer_scales[layer] : nullptr;
+  // Rows start at multiples of their row bytes inside runs that start at multiples of both
+  // sides' row bytes: words when both are multiples of 4.
+  const bool words = geo.row_bytes[0] % 4 == 0 && geo.row_bytes[1] % 4 == 0;
+  int units[2], slots[2];
+  for (int kv = 0; kv < 2; ++kv) {
+    units[kv] = kv < kv_begin ? 0 : static_cast<int>(words ? geo.row_bytes[kv] / 4 : geo.row_bytes[kv]);
+    slots[kv] = kv < kv_begin ? 0 : RowScaleSlots(geo, kv);
+  }
+  const int per_row = units[0] + units[1] + slots[0] + slots[1];
 
   __shared__ uint32_t stage_w[kCompactRows][2][kMaxRowBytes / 4];
-  __shared__ float stage_s[kCompactRows][2];
+  __shared__ float stage_s[kCompactRows][2][kMaxRowScales];
   auto* stage_b = reinterpret_cast<uint8_t(*)[2][kMaxRowBytes]>(stage_w);
   auto src_of = [&](int64_t i) { return i < num_keep ? static_cast<int64_t>(k[i]) : scored_end + (i - num_keep); };
+  // Item u of a row: data units of K, of V, then scale slots of K, of V.
+  auto decode_item = [&](int u, int& kv, int& unit, bool& scale) {
+    scale = u >= units[0] + units[1];
+    if (!scale) {
+      kv = u < units[0] ? 0 : 1;
+      unit = kv == 0 ? u : u - units[0];
+    } else {
+      u -= units[0] + units[1];
+      kv = u < slots[0] ? 0 : 1;
+      unit = kv == 0 ? u : u - slots[0];
+    }
+  };
 
   for (int64_t c0 = 0; c0 < moves; c0 += kCompactRows) {
     const int cn = static_cast<int>(moves - c0 < kCompactRows ? moves - c0 : kCompactRows);
-    for (int e = static_cast<int>(threadIdx.x); e < cn * 2 * units; e += kThreads) {
-      const int r = e / (2 * units), kv = (e / units) % 2, u = e % units;
+    for (int e = static_cast<int>(threadIdx.x); e < cn * per_row; e += kThreads) {
+      const int r = e / per_row;
+      int kv, unit;
+      bool scale;
+      decode_item(e % per_row, kv, unit, scale);
       const int64_t src = src_of(c0 + r);
       if (src == lo + c0 + r) continue;  // already in place
       const int64_t sb = table[src / bs];
       const int so = static_cast<int>(src % bs);
-      const std::byte* from = data + KvElemOffset(layout, sb, kv, head, so) * eb;
-      if (words) {
-        stage_w[r][kv][u] = reinterpret_cast<const uint32_t*>(from)[u];
-      } else {
-        stage_b[r][kv][u] = reinterpret_cast<const uint8_t*>(from)[u];
+      if (scale) {
+        stage_s[r][kv][unit] = scales[KvRunScaleOffset(geo, sb, kv, head) + so * slots[kv] + unit];
+        continue;
       }
-      if (u == 0 && scales != nullptr) stage_s[r][kv] = scales[KvScaleOffset(layout, sb, kv, head, so)];
+      const std::byte* from = data + KvRunByteOffset(geo, sb, kv, head) + so * geo.row_bytes[kv];
+      if (words) {
+        stage_w[r][kv][unit] = reinterpret_cast<const uint32_t*>(from)[unit];
+      } else {
+        stage_b[r][kv][unit] = reinterpret_cast<const uint8_t*>(from)[unit];
+      }
     }
     __syncthreads();
-    for (int e = static_cast<int>(threadIdx.x); e < cn * 2 * units; e += kThreads) {
-      const int r = e / (2 * units), kv = (e / units) % 2, u = e % units;
+    for (int e = static_cast<int>(threadIdx.x); e < cn * per_row; e += kThreads) {
+      const int r = e / per_row;
+      int kv, unit;
+      bool scale;
+      decode_item(e % per_row, kv, unit, scale);
       const int64_t dst = lo + c0 + r;
       if (src_of(c0 + r) == dst) continue;
       const int64_t db = table[dst / bs];
       const int d_off = static_cast<int>(dst % bs);
-      std::byte* to = data + KvElemOffset(layout, db, kv, head, d_off) * eb;
-      if (words) {
-        reinterpret_cast<uint32_t*>(to)[u] = stage_w[r][kv][u];
-      } else {
-        reinterpret_cast<uint8_t*>(to)[u] = stage_b[r][kv][u];
+      if (scale) {
+        scales[KvRunScaleOffset(geo, db, kv, head) + d_off * slots[kv] + unit] = stage_s[r][kv][unit];
+        continue;
       }
-      if (u == 0 && scales != nullptr) scales[KvScaleOffset(layout, db, kv, head, d_off)] = stage_s[r][kv];
+      std::byte* to = data + KvRunByteOffset(geo, db, kv, head) + d_off * geo.row_bytes[kv];
+      if (words) {
+        reinterpret_cast<uint32_t*>(to)[unit] = stage_w[r][kv][unit];
+      } else {
+        reinterpret_cast<uint8_t*>(to)[unit] = stage_b[r][kv][unit];
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// int4 keys (kv_compact.cc's RecodeInt4KeyBlocks): one CTA per (KV head, layer) row. Every
+// block from the first one a moved row lands in is rebuilt in ascending order: its new rows
+// are decoded from wherever they live now (this block, not yet rewritten, or a later one)
+// into shared memory, then the block is encoded afresh over them, a thread per channel pair.
+__global__ void __launch_bounds__(kThreads)
+    RecodeInt4KeysKernel(KvGeometry geo, std::byte* const* layer_data, float* const* layer_scales,
+                         const int32_t* table, int64_t lo, int64_t scored_end, int64_t phys_len, int64_t num_keep,
+                         const int32_t* keep) {
+  extern __shared__ float rows_s[];  // [block_size][head_dim]
+  __shared__ int64_t first_dst_s;
+  const int head = static_cast<int>(blockIdx.x), layer = static_cast<int>(blockIdx.y);
+  const int bs = geo.block_size, hd = geo.head_dim;
+  const int64_t row = static_cast<int64_t>(layer) * geo.num_kv_heads + head;
+  const int32_t* k = keep + row * num_keep;
+  const int64_t shift = scored_end - (lo + num_keep);
+  const int64_t tail = phys_len - scored_end;
+  const int64_t new_len = lo + num_keep + tail;
+  if (threadIdx.x == 0) {
+    int64_t i = 0;
+    while (i < num_keep && k[i] == lo + i) ++i;
+    // As the CPU: nothing to rebuild when every kept row is in place and no tail moves.
+    first_dst_s = (i < num_keep || (shift > 0 && tail > 0)) ? (i < num_keep ? lo + i : lo + num_keep) : -1;
+  }
+  __syncthreads();
+  const int64_t first_dst = first_dst_s;
+  if (first_dst < 0) return;
+  std::byte* data = layer_data[layer];
+  float* scales = layer_scales[layer];
+  auto source = [&](int64_t p) -> int64_t {
+    if (p < lo) return p;
+    if (p < lo + num_keep) return k[p - lo];
+    return p + shift;
+  };
+  for (int64_t d = first_dst / bs; d * bs < new_len; ++d) {
+    const int n = static_cast<int>(new_len - d * bs < bs ? new_len - d * bs : bs);
+    for (int e = static_cast<int>(threadIdx.x); e < n * hd; e += kThreads) {
+      const int r = e / hd, c = e % hd;
+      const int64_t src = source(d * bs + r);
+      const int64_t sb = table[src / bs];
+      rows_s[e] = LoadKvRunElem(geo, 0, data + KvRunByteOffset(geo, sb, 0, head),
+                                scales + KvRunScaleOffset(geo, sb, 0, head), static_cast<int>(src % bs), c, 1.0f);
+    }
+    __syncthreads();
+    const int64_t db = table[d];
+    auto* run = reinterpret_cast<uint8_t*>(data + KvRunByteOffset(geo, db, 0, head));
+    float* run_scales = scales + KvRunScaleOffset(geo, db, 0, head);
+    for (int pair = static_cast<int>(threadIdx.x); pair < (hd + 1) / 2; pair += kThreads) {
+      WriteInt4KeyPair(run, run_scales, hd, 0, n, rows_s, hd, pair);
     }
     __syncthreads();
   }
@@ -270,7 +370,7 @@ int TriAttentionScores(const cache::KvLayout& layout, const std::byte* layer_dat
     return cudaErrorInvalidValue;
   }
   TriScoreKernel<<<Blocks(end - begin), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      layout, layer_data, layer_scales, table, kv_head, begin, end - begin, weights, scores);
+      MakeKvGeometry(layout), layer_data, layer_scales, table, kv_head, begin, end - begin, weights, scores);
   return static_cast<int>(cudaGetLastError());
 }
 
@@ -301,16 +401,17 @@ int SnapKvScores(const cache::KvLayout& layout, const std::byte* layer_data, con
     return cudaErrorInvalidValue;
   }
   auto st = static_cast<cudaStream_t>(stream);
+  const KvGeometry geo = MakeKvGeometry(layout);
   auto* stats = static_cast<double*>(workspace);
   double* attn = stats + static_cast<int64_t>(window.group) * window.num_queries * 2;
   const int64_t pe = window.prefix_end > 0 ? window.prefix_end : 0;
   if (window.num_queries > 0) {
     SnapStatsKernel<<<dim3(static_cast<unsigned>(window.num_queries), static_cast<unsigned>(window.group)), kThreads,
-                      0, st>>>(layout, layer_data, layer_scales, table, kv_head, window, stats);
+                      0, st>>>(geo, layer_data, layer_scales, table, kv_head, window, stats);
   }
   if (pe > 0) {
     SnapAttnKernel<<<dim3(Blocks(pe), static_cast<unsigned>(window.group)), kThreads, 0, st>>>(
-        layout, layer_data, layer_scales, table, kv_head, window, stats, attn);
+        geo, layer_data, layer_scales, table, kv_head, window, stats, attn);
   }
   SnapPoolKernel<<<Blocks(n - lo), kThreads, 0, st>>>(window, lo, n, attn, row);
   return static_cast<int>(cudaGetLastError());
@@ -319,17 +420,30 @@ int SnapKvScores(const cache::KvLayout& layout, const std::byte* layer_data, con
 int CompactKv(const cache::KvLayout& layout, std::byte* const* layer_data, float* const* layer_scales,
               const int32_t* table, int64_t lo, int64_t scored_end, int64_t phys_len, int64_t num_keep,
               const int32_t* keep, void* stream) {
-  if (layout.head_dim < 1 || static_cast<size_t>(layout.head_dim) * layout.elem_bytes() > kMaxRowBytes ||
-      layout.num_layers < 1 || layout.num_kv_heads < 1 || !(0 <= lo && lo <= scored_end && scored_end <= phys_len) ||
-      num_keep < 0 || num_keep > scored_end - lo || (num_keep > 0 && keep == nullptr) ||
-      (layout.has_scales() && layer_scales == nullptr)) {
+  const KvGeometry geo = MakeKvGeometry(layout);
+  const bool int4_keys = layout.k_dtype() == config::KvDtype::kInt4;
+  const size_t recode_smem = static_cast<size_t>(layout.block_size) * static_cast<size_t>(layout.head_dim) * sizeof(float);
+  if (layout.head_dim < 1 || geo.row_bytes[0] > kMaxRowBytes || geo.row_bytes[1] > kMaxRowBytes ||
+      RowScaleSlots(geo, 1) > kMaxRowScales || layout.num_layers < 1 || layout.num_kv_heads < 1 ||
+      !(0 <= lo && lo <= scored_end && scored_end <= phys_len) || num_keep < 0 || num_keep > scored_end - lo ||
+      (num_keep > 0 && keep == nullptr) || (layout.has_scales() && layer_scales == nullptr) ||
+      (int4_keys && recode_smem > kMaxRecodeSharedBytes)) {
     return cudaErrorInvalidValue;
   }
   if (num_keep == scored_end - lo) return cudaSuccess;  // nothing dropped: nothing moves
   const dim3 grid(static_cast<unsigned>(layout.num_kv_heads), static_cast<unsigned>(layout.num_layers));
-  CompactKernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(layout, layer_data, layer_scales, table, lo,
-                                                                         scored_end, phys_len, num_keep, keep,
-                                                                         static_cast<int>(layout.elem_bytes()));
+  auto st = static_cast<cudaStream_t>(stream);
+  if (int4_keys) {
+    // Past 48 KiB of dynamic shared memory a kernel must opt in (block 128 x head_dim 128).
+    const int err = static_cast<int>(cudaFuncSetAttribute(RecodeInt4KeysKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                          static_cast<int>(recode_smem)));
+    if (err != cudaSuccess) return err;
+    // K and V touch disjoint bytes, so the two kernels' order does not matter.
+    RecodeInt4KeysKernel<<<grid, kThreads, recode_smem, st>>>(geo, layer_data, layer_scales, table, lo, scored_end,
+                                                              phys_len, num_keep, keep);
+  }
+  CompactKernel<<<grid, kThreads, 0, st>>>(geo, layer_data, layout.has_scales() ? layer_scales : nullptr, table, lo,
+                                           scored_end, phys_len, num_keep, keep, int4_keys ? 1 : 0);
   return static_cast<int>(cudaGetLastError());
 }
 

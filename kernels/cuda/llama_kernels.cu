@@ -74,12 +74,13 @@ __global__ void RopeKernel(float* x, int64_t rows, int num_heads, int head_dim, 
 
 // ------------------------------------------------------------------ KV write
 
-// One warp per (row, KV head, K|V): lane l handles elements l, l + 32, ...
-__global__ void WriteKvKernel(cache::KvLayout layout, std::byte* data, float* scales, const float* k,
-                              const float* v, int64_t kv_stride, const int64_t* slot_mapping, int64_t rows) {
+// One warp per (row, KV head, K|V): lane l handles elements l, l + 32, ... Sides stored as
+// int4 are skipped here (WriteInt4ValuesKernel, WriteInt4KeysKernel).
+__global__ void WriteKvKernel(KvGeometry geo, std::byte* data, float* scales, const float* k, const float* v,
+                              int64_t kv_stride, const int64_t* slot_mapping, int64_t rows) {
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x % 32);
-  const int heads = layout.num_kv_heads;
+  const int heads = geo.num_kv_heads;
   if (warp >= rows * heads * 2) return;
   const int which = static_cast<int>(warp % 2);  // 0 = K, 1 = V
   const int64_t rh = warp / 2;
@@ -87,24 +88,25 @@ __global__ void WriteKvKernel(cache::KvLayout layout, std::byte* data, float* sc
   const int head = static_cast<int>(rh - r * heads);
   const int64_t slot = slot_mapping[r];
   if (slot < 0) return;
-  const int64_t block = slot / layout.block_size;
-  const int off = static_cast<int>(slot - block * layout.block_size);
-  const int hd = layout.head_dim;
+  const int64_t block = slot / geo.block_size;
+  const int off = static_cast<int>(slot - block * geo.block_size);
+  const int hd = geo.head_dim;
   const float* src = (which == 0 ? k : v) + r * kv_stride + static_cast<int64_t>(head) * hd;
-  const size_t elem = KvElemOffset(layout, block, which, head, off);
-  switch (layout.dtype) {
+  std::byte* row = data + KvRunByteOffset(geo, block, which, head) + off * geo.row_bytes[which];
+  const config::KvDtype dtype = geo.dtype[which];
+  switch (dtype) {
     case config::KvDtype::kFp32: {
-      float* dst = reinterpret_cast<float*>(data) + elem;
+      float* dst = reinterpret_cast<float*>(row);
       for (int i = lane; i < hd; i += 32) dst[i] = src[i];
       return;
     }
     case config::KvDtype::kFp16: {
-      uint16_t* dst = reinterpret_cast<uint16_t*>(data) + elem;
+      uint16_t* dst = reinterpret_cast<uint16_t*>(row);
       for (int i = lane; i < hd; i += 32) dst[i] = FloatToHalfCode(src[i]);
       return;
     }
     case config::KvDtype::kBf16: {
-      uint16_t* dst = reinterpret_cast<uint16_t*>(data) + elem;
+      uint16_t* dst = reinterpret_cast<uint16_t*>(row);
       for (int i = lane; i < hd; i += 32) dst[i] = FloatToBf16Code(src[i]);
       return;
     }
@@ -113,18 +115,66 @@ __global__ void WriteKvKernel(cache::KvLayout layout, std::byte* data, float* sc
       float m = 0.0f;
       for (int i = lane; i < hd; i += 32) m = fmaxf(m, fabsf(src[i]));
       for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-      const bool fp8 = layout.dtype == config::KvDtype::kFp8E4M3;
+      const bool fp8 = dtype == config::KvDtype::kFp8E4M3;
       const float s = __fdiv_rn(m, fp8 ? kFp8E4M3MaxCode : kInt8MaxCode);
       const float inv = s > 0.0f ? __fdiv_rn(1.0f, s) : 0.0f;
-      uint8_t* dst = reinterpret_cast<uint8_t*>(data) + elem;
+      uint8_t* dst = reinterpret_cast<uint8_t*>(row);
       for (int i = lane; i < hd; i += 32) {
         const float x = __fmul_rn(src[i], inv);
         dst[i] = fp8 ? FloatToFp8E4M3Code(x) : FloatToInt8Code(x);
       }
-      if (lane == 0) scales[KvScaleOffset(layout, block, which, head, off)] = s;
+      if (lane == 0) scales[KvRunScaleOffset(geo, block, which, head) + off] = s;
       return;
     }
+    case config::KvDtype::kInt4:
+      return;
   }
+}
+
+// int4 values: one thread per (row, KV head) quantizes the row group by group
+// (kv_quant.cc's QuantizeInt4Row; groups of odd size share bytes, so one thread owns a row).
+__global__ void WriteInt4ValuesKernel(KvGeometry geo, std::byte* data, float* scales, const float* v,
+                                      int64_t kv_stride, const int64_t* slot_mapping, int64_t rows) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * geo.num_kv_heads) return;
+  const int64_t r = i / geo.num_kv_heads;
+  const int head = static_cast<int>(i - r * geo.num_kv_heads);
+  const int64_t slot = slot_mapping[r];
+  if (slot < 0) return;
+  const int64_t block = slot / geo.block_size;
+  const int off = static_cast<int>(slot - block * geo.block_size);
+  auto* row = reinterpret_cast<uint8_t*>(data + KvRunByteOffset(geo, block, 1, head) + off * geo.row_bytes[1]);
+  float* row_scales = scales + KvRunScaleOffset(geo, block, 1, head) + static_cast<int64_t>(off) * geo.v_groups;
+  QuantizeInt4Row(v + r * kv_stride + static_cast<int64_t>(head) * geo.head_dim, geo.head_dim, geo.int4_group, row,
+                  row_scales);
+}
+
+// int4 keys (kv_write.cc): per KV head, the step's tokens are written a run of consecutive
+// slots of one block at a time, so a block's per-channel range widens once per run and a
+// prefilled block is encoded once, as on the CPU. One thread per (token, KV head, channel
+// pair); only the thread of a run's first token works: it owns that run's byte column. Runs
+// of one step never share a block (a sequence's new tokens occupy consecutive slots, and
+// blocks shared through the prefix cache are full and never written).
+__global__ void WriteInt4KeysKernel(KvGeometry geo, std::byte* data, float* scales, const float* k, int64_t kv_stride,
+                                    const int64_t* slot_mapping, int64_t rows) {
+  const int pairs = (geo.head_dim + 1) / 2;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * geo.num_kv_heads * pairs) return;
+  const int pair = static_cast<int>(i % pairs);
+  const int64_t th = i / pairs;
+  const int head = static_cast<int>(th % geo.num_kv_heads);
+  const int64_t t = th / geo.num_kv_heads;
+  const int64_t slot = slot_mapping[t];
+  if (slot < 0) return;
+  const int64_t block = slot / geo.block_size;
+  const int offset = static_cast<int>(slot - block * geo.block_size);
+  // A run starts where the previous token is not the previous slot of this block.
+  if (t > 0 && offset > 0 && slot_mapping[t - 1] == slot - 1) return;
+  int n = 1;
+  while (t + n < rows && offset + n < geo.block_size && slot_mapping[t + n] == slot + n) ++n;
+  auto* run = reinterpret_cast<uint8_t*>(data + KvRunByteOffset(geo, block, 0, head));
+  WriteInt4KeyPair(run, scales + KvRunScaleOffset(geo, block, 0, head), geo.head_dim, offset, n,
+                   k + t * kv_stride + static_cast<int64_t>(head) * geo.head_dim, kv_stride, pair);
 }
 
 // ------------------------------------------------------------------ SwiGLU, bias, bf16
@@ -285,9 +335,19 @@ int WriteKv(const cache::KvLayout& layout, std::byte* layer_data, float* layer_s
             int64_t kv_stride, const int64_t* slot_mapping, int64_t rows, void* stream) {
   if (rows == 0) return 0;
   if (layout.has_scales() && layer_scales == nullptr) return static_cast<int>(cudaErrorInvalidValue);
+  const KvGeometry geo = MakeKvGeometry(layout);
   const int64_t threads = rows * layout.num_kv_heads * 2 * 32;
-  WriteKvKernel<<<GridFor(threads, 128), 128, 0, AsStream(stream)>>>(layout, layer_data, layer_scales, k, v, kv_stride,
+  WriteKvKernel<<<GridFor(threads, 128), 128, 0, AsStream(stream)>>>(geo, layer_data, layer_scales, k, v, kv_stride,
                                                                      slot_mapping, rows);
+  if (layout.v_dtype() == config::KvDtype::kInt4) {
+    WriteInt4ValuesKernel<<<GridFor(rows * layout.num_kv_heads, 128), 128, 0, AsStream(stream)>>>(
+        geo, layer_data, layer_scales, v, kv_stride, slot_mapping, rows);
+  }
+  if (layout.k_dtype() == config::KvDtype::kInt4) {
+    const int64_t n = rows * layout.num_kv_heads * ((layout.head_dim + 1) / 2);
+    WriteInt4KeysKernel<<<GridFor(n, 128), 128, 0, AsStream(stream)>>>(geo, layer_data, layer_scales, k, kv_stride,
+                                                                       slot_mapping, rows);
+  }
   return LastError();
 }
 

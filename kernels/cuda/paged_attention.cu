@@ -16,6 +16,7 @@ constexpr int kThreads = kWarps * 32;
 
 struct Params {
   cache::KvLayout layout;
+  KvGeometry geo;  // byte geometry of layout, every dtype pair
   const std::byte* data;
   const float* scales;
   DevicePagedSeqs seqs;
@@ -35,8 +36,17 @@ struct Params {
 
 __device__ __forceinline__ int SplitRow(const Params& p, int i) { return p.split_rows != nullptr ? p.split_rows[i] : i; }
 
-__device__ __forceinline__ float Load(const Params& p, size_t base, int i, float row_scale) {
-  return LoadKvElem(p.layout.dtype, p.data, base, i, row_scale);
+// The (block, kv, g) run of layer data and its scales.
+struct Run {
+  const std::byte* data;
+  const float* scales;
+};
+__device__ __forceinline__ Run RunOf(const Params& p, int64_t block, int kv, int g) {
+  return {p.data + KvRunByteOffset(p.geo, block, kv, g),
+          p.scales != nullptr ? p.scales + KvRunScaleOffset(p.geo, block, kv, g) : nullptr};
+}
+__device__ __forceinline__ float Load(const Params& p, int kv, const Run& r, int off, int i, float row_scale) {
+  return LoadKvRunElem(p.geo, kv, r.data, r.scales, off, i, row_scale);
 }
 
 __device__ __forceinline__ float WarpSum(float x) {
@@ -84,19 +94,17 @@ __global__ void __launch_bounds__(kThreads) SplitKernel(Params p) {
 
   const int bs = p.layout.block_size;
   const int32_t* table = p.seqs.block_tables + p.seqs.block_table_offsets[s];
-  const bool scaled = KvScaled(p.layout.dtype);
   for (int i = begin + warp; i < end; i += kWarps) {
     const int64_t block = table[i / bs];
     const int off = i % bs;
-    const size_t kb = KvElemOffset(p.layout, block, 0, g, off), vb = KvElemOffset(p.layout, block, 1, g, off);
-    const float ks = scaled ? p.scales[KvScaleOffset(p.layout, block, 0, g, off)] : 1.0f;
-    const float vs = scaled ? p.scales[KvScaleOffset(p.layout, block, 1, g, off)] : 1.0f;
+    const Run kr = RunOf(p, block, 0, g), vr = RunOf(p, block, 1, g);
+    const float ks = KvRowScale(p.geo, 0, kr.scales, off), vs = KvRowScale(p.geo, 1, vr.scales, off);
     float k[kElems], v[kElems];
 #pragma unroll
     for (int e = 0; e < kElems; ++e) {
       const int d = e * 32 + lane;
-      k[e] = d < hd ? Load(p, kb, d, ks) : 0.0f;
-      v[e] = d < hd ? Load(p, vb, d, vs) : 0.0f;
+      k[e] = d < hd ? Load(p, 0, kr, off, d, ks) : 0.0f;
+      v[e] = d < hd ? Load(p, 1, vr, off, d, vs) : 0.0f;
     }
 #pragma unroll
     for (int h = 0; h < kMaxAttentionGroup; ++h) {
@@ -225,7 +233,6 @@ __global__ void __launch_bounds__(kThreads) TileKernel(Params p, float* out, int
   for (int k = 0; k < kTileAcc; ++k) acc[k] = 0.0f;
 
   const int32_t* table = p.seqs.block_tables + p.seqs.block_table_offsets[s];
-  const bool scaled = KvScaled(p.layout.dtype);
   for (int c0 = 0; c0 < end; c0 += kChunk) {
     const int cn = min(kChunk, end - c0);
     __syncthreads();  // the previous chunk's V and scores are consumed; q_s, m_s, l_s written
@@ -234,10 +241,10 @@ __global__ void __launch_bounds__(kThreads) TileKernel(Params p, float* out, int
       const int slot = c0 + c;
       const int64_t block = table[slot / bs];
       const int off = slot % bs;
-      const float ks = scaled ? p.scales[KvScaleOffset(p.layout, block, 0, g, off)] : 1.0f;
-      const float vsc = scaled ? p.scales[KvScaleOffset(p.layout, block, 1, g, off)] : 1.0f;
-      k_s[c * (hd + 1) + d] = Load(p, KvElemOffset(p.layout, block, 0, g, off), d, ks);
-      v_s[c * hd + d] = Load(p, KvElemOffset(p.layout, block, 1, g, off), d, vsc);
+      const Run kr = RunOf(p, block, 0, g), vr = RunOf(p, block, 1, g);
+      const float ks = KvRowScale(p.geo, 0, kr.scales, off), vsc = KvRowScale(p.geo, 1, vr.scales, off);
+      k_s[c * (hd + 1) + d] = Load(p, 0, kr, off, d, ks);
+      v_s[c * hd + d] = Load(p, 1, vr, off, d, vsc);
     }
     __syncthreads();
     for (int i = tid; i < vecs * kChunk; i += kThreads) {
@@ -319,17 +326,16 @@ __global__ void __launch_bounds__(kThreads) MassKernel(Params p, const float* ls
   const int begin = static_cast<int>(blockIdx.z) * kMassSlotsPerCta;
   const int end = min(kv_len, begin + kMassSlotsPerCta);
   const int32_t* table = p.seqs.block_tables + p.seqs.block_table_offsets[s];
-  const bool scaled = KvScaled(p.layout.dtype);
   for (int i = begin + warp; i < end; i += kWarps) {
     const int64_t block = table[i / bs];
     const int off = i % bs;
-    const size_t kb = KvElemOffset(p.layout, block, 0, g, off);
-    const float ks = scaled ? p.scales[KvScaleOffset(p.layout, block, 0, g, off)] : 1.0f;
+    const Run kr = RunOf(p, block, 0, g);
+    const float ks = KvRowScale(p.geo, 0, kr.scales, off);
     float k[kElems];
 #pragma unroll
     for (int e = 0; e < kElems; ++e) {
       const int d = e * 32 + lane;
-      k[e] = d < hd ? Load(p, kb, d, ks) : 0.0f;
+      k[e] = d < hd ? Load(p, 0, kr, off, d, ks) : 0.0f;
     }
     // Row j (0-based in s) sees slots [0, kv_len - n_s + j].
     const int j0 = max(0, i - (kv_len - n_s));
@@ -388,6 +394,7 @@ Params MakeParams(const cache::KvLayout& layout, const std::byte* layer_data, co
                   const DevicePagedSeqs& seqs, const float* q, int64_t q_stride, int num_heads, float scale) {
   Params p{};
   p.layout = layout;
+  p.geo = MakeKvGeometry(layout);
   p.data = layer_data;
   p.scales = layer_scales;
   p.seqs = seqs;

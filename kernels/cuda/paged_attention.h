@@ -1,6 +1,7 @@
 // Paged attention on a CUDA device: the twin of kernels/cpu/paged_attention.h, over the same
 // paged layout (cache/kv_layout.h) and every KV dtype (fp32, fp16, bf16, fp8_e4m3 and int8 with
-// per-row scales), for a batch that mixes prefill chunks and decode rows. Plain C++ header: no
+// per-row scales, int4 with per-channel key and per-group value scales; K and V each in its
+// own dtype), for a batch that mixes prefill chunks and decode rows. Plain C++ header: no
 // CUDA types (pointers are device pointers, the stream is a cudaStream_t passed as void*).
 //
 // Two kernels share the step (DevicePagedSeqs says which row goes where):

@@ -374,7 +374,18 @@ TEST(SnapKv, CompressesThePromptAtTheEndOfPrefillAndAgainInDecode) {
 // the scores it returns, reading no key itself.
 class SnapScoringAccess final : public testing::DelegatingKvAccess {
  public:
-  using DelegatingKvAccess::DelegatingKvAccess;
+  // batched: also offers ScoreSnapKvLayer (each head scored as below).
+  explicit SnapScoringAccess(HostKvAccess& host, bool batched = false) : DelegatingKvAccess(host), batched_(batched) {}
+  bool ScoresSnapKvBatched() const override { return batched_; }
+  bool ScoreSnapKvLayer(std::span<const int32_t> table, int layer, int64_t lo, int64_t n,
+                        std::span<const SnapKvWindow> ws, std::span<double> rows) override {
+    ++layer_calls;
+    const auto width = static_cast<size_t>(n - lo);
+    for (size_t kv = 0; kv < ws.size(); ++kv) {
+      ScoreSnapKv(table, layer, static_cast<int>(kv), lo, n, ws[kv], rows.subspan(kv * width, width));
+    }
+    return true;
+  }
   bool ScoreSnapKv(std::span<const int32_t>, int layer, int kv_head, int64_t lo, int64_t n, const SnapKvWindow& w,
                    std::span<double> row) override {
     windows.push_back(w);
@@ -387,9 +398,15 @@ class SnapScoringAccess final : public testing::DelegatingKvAccess {
   }
   std::vector<SnapKvWindow> windows;
   std::vector<std::vector<int64_t>> window_seen;
+  int layer_calls = 0;
+
+ private:
+  bool batched_;
 };
 
-TEST(SnapKv, ABackendThatScoresInPlaceGetsTheWindowAndNoKeyIsRead) {
+// batched: the backend scores a layer's heads in one call (CudaKvAccess: one synchronisation
+// per layer); the windows, their order and the tokens kept are the per-head path's.
+void CheckBackendScoresSnapKv(bool batched) {
   Harness h;
   const int64_t prompt = 30, budget = 16, w = 4;
   PolicyParams p = Params(CompressionPolicyKind::kSnapKv, budget, 8, prompt, false);
@@ -403,13 +420,14 @@ TEST(SnapKv, ABackendThatScoresInPlaceGetsTheWindowAndNoKeyIsRead) {
   seq.Append(prompt);
   policy->ObserveQueries(seq.slots, QueryView{rows.data(), 0, q_size, positions.data(), prompt});
   ASSERT_TRUE(policy->Due(prompt, prompt));
-  SnapScoringAccess access(h.pool.access());
+  SnapScoringAccess access(h.pool.access(), batched);
   RoundInput in = seq.Input();
   in.kv = &access;
   auto r = policy->Run(in);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(access.reads, 0) << "the policy read keys although the backend scored them";
-  ASSERT_EQ(access.windows.size(), 4u) << "one call per (layer, KV head)";
+  ASSERT_EQ(access.windows.size(), 4u) << "one window per (layer, KV head)";
+  EXPECT_EQ(access.layer_calls, batched ? 2 : 0) << "one batched call per layer";
   for (size_t c = 0; c < access.windows.size(); ++c) {
     const SnapKvWindow& win = access.windows[c];
     EXPECT_EQ(win.group, kQHeads / 2);
@@ -432,6 +450,10 @@ TEST(SnapKv, ABackendThatScoresInPlaceGetsTheWindowAndNoKeyIsRead) {
     }
   }
 }
+
+TEST(SnapKv, ABackendThatScoresInPlaceGetsTheWindowAndNoKeyIsRead) { CheckBackendScoresSnapKv(false); }
+
+TEST(SnapKv, ABackendThatScoresALayerAtOnceGetsEveryHeadsWindow) { CheckBackendScoresSnapKv(true); }
 
 TEST(SnapKv, PinnedPromptIsNeverCompressedAtPrefill) {
   Harness h;

@@ -205,7 +205,20 @@ TEST_P(TriAttentionRound, KeepsTheReferenceSelectionAndFreesTailBlocks) {
 // query head; max over the group) on the host pool's rows.
 class ScoringAccess final : public testing::DelegatingKvAccess {
  public:
-  using DelegatingKvAccess::DelegatingKvAccess;
+  // batched: also offers ScoreTriAttentionAll (scoring each head with the formula below).
+  explicit ScoringAccess(HostKvAccess& host, bool batched = false) : DelegatingKvAccess(host), batched_(batched) {}
+  bool ScoresTriAttentionBatched() const override { return batched_; }
+  bool ScoreTriAttentionAll(std::span<const int32_t> table, int64_t begin, int64_t end,
+                            std::span<const TriKeyWeights> weights, std::span<double> pooled) override {
+    ++batch_calls;
+    const int kv_heads = layout().num_kv_heads;
+    const auto n = static_cast<size_t>(end - begin);
+    for (size_t i = 0; i < weights.size(); ++i) {
+      ScoreTriAttention(table, static_cast<int>(i) / kv_heads, static_cast<int>(i) % kv_heads, begin, end, weights[i],
+                        pooled.subspan(i * n, n));
+    }
+    return true;
+  }
   bool ScoreTriAttention(std::span<const int32_t> table, int layer, int kv_head, int64_t begin, int64_t end,
                          const TriKeyWeights& w, std::span<double> pooled) override {
     ++scored;
@@ -240,6 +253,10 @@ class ScoringAccess final : public testing::DelegatingKvAccess {
     return true;
   }
   int scored = 0;
+  int batch_calls = 0;
+
+ private:
+  bool batched_;
 };
 
 TEST(TriAttentionPolicy, ABackendThatScoresInPlaceGetsTheWeightsAndNoKeyIsRead) {
@@ -257,6 +274,29 @@ TEST(TriAttentionPolicy, ABackendThatScoresInPlaceGetsTheWeightsAndNoKeyIsRead) 
   auto r = policy->Run(in);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(access.scored, h.layout.num_layers * h.layout.num_kv_heads) << "one call per (layer, KV head)";
+  EXPECT_EQ(access.reads, 0) << "the policy read keys although the backend scored them";
+  CheckCompacted(seq, before, want_keep, prompt, budget - prompt);
+}
+
+// A backend that scores every head in one call (CudaKvAccess: one device synchronisation per
+// round): the policy hands it each head's weights in (layer, KV head) order, calls it once and
+// selects exactly what it selects from per-head scoring.
+TEST(TriAttentionPolicy, ABatchingBackendIsCalledOncePerRoundWithEveryHeadsWeights) {
+  Harness h(config::KvDtype::kBf16, 33);
+  const int64_t prompt = 6, budget = 20;
+  auto policy = h.Make(TriParams(budget, 8, prompt));
+  ASSERT_NE(policy, nullptr);
+  TestSeq seq = h.NewSeq(*policy, h.pool.Allocate(36));
+  seq.Append(36);
+  const Before before = Capture(seq);
+  const std::vector<int32_t> want_keep = ReferenceTriKeep(seq, h.stats, prompt, budget - prompt);
+  ScoringAccess access(h.pool.access(), /*batched=*/true);
+  RoundInput in = seq.Input();
+  in.kv = &access;
+  auto r = policy->Run(in);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(access.batch_calls, 1);
+  EXPECT_EQ(access.scored, h.layout.num_layers * h.layout.num_kv_heads) << "every head scored inside the batch";
   EXPECT_EQ(access.reads, 0) << "the policy read keys although the backend scored them";
   CheckCompacted(seq, before, want_keep, prompt, budget - prompt);
 }

@@ -141,6 +141,25 @@ TEST_F(CudaEngine, GreedyOutputOver256TokensIsIdenticalToTheCpuEngine) {
   ExpectSame(Run(config::Backend::kCpu, specs), Run(config::Backend::kCuda, specs), 256);
 }
 
+// Split K/V dtypes and int4 run on the CUDA backend with the CPU's codes (bit-exact writes and
+// compaction, exact decoding): greedy streams over 96 tokens equal the CPU engine's.
+TEST_F(CudaEngine, SplitAndInt4KvPrecisionsMatchTheCpuEngine) {
+  const std::pair<config::KvDtype, config::KvDtype> pairs[] = {{config::KvDtype::kInt4, config::KvDtype::kInt4},
+                                                               {config::KvDtype::kInt8, config::KvDtype::kInt4},
+                                                               {config::KvDtype::kBf16, config::KvDtype::kInt4},
+                                                               {config::KvDtype::kFp16, config::KvDtype::kInt8}};
+  for (auto [k, v] : pairs) {
+    SCOPED_TRACE(testing::Message() << "k " << static_cast<int>(k) << " v " << static_cast<int>(v));
+    config::Config cfg = BaseConfig();
+    cfg.cache.k_dtype = k;
+    cfg.cache.v_dtype = v;
+    cfg.cache.kv_int4_group = 16;
+    std::vector<RequestSpec> specs;
+    for (int i = 0; i < 4; ++i) specs.push_back(Greedy("p" + std::to_string(i), Prompt(20 + 41 * i, 7 + i), 96));
+    ExpectSame(Run(config::Backend::kCpu, specs, cfg, 0), Run(config::Backend::kCuda, specs, cfg, 0), 96);
+  }
+}
+
 TEST_F(CudaEngine, SeededSamplingWithNGreaterThanOneMatches) {
   std::vector<RequestSpec> specs;
   for (int i = 0; i < 3; ++i) {

@@ -1,5 +1,5 @@
 // Compression on the device (kernels/cuda/kv_compression.h through cuda::CudaKvAccess) against
-// the CPU code on random KV in every dtype, head_dim 64/128, block 16/32, GQA 1/4/8, random
+// the CPU code on random KV in every dtype (and split K/V dtypes with int4), head_dim 64/128, block 16/32, GQA 1/4/8, random
 // non-contiguous block tables. Tolerances, and why:
 //   CompactKv             bit-exact: the whole pool after a round equals the CPU's in-place
 //                         compaction byte for byte (K, V, scales), and the statistics match
@@ -19,6 +19,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "../compression/compression_test_util.h"
@@ -46,14 +47,29 @@ class CudaKvCompression : public ::testing::Test {
   }
 };
 
-cache::KvLayout Layout(KvDtype dtype, int head_dim, int block_size, int kv_heads) {
+// K's and V's dtypes: every uniform dtype, then split pairs with int4 (per-channel keys,
+// per-group values, group 16).
+struct Precision {
+  KvDtype k, v;
+};
+std::vector<Precision> AllPrecisions() {
+  std::vector<Precision> out;
+  for (KvDtype d : compression::testing::kAllDtypes) out.push_back({d, d});
+  for (Precision p : {Precision{KvDtype::kInt4, KvDtype::kInt4}, Precision{KvDtype::kInt8, KvDtype::kInt4},
+                      Precision{KvDtype::kInt4, KvDtype::kBf16}, Precision{KvDtype::kFp16, KvDtype::kInt8}}) {
+    out.push_back(p);
+  }
+  return out;
+}
+std::string Name(Precision p) { return std::string(config::Name(p.k)) + "/" + std::string(config::Name(p.v)); }
+
+cache::KvLayout Layout(Precision p, int head_dim, int block_size, int kv_heads) {
   cache::KvLayout l;
   l.num_layers = 2;
   l.num_kv_heads = kv_heads;
   l.head_dim = head_dim;
   l.block_size = block_size;
-  l.dtype = dtype;
-  return l;
+  return cache::WithPrecision(l, p.k, p.v, 16);
 }
 
 // A host pool with random K/V in every slot of `table` (len slots), and its device copy.
@@ -95,7 +111,7 @@ Pools MakePools(const cache::KvLayout& l, int64_t len, std::mt19937& rng) {
 std::vector<std::byte> PoolBytes(const cache::HostKvStorage& s) {
   const cache::KvLayout& l = s.layout();
   std::vector<std::byte> out;
-  const size_t data_bytes = static_cast<size_t>(s.num_blocks()) * l.block_elems() * l.elem_bytes();
+  const size_t data_bytes = static_cast<size_t>(s.num_blocks()) * l.block_data_bytes();
   const size_t scale_floats = static_cast<size_t>(s.num_blocks()) * l.block_scales();
   for (int layer = 0; layer < l.num_layers; ++layer) {
     const std::byte* d = s.layer_data(layer);
@@ -110,10 +126,10 @@ std::vector<std::byte> PoolBytes(const cache::HostKvStorage& s) {
 
 TEST_F(CudaKvCompression, CompactionIsBitExactWithTheCpuKernel) {
   std::mt19937 rng(5);
-  for (KvDtype dtype : compression::testing::kAllDtypes) {
+  for (Precision dtype : AllPrecisions()) {
     for (int hd : {64, 128}) {
       for (int bs : {16, 32}) {
-        SCOPED_TRACE(testing::Message() << config::Name(dtype) << " hd " << hd << " bs " << bs);
+        SCOPED_TRACE(testing::Message() << Name(dtype) << " hd " << hd << " bs " << bs);
         const cache::KvLayout l = Layout(dtype, hd, bs, 2);
         // Pinned prefix, candidates, and a tail that shifts left; odd lengths.
         const int64_t len = 301, lo = 7, scored_end = 283, k = 101;
@@ -146,6 +162,7 @@ TEST_F(CudaKvCompression, CompactionIsBitExactWithTheCpuKernel) {
         EXPECT_EQ(got.new_len, want.new_len);
         EXPECT_EQ(got.rows_moved, want.rows_moved);
         EXPECT_EQ(got.bytes_moved, want.bytes_moved);
+        EXPECT_EQ(got.rows_recoded, want.rows_recoded);
 
         auto back = std::move(cache::HostKvStorage::Create(l, p.blocks)).value();
         std::vector<cache::BlockCopy> all;
@@ -164,11 +181,11 @@ TEST_F(CudaKvCompression, CompactionIsBitExactWithTheCpuKernel) {
 
 TEST_F(CudaKvCompression, TriAttentionScoresMatchTheCpuScorer) {
   std::mt19937 rng(9);
-  for (KvDtype dtype : compression::testing::kAllDtypes) {
+  for (Precision dtype : AllPrecisions()) {
     for (int hd : {64, 128}) {
       for (int group : {1, 4, 8}) {
         for (compression::TriOffsetPool pool : {compression::TriOffsetPool::kMean, compression::TriOffsetPool::kMax}) {
-          SCOPED_TRACE(testing::Message() << config::Name(dtype) << " hd " << hd << " group " << group << " pool "
+          SCOPED_TRACE(testing::Message() << Name(dtype) << " hd " << hd << " group " << group << " pool "
                                           << static_cast<int>(pool));
           const int kv_heads = 2;
           const cache::KvLayout l = Layout(dtype, hd, hd == 64 ? 16 : 32, kv_heads);
@@ -191,6 +208,9 @@ TEST_F(CudaKvCompression, TriAttentionScoresMatchTheCpuScorer) {
           ASSERT_EQ(cudaMalloc(&d_table, p.table.size() * 4), cudaSuccess);
           ASSERT_EQ(cudaMemcpy(d_table, p.table.data(), p.table.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
           ASSERT_EQ(cudaMalloc(&d_scores, want.size() * sizeof(double)), cudaSuccess);
+          std::vector<double> per_head;  // [layer][kv][n]: ScoreTriAttention's rows
+          std::vector<std::vector<double>> owned;  // every head's weights (w then c)
+          std::vector<compression::TriKeyWeights> all_weights;
           for (int layer = 0; layer < l.num_layers; ++layer) {
             for (int kv = 0; kv < kv_heads; ++kv) {
               // CPU: the keys dequantized on the host, scored, normalised and pooled.
@@ -230,8 +250,21 @@ TEST_F(CudaKvCompression, TriAttentionScoresMatchTheCpuScorer) {
               for (int64_t j = 0; j < n; ++j) {
                 ASSERT_NEAR(pooled[static_cast<size_t>(j)], pooled_want[static_cast<size_t>(j)], 1e-12) << "slot " << j;
               }
+              per_head.insert(per_head.end(), pooled.begin(), pooled.end());
+              owned.emplace_back(w.w.begin(), w.w.end());
+              owned.back().insert(owned.back().end(), w.c.begin(), w.c.end());
+              all_weights.push_back(w);
             }
           }
+          // Batched (one synchronisation per round): every head's row equals ScoreTriAttention's.
+          for (size_t i = 0; i < all_weights.size(); ++i) {
+            all_weights[i].w = std::span<const double>(owned[i].data(), all_weights[i].w.size());
+            all_weights[i].c = std::span<const double>(owned[i].data() + all_weights[i].w.size(), all_weights[i].c.size());
+          }
+          std::vector<double> batched(per_head.size(), -1.0);
+          ASSERT_TRUE(access.ScoresTriAttentionBatched());
+          ASSERT_TRUE(access.ScoreTriAttentionAll(p.table, lo, end, all_weights, batched));
+          for (size_t i = 0; i < batched.size(); ++i) ASSERT_EQ(batched[i], per_head[i]) << "batched score " << i;
           cudaFree(d_table);
           cudaFree(d_scores);
         }
@@ -281,10 +314,10 @@ std::vector<double> SnapReference(const std::vector<float>& keys, int hd, const 
 TEST_F(CudaKvCompression, SnapKvWindowScoresMatchTheCpuPolicy) {
   std::mt19937 rng(13);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (KvDtype dtype : compression::testing::kAllDtypes) {
+  for (Precision dtype : AllPrecisions()) {
     for (int hd : {64, 128}) {
       for (int group : {1, 4, 8}) {
-        SCOPED_TRACE(testing::Message() << config::Name(dtype) << " hd " << hd << " group " << group);
+        SCOPED_TRACE(testing::Message() << Name(dtype) << " hd " << hd << " group " << group);
         const int kv_heads = 2;
         const cache::KvLayout l = Layout(dtype, hd, hd == 64 ? 16 : 32, kv_heads);
         const int64_t n = 389, lo = 5, w = 16;
@@ -299,6 +332,8 @@ TEST_F(CudaKvCompression, SnapKvWindowScoresMatchTheCpuPolicy) {
         std::vector<float> keys(static_cast<size_t>(n * hd));
         std::vector<double> got(static_cast<size_t>(n - lo));
         for (int layer = 0; layer < l.num_layers; ++layer) {
+          std::vector<compression::SnapKvWindow> layer_windows;
+          std::vector<double> per_head;
           for (int kv = 0; kv < kv_heads; ++kv) {
             compression::SnapKvWindow win;
             win.group = group;
@@ -312,6 +347,8 @@ TEST_F(CudaKvCompression, SnapKvWindowScoresMatchTheCpuPolicy) {
             access.ReadRows(p.table, layer, 0, kv, 0, n, keys.data());
             const std::vector<double> want = SnapReference(keys, hd, win, lo, n);
             ASSERT_TRUE(access.ScoreSnapKv(p.table, layer, kv, lo, n, win, got));
+            layer_windows.push_back(win);
+            per_head.insert(per_head.end(), got.begin(), got.end());
             for (int64_t j = 0; j < n - lo; ++j) {
               const double a = want[static_cast<size_t>(j)], b = got[static_cast<size_t>(j)];
               if (std::isinf(a)) {
@@ -321,7 +358,38 @@ TEST_F(CudaKvCompression, SnapKvWindowScoresMatchTheCpuPolicy) {
               }
             }
           }
+          // The layer batched (one synchronisation): every head's row equals ScoreSnapKv's.
+          std::vector<double> batched(per_head.size(), -1.0);
+          ASSERT_TRUE(access.ScoresSnapKvBatched());
+          ASSERT_TRUE(access.ScoreSnapKvLayer(p.table, layer, lo, n, layer_windows, batched));
+          for (size_t i = 0; i < batched.size(); ++i) ASSERT_EQ(batched[i], per_head[i]) << "batched score " << i;
         }
+      }
+    }
+  }
+}
+
+// CudaKvAccess::ReadRows brings rows back exactly as the CPU reads them (every precision,
+// ranges that start and end inside blocks), e.g. for SnapKV's host fallback and calibration.
+TEST_F(CudaKvCompression, ReadRowsDecodesLikeTheCpu) {
+  std::mt19937 rng(17);
+  for (Precision pr : AllPrecisions()) {
+    for (int hd : {48, 128}) {
+      SCOPED_TRACE(testing::Message() << Name(pr) << " hd " << hd);
+      const cache::KvLayout l = Layout(pr, hd, 16, 2);
+      const int64_t len = 77;
+      Pools p = MakePools(l, len, rng);
+      CudaKvAccess access(*p.dev);
+      for (int kv = 0; kv < 2; ++kv) {
+        const int64_t begin = 5, end = 70;
+        std::vector<float> want(static_cast<size_t>((end - begin) * hd)), got(want.size());
+        for (int64_t i = begin; i < end; ++i) {
+          const int64_t block = p.table[static_cast<size_t>(i / l.block_size)];
+          kernels::cpu::ReadKvRow(l, p.host->layer_data(1), p.host->layer_scales(1), block, kv, 1,
+                                  static_cast<int>(i % l.block_size), want.data() + (i - begin) * hd);
+        }
+        access.ReadRows(p.table, 1, kv, 1, begin, end, got.data());
+        EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0) << "side " << kv;
       }
     }
   }

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "cache/host_kv_storage.h"
+#include "config/fields.h"
 #include "cuda/cuda_kv_storage.h"
 #include "cuda/device_array.h"
 #include "kernels/cpu/kv_quant.h"
@@ -105,10 +106,86 @@ TEST_F(CudaLlamaKernels, WriteKvCodesAreBitIdenticalToTheCpu) {
           for (int32_t b = 0; b < blocks; ++b) all.push_back({cache::BlockId{b}, cache::BlockId{b}});
           ASSERT_TRUE(dev->copy_blocks_to(*back, all).ok());
           ASSERT_TRUE(dev->synchronize().ok());
-          const size_t data_bytes = static_cast<size_t>(blocks) * l.block_elems() * l.elem_bytes();
+          const size_t data_bytes = static_cast<size_t>(blocks) * l.block_data_bytes();
           EXPECT_EQ(std::memcmp(back->layer_data(0), host->layer_data(0), data_bytes), 0) << "KV codes differ";
           if (l.has_scales()) {
             const size_t n = static_cast<size_t>(blocks) * l.block_scales();
+            EXPECT_EQ(std::memcmp(back->layer_scales(0), host->layer_scales(0), n * sizeof(float)), 0)
+                << "scales differ";
+          }
+        }
+      }
+    }
+  }
+}
+
+// Split K/V dtypes and int4: the codes and scales are the CPU's, bit for bit, over two steps
+// of writes, as a sequence sees them: step 1 prefills a chunk that starts inside a block and
+// spans blocks (int4 keys: one encoding per run) next to decode tokens of other sequences and
+// padding; step 2 appends to the same blocks (int4 keys: a channel whose range grows re-encodes
+// the rows already there). The pools are compared whole.
+TEST_F(CudaLlamaKernels, WriteKvCodesAreBitIdenticalForSplitAndInt4Precisions) {
+  std::mt19937 rng(23);
+  const std::pair<KvDtype, KvDtype> pairs[] = {
+      {KvDtype::kInt4, KvDtype::kInt4}, {KvDtype::kInt8, KvDtype::kInt4}, {KvDtype::kInt4, KvDtype::kInt8},
+      {KvDtype::kBf16, KvDtype::kInt4}, {KvDtype::kFp16, KvDtype::kInt8}, {KvDtype::kInt4, KvDtype::kFp8E4M3},
+      {KvDtype::kFp32, KvDtype::kBf16}};
+  for (auto [kd, vd] : pairs) {
+    for (int hd : {48, 64, 128}) {
+      for (int bs : {16, 32}) {
+        for (int kv_heads : {1, 2, 8}) {
+          const int group = hd == 48 ? 32 : 16;
+          SCOPED_TRACE(testing::Message() << config::Name(kd) << "/" << config::Name(vd) << " hd " << hd << " bs "
+                                          << bs << " kv_heads " << kv_heads << " group " << group);
+          cache::KvLayout l;
+          l.num_layers = 1;
+          l.num_kv_heads = kv_heads;
+          l.head_dim = hd;
+          l.block_size = bs;
+          l = cache::WithPrecision(l, kd, vd, group);
+          const int32_t blocks = 9;
+          std::vector<int32_t> ids(static_cast<size_t>(blocks - 1));
+          std::iota(ids.begin(), ids.end(), 1);
+          std::shuffle(ids.begin(), ids.end(), rng);
+          // Sequence A owns ids[0..2] and writes positions [3, bs + 9) then [bs + 9, 2 bs + 5);
+          // sequences B and C (ids[3], ids[4]) one decode token per step.
+          auto slot_a = [&](int pos) { return static_cast<int64_t>(ids[static_cast<size_t>(pos / bs)]) * bs + pos % bs; };
+          std::vector<std::vector<int64_t>> steps(2);
+          for (int pos = 3; pos < bs + 9; ++pos) steps[0].push_back(slot_a(pos));
+          steps[0].push_back(-1);
+          steps[0].push_back(static_cast<int64_t>(ids[3]) * bs + 0);
+          steps[0].push_back(static_cast<int64_t>(ids[4]) * bs + 5);
+          steps[1].push_back(static_cast<int64_t>(ids[3]) * bs + 1);
+          for (int pos = bs + 9; pos < 2 * bs + 5; ++pos) steps[1].push_back(slot_a(pos));
+          steps[1].push_back(-1);
+          steps[1].push_back(static_cast<int64_t>(ids[4]) * bs + 6);
+
+          auto host = std::move(cache::HostKvStorage::Create(l, blocks)).value();
+          auto dev = std::move(kvserve::cuda::CudaKvStorage::Create(l, blocks)).value();
+          for (size_t st = 0; st < steps.size(); ++st) {
+            const auto& slots = steps[st];
+            const auto rows = static_cast<int64_t>(slots.size());
+            const int64_t stride = 2 * static_cast<int64_t>(kv_heads) * hd + 3;  // k then v, padded
+            // The second step is wider, so int4 key channels must widen.
+            std::vector<float> kv = Normal(static_cast<size_t>(rows * stride), rng, st == 0 ? 1.0f : 3.0f);
+            cpu::WriteKv(l, host->layer_data(0), host->layer_scales(0), kv.data(), kv.data() + kv_heads * hd, stride,
+                         slots.data(), rows);
+            DeviceVec<float> dkv(kv);
+            DeviceVec<int64_t> dslots(slots);
+            ASSERT_EQ(WriteKv(l, dev->device_layer_data(0), dev->device_layer_scales(0), dkv.get(),
+                              dkv.get() + kv_heads * hd, stride, dslots.get(), rows, dev->stream()),
+                      0);
+            ASSERT_TRUE(dev->synchronize().ok());
+          }
+          auto back = std::move(cache::HostKvStorage::Create(l, blocks)).value();
+          std::vector<cache::BlockCopy> all;
+          for (int32_t b = 0; b < blocks; ++b) all.push_back({cache::BlockId{b}, cache::BlockId{b}});
+          ASSERT_TRUE(dev->copy_blocks_to(*back, all).ok());
+          ASSERT_TRUE(dev->synchronize().ok());
+          const size_t data_bytes = static_cast<size_t>(blocks) * l.block_data_bytes();
+          EXPECT_EQ(std::memcmp(back->layer_data(0), host->layer_data(0), data_bytes), 0) << "KV codes differ";
+          const size_t n = static_cast<size_t>(blocks) * l.block_scales();
+          if (n > 0) {
             EXPECT_EQ(std::memcmp(back->layer_scales(0), host->layer_scales(0), n * sizeof(float)), 0)
                 << "scales differ";
           }

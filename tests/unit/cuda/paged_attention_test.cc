@@ -1,5 +1,5 @@
 // The CUDA paged attention against its CPU twin on random inputs: head_dim 48/64/128/256, block
-// 16/32, GQA 1/4/8, every KV dtype, random non-contiguous block tables, mixed prefill chunks
+// 16/32, GQA 1/4/8, every KV dtype (and split K/V dtypes with int4), random non-contiguous block tables, mixed prefill chunks
 // (also chunked prefill: a chunk attending to earlier KV) and decode rows with odd lengths,
 // several split sizes; every row through the split-KV kernel, and decode rows split-KV with
 // prefill rows through the tiled kernel (the model's tile size and a 3-row tile). Tolerance: both sides dequantize the
@@ -14,10 +14,12 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <vector>
 
 #include "cache/host_kv_storage.h"
+#include "config/fields.h"
 #include "cuda/cuda_kv_storage.h"
 #include "cuda/device_array.h"
 #include "kernels/cpu/paged_attention.h"
@@ -32,10 +34,14 @@ using config::KvDtype;
 struct Case {
   KvDtype dtype;
   int head_dim, block_size, kv_heads, group, split;
+  // V's dtype and the int4 value group when K and V differ or int4 is involved.
+  std::optional<KvDtype> v_dtype = std::nullopt;
+  int int4_group = 32;
 };
 
 void RunCase(const Case& c, uint32_t seed) {
-  SCOPED_TRACE(testing::Message() << "dtype " << static_cast<int>(c.dtype) << " hd " << c.head_dim << " bs "
+  SCOPED_TRACE(testing::Message() << "dtype " << config::Name(c.dtype) << "/"
+                                  << config::Name(c.v_dtype.value_or(c.dtype)) << " g" << c.int4_group << " hd " << c.head_dim << " bs "
                                   << c.block_size << " kvh " << c.kv_heads << " group " << c.group << " split "
                                   << c.split);
   std::mt19937 rng(seed);
@@ -45,7 +51,7 @@ void RunCase(const Case& c, uint32_t seed) {
   layout.num_kv_heads = c.kv_heads;
   layout.head_dim = c.head_dim;
   layout.block_size = c.block_size;
-  layout.dtype = c.dtype;
+  layout = cache::WithPrecision(layout, c.dtype, c.v_dtype.value_or(c.dtype), c.int4_group);
   const int num_heads = c.kv_heads * c.group;
 
   // Sequences: (rows this step, kv_len after the step): decode rows, prefill chunks, odd sizes.
@@ -180,6 +186,29 @@ TEST(CudaPagedAttention, MatchesTheCpuKernel) {
       for (int bs : {16, 32}) {
         for (int group : {1, 4, 8}) {
           for (int split : {32, 512}) RunCase({d, hd, bs, 2, group, split}, seed++);
+        }
+      }
+    }
+  }
+}
+
+// Split K/V dtypes and int4 (per-channel keys, per-group values): the CPU writes the pool
+// (int4 keys a row at a time, so channel ranges widen as in decode), both sides decode the
+// same codes exactly, and only the summation order differs.
+TEST(CudaPagedAttention, MatchesTheCpuKernelForSplitAndInt4Precisions) {
+  const DeviceProbe probe = ProbeCudaDevice();
+  ASSERT_TRUE(probe.usable()) << "the gpu tests need a CUDA device: " << probe.reason;
+  const std::pair<KvDtype, KvDtype> pairs[] = {
+      {KvDtype::kInt4, KvDtype::kInt4}, {KvDtype::kInt8, KvDtype::kInt4}, {KvDtype::kInt4, KvDtype::kInt8},
+      {KvDtype::kBf16, KvDtype::kInt4}, {KvDtype::kFp16, KvDtype::kInt8}, {KvDtype::kInt4, KvDtype::kFp8E4M3},
+      {KvDtype::kFp32, KvDtype::kBf16}};
+  uint32_t seed = 1000;
+  for (auto [k, v] : pairs) {
+    for (int hd : {48, 64, 128}) {
+      for (int bs : {16, 32}) {
+        for (int group : {1, 4, 8}) {
+          const int int4_group = hd == 48 ? 32 : 16;  // 48 = 32 + 16: a short last group
+          RunCase({k, hd, bs, 2, group, 64, v, int4_group}, seed++);
         }
       }
     }
