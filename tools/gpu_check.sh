@@ -39,8 +39,10 @@ esac
 # compression policies, preemption by recompute and swap, structured outputs).
 # cuda_kv_bench also prints prefill attention and a device TriAttention round.
 # cuda_module_test loads the CUDA backend from libkvserve_cuda_backend.so, as `kvserve serve`
-# does (the module is shipped beside the binaries: `modules`).
-gpu_tests=(cuda_backend_test cuda_module_test)
+# does (the module is shipped beside the binaries: `modules`). cuda_backend_loader_test is a
+# unit binary whose CreateEngineCudaLoading case needs a device (it skips itself on CPU CI):
+# here it runs.
+gpu_tests=(cuda_backend_test cuda_module_test cuda_backend_loader_test)
 modules=(libkvserve_cuda_backend.so)
 benches=(cuda_kv_bench cuda_e2e_bench)
 
