@@ -31,25 +31,17 @@ bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
   return true;
 }
 
-// httplib's task queue interface over our growing pool. `waiting` counts accepted
-// connections that have no thread yet (RequestDeadlines' overload signal); it outlives the
-// queue, which httplib deletes when listen() returns.
+// httplib's task queue interface over our growing pool. The pool is shared with
+// HttpServer::Impl: RequestDeadlines asks it whether connections wait for a thread, and it
+// outlives the queue, which httplib deletes when listen() returns.
 class PoolTaskQueue final : public httplib::TaskQueue {
  public:
-  PoolTaskQueue(int max_threads, std::shared_ptr<std::atomic<int>> waiting)
-      : pool_(max_threads), waiting_(std::move(waiting)) {}
-  void enqueue(std::function<void()> fn) override {
-    waiting_->fetch_add(1);
-    pool_.Enqueue([fn = std::move(fn), waiting = waiting_] {
-      waiting->fetch_sub(1);
-      fn();
-    });
-  }
-  void shutdown() override { pool_.Shutdown(); }
+  explicit PoolTaskQueue(std::shared_ptr<WorkerPool> pool) : pool_(std::move(pool)) {}
+  void enqueue(std::function<void()> fn) override { pool_->Enqueue(std::move(fn)); }
+  void shutdown() override { pool_->Shutdown(); }
 
  private:
-  WorkerPool pool_;
-  std::shared_ptr<std::atomic<int>> waiting_;
+  std::shared_ptr<WorkerPool> pool_;
 };
 
 // httplib 0.11 listens with a backlog of 5, which drops connections when hundreds of
@@ -157,7 +149,7 @@ std::string HttpRequest::header(std::string_view name) const {
 struct HttpServer::Impl {
   HttpServerOptions options;
   base::Logger logger;
-  std::shared_ptr<std::atomic<int>> waiting = std::make_shared<std::atomic<int>>(0);
+  std::shared_ptr<WorkerPool> pool;  // the connection threads (PoolTaskQueue)
   // Declared before `server`: its connection threads use it until they are joined.
   ConnectionSockets sockets;
   // Declared before `server`: destroyed after it, once no connection thread is left.
@@ -185,14 +177,15 @@ HttpServer::HttpServer(HttpServerOptions options, base::Logger logger)
   impl_->server = MakeServer(impl_->options, impl_->raise_backlog);
   httplib::Server& s = *impl_->server;
   const int max_connections = impl_->options.max_connections;
-  s.new_task_queue = [max_connections, waiting = impl_->waiting] {
-    return new PoolTaskQueue(max_connections, waiting);
-  };
+  impl_->pool = std::make_shared<WorkerPool>(max_connections);
+  s.new_task_queue = [pool = impl_->pool] { return new PoolTaskQueue(pool); };
   RequestDeadlineOptions deadline_options;
   deadline_options.request_timeout_seconds = impl_->options.request_timeout_seconds;
   deadline_options.overload_timeout_seconds = impl_->options.overload_request_timeout_seconds;
   impl_->deadlines = std::make_unique<RequestDeadlines>(
-      deadline_options, [waiting = impl_->waiting] { return waiting->load() > 0; });
+      // Overloaded: every connection thread is busy and accepted connections wait. A burst
+      // that is still spawning threads is not overload (its connections get a thread at once).
+      deadline_options, [pool = impl_->pool] { return pool->saturated(); });
   s.set_payload_max_length(impl_->options.max_body_bytes);
   s.set_tcp_nodelay(true);  // SSE chunks are tiny; Nagle would hold them back
   s.set_keep_alive_max_count(100);

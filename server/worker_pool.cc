@@ -64,6 +64,11 @@ int WorkerPool::threads() const {
   return static_cast<int>(threads_.size());
 }
 
+bool WorkerPool::saturated() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(threads_.size()) >= max_threads_ && jobs_.size() > idle_;
+}
+
 bool WorkerPool::WaitUntilIdle(std::chrono::milliseconds timeout) const {
   std::unique_lock<std::mutex> lock(mu_);
   return idle_cv_.wait_for(lock, timeout, [this] { return jobs_.empty() && idle_ == threads_.size(); });

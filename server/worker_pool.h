@@ -37,6 +37,10 @@ class WorkerPool {
   void Shutdown();
   // Live threads (running a job or idle), not counting exited ones awaiting their join.
   int threads() const;
+  // True while queued jobs outnumber the idle threads and the pool cannot grow: a job waits
+  // for a busy thread to finish (RequestDeadlines' overload signal). A job queued while its
+  // new thread starts does not count.
+  bool saturated() const;
   // Waits until every thread is idle and nothing is queued; false on timeout.
   bool WaitUntilIdle(std::chrono::milliseconds timeout) const;
 

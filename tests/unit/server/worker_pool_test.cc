@@ -64,6 +64,28 @@ TEST(WorkerPoolTest, NeverExceedsMaxThreadsAndRunsQueuedJobs) {
   EXPECT_EQ(done.load(), 5);
 }
 
+TEST(WorkerPoolTest, SaturatedOnlyWhenAtMaxThreadsAndJobsWait) {
+  WorkerPool pool(2);
+  EXPECT_FALSE(pool.saturated());
+  Gate gate;
+  std::atomic<int> done{0};
+  auto job = [&] {
+    gate.ArriveAndWait();
+    done.fetch_add(1);
+  };
+  pool.Enqueue(job);
+  pool.Enqueue(job);
+  ASSERT_TRUE(gate.WaitArrived(2));
+  // Both threads are busy but nothing waits: not saturated.
+  EXPECT_FALSE(pool.saturated());
+  pool.Enqueue(job);  // no thread for it, and the pool cannot grow
+  EXPECT_TRUE(pool.saturated());
+  gate.Open();
+  pool.Shutdown();
+  EXPECT_FALSE(pool.saturated());
+  EXPECT_EQ(done.load(), 3);
+}
+
 TEST(WorkerPoolTest, ReusesIdleThreads) {
   WorkerPool pool(8);
   std::atomic<int> ran{0};
