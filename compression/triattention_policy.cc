@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <span>
 
 #include "base/check.h"
 #include "compression/selection.h"
@@ -15,6 +16,17 @@ TriScorerOptions ScorerOptions(const PolicyParams& p, const PolicyContext& c) {
   o.terms = p.tri_terms;
   o.offset_pool = p.tri_offset_pool;
   return o;
+}
+
+// A KV head's score R: each query head's row z-normalised, then the max over the group (GQA).
+// scores: [group][m], normalised in place; pooled: [m], overwritten.
+void PoolGroup(double* scores, int group, int64_t m, std::vector<double>& pooled) {
+  std::fill(pooled.begin(), pooled.end(), -std::numeric_limits<double>::infinity());
+  for (int g = 0; g < group; ++g) {
+    std::span<double> row(scores + static_cast<int64_t>(g) * m, static_cast<size_t>(m));
+    ZNormalize(row);
+    MaxInto(row, pooled);
+  }
 }
 
 }  // namespace
@@ -92,14 +104,7 @@ absl::Status TriAttentionPolicy::SelectKeep(const RoundInput& in, int64_t lo, in
       const base::Nanos t_scored = clock.now_ns();
       timings.score_ns += t_scored - t;
 
-      if (!pooled_by_backend) {
-        std::fill(pooled_.begin(), pooled_.end(), -std::numeric_limits<double>::infinity());
-        for (int g = 0; g < group; ++g) {
-          std::span<double> row(scores_.data() + static_cast<int64_t>(g) * m, static_cast<size_t>(m));
-          ZNormalize(row);
-          MaxInto(row, pooled_);
-        }
-      }
+      if (!pooled_by_backend) PoolGroup(scores_.data(), group, m, pooled_);
       if (cross) {
         double* acc = summed_.data() + static_cast<int64_t>(kv) * m;
         for (int64_t j = 0; j < m; ++j) acc[j] += pooled_[static_cast<size_t>(j)];
@@ -150,12 +155,7 @@ absl::Status TriAttentionPolicy::RankForDemotion(const RoundInput& in, int64_t m
       }
       const base::Nanos t_scored = clock.now_ns();
       timings.score_ns += t_scored - t;
-      std::fill(pooled_.begin(), pooled_.end(), -std::numeric_limits<double>::infinity());
-      for (int g = 0; g < group; ++g) {
-        std::span<double> row(scores_.data() + static_cast<int64_t>(g) * m, static_cast<size_t>(m));
-        ZNormalize(row);
-        MaxInto(row, pooled_);
-      }
+      PoolGroup(scores_.data(), group, m, pooled_);
       if (cross) {
         double* acc = summed_.data() + static_cast<int64_t>(kv) * m;
         for (int64_t j = 0; j < m; ++j) acc[j] += pooled_[static_cast<size_t>(j)];
