@@ -6,6 +6,24 @@
 #include <ctime>
 
 namespace kvserve::server {
+namespace {
+
+// The thread that called Block() and waits for the signals. A signal handler can reach
+// nothing else, hence this one process-wide value (set once, before the handler exists).
+pthread_t g_waiter;
+
+// Threads started before Block() (a library's static constructors, e.g. a BLAS thread pool)
+// do not block the signals, and the kernel may deliver a process-directed SIGTERM to one of
+// them: with the default action that kills the daemon instead of draining it (seen as an exit
+// by SIGTERM right after start-up). The handler hands the signal to the waiter, which blocks
+// it, so its sigwait takes it. pthread_kill is async-signal-safe.
+void ForwardToWaiter(int sig) {
+  const int saved = errno;
+  pthread_kill(g_waiter, sig);
+  errno = saved;
+}
+
+}  // namespace
 
 TerminationSignals TerminationSignals::Block() {
   sigset_t set;
@@ -14,6 +32,12 @@ TerminationSignals TerminationSignals::Block() {
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  g_waiter = pthread_self();
+  struct sigaction forward {};
+  forward.sa_handler = ForwardToWaiter;
+  sigfillset(&forward.sa_mask);
+  forward.sa_flags = SA_RESTART;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &forward, nullptr);
   signal(SIGPIPE, SIG_IGN);
   return TerminationSignals(set);
 }

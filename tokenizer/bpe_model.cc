@@ -30,6 +30,11 @@ absl::StatusOr<BpeModel> BpeModel::Create(
     }
     max_id = std::max(max_id, id);
   }
+  if (!IdSpaceIsDense(static_cast<int64_t>(max_id) + 1, static_cast<int64_t>(vocab.size()))) {
+    return absl::InvalidArgumentError(absl::StrCat("vocab id ", max_id, " is far beyond the ", vocab.size(),
+                                                   " tokens of the vocabulary (ids must stay below 2 x tokens + ",
+                                                   kIdSpaceSlack, ")"));
+  }
   m.id_to_token_.resize(static_cast<size_t>(max_id) + 1);
   std::vector<bool> seen(m.id_to_token_.size(), false);
   m.vocab_.reserve(vocab.size());

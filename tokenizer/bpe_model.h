@@ -28,6 +28,12 @@ namespace kvserve::tokenizer {
 
 // Ids index flat tables, so they are bounded well above any real vocabulary (~260k today).
 inline constexpr int32_t kMaxTokenId = (1 << 24) - 1;
+// Vocabularies are dense in practice (ids 0..n-1, added tokens right after). Some holes are
+// fine, but an id space far larger than the tokens in it is refused: every per-id table
+// (strings, flags, decoded text) is sized by the largest id, so one stray id near
+// kMaxTokenId in a 300-token file would cost half a gigabyte and seconds (found by fuzzing).
+inline constexpr int64_t kIdSpaceSlack = 65536;
+inline bool IdSpaceIsDense(int64_t id_limit, int64_t tokens) { return id_limit <= 2 * tokens + kIdSpaceSlack; }
 
 struct BpeOptions {
   bool byte_fallback = false;     // unknown characters become <0xXX> byte tokens

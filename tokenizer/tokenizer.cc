@@ -70,6 +70,12 @@ absl::Status Tokenizer::Init(TokenizerParts parts, const TokenizerDirConfig& con
 
   int32_t limit = model_.id_limit();
   for (const AddedToken& t : parts.added_tokens) limit = std::max(limit, t.id + 1);
+  if (!IdSpaceIsDense(limit, static_cast<int64_t>(model_.id_limit()) + static_cast<int64_t>(parts.added_tokens.size()))) {
+    return absl::InvalidArgumentError(absl::StrCat("added token id ", limit - 1, " is far beyond the vocabulary's ",
+                                                   model_.id_limit(), " ids and ", parts.added_tokens.size(),
+                                                   " added tokens (ids must stay below 2 x tokens + ", kIdSpaceSlack,
+                                                   ")"));
+  }
   special_.assign(static_cast<size_t>(limit), false);
   added_content_.assign(static_cast<size_t>(limit), std::string());
   std::vector<AddedToken> raw;

@@ -64,7 +64,7 @@ TEST(CpuOnlyProcess, AutoBackendMapsNoCublasAndNoCudaModule) {
     EXPECT_EQ(Count(server->stderr_text(), "backend: cpu"), 1u) << server->stderr_text();
   }
   server->Signal(SIGTERM);
-  EXPECT_EQ(server->WaitExit(milliseconds(30000)), 0);
+  EXPECT_EQ(server->WaitExit(milliseconds(30000)), 0) << server->stderr_text();
 }
 
 TEST(CpuOnlyProcess, CudaBackendWithoutADeviceFailsNamingWhy) {

@@ -84,7 +84,8 @@ std::optional<int> ServerProcess::WaitExit(std::chrono::milliseconds timeout) {
     pid_t r = waitpid(pid_, &status, WNOHANG);
     if (r == pid_) {
       exited_ = true;
-      return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      // A signal death reads as 128 + the signal, as shells report it (never a clean 0).
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     }
     if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));  // polling a child's exit

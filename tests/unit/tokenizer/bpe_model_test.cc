@@ -30,6 +30,19 @@ TEST(BpeModel, LowerRankMergesFirstWhateverItsPosition) {
   EXPECT_THAT(Encode(*swapped, "abc"), ElementsAre(3, 2));
 }
 
+TEST(BpeModel, AnIdFarBeyondTheVocabularyIsRefused) {
+  // Holes are fine while the id space stays near the token count ...
+  std::vector<std::pair<std::string, int32_t>> vocab{{"a", 0}, {"b", 1}, {"c", 65000}};
+  EXPECT_TRUE(BpeModel::Create(vocab, {}, {}).ok());
+  // ... a stray id near kMaxTokenId (the fuzzer's 16,111,116 in a 258-token file) is not.
+  vocab.back().second = 16111116;
+  auto m = BpeModel::Create(vocab, {}, {});
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(m.status().message().find("vocab id 16111116 is far beyond the 3 tokens"), std::string::npos)
+      << m.status();
+}
+
 TEST(BpeModel, EqualRanksMergeLeftmostFirstAndChain) {
   const Vocab vocab = {{"a", 0}, {"aa", 1}, {"aaaa", 2}};
   auto m = BpeModel::Create(vocab, {{"a", "a"}, {"aa", "aa"}}, {});
