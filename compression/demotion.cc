@@ -60,18 +60,7 @@ void TierClassSizes(int64_t num_full, int64_t pick, std::span<const int64_t> hel
 void PlanDemotion(std::span<const double> scores, int64_t keep, std::span<const int64_t> tier_sizes, int64_t base,
                   DemotionRow& out, std::vector<int32_t>& scratch) {
   const int64_t n = static_cast<int64_t>(scores.size());
-  // Rank: higher score first; NaN below everything; ties to the lower slot (a strict weak
-  // order, so the ranking is deterministic).
-  scratch.resize(static_cast<size_t>(n));
-  std::iota(scratch.begin(), scratch.end(), 0);
-  std::sort(scratch.begin(), scratch.end(), [&](int32_t a, int32_t b) {
-    const double sa = scores[static_cast<size_t>(a)];
-    const double sb = scores[static_cast<size_t>(b)];
-    const bool na = std::isnan(sa), nb = std::isnan(sb);
-    if (na != nb) return nb;  // the non-NaN one first
-    if (!na && sa != sb) return sa > sb;
-    return a < b;
-  });
+  RankOrder(scores, scratch);
   auto take = [&](int64_t& at, int64_t count, std::vector<int32_t>& into) {
     const int64_t end = std::min(n, at + std::max<int64_t>(0, count));
     into.clear();
