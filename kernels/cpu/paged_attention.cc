@@ -1,17 +1,33 @@
 #include "kernels/cpu/paged_attention.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "base/check.h"
+#include "kernels/cpu/attention_tile.h"
 #include "kernels/cpu/compute_pool.h"
 #include "kernels/cpu/kv_quant.h"
 #include "kernels/cpu/simd.h"
 
 namespace kvserve::kernels::cpu {
+
+const float* internal::LoadRun(const KvTierView& tier, int64_t block, int kv, int head, int n, float* buf) {
+  const cache::KvLayout& layout = tier.layout;
+  const std::byte* run = tier.layer_data + layout.run_byte_offset(block, kv, head);
+  const config::KvDtype dtype = layout.side_dtype(kv);
+  if (dtype == config::KvDtype::kFp32) return reinterpret_cast<const float*>(run);
+  const float* scales =
+      cache::KvDtypeHasScales(dtype) ? tier.layer_scales + layout.run_scale_offset(block, kv, head) : nullptr;
+  DequantizeRun(layout, kv, run, scales, 0, n, buf);
+  return buf;
+}
+
 namespace {
+
+using internal::LoadRun;
 
 constexpr size_t kAlignFloats = 16;  // 64-byte spacing between per-thread regions
 size_t RoundUp(size_t n) { return (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats; }
@@ -23,7 +39,8 @@ size_t RoundUp(size_t n) { return (n + kAlignFloats - 1) / kAlignFloats * kAlign
 // same arithmetic in the same order as alone, so results do not depend on the tile, the
 // batch or the thread count (attention_kernel_test checks prefill rows against one-row calls
 // bit for bit).
-constexpr int kTileRows = 16;
+using internal::AttnArgs;
+using internal::kTileRows;
 
 // Per-thread scratch, carved from the caller's workspace; u = (row in tile) * group + head:
 //   k_rows [block_size][head_dim]   dequantized K of the current block (unused for fp32)
@@ -40,12 +57,21 @@ struct ThreadScratch {
   float* sum;
 };
 
-size_t PerThreadFloats(const cache::KvLayout& layout, int group) {
+size_t PortableFloats(const cache::KvLayout& layout, int group) {
   const size_t run = layout.head_run_elems();
   const size_t units = static_cast<size_t>(kTileRows) * group;
   return 2 * RoundUp(run) + RoundUp(units * layout.block_size) + RoundUp(units * layout.head_dim) +
          2 * RoundUp(units);
 }
+
+// Either kernel's scratch fits (AttentionMass carves the portable layout from it as well).
+size_t PerThreadFloats(const cache::KvLayout& layout, int group) {
+  return std::max(PortableFloats(layout, group), internal::Avx512TileFloats(layout, group));
+}
+
+// Set only by tests (internal::UsePortableAttention), read once per call.
+std::atomic<bool> portable_only{false};
+bool UseAvx512Tile() { return !portable_only.load(std::memory_order_relaxed) && internal::Avx512TileAvailable(); }
 
 ThreadScratch CarveScratch(const cache::KvLayout& layout, int group, float* base) {
   ThreadScratch s;
@@ -61,19 +87,6 @@ ThreadScratch CarveScratch(const cache::KvLayout& layout, int group, float* base
 }
 
 using simd::Dot;
-
-// Rows [0, n) of the (block, kv, head) run of `tier` as floats: a direct pointer for fp32,
-// else dequantized into `buf`.
-const float* LoadRun(const KvTierView& tier, int64_t block, int kv, int head, int n, float* buf) {
-  const cache::KvLayout& layout = tier.layout;
-  const std::byte* run = tier.layer_data + layout.run_byte_offset(block, kv, head);
-  const config::KvDtype dtype = layout.side_dtype(kv);
-  if (dtype == config::KvDtype::kFp32) return reinterpret_cast<const float*>(run);
-  const float* scales =
-      cache::KvDtypeHasScales(dtype) ? tier.layer_scales + layout.run_scale_offset(block, kv, head) : nullptr;
-  DequantizeRun(layout, kv, run, scales, 0, n, buf);
-  return buf;
-}
 
 // Multiply-adds of a step's attention (QK and PV over every attended entry), used to keep
 // small steps on one thread: a fork/join costs more than a short decode's whole attention.
@@ -91,16 +104,6 @@ constexpr int64_t kAttentionMacCost = 4;
 
 
 
-struct AttnArgs {
-  const cache::KvLayout& layout;  // tiers[0]'s: the geometry every tier shares
-  const KvTierView* tiers;
-  const PagedSeqs& seqs;
-  const float* q;
-  int64_t q_stride;
-  int num_heads;
-  int group;
-  float scale;
-};
 
 // NOTE: the per-item bodies are separate functions so target_clones can build an AVX2
 // variant next to the baseline one (resolved once at load time); the lambdas handed to the
@@ -251,6 +254,10 @@ KVS_SIMD_CLONES void MassItem(const AttnArgs& a, int64_t item, float* scratch, c
 
 }  // namespace
 
+const char* PagedAttentionKernelName() { return UseAvx512Tile() ? "avx512" : "portable"; }
+
+void internal::UsePortableAttention(bool on) { portable_only.store(on, std::memory_order_relaxed); }
+
 size_t PagedAttentionWorkspaceFloats(const cache::KvLayout& layout, int num_heads,
                                      int num_threads) {
   const int group = num_heads / layout.num_kv_heads;
@@ -296,6 +303,7 @@ void PagedAttentionTiered(std::span<const KvTierView> tiers, const PagedSeqs& se
   }
   const int64_t items = starts[seqs.num_seqs] * kv_heads;
   const Split split = SplitFor(kAttentionMacCost * AttentionMacs(seqs, num_heads, layout.head_dim));
+  const bool avx512 = UseAvx512Tile();
 
   ParallelFor(items, split, [&](int64_t item, int slot) {
     const int64_t tile = item / kv_heads;
@@ -303,7 +311,12 @@ void PagedAttentionTiered(std::span<const KvTierView> tiers, const PagedSeqs& se
     const int s = static_cast<int>(std::upper_bound(starts.begin(), starts.end(), tile) - starts.begin()) - 1;
     const int64_t j0 = (tile - starts[s]) * kTileRows;
     const int rows = static_cast<int>(std::min<int64_t>(kTileRows, seqs.seq_starts[s + 1] - seqs.seq_starts[s] - j0));
-    AttendTile(a, s, j0, rows, g, workspace + per_thread * static_cast<size_t>(slot), out, out_stride, lse);
+    float* scratch = workspace + per_thread * static_cast<size_t>(slot);
+    if (avx512) {
+      internal::AttendTileAvx512(a, s, j0, rows, g, scratch, out, out_stride, lse);
+    } else {
+      AttendTile(a, s, j0, rows, g, scratch, out, out_stride, lse);
+    }
   });
 }
 

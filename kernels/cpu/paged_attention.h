@@ -17,8 +17,9 @@
 // and each K/V block is read (dequantized) once per tile, not once per row (prefill traffic
 // is O(rows / 16 * context), not O(rows * context)); the per-thread workspace holds one block
 // of dequantized K and V and the tile's running state. Every row's arithmetic is the same as
-// alone (bit-identical results for any tiling, batch or thread count). The CUDA kernel takes the same
-// PagedSeqs and pointer arguments (plus a stream).
+// alone (bit-identical results for any tiling, batch or thread count): prefill rows, chunked
+// prefill and decode rows all run one kernel whose per-row order of operations is fixed.
+// The CUDA kernel takes the same PagedSeqs and pointer arguments (plus a stream).
 #pragma once
 
 #include <cstddef>
@@ -55,6 +56,17 @@ inline constexpr int kMaxKvTiers = 8;
 inline constexpr int32_t TieredBlock(int tier, int32_t block) { return (tier << kKvTierShift) | block; }
 inline constexpr int KvTierOf(int32_t entry) { return entry >> kKvTierShift; }
 inline constexpr int32_t KvTierBlock(int32_t entry) { return entry & ((1 << kKvTierShift) - 1); }
+
+// The tile kernel in use, picked once per process from the CPU: "avx512" (AVX-512F: 16-wide
+// tiles, attention_tile.h states its arithmetic) or "portable" (8-wide vectors, AVX2 where
+// present). Each is batch-invariant; they differ from each other in the last bits.
+const char* PagedAttentionKernelName();
+
+namespace internal {
+// Tests only: run the portable kernel even where AVX-512 exists (process-wide; call it while
+// no attention runs). Workspaces sized by PagedAttentionWorkspaceFloats fit both kernels.
+void UsePortableAttention(bool on);
+}  // namespace internal
 
 // Floats of workspace PagedAttention / AttentionMass need for `num_threads` threads.
 size_t PagedAttentionWorkspaceFloats(const cache::KvLayout& layout, int num_heads,
