@@ -178,10 +178,17 @@ double Tolerance(KvDtype d) {
   return 0;
 }
 
-class PagedAttentionTest : public ::testing::TestWithParam<std::tuple<KvDtype, int>> {
+// (KV dtype, threads, portable kernel forced): where AVX-512 exists both tile kernels run.
+class PagedAttentionTest : public ::testing::TestWithParam<std::tuple<KvDtype, int, bool>> {
  protected:
-  void SetUp() override { threads_ = SetComputeThreads(std::get<1>(GetParam())); }
-  void TearDown() override { SetComputeThreads(0); }
+  void SetUp() override {
+    threads_ = SetComputeThreads(std::get<1>(GetParam()));
+    internal::UsePortableAttention(std::get<2>(GetParam()));
+  }
+  void TearDown() override {
+    SetComputeThreads(0);
+    internal::UsePortableAttention(false);
+  }
   int threads_ = 1;
 };
 
@@ -357,7 +364,7 @@ INSTANTIATE_TEST_SUITE_P(
     DtypesAndThreads, PagedAttentionTest,
     ::testing::Combine(::testing::Values(KvDtype::kFp32, KvDtype::kFp16, KvDtype::kBf16, KvDtype::kFp8E4M3,
                                          KvDtype::kInt8),
-                       ::testing::Values(1, 2, 4)));
+                       ::testing::Values(1, 2, 4), ::testing::Bool()));
 
 }  // namespace
 }  // namespace kvserve::kernels::cpu
