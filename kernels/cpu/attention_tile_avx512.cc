@@ -170,7 +170,9 @@ void PrefetchBlock(const KvTierView& tier, int64_t block, int head) {
 template <int U>
 KVS_AVX512 void ScoreUnits(const float* const* q, const float* kt, int hd, __m512* out) {
   __m512 c[U][4];
+#pragma GCC unroll 8
   for (int u = 0; u < U; ++u)
+  #pragma GCC unroll 8
     for (int p = 0; p < 4; ++p) c[u][p] = _mm512_setzero_ps();
   int d = 0;
   for (; d + 4 <= hd; d += 4) {
@@ -178,6 +180,7 @@ KVS_AVX512 void ScoreUnits(const float* const* q, const float* kt, int hd, __m51
     const __m512 k1 = _mm512_loadu_ps(kt + static_cast<int64_t>(d + 1) * kLanes);
     const __m512 k2 = _mm512_loadu_ps(kt + static_cast<int64_t>(d + 2) * kLanes);
     const __m512 k3 = _mm512_loadu_ps(kt + static_cast<int64_t>(d + 3) * kLanes);
+  #pragma GCC unroll 8
     for (int u = 0; u < U; ++u) {
       c[u][0] = _mm512_fmadd_ps(_mm512_set1_ps(q[u][d]), k0, c[u][0]);
       c[u][1] = _mm512_fmadd_ps(_mm512_set1_ps(q[u][d + 1]), k1, c[u][1]);
@@ -187,15 +190,17 @@ KVS_AVX512 void ScoreUnits(const float* const* q, const float* kt, int hd, __m51
   }
   for (int p = 0; d + p < hd; ++p) {
     const __m512 kp = _mm512_loadu_ps(kt + static_cast<int64_t>(d + p) * kLanes);
+  #pragma GCC unroll 8
     for (int u = 0; u < U; ++u) c[u][p] = _mm512_fmadd_ps(_mm512_set1_ps(q[u][d + p]), kp, c[u][p]);
   }
+#pragma GCC unroll 8
   for (int u = 0; u < U; ++u) {
     out[u] = _mm512_add_ps(_mm512_add_ps(c[u][0], c[u][1]), _mm512_add_ps(c[u][2], c[u][3]));
   }
 }
 
-constexpr int kScoreUnits = 6;
-constexpr int kMaxUnits = kTileRows * 64;  // query heads per KV head: 64 at most  // 6 units x 4 chains = 24 accumulators
+constexpr int kScoreUnits = 6;              // 6 units x 4 chains = 24 accumulators
+constexpr int kMaxUnits = kTileRows * 64;  // query heads per KV head: 64 at most
 
 // acc[u] = acc[u] * corr[u] + sum over entries r < n[u] of p[u][r] * v[r] (r ascending) for
 // U units and the DV vectors of d starting at vector dv0. Entries below n[0] (the smallest:
@@ -206,9 +211,12 @@ KVS_AVX512 void WeightedSum(const float* p, size_t p_stride, const float* v, int
                             const float* corr, float* acc, size_t acc_stride) {
   __m512 a[U][DV];
   __mmask16 dm[DV];
+#pragma GCC unroll 8
   for (int j = 0; j < DV; ++j) dm[j] = FirstLanes(hd - (dv0 + j) * kLanes);
+#pragma GCC unroll 8
   for (int u = 0; u < U; ++u) {
     const __m512 cu = _mm512_set1_ps(corr[u]);
+  #pragma GCC unroll 8
     for (int j = 0; j < DV; ++j) {
       a[u][j] = _mm512_mul_ps(_mm512_loadu_ps(acc + u * acc_stride + (dv0 + j) * kLanes), cu);
     }
@@ -217,22 +225,30 @@ KVS_AVX512 void WeightedSum(const float* p, size_t p_stride, const float* v, int
   int r = 0;
   for (; r < n[0]; ++r) {
     __m512 vr[DV];
+  #pragma GCC unroll 8
     for (int j = 0; j < DV; ++j) vr[j] = _mm512_maskz_loadu_ps(dm[j], vd + static_cast<int64_t>(r) * hd + j * kLanes);
+  #pragma GCC unroll 8
     for (int u = 0; u < U; ++u) {
       const __m512 pu = _mm512_set1_ps(p[u * p_stride + r]);
+#pragma GCC unroll 8
       for (int j = 0; j < DV; ++j) a[u][j] = _mm512_fmadd_ps(pu, vr[j], a[u][j]);
     }
   }
   for (; r < n[U - 1]; ++r) {
     __m512 vr[DV];
+  #pragma GCC unroll 8
     for (int j = 0; j < DV; ++j) vr[j] = _mm512_maskz_loadu_ps(dm[j], vd + static_cast<int64_t>(r) * hd + j * kLanes);
+  #pragma GCC unroll 8
     for (int u = 0; u < U; ++u) {
       const __mmask16 live = r < n[u] ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>(0);
       const __m512 pu = _mm512_set1_ps(p[u * p_stride + r]);
+#pragma GCC unroll 8
       for (int j = 0; j < DV; ++j) a[u][j] = _mm512_mask3_fmadd_ps(pu, vr[j], a[u][j], live);
     }
   }
+#pragma GCC unroll 8
   for (int u = 0; u < U; ++u) {
+  #pragma GCC unroll 8
     for (int j = 0; j < DV; ++j) _mm512_storeu_ps(acc + u * acc_stride + (dv0 + j) * kLanes, a[u][j]);
   }
 }
