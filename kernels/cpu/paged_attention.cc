@@ -305,7 +305,10 @@ void PagedAttentionTiered(std::span<const KvTierView> tiers, const PagedSeqs& se
   const Split split = SplitFor(kAttentionMacCost * AttentionMacs(seqs, num_heads, layout.head_dim));
   const bool avx512 = UseAvx512Tile();
 
-  ParallelFor(items, split, [&](int64_t item, int slot) {
+  // Items are claimed last tile first: a sequence's later tiles attend more entries, and the
+  // longest items going first leaves the short ones to even out the threads at the end.
+  ParallelFor(items, split, [&](int64_t claimed, int slot) {
+    const int64_t item = items - 1 - claimed;
     const int64_t tile = item / kv_heads;
     const int g = static_cast<int>(item - tile * kv_heads);
     const int s = static_cast<int>(std::upper_bound(starts.begin(), starts.end(), tile) - starts.begin()) - 1;

@@ -4,6 +4,7 @@
 //   out[i] = silu(gate_i) * up_i,   silu(g) = g / (1 + exp(-g))
 //
 // The fused layout lets one GEMM produce both halves (weights are stacked at load time).
+// exp is the kernels' own polynomial (relative error < 3e-7, simd.h), not libm's.
 #pragma once
 
 #include <cstdint>
