@@ -362,13 +362,12 @@ KVS_AVX512 void AttendTileImpl(const AttnArgs& a, int s, int64_t j0, int rows, i
   for (int u = 0; u < geo.units; ++u) {
     q_ptrs[u] = a.q + (first + j0 + u / group) * a.q_stride + static_cast<int64_t>(g * group + u % group) * geo.hd;
   }
-  auto len_of = [&](int u) { return base + j0 + u / group + 1; };
   std::fill(ws.acc, ws.acc + geo.units * geo.acc_stride(), 0.0f);
   std::fill(ws.lsum, ws.lsum + geo.units * kLanes, 0.0f);
   std::fill(ws.max, ws.max + geo.units, -std::numeric_limits<float>::infinity());
 
   int n[kMaxUnits];
-  const int64_t num_blocks = (len_of(geo.units - 1) + geo.bs - 1) / geo.bs;
+  const int64_t num_blocks = (base + j0 + rows + geo.bs - 1) / geo.bs;  // the last row's length, in blocks
   auto prefetch = [&](int64_t b) {
     const int32_t entry = table[b];
     PrefetchBlock(a.tiers[KvTierOf(entry)], KvTierBlock(entry), g);
@@ -377,8 +376,12 @@ KVS_AVX512 void AttendTileImpl(const AttnArgs& a, int s, int64_t j0, int rows, i
   for (int64_t b = 0; b < num_blocks; ++b) {
     if (b + 1 < num_blocks) prefetch(b + 1);
     // Units see a growing prefix: the first unit that sees block b, and each unit's count.
-    const int u0 = static_cast<int>(std::max<int64_t>(0, b * geo.bs - base - j0)) * group;
-    for (int u = u0; u < geo.units; ++u) n[u] = static_cast<int>(std::min<int64_t>(geo.bs, len_of(u) - b * geo.bs));
+    const int r0 = static_cast<int>(std::max<int64_t>(0, b * geo.bs - base - j0));
+    const int u0 = r0 * group;
+    for (int r = r0; r < rows; ++r) {
+      const int nr = static_cast<int>(std::min<int64_t>(geo.bs, base + j0 + r + 1 - b * geo.bs));
+      std::fill(n + r * group, n + (r + 1) * group, nr);
+    }
     const int n_max = n[geo.units - 1];
     const int64_t block = table[b];
     const KvTierView& tier = a.tiers[KvTierOf(static_cast<int32_t>(block))];
