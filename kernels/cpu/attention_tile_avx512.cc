@@ -13,7 +13,13 @@
 // x four chains in registers); the weighted V sum keeps up to 8 units x 3 vectors of acc in
 // registers while V rows stream past. K is transposed once per (tile, block), so a 16-row
 // prefill tile of a GQA group pays it once for 16 * group units; decode (one row) pays it per
-// block, which costs about what the 8-wide kernel's horizontal reductions did.
+// block, which costs about what the 8-wide kernel's horizontal reductions did; the next
+// block's K and V runs are prefetched while the current one is scored (decode is bound by
+// reading the cache, and the transposing reads of K are strided).
+//
+// Hot path: no allocation (scratch comes from the caller's workspace, per-unit arrays of the
+// tile live on the stack).
+
 // GCC 12 flags the deliberately undefined pass-through operand inside its own AVX-512 shuffle
 // intrinsics (GCC bug 105593, fixed in 13) as maybe-uninitialised; nothing of ours is.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
