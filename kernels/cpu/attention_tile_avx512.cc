@@ -22,7 +22,9 @@
 
 // GCC 12 flags the deliberately undefined pass-through operand inside its own AVX-512 shuffle
 // intrinsics (GCC bug 105593, fixed in 13) as maybe-uninitialised; nothing of ours is.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 #include <algorithm>
 #include <cmath>
