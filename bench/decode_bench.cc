@@ -28,6 +28,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/packed_linear.h"
+#include "kernels/cpu/paged_attention.h"
 #include "model/batch_builder.h"
 #include "model/host_kv_buffer.h"
 #include "model/llama_model.h"
@@ -242,6 +244,8 @@ int Main(int argc, char** argv) {
   std::printf("threads %d; read bandwidth %.2f GB/s (wall), %.2f GB/s (CPU time); streamed weights %.2f MB; "
               "KV %.0f B/token\n",
               m.threads(), bw.wall * 1e-9, bw.cpu * 1e-9, weight_bytes * 1e-6, kv_token_bytes);
+  std::printf("kernels: packed linear %s, attention %s\n", kernels::cpu::PackedLinearKernelName(),
+              kernels::cpu::PagedAttentionKernelName());
   std::printf("decode: context %d + %d steps, median of %d runs; (wall | CPU time)\n\n", a.context, a.steps,
               a.repeats);
   std::printf("| batch | tokens/s | ms/step | roofline tokens/s | roofline / measured | vs batch 1 |\n");

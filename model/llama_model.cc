@@ -72,9 +72,11 @@ LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, const ModelOpti
   gate_up_.resize(m * 2 * c.intermediate_size);
   act_.resize(m * c.intermediate_size);
   cos_sin_.resize(m * c.head_dim);
-  logger_.info("model %s: %d layers, hidden %d, heads %d/%d x %d, vocab %d, %.1f M params, %d threads",
+  logger_.info("model %s: %d layers, hidden %d, heads %d/%d x %d, vocab %d, %.1f M params, %d threads, "
+               "%s attention",
                c.architecture_name, c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim,
-               c.vocab_size, static_cast<double>(c.num_parameters()) * 1e-6, threads_);
+               c.vocab_size, static_cast<double>(c.num_parameters()) * 1e-6, threads_,
+               kernels::cpu::PagedAttentionKernelName());
 }
 
 absl::Status LlamaModel::Validate(const ForwardBatch& b, const KvCacheView& kv, std::span<float> logits,
