@@ -60,8 +60,8 @@ absl::StatusOr<config::Backend> ResolveBackend(config::Backend requested, const 
                                                const BackendSupport& support, std::string& why);
 
 // OK when the CUDA backend can hold the configured cache: every K/V dtype pair runs there, but
-// demotion tiers (cache.demote_kv_bytes > 0, mixed-precision block tables) are CPU-only for
-// now; the error names the setting (CreateEngine: engine.backend=cuda fails with it,
+// demotion tiers (cache.demote_kv_bytes > 0, mixed-precision block tables) and low-rank keys
+// (cache.lowrank_key_rank > 0) are CPU-only for now; the error names the setting (CreateEngine: engine.backend=cuda fails with it,
 // engine.backend=auto falls back to the CPU).
 absl::Status CudaReadsKvPrecision(const config::CacheConfig& cache);
 

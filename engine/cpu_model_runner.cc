@@ -1,6 +1,7 @@
 #include "engine/cpu_model_runner.h"
 
 #include "base/check.h"
+#include "compression/key_basis.h"
 
 namespace kvserve::engine {
 
@@ -29,8 +30,17 @@ CpuModelRunner::CpuModelRunner(model::LlamaModel& model, cache::KvStorage& stora
   }
   for (size_t t = 0; t < demote_tiers.size(); ++t) {
     const cache::KvLayout& tl = demote_tiers[t]->layout();
+    const float* const* basis = nullptr;
+    if (tl.key_rank > 0) {
+      // MakeCpuBackend refuses a low-rank tier without a basis; the rank is below head_dim.
+      KVS_CHECK(compression != nullptr && compression->key_basis != nullptr, "low-rank tier without a key basis");
+      auto packed = compression::PackedKeyBasis::Create(*compression->key_basis, tl.key_rank);
+      KVS_CHECK(packed.ok(), packed.status().message());
+      key_bases_.push_back(std::make_unique<compression::PackedKeyBasis>(std::move(*packed)));
+      basis = key_bases_.back()->layers();
+    }
     tiers_.push_back({tl, tier_data_[t].data(), tl.has_scales() ? tier_scales_[t].data() : nullptr,
-                      demote_tiers[t]->num_blocks()});
+                      demote_tiers[t]->num_blocks(), basis});
   }
   kv_access_ = std::make_unique<compression::HostKvAccess>(layout, layer_data_, layer_scales_);
   compressor_ = std::make_unique<compression::KvCompressor>(compression, *kv_access_, tiers_);

@@ -20,6 +20,7 @@
 #include "cache/host_kv_storage.h"
 #include "compression/compression_policy.h"
 #include "compression/host_kv_access.h"
+#include "compression/key_basis.h"
 #include "compression/kv_compressor.h"
 #include "engine/model_runner.h"
 #include "engine/runner_book.h"
@@ -51,6 +52,7 @@ class CpuModelRunner final : public ModelRunner {
   // Demotion tiers: per tier its layer pointer arrays, and the view kernels and rounds read.
   std::vector<std::vector<std::byte*>> tier_data_;
   std::vector<std::vector<float*>> tier_scales_;
+  std::vector<std::unique_ptr<compression::PackedKeyBasis>> key_bases_;  // low-rank tiers' bases
   std::vector<kernels::cpu::KvTierStorage> tiers_;
   std::unique_ptr<compression::HostKvAccess> kv_access_;  // compression's view of storage_
   std::unique_ptr<compression::KvCompressor> compressor_;
