@@ -342,6 +342,7 @@ int RunEval(const ParsedArgs& args, char** envp, std::ostream& out, std::ostream
     eo.lowrank_key_rank = cc.lowrank_key_rank;
     eo.lowrank_k_dtype = cc.lowrank_k_dtype;
     eo.lowrank_v_dtype = cc.lowrank_v_dtype;
+    eo.lowrank_query_aware = cc.lowrank_query_aware;
     eo.key_basis = key_basis.get();
   }
 

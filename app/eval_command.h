@@ -20,7 +20,8 @@
 // --demote int8:64,int4:128 (issue 18): every triattention row also keeps that many tokens in
 // demotion tiers of those precisions (highest first) instead of evicting them; the KV bytes
 // per token count the tiers' blocks from the first token on. `lowrank:N` (last) adds the
-// low-rank key tier of cache.lowrank_key_rank / lowrank_k_dtype / lowrank_v_dtype, with the
+// low-rank key tier of cache.lowrank_key_rank / lowrank_k_dtype / lowrank_v_dtype /
+// lowrank_query_aware (the config also wants cache.demote_kv_bytes > 0 with a rank), with the
 // basis at compression.key_basis_path (default <model>/key_basis.bin).
 #pragma once
 

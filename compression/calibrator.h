@@ -9,7 +9,8 @@
 //                       q_norm, so this is exactly where queries enter RoPE
 //    accumulator ──► per (l, h, f): sum q_f (complex), sum |q_f|   (float64)
 //         Finish ──► A = mean q_f, M = mean |q_f|, plus the model's shape and RoPE table
-//  optional keys ──► after each window, its post-RoPE keys read back from the fp32 buffer
+//  optional keys ──► after each window, its post-RoPE keys read back from the fp32 buffer,
+//                     and after each step its queries rotated by their positions
 //                     ──► KeyCovarianceAccumulator (low-rank key basis, key_pca.h)
 //
 // Every query row of every window counts (no sink exclusion, no windowing inside a window).

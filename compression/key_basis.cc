@@ -1,5 +1,6 @@
 #include "compression/key_basis.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -8,6 +9,7 @@
 #include "base/check.h"
 #include "compression/binary_io.h"
 #include "kernels/cpu/low_rank_keys.h"
+#include "kernels/cpu/sym_eigen.h"
 
 namespace kvserve::compression {
 namespace {
@@ -43,7 +45,7 @@ absl::Status ValidateKeyBasis(const KeyBasis& b) {
   const size_t heads = static_cast<size_t>(b.num_layers) * b.num_kv_heads;
   const size_t hd = static_cast<size_t>(b.head_dim);
   if (b.inv_freq.size() != hd / 2 || b.means.size() != heads * hd || b.variances.size() != heads * hd ||
-      b.axes.size() != heads * hd * hd) {
+      b.axes.size() != heads * hd * hd || b.query_moments.size() != heads * hd * hd) {
     return bad("array sizes do not match the shape");
   }
   if (b.source.size() > kMaxSourceLen) return bad(absl::StrCat("source text over ", kMaxSourceLen, " bytes"));
@@ -60,6 +62,19 @@ absl::Status ValidateKeyBasis(const KeyBasis& b) {
       for (int i = 0; i < b.head_dim; ++i) {
         if (!std::isfinite(v[i]) || v[i] < -slack || (i > 0 && v[i] > v[i - 1] + slack)) {
           return bad(absl::StrCat("layer ", l, " head ", h, ": variances must be finite, >= 0 and descending"));
+        }
+      }
+      const double* qm = b.query_moment(l, h);
+      for (int i = 0; i < b.head_dim; ++i) {
+        const double scale = std::max(1.0, std::abs(qm[static_cast<size_t>(i) * hd + i]));
+        if (!std::isfinite(qm[static_cast<size_t>(i) * hd + i]) || qm[static_cast<size_t>(i) * hd + i] < 0.0) {
+          return bad(absl::StrCat("layer ", l, " head ", h, ": query moment diagonal must be finite and >= 0"));
+        }
+        for (int j = 0; j < b.head_dim; ++j) {
+          const double x = qm[static_cast<size_t>(i) * hd + j], y = qm[static_cast<size_t>(j) * hd + i];
+          if (!std::isfinite(x) || std::abs(x - y) > kVarianceTol * scale) {
+            return bad(absl::StrCat("layer ", l, " head ", h, ": query moment is not finite and symmetric"));
+          }
         }
       }
       for (int i = 0; i < b.head_dim; ++i) {
@@ -81,7 +96,8 @@ absl::Status ValidateKeyBasis(const KeyBasis& b) {
 std::string SerializeKeyBasis(const KeyBasis& b) {
   KVS_CHECK(ValidateKeyBasis(b).ok(), ValidateKeyBasis(b).message());
   std::string out;
-  out.reserve(48 + b.source.size() + 8 * (b.inv_freq.size() + b.means.size() + b.variances.size() + b.axes.size()));
+  out.reserve(48 + b.source.size() +
+              8 * (b.inv_freq.size() + b.means.size() + b.variances.size() + 2 * b.axes.size()));
   out.append(kKeyBasisMagic.data(), kKeyBasisMagic.size());
   PutU32(out, kKeyBasisVersion);
   PutU32(out, static_cast<uint32_t>(b.num_layers));
@@ -99,6 +115,7 @@ std::string SerializeKeyBasis(const KeyBasis& b) {
       for (size_t d = 0; d < hd; ++d) PutF64(out, b.mean(l, h)[d]);
       for (size_t d = 0; d < hd; ++d) PutF64(out, b.variance(l, h)[d]);
       for (size_t d = 0; d < hd * hd; ++d) PutF64(out, b.axis(l, h, 0)[d]);
+      for (size_t d = 0; d < hd * hd; ++d) PutF64(out, b.query_moment(l, h)[d]);
     }
   }
   PutU64(out, Fnv1a64(out));
@@ -136,7 +153,7 @@ absl::StatusOr<KeyBasis> ParseKeyBasis(std::string_view bytes, std::string_view 
   if (source_len > kMaxSourceLen) return err(absl::StrCat("source text of ", source_len, " bytes is too long"));
   if (tokens > static_cast<uint64_t>(INT64_MAX)) return err("token count out of range");
   const uint64_t heads = static_cast<uint64_t>(layers) * kv_heads;
-  const uint64_t per_head = 2ull * head_dim + static_cast<uint64_t>(head_dim) * head_dim;
+  const uint64_t per_head = 2ull * head_dim + 2ull * head_dim * head_dim;
   const uint64_t need = source_len + 8ull * (head_dim / 2) + 8ull * heads * per_head + 8ull;
   if (r.remaining() != need) {
     return err(absl::StrCat("size mismatch: ", r.remaining(), " bytes after the header, the header implies ", need,
@@ -157,10 +174,12 @@ absl::StatusOr<KeyBasis> ParseKeyBasis(std::string_view bytes, std::string_view 
   b.means.resize(heads * hd);
   b.variances.resize(heads * hd);
   b.axes.resize(heads * hd * hd);
+  b.query_moments.resize(heads * hd * hd);
   for (size_t i = 0; i < heads; ++i) {
     for (size_t d = 0; d < hd; ++d) r.F64(b.means[i * hd + d]);
     for (size_t d = 0; d < hd; ++d) r.F64(b.variances[i * hd + d]);
     for (size_t d = 0; d < hd * hd; ++d) r.F64(b.axes[i * hd * hd + d]);
+    for (size_t d = 0; d < hd * hd; ++d) r.F64(b.query_moments[i * hd * hd + d]);
   }
   KVS_CHECK(r.pos() == body_end);
   uint64_t checksum = 0;
@@ -214,29 +233,98 @@ std::string KeyBasisPathFor(const std::string& configured, const std::string& mo
   return configured.empty() ? (std::filesystem::path(model_dir) / "key_basis.bin").string() : configured;
 }
 
-absl::StatusOr<PackedKeyBasis> PackedKeyBasis::Create(const KeyBasis& b, int rank) {
+namespace {
+
+// The rank-r rows P (key projection) and R (reconstruction) of one head, [rank][hd] each.
+absl::Status HeadProjection(const KeyBasis& b, int layer, int head, int rank, KeyBasisKind kind,
+                            std::vector<double>& p, std::vector<double>& r) {
+  const int hd = b.head_dim;
+  const size_t n = static_cast<size_t>(hd);
+  p.assign(static_cast<size_t>(rank) * n, 0.0);
+  r.assign(static_cast<size_t>(rank) * n, 0.0);
+  if (kind == KeyBasisKind::kPca) {
+    for (int j = 0; j < rank; ++j) {
+      std::copy_n(b.axis(layer, head, j), n, p.begin() + static_cast<std::ptrdiff_t>(j * n));
+      std::copy_n(b.axis(layer, head, j), n, r.begin() + static_cast<std::ptrdiff_t>(j * n));
+    }
+    return absl::OkStatus();
+  }
+  // W = S^(1/2), W^-1 from S's eigen-decomposition, small eigenvalues floored.
+  std::vector<double> s(b.query_moment(layer, head), b.query_moment(layer, head) + n * n);
+  KVS_ASSIGN_OR_RETURN(kernels::cpu::SymmetricEigen se, kernels::cpu::EigenSymmetric(s, hd));
+  const double floor = std::max(se.values[0], 0.0) * 1e-6 + 1e-30;
+  std::vector<double> w(n * n, 0.0), w_inv(n * n, 0.0);
+  for (size_t i = 0; i < n; ++i) {
+    const double lam = std::max(se.values[i], floor);
+    const double a = std::sqrt(lam), ai = 1.0 / std::sqrt(lam);
+    const double* q = se.vectors.data() + i * n;
+    for (size_t x = 0; x < n; ++x) {
+      for (size_t y = 0; y < n; ++y) {
+        w[x * n + y] += a * q[x] * q[y];
+        w_inv[x * n + y] += ai * q[x] * q[y];
+      }
+    }
+  }
+  // C = U diag(variance) U^T, then M = W C W.
+  std::vector<double> c(n * n, 0.0), wc(n * n, 0.0), m(n * n, 0.0);
+  for (size_t i = 0; i < n; ++i) {
+    const double v = b.variance(layer, head)[i];
+    const double* u = b.axis(layer, head, static_cast<int>(i));
+    for (size_t x = 0; x < n; ++x) {
+      for (size_t y = 0; y < n; ++y) c[x * n + y] += v * u[x] * u[y];
+    }
+  }
+  for (size_t x = 0; x < n; ++x)
+    for (size_t k = 0; k < n; ++k)
+      for (size_t y = 0; y < n; ++y) wc[x * n + y] += w[x * n + k] * c[k * n + y];
+  for (size_t x = 0; x < n; ++x)
+    for (size_t k = 0; k < n; ++k)
+      for (size_t y = 0; y < n; ++y) m[x * n + y] += wc[x * n + k] * w[k * n + y];
+  for (size_t x = 0; x < n; ++x)
+    for (size_t y = x + 1; y < n; ++y) m[x * n + y] = m[y * n + x] = 0.5 * (m[x * n + y] + m[y * n + x]);
+  KVS_ASSIGN_OR_RETURN(kernels::cpu::SymmetricEigen me, kernels::cpu::EigenSymmetric(m, hd));
+  for (int j = 0; j < rank; ++j) {
+    const double* v = me.vectors.data() + static_cast<size_t>(j) * n;
+    for (size_t x = 0; x < n; ++x) {
+      double pw = 0.0, rw = 0.0;
+      for (size_t k = 0; k < n; ++k) {
+        pw += w[x * n + k] * v[k];
+        rw += w_inv[x * n + k] * v[k];
+      }
+      p[static_cast<size_t>(j) * n + x] = pw;
+      r[static_cast<size_t>(j) * n + x] = rw;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<PackedKeyBasis> PackedKeyBasis::Create(const KeyBasis& b, int rank, KeyBasisKind kind) {
   if (rank < 1 || rank > b.head_dim) {
     return absl::InvalidArgumentError(
         absl::StrCat("key rank ", rank, ": must be in [1, head_dim = ", b.head_dim, "]"));
   }
-  PackedKeyBasis p;
-  p.rank_ = rank;
+  PackedKeyBasis packed;
+  packed.rank_ = rank;
+  const size_t hd = static_cast<size_t>(b.head_dim);
   const size_t per_head = kernels::cpu::LowRankHeadFloats(b.head_dim, rank);
   const size_t per_layer = per_head * static_cast<size_t>(b.num_kv_heads);
-  p.data_.resize(per_layer * static_cast<size_t>(b.num_layers));
+  packed.data_.resize(per_layer * static_cast<size_t>(b.num_layers));
+  std::vector<double> p, r;
   for (int l = 0; l < b.num_layers; ++l) {
     for (int h = 0; h < b.num_kv_heads; ++h) {
-      float* dst = p.data_.data() + static_cast<size_t>(l) * per_layer + static_cast<size_t>(h) * per_head;
-      for (int d = 0; d < b.head_dim; ++d) dst[d] = static_cast<float>(b.mean(l, h)[d]);
-      for (int j = 0; j < rank; ++j) {
-        for (int d = 0; d < b.head_dim; ++d) {
-          dst[static_cast<size_t>(1 + j) * b.head_dim + d] = static_cast<float>(b.axis(l, h, j)[d]);
-        }
-      }
+      KVS_RETURN_IF_ERROR(HeadProjection(b, l, h, rank, kind, p, r));
+      float* dst = packed.data_.data() + static_cast<size_t>(l) * per_layer + static_cast<size_t>(h) * per_head;
+      for (size_t d = 0; d < hd; ++d) dst[d] = static_cast<float>(b.mean(l, h)[d]);
+      for (size_t i = 0; i < p.size(); ++i) dst[hd + i] = static_cast<float>(p[i]);
+      for (size_t i = 0; i < r.size(); ++i) dst[hd + p.size() + i] = static_cast<float>(r[i]);
     }
   }
-  for (int l = 0; l < b.num_layers; ++l) p.layers_.push_back(p.data_.data() + static_cast<size_t>(l) * per_layer);
-  return p;
+  for (int l = 0; l < b.num_layers; ++l) {
+    packed.layers_.push_back(packed.data_.data() + static_cast<size_t>(l) * per_layer);
+  }
+  return packed;
 }
 
 }  // namespace kvserve::compression

@@ -1,8 +1,18 @@
 // Low-rank key bases (issue 18): per (layer, KV head) the principal axes of the model's
-// post-RoPE keys, measured offline over calibration text next to the TriAttention statistics
-// (compression/key_pca.h, `kvserve calibrate`). A demotion tier of rank r stores each key as
-// its r coefficients on the top-r axes (kernels/cpu/low_rank_keys.h); the file keeps every
-// axis, so the rank is a serving choice (cache.lowrank_key_rank), not a calibration one.
+// post-RoPE keys and the second moment of the post-RoPE queries that read them, measured
+// offline over calibration text next to the TriAttention statistics (compression/key_pca.h,
+// `kvserve calibrate`). A demotion tier of rank r stores each key as r coefficients
+// (kernels/cpu/low_rank_keys.h); the file keeps every axis, so the rank (and the kind of
+// basis) is a serving choice (cache.lowrank_key_rank, cache.lowrank_basis), not a calibration one.
+//
+// Two bases of rank r come out of one file (PackedKeyBasis):
+//   pca:   the top-r axes U of the key covariance C (Loki): the best rank-r fit of the keys,
+//          P = R = U^T. Variance is not what attention reads, though: a direction with little
+//          key variance can carry the score differences a sharp head looks for.
+//   query: minimises the expected score error E_q E_k (q . (k - k^))^2 instead. With
+//          S = E[q q^T] (queries of the KV head's group) and W = S^(1/2), that is the PCA of the
+//          whitened keys W k: V = top-r eigenvectors of W C W, P = V^T W, R = V^T W^-1
+//          (P R^T = I; small eigenvalues of S are floored at 1e-6 of the largest).
 //
 // Why post-RoPE: keys sit in the cache rotated by their own positions and queries arrive
 // rotated by theirs; a basis of the rotated keys makes q . k^ = q . mu + (U^T q) . c hold with
@@ -27,6 +37,8 @@
 //                f64 mean[head_dim]
 //                f64 variance[head_dim]          eigenvalues, descending, >= 0
 //                f64 axes[head_dim][head_dim]    row i: unit eigenvector of variance[i]
+//                f64 query_moment[head_dim][head_dim]  E[q q^T], post-RoPE, over every query
+//                                                row of the KV head's query heads (symmetric)
 //   ..   8     u64 FNV-1a-64 of every preceding byte
 //
 // Loading checks sizes against the header before reading, the checksum, finiteness, the
@@ -63,12 +75,16 @@ struct KeyBasis {
   std::vector<double> means;     // [layers][kv heads][head_dim]
   std::vector<double> variances; // [layers][kv heads][head_dim], descending
   std::vector<double> axes;      // [layers][kv heads][head_dim][head_dim], row i = axis i
+  std::vector<double> query_moments;  // [layers][kv heads][head_dim][head_dim], E[q q^T]
 
   size_t head_index(int layer, int head) const { return static_cast<size_t>(layer) * num_kv_heads + head; }
   const double* mean(int layer, int head) const { return means.data() + head_index(layer, head) * head_dim; }
   const double* variance(int layer, int head) const { return variances.data() + head_index(layer, head) * head_dim; }
   const double* axis(int layer, int head, int i) const {
     return axes.data() + (head_index(layer, head) * head_dim + i) * head_dim;
+  }
+  const double* query_moment(int layer, int head) const {
+    return query_moments.data() + head_index(layer, head) * head_dim * head_dim;
   }
   // Share of the head's key variance the top `rank` axes hold (1 for a head with none).
   double explained(int layer, int head, int rank) const;
@@ -93,10 +109,12 @@ std::string KeyBasisPathFor(const std::string& configured, const std::string& mo
 // The rank-r basis in the kernels' form (kernels/cpu/low_rank_keys.h): per layer, every KV
 // head's float mean and top-r axes. What a low-rank tier's KvTierStorage::key_basis points at;
 // must outlive it. Movable (the pointers stay valid: they point into one heap buffer).
+enum class KeyBasisKind { kPca, kQueryAware };
+
 class PackedKeyBasis {
  public:
-  // InvalidArgument unless 1 <= rank <= head_dim.
-  static absl::StatusOr<PackedKeyBasis> Create(const KeyBasis& basis, int rank);
+  // InvalidArgument unless 1 <= rank <= head_dim; Internal if an eigen-solve fails.
+  static absl::StatusOr<PackedKeyBasis> Create(const KeyBasis& basis, int rank, KeyBasisKind kind);
   PackedKeyBasis(PackedKeyBasis&&) = default;
   PackedKeyBasis& operator=(PackedKeyBasis&&) = default;
   PackedKeyBasis(const PackedKeyBasis&) = delete;  // layers_ points into data_

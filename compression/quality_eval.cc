@@ -41,7 +41,9 @@ class SequenceDriver {
       for (config::KvDtype dt : o.demote_dtypes) tier_layouts.push_back(cache::WithPrecision(layout, dt, dt, o.int4_group));
       if (o.lowrank_key_rank > 0) {
         if (o.key_basis == nullptr) return absl::InvalidArgumentError("evaluation: a low-rank tier needs a key basis");
-        KVS_ASSIGN_OR_RETURN(PackedKeyBasis packed, PackedKeyBasis::Create(*o.key_basis, o.lowrank_key_rank));
+        KVS_ASSIGN_OR_RETURN(PackedKeyBasis packed, PackedKeyBasis::Create(*o.key_basis, o.lowrank_key_rank,
+                                                                         o.lowrank_query_aware ? KeyBasisKind::kQueryAware
+                                                                                               : KeyBasisKind::kPca));
         d->key_basis_ = std::make_unique<PackedKeyBasis>(std::move(packed));
         tier_layouts.push_back(
             cache::LowRankTierLayout(layout, o.lowrank_key_rank, o.lowrank_k_dtype, o.lowrank_v_dtype));

@@ -50,6 +50,7 @@ struct EvalOptions {
   int lowrank_key_rank = 0;
   config::KvDtype lowrank_k_dtype = config::KvDtype::kBf16;
   config::KvDtype lowrank_v_dtype = config::KvDtype::kInt8;
+  bool lowrank_query_aware = true;  // cache.lowrank_query_aware
   const KeyBasis* key_basis = nullptr;
 };
 

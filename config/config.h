@@ -65,6 +65,9 @@ struct CacheConfig {
   int lowrank_key_rank = 0;
   KvDtype lowrank_k_dtype = KvDtype::kBf16;
   KvDtype lowrank_v_dtype = KvDtype::kInt8;
+  // The low-rank basis: true, the query-aware one (least expected score error, key_basis.h);
+  // false, plain PCA of the keys (least key reconstruction error).
+  bool lowrank_query_aware = true;
   bool enable_prefix_caching = true;
   uint64_t host_swap_bytes = 256ull << 20;      // host swap tier; 0 disables swapping
   uint64_t host_cache_bytes = 0;                // host prefix tier (evicted prefix blocks); 0: off

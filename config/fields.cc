@@ -300,6 +300,10 @@ std::vector<Field<Config>> BuildConfigFields() {
                           [](C& c) -> auto& { return c.cache.lowrank_key_rank; }, 0, 1024));
   f.push_back(EnumField<C>("cache.lowrank_k_dtype", "low-rank tier: precision of the key coefficients",
                            [](C& c) -> auto& { return c.cache.lowrank_k_dtype; }, kKvDtypes));
+  f.push_back(BoolField<C>("cache.lowrank_query_aware",
+                           "low-rank tier: the query-aware basis (least expected attention-score error) "
+                           "instead of plain key PCA",
+                           [](C& c) -> auto& { return c.cache.lowrank_query_aware; }));
   f.push_back(EnumField<C>("cache.lowrank_v_dtype", "low-rank tier: precision of the values (full head_dim)",
                            [](C& c) -> auto& { return c.cache.lowrank_v_dtype; }, kKvDtypes));
   f.push_back(BoolField<C>("cache.enable_prefix_caching", "reuse KV blocks of shared prompt prefixes",

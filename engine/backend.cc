@@ -93,7 +93,18 @@ absl::StatusOr<Backend> MakeCpuBackend(const config::Config& config, model::Llam
     tiers.push_back(t.get());
     b.demote_tiers.push_back(std::move(t));
   }
-  b.runner = std::make_unique<CpuModelRunner>(model, *b.storage, b.swap.get(), compression, tiers);
+  if (config.cache.lowrank_key_rank > 0) {
+    auto packed = compression::PackedKeyBasis::Create(
+        *compression->key_basis, config.cache.lowrank_key_rank,
+        config.cache.lowrank_query_aware ? compression::KeyBasisKind::kQueryAware : compression::KeyBasisKind::kPca);
+    if (!packed.ok()) {
+      return absl::Status(packed.status().code(),
+                          absl::StrCat("cache.lowrank_key_rank=", config.cache.lowrank_key_rank, ": ",
+                                       packed.status().message()));
+    }
+    b.key_basis = std::make_unique<compression::PackedKeyBasis>(std::move(*packed));
+  }
+  b.runner = std::make_unique<CpuModelRunner>(model, *b.storage, b.swap.get(), compression, tiers, b.key_basis.get());
   return b;
 }
 

@@ -1,13 +1,13 @@
 #include "engine/cpu_model_runner.h"
 
 #include "base/check.h"
-#include "compression/key_basis.h"
 
 namespace kvserve::engine {
 
 CpuModelRunner::CpuModelRunner(model::LlamaModel& model, cache::KvStorage& storage,
                                cache::KvStorage* swap, const compression::PolicyContext* compression,
-                               std::span<cache::KvStorage* const> demote_tiers)
+                               std::span<cache::KvStorage* const> demote_tiers,
+                               const compression::PackedKeyBasis* key_basis)
     : model_(model),
       storage_(storage),
       swap_(swap),
@@ -32,12 +32,8 @@ CpuModelRunner::CpuModelRunner(model::LlamaModel& model, cache::KvStorage& stora
     const cache::KvLayout& tl = demote_tiers[t]->layout();
     const float* const* basis = nullptr;
     if (tl.key_rank > 0) {
-      // MakeCpuBackend refuses a low-rank tier without a basis; the rank is below head_dim.
-      KVS_CHECK(compression != nullptr && compression->key_basis != nullptr, "low-rank tier without a key basis");
-      auto packed = compression::PackedKeyBasis::Create(*compression->key_basis, tl.key_rank);
-      KVS_CHECK(packed.ok(), packed.status().message());
-      key_bases_.push_back(std::make_unique<compression::PackedKeyBasis>(std::move(*packed)));
-      basis = key_bases_.back()->layers();
+      KVS_CHECK(key_basis != nullptr && key_basis->rank() == tl.key_rank, "low-rank tier without its key basis");
+      basis = key_basis->layers();
     }
     tiers_.push_back({tl, tier_data_[t].data(), tl.has_scales() ? tier_scales_[t].data() : nullptr,
                       demote_tiers[t]->num_blocks(), basis});

@@ -34,10 +34,12 @@ class CpuModelRunner final : public ModelRunner {
   // `swap` may be null (no host swap tier). `compression` may be null: then only `full`
   // sequences run. `demote_tiers`: the demotion tier pools (host memory; tier t + 1 at index
   // t), whose blocks a sequence's table may mix with the pool's (TieredBlock entries).
+  // `key_basis`: the low-rank tier's basis (layout.key_rank > 0), required when there is one.
   // All must outlive the runner.
   CpuModelRunner(model::LlamaModel& model, cache::KvStorage& storage, cache::KvStorage* swap,
                  const compression::PolicyContext* compression = nullptr,
-                 std::span<cache::KvStorage* const> demote_tiers = {});
+                 std::span<cache::KvStorage* const> demote_tiers = {},
+                 const compression::PackedKeyBasis* key_basis = nullptr);
 
   absl::Status Execute(const scheduler::StepPlan& plan, scheduler::StepResult& result) override;
   int vocab_size() const override { return model_.config().vocab_size; }
@@ -52,7 +54,6 @@ class CpuModelRunner final : public ModelRunner {
   // Demotion tiers: per tier its layer pointer arrays, and the view kernels and rounds read.
   std::vector<std::vector<std::byte*>> tier_data_;
   std::vector<std::vector<float*>> tier_scales_;
-  std::vector<std::unique_ptr<compression::PackedKeyBasis>> key_bases_;  // low-rank tiers' bases
   std::vector<kernels::cpu::KvTierStorage> tiers_;
   std::unique_ptr<compression::HostKvAccess> kv_access_;  // compression's view of storage_
   std::unique_ptr<compression::KvCompressor> compressor_;

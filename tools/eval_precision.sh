@@ -10,8 +10,8 @@
 #   tools/eval_precision.sh --demotion-only   # rerun only the demotion rows, keep the others
 #   tools/eval_precision.sh --lowrank-only    # rerun only the low-rank key rows, keep the others
 #   tools/eval_precision.sh --plot-only
-# Low-rank key rows (a sixth config field RANK:COEFF_DTYPE:V_DTYPE) demote into the low-rank
-# key tier (`lowrank:N` in --demote; cache.lowrank_key_rank / lowrank_k_dtype / lowrank_v_dtype,
+# Low-rank key rows (a sixth config field RANK:COEFF_DTYPE:V_DTYPE[:pca], default the
+# query-aware basis) demote into the low-rank key tier (`lowrank:N` in --demote; cache.lowrank_key_rank / lowrank_k_dtype / lowrank_v_dtype,
 # the basis models/kvs-tiny/key_basis.bin from `kvserve calibrate`).
 # Needs: a built build/bin/kvserve (tools/build.sh) and gnuplot (Debian gnuplot-nox).
 set -euo pipefail
@@ -37,10 +37,15 @@ configs=(
   "fp32 fp32 16 32 int8:128,int4:256" "fp32 fp32 16 32 int4:384" "bf16 bf16 16 32 int8:128,int4:256"
   "bf16 bf16 16 32 int4:384" "int8 int8 16 32 int4:384" "fp32 fp32 16 32 int8:384,int4:640"
   # Low-rank keys (head_dim 48): the rank alone (fp32 coefficients and values, every token
-  # kept: 128 + 1024 >= 1,025), then a practical tier (bf16 coefficients, int4 values).
+  # kept: 128 + 1024 >= 1,025) with the query-aware basis and, at the ranks that retrieve,
+  # plain PCA; then practical tiers (bf16 coefficients, int4 values) without and with eviction.
   "fp32 fp32 16 32 lowrank:1024 8:fp32:fp32" "fp32 fp32 16 32 lowrank:1024 16:fp32:fp32"
   "fp32 fp32 16 32 lowrank:1024 24:fp32:fp32" "fp32 fp32 16 32 lowrank:1024 32:fp32:fp32"
-  "bf16 bf16 16 32 lowrank:1024 24:bf16:int4" "bf16 bf16 16 32 lowrank:384 24:bf16:int4"
+  "fp32 fp32 16 32 lowrank:1024 40:fp32:fp32" "fp32 fp32 16 32 lowrank:1024 44:fp32:fp32"
+  "fp32 fp32 16 32 lowrank:1024 16:fp32:fp32:pca" "fp32 fp32 16 32 lowrank:1024 40:fp32:fp32:pca"
+  "fp32 fp32 16 32 lowrank:1024 44:fp32:fp32:pca"
+  "bf16 bf16 16 32 lowrank:1024 44:bf16:int4" "bf16 bf16 16 32 lowrank:384 44:bf16:int4"
+  "bf16 bf16 16 32 lowrank:384 16:bf16:int4"
 )
 header='k_dtype\tv_dtype\tblock\tgroup\tdemote\tpolicy\tbudget\tppl\tpasskey_acc\tbytes_per_token\n'
 if [ "$plot_only" = 0 ]; then
@@ -61,10 +66,13 @@ if [ "$plot_only" = 0 ]; then
     demote=() lowrank=()
     [ "$d" != - ] && demote=(--demote "$d")
     if [ -n "${lr:-}" ]; then
-      IFS=: read -r rank kd vd <<<"$lr"
+      IFS=: read -r rank kd vd basis <<<"$lr"
+      basis="${basis:-query}"
+      qa=true
+      [ "$basis" = pca ] && qa=false
       lowrank=(--cache.demote_kv_bytes 1048576 --cache.lowrank_key_rank "$rank" --cache.lowrank_k_dtype "$kd"
-               --cache.lowrank_v_dtype "$vd")
-      d="${d/lowrank/lowrank$rank ($kd/$vd)}"
+               --cache.lowrank_v_dtype "$vd" --cache.lowrank_query_aware "$qa")
+      d="${d/lowrank/lowrank$rank $basis ($kd/$vd)}"
     fi
     "$bin" eval --model models/kvs-tiny --text tests/fixtures/heldout_long.txt --engine.threads 1 \
         --cache.k_dtype "$k" --cache.v_dtype "$v" --cache.block_size "$bs" --cache.kv_int4_group "$g" \

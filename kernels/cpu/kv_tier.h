@@ -1,7 +1,7 @@
 // One KV precision tier's host storage (the pool, or a demotion tier of issue 18), and row
 // access that hides how the tier encodes keys: a full-width tier quantizes and dequantizes
 // rows (kv_quant.h); a low-rank tier (layout.key_rank > 0) also projects keys onto its
-// per-(layer, KV head) basis on write and reconstructs mu + U c on read (low_rank_keys.h).
+// per-(layer, KV head) basis on write and reconstructs mu + R^T c on read (low_rank_keys.h).
 // Callers always see head_dim floats per row, so demotion code is the same for every tier.
 #pragma once
 
@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "cache/kv_layout.h"
+#include "kernels/cpu/low_rank_keys.h"
 
 namespace kvserve::kernels::cpu {
 
@@ -35,8 +36,7 @@ void WriteTierRows(const KvTierStorage& t, int layer, int64_t block, int kv, int
                    const float* src, int64_t src_stride);
 
 inline const float* TierHeadBasis(const KvTierStorage& t, int layer, int head) {
-  return t.key_basis[layer] +
-         static_cast<size_t>(head) * (static_cast<size_t>(t.layout.head_dim) * (1 + static_cast<size_t>(t.layout.key_rank)));
+  return t.key_basis[layer] + static_cast<size_t>(head) * LowRankHeadFloats(t.layout.head_dim, t.layout.key_rank);
 }
 
 }  // namespace kvserve::kernels::cpu

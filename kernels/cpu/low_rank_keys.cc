@@ -9,7 +9,7 @@ namespace kvserve::kernels::cpu {
 void ProjectKeys(const float* head_basis, int head_dim, int rank, const float* src, int64_t src_stride, int n,
                  float* dst) {
   const float* mu = head_basis;
-  const float* u = head_basis + head_dim;
+  const float* u = head_basis + head_dim;  // P
   thread_local std::vector<float> buf;  // one centred row; grows once per thread
   buf.resize(static_cast<size_t>(head_dim));
   float* centred = buf.data();
@@ -23,7 +23,7 @@ void ProjectKeys(const float* head_basis, int head_dim, int rank, const float* s
 
 void ReconstructKeys(const float* head_basis, int head_dim, int rank, const float* src, int n, float* dst) {
   const float* mu = head_basis;
-  const float* u = head_basis + head_dim;
+  const float* u = head_basis + static_cast<int64_t>(1 + rank) * head_dim;  // R
   for (int r = 0; r < n; ++r) {
     const float* c = src + static_cast<int64_t>(r) * rank;
     float* k = dst + static_cast<int64_t>(r) * head_dim;
@@ -37,7 +37,7 @@ void ReconstructKeys(const float* head_basis, int head_dim, int rank, const floa
 }
 
 float ProjectQuery(const float* head_basis, int head_dim, int rank, const float* q, float* q_r) {
-  const float* u = head_basis + head_dim;
+  const float* u = head_basis + static_cast<int64_t>(1 + rank) * head_dim;  // R
   for (int j = 0; j < rank; ++j) q_r[j] = simd::Dot(u + static_cast<int64_t>(j) * head_dim, q, head_dim);
   return simd::Dot(head_basis, q, head_dim);
 }

@@ -269,7 +269,7 @@ KVS_SIMD_CLONES void MassItem(const AttnArgs& a, int64_t item, float* scratch, c
     const KvTierView& tier = a.tiers[KvTierOf(table[b])];
     const float* k = LoadRun(tier, KvTierBlock(table[b]), 0, g, n, ws.k_rows);
     if (tier.layout.key_rank > 0) {
-      // Low-rank keys: the mass is a diagnostic side output, so reconstruct mu + U c (into
+      // Low-rank keys: the mass is a diagnostic side output, so reconstruct mu + R^T c (into
       // v_rows, free here) and score as usual: the same projected keys attention scores.
       const int r = tier.layout.key_rank;
       ReconstructKeys(tier.key_basis + static_cast<size_t>(g) * LowRankHeadFloats(hd, r), hd, r, k, n, ws.v_rows);

@@ -47,8 +47,8 @@ struct PagedSeqs {
 //   table entry:  [ tier (7 bits) | block within the tier's storage (24 bits) ]
 //
 // A low-rank tier (layout.key_rank = r > 0) stores keys as r coefficients c of its basis
-// (low_rank_keys.h); its blocks are scored in the r-dim space, q . mu + (U^T q) . c, with each
-// query projected once per tile: exactly the scores of the projected keys mu + U c.
+// (low_rank_keys.h); its blocks are scored in the r-dim space, q . mu + (R q) . c, with each
+// query projected once per tile: exactly the scores of the projected keys mu + R^T c.
 struct KvTierView {
   cache::KvLayout layout;
   const std::byte* layer_data = nullptr;  // one layer's storage of this tier

@@ -46,6 +46,9 @@ KeyBasis Calibrated(int layers, int heads, int hd, int64_t n, std::vector<std::v
       // must not depend on how rows arrive.
       acc.Add(l, h, keys.data(), hd, n / 2);
       acc.Add(l, h, keys.data() + (n / 2) * hd, hd, n - n / 2);
+      std::vector<float> queries(static_cast<size_t>(n) * hd);
+      for (auto& x : queries) x = nd(gen);
+      acc.AddQueries(l, h, queries.data(), hd, n);
       if (keys_out != nullptr) keys_out->push_back(std::move(keys));
     }
   }
@@ -103,6 +106,11 @@ TEST(KeyPca, RefusesUnevenOrMissingRows) {
   EXPECT_EQ(acc.Finish(InvFreq(4), "").status().code(), absl::StatusCode::kFailedPrecondition);
   acc.Add(0, 1, k, 4, 1);
   EXPECT_EQ(acc.Finish(InvFreq(4), "").status().code(), absl::StatusCode::kFailedPrecondition);
+  acc.Add(0, 1, k, 4, 1);  // keys even now; queries missing
+  acc.AddQueries(0, 0, k, 4, 2);
+  EXPECT_EQ(acc.Finish(InvFreq(4), "").status().code(), absl::StatusCode::kFailedPrecondition);
+  acc.AddQueries(0, 1, k, 4, 2);
+  EXPECT_TRUE(acc.Finish(InvFreq(4), "").ok());
 }
 
 TEST(KeyBasisFile, RoundTripsExactlyAndThroughTheFilesystem) {
@@ -143,6 +151,9 @@ TEST(KeyBasisValidate, RefusesNonOrthonormalAxesAndUnsortedVariances) {
   KeyBasis order = b;
   std::swap(order.variances[0], order.variances[3]);
   EXPECT_FALSE(ValidateKeyBasis(order).ok());
+  KeyBasis asym = b;
+  asym.query_moments[1] += 0.5;  // (0, 1) no longer equals (1, 0)
+  EXPECT_FALSE(ValidateKeyBasis(asym).ok());
   EXPECT_TRUE(ValidateKeyBasis(b).ok());
 }
 
@@ -170,9 +181,10 @@ TEST(KeyBasisCompatible, RefusesAnotherModelWithClearErrors) {
 
 TEST(PackedKeyBasis, HoldsTheTopAxesPerHeadAndChecksTheRank) {
   const KeyBasis b = Calibrated(2, 2, 6, 40);
-  EXPECT_EQ(PackedKeyBasis::Create(b, 0).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(PackedKeyBasis::Create(b, 7).status().code(), absl::StatusCode::kInvalidArgument);
-  auto p = PackedKeyBasis::Create(b, 2);
+  EXPECT_EQ(PackedKeyBasis::Create(b, 0, KeyBasisKind::kPca).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PackedKeyBasis::Create(b, 7, KeyBasisKind::kQueryAware).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto p = PackedKeyBasis::Create(b, 2, KeyBasisKind::kPca);
   ASSERT_TRUE(p.ok());
   PackedKeyBasis moved = std::move(*p);  // pointers survive a move
   const size_t per_head = kernels::cpu::LowRankHeadFloats(6, 2);
@@ -181,11 +193,62 @@ TEST(PackedKeyBasis, HoldsTheTopAxesPerHeadAndChecksTheRank) {
       const float* head = moved.layers()[l] + static_cast<size_t>(h) * per_head;
       for (int d = 0; d < 6; ++d) {
         EXPECT_EQ(head[d], static_cast<float>(b.mean(l, h)[d]));
-        EXPECT_EQ(head[6 + d], static_cast<float>(b.axis(l, h, 0)[d]));
+        EXPECT_EQ(head[6 + d], static_cast<float>(b.axis(l, h, 0)[d]));   // P
         EXPECT_EQ(head[12 + d], static_cast<float>(b.axis(l, h, 1)[d]));
+        EXPECT_EQ(head[18 + d], static_cast<float>(b.axis(l, h, 0)[d]));  // R = P for PCA
+        EXPECT_EQ(head[24 + d], static_cast<float>(b.axis(l, h, 1)[d]));
       }
     }
   }
+}
+
+// The query-aware basis keeps what queries read: keys vary most along e0, but queries only
+// look along e1. At rank 1, PCA keeps e0 and loses every score difference; the query-aware
+// basis keeps e1, and its expected squared score error is far below PCA's. Its P and R are
+// biorthogonal (P R^T = I).
+TEST(PackedKeyBasis, QueryAwareBasisKeepsTheDirectionsQueriesRead) {
+  const int hd = 4;
+  std::mt19937 gen(23);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  KeyCovarianceAccumulator acc(1, 1, hd);
+  std::vector<float> keys, queries;
+  for (int i = 0; i < 2000; ++i) {
+    const float k[4] = {10.0f * nd(gen), 1.0f * nd(gen), 0.01f * nd(gen), 0.01f * nd(gen)};
+    const float q[4] = {0.0f, 3.0f * nd(gen), 0.01f * nd(gen), 0.01f * nd(gen)};
+    keys.insert(keys.end(), k, k + 4);
+    queries.insert(queries.end(), q, q + 4);
+  }
+  acc.Add(0, 0, keys.data(), hd, 2000);
+  acc.AddQueries(0, 0, queries.data(), hd, 2000);
+  auto b = acc.Finish(InvFreq(hd), "");
+  ASSERT_TRUE(b.ok()) << b.status();
+  double err[2] = {0.0, 0.0};
+  const KeyBasisKind kinds[2] = {KeyBasisKind::kPca, KeyBasisKind::kQueryAware};
+  for (int kind = 0; kind < 2; ++kind) {
+    auto p = PackedKeyBasis::Create(*b, 1, kinds[kind]);
+    ASSERT_TRUE(p.ok()) << p.status();
+    const float* head = p->layers()[0];
+    const float* mu = head;
+    const float* pr = head + hd;
+    const float* rr = head + 2 * hd;
+    double pdotr = 0.0;
+    for (int d = 0; d < hd; ++d) pdotr += static_cast<double>(pr[d]) * rr[d];
+    EXPECT_NEAR(pdotr, 1.0, 1e-4) << "P R^T = I";
+    for (int i = 0; i < 2000; ++i) {
+      const float* k = &keys[static_cast<size_t>(i) * hd];
+      const float* q = &queries[static_cast<size_t>(i) * hd];
+      double c = 0.0;
+      for (int d = 0; d < hd; ++d) c += static_cast<double>(pr[d]) * (k[d] - mu[d]);
+      double s = 0.0, s_hat = 0.0;
+      for (int d = 0; d < hd; ++d) {
+        s += static_cast<double>(q[d]) * k[d];
+        s_hat += static_cast<double>(q[d]) * (mu[d] + c * rr[d]);
+      }
+      err[kind] += (s - s_hat) * (s - s_hat) / 2000.0;
+    }
+  }
+  EXPECT_GT(err[0], 1.0);             // PCA drops e1: about Var(q1) Var(k1) = 9
+  EXPECT_LT(err[1], 0.01 * err[0]);   // the query-aware basis keeps it
 }
 
 }  // namespace

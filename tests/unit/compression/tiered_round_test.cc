@@ -295,8 +295,9 @@ TEST(TieredRound, LowRankTierHoldsProjectedKeysAndExactValues) {
       auto e = kernels::cpu::EigenSymmetric(a, hd);
       ASSERT_TRUE(e.ok());
       for (int d = 0; d < hd; ++d) packed[l].push_back(static_cast<float>(0.3 * nd(pool.rng())));
-      for (int j = 0; j < rank; ++j)
-        for (int d = 0; d < hd; ++d) packed[l].push_back(static_cast<float>(e->vectors[static_cast<size_t>(j) * hd + d]));
+      for (int twice = 0; twice < 2; ++twice)  // orthonormal: P = R
+        for (int j = 0; j < rank; ++j)
+          for (int d = 0; d < hd; ++d) packed[l].push_back(static_cast<float>(e->vectors[static_cast<size_t>(j) * hd + d]));
     }
   const float* basis_ptrs[] = {packed[0].data(), packed[1].data()};
   cache::KvLayout tl = layout;
@@ -309,7 +310,7 @@ TEST(TieredRound, LowRankTierHoldsProjectedKeysAndExactValues) {
     const float* b = packed[l].data() + static_cast<size_t>(h) * kernels::cpu::LowRankHeadFloats(hd, rank);
     std::vector<double> out(b, b + hd);
     for (int j = 0; j < rank; ++j) {
-      const float* u = b + static_cast<size_t>(1 + j) * hd;
+      const float* u = b + static_cast<size_t>(1 + j) * hd;  // P row j (= R row j here)
       double c = 0;
       for (int d = 0; d < hd; ++d) c += static_cast<double>(u[d]) * (k[d] - b[d]);
       for (int d = 0; d < hd; ++d) out[d] += c * u[d];

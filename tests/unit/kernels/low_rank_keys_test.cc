@@ -43,18 +43,21 @@ struct Basis {
     mu.resize(static_cast<size_t>(hd));
     for (auto& x : mu) x = 0.5 * nd(gen);
   }
+  // Orthonormal (PCA-like): P = R = the top `rank` axes.
   std::vector<float> Packed(int rank) const {
     std::vector<float> p(LowRankHeadFloats(hd, rank));
     for (int d = 0; d < hd; ++d) p[static_cast<size_t>(d)] = static_cast<float>(mu[static_cast<size_t>(d)]);
     for (int j = 0; j < rank; ++j) {
       for (int d = 0; d < hd; ++d) {
-        p[static_cast<size_t>(1 + j) * hd + d] = static_cast<float>(axes[static_cast<size_t>(j) * hd + d]);
+        const float a = static_cast<float>(axes[static_cast<size_t>(j) * hd + d]);
+        p[static_cast<size_t>(1 + j) * hd + d] = a;
+        p[static_cast<size_t>(1 + rank + j) * hd + d] = a;
       }
     }
     return p;
   }
-  // The coefficients, in double, of k on the top `rank` axes (from the float basis the
-  // kernels see, so only the kernels' arithmetic differs).
+  // The coefficients, in double, of k: P (k - mu) (from the float basis the kernels see, so
+  // only the kernels' arithmetic differs).
   std::vector<double> Coeffs(const std::vector<float>& packed, int rank, const float* k) const {
     std::vector<double> c(static_cast<size_t>(rank));
     for (int j = 0; j < rank; ++j) {
@@ -69,7 +72,9 @@ struct Basis {
     std::vector<double> k(static_cast<size_t>(hd));
     for (int d = 0; d < hd; ++d) {
       k[static_cast<size_t>(d)] = packed[static_cast<size_t>(d)];
-      for (int j = 0; j < rank; ++j) k[static_cast<size_t>(d)] += c[static_cast<size_t>(j)] * packed[static_cast<size_t>(1 + j) * hd + d];
+      for (int j = 0; j < rank; ++j) {
+        k[static_cast<size_t>(d)] += c[static_cast<size_t>(j)] * packed[static_cast<size_t>(1 + rank + j) * hd + d];
+      }
     }
     return k;
   }
@@ -102,6 +107,57 @@ TEST(LowRankKeys, LowRankScoresEqualTheProjectedDotProducts) {
       const std::vector<double> c_ref = basis.Coeffs(packed, rank, k.data());
       for (int j = 0; j < rank; ++j) ASSERT_NEAR(c[static_cast<size_t>(j)], c_ref[static_cast<size_t>(j)], 2e-5);
     }
+  }
+}
+
+// An oblique basis (P != R, P R^T = I, as the query-aware basis is): scores in the low-rank
+// space still equal q . (mu + R^T P (k - mu)), and projecting a reconstruction gives c back.
+TEST(LowRankKeys, ObliqueBasisScoresAreTheReconstructedDotProducts) {
+  std::mt19937 gen(8);
+  std::normal_distribution<double> nd(0.0, 1.0);
+  const int hd = 12, rank = 5;
+  const Basis basis(hd, gen);
+  // W = Q diag(s) Q^T with s in [0.5, 3]: P = V^T W, R = V^T W^-1 for V the top axes.
+  std::vector<double> s(static_cast<size_t>(hd));
+  for (auto& x : s) x = 0.5 + 2.5 * std::abs(nd(gen)) / 3.0;
+  const Basis rot(hd, gen);
+  auto apply = [&](bool inverse, const double* v, double* out) {
+    for (int x = 0; x < hd; ++x) out[x] = 0.0;
+    for (int i = 0; i < hd; ++i) {
+      const double* q = &rot.axes[static_cast<size_t>(i) * hd];
+      double dot = 0.0;
+      for (int d = 0; d < hd; ++d) dot += q[d] * v[d];
+      const double f = inverse ? 1.0 / s[static_cast<size_t>(i)] : s[static_cast<size_t>(i)];
+      for (int x = 0; x < hd; ++x) out[x] += f * dot * q[x];
+    }
+  };
+  std::vector<float> packed(LowRankHeadFloats(hd, rank));
+  for (int d = 0; d < hd; ++d) packed[static_cast<size_t>(d)] = static_cast<float>(basis.mu[static_cast<size_t>(d)]);
+  std::vector<double> pw(static_cast<size_t>(hd)), rw(static_cast<size_t>(hd));
+  for (int j = 0; j < rank; ++j) {
+    apply(false, &basis.axes[static_cast<size_t>(j) * hd], pw.data());
+    apply(true, &basis.axes[static_cast<size_t>(j) * hd], rw.data());
+    for (int d = 0; d < hd; ++d) {
+      packed[static_cast<size_t>(1 + j) * hd + d] = static_cast<float>(pw[static_cast<size_t>(d)]);
+      packed[static_cast<size_t>(1 + rank + j) * hd + d] = static_cast<float>(rw[static_cast<size_t>(d)]);
+    }
+  }
+  std::normal_distribution<float> nf(0.0f, 1.0f);
+  for (int trial = 0; trial < 10; ++trial) {
+    std::vector<float> q(hd), k(hd), c(rank), c2(rank), q_r(rank), back(hd);
+    for (auto& x : q) x = nf(gen);
+    for (auto& x : k) x = nf(gen);
+    ProjectKeys(packed.data(), hd, rank, k.data(), hd, 1, c.data());
+    const float off = ProjectQuery(packed.data(), hd, rank, q.data(), q_r.data());
+    double low = off;
+    for (int j = 0; j < rank; ++j) low += static_cast<double>(q_r[static_cast<size_t>(j)]) * c[static_cast<size_t>(j)];
+    const std::vector<double> k_hat = basis.Reconstruct(packed, rank, basis.Coeffs(packed, rank, k.data()));
+    double direct = 0.0;
+    for (int d = 0; d < hd; ++d) direct += static_cast<double>(q[static_cast<size_t>(d)]) * k_hat[static_cast<size_t>(d)];
+    ASSERT_NEAR(low, direct, 1e-5 * (1.0 + std::abs(direct)));
+    ReconstructKeys(packed.data(), hd, rank, c.data(), 1, back.data());
+    ProjectKeys(packed.data(), hd, rank, back.data(), hd, 1, c2.data());
+    for (int j = 0; j < rank; ++j) ASSERT_NEAR(c2[static_cast<size_t>(j)], c[static_cast<size_t>(j)], 1e-4);
   }
 }
 
