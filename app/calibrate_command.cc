@@ -14,6 +14,8 @@
 #include "base/absl_compat.h"
 #include "base/check.h"
 #include "compression/calibrator.h"
+#include "compression/key_basis.h"
+#include "compression/key_pca.h"
 #include "compression/triattention_stats.h"
 #include "model/llama_model.h"
 #include "tokenizer/tokenizer.h"
@@ -45,6 +47,12 @@ absl::StatusOr<CalibrateOptions> ParseCalibrateOptions(const ParsedArgs& args) {
   if (!out) return absl::InvalidArgumentError("calibrate: --out FILE is required");
   o.text_path = *text;
   o.out_path = *out;
+  if (auto v = SwitchValue(args, "--key-basis-out")) {
+    if (v->empty()) return absl::InvalidArgumentError("calibrate: --key-basis-out needs a file");
+    o.key_basis_path = *v;
+  } else {
+    o.key_basis_path = (std::filesystem::path(o.out_path).parent_path() / "key_basis.bin").string();
+  }
   if (auto v = SwitchValue(args, "--max-tokens")) KVS_RETURN_IF_ERROR(ParseCount("--max-tokens", *v, 1, o.max_tokens));
   if (auto v = SwitchValue(args, "--window")) KVS_RETURN_IF_ERROR(ParseCount("--window", *v, 2, o.window));
   return o;
@@ -96,6 +104,8 @@ int RunCalibrate(const ParsedArgs& args, char** envp, std::ostream& /*out*/, std
   copts.source = absl::StrCat("model ", std::filesystem::path(loaded.dir).filename().string(), ", text ",
                               std::filesystem::path(opts->text_path).filename().string(), ", ", opts->max_tokens,
                               " tokens, window ", opts->window > 0 ? std::min(opts->window, context) : context);
+  compression::KeyCovarianceAccumulator keys(m.config().num_layers, m.config().num_kv_heads, m.config().head_dim);
+  copts.keys = &keys;
   const auto t0 = std::chrono::steady_clock::now();
   auto stats = compression::CalibrateModel(m, tokens, copts);
   if (!stats.ok()) {
@@ -111,12 +121,37 @@ int RunCalibrate(const ParsedArgs& args, char** envp, std::ostream& /*out*/, std
     err << "kvserve calibrate: " << st.message() << "\n";
     return kExitFailure;
   }
+  auto basis = keys.Finish(m.rope_inv_freq(), copts.source);
+  if (!basis.ok()) {
+    err << "kvserve calibrate: " << basis.status().message() << "\n";
+    return kExitFailure;
+  }
+  if (absl::Status st = compression::SaveKeyBasis(*basis, opts->key_basis_path); !st.ok()) {
+    err << "kvserve calibrate: " << st.message() << "\n";
+    return kExitFailure;
+  }
   std::error_code ec;
   const auto size = std::filesystem::file_size(opts->out_path, ec);
   err << "[calibrate] " << opts->max_tokens << " text tokens (" << stats->num_tokens << " query rows per layer) in "
       << seconds << " s; wrote " << opts->out_path << " (" << (ec ? 0 : size) << " bytes): " << stats->num_layers
       << " layers x " << stats->num_q_heads << " query heads x " << stats->num_freqs()
       << " frequency pairs, mean resultant length " << MeanResultantLength(*stats) << "\n";
+  const auto basis_size = std::filesystem::file_size(opts->key_basis_path, ec);
+  err << "[calibrate] wrote " << opts->key_basis_path << " (" << (ec ? 0 : basis_size)
+      << " bytes): post-RoPE key PCA over " << basis->num_tokens << " keys per (layer, KV head); key variance held by "
+      << "the top r axes, mean (min) over heads:";
+  for (int r = 4; r <= basis->head_dim; r *= 2) {
+    double sum = 0.0, lo = 1.0;
+    for (int l = 0; l < basis->num_layers; ++l) {
+      for (int h = 0; h < basis->num_kv_heads; ++h) {
+        const double e = basis->explained(l, h, r);
+        sum += e;
+        lo = std::min(lo, e);
+      }
+    }
+    err << " r=" << r << " " << sum / (basis->num_layers * basis->num_kv_heads) << " (" << lo << ")";
+  }
+  err << "\n";
   return kExitOk;
 }
 

@@ -4,7 +4,9 @@
 // model on the CPU over the first N tokens of the text (default 32768, the paper's
 // calibration length; a shorter text is an error unless --max-tokens is lowered explicitly),
 // in fresh sequences of --window tokens (default: the model's context, as the paper
-// calibrates; capped at the context).
+// calibrates; capped at the context). The same pass also measures the PCA of the post-RoPE
+// keys per (layer, KV head) and writes the low-rank key basis (compression/key_basis.h) next
+// to the stats: --key-basis-out FILE, default key_basis.bin in --out's directory.
 #pragma once
 
 #include <cstdint>
@@ -16,11 +18,13 @@
 
 namespace kvserve::app {
 
-inline constexpr const char* kCalibrateSwitches[] = {"--text=", "--out=", "--max-tokens=", "--window="};
+inline constexpr const char* kCalibrateSwitches[] = {"--text=", "--out=", "--max-tokens=", "--window=",
+                                                     "--key-basis-out="};
 
 struct CalibrateOptions {
   std::string text_path;
   std::string out_path;
+  std::string key_basis_path;  // default: key_basis.bin next to out_path
   int64_t max_tokens = 32768;
   int64_t window = 0;  // 0: the model's context
 };

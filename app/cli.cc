@@ -110,8 +110,8 @@ int RunConfig(const ParsedArgs& args, char** envp, std::ostream& out, std::ostre
 
 std::vector<Command> Commands() {
   return {
-      {"calibrate", "measure TriAttention query statistics of a model on plain text",
-       "kvserve calibrate --model DIR --text FILE --out FILE [--max-tokens N] [--window N]",
+      {"calibrate", "measure TriAttention query statistics and the low-rank key basis of a model on plain text",
+       "kvserve calibrate --model DIR --text FILE --out FILE [--max-tokens N] [--window N] [--key-basis-out FILE]",
        {std::begin(kCalibrateSwitches), std::end(kCalibrateSwitches)}, RunCalibrate},
       {"config", "print the effective configuration, or the table of all fields",
        "kvserve config --dump [--config FILE] [config flags] | kvserve config --fields",

@@ -20,6 +20,7 @@
 #include "cache/kv_layout.h"
 #include "compression/policy_factory.h"
 #include "compression/quality_eval.h"
+#include "compression/key_basis.h"
 #include "compression/triattention_stats.h"
 #include "config/fields.h"
 
@@ -128,6 +129,7 @@ compression::PolicyParams ParamsFor(const Variant& v, int64_t budget, const Eval
   p.tri_offset_pool = v.pool;
   if (v.kind == CompressionPolicyKind::kTriAttention) {
     for (size_t t = 0; t < o.demote.size(); ++t) p.demote_tokens[t] = o.demote[t].second;
+    if (o.demote_lowrank) p.demote_tokens[o.demote.size()] = *o.demote_lowrank;
   }
   // The vLLM port's guard: the last min(128, (B - lo) / 2) slots always kept.
   if (v.recent_window) {
@@ -187,6 +189,13 @@ absl::StatusOr<EvalCommandOptions> ParseEvalOptions(const ParsedArgs& args) {
   if (auto v = SwitchValue(args, "--demote")) {
     for (absl::string_view part : absl::StrSplit(*v, ',')) {
       const std::vector<std::string> kv = absl::StrSplit(part, ':');
+      if (o.demote_lowrank) return absl::InvalidArgumentError("--demote: lowrank must be the last tier");
+      if (kv.size() == 2 && kv[0] == "lowrank") {
+        int64_t tokens = 0;
+        KVS_RETURN_IF_ERROR(ParseAtLeast("--demote", kv[1], 0, tokens));
+        o.demote_lowrank = tokens;
+        continue;
+      }
       const auto d = kv.size() == 2 ? config::ParseKvDtype(kv[0]) : std::nullopt;
       int64_t tokens = 0;
       if (!d) {
@@ -198,7 +207,7 @@ absl::StatusOr<EvalCommandOptions> ParseEvalOptions(const ParsedArgs& args) {
       }
       o.demote.emplace_back(*d, tokens);
     }
-    if (o.demote.size() > static_cast<size_t>(compression::kMaxDemoteTiers)) {
+    if (o.demote.size() + (o.demote_lowrank ? 1 : 0) > static_cast<size_t>(compression::kMaxDemoteTiers)) {
       return absl::InvalidArgumentError("--demote: too many tiers");
     }
   }
@@ -313,6 +322,28 @@ int RunEval(const ParsedArgs& args, char** envp, std::ostream& out, std::ostream
   if (!o.demote.empty() && cache::KvDtypeBits(o.demote.front().first) >= pool_bits) {
     err << "kvserve eval: --demote: tiers must hold fewer bits than the pool's K and V (" << pool_bits << ")\n";
     return kExitUsage;
+  }
+
+  std::unique_ptr<compression::KeyBasis> key_basis;
+  if (o.demote_lowrank) {
+    const config::CacheConfig& cc = loaded.config.cache;
+    if (cc.lowrank_key_rank <= 0 || cc.lowrank_key_rank >= m.config().head_dim) {
+      err << "kvserve eval: --demote lowrank needs --cache.lowrank_key_rank in [1, head_dim = " << m.config().head_dim
+          << ")\n";
+      return kExitUsage;
+    }
+    const std::string path = compression::KeyBasisPathFor(loaded.config.compression.key_basis_path, loaded.dir);
+    auto b = compression::LoadKeyBasisForModel(path, m.config(), m.rope_inv_freq());
+    if (!b.ok()) {
+      err << "kvserve eval: " << b.status().message() << "\n";
+      return kExitFailure;
+    }
+    key_basis = std::make_unique<compression::KeyBasis>(std::move(*b));
+    eo.lowrank_key_rank = cc.lowrank_key_rank;
+    eo.lowrank_k_dtype = cc.lowrank_k_dtype;
+    eo.lowrank_v_dtype = cc.lowrank_v_dtype;
+    eo.lowrank_query_aware = cc.lowrank_query_aware;
+    eo.key_basis = key_basis.get();
   }
 
   Variant full;

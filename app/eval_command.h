@@ -19,11 +19,15 @@
 //
 // --demote int8:64,int4:128 (issue 18): every triattention row also keeps that many tokens in
 // demotion tiers of those precisions (highest first) instead of evicting them; the KV bytes
-// per token count the tiers' blocks from the first token on.
+// per token count the tiers' blocks from the first token on. `lowrank:N` (last) adds the
+// low-rank key tier of cache.lowrank_key_rank / lowrank_k_dtype / lowrank_v_dtype /
+// lowrank_query_aware (the config also wants cache.demote_kv_bytes > 0 with a rank), with the
+// basis at compression.key_basis_path (default <model>/key_basis.bin).
 #pragma once
 
 #include <cstdint>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,6 +61,8 @@ struct EvalCommandOptions {
   uint64_t seed = 7;
   std::string out_tsv;
   std::vector<std::pair<config::KvDtype, int64_t>> demote;  // --demote: tiers, highest precision first
+  // --demote ...,lowrank:N: tokens of the low-rank key tier (cache.lowrank_key_rank, last tier).
+  std::optional<int64_t> demote_lowrank;
 };
 
 absl::StatusOr<EvalCommandOptions> ParseEvalOptions(const ParsedArgs& args);

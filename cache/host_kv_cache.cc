@@ -10,6 +10,26 @@
 
 namespace kvserve::cache {
 
+absl::StatusOr<std::vector<KvLayout>> DemoteTierLayouts(const config::CacheConfig& cfg, const KvLayout& pool) {
+  std::vector<KvLayout> tiers;
+  for (config::KvDtype d : cfg.demote_dtypes) tiers.push_back(DemoteTierLayout(pool, d));
+  if (cfg.lowrank_key_rank > 0) {
+    if (cfg.lowrank_key_rank >= pool.head_dim) {
+      return absl::InvalidArgumentError(absl::StrCat("cache.lowrank_key_rank=", cfg.lowrank_key_rank,
+                                                     ": must be below the model's head_dim (", pool.head_dim, ")"));
+    }
+    tiers.push_back(LowRankTierLayout(pool, cfg.lowrank_key_rank, cfg.lowrank_k_dtype, cfg.lowrank_v_dtype));
+  }
+  return tiers;
+}
+
+std::string DemoteTierName(const config::CacheConfig& cfg, int t) {
+  if (t >= 0 && t < static_cast<int>(cfg.demote_dtypes.size())) {
+    return std::string(config::Name(cfg.demote_dtypes[static_cast<size_t>(t)]));
+  }
+  return kLowRankTierName;
+}
+
 absl::StatusOr<HostKvCache> MakeHostKvCache(const config::CacheConfig& cfg, KvLayout model_dims,
                                             base::Logger logger) {
   if (cfg.block_size < 8 || cfg.block_size > 128 ||
@@ -46,15 +66,16 @@ absl::StatusOr<HostKvCache> MakeHostKvCache(const config::CacheConfig& cfg, KvLa
     KVS_ASSIGN_OR_RETURN(cache.swap, HostKvStorage::Create(layout, host_blocks));
   }
   KvCacheManagerOptions opts;
-  if (demote_bytes > 0 && !cfg.demote_dtypes.empty()) {
-    const uint64_t per_tier = demote_bytes / cfg.demote_dtypes.size();
-    for (config::KvDtype d : cfg.demote_dtypes) {
-      const KvLayout tier = DemoteTierLayout(layout, d);
+  KVS_ASSIGN_OR_RETURN(const std::vector<KvLayout> tiers, DemoteTierLayouts(cfg, layout));
+  if (demote_bytes > 0 && !tiers.empty()) {
+    const uint64_t per_tier = demote_bytes / tiers.size();
+    for (size_t t = 0; t < tiers.size(); ++t) {
+      const KvLayout& tier = tiers[t];
       const int32_t blocks = UsableBlocksForBudget(per_tier, tier);
       if (blocks < 1) {
         return absl::InvalidArgumentError(absl::StrCat(
             "cache.demote_kv_bytes=", cfg.demote_kv_bytes, ": buys no block of the ",
-            base::AsAbsl(config::Name(d)), " tier (", tier.bytes_per_block(), " bytes)"));
+            DemoteTierName(cfg, static_cast<int>(t)), " tier (", tier.bytes_per_block(), " bytes)"));
       }
       KVS_ASSIGN_OR_RETURN(auto storage, HostKvStorage::Create(tier, blocks + 1));
       cache.demote_tiers.push_back(std::move(storage));

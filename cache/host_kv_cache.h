@@ -10,10 +10,12 @@
 //                               + scales for fp8/int8)            (kv_layout.h)
 //   cache.demote_kv_bytes (part of kv_bytes) -> one pool per cache.demote_dtypes entry, each
 //                            demote_kv_bytes / n_tiers / that tier's bytes_per_block blocks;
-//                            the main pool gets kv_bytes - demote_kv_bytes
+//                            the main pool gets kv_bytes - demote_kv_bytes; the low-rank key
+//                            tier (cache.lowrank_key_rank > 0) counts as one more such pool
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -36,6 +38,21 @@ struct HostKvCache {
 inline KvLayout DemoteTierLayout(const KvLayout& pool, config::KvDtype dtype) {
   return WithPrecision(pool, dtype, dtype, pool.int4_group);
 }
+
+// The low-rank key tier: keys as `rank` coefficients in `k`, values in `v` (kv_layout.h).
+inline KvLayout LowRankTierLayout(const KvLayout& pool, int rank, config::KvDtype k, config::KvDtype v) {
+  KvLayout l = WithPrecision(pool, k, v, pool.int4_group);
+  l.key_rank = rank;
+  return l;
+}
+
+// Every demotion tier of `cfg` in tier order (tier t + 1 at index t): one per
+// cache.demote_dtypes entry, then the low-rank tier when cache.lowrank_key_rank > 0.
+// InvalidArgument naming cache.lowrank_key_rank when the rank is not below head_dim.
+absl::StatusOr<std::vector<KvLayout>> DemoteTierLayouts(const config::CacheConfig& cfg, const KvLayout& pool);
+// The name a request uses for tier t + 1 (kv_compression.demote): the dtype, or "lowrank".
+std::string DemoteTierName(const config::CacheConfig& cfg, int t);
+inline constexpr const char* kLowRankTierName = "lowrank";
 
 // `model_dims` gives num_layers, num_kv_heads and head_dim; block_size and dtype come from
 // `cfg`. InvalidArgument when the config or the dimensions are unusable (the budget must

@@ -17,6 +17,12 @@
 //                                                       of head_dim (KIVI's per-token values)
 //   (an int4 scale slot holds (step, min) as two fp16: kernels/cpu/kv_quant.h)
 //
+// Low-rank keys (issue 18): a layout with key_rank = r > 0 stores each key as r coefficients
+// in a per-(layer, KV head) PCA basis instead of head_dim elements (kernels/cpu/low_rank_keys.h):
+// K's run is [block_size][r] codes of K's dtype, and everything above that is per element of
+// a K row (int4 channel scales, row bytes) counts r, not head_dim. Values stay head_dim wide.
+// Only demotion tiers are low-rank; the pool never is (0 = full keys).
+//
 // When K and V share a dtype other than int4 ("uniform"), this is exactly the original
 // element layout [num_blocks][2 (K,V)][num_kv_heads][block_size][head_dim] with scales
 // [num_blocks][2][num_kv_heads][block_size] (elem_offset / scale_offset / block_elems
@@ -73,19 +79,22 @@ struct KvLayout {
   config::KvDtype dtype = config::KvDtype::kFp32;
   std::optional<config::KvDtype> v_dtype_split;  // V's dtype when it differs from K's
   int int4_group = 32;  // int4 V: elements per (step, min) group along head_dim
+  int key_rank = 0;     // > 0: keys stored as this many low-rank coefficients (see above)
 
   config::KvDtype k_dtype() const { return dtype; }
   config::KvDtype v_dtype() const { return v_dtype_split.value_or(dtype); }
   config::KvDtype side_dtype(int kv) const { return kv == 0 ? k_dtype() : v_dtype(); }
-  // K and V share one non-int4 dtype: the original layout every backend reads.
-  bool uniform() const { return k_dtype() == v_dtype() && dtype != config::KvDtype::kInt4; }
+  // Elements of one stored K (kv = 0) or V (kv = 1) row: head_dim, or key_rank for low-rank K.
+  int side_dim(int kv) const { return kv == 0 && key_rank > 0 ? key_rank : head_dim; }
+  // K and V share one non-int4 dtype at full width: the original layout every backend reads.
+  bool uniform() const { return k_dtype() == v_dtype() && dtype != config::KvDtype::kInt4 && key_rank == 0; }
   // Scale groups of one int4 V row.
   int v_groups() const { return (head_dim + int4_group - 1) / int4_group; }
 
   // ---- byte-addressed geometry, valid for every layout
   size_t row_bytes(int kv) const {
-    return side_dtype(kv) == config::KvDtype::kInt4 ? (static_cast<size_t>(head_dim) + 1) / 2
-                                                    : static_cast<size_t>(head_dim) * KvDtypeBytes(side_dtype(kv));
+    return side_dtype(kv) == config::KvDtype::kInt4 ? (static_cast<size_t>(side_dim(kv)) + 1) / 2
+                                                    : static_cast<size_t>(side_dim(kv)) * KvDtypeBytes(side_dtype(kv));
   }
   size_t run_bytes(int kv) const { return static_cast<size_t>(block_size) * row_bytes(kv); }
   size_t run_scales(int kv) const {
@@ -93,7 +102,7 @@ struct KvLayout {
       case config::KvDtype::kFp8E4M3:
       case config::KvDtype::kInt8: return static_cast<size_t>(block_size);
       case config::KvDtype::kInt4:
-        return kv == 0 ? static_cast<size_t>(head_dim) : static_cast<size_t>(block_size) * v_groups();
+        return kv == 0 ? static_cast<size_t>(side_dim(0)) : static_cast<size_t>(block_size) * v_groups();
       default: return 0;
     }
   }
@@ -155,7 +164,7 @@ inline KvLayout WithPrecision(KvLayout l, config::KvDtype k, config::KvDtype v, 
 inline bool SameKvLayout(const KvLayout& a, const KvLayout& b) {
   return a.num_layers == b.num_layers && a.num_kv_heads == b.num_kv_heads && a.head_dim == b.head_dim &&
          a.block_size == b.block_size && a.k_dtype() == b.k_dtype() && a.v_dtype() == b.v_dtype() &&
-         a.int4_group == b.int4_group;
+         a.int4_group == b.int4_group && a.key_rank == b.key_rank;
 }
 
 }  // namespace kvserve::cache

@@ -6,6 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
+#include "kernels/cpu/kv_quant.h"
+#include "kernels/cpu/rope.h"
 #include "model/batch_builder.h"
 #include "model/host_kv_buffer.h"
 
@@ -90,6 +92,9 @@ absl::StatusOr<TriAttentionStats> CalibrateModel(model::ForwardModel& m, std::sp
   // The step's pre-RoPE queries, [num_layers][rows][q_size], read once per forward.
   const int64_t q_size = static_cast<int64_t>(c.num_heads) * c.head_dim;
   std::vector<float> queries;
+  std::vector<float> key_rows;  // one window's keys of one (layer, KV head)
+  std::vector<int32_t> positions;  // one step's positions and RoPE table (query-aware key basis)
+  std::vector<float> cos_sin;
   model::BatchBuilder bb(kBlockSize);
   std::vector<int32_t> seq;
   seq.reserve(static_cast<size_t>(window));
@@ -112,6 +117,36 @@ absl::StatusOr<TriAttentionStats> CalibrateModel(model::ForwardModel& m, std::sp
       obs.pre_rope_queries = queries;
       KVS_RETURN_IF_ERROR(m.Forward(bb.batch(), kv.view(), {}, &obs));
       for (int l = 0; l < c.num_layers; ++l) acc.Add(l, queries.data() + l * n * q_size, q_size, n);
+      if (o.keys != nullptr) {
+        // Post-RoPE queries (rotated as the forward pass rotates them) for the query-aware
+        // key basis: every query head's rows go to its KV head.
+        positions.resize(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) positions[static_cast<size_t>(i)] = static_cast<int32_t>(pos + i);
+        cos_sin.resize(static_cast<size_t>(n * c.head_dim));
+        kernels::cpu::RopeCosSin(positions.data(), n, m.rope_inv_freq().data(), c.head_dim / 2, cos_sin.data());
+        const int group = c.num_heads / c.num_kv_heads;
+        for (int l = 0; l < c.num_layers; ++l) {
+          float* q = queries.data() + l * n * q_size;
+          kernels::cpu::ApplyRope(q, n, c.num_heads, c.head_dim, q_size, cos_sin.data());
+          for (int h = 0; h < c.num_heads; ++h) o.keys->AddQueries(l, h / group, q + static_cast<int64_t>(h) * c.head_dim, q_size, n);
+        }
+      }
+    }
+    if (o.keys != nullptr) {
+      // The window's keys as the cache holds them (post-RoPE, fp32: exact), slot i = token i.
+      const model::KvCacheView view = kv.view();
+      const int64_t len = static_cast<int64_t>(seq.size());
+      key_rows.resize(static_cast<size_t>(len * c.head_dim));
+      for (int l = 0; l < c.num_layers; ++l) {
+        for (int h = 0; h < c.num_kv_heads; ++h) {
+          for (int64_t i = 0; i < len; ++i) {
+            kernels::cpu::ReadKvRow(view.layout, view.layer_data[static_cast<size_t>(l)], nullptr,
+                                    table[static_cast<size_t>(i / kBlockSize)], 0, h, static_cast<int>(i % kBlockSize),
+                                    key_rows.data() + i * c.head_dim);
+          }
+          o.keys->Add(l, h, key_rows.data(), c.head_dim, len);
+        }
+      }
     }
     if ((w + 1) % 16 == 0 || w + 1 == num_windows) {
       o.logger.info("calibrate: window %d/%d, %d query rows per layer", w + 1, num_windows, acc.num_tokens(0));

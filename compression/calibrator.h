@@ -9,6 +9,9 @@
 //                       q_norm, so this is exactly where queries enter RoPE
 //    accumulator ──► per (l, h, f): sum q_f (complex), sum |q_f|   (float64)
 //         Finish ──► A = mean q_f, M = mean |q_f|, plus the model's shape and RoPE table
+//  optional keys ──► after each window, its post-RoPE keys read back from the fp32 buffer,
+//                     and after each step its queries rotated by their positions
+//                     ──► KeyCovarianceAccumulator (low-rank key basis, key_pca.h)
 //
 // Every query row of every window counts (no sink exclusion, no windowing inside a window).
 #pragma once
@@ -21,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "base/logger.h"
+#include "compression/key_pca.h"
 #include "compression/triattention_stats.h"
 #include "model/forward_model.h"
 
@@ -55,6 +59,9 @@ struct CalibrationOptions {
   int64_t window = 0;
   std::optional<int32_t> bos;      // prepended to every window (counts toward `window`)
   std::string source;              // provenance recorded in the stats file
+  // When set, the post-RoPE keys every window wrote (all layers and KV heads, each once) are
+  // added to it after the window: the low-rank key PCA (key_pca.h) on the same text.
+  KeyCovarianceAccumulator* keys = nullptr;
   base::Logger logger;             // progress lines
 };
 

@@ -52,6 +52,7 @@
 namespace kvserve::compression {
 
 struct TriAttentionStats;
+struct KeyBasis;
 
 // Model-wide inputs every policy of a model shares; must outlive the policies.
 struct PolicyContext {
@@ -63,6 +64,8 @@ struct PolicyContext {
   const TriAttentionStats* triattention_stats = nullptr;  // required by triattention (checked
                                                           // with CheckCompatible at load)
   const base::Clock* clock = nullptr;                  // phase timings; required
+  const KeyBasis* key_basis = nullptr;  // low-rank key tiers (cache.lowrank_key_rank); checked with
+                                        // CheckCompatible at load
   int64_t max_context = 0;  // the model's context length (TriAttention's offset cap); 0: unknown
 };
 

@@ -6,7 +6,7 @@
 #include "base/check.h"
 #include "compression/compression_policy.h"
 #include "compression/demotion.h"
-#include "kernels/cpu/kv_quant.h"
+#include "kernels/cpu/kv_tier.h"
 
 namespace kvserve::compression {
 
@@ -49,6 +49,11 @@ absl::StatusOr<RoundResult> CompressionPolicy::RunDemoting(const RoundInput& in,
       return absl::InvalidArgumentError(
           absl::StrCat("demoting round: tier ", t + 1, " differs from the pool in geometry"));
     }
+    if ((tl.key_rank > 0) != (tr.storage->key_basis != nullptr) || tl.key_rank > hd) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("demoting round: tier ", t + 1, " has key rank ", tl.key_rank, " and ",
+                       tr.storage->key_basis != nullptr ? "a" : "no", " key basis"));
+    }
     if (tr.slots->size % bs != 0 || tr.slots->size > static_cast<int64_t>(tr.table.size()) * bs) {
       return absl::FailedPreconditionError(absl::StrCat("demoting round: tier ", t + 1, " holds ", tr.slots->size,
                                                         " tokens in ", tr.table.size(), " blocks"));
@@ -86,10 +91,9 @@ absl::StatusOr<RoundResult> CompressionPolicy::RunDemoting(const RoundInput& in,
   auto read_keys = [&](int layer, int head, float* out) {
     for (int t = 0; t < num_tiers; ++t) {
       const kernels::cpu::KvTierStorage& st = *tiers[t].storage;
-      const float* sc = st.layer_scales != nullptr ? st.layer_scales[layer] : nullptr;
       for (int64_t i = 0; i < held[t]; ++i) {
-        kernels::cpu::ReadKvRow(st.layout, st.layer_data[layer], sc, tiers[t].table[static_cast<size_t>(i / bs)], 0,
-                                head, static_cast<int>(i % bs), out + (start[t] + i) * hd);
+        kernels::cpu::ReadTierRow(st, layer, tiers[t].table[static_cast<size_t>(i / bs)], 0, head,
+                                  static_cast<int>(i % bs), out + (start[t] + i) * hd);
       }
     }
     if (m_full > 0) in.kv->ReadRows(in.block_table, layer, 0, head, lo, scored_end, out + full_start * hd);
@@ -198,8 +202,8 @@ absl::StatusOr<RoundResult> CompressionPolicy::RunDemoting(const RoundInput& in,
       if (u >= start[t] && u < start[t] + held[t]) {
         const kernels::cpu::KvTierStorage& st = *tiers[t].storage;
         const int64_t i = u - start[t];
-        kernels::cpu::ReadKvRow(st.layout, st.layer_data[layer], st.layer_scales ? st.layer_scales[layer] : nullptr,
-                                tiers[t].table[static_cast<size_t>(i / bs)], kv, head, static_cast<int>(i % bs), out);
+        kernels::cpu::ReadTierRow(st, layer, tiers[t].table[static_cast<size_t>(i / bs)], kv, head,
+                                  static_cast<int>(i % bs), out);
         return;
       }
     }
@@ -224,10 +228,9 @@ absl::StatusOr<RoundResult> CompressionPolicy::RunDemoting(const RoundInput& in,
         o = 0;
         for (int t = 0; t < num_tiers; ++t) {
           const kernels::cpu::KvTierStorage& st = *tiers[t].storage;
-          float* sc = st.layer_scales != nullptr ? st.layer_scales[layer] : nullptr;
           for (int64_t b = d.first[static_cast<size_t>(t * rows + row)] / bs; b < sizes[t + 1] / bs; ++b, o += bs) {
-            kernels::cpu::WriteKvRows(st.layout, st.layer_data[layer], sc, tiers[t].table[static_cast<size_t>(b)], kv,
-                                      head, 0, bs, d.rows.data() + o * hd, hd);
+            kernels::cpu::WriteTierRows(st, layer, tiers[t].table[static_cast<size_t>(b)], kv, head, 0, bs,
+                                        d.rows.data() + o * hd, hd);
             r.bytes_moved += static_cast<int64_t>(bs * st.layout.row_bytes(kv));
           }
         }

@@ -19,7 +19,12 @@
 // the sequence as [tier 1 blocks][tier 2 blocks]...[full blocks] (TieredBlock entries).
 // Rows that keep their place (the identity prefix of a tier) are not rewritten; the others
 // are decoded and encoded again in the tier's dtype, a block at a time (int4 keys get each
-// block's exact channel range, adding at most half a step of it per rewrite).
+// block's exact channel range, adding at most half a step of it per rewrite). A low-rank tier
+// (kernels/cpu/kv_tier.h) decodes keys as mu + R^T c and encodes them as P (k - mu): a key
+// already in the tier projects onto itself (P R^T = I), so moving it loses nothing more than
+// its coefficient dtype's rounding. Scoring reads every held key decoded, so TriAttention sees
+// a low-rank key as its projection (its norm term needs the rotated pairs |k_f|, which the
+// coefficients alone do not give).
 #pragma once
 
 #include <cstdint>

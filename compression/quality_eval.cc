@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
+#include "cache/host_kv_cache.h"
 #include "cache/host_kv_storage.h"
 #include "compression/host_kv_access.h"
 #include "compression/kv_compressor.h"
@@ -36,16 +37,27 @@ class SequenceDriver {
     }
     d->kv_access_ = std::make_unique<HostKvAccess>(layout, d->layer_data_, d->layer_scales_);
     if (params.demotes()) {
-      if (o.demote_dtypes.empty() || o.demote_dtypes.size() > static_cast<size_t>(kMaxDemoteTiers)) {
+      std::vector<cache::KvLayout> tier_layouts;
+      for (config::KvDtype dt : o.demote_dtypes) tier_layouts.push_back(cache::WithPrecision(layout, dt, dt, o.int4_group));
+      if (o.lowrank_key_rank > 0) {
+        if (o.key_basis == nullptr) return absl::InvalidArgumentError("evaluation: a low-rank tier needs a key basis");
+        KVS_ASSIGN_OR_RETURN(PackedKeyBasis packed, PackedKeyBasis::Create(*o.key_basis, o.lowrank_key_rank,
+                                                                         o.lowrank_query_aware ? KeyBasisKind::kQueryAware
+                                                                                               : KeyBasisKind::kPca));
+        d->key_basis_ = std::make_unique<PackedKeyBasis>(std::move(packed));
+        tier_layouts.push_back(
+            cache::LowRankTierLayout(layout, o.lowrank_key_rank, o.lowrank_k_dtype, o.lowrank_v_dtype));
+      }
+      if (tier_layouts.empty() || tier_layouts.size() > static_cast<size_t>(kMaxDemoteTiers)) {
         return absl::InvalidArgumentError("evaluation: demote_tokens given without (or with too many) demotion tiers");
       }
-      const size_t n = o.demote_dtypes.size();
+      const size_t n = tier_layouts.size();
       d->tier_storages_.resize(n);
       d->tier_data_.resize(n);
       d->tier_scales_.resize(n);
       d->tier_tables_.resize(n);
       for (size_t t = 0; t < n; ++t) {
-        const cache::KvLayout tl = cache::WithPrecision(layout, o.demote_dtypes[t], o.demote_dtypes[t], o.int4_group);
+        const cache::KvLayout& tl = tier_layouts[t];
         const int32_t tb = static_cast<int32_t>(params.demote_tokens[t] / o.block_size);
         KVS_ASSIGN_OR_RETURN(d->tier_storages_[t], cache::HostKvStorage::Create(tl, tb + 1));
         for (int l = 0; l < tl.num_layers; ++l) {
@@ -58,7 +70,8 @@ class SequenceDriver {
       for (size_t t = 0; t < n; ++t) {
         const cache::KvLayout& tl = d->tier_storages_[t]->layout();
         d->tiers_.push_back({tl, d->tier_data_[t].data(), tl.has_scales() ? d->tier_scales_[t].data() : nullptr,
-                             d->tier_storages_[t]->num_blocks()});
+                             d->tier_storages_[t]->num_blocks(),
+                             tl.key_rank > 0 ? d->key_basis_->layers() : nullptr});
       }
     }
     d->compressor_ = std::make_unique<KvCompressor>(context, *d->kv_access_, d->tiers_);
@@ -163,6 +176,7 @@ class SequenceDriver {
   std::vector<std::unique_ptr<cache::HostKvStorage>> tier_storages_;
   std::vector<std::vector<std::byte*>> tier_data_;
   std::vector<std::vector<float*>> tier_scales_;
+  std::unique_ptr<PackedKeyBasis> key_basis_;  // the low-rank tier's, when there is one
   std::vector<kernels::cpu::KvTierStorage> tiers_;
   std::vector<std::vector<int32_t>> tier_tables_;
   std::vector<int32_t> attn_;

@@ -26,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "compression/compression_policy.h"
+#include "compression/key_basis.h"
 #include "compression/policy_params.h"
 #include "config/config.h"
 #include "model/forward_model.h"
@@ -43,6 +44,14 @@ struct EvalOptions {
   // own host storage, granted in full from the first token (as the server grants them) and
   // counted in the peak KV bytes from then on.
   std::vector<config::KvDtype> demote_dtypes;
+  // A low-rank key tier after them (params.demote_tokens[demote_dtypes.size()] tokens) when
+  // lowrank_key_rank > 0: keys as that many coefficients on `key_basis` in lowrank_k_dtype,
+  // values in lowrank_v_dtype (cache.lowrank_*; kernels/cpu/low_rank_keys.h).
+  int lowrank_key_rank = 0;
+  config::KvDtype lowrank_k_dtype = config::KvDtype::kBf16;
+  config::KvDtype lowrank_v_dtype = config::KvDtype::kInt8;
+  bool lowrank_query_aware = true;  // cache.lowrank_query_aware
+  const KeyBasis* key_basis = nullptr;
 };
 
 struct SequenceStats {

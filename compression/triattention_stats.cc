@@ -1,15 +1,12 @@
 #include "compression/triattention_stats.h"
 
-#include <bit>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "base/absl_compat.h"
 #include "base/check.h"
+#include "compression/binary_io.h"
 
 namespace kvserve::compression {
 namespace {
@@ -21,61 +18,6 @@ constexpr uint32_t kMaxLayers = 1024;
 constexpr uint32_t kMaxHeads = 1024;
 constexpr uint32_t kMaxHeadDim = 1024;
 constexpr double kInvFreqRelTol = 1e-6;
-
-uint64_t Fnv1a64(std::string_view bytes) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (char c : bytes) {
-    h ^= static_cast<uint8_t>(c);
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
-void PutU32(std::string& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-void PutU64(std::string& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-void PutF64(std::string& out, double v) { PutU64(out, std::bit_cast<uint64_t>(v)); }
-
-// Bounds-checked little-endian reader over the whole file.
-class Reader {
- public:
-  explicit Reader(std::string_view bytes) : bytes_(bytes) {}
-  size_t pos() const { return pos_; }
-  size_t remaining() const { return bytes_.size() - pos_; }
-  bool U32(uint32_t& v) {
-    if (remaining() < 4) return false;
-    v = 0;
-    for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<uint8_t>(bytes_[pos_ + i])) << (8 * i);
-    pos_ += 4;
-    return true;
-  }
-  bool U64(uint64_t& v) {
-    if (remaining() < 8) return false;
-    v = 0;
-    for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(bytes_[pos_ + i])) << (8 * i);
-    pos_ += 8;
-    return true;
-  }
-  bool F64(double& v) {
-    uint64_t u = 0;
-    if (!U64(u)) return false;
-    v = std::bit_cast<double>(u);
-    return true;
-  }
-  bool Bytes(size_t n, std::string_view& out) {
-    if (remaining() < n) return false;
-    out = bytes_.substr(pos_, n);
-    pos_ += n;
-    return true;
-  }
-
- private:
-  std::string_view bytes_;
-  size_t pos_ = 0;
-};
 
 }  // namespace
 
@@ -147,7 +89,7 @@ absl::StatusOr<TriAttentionStats> ParseStats(std::string_view bytes, std::string
   auto err = [&](const std::string& what) {
     return absl::InvalidArgumentError(absl::StrCat(base::AsAbsl(origin), ": ", what));
   };
-  Reader r(bytes);
+  ByteReader r(bytes);
   std::string_view magic;
   if (!r.Bytes(kStatsMagic.size(), magic) || magic != kStatsMagic) {
     return err("not a kvserve TriAttention stats file (bad magic)");
@@ -212,29 +154,12 @@ absl::StatusOr<TriAttentionStats> ParseStats(std::string_view bytes, std::string
 
 absl::Status SaveStats(const TriAttentionStats& stats, const std::string& path) {
   KVS_RETURN_IF_ERROR(ValidateStats(stats));
-  const std::string bytes = SerializeStats(stats);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot open for writing"));
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    if (!out) return absl::DataLossError(absl::StrCat(tmp, ": write failed"));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return absl::PermissionDeniedError(absl::StrCat(path, ": cannot move the written file into place"));
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(SerializeStats(stats), path);
 }
 
 absl::StatusOr<TriAttentionStats> LoadStats(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open TriAttention stats"));
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read failed"));
-  return ParseStats(buf.str(), path);
+  KVS_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path, "TriAttention stats"));
+  return ParseStats(bytes, path);
 }
 
 absl::Status CheckCompatible(const TriAttentionStats& s, const model::ModelConfig& c, std::span<const float> inv_freq) {

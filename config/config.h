@@ -58,6 +58,16 @@ struct CacheConfig {
   // tokens a request's kv_compression.demote asks for. 0: no tiers (demote is refused).
   uint64_t demote_kv_bytes = 0;
   std::vector<KvDtype> demote_dtypes = {KvDtype::kInt8, KvDtype::kInt4};  // descending precision
+  // Low-rank keys (issue 18): when > 0, one more demotion tier, after the demote_dtypes ones
+  // and named "lowrank" in kv_compression.demote, stores each key as this many coefficients
+  // on the model's post-RoPE key PCA basis (compression.key_basis_path), in lowrank_k_dtype,
+  // and its values in lowrank_v_dtype. Must be below head_dim. 0: no low-rank tier.
+  int lowrank_key_rank = 0;
+  KvDtype lowrank_k_dtype = KvDtype::kBf16;
+  KvDtype lowrank_v_dtype = KvDtype::kInt8;
+  // The low-rank basis: true, the query-aware one (least expected score error, key_basis.h);
+  // false, plain PCA of the keys (least key reconstruction error).
+  bool lowrank_query_aware = true;
   bool enable_prefix_caching = true;
   uint64_t host_swap_bytes = 256ull << 20;      // host swap tier; 0 disables swapping
   uint64_t host_cache_bytes = 0;                // host prefix tier (evicted prefix blocks); 0: off
@@ -88,6 +98,7 @@ struct CompressionConfig {
   double auto_high_watermark = 0.90;
   double auto_low_watermark = 0.75;
   std::string stats_path;    // TriAttention statistics; empty: <model dir>/triattention_stats.bin
+  std::string key_basis_path;  // low-rank key basis (cache.lowrank_key_rank); empty: <model dir>/key_basis.bin
   int max_prefill_chunk = 256;  // prefill chunk cap of compressing requests (footprint bound)
 };
 

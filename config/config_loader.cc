@@ -296,8 +296,10 @@ absl::Status ValidateDemoteTiers(const CacheConfig& c) {
     return err("cache.demote_kv_bytes=", c.demote_kv_bytes, ": must be below cache.kv_bytes (", c.kv_bytes,
                "), of which it is a part");
   }
-  if (c.demote_dtypes.empty() || c.demote_dtypes.size() > 7) {
-    return err("cache.demote_dtypes: needs 1 to 7 precisions when cache.demote_kv_bytes > 0");
+  const size_t lowrank = c.lowrank_key_rank > 0 ? 1 : 0;
+  if (c.demote_dtypes.size() + lowrank == 0 || c.demote_dtypes.size() + lowrank > 7) {
+    return err("cache.demote_dtypes: needs 1 to 7 tiers (with the low-rank one, cache.lowrank_key_rank) when "
+               "cache.demote_kv_bytes > 0");
   }
   const int pool_bits = std::min(DtypeBits(EffectiveKDtype(c)), DtypeBits(EffectiveVDtype(c)));
   int prev = pool_bits;
@@ -323,6 +325,10 @@ absl::Status Validate(const Config& cfg) {
   if (c.window + c.sinks > c.budget) {
     return err("compression.budget=", c.budget, ": must hold compression.window (", c.window,
                ") + compression.sinks (", c.sinks, ")");
+  }
+  if (cfg.cache.lowrank_key_rank > 0 && cfg.cache.demote_kv_bytes == 0) {
+    return err("cache.lowrank_key_rank=", cfg.cache.lowrank_key_rank,
+               ": the low-rank key tier is a demotion tier and needs cache.demote_kv_bytes > 0");
   }
   if (cfg.cache.demote_kv_bytes > 0) {
     KVS_RETURN_IF_ERROR(ValidateDemoteTiers(cfg.cache));

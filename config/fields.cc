@@ -293,6 +293,19 @@ std::vector<Field<Config>> BuildConfigFields() {
   f.push_back(EnumListField<C>("cache.demote_dtypes",
                                "demotion tiers' precision (K and V), highest first, each below the pool's",
                                [](C& c) -> auto& { return c.cache.demote_dtypes; }, kKvDtypes));
+  f.push_back(IntField<C>("cache.lowrank_key_rank",
+                          "low-rank keys: a demotion tier (\"lowrank\" in kv_compression.demote) that "
+                          "stores each key as this many coefficients on the calibrated post-RoPE key "
+                          "basis (below head_dim; needs cache.demote_kv_bytes > 0); 0: none",
+                          [](C& c) -> auto& { return c.cache.lowrank_key_rank; }, 0, 1024));
+  f.push_back(EnumField<C>("cache.lowrank_k_dtype", "low-rank tier: precision of the key coefficients",
+                           [](C& c) -> auto& { return c.cache.lowrank_k_dtype; }, kKvDtypes));
+  f.push_back(BoolField<C>("cache.lowrank_query_aware",
+                           "low-rank tier: the query-aware basis (least expected attention-score error) "
+                           "instead of plain key PCA",
+                           [](C& c) -> auto& { return c.cache.lowrank_query_aware; }));
+  f.push_back(EnumField<C>("cache.lowrank_v_dtype", "low-rank tier: precision of the values (full head_dim)",
+                           [](C& c) -> auto& { return c.cache.lowrank_v_dtype; }, kKvDtypes));
   f.push_back(BoolField<C>("cache.enable_prefix_caching", "reuse KV blocks of shared prompt prefixes",
                            [](C& c) -> auto& { return c.cache.enable_prefix_caching; }));
   f.push_back(IntField<C>("cache.host_swap_bytes", "host swap tier size in bytes; 0 disables swap",
@@ -362,6 +375,10 @@ std::vector<Field<Config>> BuildConfigFields() {
   f.push_back(StringField<C>("compression.stats_path",
                              "TriAttention statistics file; empty: <model>/triattention_stats.bin",
                              [](C& c) -> auto& { return c.compression.stats_path; }));
+  f.push_back(StringField<C>("compression.key_basis_path",
+                             "low-rank key basis file (written by `kvserve calibrate`); empty: "
+                             "<model>/key_basis.bin",
+                             [](C& c) -> auto& { return c.compression.key_basis_path; }));
   // server
   f.push_back(StringField<C>("server.host", "listen address", [](C& c) -> auto& { return c.server.host; },
                              true));

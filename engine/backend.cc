@@ -54,6 +54,12 @@ absl::StatusOr<config::Backend> ResolveBackend(config::Backend requested, const 
 }
 
 absl::Status CudaReadsKvPrecision(const config::CacheConfig& c) {
+  if (c.lowrank_key_rank > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cache.lowrank_key_rank=", c.lowrank_key_rank,
+        ": the CUDA kernels read no low-rank keys (low-rank key tiers run on the CPU backend only, "
+        "engine.backend=cpu)"));
+  }
   if (c.demote_kv_bytes > 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "cache.demote_kv_bytes=", c.demote_kv_bytes,
@@ -71,6 +77,11 @@ cache::KvLayout ConfiguredKvLayout(const config::CacheConfig& c, const model::Ll
 absl::StatusOr<Backend> MakeCpuBackend(const config::Config& config, model::LlamaModel& model,
                                        const compression::PolicyContext* compression, const base::Logger& logger) {
   cache::KvLayout layout = ConfiguredKvLayout(config.cache, model);
+  if (config.cache.lowrank_key_rank > 0 && (compression == nullptr || compression->key_basis == nullptr)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cache.lowrank_key_rank=", config.cache.lowrank_key_rank,
+        ": needs the model's low-rank key basis (compression.key_basis_path; write it with `kvserve calibrate`)"));
+  }
   KVS_ASSIGN_OR_RETURN(cache::HostKvCache kv, cache::MakeHostKvCache(config.cache, layout, logger.child("cache")));
   Backend b;
   b.kind = config::Backend::kCpu;
@@ -82,7 +93,18 @@ absl::StatusOr<Backend> MakeCpuBackend(const config::Config& config, model::Llam
     tiers.push_back(t.get());
     b.demote_tiers.push_back(std::move(t));
   }
-  b.runner = std::make_unique<CpuModelRunner>(model, *b.storage, b.swap.get(), compression, tiers);
+  if (config.cache.lowrank_key_rank > 0) {
+    auto packed = compression::PackedKeyBasis::Create(
+        *compression->key_basis, config.cache.lowrank_key_rank,
+        config.cache.lowrank_query_aware ? compression::KeyBasisKind::kQueryAware : compression::KeyBasisKind::kPca);
+    if (!packed.ok()) {
+      return absl::Status(packed.status().code(),
+                          absl::StrCat("cache.lowrank_key_rank=", config.cache.lowrank_key_rank, ": ",
+                                       packed.status().message()));
+    }
+    b.key_basis = std::make_unique<compression::PackedKeyBasis>(std::move(*packed));
+  }
+  b.runner = std::make_unique<CpuModelRunner>(model, *b.storage, b.swap.get(), compression, tiers, b.key_basis.get());
   return b;
 }
 

@@ -29,6 +29,7 @@
 #include "cache/kv_cache_manager.h"
 #include "cache/kv_storage.h"
 #include "compression/compression_policy.h"
+#include "compression/key_basis.h"
 #include "config/config.h"
 #include "engine/model_runner.h"
 #include "kernels/device_probe.h"
@@ -41,6 +42,7 @@ struct Backend {
   std::unique_ptr<cache::HostMemoryAllocator> host_allocator;  // the swap tier's (CUDA: pinned); may be null
   std::unique_ptr<cache::KvStorage> storage;     // the KV pool
   std::vector<std::unique_ptr<cache::KvStorage>> demote_tiers;  // demotion tier pools (CPU only)
+  std::unique_ptr<compression::PackedKeyBasis> key_basis;        // the low-rank tier's (CPU only)
   std::unique_ptr<cache::KvStorage> swap;        // host swap tier; null when disabled
   std::unique_ptr<cache::KvCacheManager> manager;
   std::unique_ptr<ModelRunner> runner;
@@ -60,9 +62,9 @@ absl::StatusOr<config::Backend> ResolveBackend(config::Backend requested, const 
                                                const BackendSupport& support, std::string& why);
 
 // OK when the CUDA backend can hold the configured cache: every K/V dtype pair runs there, but
-// demotion tiers (cache.demote_kv_bytes > 0, mixed-precision block tables) are CPU-only for
-// now; the error names the setting (CreateEngine: engine.backend=cuda fails with it,
-// engine.backend=auto falls back to the CPU).
+// demotion tiers (cache.demote_kv_bytes > 0, mixed-precision block tables) and low-rank keys
+// (cache.lowrank_key_rank > 0) are CPU-only for now; the error names the setting
+// (CreateEngine: engine.backend=cuda fails with it, engine.backend=auto falls back to the CPU).
 absl::Status CudaReadsKvPrecision(const config::CacheConfig& cache);
 
 // The KV pool's layout for `model` under cache.* (block size, K and V dtypes, int4 group):

@@ -6,7 +6,8 @@ namespace kvserve::engine {
 
 CpuModelRunner::CpuModelRunner(model::LlamaModel& model, cache::KvStorage& storage,
                                cache::KvStorage* swap, const compression::PolicyContext* compression,
-                               std::span<cache::KvStorage* const> demote_tiers)
+                               std::span<cache::KvStorage* const> demote_tiers,
+                               const compression::PackedKeyBasis* key_basis)
     : model_(model),
       storage_(storage),
       swap_(swap),
@@ -29,8 +30,13 @@ CpuModelRunner::CpuModelRunner(model::LlamaModel& model, cache::KvStorage& stora
   }
   for (size_t t = 0; t < demote_tiers.size(); ++t) {
     const cache::KvLayout& tl = demote_tiers[t]->layout();
+    const float* const* basis = nullptr;
+    if (tl.key_rank > 0) {
+      KVS_CHECK(key_basis != nullptr && key_basis->rank() == tl.key_rank, "low-rank tier without its key basis");
+      basis = key_basis->layers();
+    }
     tiers_.push_back({tl, tier_data_[t].data(), tl.has_scales() ? tier_scales_[t].data() : nullptr,
-                      demote_tiers[t]->num_blocks()});
+                      demote_tiers[t]->num_blocks(), basis});
   }
   kv_access_ = std::make_unique<compression::HostKvAccess>(layout, layer_data_, layer_scales_);
   compressor_ = std::make_unique<compression::KvCompressor>(compression, *kv_access_, tiers_);

@@ -20,6 +20,7 @@
 #include "cache/host_kv_storage.h"
 #include "compression/compression_policy.h"
 #include "compression/host_kv_access.h"
+#include "compression/key_basis.h"
 #include "compression/kv_compressor.h"
 #include "engine/model_runner.h"
 #include "engine/runner_book.h"
@@ -33,10 +34,12 @@ class CpuModelRunner final : public ModelRunner {
   // `swap` may be null (no host swap tier). `compression` may be null: then only `full`
   // sequences run. `demote_tiers`: the demotion tier pools (host memory; tier t + 1 at index
   // t), whose blocks a sequence's table may mix with the pool's (TieredBlock entries).
+  // `key_basis`: the low-rank tier's basis (layout.key_rank > 0), required when there is one.
   // All must outlive the runner.
   CpuModelRunner(model::LlamaModel& model, cache::KvStorage& storage, cache::KvStorage* swap,
                  const compression::PolicyContext* compression = nullptr,
-                 std::span<cache::KvStorage* const> demote_tiers = {});
+                 std::span<cache::KvStorage* const> demote_tiers = {},
+                 const compression::PackedKeyBasis* key_basis = nullptr);
 
   absl::Status Execute(const scheduler::StepPlan& plan, scheduler::StepResult& result) override;
   int vocab_size() const override { return model_.config().vocab_size; }

@@ -7,6 +7,7 @@
 #include "base/absl_compat.h"
 #include "base/check.h"
 #include "cache/block_hasher.h"
+#include "cache/host_kv_cache.h"
 #include "config/fields.h"
 
 namespace kvserve::engine {
@@ -93,6 +94,21 @@ Engine::Engine(const config::Config& config, ModelInfo model, cache::KvCacheMana
       scheduler_(MakeSchedulerOptions(config, model_), cache) {
   tenant_queued_ = std::make_unique<std::atomic<int>[]>(tenant_names_.size());
   for (size_t i = 0; i < tenant_names_.size(); ++i) tenant_queued_[i] = 0;
+  // Demotion tiers' precisions for the bytes-per-token metric, computed once (the backend
+  // built the same layouts; a config it refused never reaches here).
+  if (config.cache.demote_kv_bytes > 0 && cache_.layout().num_layers > 0) {
+    if (auto tiers = cache::DemoteTierLayouts(config.cache, cache_.layout()); tiers.ok()) {
+      for (const cache::KvLayout& tl : *tiers) {
+        KvTierPrecision p;
+        p.k_label = std::string(config::Name(tl.k_dtype()));
+        if (tl.key_rank > 0) p.k_label = absl::StrCat(p.k_label, "_rank", tl.key_rank);
+        p.v_label = std::string(config::Name(tl.v_dtype()));
+        p.k_bytes_per_token = tl.side_bytes_per_token(0);
+        p.v_bytes_per_token = tl.side_bytes_per_token(1);
+        tier_precisions_.push_back(std::move(p));
+      }
+    }
+  }
 }
 
 Engine::~Engine() { Stop(); }
@@ -687,6 +703,7 @@ void Engine::ReportStep(base::Nanos started, const scheduler::StepPlan& plan) {
     s.k_bytes_per_token = layout.side_bytes_per_token(0);
     s.v_bytes_per_token = layout.side_bytes_per_token(1);
   }
+  s.demote_tiers = tier_precisions_;
   observer_->OnStep(s);
   if (tiers_ != nullptr || usage.host_cache_capacity_blocks > 0) ReportTiers(usage);
 }

@@ -126,6 +126,7 @@ class Engine final : public ServingEngine {
   void ReportTiers(const cache::CacheUsage& usage);
 
   const config::Config config_;
+  std::vector<KvTierPrecision> tier_precisions_;  // demotion tiers, for StepStats
   const ModelInfo model_;
   cache::KvCacheManager& cache_;
   ModelRunner& runner_;

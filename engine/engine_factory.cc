@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
+#include "compression/key_basis.h"
 #include "compression/policy_factory.h"
 #include "compression/triattention_stats.h"
 #include "engine/backend.h"
@@ -27,6 +28,7 @@ class LocalEngine final : public ServingEngine {
  public:
   std::unique_ptr<model::LlamaModel> model;
   std::unique_ptr<compression::TriAttentionStats> stats;  // null: triattention unavailable
+  std::unique_ptr<compression::KeyBasis> key_basis;      // null: no low-rank key tier
   compression::PolicyContext compression;
   base::SteadyClock clock;                                 // compression phase timings
   Backend backend;
@@ -70,6 +72,25 @@ absl::StatusOr<std::unique_ptr<compression::TriAttentionStats>> LoadStatsFor(con
   }
   logger.info("TriAttention statistics loaded from %s", path);
   return std::make_unique<compression::TriAttentionStats>(std::move(*stats));
+}
+
+// The low-rank key basis, loaded only when a low-rank tier is configured
+// (cache.lowrank_key_rank > 0); it must exist and match the model.
+absl::StatusOr<std::unique_ptr<compression::KeyBasis>> LoadKeyBasisFor(const config::Config& config,
+                                                                      const std::string& model_dir,
+                                                                      const model::LlamaModel& model,
+                                                                      const base::Logger& logger) {
+  if (config.cache.lowrank_key_rank == 0) return std::unique_ptr<compression::KeyBasis>();
+  const std::string path = compression::KeyBasisPathFor(config.compression.key_basis_path, model_dir);
+  auto basis = compression::LoadKeyBasisForModel(path, model.config(), model.rope_inv_freq());
+  if (!basis.ok()) {
+    return absl::Status(basis.status().code(),
+                        absl::StrCat("compression.key_basis_path (needed by cache.lowrank_key_rank=",
+                                     config.cache.lowrank_key_rank, "): ", basis.status().message()));
+  }
+  logger.info("low-rank key basis loaded from %s (rank %d of %d)", path, config.cache.lowrank_key_rank,
+              basis->head_dim);
+  return std::make_unique<compression::KeyBasis>(std::move(*basis));
 }
 
 // What replicas sharing remote blocks must agree on: the model (config.json and the weights'
@@ -176,6 +197,8 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config
 
   KVS_ASSIGN_OR_RETURN(local->stats, LoadStatsFor(config, model_dir, *local->model, deps.logger));
   local->compression = compression::ContextFor(*local->model, local->stats.get(), &local->clock);
+  KVS_ASSIGN_OR_RETURN(local->key_basis, LoadKeyBasisFor(config, model_dir, *local->model, deps.logger));
+  local->compression.key_basis = local->key_basis.get();
   deps.compression = &local->compression;
 
   if (kind == config::Backend::kCuda) {

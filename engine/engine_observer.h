@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,15 @@ struct RequestTimeline {
   CompressionSummary compression;
 };
 
+// One KV precision tier as the metrics report it: per side, a label and the bytes one token
+// costs there (all layers, scales included).
+struct KvTierPrecision {
+  std::string k_label;
+  std::string v_label;
+  double k_bytes_per_token = 0.0;
+  double v_bytes_per_token = 0.0;
+};
+
 struct StepStats {
   base::Nanos duration_ns = 0;      // schedule + execute + update
   int num_seqs = 0;                 // sequences in the batch
@@ -61,6 +71,9 @@ struct StepStats {
   config::KvDtype v_dtype = config::KvDtype::kFp32;
   double k_bytes_per_token = 0.0;
   double v_bytes_per_token = 0.0;
+  // The demotion tiers' precisions (issue 18), tier order; empty without tiers. Labels are the
+  // dtype names, a low-rank tier's keys "<dtype>_rank<r>" (its coefficients). Engine-owned.
+  std::span<const KvTierPrecision> demote_tiers;
   // False for a state refresh after a step that ran no batch (only aborted or finished
   // sequences to forget): the state fields are current, duration and token counts are not
   // a step's.

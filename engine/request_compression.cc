@@ -85,6 +85,28 @@ absl::Status ResolveDemotion(const CompressionRequest& req, const config::CacheC
     }
     params.demote_tokens[static_cast<size_t>(it - tiers.begin())] = tokens;
   }
+  if (req.demote_lowrank) {
+    const char* field = "kv_compression.demote.lowrank";
+    const int64_t tokens = *req.demote_lowrank;
+    if (tokens < 0) return absl::InvalidArgumentError(absl::StrCat(field, ": must be >= 0 tokens, got ", tokens));
+    if (cache.demote_kv_bytes == 0 || cache.lowrank_key_rank == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": this server has no low-rank key tier (",
+          cache.demote_kv_bytes == 0 ? "cache.demote_kv_bytes=0: demotion is off" : "cache.lowrank_key_rank=0", ")"));
+    }
+    // The tier stores key coefficients and values in these dtypes: a tenant limited to some
+    // precisions must allow both.
+    for (config::KvDtype d : {cache.lowrank_k_dtype, cache.lowrank_v_dtype}) {
+      if (tenant != nullptr && !tenant->allowed_kv_dtypes.empty() &&
+          std::find(tenant->allowed_kv_dtypes.begin(), tenant->allowed_kv_dtypes.end(), d) ==
+              tenant->allowed_kv_dtypes.end()) {
+        return absl::PermissionDeniedError(absl::StrCat(field, ": tenant '", tenant->name,
+                                                        "' may not use KV precision '",
+                                                        base::AsAbsl(config::Name(d)), "' (the low-rank tier's)"));
+      }
+    }
+    params.demote_tokens[cache.demote_dtypes.size()] = tokens;
+  }
   return absl::OkStatus();
 }
 
@@ -106,7 +128,7 @@ absl::StatusOr<ResolvedCompression> ResolveCompression(const RequestSpec& spec, 
   r.requested = kind;
   r.audit = req.audit;
   if (kind == CompressionPolicyKind::kFull) {
-    if (!req.demote.empty()) {
+    if (!req.demote.empty() || req.demote_lowrank) {
       return absl::InvalidArgumentError(
           "kv_compression.demote: needs a compressing policy (triattention); policy full keeps every token exact");
     }

@@ -29,6 +29,9 @@ struct CompressionRequest {
   // after a round that many of the next most important tokens are held in the server's
   // demotion tier of that dtype (cache.demote_dtypes) instead of being evicted.
   std::vector<std::pair<config::KvDtype, int64_t>> demote;
+  // Tokens for the low-rank key tier (`"lowrank": N` in the same object; cache.lowrank_key_rank):
+  // the next most important after the dtype tiers, keys as coefficients on the key basis.
+  std::optional<int64_t> demote_lowrank;
   bool audit = false;
 };
 

@@ -23,6 +23,7 @@ absl::Status ValidateForwardBatch(const ModelConfig& c, int max_tokens, const Fo
       l.block_size < 1) {
     return BatchError("KV layout does not match the model (layers, KV heads, head_dim)");
   }
+  if (l.key_rank != 0) return BatchError("the KV pool cannot hold low-rank keys (only demotion tiers do)");
   if (t > max_tokens) return BatchError(absl::StrCat(t, " tokens exceed max_tokens_per_step ", max_tokens));
   if (static_cast<int64_t>(b.positions.size()) != t || static_cast<int64_t>(b.slot_mapping.size()) != t) {
     return BatchError("token_ids, positions and slot_mapping differ in length");
@@ -55,6 +56,10 @@ absl::Status ValidateForwardBatch(const ModelConfig& c, int max_tokens, const Fo
     if (tier.layout.num_layers != l.num_layers || tier.layout.num_kv_heads != l.num_kv_heads ||
         tier.layout.head_dim != l.head_dim || tier.layout.block_size != l.block_size) {
       return BatchError("a demotion tier's layout differs from the pool's geometry");
+    }
+    if (tier.layout.key_rank < 0 || tier.layout.key_rank > l.head_dim ||
+        (tier.layout.key_rank > 0) != (tier.key_basis != nullptr)) {
+      return BatchError("a low-rank demotion tier needs a key basis of rank <= head_dim (and only it has one)");
     }
   }
   for (int32_t entry : b.block_tables) {

@@ -141,7 +141,8 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
     const size_t num_tiers = 1 + kv.lower_tiers.size();
     for (size_t i = 1; i < num_tiers; ++i) {
       const kernels::cpu::KvTierStorage& st = kv.lower_tiers[i - 1];
-      tiers[i] = {st.layout, st.layer_data[layer], st.layer_scales != nullptr ? st.layer_scales[layer] : nullptr};
+      tiers[i] = {st.layout, st.layer_data[layer], st.layer_scales != nullptr ? st.layer_scales[layer] : nullptr,
+                  st.key_basis != nullptr ? st.key_basis[layer] : nullptr};
     }
     const std::span<const kernels::cpu::KvTierView> tier_views(tiers, num_tiers);
     kernels::cpu::PagedAttentionTiered(tier_views, seqs, q, qkv_stride, c.num_heads, scale, attn_.data(), q_size,

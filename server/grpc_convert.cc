@@ -107,8 +107,12 @@ absl::Status ApplyCompression(const v1::KvCompression& c, engine::CompressionReq
   std::sort(demote.begin(), demote.end());
   for (const auto& [name, tokens] : demote) {
     const std::string field = absl::StrCat("kv_compression.demote.", name);
-    KVS_ASSIGN_OR_RETURN(config::KvDtype d, dtype(name, field.c_str()));
     if (tokens < 0 || tokens > INT32_MAX) return FieldError(field, "must be a token count in [0, 2^31)");
+    if (name == "lowrank") {  // the low-rank key tier (cache.lowrank_key_rank)
+      out.demote_lowrank = tokens;
+      continue;
+    }
+    KVS_ASSIGN_OR_RETURN(config::KvDtype d, dtype(name, field.c_str()));
     out.demote.emplace_back(d, tokens);
   }
   return absl::OkStatus();

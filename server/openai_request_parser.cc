@@ -195,14 +195,19 @@ absl::Status ParseCompression(const json& body, engine::CompressionRequest& c) {
     if (v_dtype) {
       KVS_ASSIGN_OR_RETURN(c.v_dtype, ParseDtype(*v_dtype, "kv_compression.v_dtype"));
     }
-    // "demote": {"int8": 1024, "int4": 2048}: tokens per lower-precision tier (issue 18).
+    // "demote": {"int8": 1024, "int4": 2048, "lowrank": 4096}: tokens per lower-precision tier
+    // (issue 18); "lowrank" is the low-rank key tier.
     if (const json* d = Member(*v, "demote")) {
       if (!d->is_object()) return TypeError("kv_compression.demote", "an object of {dtype: tokens}", *d);
       for (auto it = d->begin(); it != d->end(); ++it) {
         const std::string field = absl::StrCat("kv_compression.demote.", it.key());
-        KVS_ASSIGN_OR_RETURN(config::KvDtype dtype, ParseDtype(it.key(), field));
         KVS_ASSIGN_OR_RETURN(int64_t tokens, AsInt(it.value(), field));
         if (tokens < 0 || tokens > INT32_MAX) return FieldError(field, "must be a token count in [0, 2^31)");
+        if (it.key() == "lowrank") {  // the low-rank key tier (cache.lowrank_key_rank)
+          c.demote_lowrank = tokens;
+          continue;
+        }
+        KVS_ASSIGN_OR_RETURN(config::KvDtype dtype, ParseDtype(it.key(), field));
         c.demote.emplace_back(dtype, tokens);
       }
     }

@@ -398,6 +398,12 @@ void PrometheusMetrics::OnStep(const engine::StepStats& step) {
         .Set(step.k_bytes_per_token);
     kv_bytes_per_token_->Add({{"side", "value"}, {"dtype", std::string(config::Name(step.v_dtype))}})
         .Set(step.v_bytes_per_token);
+    // Demotion tiers (a low-rank tier's keys as "<dtype>_rank<r>"). A tier sharing a side's
+    // dtype with the pool or another tier costs the same there, so the shared series is exact.
+    for (const engine::KvTierPrecision& t : step.demote_tiers) {
+      kv_bytes_per_token_->Add({{"side", "key"}, {"dtype", t.k_label}}).Set(t.k_bytes_per_token);
+      kv_bytes_per_token_->Add({{"side", "value"}, {"dtype", t.v_label}}).Set(t.v_bytes_per_token);
+    }
   }
   if (step.preemptions > 0) preemptions_->Increment(step.preemptions);
   if (step.ran_batch) {

@@ -4,7 +4,6 @@
 #include <vector>
 
 #include "base/check.h"
-#include "kernels/cpu/kv_quant.h"
 
 namespace kvserve::kernels::cpu {
 
@@ -21,8 +20,6 @@ int64_t DemoteKv(const KvTierStorage& src, const int32_t* src_table, const KvTie
   buf.resize(static_cast<size_t>(bs) * hd);
   int64_t bytes = 0;
   for (int layer = 0; layer < sl.num_layers; ++layer) {
-    const float* src_scales = src.layer_scales != nullptr ? src.layer_scales[layer] : nullptr;
-    float* dst_scales = dst.layer_scales != nullptr ? dst.layer_scales[layer] : nullptr;
     for (int head = 0; head < sl.num_kv_heads; ++head) {
       const int32_t* row = rows + (static_cast<int64_t>(layer) * sl.num_kv_heads + head) * n;
       for (int kv = 0; kv < 2; ++kv) {
@@ -30,10 +27,10 @@ int64_t DemoteKv(const KvTierStorage& src, const int32_t* src_table, const KvTie
           const int count = static_cast<int>(std::min<int64_t>(bs, n - d * bs));
           for (int r = 0; r < count; ++r) {
             const int64_t slot = row[d * bs + r];
-            ReadKvRow(sl, src.layer_data[layer], src_scales, src_table[slot / bs], kv, head,
-                      static_cast<int>(slot % bs), buf.data() + static_cast<size_t>(r) * hd);
+            ReadTierRow(src, layer, src_table[slot / bs], kv, head, static_cast<int>(slot % bs),
+                        buf.data() + static_cast<size_t>(r) * hd);
           }
-          WriteKvRows(dl, dst.layer_data[layer], dst_scales, dst_table[d], kv, head, 0, count, buf.data(), hd);
+          WriteTierRows(dst, layer, dst_table[d], kv, head, 0, count, buf.data(), hd);
           bytes += static_cast<int64_t>(count * dl.row_bytes(kv));
         }
       }

@@ -4,8 +4,9 @@
 //
 //   source tier (e.g. fp32 / fp32)                destination tier (e.g. int4 / int4)
 //   row r: slots rows[r][0], rows[r][1], ...  ──►  dst_table[0] slots 0..bs-1, dst_table[1] ...
-//          (decoded: DequantizeRun)                (encoded: WriteKvRows, a block at a time, so
-//                                                   int4 keys get each block's exact range)
+//          (decoded: ReadTierRow)                  (encoded: WriteTierRows, a block at a time, so
+//                                                   int4 keys get each block's exact range;
+//                                                   a low-rank tier projects keys: kv_tier.h)
 //
 // Every (layer, KV head) row moves the same count n (its own choice of slots, as compaction
 // allows); the caller then drops the moved slots from the source rows (CompactKv) and puts
@@ -17,16 +18,9 @@
 #include <cstdint>
 
 #include "cache/kv_layout.h"
+#include "kernels/cpu/kv_tier.h"
 
 namespace kvserve::kernels::cpu {
-
-// One tier's storage, every layer (cache/kv_layout.h layout).
-struct KvTierStorage {
-  cache::KvLayout layout;
-  std::byte* const* layer_data = nullptr;
-  float* const* layer_scales = nullptr;  // may be null when the tier's dtypes have no scales
-  int64_t num_blocks = 0;                 // blocks of the storage (bounds of table entries)
-};
 
 // rows: [num_layers][num_kv_heads][n] physical indices into src_table's slots.
 // Returns the KV bytes written into the destination (codes and scales).

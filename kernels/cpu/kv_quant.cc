@@ -409,7 +409,7 @@ void DequantizeInt4ChannelRows(const std::byte* run, const float* scales, int he
 void DequantizeRun(const cache::KvLayout& layout, int kv, const std::byte* run, const float* run_scales,
                    int first, int n, float* dst) {
   const KvDtype dtype = layout.side_dtype(kv);
-  const int hd = layout.head_dim;
+  const int hd = layout.side_dim(kv);
   if (dtype == KvDtype::kInt4) {
     if (kv == 0) {
       DequantizeInt4ChannelRows(run, run_scales, hd, first, n, dst);
@@ -430,7 +430,7 @@ void WriteKvRows(const cache::KvLayout& layout, std::byte* layer_data, float* la
   float* run_scales =
       cache::KvDtypeHasScales(dtype) ? layer_scales + layout.run_scale_offset(block, kv, head) : nullptr;
   if (dtype == KvDtype::kInt4 && kv == 0) {
-    WriteInt4ChannelRows(run, run_scales, layout.head_dim, offset, n, src, src_stride);
+    WriteInt4ChannelRows(run, run_scales, layout.side_dim(0), offset, n, src, src_stride);
     return;
   }
   const size_t rb = layout.row_bytes(kv);
@@ -441,14 +441,14 @@ void WriteKvRows(const cache::KvLayout& layout, std::byte* layer_data, float* la
       QuantizeInt4Row(row, layout.head_dim, layout.int4_group, run + o * rb,
                       run_scales + static_cast<size_t>(o) * layout.v_groups());
     } else {
-      QuantizeRow(row, layout.head_dim, dtype, run + o * rb, run_scales != nullptr ? run_scales + o : nullptr);
+      QuantizeRow(row, layout.side_dim(kv), dtype, run + o * rb, run_scales != nullptr ? run_scales + o : nullptr);
     }
   }
 }
 
 void WriteKvRow(const cache::KvLayout& layout, std::byte* layer_data, float* layer_scales,
                 int64_t block, int kv, int head, int offset, const float* src) {
-  WriteKvRows(layout, layer_data, layer_scales, block, kv, head, offset, 1, src, layout.head_dim);
+  WriteKvRows(layout, layer_data, layer_scales, block, kv, head, offset, 1, src, layout.side_dim(kv));
 }
 
 void ReadKvRow(const cache::KvLayout& layout, const std::byte* layer_data,

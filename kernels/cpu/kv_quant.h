@@ -116,7 +116,7 @@ void DequantizeInt4ChannelRows(const std::byte* run, const float* scales, int he
 // ---------------------------------------------------------------- paged-layout addressing
 // Rows [first, first + n) of the (block, kv, head) run whose data starts at `run` and whose
 // scales start at `run_scales` (layout.run_byte_offset / run_scale_offset), dequantized into
-// dst: [n][head_dim]. Every dtype, K or V.
+// dst: [n][layout.side_dim(kv)] (head_dim, or key_rank for a low-rank tier's K). Every dtype, K or V.
 void DequantizeRun(const cache::KvLayout& layout, int kv, const std::byte* run, const float* run_scales,
                    int first, int n, float* dst);
 
@@ -133,7 +133,7 @@ void WriteKvRows(const cache::KvLayout& layout, std::byte* layer_data, float* la
 void WriteKvRow(const cache::KvLayout& layout, std::byte* layer_data, float* layer_scales,
                 int64_t block, int kv, int head, int offset, const float* src);
 
-// Reads (dequantizes) the same row back into `dst` (head_dim floats).
+// Reads (dequantizes) the same row back into `dst` (layout.side_dim(kv) floats).
 void ReadKvRow(const cache::KvLayout& layout, const std::byte* layer_data,
                const float* layer_scales, int64_t block, int kv, int head, int offset, float* dst);
 

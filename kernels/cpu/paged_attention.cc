@@ -10,6 +10,7 @@
 #include "kernels/cpu/attention_tile.h"
 #include "kernels/cpu/compute_pool.h"
 #include "kernels/cpu/kv_quant.h"
+#include "kernels/cpu/low_rank_keys.h"
 #include "kernels/cpu/simd.h"
 
 namespace kvserve::kernels::cpu {
@@ -48,6 +49,8 @@ using internal::kTileRows;
 //   scores [u][block_size]          scores, then probabilities, of the current block
 //   acc    [u][head_dim]            running softmax-weighted V sum
 //   max    [u], sum [u]             running max and normaliser
+//   q_low  [u][head_dim]            queries projected into a low-rank tier's space (rank <= head_dim)
+//   q_off  [u]                      their offsets q . mu
 struct ThreadScratch {
   float* k_rows;
   float* v_rows;
@@ -55,13 +58,15 @@ struct ThreadScratch {
   float* acc;
   float* max;
   float* sum;
+  float* q_low;
+  float* q_off;
 };
 
 size_t PortableFloats(const cache::KvLayout& layout, int group) {
   const size_t run = layout.head_run_elems();
   const size_t units = static_cast<size_t>(kTileRows) * group;
-  return 2 * RoundUp(run) + RoundUp(units * layout.block_size) + RoundUp(units * layout.head_dim) +
-         2 * RoundUp(units);
+  return 2 * RoundUp(run) + RoundUp(units * layout.block_size) + 2 * RoundUp(units * layout.head_dim) +
+         3 * RoundUp(units);
 }
 
 // Either kernel's scratch fits (AttentionMass carves the portable layout from it as well).
@@ -83,6 +88,8 @@ ThreadScratch CarveScratch(const cache::KvLayout& layout, int group, float* base
   s.acc = s.scores + RoundUp(units * layout.block_size);
   s.max = s.acc + RoundUp(units * layout.head_dim);
   s.sum = s.max + RoundUp(units);
+  s.q_low = s.sum + RoundUp(units);
+  s.q_off = s.q_low + RoundUp(units * layout.head_dim);
   return s;
 }
 
@@ -162,6 +169,7 @@ KVS_SIMD_CLONES void AttendTile(const AttnArgs& a, int s, int64_t j0, int rows, 
   std::fill(ws.max, ws.max + units, -std::numeric_limits<float>::infinity());
   std::fill(ws.sum, ws.sum + units, 0.0f);
   const int64_t num_blocks = (len_of(units - 1) + bs - 1) / bs;
+  const KvTierView* projected_for = nullptr;  // the low-rank tier ws.q_low holds queries for
   for (int64_t b = 0; b < num_blocks; ++b) {
     // Rows see a growing prefix: the first unit that sees block b, and each unit's count.
     const int u0 = static_cast<int>(std::max<int64_t>(0, b * bs - base - j0)) * group;
@@ -171,12 +179,39 @@ KVS_SIMD_CLONES void AttendTile(const AttnArgs& a, int s, int64_t j0, int rows, 
     const KvTierView& tier = a.tiers[KvTierOf(static_cast<int32_t>(block))];
     const int64_t tb = KvTierBlock(static_cast<int32_t>(block));
     const float* k = LoadRun(tier, tb, 0, g, n_max, ws.k_rows);
+    const int key_rank = tier.layout.key_rank;
     int u = u0;
-    for (; u + 1 < units; u += 2) {
-      ScoreRows(q_of(u), q_of(u + 1), k, n_of(u), n_of(u + 1), hd, a.scale, ws.scores + static_cast<size_t>(u) * bs,
-                ws.scores + static_cast<size_t>(u + 1) * bs);
+    if (key_rank == 0) {
+      for (; u + 1 < units; u += 2) {
+        ScoreRows(q_of(u), q_of(u + 1), k, n_of(u), n_of(u + 1), hd, a.scale, ws.scores + static_cast<size_t>(u) * bs,
+                  ws.scores + static_cast<size_t>(u + 1) * bs);
+      }
+      if (u < units) ScoreRows(q_of(u), nullptr, k, n_of(u), 0, hd, a.scale, ws.scores + static_cast<size_t>(u) * bs, nullptr);
+    } else {
+      // Low-rank keys: k holds r coefficients per row. Project the tile's queries once per
+      // tier (its blocks are contiguous in the table), then score in the r-dim space.
+      const KvTierView* tier_ptr = &tier;
+      if (projected_for != tier_ptr) {
+        const float* head_basis = tier.key_basis + static_cast<size_t>(g) * LowRankHeadFloats(hd, key_rank);
+        for (int w = 0; w < units; ++w) {
+          ws.q_off[w] = ProjectQuery(head_basis, hd, key_rank, q_of(w), ws.q_low + static_cast<size_t>(w) * hd);
+        }
+        projected_for = tier_ptr;
+      }
+      auto q_low = [&](int w) { return ws.q_low + static_cast<size_t>(w) * hd; };
+      for (; u + 1 < units; u += 2) {
+        ScoreRows(q_low(u), q_low(u + 1), k, n_of(u), n_of(u + 1), key_rank, a.scale,
+                  ws.scores + static_cast<size_t>(u) * bs, ws.scores + static_cast<size_t>(u + 1) * bs);
+      }
+      if (u < units) {
+        ScoreRows(q_low(u), nullptr, k, n_of(u), 0, key_rank, a.scale, ws.scores + static_cast<size_t>(u) * bs, nullptr);
+      }
+      for (u = u0; u < units; ++u) {
+        const float off = ws.q_off[u] * a.scale;
+        float* sc = ws.scores + static_cast<size_t>(u) * bs;
+        for (int r = 0; r < n_of(u); ++r) sc[r] += off;
+      }
     }
-    if (u < units) ScoreRows(q_of(u), nullptr, k, n_of(u), 0, hd, a.scale, ws.scores + static_cast<size_t>(u) * bs, nullptr);
     for (u = u0; u < units; ++u) {
       const int n = n_of(u);
       float* sc = ws.scores + static_cast<size_t>(u) * bs;
@@ -234,7 +269,15 @@ KVS_SIMD_CLONES void MassItem(const AttnArgs& a, int64_t item, float* scratch, c
   const int64_t num_blocks = (kv_len + bs - 1) / bs;
   for (int64_t b = 0; b < num_blocks; ++b) {
     const int n = static_cast<int>(std::min<int64_t>(bs, kv_len - b * bs));
-    const float* k = LoadRun(a.tiers[KvTierOf(table[b])], KvTierBlock(table[b]), 0, g, n, ws.k_rows);
+    const KvTierView& tier = a.tiers[KvTierOf(table[b])];
+    const float* k = LoadRun(tier, KvTierBlock(table[b]), 0, g, n, ws.k_rows);
+    if (tier.layout.key_rank > 0) {
+      // Low-rank keys: the mass is a diagnostic side output, so reconstruct mu + R^T c (into
+      // v_rows, free here) and score as usual: the same projected keys attention scores.
+      const int r = tier.layout.key_rank;
+      ReconstructKeys(tier.key_basis + static_cast<size_t>(g) * LowRankHeadFloats(hd, r), hd, r, k, n, ws.v_rows);
+      k = ws.v_rows;
+    }
     for (int64_t j = 0; j < n_s; ++j) {
       const int64_t len = kv_len - n_s + j + 1;
       const int visible = static_cast<int>(std::min<int64_t>(n, len - b * bs));
@@ -274,6 +317,8 @@ void CheckTiers(std::span<const KvTierView> tiers) {
     KVS_CHECK(t.layout.num_kv_heads == l0.num_kv_heads && t.layout.head_dim == l0.head_dim &&
                   t.layout.block_size == l0.block_size,
               "attention: KV tiers differ in geometry");
+    KVS_CHECK(t.layout.key_rank >= 0 && t.layout.key_rank <= l0.head_dim && (t.layout.key_rank == 0) == (t.key_basis == nullptr),
+              "attention: a low-rank KV tier needs a basis of rank <= head_dim (and only it has one)");
   }
 }
 

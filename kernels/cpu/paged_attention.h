@@ -46,10 +46,15 @@ struct PagedSeqs {
 // (< 2^kKvTierShift) are tier 0, so a single-tier table is unchanged.
 //
 //   table entry:  [ tier (7 bits) | block within the tier's storage (24 bits) ]
+//
+// A low-rank tier (layout.key_rank = r > 0) stores keys as r coefficients c of its basis
+// (low_rank_keys.h); its blocks are scored in the r-dim space, q . mu + (R q) . c, with each
+// query projected once per tile: exactly the scores of the projected keys mu + R^T c.
 struct KvTierView {
   cache::KvLayout layout;
   const std::byte* layer_data = nullptr;  // one layer's storage of this tier
   const float* layer_scales = nullptr;    // its scales (null when the tier's dtypes have none)
+  const float* key_basis = nullptr;       // low-rank tiers: this layer's packed basis, all KV heads
 };
 inline constexpr int kKvTierShift = 24;
 inline constexpr int kMaxKvTiers = 8;
@@ -84,7 +89,8 @@ void PagedAttention(const cache::KvLayout& layout, const std::byte* layer_data,
 
 // PagedAttention over a table whose entries name their tier (TieredBlock); tiers[0] is also
 // what untagged entries read. Same arithmetic per row as PagedAttention over the dequantized
-// rows of each block's own tier.
+// rows of each block's own tier (for a low-rank tier: over its projected keys, scored in the
+// low-rank space).
 void PagedAttentionTiered(std::span<const KvTierView> tiers, const PagedSeqs& seqs, const float* q, int64_t q_stride,
                           int num_heads, float scale, float* out, int64_t out_stride, float* lse, float* workspace,
                           size_t workspace_floats);

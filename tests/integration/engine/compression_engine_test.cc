@@ -30,6 +30,10 @@ class Recorder : public EngineObserver {
     max_demote_used = std::max(max_demote_used.load(), s.demote_blocks_used);
     max_physical = std::max(max_physical.load(), s.live_physical_tokens);
     preemptions += s.preemptions;
+    if (steps == 0) {
+      std::lock_guard<std::mutex> lock(mu);
+      for (const KvTierPrecision& t : s.demote_tiers) tier_labels.push_back(t.k_label + "/" + t.v_label);
+    }
     ++steps;
   }
   void OnRequestRejected(const RequestLabels& labels, const std::string& reason) override {
@@ -46,6 +50,7 @@ class Recorder : public EngineObserver {
   std::mutex mu;
   std::vector<CompressionRoundStats> rounds;
   std::vector<std::string> rejections;
+  std::vector<std::string> tier_labels;  // K/V labels of the demotion tiers (first step)
 };
 
 struct Outcome {
@@ -498,6 +503,71 @@ TEST_F(CompressionEngine, DemotionHoldsTokensInCheaperTiersAndLeaksNothing) {
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.status().message().find("kv_compression.demote"), std::string_view::npos) << st.status();
   ExpectNoLeaks(engine, rec);
+}
+
+// Low-rank keys (issue 18) served end to end: a server with a low-rank key tier (the bundled
+// model's key_basis.bin) holds "lowrank" tokens in it, pays exactly its granted blocks at the
+// tier's own block size, attends them (fewer evictions than eviction alone), decodes exactly
+// as full KV until the first round, refuses the tier where it is off, and leaks nothing.
+TEST_F(CompressionEngine, LowRankKeyTierIsServedPerRequestAndLeaksNothing) {
+  ASSERT_TRUE(std::filesystem::exists(dir_ + "/key_basis.bin"));
+  auto mc = model::LoadModelConfig(dir_);
+  ASSERT_TRUE(mc.ok());
+  cache::KvLayout pool;
+  pool.num_layers = mc->num_layers;
+  pool.num_kv_heads = mc->num_kv_heads;
+  pool.head_dim = mc->head_dim;
+  pool.block_size = 16;
+  const int64_t lowrank_block = static_cast<int64_t>(
+      cache::LowRankTierLayout(pool, 24, config::KvDtype::kBf16, config::KvDtype::kInt8).bytes_per_block());
+
+  Recorder rec;
+  config::Config cfg;
+  cfg.cache.kv_bytes = 64ull << 20;
+  cfg.cache.demote_kv_bytes = 8ull << 20;
+  cfg.cache.demote_dtypes = {config::KvDtype::kInt8};
+  cfg.cache.lowrank_key_rank = 24;
+  cfg.cache.enable_prefix_caching = false;
+  cfg.compression.divide_length = 32;
+  auto engine = Make(cfg, &rec);
+  ASSERT_NE(engine, nullptr);
+  const RequestSpec plain = Spec("full", Prompt(16, 9), 320);
+  const Outcome full = Run(*engine, plain);
+  ASSERT_EQ(full.tokens.size(), 320u) << full.error;
+  RequestSpec evict = plain;
+  evict.request_id = "evict";
+  evict.compression.policy = CompressionPolicyKind::kTriAttention;
+  evict.compression.budget = 64;
+  RequestSpec low = evict;
+  low.request_id = "lowrank";
+  low.compression.demote_lowrank = 128;
+  const Outcome e = Run(*engine, evict), d = Run(*engine, low);
+  ASSERT_EQ(d.tokens.size(), 320u) << d.error;
+  ASSERT_TRUE(e.usage && d.usage);
+  const CompressionSummary &ce = e.usage->compression, &cd = d.usage->compression;
+  EXPECT_GT(cd.demoted_tokens, 0);
+  EXPECT_EQ(cd.peak_kv_tokens, ce.peak_kv_tokens);
+  EXPECT_EQ(cd.peak_kv_bytes, ce.peak_kv_bytes + 8 * lowrank_block);
+  EXPECT_LT(cd.evicted_tokens, ce.evicted_tokens);
+  size_t agree = 0;
+  while (agree < d.tokens.size() && d.tokens[agree] == full.tokens[agree]) ++agree;
+  EXPECT_GE(agree, 96u - 16u);
+  for (int32_t t : d.tokens) EXPECT_TRUE(t >= 0 && t < mc->vocab_size);
+  EXPECT_EQ(rec.max_demote_used.load(), 8);
+  // The bytes-per-token metric sees both tiers, the low-rank keys by rank.
+  EXPECT_EQ(rec.tier_labels, (std::vector<std::string>{"int8/int8", "bf16_rank24/int8"}));
+  ExpectNoLeaks(engine, rec);
+
+  // A server without the tier refuses "lowrank" naming it.
+  Recorder rec2;
+  cfg.cache.lowrank_key_rank = 0;
+  auto plain_engine = Make(cfg, &rec2);
+  ASSERT_NE(plain_engine, nullptr);
+  auto st = plain_engine->Submit(low);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find("kv_compression.demote.lowrank"), std::string_view::npos) << st.status();
+  EXPECT_EQ(Run(*plain_engine, Spec("short", Prompt(8, 1), 4)).tokens.size(), 4u);
+  ExpectNoLeaks(plain_engine, rec2);
 }
 
 TEST_F(CompressionEngine, PreemptedDemotingRequestsAreRecomputedAndLeakNothing) {

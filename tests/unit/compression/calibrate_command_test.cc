@@ -12,6 +12,7 @@
 
 #include "app/cli.h"
 #include "tests/unit/run_cli.h"
+#include "compression/key_basis.h"
 #include "compression/triattention_stats.h"
 #include "model/model_config.h"
 
@@ -46,8 +47,9 @@ TEST(CalibrateCommand, ParsesItsSwitches) {
 
 TEST(CalibrateCommand, WritesStatsThatMatchTheModel) {
   const std::string out = TempPath("stats.bin");
+  const std::string basis_out = TempPath("key_basis.bin");
   auto r = RunKvserve({"calibrate", "--model", kFixture, "--text", kText, "--out", out, "--max-tokens", "3000",
-                       "--window", "128", "--threads", "1"});
+                       "--window", "128", "--threads", "1", "--key-basis-out", basis_out});
   ASSERT_EQ(r.code, kExitOk) << r.err;
   EXPECT_NE(r.err.find("[calibrate] 3000 text tokens"), std::string::npos) << r.err;
   auto stats = compression::LoadStats(out);
@@ -58,6 +60,13 @@ TEST(CalibrateCommand, WritesStatsThatMatchTheModel) {
   EXPECT_GE(stats->num_tokens, 3000);
   EXPECT_NE(stats->source.find("calibration_text.txt"), std::string::npos) << stats->source;
   fs::remove(out);
+  // The low-rank key basis of the same pass: every key and query row counted, for this model.
+  auto basis = compression::LoadKeyBasis(basis_out);
+  ASSERT_TRUE(basis.ok()) << basis.status();
+  EXPECT_TRUE(compression::CheckCompatible(*basis, *cfg, model::RopeInvFreq(*cfg)).ok());
+  EXPECT_EQ(basis->num_tokens, stats->num_tokens);
+  EXPECT_NE(r.err.find("post-RoPE key PCA"), std::string::npos) << r.err;
+  fs::remove(basis_out);
 }
 
 TEST(CalibrateCommand, RefusesShortTextsUnlessAskedForLess) {

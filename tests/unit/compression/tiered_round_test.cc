@@ -15,6 +15,9 @@
 #include "compression/demotion.h"
 #include "compression/policy_factory.h"
 #include "compression_test_util.h"
+#include "kernels/cpu/kv_tier.h"
+#include "kernels/cpu/low_rank_keys.h"
+#include "kernels/cpu/sym_eigen.h"
 
 namespace kvserve::compression {
 namespace {
@@ -248,6 +251,113 @@ TEST(TieredRound, WithoutRankingPolicyOrBadTiersItFailsCleanly) {
   const auto r2 = (*made)->RunDemoting(seq.Input(), std::vector<TierRound>{{&odd, int8.table, 8, &int8.slots}});
   EXPECT_FALSE(r2.ok());
   EXPECT_EQ(pool.AllBytes(), before);
+}
+
+}  // namespace
+}  // namespace kvserve::compression
+
+namespace kvserve::compression {
+namespace {
+
+// A low-rank key tier (kernels/cpu/kv_tier.h) in a demoting round: every token the round puts
+// there reads back as mu + U U^T (k - mu) of its original key (computed here in float64 from
+// the packed basis), its value exactly (fp32 values), tokens move between rounds without
+// drifting, and the tier holds whole blocks.
+TEST(TieredRound, LowRankTierHoldsProjectedKeysAndExactValues) {
+  const cache::KvLayout layout = Layout(KvDtype::kFp32);
+  const int hd = layout.head_dim, rank = 5;
+  const std::vector<float> inv = InvFreq(hd);
+  TestPool pool(layout, 64, 3);
+  TickClock clock;
+  const TriAttentionStats stats = RandomStats(2, kQHeads, 2, hd, inv, pool.rng());
+  PolicyParams p;
+  p.kind = config::CompressionPolicyKind::kTriAttention;
+  p.budget = 16;
+  p.divide_length = 8;
+  p.prompt_len = 4;
+  p.protect_prompt = true;
+  p.window = 0;
+  p.demote_tokens = {12};  // 3 blocks of the low-rank tier
+  ASSERT_TRUE(ValidateParams(p).ok());
+  const PolicyContext ctx = MakeContext(layout, kQHeads, inv, &stats, &clock);
+  auto made = CreatePolicy(p, ctx);
+  ASSERT_TRUE(made.ok()) << made.status();
+  CompressionPolicy& policy = **made;
+
+  // Per (layer, head) a random orthonormal basis and mean, packed for the kernels.
+  std::normal_distribution<double> nd(0.0, 1.0);
+  std::vector<std::vector<float>> packed(2);
+  for (int l = 0; l < 2; ++l)
+    for (int h = 0; h < 2; ++h) {
+      std::vector<double> a(static_cast<size_t>(hd) * hd);
+      for (int i = 0; i < hd; ++i)
+        for (int j = i; j < hd; ++j) a[static_cast<size_t>(i) * hd + j] = a[static_cast<size_t>(j) * hd + i] = nd(pool.rng());
+      auto e = kernels::cpu::EigenSymmetric(a, hd);
+      ASSERT_TRUE(e.ok());
+      for (int d = 0; d < hd; ++d) packed[l].push_back(static_cast<float>(0.3 * nd(pool.rng())));
+      for (int twice = 0; twice < 2; ++twice)  // orthonormal: P = R
+        for (int j = 0; j < rank; ++j)
+          for (int d = 0; d < hd; ++d) packed[l].push_back(static_cast<float>(e->vectors[static_cast<size_t>(j) * hd + d]));
+    }
+  const float* basis_ptrs[] = {packed[0].data(), packed[1].data()};
+  cache::KvLayout tl = layout;
+  tl.key_rank = rank;
+  TestPool tier_pool(tl, 16, 4);
+  const std::vector<int32_t> tier_table = tier_pool.Allocate(3 * kBs);
+  const kernels::cpu::KvTierStorage storage{tl, tier_pool.layer_data().data(), nullptr, 16, basis_ptrs};
+  TierSlots tier_slots;
+  auto projected = [&](int l, int h, const std::vector<float>& k) {
+    const float* b = packed[l].data() + static_cast<size_t>(h) * kernels::cpu::LowRankHeadFloats(hd, rank);
+    std::vector<double> out(b, b + hd);
+    for (int j = 0; j < rank; ++j) {
+      const float* u = b + static_cast<size_t>(1 + j) * hd;  // P row j (= R row j here)
+      double c = 0;
+      for (int d = 0; d < hd; ++d) c += static_cast<double>(u[d]) * (k[d] - b[d]);
+      for (int d = 0; d < hd; ++d) out[d] += c * u[d];
+    }
+    return out;
+  };
+
+  TestSeq seq;
+  seq.pool = &pool;
+  seq.table = pool.Allocate(40);
+  seq.slots = policy.NewSlotState();
+  std::map<std::tuple<int, int, int, int64_t>, std::vector<float>> original;
+  auto append = [&](int64_t count) {
+    const int64_t first = seq.slots.size(), pos0 = seq.next_position;
+    seq.Append(count);
+    for (int l = 0; l < 2; ++l)
+      for (int kv = 0; kv < 2; ++kv)
+        for (int h = 0; h < 2; ++h)
+          for (int64_t j = 0; j < count; ++j) original[{l, kv, h, pos0 + j}] = pool.Read(seq.table, l, kv, h, first + j);
+  };
+  append(24);
+  const int64_t want_tier[] = {8, 12, 12};  // round 0 demotes 24 - 16 = 8 (two blocks), then the tier fills
+  for (int round = 0; round < 3; ++round) {
+    if (round > 0) append(8);
+    const auto r = policy.RunDemoting(seq.Input(), std::vector<TierRound>{{&storage, tier_table, 12, &tier_slots}});
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(tier_slots.size, want_tier[round]) << "round " << round;
+    EXPECT_EQ(r->tier_tokens[0], want_tier[round]);
+    EXPECT_EQ(r->new_phys_len, 16);
+    for (int l = 0; l < 2; ++l)
+      for (int h = 0; h < 2; ++h) {
+        std::set<int64_t> seen;
+        for (int64_t j = 0; j < seq.slots.size(); ++j) seen.insert(seq.slots.positions(l, h)[static_cast<size_t>(j)]);
+        for (int64_t i = 0; i < tier_slots.size; ++i) {
+          const int64_t pos = tier_slots.row(l * 2 + h)[static_cast<size_t>(i)];
+          EXPECT_TRUE(seen.insert(pos).second) << "position " << pos << " held twice";
+          std::vector<float> k(hd), v(hd);
+          kernels::cpu::ReadTierRow(storage, l, tier_table[static_cast<size_t>(i / kBs)], 0, h, static_cast<int>(i % kBs), k.data());
+          kernels::cpu::ReadTierRow(storage, l, tier_table[static_cast<size_t>(i / kBs)], 1, h, static_cast<int>(i % kBs), v.data());
+          const std::vector<double> want = projected(l, h, original[{l, 0, h, pos}]);
+          for (int d = 0; d < hd; ++d) {
+            ASSERT_NEAR(k[d], want[d], 1e-4) << "round " << round << " pos " << pos;
+            ASSERT_EQ(v[d], (original[{l, 1, h, pos}])[d]) << "round " << round << " pos " << pos;
+          }
+        }
+      }
+  }
 }
 
 }  // namespace

@@ -413,6 +413,29 @@ TEST(ConfigLoader, DemotionTiersAreBelowThePoolAndPartOfItsBytes) {
   }
 }
 
+// The low-rank key tier is one more demotion tier: it needs demotion bytes, may stand alone
+// (no dtype tiers) and counts toward the 7 tiers.
+TEST(ConfigLoader, LowRankKeyTierIsADemotionTier) {
+  auto load = [](std::vector<std::pair<std::string, std::string>> o) {
+    ConfigSources s;
+    s.overrides = std::move(o);
+    return LoadConfig(s);
+  };
+  auto ok = load({{"cache.demote_kv_bytes", "1048576"}, {"cache.lowrank_key_rank", "16"},
+                  {"cache.lowrank_k_dtype", "int8"}, {"cache.lowrank_v_dtype", "int4"}});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->cache.lowrank_key_rank, 16);
+  EXPECT_EQ(ok->cache.lowrank_k_dtype, KvDtype::kInt8);
+  EXPECT_EQ(ok->cache.lowrank_v_dtype, KvDtype::kInt4);
+  auto off = load({{"cache.lowrank_key_rank", "16"}});
+  ASSERT_FALSE(off.ok());
+  EXPECT_THAT(std::string(off.status().message()), HasSubstr("cache.lowrank_key_rank=16"));
+  EXPECT_THAT(std::string(off.status().message()), HasSubstr("cache.demote_kv_bytes > 0"));
+  auto bad = load({{"cache.lowrank_key_rank", "-2"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("cache.lowrank_key_rank"));
+}
+
 TEST(ConfigLoader, DumpRoundTripsAndRedactsKeys) {
   Config cfg;
   cfg.cache.block_size = 64;

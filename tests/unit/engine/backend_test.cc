@@ -136,5 +136,16 @@ TEST(CudaKvPrecision, EveryDtypePairButNoDemotionTiers) {
   EXPECT_NE(st.message().find("CPU backend"), std::string::npos) << st;
 }
 
+// Low-rank keys are CPU-only too, and the error names their own setting.
+TEST(CudaKvPrecision, NoLowRankKeyTiers) {
+  config::CacheConfig c;
+  c.demote_kv_bytes = 1 << 20;
+  c.lowrank_key_rank = 24;
+  const absl::Status st = CudaReadsKvPrecision(c);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("cache.lowrank_key_rank=24"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("low-rank keys"), std::string::npos) << st;
+}
+
 }  // namespace
 }  // namespace kvserve::engine

@@ -112,6 +112,47 @@ TEST_F(ResolveCompressionTest, DemoteMapsToTheServersTiers) {
   EXPECT_THAT(error(s), HasSubstr("cache.demote_kv_bytes=0: demotion is off"));
 }
 
+// kv_compression.demote.lowrank maps to the low-rank key tier, the last one (after the dtype
+// tiers); a server without it, a negative count and a tenant without the tier's dtypes are
+// refused naming the field.
+TEST_F(ResolveCompressionTest, DemoteLowRankMapsToTheLastTier) {
+  cfg_.cache.demote_kv_bytes = 1 << 20;
+  cfg_.cache.demote_dtypes = {config::KvDtype::kInt8};
+  cfg_.cache.lowrank_key_rank = 16;
+  cfg_.cache.lowrank_k_dtype = config::KvDtype::kBf16;
+  cfg_.cache.lowrank_v_dtype = config::KvDtype::kInt4;
+  RequestSpec s = Spec(10, 100);
+  s.compression.policy = CompressionPolicyKind::kTriAttention;
+  s.compression.budget = 64;
+  s.compression.demote = {{config::KvDtype::kInt8, 32}};
+  s.compression.demote_lowrank = 512;
+  auto r = ResolveCompression(s, cfg_, nullptr, &context_);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->params.demote_tokens[0], 32);
+  EXPECT_EQ(r->params.demote_tokens[1], 512);
+  EXPECT_EQ(r->params.demote_tokens[2], 0);
+
+  auto error = [&](const RequestSpec& spec, const config::TenantConfig* t = nullptr) {
+    auto e = ResolveCompression(spec, cfg_, t, &context_);
+    return e.ok() ? std::string("ok") : std::string(e.status().message());
+  };
+  RequestSpec bad = s;
+  bad.compression.demote_lowrank = -1;
+  EXPECT_THAT(error(bad), HasSubstr("kv_compression.demote.lowrank: must be >= 0"));
+  bad = s;
+  bad.compression.policy = CompressionPolicyKind::kFull;
+  bad.compression.demote.clear();
+  EXPECT_THAT(error(bad), HasSubstr("kv_compression.demote: needs a compressing policy"));
+  config::TenantConfig t;
+  t.name = "t";
+  t.allowed_kv_dtypes = {config::KvDtype::kFp32, config::KvDtype::kInt8, config::KvDtype::kBf16};
+  EXPECT_THAT(error(s, &t), HasSubstr("kv_compression.demote.lowrank: tenant 't' may not use KV precision 'int4'"));
+  t.allowed_kv_dtypes.push_back(config::KvDtype::kInt4);
+  EXPECT_EQ(error(s, &t), "ok");
+  cfg_.cache.lowrank_key_rank = 0;
+  EXPECT_THAT(error(s), HasSubstr("kv_compression.demote.lowrank: this server has no low-rank key tier"));
+}
+
 TEST_F(ResolveCompressionTest, RequestThenTenantThenServer) {
   cfg_.compression.default_policy = CompressionPolicyKind::kStreamingLlm;
   auto r = ResolveCompression(Spec(10, 100), cfg_, nullptr, &context_);

@@ -138,7 +138,16 @@ TEST_F(GrpcFrontendTest, GenerateStreamsChunksThenUsage) {
   ASSERT_EQ(sched.size(), 2u);
   EXPECT_EQ(sched[0], (std::pair<config::KvDtype, int64_t>{config::KvDtype::kInt4, 2048}));  // sorted by name
   EXPECT_EQ(sched[1], (std::pair<config::KvDtype, int64_t>{config::KvDtype::kInt8, 1024}));
-  for (const auto& [name, tokens] : std::vector<std::pair<std::string, int64_t>>{{"int3", 8}, {"int8", -4}}) {
+  // "lowrank" is the low-rank key tier, beside the dtype tiers.
+  v1::GenerateRequest lowrank = Prompt("Hi", 2);
+  (*lowrank.mutable_kv_compression()->mutable_demote())["lowrank"] = 4096;
+  auto [lc, ls] = Generate(lowrank);
+  ASSERT_TRUE(ls.ok()) << ls.error_message();
+  ASSERT_EQ(engine().submitted().size(), 4u);
+  EXPECT_TRUE(engine().submitted()[3].compression.demote.empty());
+  EXPECT_EQ(engine().submitted()[3].compression.demote_lowrank, 4096);
+  for (const auto& [name, tokens] :
+       std::vector<std::pair<std::string, int64_t>>{{"int3", 8}, {"int8", -4}, {"lowrank", -1}}) {
     v1::GenerateRequest bad = Prompt("Hi", 2);
     (*bad.mutable_kv_compression()->mutable_demote())[name] = tokens;
     auto [xc, xs] = Generate(bad);

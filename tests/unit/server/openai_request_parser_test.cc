@@ -116,6 +116,8 @@ TEST(CompletionParserTest, WrongTypesNameTheField) {
       {R"({"prompt": "x", "kv_compression": {"demote": {"int2": 64}}})", "kv_compression.demote.int2"},
       {R"({"prompt": "x", "kv_compression": {"demote": {"int8": "lots"}}})", "kv_compression.demote.int8"},
       {R"({"prompt": "x", "kv_compression": {"demote": {"int4": -1}}})", "kv_compression.demote.int4"},
+      {R"({"prompt": "x", "kv_compression": {"demote": {"lowrank": -3}}})", "kv_compression.demote.lowrank"},
+      {R"({"prompt": "x", "kv_compression": {"demote": {"lowrank": "all"}}})", "kv_compression.demote.lowrank"},
       {R"({"prompt": "x", "stream_options": {"include_usage": true}})", "stream_options"},
       {R"({"prompt": "x", "stream": true, "stream_options": {"include_usage": 1}})",
        "stream_options.include_usage"},
@@ -160,9 +162,17 @@ TEST(CompletionParserTest, KvCompressionDemoteSchedule) {
   ASSERT_EQ(d.size(), 2u);
   EXPECT_EQ(d[0], (std::pair<config::KvDtype, int64_t>{config::KvDtype::kInt8, 1024}));
   EXPECT_EQ(d[1], (std::pair<config::KvDtype, int64_t>{config::KvDtype::kInt4, 2048}));
+  EXPECT_FALSE(r->request.compression.demote_lowrank.has_value());
   auto none = ParseCompletionRequest(R"({"prompt": "x", "kv_compression": {"policy": "triattention"}})");
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE(none->request.compression.demote.empty());
+  // "lowrank" names the low-rank key tier, beside the dtype tiers.
+  auto lr = ParseCompletionRequest(
+      R"({"prompt": "x", "kv_compression": {"policy": "triattention", "demote": {"int8": 64, "lowrank": 4096}}})");
+  ASSERT_TRUE(lr.ok()) << lr.status();
+  ASSERT_EQ(lr->request.compression.demote.size(), 1u);
+  EXPECT_EQ(lr->request.compression.demote[0], (std::pair<config::KvDtype, int64_t>{config::KvDtype::kInt8, 64}));
+  EXPECT_EQ(lr->request.compression.demote_lowrank, 4096);
 }
 
 TEST(CompletionParserTest, KvCompressionShorthandsAndVllmXargs) {

@@ -168,6 +168,9 @@ TEST(PrometheusMetricsTest, StepGaugesAndCumulativePrefixCounters) {
   s.v_dtype = config::KvDtype::kBf16;
   s.k_bytes_per_token = 288;
   s.v_bytes_per_token = 768;
+  // Demotion tiers report too: an int4-values tier and a low-rank key tier (bf16 coefficients).
+  const engine::KvTierPrecision tiers[] = {{"int8", "int8", 416, 416}, {"bf16_rank24", "int4", 384, 272}};
+  s.demote_tiers = tiers;
   m.OnStep(s);
   s.prefix_queries_tokens = 96;  // cumulative: +32
   s.prefix_hits_tokens = 32;     // +16
@@ -187,6 +190,9 @@ TEST(PrometheusMetricsTest, StepGaugesAndCumulativePrefixCounters) {
   EXPECT_EQ(e.Sum("kvserve_kv_live_physical_tokens"), 100);
   EXPECT_EQ(e.Sum("kvserve_kv_bytes_per_token", {{"side", "key"}, {"dtype", "int4"}}), 288);
   EXPECT_EQ(e.Sum("kvserve_kv_bytes_per_token", {{"side", "value"}, {"dtype", "bf16"}}), 768);
+  EXPECT_EQ(e.Sum("kvserve_kv_bytes_per_token", {{"side", "key"}, {"dtype", "int8"}}), 416);
+  EXPECT_EQ(e.Sum("kvserve_kv_bytes_per_token", {{"side", "key"}, {"dtype", "bf16_rank24"}}), 384);
+  EXPECT_EQ(e.Sum("kvserve_kv_bytes_per_token", {{"side", "value"}, {"dtype", "int4"}}), 272);
   EXPECT_EQ(e.Sum("kvserve_prefix_cache_queries_total"), 96);
   EXPECT_EQ(e.Sum("kvserve_prefix_cache_hits_total"), 32);
   EXPECT_EQ(e.Sum("kvserve_num_preemptions_total"), 2);
