@@ -348,7 +348,8 @@ void PagedAttentionTiered(std::span<const KvTierView> tiers, const PagedSeqs& se
   }
   const int64_t items = starts[seqs.num_seqs] * kv_heads;
   const Split split = SplitFor(kAttentionMacCost * AttentionMacs(seqs, num_heads, layout.head_dim));
-  const bool avx512 = UseAvx512Tile();
+  // The AVX-512 tile reads full-width keys only; low-rank tiers take the portable tile.
+  const bool avx512 = UseAvx512Tile() && std::ranges::none_of(tiers, [](const KvTierView& t) { return t.layout.key_rank > 0; });
 
   // Items are claimed last tile first: a sequence's later tiles attend more entries, and the
   // longest items going first leaves the short ones to even out the threads at the end.
