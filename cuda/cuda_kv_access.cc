@@ -79,6 +79,14 @@ CudaKvAccess::~CudaKvAccess() {
   for (DeviceScratch* d : {&d_layers_, &d_table_, &d_keep_, &d_weights_, &d_scores_, &d_window_}) cudaFree(d->ptr);
 }
 
+const int32_t* CudaKvAccess::UploadTable(std::span<const int32_t> table, int64_t num_blocks, void* stream) {
+  const size_t bytes = static_cast<size_t>(num_blocks) * sizeof(int32_t);
+  auto* d_table = static_cast<int32_t*>(Ensure(d_table_, bytes));
+  Check(cudaMemcpyAsync(d_table, table.data(), bytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream)),
+        "block table to the device");
+  return d_table;
+}
+
 void* CudaKvAccess::Ensure(DeviceScratch& s, size_t bytes) {
   if (bytes <= s.bytes) return s.ptr;
   // Growth: whatever used the old buffer has finished (every call ends synchronized).
@@ -110,10 +118,8 @@ compression::CompactStats CudaKvAccess::Compact(std::span<const int32_t> table, 
           "scale pointers");
   }
   const size_t keep_n = layers * static_cast<size_t>(l.num_kv_heads) * static_cast<size_t>(plan.num_keep);
-  auto* d_table = static_cast<int32_t*>(Ensure(d_table_, static_cast<size_t>(nb) * 4));
+  const int32_t* d_table = UploadTable(table, nb, stream);
   auto* d_keep = static_cast<int32_t*>(Ensure(d_keep_, std::max<size_t>(keep_n, 1) * 4));
-  Check(cudaMemcpyAsync(d_table, table.data(), static_cast<size_t>(nb) * 4, cudaMemcpyHostToDevice, stream),
-        "block table to the device");
   if (keep_n > 0) {
     Check(cudaMemcpyAsync(d_keep, plan.keep, keep_n * 4, cudaMemcpyHostToDevice, stream), "keep lists to the device");
   }
@@ -170,9 +176,7 @@ bool CudaKvAccess::ScoreTriAttention(std::span<const int32_t> table, int layer, 
   if (n == 0) return true;
   auto stream = static_cast<cudaStream_t>(storage_.stream());
   const int64_t nb = (end + l.block_size - 1) / l.block_size;
-  auto* d_table = static_cast<int32_t*>(Ensure(d_table_, static_cast<size_t>(nb) * 4));
-  Check(cudaMemcpyAsync(d_table, table.data(), static_cast<size_t>(nb) * 4, cudaMemcpyHostToDevice, stream),
-        "block table to the device");
+  const int32_t* d_table = UploadTable(table, nb, stream);
   host_weights_.assign(weights.w.begin(), weights.w.end());
   host_weights_.insert(host_weights_.end(), weights.c.begin(), weights.c.end());
   auto* d_w = static_cast<double*>(Ensure(d_weights_, std::max<size_t>(host_weights_.size(), 1) * sizeof(double)));
@@ -216,9 +220,7 @@ bool CudaKvAccess::ScoreTriAttentionAll(std::span<const int32_t> table, int64_t 
   if (n == 0) return true;
   auto stream = static_cast<cudaStream_t>(storage_.stream());
   const int64_t nb = (end + l.block_size - 1) / l.block_size;
-  auto* d_table = static_cast<int32_t*>(Ensure(d_table_, static_cast<size_t>(nb) * 4));
-  Check(cudaMemcpyAsync(d_table, table.data(), static_cast<size_t>(nb) * 4, cudaMemcpyHostToDevice, stream),
-        "block table to the device");
+  const int32_t* d_table = UploadTable(table, nb, stream);
   // All heads' weights in one upload: head i's w then c at offsets[i].
   host_weights_.clear();
   std::vector<size_t> offsets(heads);
@@ -277,9 +279,7 @@ bool CudaKvAccess::ScoreSnapKvLayer(std::span<const int32_t> table, int layer, i
   if (n == lo) return true;
   auto stream = static_cast<cudaStream_t>(storage_.stream());
   const int64_t nb = (n + l.block_size - 1) / l.block_size;
-  auto* d_table = static_cast<int32_t*>(Ensure(d_table_, static_cast<size_t>(nb) * 4));
-  Check(cudaMemcpyAsync(d_table, table.data(), static_cast<size_t>(nb) * 4, cudaMemcpyHostToDevice, stream),
-        "block table to the device");
+  const int32_t* d_table = UploadTable(table, nb, stream);
   // Every head's queries packed [rows][group * head_dim], then every head's extents: one upload
   // each. Buffers are sized for all heads before anything is queued (growing one would free
   // memory queued kernels still read).
@@ -352,9 +352,7 @@ bool CudaKvAccess::ScoreSnapKv(std::span<const int32_t> table, int layer, int kv
   if (n == lo) return true;
   auto stream = static_cast<cudaStream_t>(storage_.stream());
   const int64_t nb = (n + l.block_size - 1) / l.block_size;
-  auto* d_table = static_cast<int32_t*>(Ensure(d_table_, static_cast<size_t>(nb) * 4));
-  Check(cudaMemcpyAsync(d_table, table.data(), static_cast<size_t>(nb) * 4, cudaMemcpyHostToDevice, stream),
-        "block table to the device");
+  const int32_t* d_table = UploadTable(table, nb, stream);
   // The group's queries of each window row, packed: [rows][group * head_dim].
   const size_t per_row = static_cast<size_t>(window.group) * static_cast<size_t>(l.head_dim);
   const auto rows = static_cast<size_t>(window.num_queries);

@@ -63,6 +63,8 @@ class CudaKvAccess final : public compression::KvAccess {
     size_t bytes = 0;
   };
   void* Ensure(DeviceScratch& s, size_t bytes);
+  // The first num_blocks entries of table, copied (async, on stream) into d_table_.
+  const int32_t* UploadTable(std::span<const int32_t> table, int64_t num_blocks, void* stream);
 
   CudaKvStorage& storage_;
   std::vector<std::byte> rows_;

@@ -35,11 +35,12 @@ run_tsan() {
   echo "[sanitize] tsan: configuring and building tests_concurrency (preset tsan)"
   cmake --preset tsan >/dev/null
   cmake --build --preset tsan -j "$jobs" --target tests_concurrency
-  # libgomp is not built for TSan: its thread pool's synchronisation is invisible to it and
-  # every OpenMP region would be a false race. One OpenMP thread keeps the CPU kernels
-  # single-threaded; the threads under test (engine loop, HTTP/gRPC handlers) are ours.
+  # Every thread under test is ours (engine loop, compute pool of kernels/cpu/compute_pool.h,
+  # HTTP/gRPC handlers), so TSan sees all of their synchronisation. OpenBLAS (not built for
+  # TSan) is asked for one thread by compute_pool.cc; OPENBLAS_NUM_THREADS=1 also stops it
+  # starting its own uninstrumented pthread pool at load, before main.
   echo "[sanitize] tsan: ctest -L concurrency"
-  OMP_NUM_THREADS=1 ctest --preset tsan -L concurrency -LE 'slow|gpu' --timeout 1800 "$@"
+  OPENBLAS_NUM_THREADS=1 ctest --preset tsan -L concurrency -LE 'slow|gpu' --timeout 1800 "$@"
 }
 
 case "$what" in

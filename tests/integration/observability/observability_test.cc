@@ -32,6 +32,7 @@
 #include "kvserve/v1/kvserve.grpc.pb.h"
 #include "tests/integration/observability/prometheus_process.h"
 #include "tests/integration/server/server_process.h"
+#include "tests/unit/server/http_test_client.h"
 
 namespace kvserve::observability::testing {
 namespace {
@@ -137,9 +138,7 @@ class ObservabilityTest : public ::testing::Test {
   httplib::Result Post(const std::string& path, const json& body, const std::string& key) {
     httplib::Client c(kvserve_->host(), kvserve_->http_port());
     c.set_read_timeout(120, 0);
-    httplib::Headers h;
-    if (!key.empty()) h.emplace("Authorization", "Bearer " + key);
-    return c.Post(path.c_str(), h, body.dump(), "application/json");
+    return c.Post(path.c_str(), server::testing::BearerHeaders(key), body.dump(), "application/json");
   }
 
   // A non-streaming completion that must succeed; returns usage.kv_compression.

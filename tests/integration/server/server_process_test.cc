@@ -19,6 +19,7 @@
 
 #include "kvserve/v1/kvserve.grpc.pb.h"
 #include "tests/integration/server/server_process.h"
+#include "tests/unit/server/http_test_client.h"
 
 namespace kvserve::server::testing {
 namespace {
@@ -67,25 +68,12 @@ class ServerProcessFixture : public ::testing::Test {
     return c;
   }
   httplib::Result Post(const std::string& path, const std::string& body, const std::string& key = "sk-alpha") {
-    httplib::Headers h;
-    if (!key.empty()) h.emplace("Authorization", "Bearer " + key);
-    return Client().Post(path.c_str(), h, body, "application/json");
+    return Client().Post(path.c_str(), BearerHeaders(key), body, "application/json");
   }
   httplib::Result Get(const std::string& path, const std::string& key = "sk-alpha") {
-    httplib::Headers h;
-    if (!key.empty()) h.emplace("Authorization", "Bearer " + key);
-    return Client().Get(path.c_str(), h);
+    return Client().Get(path.c_str(), BearerHeaders(key));
   }
-  json Error(const httplib::Result& res, int status) {
-    EXPECT_TRUE(res);
-    if (!res) return json();
-    EXPECT_EQ(res->status, status) << res->body;
-    json j = json::parse(res->body, nullptr, false);
-    EXPECT_TRUE(j.is_object() && j.contains("error")) << res->body;
-    if (!j.is_object() || !j.contains("error")) return json();
-    EXPECT_EQ(j["error"]["code"], status);
-    return j["error"];
-  }
+  json Error(const httplib::Result& res, int status) { return ExpectOpenAiError(res, status); }
   std::unique_ptr<grpc::ClientContext> Context(const std::string& key = "sk-alpha") {
     auto ctx = std::make_unique<grpc::ClientContext>();
     ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
@@ -151,19 +139,6 @@ class ServerProcessFixture : public ::testing::Test {
 };
 
 class KVSERVE_SERVER_SUITE : public ServerProcessFixture {};
-
-std::vector<std::string> SseData(const std::string& body) {
-  std::vector<std::string> out;
-  size_t pos = 0;
-  while (pos < body.size()) {
-    size_t end = body.find("\n\n", pos);
-    if (end == std::string::npos) end = body.size();
-    std::string event = body.substr(pos, end - pos);
-    if (event.rfind("data: ", 0) == 0) out.push_back(event.substr(6));
-    pos = end + 2;
-  }
-  return out;
-}
 
 TEST_F(KVSERVE_SERVER_SUITE, HttpEndpoints) {
   auto health = Get("/health", "");
@@ -495,15 +470,10 @@ TEST_F(KVSERVE_SERVER_SUITE, ServesHundredsOfConcurrentStreams) {
   std::vector<std::thread> clients;
   for (int i = 0; i < kStreams; ++i) {
     clients.emplace_back([this, &bodies, &failures, i] {
-      auto res = Post("/v1/completions", R"({"prompt": "In the beginning", "max_tokens": 8, "ignore_eos": true,
-                                             "stream": true})");
-      if (!res) {
-        failures[i] = "client error " + httplib::to_string(res.error());
-      } else if (res->status != 200) {
-        failures[i] = "status " + std::to_string(res->status) + ": " + res->body;
-      } else {
-        bodies[i] = res->body;
-      }
+      auto [body, failure] = TakeBody(Post(
+          "/v1/completions", R"({"prompt": "In the beginning", "max_tokens": 8, "ignore_eos": true, "stream": true})"));
+      bodies[i] = std::move(body);
+      failures[i] = std::move(failure);
     });
   }
   // Other requests are served while the streams run.

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "tests/unit/server/http_test_client.h"
 #include "tests/unit/server/test_server.h"
 
 namespace kvserve::server::testing {
@@ -30,30 +31,12 @@ class HttpFrontendTest : public ::testing::Test {
     return c;
   }
   httplib::Result Post(const std::string& path, const std::string& body, const std::string& key = "") {
-    httplib::Headers headers;
-    if (!key.empty()) headers.emplace("Authorization", "Bearer " + key);
-    return Client().Post(path.c_str(), headers, body, "application/json");
+    return Client().Post(path.c_str(), BearerHeaders(key), body, "application/json");
   }
   httplib::Result Get(const std::string& path, const std::string& key = "") {
-    httplib::Headers headers;
-    if (!key.empty()) headers.emplace("Authorization", "Bearer " + key);
-    return Client().Get(path.c_str(), headers);
+    return Client().Get(path.c_str(), BearerHeaders(key));
   }
-  // Asserts an OpenAI error object with `status` and returns it.
-  json ExpectError(const httplib::Result& res, int status) {
-    EXPECT_TRUE(res) << "no response";
-    if (!res) return json();
-    EXPECT_EQ(res->status, status) << res->body;
-    json j = json::parse(res->body, nullptr, false);
-    EXPECT_TRUE(j.contains("error")) << res->body;
-    if (!j.contains("error")) return json();
-    const json& e = j["error"];
-    EXPECT_TRUE(e["message"].is_string() && !e["message"].get<std::string>().empty());
-    EXPECT_TRUE(e["type"].is_string());
-    EXPECT_TRUE(e.contains("param"));
-    EXPECT_EQ(e["code"], status);
-    return e;
-  }
+  json ExpectError(const httplib::Result& res, int status) { return ExpectOpenAiError(res, status); }
 
   std::unique_ptr<TestServer> server_;
 };
@@ -539,14 +522,10 @@ TEST_F(HttpFrontendTest, ServesHundredsOfConcurrentStreams) {
   std::vector<std::thread> clients;
   for (int i = 0; i < kStreams; ++i) {
     clients.emplace_back([&, i] {
-      auto res = Post("/v1/completions", R"({"prompt": "x", "max_tokens": 8, "temperature": 0, "stream": true})");
-      if (!res) {
-        failures[i] = "client error " + httplib::to_string(res.error());
-      } else if (res->status != 200) {
-        failures[i] = "status " + std::to_string(res->status) + ": " + res->body;
-      } else {
-        bodies[i] = res->body;
-      }
+      auto [body, failure] =
+          TakeBody(Post("/v1/completions", R"({"prompt": "x", "max_tokens": 8, "temperature": 0, "stream": true})"));
+      bodies[i] = std::move(body);
+      failures[i] = std::move(failure);
     });
   }
   // All of them are in the engine at once: no small worker pool holds them back ...

@@ -50,17 +50,4 @@ config::TenantConfig MakeTenant(std::string name, std::vector<std::string> api_k
   return t;
 }
 
-std::vector<std::string> SseData(std::string_view body) {
-  std::vector<std::string> out;
-  size_t pos = 0;
-  while (pos < body.size()) {
-    size_t end = body.find("\n\n", pos);
-    if (end == std::string_view::npos) end = body.size();
-    std::string_view event = body.substr(pos, end - pos);
-    if (event.starts_with("data: ")) out.emplace_back(event.substr(6));
-    pos = end + 2;
-  }
-  return out;
-}
-
 }  // namespace kvserve::server::testing

@@ -49,7 +49,4 @@ class TestServer {
 
 config::TenantConfig MakeTenant(std::string name, std::vector<std::string> api_keys);
 
-// The payloads of the `data:` events of an SSE body, in order (comments skipped).
-std::vector<std::string> SseData(std::string_view body);
-
 }  // namespace kvserve::server::testing
