@@ -135,13 +135,14 @@ void RequestDeadlines::Scan(int local_port) {
     }
   }
   for (const auto& [fd, peer] : to_shut) {
+    if (PeerOf(fd) != peer) continue;  // closed (and maybe reused) since the listing
     // Under overload a prompt client waiting for a thread has its whole head buffered: keep it.
     if (overloaded && HeadersBuffered(fd)) {
       std::lock_guard<std::mutex> lock(mu_);
       if (auto it = conns_.find(fd); it != conns_.end()) it->second.shut = false;
       continue;
     }
-    if (PeerOf(fd) != peer) continue;  // closed (and maybe reused) since the listing
+    if (PeerOf(fd) != peer) continue;  // checked again: the peek took time
     ::shutdown(fd, SHUT_RDWR);
     closed_slow_.fetch_add(1);
   }

@@ -3,7 +3,9 @@
 #   asan  preset `asan` (ASan + UBSan, Debug, halt on the first report): every test labelled
 #         unit or integration, except slow and gpu ones. Builds the whole tree.
 #   tsan  preset `tsan` (ThreadSanitizer): the tests labelled concurrency (engine, scheduler,
-#         front ends: the threaded ones). Builds only their binaries (target tests_concurrency).
+#         server_test's pools: threaded code whose synchronisation is all ours; the HTTP and
+#         gRPC front ends run on uninstrumented Debian libraries, tests/unit/server/CMakeLists.txt).
+#         Builds only their binaries (target tests_concurrency).
 # Usage: tools/sanitize.sh [asan|tsan|all] [extra ctest args]    (default: all)
 # Any sanitizer report fails the test that produced it, and so the script.
 set -euo pipefail

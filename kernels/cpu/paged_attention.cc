@@ -109,14 +109,10 @@ int64_t AttentionMacs(const PagedSeqs& seqs, int num_heads, int head_dim) {
 // linear kernel's multiply-adds per second: its MACs count four times in SplitFor.
 constexpr int64_t kAttentionMacCost = 4;
 
-
-
-
 // NOTE: the per-item bodies are separate functions so target_clones can build an AVX2
 // variant next to the baseline one (resolved once at load time); the lambdas handed to the
 // compute team stay thin. head_dim-long dot products, axpys and the exps of
 // the scores are where the time goes (simd.h), and they are twice as wide with AVX2.
-#define KVS_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 
 // Scores of the query rows `qa` (and `qb`, when not null) against K rows [0, n_a) (and
 // [0, n_b)): Dot4 over four K rows at a time, then Dot for the rest, exactly as for one row.

@@ -13,6 +13,25 @@
 // (kernels/cpu sources only; never include this from a header).
 #pragma GCC diagnostic ignored "-Wpsabi"
 
+// KVS_SIMD_CLONES: an AVX2 + FMA clone of a kernel next to the baseline one, picked once at
+// load time by an ifunc resolver. Not under ThreadSanitizer: the resolver is instrumented
+// and runs during relocation, before the TSan runtime is set up (segfault in
+// __tsan_func_entry from SiluMulRange's resolver, clang 14, seen 2026-12-04); a TSan build
+// checks synchronisation, not the vector width, so it runs the baseline only.
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define KVS_NO_TARGET_CLONES 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define KVS_NO_TARGET_CLONES 1
+#endif
+#if defined(KVS_NO_TARGET_CLONES)
+#define KVS_SIMD_CLONES
+#else
+#define KVS_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#endif
+
 namespace kvserve::kernels::cpu::simd {
 
 typedef float V8 __attribute__((vector_size(32)));
@@ -197,6 +216,27 @@ inline V8 ExpNonPositive(const V8& x_in) {
 inline float ExpNonPositive(float x) {
   float buf[8] = {x, 0, 0, 0, 0, 0, 0, 0};
   return ExpNonPositive(Load(buf))[0];
+}
+
+// out[i] = silu(gate[i]) * up[i] for i < n, silu(g) = g / (1 + exp(-g)) through
+// t = exp(-|g|) <= 1 (no overflow for very negative g, no libm call per element):
+//   g >= 0: g / (1 + t);   g < 0: g * t / (1 + t).
+// The tail runs the same polynomial, so an element's result does not depend on where it
+// sits in the row. A void helper (like Dot4): callers in target_clones functions inline it,
+// and clang rejects V8 return values at call sites in a clone without AVX.
+inline void SiluMulRow(const float* gate, const float* up, float* out, int64_t n) {
+  const V8 zero = Splat(0.0f), one = Splat(1.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const V8 g = Load(gate + i);
+    const V8 t = ExpNonPositive(g < zero ? g : -g);
+    Store(out + i, (g < zero ? g * t : g) / (one + t) * Load(up + i));
+  }
+  for (; i < n; ++i) {
+    const float g = gate[i];
+    const float t = ExpNonPositive(g < 0.0f ? g : -g);
+    out[i] = (g < 0.0f ? g * t : g) / (1.0f + t) * up[i];
+  }
 }
 
 // x[i] = exp(x[i] - shift) for i < n (every x[i] <= shift); returns the sum of the results.

@@ -8,28 +8,10 @@
 namespace kvserve::kernels::cpu {
 namespace {
 
-// silu(g) = g / (1 + exp(-g)) through t = exp(-|g|) <= 1 (simd::ExpNonPositive, the
-// attention's polynomial: no overflow for very negative g, no libm call per element):
-//   g >= 0: g / (1 + t);   g < 0: g * t / (1 + t).
-// Every element takes the same arithmetic wherever it sits in the row (the tail's scalar
-// overload runs the same vector code), so a row's result does not depend on the batch.
-#define KVS_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-
-inline float SiluTimes(float g, float up) {
-  const float t = simd::ExpNonPositive(g < 0.0f ? g : -g);
-  return (g < 0.0f ? g * t : g) / (1.0f + t) * up;
-}
+// The row kernel is simd::SiluMulRow, compiled for AVX2 + FMA and for the baseline (simd.h).
 
 KVS_SIMD_CLONES void SiluMulRange(const float* gate, const float* up, float* out, int64_t n) {
-  using simd::V8;
-  const V8 zero = simd::Splat(0.0f), one = simd::Splat(1.0f);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const V8 g = simd::Load(gate + i);
-    const V8 t = simd::ExpNonPositive(g < zero ? g : -g);
-    simd::Store(out + i, (g < zero ? g * t : g) / (one + t) * simd::Load(up + i));
-  }
-  for (; i < n; ++i) out[i] = SiluTimes(gate[i], up[i]);
+  simd::SiluMulRow(gate, up, out, n);
 }
 
 // Below this many elements a parallel region costs more than the exps it spreads.
