@@ -57,6 +57,13 @@ class ByteReader {
     v = std::bit_cast<double>(u);
     return true;
   }
+  // Reads the trailing FNV-1a-64 checksum (the reader must stand right after the body) and
+  // says whether it matches everything before it.
+  bool ChecksumMatches() {
+    const size_t body_end = pos_;
+    uint64_t checksum = 0;
+    return U64(checksum) && checksum == Fnv1a64(bytes_.substr(0, body_end));
+  }
   bool Bytes(size_t n, std::string_view& out) {
     if (remaining() < n) return false;
     out = bytes_.substr(pos_, n);

@@ -182,9 +182,7 @@ absl::StatusOr<KeyBasis> ParseKeyBasis(std::string_view bytes, std::string_view 
     for (size_t d = 0; d < hd * hd; ++d) r.F64(b.query_moments[i * hd * hd + d]);
   }
   KVS_CHECK(r.pos() == body_end);
-  uint64_t checksum = 0;
-  r.U64(checksum);
-  if (checksum != Fnv1a64(bytes.substr(0, body_end))) return err("checksum mismatch (corrupt file)");
+  if (!r.ChecksumMatches()) return err("checksum mismatch (corrupt file)");
   if (absl::Status st = ValidateKeyBasis(b); !st.ok()) return err(std::string(st.message()));
   return b;
 }

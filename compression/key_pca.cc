@@ -20,23 +20,44 @@ KeyCovarianceAccumulator::KeyCovarianceAccumulator(int num_layers, int num_kv_he
   KVS_CHECK(num_layers > 0 && num_kv_heads > 0 && head_dim > 0 && head_dim % 2 == 0);
 }
 
+namespace {
+
+// Adds each row x of `rows` (num_rows rows of hd floats, `stride` apart) to the upper
+// triangle of the hd x hd moment matrix m (m[i][j] += x_i x_j, j >= i) and, when `sums` is
+// not null, to sums. Doubles: calibration sums millions of rows.
+void AccumulateMoments(const float* rows, int64_t stride, int64_t num_rows, size_t hd, double* sums, double* m) {
+  std::vector<double> x(hd);
+  for (int64_t r = 0; r < num_rows; ++r) {
+    const float* row = rows + r * stride;
+    for (size_t d = 0; d < hd; ++d) x[d] = row[d];
+    for (size_t i = 0; i < hd; ++i) {
+      if (sums != nullptr) sums[i] += x[i];
+      double* mi = m + i * hd;
+      const double xi = x[i];
+      for (size_t j = i; j < hd; ++j) mi[j] += xi * x[j];
+    }
+  }
+}
+
+// Every (layer, KV head) must have seen the same, non-zero number of `what` rows.
+absl::Status CheckEqualCounts(const std::vector<int64_t>& counts, const char* what) {
+  const int64_t n = counts.front();
+  for (size_t i = 0; i < counts.size(); ++i) {
+    if (counts[i] == 0 || counts[i] != n) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("key PCA: (layer, KV head) ", i, " saw ", counts[i], " ", what, " rows, the first saw ", n));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 void KeyCovarianceAccumulator::Add(int layer, int head, const float* keys, int64_t stride, int64_t num_rows) {
   KVS_CHECK(layer >= 0 && layer < num_layers_ && head >= 0 && head < num_kv_heads_);
   const size_t idx = static_cast<size_t>(layer) * num_kv_heads_ + head;
   const size_t hd = static_cast<size_t>(head_dim_);
-  double* s = sums_.data() + idx * hd;
-  double* m = moments_.data() + idx * hd * hd;
-  std::vector<double> k(hd);
-  for (int64_t r = 0; r < num_rows; ++r) {
-    const float* row = keys + r * stride;
-    for (size_t d = 0; d < hd; ++d) k[d] = row[d];
-    for (size_t i = 0; i < hd; ++i) {
-      s[i] += k[i];
-      double* mi = m + i * hd;
-      const double ki = k[i];
-      for (size_t j = i; j < hd; ++j) mi[j] += ki * k[j];
-    }
-  }
+  AccumulateMoments(keys, stride, num_rows, hd, sums_.data() + idx * hd, moments_.data() + idx * hd * hd);
   counts_[idx] += num_rows;
 }
 
@@ -45,34 +66,15 @@ void KeyCovarianceAccumulator::AddQueries(int layer, int head, const float* quer
   KVS_CHECK(layer >= 0 && layer < num_layers_ && head >= 0 && head < num_kv_heads_);
   const size_t idx = static_cast<size_t>(layer) * num_kv_heads_ + head;
   const size_t hd = static_cast<size_t>(head_dim_);
-  double* m = query_moments_.data() + idx * hd * hd;
-  std::vector<double> q(hd);
-  for (int64_t r = 0; r < num_rows; ++r) {
-    const float* row = queries + r * stride;
-    for (size_t d = 0; d < hd; ++d) q[d] = row[d];
-    for (size_t i = 0; i < hd; ++i) {
-      double* mi = m + i * hd;
-      for (size_t j = i; j < hd; ++j) mi[j] += q[i] * q[j];
-    }
-  }
+  AccumulateMoments(queries, stride, num_rows, hd, nullptr, query_moments_.data() + idx * hd * hd);
   query_counts_[idx] += num_rows;
 }
 
 absl::StatusOr<KeyBasis> KeyCovarianceAccumulator::Finish(std::span<const float> inv_freq, std::string source) const {
+  KVS_RETURN_IF_ERROR(CheckEqualCounts(counts_, "key"));
+  KVS_RETURN_IF_ERROR(CheckEqualCounts(query_counts_, "query"));
   const int64_t n = counts_.front();
-  for (size_t i = 0; i < counts_.size(); ++i) {
-    if (counts_[i] == 0 || counts_[i] != n) {
-      return absl::FailedPreconditionError(absl::StrCat("key PCA: (layer, KV head) ", i, " saw ", counts_[i],
-                                                        " key rows, the first saw ", n));
-    }
-  }
   const int64_t nq = query_counts_.front();
-  for (size_t i = 0; i < query_counts_.size(); ++i) {
-    if (query_counts_[i] == 0 || query_counts_[i] != nq) {
-      return absl::FailedPreconditionError(absl::StrCat("key PCA: (layer, KV head) ", i, " saw ", query_counts_[i],
-                                                        " query rows, the first saw ", nq));
-    }
-  }
   KeyBasis b;
   b.num_layers = num_layers_;
   b.num_kv_heads = num_kv_heads_;

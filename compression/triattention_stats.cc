@@ -145,9 +145,7 @@ absl::StatusOr<TriAttentionStats> ParseStats(std::string_view bytes, std::string
     r.F64(e.m);
   }
   KVS_CHECK(r.pos() == body_end);
-  uint64_t checksum = 0;
-  r.U64(checksum);
-  if (checksum != Fnv1a64(bytes.substr(0, body_end))) return err("checksum mismatch (corrupt file)");
+  if (!r.ChecksumMatches()) return err("checksum mismatch (corrupt file)");
   if (absl::Status st = ValidateStats(s); !st.ok()) return err(std::string(st.message()));
   return s;
 }
