@@ -11,6 +11,7 @@
 
 #include "kernels/cpu/kv_quant.h"
 #include "kernels/cpu/paged_attention.h"
+#include "tests/unit/kernels/tiered_reference.h"
 
 namespace kvserve::kernels::cpu {
 namespace {
@@ -83,60 +84,11 @@ TEST(TieredAttention, MixedDtypeTableEqualsAttentionOverDequantizedKv) {
       }
     }
   }
-  const int total_rows = starts.back();
-  std::vector<float> q(static_cast<size_t>(total_rows) * heads * hd);
-  for (auto& x : q) x = nd(gen);
   std::vector<KvTierView> views;
   for (const Tier& t : tiers) views.push_back(t.View());
   const PagedSeqs seqs{2, starts.data(), lens.data(), offsets.data(), table.data()};
-  const int threads = SetComputeThreads(2);
-  std::vector<float> ws(PagedAttentionWorkspaceFloats(tiers[0].layout, heads, threads));
-  std::vector<float> out(q.size()), lse(static_cast<size_t>(total_rows) * heads);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  PagedAttentionTiered(views, seqs, q.data(), heads * hd, heads, scale, out.data(), heads * hd, lse.data(), ws.data(),
-                       ws.size());
-  const int mass_stride = 32;
-  std::vector<float> mass(2 * kv_heads * mass_stride, 0.0f);
-  AttentionMassTiered(views, seqs, q.data(), heads * hd, heads, scale, lse.data(), mass.data(), mass_stride, ws.data(),
-                      ws.size());
-  SetComputeThreads(0);
-
-  for (int s = 0; s < 2; ++s) {
-    std::vector<double> want_mass(static_cast<size_t>(kv_heads) * mass_stride, 0.0);
-    for (int j = 0; j < rows[s]; ++j) {
-      const int row = starts[s] + j;
-      const int len = kv_len[s] - rows[s] + j + 1;
-      for (int h = 0; h < heads; ++h) {
-        const int g = h / (heads / kv_heads);
-        const float* qh = &q[(static_cast<size_t>(row) * heads + h) * hd];
-        std::vector<double> p(static_cast<size_t>(len));
-        double mx = -1e300;
-        for (int i = 0; i < len; ++i) {
-          double dot = 0;
-          for (int d = 0; d < hd; ++d) dot += static_cast<double>(qh[d]) * ref_k[s][(static_cast<size_t>(i) * kv_heads + g) * hd + d];
-          p[i] = dot * scale;
-          mx = std::max(mx, p[i]);
-        }
-        double sum = 0;
-        for (auto& x : p) sum += (x = std::exp(x - mx));
-        EXPECT_NEAR(lse[static_cast<size_t>(row) * heads + h], mx + std::log(sum), 2e-5);
-        for (int d = 0; d < hd; ++d) {
-          double o = 0;
-          for (int i = 0; i < len; ++i) o += p[i] / sum * ref_v[s][(static_cast<size_t>(i) * kv_heads + g) * hd + d];
-          ASSERT_NEAR(out[(static_cast<size_t>(row) * heads + h) * hd + d], o, 2e-5)
-              << "seq " << s << " row " << j << " head " << h << " dim " << d;
-        }
-        for (int i = 0; i < len; ++i) want_mass[static_cast<size_t>(g) * mass_stride + i] += p[i] / sum;
-      }
-    }
-    for (int g = 0; g < kv_heads; ++g) {
-      for (int i = 0; i < mass_stride; ++i) {
-        ASSERT_NEAR(mass[(static_cast<size_t>(s) * kv_heads + g) * mass_stride + i],
-                    want_mass[static_cast<size_t>(g) * mass_stride + i], 2e-5)
-            << "seq " << s << " kv head " << g << " slot " << i;
-      }
-    }
-  }
+  testing::ExpectTieredAttentionMatchesReference(std::span<const KvTierView>(views), seqs, rows, heads,
+                                                 /*mass_stride=*/32, ref_k, ref_v, gen, 2e-5);
 }
 
 TEST(TieredAttention, OneTierOfTaggedEntriesIsThePlainKernel) {
