@@ -137,6 +137,26 @@ class CompressionEngine : public ::testing::Test {
   uint64_t bytes_per_block_ = 0;
 };
 
+// The demotion tests' engine: a roomy pool, an 8 MiB tier pool, no prefix cache (each run
+// starts cold), TriAttention rounds every 32 tokens.
+config::Config DemotingConfig() {
+  config::Config cfg;
+  cfg.cache.kv_bytes = 64ull << 20;
+  cfg.cache.demote_kv_bytes = 8ull << 20;
+  cfg.cache.enable_prefix_caching = false;
+  cfg.compression.divide_length = 32;
+  return cfg;
+}
+
+// `plain` under TriAttention with a 64-token budget and nothing demoted.
+RequestSpec Evicting(const RequestSpec& plain) {
+  RequestSpec evict = plain;
+  evict.request_id = "evict";
+  evict.compression.policy = CompressionPolicyKind::kTriAttention;
+  evict.compression.budget = 64;
+  return evict;
+}
+
 TEST_F(CompressionEngine, FullAndLargeBudgetsAreBitIdenticalToNoCompression) {
   Recorder rec;
   config::Config cfg;
@@ -431,21 +451,13 @@ TEST_F(CompressionEngine, DemotionHoldsTokensInCheaperTiersAndLeaksNothing) {
   ASSERT_LT(int4_block, int8_block);
 
   Recorder rec;
-  config::Config cfg;
-  cfg.cache.kv_bytes = 64ull << 20;
-  cfg.cache.demote_kv_bytes = 8ull << 20;
-  cfg.cache.enable_prefix_caching = false;
-  cfg.compression.divide_length = 32;
-  auto engine = Make(cfg, &rec);
+  auto engine = Make(DemotingConfig(), &rec);
   ASSERT_NE(engine, nullptr);
   const RequestSpec plain = Spec("full", Prompt(16, 9), 320);
   const Outcome full = Run(*engine, plain);
   ASSERT_EQ(full.tokens.size(), 320u) << full.error;
 
-  RequestSpec evict = plain;
-  evict.request_id = "evict";
-  evict.compression.policy = CompressionPolicyKind::kTriAttention;
-  evict.compression.budget = 64;
+  const RequestSpec evict = Evicting(plain);
   RequestSpec demote = evict;
   demote.request_id = "demote";
   demote.compression.demote = {{config::KvDtype::kInt8, 64}, {config::KvDtype::kInt4, 128}};
@@ -522,22 +534,15 @@ TEST_F(CompressionEngine, LowRankKeyTierIsServedPerRequestAndLeaksNothing) {
       cache::LowRankTierLayout(pool, 24, config::KvDtype::kBf16, config::KvDtype::kInt8).bytes_per_block());
 
   Recorder rec;
-  config::Config cfg;
-  cfg.cache.kv_bytes = 64ull << 20;
-  cfg.cache.demote_kv_bytes = 8ull << 20;
+  config::Config cfg = DemotingConfig();
   cfg.cache.demote_dtypes = {config::KvDtype::kInt8};
   cfg.cache.lowrank_key_rank = 24;
-  cfg.cache.enable_prefix_caching = false;
-  cfg.compression.divide_length = 32;
   auto engine = Make(cfg, &rec);
   ASSERT_NE(engine, nullptr);
   const RequestSpec plain = Spec("full", Prompt(16, 9), 320);
   const Outcome full = Run(*engine, plain);
   ASSERT_EQ(full.tokens.size(), 320u) << full.error;
-  RequestSpec evict = plain;
-  evict.request_id = "evict";
-  evict.compression.policy = CompressionPolicyKind::kTriAttention;
-  evict.compression.budget = 64;
+  const RequestSpec evict = Evicting(plain);
   RequestSpec low = evict;
   low.request_id = "lowrank";
   low.compression.demote_lowrank = 128;
