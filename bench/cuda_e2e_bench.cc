@@ -12,7 +12,7 @@
 // (read + write of a 2 GiB device-to-device copy, the same reference cuda_kv_bench uses).
 // Scheduler and HTTP overheads are not included (the engine adds them on the host).
 //
-// Usage: cuda_e2e_bench [--prompt 128] [--steps 64] [--chunk 4096] [--repeats 3]
+// Usage: cuda_e2e_bench [--prompt 128] [--steps 64] [--chunk 4096] [--repeats 3] [--batches 1,32,256]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -101,9 +101,23 @@ bool RunBatch(CudaLlamaModel& m, int b, int prompt, int steps, Figures& out) {
 
 int main(int argc, char** argv) {
   int prompt = 128, steps = 64, chunk = 4096, repeats = 3;
+  std::vector<int> batches = {1, 32, 256};
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const int v = std::atoi(argv[i + 1]);
+    if (a == "--batches") {
+      batches.clear();
+      for (const char* p = argv[i + 1]; *p != '\0';) {
+        char* e = nullptr;
+        const long b = std::strtol(p, &e, 10);
+        if (e == p || b < 1) {
+          std::fprintf(stderr, "cuda_e2e_bench: --batches wants positive integers separated by commas: %s\n", argv[i + 1]);
+          return 2;
+        }
+        batches.push_back(static_cast<int>(b));
+        p = *e == ',' ? e + 1 : e;
+      }
+    }
     if (a == "--prompt") prompt = v;
     else if (a == "--steps") steps = v;
     else if (a == "--chunk") chunk = v;
@@ -145,9 +159,10 @@ int main(int argc, char** argv) {
               "prompt %d tokens, %d decode steps, median of %d runs\n\n",
               static_cast<double>((*m)->weight_bytes()) / (1 << 30), streamed / (1 << 30), copy, roofline_ms, prompt,
               steps, repeats);
-  std::printf("| batch | output tokens/s | ms/step | step / roofline | vs batch 1 |\n|---:|---:|---:|---:|---:|\n");
+  std::printf("| batch | output tokens/s | ms/step | step / roofline | vs batch %d |\n|---:|---:|---:|---:|---:|\n",
+              batches.front());
   double base = 0.0;
-  for (int b : {1, 32, 256}) {
+  for (int b : batches) {
     std::vector<Figures> runs;
     Figures warm;
     if (!RunBatch(**m, b, prompt, 4, warm)) return 1;  // warm-up: cuBLAS heuristics, first launches
@@ -158,7 +173,7 @@ int main(int argc, char** argv) {
     }
     std::sort(runs.begin(), runs.end(), [](const Figures& x, const Figures& y) { return x.tokens_per_s < y.tokens_per_s; });
     const Figures med = runs[runs.size() / 2];
-    if (b == 1) base = med.tokens_per_s;
+    if (base == 0.0) base = med.tokens_per_s;
     std::printf("| %d | %.0f | %.3f | %.2f | %.1fx |\n", b, med.tokens_per_s, med.ms_per_step,
                 roofline_ms > 0 ? med.ms_per_step / roofline_ms : 0.0, base > 0 ? med.tokens_per_s / base : 0.0);
   }

@@ -14,9 +14,10 @@
 #
 # With the session's device tool (no packages can be installed there): here
 #   GPU_CHECK_BUILD_DIR=$PWD/build GPU_CHECK_JOBS=1 tools/gpu_check.sh --pack .gpu_bundle
-#   (.gpu_bundle/ is git-ignored; ~41 MiB: stripped binaries, the CUDA backend module, and
-#   their non-CUDA libraries as libs.tar.gz: OpenBLAS and ICU data alone are 67 MiB unpacked,
-#   past what the device tool carries; bundle mode unpacks them to a temporary directory)
+#   (.gpu_bundle/ is git-ignored; ~33 MiB: stripped binaries, the CUDA backend module, and
+#   their non-CUDA libraries, all in libs.tar.gz: OpenBLAS and ICU data alone are 67 MiB
+#   unpacked, past what the device tool carries; bundle mode unpacks them to a temporary
+#   directory)
 # then run `bash .gpu_bundle/gpu_check.sh --bundle .gpu_bundle` with carry [".gpu_bundle"] and a
 # timeout of ~480 s. The gpu tests read models/kvs-tiny from the carried working tree.
 #
@@ -65,13 +66,14 @@ run_figures() {
   for t in "${gpu_tests[@]}"; do
     echo "[gpu_check] $t"
     SECONDS=0
-    "$bin_dir/$t" --gtest_brief=1 || failed=1
+    # A hang must not eat the device lease: each binary gets GPU_CHECK_TIMEOUT seconds.
+    timeout "${GPU_CHECK_TIMEOUT:-240}" "$bin_dir/$t" --gtest_brief=1 || failed=1
     echo "[gpu_check] $t took ${SECONDS}s"
   done
   for b in "${benches[@]}"; do
     echo "[gpu_check] $b"
     SECONDS=0
-    "$bin_dir/$b" || failed=1
+    timeout "${GPU_CHECK_TIMEOUT:-240}" "$bin_dir/$b" || failed=1
     echo "[gpu_check] $b took ${SECONDS}s"
   done
   return "$failed"
@@ -87,9 +89,9 @@ case "$mode" in
     ;;
   pack)
     build_gpu_targets
-    rm -rf "$dir" && mkdir -p "$dir/lib"
+    rm -rf "$dir" && mkdir -p "$dir/lib" "$dir/bin"
     # Stripped binaries: the device tool carries at most 64 MiB.
-    for f in "${gpu_tests[@]}" "${benches[@]}" "${modules[@]}"; do cp "$bin/$f" "$dir/" && strip --strip-debug "$dir/$f"; done
+    for f in "${gpu_tests[@]}" "${benches[@]}" "${modules[@]}"; do cp "$bin/$f" "$dir/bin/" && strip --strip-debug "$dir/bin/$f"; done
     # Every resolved shared library but the C library family, the driver and cuBLAS (cuBLASLt
     # alone is ~500 MiB; the GPU machine's CUDA 13 image has its own, found in bundle mode).
     for f in "${gpu_tests[@]}" "${benches[@]}" "${modules[@]}"; do ldd "$bin/$f"; done |
@@ -101,7 +103,8 @@ case "$mode" in
     mkdir -p "$dir/lib-cxx"
     for lib in libstdc++.so.6 libgcc_s.so.1; do [ -f "$dir/lib/$lib" ] && mv "$dir/lib/$lib" "$dir/lib-cxx/"; done
     # Compressed: the device tool carries at most 64 MiB (OpenBLAS + ICU data are 67 MiB).
-    tar -C "$dir" -czf "$dir/libs.tar.gz" lib lib-cxx && rm -rf "$dir/lib" "$dir/lib-cxx"
+    # The binaries go in too (their CUDA fat binaries compress well).
+    tar -C "$dir" -czf "$dir/libs.tar.gz" bin lib lib-cxx && rm -rf "$dir/bin" "$dir/lib" "$dir/lib-cxx"
     cp "$0" "$dir/gpu_check.sh"
     du -sh "$dir"
     echo "[gpu_check] packed into $dir; on the GPU machine: $dir/gpu_check.sh --bundle $dir"
@@ -120,18 +123,15 @@ case "$mode" in
       [ -d "$d" ] && cuda_libs="$cuda_libs:$d"
     done
     base_path="${LD_LIBRARY_PATH:-}"
+    # The packed binaries and libraries, unpacked where this machine lets us write.
+    libs="$(mktemp -d "${TMPDIR:-/tmp}/kvserve_gpu_libs.XXXXXX")"
+    trap 'rm -rf "$libs"' EXIT
+    tar -C "$libs" -xzf "$dir/libs.tar.gz"
     unresolved() {
       local f
-      for f in "${gpu_tests[@]}" "${benches[@]}" "${modules[@]}"; do ldd "$dir/$f" 2>&1 | grep "not found" && return 0; done
+      for f in "${gpu_tests[@]}" "${benches[@]}" "${modules[@]}"; do ldd "$libs/bin/$f" 2>&1 | grep "not found" && return 0; done
       return 1
     }
-    # The packed libraries, unpacked where this machine lets us write.
-    libs="$dir"
-    if [ -f "$dir/libs.tar.gz" ]; then
-      libs="$(mktemp -d "${TMPDIR:-/tmp}/kvserve_gpu_libs.XXXXXX")"
-      trap 'rm -rf "$libs"' EXIT
-      tar -C "$libs" -xzf "$dir/libs.tar.gz"
-    fi
     export LD_LIBRARY_PATH="$libs/lib-cxx:$libs/lib$cuda_libs${base_path:+:$base_path}"
     if unresolved >/dev/null; then
       echo "[gpu_check] the packed C++ runtime does not load here; using this machine's"
@@ -139,6 +139,6 @@ case "$mode" in
     fi
     if unresolved; then echo "[gpu_check] unresolved libraries (above)"; exit 1; fi
     echo "[gpu_check] LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
-    run_figures "$dir"
+    run_figures "$libs/bin"
     ;;
 esac

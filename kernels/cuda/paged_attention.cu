@@ -7,32 +7,14 @@
 #include <type_traits>
 
 #include "kernels/cuda/kv_codes.cuh"
+#include "kernels/cuda/split_kv_params.cuh"
 
 namespace kvserve::kernels::cuda {
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * 32;
-
-struct Params {
-  cache::KvLayout layout;
-  KvGeometry geo;  // byte geometry of layout, every dtype pair
-  const std::byte* data;
-  const float* scales;
-  DevicePagedSeqs seqs;
-  const float* q;
-  int64_t q_stride;
-  int num_heads;
-  int group;
-  float scale;
-  int split_tokens;
-  int num_splits;
-  const int32_t* split_rows;  // rows of the split-KV kernel (null: every row)
-  int num_split_rows;
-  float* ws_m;    // [split rows][heads][splits]
-  float* ws_l;    // [split rows][heads][splits]
-  float* ws_acc;  // [split rows][heads][splits][head_dim]
-};
+using detail::kThreads;
+using detail::kWarps;
+using detail::Params;
 
 __device__ __forceinline__ int SplitRow(const Params& p, int i) { return p.split_rows != nullptr ? p.split_rows[i] : i; }
 
@@ -445,10 +427,14 @@ int PagedAttention(const cache::KvLayout& layout, const std::byte* layer_data, c
   if (p.num_split_rows > 0) {
     const dim3 grid(static_cast<unsigned>(p.num_split_rows), static_cast<unsigned>(layout.num_kv_heads),
                     static_cast<unsigned>(p.num_splits));
-    const bool ok = DispatchElems(layout.head_dim, [&](auto elems) {
-      SplitKernel<decltype(elems)::value><<<grid, kThreads, 0, st>>>(p);
-    });
-    if (!ok) return cudaErrorInvalidValue;
+    // The vectorised kernel where it applies (K and V in one non-int4 dtype, head_dim 64, 128
+    // or 256, group 1, 2, 4 or 8: every common serving shape), else the general one.
+    if (!detail::LaunchVecSplitKernel(p, grid, st)) {
+      const bool ok = DispatchElems(layout.head_dim, [&](auto elems) {
+        SplitKernel<decltype(elems)::value><<<grid, kThreads, 0, st>>>(p);
+      });
+      if (!ok) return cudaErrorInvalidValue;
+    }
     const dim3 cgrid(static_cast<unsigned>(p.num_split_rows), static_cast<unsigned>(num_heads));
     CombineKernel<<<cgrid, 128, 0, st>>>(p, out, out_stride, lse);
   }

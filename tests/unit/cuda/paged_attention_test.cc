@@ -184,7 +184,7 @@ TEST(CudaPagedAttention, MatchesTheCpuKernel) {
   for (KvDtype d : {KvDtype::kFp32, KvDtype::kFp16, KvDtype::kBf16, KvDtype::kFp8E4M3, KvDtype::kInt8}) {
     for (int hd : {48, 64, 128, 256}) {
       for (int bs : {16, 32}) {
-        for (int group : {1, 4, 8}) {
+        for (int group : {1, 2, 4, 8}) {
           for (int split : {32, 512}) RunCase({d, hd, bs, 2, group, split}, seed++);
         }
       }

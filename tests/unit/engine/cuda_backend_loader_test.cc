@@ -58,7 +58,16 @@ TEST(LoadCudaBackendModule, ALibraryWithoutTheEntryPointsIsRefused) {
 }
 
 #if defined(KVSERVE_HAVE_CUDA)
-std::string BuiltModule() { return std::string(KVSERVE_BIN_DIR) + "/" + kCudaModuleFileName; }
+// The module beside this test binary (the build's bin dir, or a tools/gpu_check.sh bundle that
+// carries binaries and module together), else the build's bin dir.
+std::string BuiltModule() {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec && std::filesystem::exists(exe.parent_path() / kCudaModuleFileName, ec)) {
+    return (exe.parent_path() / kCudaModuleFileName).string();
+  }
+  return std::string(KVSERVE_BIN_DIR) + "/" + kCudaModuleFileName;
+}
 
 // The module the build put next to the binaries resolves every symbol (RTLD_NOW), carries this
 // build's id and exports exactly the entry points the loader looks up.

@@ -1,0 +1,47 @@
+// What the split-KV decode kernels of paged attention share: the launch parameters of one
+// PagedAttention call and the CTA shape. paged_attention.cu holds the general kernel (every
+// dtype pair, any head_dim); split_kv_vec.cu the vectorised one for the common shapes.
+// Included only by .cu files of kernels/cuda.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cache/kv_layout.h"
+#include "kernels/cuda/kv_codes.cuh"
+#include "kernels/cuda/paged_attention.h"
+
+namespace kvserve::kernels::cuda::detail {
+
+inline constexpr int kWarps = 4;
+inline constexpr int kThreads = kWarps * 32;
+
+// Pass 1 of split-KV writes, per (split row, head, split): the running max m (natural log
+// domain), the sum l of exp(score - m) and the unnormalised accumulator; pass 2 merges them.
+struct Params {
+  cache::KvLayout layout;
+  KvGeometry geo;  // byte geometry of layout, every dtype pair
+  const std::byte* data;
+  const float* scales;
+  DevicePagedSeqs seqs;
+  const float* q;
+  int64_t q_stride;
+  int num_heads;
+  int group;
+  float scale;
+  int split_tokens;
+  int num_splits;
+  const int32_t* split_rows;  // rows of the split-KV kernel (null: every row)
+  int num_split_rows;
+  float* ws_m;    // [split rows][heads][splits]
+  float* ws_l;    // [split rows][heads][splits]
+  float* ws_acc;  // [split rows][heads][splits][head_dim]
+};
+
+// Launches pass 1 with the vectorised kernel on `grid` (split row, KV head, split) when the
+// call's shape is one it covers; false (nothing launched) otherwise.
+bool LaunchVecSplitKernel(const Params& p, dim3 grid, cudaStream_t stream);
+
+}  // namespace kvserve::kernels::cuda::detail
