@@ -264,6 +264,26 @@ absl::Status CudaLlamaModel::Linear(const float* x, int64_t x_stride, size_t w, 
                              accumulate);
 }
 
+absl::Status CudaLlamaModel::LinearFromBf16(size_t w, float* y, int64_t y_stride, int64_t rows, int in, int out,
+                                            bool accumulate) {
+  return gemm_->blas->Linear(kernels::cuda::GemmDtype::kBf16, xb_, in, weights_ + w, y, y_stride, rows, in, out,
+                             accumulate);
+}
+
+absl::Status CudaLlamaModel::NormLinear(const int32_t* rows_index, size_t norm_w, size_t w, float* y,
+                                        int64_t y_stride, int64_t rows, int out) {
+  const int d = config_.hidden_size;
+  const auto* norm = reinterpret_cast<const float*>(weights_ + norm_w);
+  if (plan_.dtype == model::DeviceWeightDtype::kBf16) {
+    KVS_CUDA_OK(kernels::cuda::RmsNormBf16(x_, d, rows_index, norm, xb_, d, rows, d, config_.rms_norm_eps, stream_),
+                "rmsnorm");
+    return LinearFromBf16(w, y, y_stride, rows, d, out, false);
+  }
+  KVS_CUDA_OK(kernels::cuda::RmsNorm(x_, d, rows_index, norm, h_, d, rows, d, config_.rms_norm_eps, stream_),
+              "rmsnorm");
+  return Linear(h_, d, w, y, y_stride, rows, d, out, false);
+}
+
 absl::Status CudaLlamaModel::RunLayers(const model::ForwardBatch& b, const model::KvCacheView& kv,
                                        const model::ForwardObservers* observers) {
   const auto& c = config_;
@@ -286,8 +306,14 @@ absl::Status CudaLlamaModel::RunLayers(const model::ForwardBatch& b, const model
   }
 
   // Host side: pack the batch and the RoPE table (as kernels::cpu::RopeCosSin: angle in double).
-  // Prefill chunks go to the tiled kernel, decode rows to the split-KV kernel.
-  const int tile_rows = model::PrefillTileRows(hd, c.num_heads / c.num_kv_heads, kernels::cuda::kMaxPrefillTileFloats);
+  // Where the vectorised split-KV kernel covers the layout every row takes it: on an H200 it
+  // beats the tiled prefill kernel 3x even for 512-row chunks over 8K contexts (cuda_kv_bench,
+  // docs/benchmarks.md). Otherwise prefill chunks go to the tiled kernel, decode rows to the
+  // general split-KV kernel.
+  const int tile_rows =
+      !options_.force_tiled_prefill && kernels::cuda::VecSplitCovers(kv.layout, c.num_heads)
+          ? 0
+          : model::PrefillTileRows(hd, c.num_heads / c.num_kv_heads, kernels::cuda::kMaxPrefillTileFloats);
   packed_ = model::PackForwardBatch(b, staging_, tile_rows);
   const int half = hd / 2;
   cos_sin_host_.resize(static_cast<size_t>(t) * hd);
@@ -323,13 +349,16 @@ absl::Status CudaLlamaModel::RunLayers(const model::ForwardBatch& b, const model
   seqs.block_table_offsets = d_meta_ + packed_.table_offsets;
   seqs.block_tables = d_meta_ + packed_.block_tables;
   seqs.row_seq = d_meta_ + packed_.row_seq;
-  seqs.num_split_rows = packed_.num_split_rows;
-  seqs.split_rows = d_meta_ + packed_.split_rows;
-  seqs.num_tiles = packed_.num_tiles;
-  seqs.tile_rows = packed_.tile_rows;
-  seqs.tiles = d_meta_ + packed_.tiles;
-  const int split = model::ChooseSplitTokens(std::max(1, packed_.num_split_rows), c.num_kv_heads, c.num_heads, hd,
-                                             packed_.max_kv_len, 2 * num_sms_, kMinSplitTokens, attn_ws_bytes_);
+  if (tile_rows > 0) {
+    seqs.num_split_rows = packed_.num_split_rows;
+    seqs.split_rows = d_meta_ + packed_.split_rows;
+    seqs.num_tiles = packed_.num_tiles;
+    seqs.tile_rows = packed_.tile_rows;
+    seqs.tiles = d_meta_ + packed_.tiles;
+  }  // else tiles stays null: every row through split-KV
+  const int split_kv_rows = tile_rows > 0 ? std::max(1, packed_.num_split_rows) : static_cast<int>(t);
+  const int split = model::ChooseSplitTokens(split_kv_rows, c.num_kv_heads, c.num_heads, hd, packed_.max_kv_len,
+                                             2 * num_sms_, kMinSplitTokens, attn_ws_bytes_);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
 
   if (want_queries) {
@@ -378,8 +407,7 @@ absl::Status CudaLlamaModel::RunLayers(const model::ForwardBatch& b, const model
     std::byte* data = kv.layer_data[static_cast<size_t>(layer)];
     float* scales = kv.layout.has_scales() ? kv.layer_scales[static_cast<size_t>(layer)] : nullptr;
 
-    KVS_CUDA_OK(kernels::cuda::RmsNorm(x_, d, nullptr, f32(o.input_norm), h_, d, t, d, c.rms_norm_eps, s), "rmsnorm");
-    KVS_RETURN_IF_ERROR(Linear(h_, d, o.qkv, qkv_, qkv_stride, t, d, qkv_stride, false));
+    KVS_RETURN_IF_ERROR(NormLinear(nullptr, o.input_norm, o.qkv, qkv_, qkv_stride, t, qkv_stride));
     if (o.qkv_bias != model::kNoTensor) {
       KVS_CUDA_OK(kernels::cuda::AddBias(qkv_, qkv_stride, f32(o.qkv_bias), t, qkv_stride, s), "qkv bias");
     }
@@ -409,10 +437,14 @@ absl::Status CudaLlamaModel::RunLayers(const model::ForwardBatch& b, const model
     if (o.o_bias != model::kNoTensor) {
       KVS_CUDA_OK(kernels::cuda::AddBias(x_, d, f32(o.o_bias), t, d, s), "o bias");
     }
-    KVS_CUDA_OK(kernels::cuda::RmsNorm(x_, d, nullptr, f32(o.post_norm), h_, d, t, d, c.rms_norm_eps, s), "rmsnorm");
-    KVS_RETURN_IF_ERROR(Linear(h_, d, o.gate_up, gate_up_, 2 * inter, t, d, 2 * inter, false));
-    KVS_CUDA_OK(kernels::cuda::SiluMul(gate_up_, t, inter, act_, s), "swiglu");
-    KVS_RETURN_IF_ERROR(Linear(act_, inter, o.down, x_, d, t, inter, d, true));
+    KVS_RETURN_IF_ERROR(NormLinear(nullptr, o.post_norm, o.gate_up, gate_up_, 2 * inter, t, 2 * inter));
+    if (plan_.dtype == model::DeviceWeightDtype::kBf16) {
+      KVS_CUDA_OK(kernels::cuda::SiluMulBf16(gate_up_, t, inter, xb_, s), "swiglu");
+      KVS_RETURN_IF_ERROR(LinearFromBf16(o.down, x_, d, t, inter, d, true));
+    } else {
+      KVS_CUDA_OK(kernels::cuda::SiluMul(gate_up_, t, inter, act_, s), "swiglu");
+      KVS_RETURN_IF_ERROR(Linear(act_, inter, o.down, x_, d, t, inter, d, true));
+    }
   }
   if (want_mass) {
     KVS_CUDA_OK(cudaMemcpyAsync(observers->attention_mass.data(), mass, mass_floats * sizeof(float),
@@ -434,13 +466,8 @@ absl::Status CudaLlamaModel::RunLayers(const model::ForwardBatch& b, const model
 }
 
 absl::Status CudaLlamaModel::LmHead(int begin, int n) {
-  const auto& c = config_;
-  const int d = c.hidden_size;
-  KVS_CUDA_OK(kernels::cuda::RmsNorm(x_, d, d_meta_ + packed_.logits_rows + begin,
-                                     reinterpret_cast<const float*>(weights_ + plan_.final_norm), h_, d, n, d,
-                                     c.rms_norm_eps, stream_),
-              "final rmsnorm");
-  return Linear(h_, d, plan_.lm_head, logits_, c.vocab_size, n, d, c.vocab_size, false);
+  const int vocab = config_.vocab_size;
+  return NormLinear(d_meta_ + packed_.logits_rows + begin, plan_.final_norm, plan_.lm_head, logits_, vocab, n, vocab);
 }
 
 absl::Status CudaLlamaModel::Forward(const model::ForwardBatch& b, const model::KvCacheView& kv,

@@ -51,6 +51,9 @@ struct CudaModelOptions {
   int device = 0;
   void* stream = nullptr;          // cudaStream_t to run on; null: the model creates its own
   base::Logger logger;
+  // Prefill rows go through the tiled kernel even where the vectorised split-KV kernel covers
+  // the layout (kernels::cuda::VecSplitCovers): the gpu tests compare both routes.
+  bool force_tiled_prefill = false;
 };
 
 class CudaLlamaModel final : public model::ForwardModel {
@@ -114,6 +117,12 @@ class CudaLlamaModel final : public model::ForwardModel {
   // y (=|+=) x·Wᵀ (W at weight offset `w`) for `rows` rows; bf16 weights round x to bf16 first.
   absl::Status Linear(const float* x, int64_t x_stride, size_t w, float* y, int64_t y_stride, int64_t rows, int in,
                       int out, bool accumulate);
+  // y = xb_ · W[w]ᵀ for bf16 weights whose input the producing kernel already wrote to xb_ as
+  // bf16 codes (RmsNormBf16, SiluMulBf16): the ToBf16 pass saved, the same result.
+  absl::Status LinearFromBf16(size_t w, float* y, int64_t y_stride, int64_t rows, int in, int out, bool accumulate);
+  // h = RmsNorm(x rows) feeding Linear(h, w): fused into bf16 codes for bf16 weights.
+  absl::Status NormLinear(const int32_t* rows_index, size_t norm_w, size_t w, float* y, int64_t y_stride,
+                          int64_t rows, int out);
   absl::Status EnsureMetaCapacity(int64_t int32s, int64_t cos_sin_floats);
 
   model::ModelConfig config_;

@@ -30,9 +30,15 @@ __global__ void EmbeddingKernel(const float* embed, int dim, const int32_t* toke
 
 constexpr int kNormThreads = 256;
 
+// Stores of the fp32 result (float) or of its bf16 code (uint16_t: the value ToBf16 gives), so
+// a bf16 GEMM's input is written by the kernel that makes it, without a ToBf16 pass.
+__device__ __forceinline__ void StoreAs(float* p, int64_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void StoreAs(uint16_t* p, int64_t i, float v) { p[i] = FloatToBf16Code(v); }
+
+template <typename Out>
 __global__ void __launch_bounds__(kNormThreads) RmsNormKernel(const float* x, int64_t x_stride,
                                                               const int32_t* rows_index, const float* weight,
-                                                              float* out, int64_t out_stride, int dim, float eps) {
+                                                              Out* out, int64_t out_stride, int dim, float eps) {
   const int64_t r = blockIdx.x;
   const int64_t src = rows_index != nullptr ? rows_index[r] : r;
   const float* xr = x + src * x_stride;
@@ -46,9 +52,9 @@ __global__ void __launch_bounds__(kNormThreads) RmsNormKernel(const float* x, in
   for (int w = 0; w < kNormThreads / 32; ++w) total += partial[w];
   // As the CPU: inv = 1 / sqrt(sum / dim + eps); out = x * inv * w, each step rounded (no FMA).
   const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(total, static_cast<float>(dim)), eps)));
-  float* yr = out + r * out_stride;
+  Out* yr = out + r * out_stride;
   for (int i = static_cast<int>(threadIdx.x); i < dim; i += kNormThreads) {
-    yr[i] = __fmul_rn(__fmul_rn(xr[i], inv), weight[i]);
+    StoreAs(yr, i, __fmul_rn(__fmul_rn(xr[i], inv), weight[i]));
   }
 }
 
@@ -179,14 +185,15 @@ __global__ void WriteInt4KeysKernel(KvGeometry geo, std::byte* data, float* scal
 
 // ------------------------------------------------------------------ SwiGLU, bias, bf16
 
-__global__ void SiluMulKernel(const float* gate_up, int64_t rows, int inter, float* out) {
+template <typename Out>
+__global__ void SiluMulKernel(const float* gate_up, int64_t rows, int inter, Out* out) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= rows * inter) return;
   const int64_t r = i / inter;
   const int64_t c = i - r * inter;
   const float g = gate_up[r * 2 * inter + c];
   const float u = gate_up[r * 2 * inter + inter + c];
-  out[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+  StoreAs(out, i, __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u));
 }
 
 __global__ void AddBiasKernel(float* y, int64_t y_stride, const float* bias, int64_t rows, int cols) {
@@ -323,6 +330,14 @@ int RmsNorm(const float* x, int64_t x_stride, const int32_t* rows_index, const f
   return LastError();
 }
 
+int RmsNormBf16(const float* x, int64_t x_stride, const int32_t* rows_index, const float* weight, uint16_t* out,
+                int64_t out_stride, int64_t rows, int dim, float eps, void* stream) {
+  if (rows == 0) return 0;
+  RmsNormKernel<<<static_cast<unsigned>(rows), kNormThreads, 0, AsStream(stream)>>>(x, x_stride, rows_index, weight,
+                                                                                    out, out_stride, dim, eps);
+  return LastError();
+}
+
 int ApplyRope(float* x, int64_t rows, int num_heads, int head_dim, int64_t row_stride, const float* cos_sin,
               void* stream) {
   const int64_t n = rows * num_heads * (head_dim / 2);
@@ -352,6 +367,12 @@ int WriteKv(const cache::KvLayout& layout, std::byte* layer_data, float* layer_s
 }
 
 int SiluMul(const float* gate_up, int64_t rows, int inter, float* out, void* stream) {
+  if (rows == 0) return 0;
+  SiluMulKernel<<<GridFor(rows * inter, 256), 256, 0, AsStream(stream)>>>(gate_up, rows, inter, out);
+  return LastError();
+}
+
+int SiluMulBf16(const float* gate_up, int64_t rows, int inter, uint16_t* out, void* stream) {
   if (rows == 0) return 0;
   SiluMulKernel<<<GridFor(rows * inter, 256), 256, 0, AsStream(stream)>>>(gate_up, rows, inter, out);
   return LastError();

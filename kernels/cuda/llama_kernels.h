@@ -10,6 +10,8 @@
 //   WriteKv           kernels/cpu/kv_write.h + kv_quant  codes and scales bit-exact
 //   SiluMul           kernels/cpu/swiglu.h               expf vs std::exp: <= 2 ulp
 //   AddBias, ToBf16   -                                  bit-exact (ToBf16 is RNE as FloatToBf16)
+//   RmsNormBf16,      ToBf16 of RmsNorm / SiluMul        bit-exact (the same value, rounded once)
+//   SiluMulBf16
 //   GreedySample      model::Sampler greedy branch       token exact (first max); logprob to
 //                                                        double-sum order (~1e-7 abs)
 //
@@ -31,6 +33,9 @@ int EmbeddingGather(const float* embed, int dim, const int32_t* token_ids, int64
 // when rows_index is null). `out` may equal `x` only when rows_index is null.
 int RmsNorm(const float* x, int64_t x_stride, const int32_t* rows_index, const float* weight, float* out,
             int64_t out_stride, int64_t rows, int dim, float eps, void* stream);
+// The same, writing bf16 codes (exactly ToBf16 of RmsNorm's output): a bf16 GEMM's input.
+int RmsNormBf16(const float* x, int64_t x_stride, const int32_t* rows_index, const float* weight, uint16_t* out,
+                int64_t out_stride, int64_t rows, int dim, float eps, void* stream);
 
 // Rotates num_heads heads of head_dim at the start of each row (rotate_half layout), in place.
 // cos_sin: [rows][head_dim] (cos in [0, hd/2), sin in [hd/2, hd)).
@@ -44,6 +49,8 @@ int WriteKv(const cache::KvLayout& layout, std::byte* layer_data, float* layer_s
 
 // out[r][i] = silu(gate_up[r][i]) * gate_up[r][inter + i].
 int SiluMul(const float* gate_up, int64_t rows, int inter, float* out, void* stream);
+// The same, writing bf16 codes (exactly ToBf16 of SiluMul's output), row stride inter.
+int SiluMulBf16(const float* gate_up, int64_t rows, int inter, uint16_t* out, void* stream);
 
 // y[r][c] += bias[c] for c < cols.
 int AddBias(float* y, int64_t y_stride, const float* bias, int64_t rows, int cols, void* stream);

@@ -7,7 +7,10 @@
 // Two kernels share the step (DevicePagedSeqs says which row goes where):
 //
 // Split-KV ("flash-decoding") for decode rows: each (query row, KV head) pair is cut into
-// splits of `split_tokens` attended slots, so a few long decode rows still fill the GPU.
+// splits of `split_tokens` attended slots, so a few long decode rows still fill the GPU. Pass 1
+// has two kernels: a vectorised one for the common shapes (split_kv_vec.cu, VecSplitCovers;
+// 16-byte loads, several slots in flight per lane) and the general one below for every other
+// dtype pair and head_dim.
 //
 //   pass 1  grid (row, kv head, split), 4 warps per CTA; the group's query heads (GQA) are
 //           processed together so each K/V row is read once per group. A warp walks slots
@@ -77,6 +80,11 @@ int PagedAttention(const cache::KvLayout& layout, const std::byte* layer_data, c
                    const DevicePagedSeqs& seqs, const float* q, int64_t q_stride, int num_heads, float scale,
                    float* out, int64_t out_stride, float* lse, void* workspace, size_t workspace_bytes,
                    int split_tokens, void* stream);
+
+// True when the vectorised split-KV kernel serves this layout and head count (K and V in one
+// dtype of fp32, fp16, bf16, fp8_e4m3, int8; head_dim 64, 128 or 256; group 1, 2, 4 or 8;
+// block_size a power of two): the model then sends prefill rows through split-KV as well.
+bool VecSplitCovers(const cache::KvLayout& layout, int num_heads);
 
 // Attention-probability mass per cached slot (H2O, SnapKV scores), the twin of
 // kernels::cpu::AttentionMass:

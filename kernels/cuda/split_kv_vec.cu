@@ -32,8 +32,11 @@
 namespace kvserve::kernels::cuda::detail {
 namespace {
 
-constexpr int kVec = 8;     // elements of a row per lane
-constexpr int kUnroll = 2;  // slots per stream per step
+constexpr int kVec = 8;  // elements of a row per lane
+// Slots per stream per step: more bytes in flight, paid in registers (K and V raw per slot):
+// 4 up to group 4 (about 150 registers at group 4), 2 at group 8 (about 215).
+template <int kGroup>
+constexpr int kUnrollFor = kGroup <= 4 ? 4 : 2;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -130,6 +133,7 @@ __global__ void __launch_bounds__(kThreads) VecSplitKernel(Params p) {
   constexpr int kStreams = 32 / kLanes;  // streams per warp
   constexpr int kCtaStreams = kWarps * kStreams;
   constexpr int kRowBytes = kHd * kCodeBytes<Codec>;
+  constexpr int kUnroll = kUnrollFor<kGroup>;
   static_assert(kLanes >= 1 && kLanes <= 32 && (kLanes & (kLanes - 1)) == 0, "head_dim / 8 lanes per row");
 
   const int row_index = static_cast<int>(blockIdx.x), g = static_cast<int>(blockIdx.y);
@@ -164,7 +168,8 @@ __global__ void __launch_bounds__(kThreads) VecSplitKernel(Params p) {
   }
 
   const KvGeometry& geo = p.geo;
-  const int bs = p.layout.block_size;
+  const int bs_shift = __ffs(p.layout.block_size) - 1;  // block_size is a power of two (launcher)
+  const int bs_mask = p.layout.block_size - 1;
   const int32_t* table = p.seqs.block_tables + p.seqs.block_table_offsets[s];
   const int64_t k_run = g * geo.run_bytes[0] + sl * kVec * kCodeBytes<Codec>;
   const int64_t v_run = geo.num_kv_heads * geo.run_bytes[0] + g * geo.run_bytes[1] + sl * kVec * kCodeBytes<Codec>;
@@ -181,8 +186,8 @@ __global__ void __launch_bounds__(kThreads) VecSplitKernel(Params p) {
       valid[u] = slot < end;
       ks[u] = vs[u] = 1.0f;
       if (valid[u]) {
-        const int64_t block = table[slot / bs];
-        const int off = slot % bs;
+        const int64_t block = table[slot >> bs_shift];
+        const int off = slot & bs_mask;
         const std::byte* blk = p.data + block * geo.block_data_bytes + static_cast<int64_t>(off) * kRowBytes;
         kraw[u] = Codec::Fetch(blk + k_run);
         vraw[u] = Codec::Fetch(blk + v_run);
@@ -296,14 +301,22 @@ __global__ void __launch_bounds__(kThreads) VecSplitKernel(Params p) {
 }
 
 template <class Codec>
+constexpr int64_t kFetchAlign = kVec * kCodeBytes<Codec> < 16 ? kVec * kCodeBytes<Codec> : 16;
+
+// Every fetch is one aligned load: the row, run and block strides must be multiples of the
+// lane's fetch (the pool base is checked at launch; cudaMalloc aligns it to 256 bytes).
+bool ShapeCovered(const KvGeometry& geo, int block_size, int group, int64_t align) {
+  const int hd = geo.head_dim;
+  return geo.dtype[0] == geo.dtype[1] && geo.dtype[0] != config::KvDtype::kInt4 &&
+         (hd == 64 || hd == 128 || hd == 256) && (group == 1 || group == 2 || group == 4 || group == 8) &&
+         block_size >= 1 && (block_size & (block_size - 1)) == 0 && geo.block_data_bytes % align == 0 &&
+         geo.run_bytes[0] % align == 0 && geo.run_bytes[1] % align == 0;
+}
+
+template <class Codec>
 bool LaunchFor(const Params& p, dim3 grid, cudaStream_t stream) {
-  // Every fetch is one aligned load: row, run and block strides and the pool base must be
-  // multiples of the lane's fetch (the pool comes from cudaMalloc; the strides are checked).
-  constexpr int64_t kFetch = kVec * kCodeBytes<Codec>;
-  constexpr int64_t kAlign = kFetch < 16 ? kFetch : 16;
-  const KvGeometry& geo = p.geo;
-  if (reinterpret_cast<uintptr_t>(p.data) % kAlign != 0 || geo.block_data_bytes % kAlign != 0 ||
-      geo.run_bytes[0] % kAlign != 0 || geo.run_bytes[1] % kAlign != 0) {
+  if (!ShapeCovered(p.geo, p.layout.block_size, p.group, kFetchAlign<Codec>) ||
+      reinterpret_cast<uintptr_t>(p.data) % kFetchAlign<Codec> != 0) {
     return false;
   }
   auto with_hd = [&](auto hd) {
@@ -327,6 +340,19 @@ bool LaunchFor(const Params& p, dim3 grid, cudaStream_t stream) {
   }
 }
 
+// The fetch alignment of a dtype's codec (0: no codec).
+int64_t FetchAlignOf(config::KvDtype d) {
+  switch (d) {
+    case config::KvDtype::kFp32: return kFetchAlign<Fp32Codec>;
+    case config::KvDtype::kFp16: return kFetchAlign<Fp16Codec>;
+    case config::KvDtype::kBf16: return kFetchAlign<Bf16Codec>;
+    case config::KvDtype::kFp8E4M3: return kFetchAlign<Fp8E4M3Codec>;
+    case config::KvDtype::kInt8: return kFetchAlign<Int8Codec>;
+    case config::KvDtype::kInt4: return 0;
+  }
+  return 0;
+}
+
 }  // namespace
 
 bool LaunchVecSplitKernel(const Params& p, dim3 grid, cudaStream_t stream) {
@@ -343,3 +369,14 @@ bool LaunchVecSplitKernel(const Params& p, dim3 grid, cudaStream_t stream) {
 }
 
 }  // namespace kvserve::kernels::cuda::detail
+
+namespace kvserve::kernels::cuda {
+
+bool VecSplitCovers(const cache::KvLayout& layout, int num_heads) {
+  if (layout.num_kv_heads < 1 || num_heads % layout.num_kv_heads != 0) return false;
+  const KvGeometry geo = MakeKvGeometry(layout);
+  const int64_t align = detail::FetchAlignOf(geo.dtype[0]);
+  return align > 0 && detail::ShapeCovered(geo, layout.block_size, num_heads / layout.num_kv_heads, align);
+}
+
+}  // namespace kvserve::kernels::cuda

@@ -25,6 +25,7 @@
 #include "compression/host_kv_access.h"
 #include "cuda/cuda_kv_access.h"
 #include "cuda/cuda_kv_storage.h"
+#include "kernels/cuda/paged_attention.h"
 #include "kernels/device_probe.h"
 #include "model/batch_builder.h"
 #include "model/llama_model.h"
@@ -193,6 +194,76 @@ TEST_F(CudaModel, RejectsBadBatchesWithoutTouchingTheDevice) {
   obs.attention_mass = mass;
   obs.mass_stride = 3;
   EXPECT_EQ(gpu_->Forward(ok.batch(), dv.view, logits, &obs).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// kvs-tiny's head_dim 48 keeps prefill on the tiled kernel; a random head_dim-64 model (GQA 4)
+// takes the vectorised split-KV kernel for every row. Both routes of the same weights must give
+// the same logits up to fp32 summation order (each route is held to the CPU kernel in
+// paged_attention_test): prefill chunks of 37-150 rows next to decode rows, shuffled tables.
+TEST(CudaModelRoutes, SplitKvPrefillMatchesTheTiledKernel) {
+  const kernels::DeviceProbe probe = kernels::ProbeCudaDevice();
+  ASSERT_TRUE(probe.usable()) << "the gpu tests need a CUDA device: " << probe.reason;
+  model::ModelConfig c;
+  c.architecture_name = "LlamaForCausalLM";
+  c.num_layers = 2;
+  c.hidden_size = 256;
+  c.intermediate_size = 512;
+  c.num_heads = 8;
+  c.num_kv_heads = 2;
+  c.head_dim = 64;
+  c.vocab_size = 512;
+  c.rms_norm_eps = 1e-5f;
+  c.rope_theta = 10000.0;
+  c.max_position_embeddings = 4096;
+  CudaModelOptions o;
+  o.max_tokens_per_step = 256;
+  o.max_logits_rows = 64;
+  auto vec = CudaLlamaModel::CreateRandom(c, model::DeviceWeightDtype::kBf16, 7, o);
+  ASSERT_TRUE(vec.ok()) << vec.status();
+  o.force_tiled_prefill = true;
+  auto tiled = CudaLlamaModel::CreateRandom(c, model::DeviceWeightDtype::kBf16, 7, o);
+  ASSERT_TRUE(tiled.ok()) << tiled.status();
+  for (KvDtype dtype : {KvDtype::kBf16, KvDtype::kInt8}) {
+    SCOPED_TRACE(testing::Message() << "dtype " << static_cast<int>(dtype));
+    const cache::KvLayout layout = (*vec)->KvLayoutFor(16, dtype);
+    ASSERT_TRUE(kernels::cuda::VecSplitCovers(layout, c.num_heads));
+    const int32_t blocks = 64;
+    auto kv_vec = std::move(CudaKvStorage::Create(layout, blocks)).value();
+    auto kv_tiled = std::move(CudaKvStorage::Create(layout, blocks)).value();
+    Views vv, tv;
+    DeviceView(*kv_vec, vv);
+    DeviceView(*kv_tiled, tv);
+    std::mt19937 rng(11);
+    std::vector<int32_t> ids(blocks - 1);
+    std::iota(ids.begin(), ids.end(), 1);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    std::vector<std::vector<int32_t>> tables(3);
+    for (int s = 0; s < 3; ++s) tables[static_cast<size_t>(s)].assign(ids.begin() + s * 20, ids.begin() + s * 20 + 20);
+    std::vector<int> lens(3, 0);
+    const std::vector<std::vector<std::pair<int, int>>> steps = {
+        {{0, 37}, {1, 150}}, {{0, 1}, {1, 40}, {2, 90}}, {{0, 1}, {1, 1}, {2, 1}}};
+    for (size_t step = 0; step < steps.size(); ++step) {
+      model::BatchBuilder bb(16);
+      for (auto [s, n] : steps[step]) {
+        std::vector<int32_t> t(static_cast<size_t>(n));
+        for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(c.vocab_size));
+        bb.AddSequence(t, lens[static_cast<size_t>(s)], lens[static_cast<size_t>(s)], tables[static_cast<size_t>(s)],
+                       model::LogitsWanted::kAll);
+        lens[static_cast<size_t>(s)] += n;
+      }
+      const model::ForwardBatch b = bb.batch();
+      std::vector<float> a(b.logits_rows.size() * static_cast<size_t>(c.vocab_size)), t(a.size());
+      ASSERT_TRUE((*vec)->Forward(b, vv.view, a).ok());
+      ASSERT_TRUE((*tiled)->Forward(b, tv.view, t).ok());
+      float worst = 0.0f, scale = 0.0f;
+      for (size_t i = 0; i < a.size(); ++i) {
+        worst = std::max(worst, std::fabs(a[i] - t[i]));
+        scale = std::max(scale, std::fabs(t[i]));
+      }
+      EXPECT_GT(scale, 0.05f) << "step " << step << ": logits this small test nothing";
+      EXPECT_LT(worst, 2e-3f * std::max(1.0f, scale)) << "step " << step << ": max |logit diff|";
+    }
+  }
 }
 
 TEST(CudaKvAccessTest, ReadsAndCompactsExactlyAsTheHostAccess) {

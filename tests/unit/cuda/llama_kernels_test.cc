@@ -232,6 +232,11 @@ TEST_F(CudaLlamaKernels, RmsNormMatchesWithinSummationOrder) {
     for (size_t i = 0; i < ref.size(); ++i) {
       ASSERT_NEAR(got[i], ref[i], 1e-5f * std::fabs(ref[i]) + 1e-6f) << "dim " << dim << " i " << i;
     }
+    // The bf16 variant writes exactly the bf16 codes of the fp32 result (same sum order).
+    DeviceVec<uint16_t> dcodes(ref.size());
+    ASSERT_EQ(RmsNormBf16(dx.get(), stride, nullptr, dw.get(), dcodes.get(), dim, rows, dim, 1e-5f, nullptr), 0);
+    const std::vector<uint16_t> codes = dcodes.ToHost(ref.size());
+    for (size_t i = 0; i < ref.size(); ++i) ASSERT_EQ(codes[i], cpu::FloatToBf16(got[i])) << "dim " << dim << " i " << i;
     // Gathering rows (the final norm of the logits rows): rows 16, 3, 3, 0.
     const std::vector<int32_t> pick{16, 3, 3, 0};
     DeviceVec<int32_t> dpick(pick);
@@ -258,6 +263,10 @@ TEST_F(CudaLlamaKernels, SiluMulBiasBf16AndEmbedding) {
   ASSERT_EQ(SiluMul(dgu.get(), rows, inter, dout.get(), nullptr), 0);
   const std::vector<float> got = dout.ToHost(ref.size());
   for (size_t i = 0; i < ref.size(); ++i) ASSERT_NEAR(got[i], ref[i], 2e-6f * std::fabs(ref[i]) + 1e-30f) << i;
+  DeviceVec<uint16_t> dact(ref.size());
+  ASSERT_EQ(SiluMulBf16(dgu.get(), rows, inter, dact.get(), nullptr), 0);
+  const std::vector<uint16_t> act = dact.ToHost(ref.size());
+  for (size_t i = 0; i < ref.size(); ++i) ASSERT_EQ(act[i], cpu::FloatToBf16(got[i])) << i;
 
   // AddBias over a strided matrix; the padding columns stay untouched.
   std::vector<float> y = Normal(static_cast<size_t>(rows * 40), rng), bias = Normal(33, rng);

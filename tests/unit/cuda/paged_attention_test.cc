@@ -241,5 +241,29 @@ TEST(CudaPagedAttention, RejectsShapesOutsideItsLimits) {
             static_cast<int>(cudaErrorInvalidValue));
 }
 
+// Which layouts the vectorised split-KV kernel takes (the model then routes prefill rows to it);
+// MatchesTheCpuKernel runs both kinds against the CPU.
+TEST(CudaPagedAttention, TheVectorisedKernelCoversTheCommonShapesOnly) {
+  cache::KvLayout layout;
+  layout.num_layers = 1;
+  layout.num_kv_heads = 8;
+  layout.head_dim = 128;
+  layout.block_size = 16;
+  for (KvDtype d : {KvDtype::kFp32, KvDtype::kFp16, KvDtype::kBf16, KvDtype::kFp8E4M3, KvDtype::kInt8}) {
+    const cache::KvLayout l = cache::WithPrecision(layout, d, d, 32);
+    for (int group : {1, 2, 4, 8}) EXPECT_TRUE(VecSplitCovers(l, 8 * group)) << config::Name(d) << " group " << group;
+    EXPECT_FALSE(VecSplitCovers(l, 8 * 3)) << "group 3";
+    EXPECT_FALSE(VecSplitCovers(l, 12)) << "heads not a multiple of KV heads";
+  }
+  EXPECT_FALSE(VecSplitCovers(cache::WithPrecision(layout, KvDtype::kInt4, KvDtype::kInt4, 32), 32));
+  EXPECT_FALSE(VecSplitCovers(cache::WithPrecision(layout, KvDtype::kBf16, KvDtype::kInt8, 32), 32));
+  cache::KvLayout odd = cache::WithPrecision(layout, KvDtype::kBf16, KvDtype::kBf16, 32);
+  odd.head_dim = 96;
+  EXPECT_FALSE(VecSplitCovers(odd, 32));
+  odd.head_dim = 128;
+  odd.block_size = 24;
+  EXPECT_FALSE(VecSplitCovers(odd, 32)) << "block size not a power of two";
+}
+
 }  // namespace
 }  // namespace kvserve::kernels::cuda
