@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/gemv_bf16.h"
 
 namespace kvserve::kernels::cuda {
 namespace {
@@ -56,9 +57,20 @@ absl::Status CublasGemm::Linear(GemmDtype dtype, const void* x, int64_t x_stride
     return absl::InvalidArgumentError(absl::StrCat("cuBLAS linear: bad shape rows=", rows, " in=", in, " out=", out,
                                                    " x_stride=", x_stride, " y_stride=", y_stride));
   }
+  const bool bf16 = dtype == GemmDtype::kBf16;
+  if (bf16 && GemvBf16Applies(x, x_stride, w, rows, in)) {
+    cudaStream_t stream = nullptr;
+    const cublasStatus_t gs = cublasGetStream(AsHandle(handle_), &stream);
+    if (gs != CUBLAS_STATUS_SUCCESS) return CublasError(gs, "cuBLAS: cublasGetStream");
+    const int err = GemvBf16(static_cast<const uint16_t*>(x), x_stride, static_cast<const uint16_t*>(w), y, y_stride,
+                             rows, in, out, accumulate, stream);
+    if (err != 0) {
+      return absl::InternalError(absl::StrCat("bf16 GEMV: ", cudaGetErrorString(static_cast<cudaError_t>(err))));
+    }
+    return absl::OkStatus();
+  }
   const float alpha = 1.0f;
   const float beta = accumulate ? 1.0f : 0.0f;
-  const bool bf16 = dtype == GemmDtype::kBf16;
   const cudaDataType_t ab = bf16 ? CUDA_R_16BF : CUDA_R_32F;
   const cublasComputeType_t compute = bf16 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_PEDANTIC;
   const cublasStatus_t s =

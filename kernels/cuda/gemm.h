@@ -10,6 +10,8 @@
 // [in][rows] (ldb = x_stride), C = y (ldc = y_stride). Accumulation is fp32 in both dtypes;
 // fp32 inputs use CUBLAS_COMPUTE_32F_PEDANTIC, so TF32 tensor cores are never used for them
 // (the parity tests rely on it), bf16 inputs use the tensor cores with fp32 accumulation.
+// Skinny bf16 products (at most kMaxGemvRows rows: decode at small batch) go to GemvBf16
+// instead (gemv_bf16.h), which streams the weights closer to copy bandwidth.
 #pragma once
 
 #include <cstdint>

@@ -429,14 +429,20 @@ int PagedAttention(const cache::KvLayout& layout, const std::byte* layer_data, c
                     static_cast<unsigned>(p.num_splits));
     // The vectorised kernel where it applies (K and V in one non-int4 dtype, head_dim 64, 128
     // or 256, group 1, 2, 4 or 8: every common serving shape), else the general one.
-    if (!detail::LaunchVecSplitKernel(p, grid, st)) {
+    p.out = out;
+    p.out_stride = out_stride;
+    p.lse = lse;
+    const bool vec = detail::LaunchVecSplitKernel(p, grid, st);
+    if (!vec) {
       const bool ok = DispatchElems(layout.head_dim, [&](auto elems) {
         SplitKernel<decltype(elems)::value><<<grid, kThreads, 0, st>>>(p);
       });
       if (!ok) return cudaErrorInvalidValue;
     }
-    const dim3 cgrid(static_cast<unsigned>(p.num_split_rows), static_cast<unsigned>(num_heads));
-    CombineKernel<<<cgrid, 128, 0, st>>>(p, out, out_stride, lse);
+    if (!vec || p.num_splits > 1) {
+      const dim3 cgrid(static_cast<unsigned>(p.num_split_rows), static_cast<unsigned>(num_heads));
+      CombineKernel<<<cgrid, 128, 0, st>>>(p, out, out_stride, lse);
+    }
   }
   if (tiled && seqs.num_tiles > 0) {
     const size_t smem = TileSharedBytes(seqs.tile_rows * group, layout.head_dim);

@@ -38,10 +38,16 @@ struct Params {
   float* ws_m;    // [split rows][heads][splits]
   float* ws_l;    // [split rows][heads][splits]
   float* ws_acc;  // [split rows][heads][splits][head_dim]
+  // The call's outputs (CombineKernel writes them). With one split the vectorised kernel
+  // writes them itself, the same values, and pass 2 is skipped.
+  float* out;
+  int64_t out_stride;
+  float* lse;  // may be null
 };
 
 // Launches pass 1 with the vectorised kernel on `grid` (split row, KV head, split) when the
-// call's shape is one it covers; false (nothing launched) otherwise.
+// call's shape is one it covers; false (nothing launched) otherwise. With p.num_splits == 1 it
+// writes out and lse itself: the caller skips pass 2.
 bool LaunchVecSplitKernel(const Params& p, dim3 grid, cudaStream_t stream);
 
 }  // namespace kvserve::kernels::cuda::detail

@@ -15,7 +15,8 @@
 //             scale * log2 e), so each probability is one exp2.
 //   merge     streams of a warp by xor shuffles, warps through shared memory; the CTA writes
 //             the partial (max in natural log, sum, accumulator) the general kernel writes, so
-//             pass 2 (CombineKernel) is shared.
+//             pass 2 (CombineKernel) is shared; with a single split it writes the output and
+//             lse directly (CombineKernel's arithmetic) and pass 2 is skipped.
 //
 // Per-row scales (fp8, int8) multiply the dot product and the probability rather than every
 // element. Results equal the general kernel's up to fp32 summation order (fixed, so still
@@ -291,10 +292,18 @@ __global__ void __launch_bounds__(kThreads) VecSplitKernel(Params p) {
         a += acc_s[w][h][d] * f;
       }
     }
+    const float m_nat = mx == -INFINITY ? mx : mx * kLn2;
+    if (p.num_splits == 1) {
+      // CombineKernel's arithmetic for one split (its weight exp(0) is exactly 1).
+      const int head = g * kGroup + h;
+      p.out[static_cast<int64_t>(row) * p.out_stride + static_cast<int64_t>(head) * kHd + d] = a / sum;
+      if (d == 0 && p.lse != nullptr) p.lse[static_cast<int64_t>(row) * p.num_heads + head] = m_nat + logf(sum);
+      continue;
+    }
     const int64_t slot = (static_cast<int64_t>(row_index) * p.num_heads + g * kGroup + h) * p.num_splits + split;
     p.ws_acc[slot * kHd + d] = a;
     if (d == 0) {
-      p.ws_m[slot] = mx == -INFINITY ? mx : mx * kLn2;
+      p.ws_m[slot] = m_nat;
       p.ws_l[slot] = sum;
     }
   }
