@@ -399,7 +399,8 @@ TEST_F(CudaLlamaKernels, CublasLinearMatchesADoubleReference) {
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
   auto gemm = std::move(CublasGemm::Create(stream)).value();
   for (GemmDtype dt : {GemmDtype::kFp32, GemmDtype::kBf16}) {
-    // Rows 1-8 of bf16 take GemvBf16 (gemv_bf16.h), 9 and 33 cuBLAS.
+    // Rows 1-8 of bf16 take GemvBf16 (gemv_bf16.h; few long rows of W split over up to 8
+    // warps: 4 x 8192 x 203), 9 and 33 cuBLAS.
     for (auto [rows, in, out] : {std::tuple{1, 192, 2048}, std::tuple{7, 2048, 512}, std::tuple{4, 8192, 203},
                                  std::tuple{8, 64, 37}, std::tuple{9, 256, 64}, std::tuple{33, 96, 200}}) {
       SCOPED_TRACE(testing::Message() << "bf16 " << (dt == GemmDtype::kBf16) << " " << rows << "x" << in << "x" << out);
