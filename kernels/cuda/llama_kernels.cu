@@ -322,20 +322,25 @@ int EmbeddingGather(const float* embed, int dim, const int32_t* token_ids, int64
   return LastError();
 }
 
-int RmsNorm(const float* x, int64_t x_stride, const int32_t* rows_index, const float* weight, float* out,
-            int64_t out_stride, int64_t rows, int dim, float eps, void* stream) {
+namespace {
+template <typename Out>
+int LaunchRmsNorm(const float* x, int64_t x_stride, const int32_t* rows_index, const float* weight, Out* out,
+                  int64_t out_stride, int64_t rows, int dim, float eps, void* stream) {
   if (rows == 0) return 0;
   RmsNormKernel<<<static_cast<unsigned>(rows), kNormThreads, 0, AsStream(stream)>>>(x, x_stride, rows_index, weight,
                                                                                     out, out_stride, dim, eps);
   return LastError();
 }
+}  // namespace
+
+int RmsNorm(const float* x, int64_t x_stride, const int32_t* rows_index, const float* weight, float* out,
+            int64_t out_stride, int64_t rows, int dim, float eps, void* stream) {
+  return LaunchRmsNorm(x, x_stride, rows_index, weight, out, out_stride, rows, dim, eps, stream);
+}
 
 int RmsNormBf16(const float* x, int64_t x_stride, const int32_t* rows_index, const float* weight, uint16_t* out,
                 int64_t out_stride, int64_t rows, int dim, float eps, void* stream) {
-  if (rows == 0) return 0;
-  RmsNormKernel<<<static_cast<unsigned>(rows), kNormThreads, 0, AsStream(stream)>>>(x, x_stride, rows_index, weight,
-                                                                                    out, out_stride, dim, eps);
-  return LastError();
+  return LaunchRmsNorm(x, x_stride, rows_index, weight, out, out_stride, rows, dim, eps, stream);
 }
 
 int ApplyRope(float* x, int64_t rows, int num_heads, int head_dim, int64_t row_stride, const float* cos_sin,
@@ -366,16 +371,21 @@ int WriteKv(const cache::KvLayout& layout, std::byte* layer_data, float* layer_s
   return LastError();
 }
 
-int SiluMul(const float* gate_up, int64_t rows, int inter, float* out, void* stream) {
+namespace {
+template <typename Out>
+int LaunchSiluMul(const float* gate_up, int64_t rows, int inter, Out* out, void* stream) {
   if (rows == 0) return 0;
   SiluMulKernel<<<GridFor(rows * inter, 256), 256, 0, AsStream(stream)>>>(gate_up, rows, inter, out);
   return LastError();
 }
+}  // namespace
+
+int SiluMul(const float* gate_up, int64_t rows, int inter, float* out, void* stream) {
+  return LaunchSiluMul(gate_up, rows, inter, out, stream);
+}
 
 int SiluMulBf16(const float* gate_up, int64_t rows, int inter, uint16_t* out, void* stream) {
-  if (rows == 0) return 0;
-  SiluMulKernel<<<GridFor(rows * inter, 256), 256, 0, AsStream(stream)>>>(gate_up, rows, inter, out);
-  return LastError();
+  return LaunchSiluMul(gate_up, rows, inter, out, stream);
 }
 
 int AddBias(float* y, int64_t y_stride, const float* bias, int64_t rows, int cols, void* stream) {

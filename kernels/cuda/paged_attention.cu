@@ -40,15 +40,11 @@ __device__ __forceinline__ float WarpSum(float x) {
 template <int kElems>
 __global__ void __launch_bounds__(kThreads) SplitKernel(Params p) {
   const int row_index = static_cast<int>(blockIdx.x), g = static_cast<int>(blockIdx.y);
-  const int split = static_cast<int>(blockIdx.z), row = SplitRow(p, row_index);
+  const int split = static_cast<int>(blockIdx.z);
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int hd = p.layout.head_dim, group = p.group;
-  const int s = p.seqs.row_seq[row];
-  const int start = p.seqs.seq_starts[s];
-  const int n = p.seqs.seq_starts[s + 1] - start;
-  const int attend = p.seqs.kv_lens[s] - n + (row - start) + 1;
-  const int begin = split * p.split_tokens;
-  const int end = min(attend, begin + p.split_tokens);
+  const detail::SplitSlots slots = detail::SplitSlotsOf(p, row_index, split);
+  const int row = slots.row, s = slots.seq, begin = slots.begin, end = slots.end;
 
   __shared__ float q_s[kMaxAttentionGroup][kMaxAttentionHeadDim];
   __shared__ float m_s[kWarps][kMaxAttentionGroup];

@@ -45,6 +45,26 @@ struct Params {
   float* lse;  // may be null
 };
 
+// The slots [begin, end) that split `blockIdx.z` of split row `blockIdx.x` attends, its query
+// row and the row's sequence: what every pass-1 CTA starts from.
+struct SplitSlots {
+  int row;    // query row of the step
+  int seq;    // its sequence
+  int begin;  // first attended slot of this split
+  int end;    // one past the last (<= begin when the split is past the row's context)
+};
+__device__ __forceinline__ SplitSlots SplitSlotsOf(const Params& p, int row_index, int split) {
+  SplitSlots r;
+  r.row = p.split_rows != nullptr ? p.split_rows[row_index] : row_index;
+  r.seq = p.seqs.row_seq[r.row];
+  const int start = p.seqs.seq_starts[r.seq];
+  const int n = p.seqs.seq_starts[r.seq + 1] - start;
+  const int attend = p.seqs.kv_lens[r.seq] - n + (r.row - start) + 1;
+  r.begin = split * p.split_tokens;
+  r.end = min(attend, r.begin + p.split_tokens);
+  return r;
+}
+
 // Launches pass 1 with the vectorised kernel on `grid` (split row, KV head, split) when the
 // call's shape is one it covers; false (nothing launched) otherwise. With p.num_splits == 1 it
 // writes out and lse itself: the caller skips pass 2.

@@ -42,7 +42,16 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
 // A codec fetches the raw bytes of a lane's 8 elements (one load where it can) and decodes
-// them exactly as LoadKvRunElem does, before any per-row scale.
+// them exactly as LoadKvRunElem does, before any per-row scale. CodecBase holds the fetch of
+// the ones whose 8 codes fit one vector load.
+template <config::KvDtype D, bool kScaledCodes, typename RawT>
+struct CodecBase {
+  static constexpr config::KvDtype kDtype = D;
+  static constexpr bool kScaled = kScaledCodes;
+  using Raw = RawT;
+  __device__ __forceinline__ static Raw Fetch(const std::byte* p) { return *reinterpret_cast<const Raw*>(p); }
+};
+
 struct Fp32Codec {
   static constexpr config::KvDtype kDtype = config::KvDtype::kFp32;
   static constexpr bool kScaled = false;
@@ -59,11 +68,7 @@ struct Fp32Codec {
   }
 };
 
-struct Bf16Codec {
-  static constexpr config::KvDtype kDtype = config::KvDtype::kBf16;
-  static constexpr bool kScaled = false;
-  using Raw = uint4;
-  __device__ __forceinline__ static Raw Fetch(const std::byte* p) { return *reinterpret_cast<const uint4*>(p); }
+struct Bf16Codec : CodecBase<config::KvDtype::kBf16, false, uint4> {
   __device__ __forceinline__ static void Decode(const Raw& r, float (&x)[kVec]) {
     const uint32_t w[4] = {r.x, r.y, r.z, r.w};
 #pragma unroll
@@ -74,11 +79,7 @@ struct Bf16Codec {
   }
 };
 
-struct Fp16Codec {
-  static constexpr config::KvDtype kDtype = config::KvDtype::kFp16;
-  static constexpr bool kScaled = false;
-  using Raw = uint4;
-  __device__ __forceinline__ static Raw Fetch(const std::byte* p) { return *reinterpret_cast<const uint4*>(p); }
+struct Fp16Codec : CodecBase<config::KvDtype::kFp16, false, uint4> {
   __device__ __forceinline__ static void Decode(const Raw& r, float (&x)[kVec]) {
     const uint32_t w[4] = {r.x, r.y, r.z, r.w};
 #pragma unroll
@@ -89,11 +90,7 @@ struct Fp16Codec {
   }
 };
 
-struct Int8Codec {
-  static constexpr config::KvDtype kDtype = config::KvDtype::kInt8;
-  static constexpr bool kScaled = true;
-  using Raw = uint2;
-  __device__ __forceinline__ static Raw Fetch(const std::byte* p) { return *reinterpret_cast<const uint2*>(p); }
+struct Int8Codec : CodecBase<config::KvDtype::kInt8, true, uint2> {
   __device__ __forceinline__ static void Decode(const Raw& r, float (&x)[kVec]) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -105,11 +102,7 @@ struct Int8Codec {
 
 // E4M3 -> fp16 is exact (every E4M3 value, NaN included, is an fp16 value): the hardware
 // pair conversion, then fp16 -> fp32.
-struct Fp8E4M3Codec {
-  static constexpr config::KvDtype kDtype = config::KvDtype::kFp8E4M3;
-  static constexpr bool kScaled = true;
-  using Raw = uint2;
-  __device__ __forceinline__ static Raw Fetch(const std::byte* p) { return *reinterpret_cast<const uint2*>(p); }
+struct Fp8E4M3Codec : CodecBase<config::KvDtype::kFp8E4M3, true, uint2> {
   __device__ __forceinline__ static void Decode(const Raw& r, float (&x)[kVec]) {
     const uint32_t w[2] = {r.x, r.y};
 #pragma unroll
@@ -139,16 +132,11 @@ __global__ void __launch_bounds__(kThreads) VecSplitKernel(Params p) {
 
   const int row_index = static_cast<int>(blockIdx.x), g = static_cast<int>(blockIdx.y);
   const int split = static_cast<int>(blockIdx.z);
-  const int row = p.split_rows != nullptr ? p.split_rows[row_index] : row_index;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int sub = lane / kLanes, sl = lane % kLanes;
   const int stream = warp * kStreams + sub;
-  const int s = p.seqs.row_seq[row];
-  const int start = p.seqs.seq_starts[s];
-  const int n = p.seqs.seq_starts[s + 1] - start;
-  const int attend = p.seqs.kv_lens[s] - n + (row - start) + 1;
-  const int begin = split * p.split_tokens;
-  const int end = min(attend, begin + p.split_tokens);
+  const SplitSlots slots = SplitSlotsOf(p, row_index, split);
+  const int row = slots.row, s = slots.seq, begin = slots.begin, end = slots.end;
 
   // This lane's 8 elements of every head of the group, pre-scaled into the log2 domain.
   float q[kGroup][kVec];
