@@ -28,6 +28,7 @@ int64_t Length(const Value& v) {
 // attribute="a.b" or an integer index, as Jinja's make_attrgetter.
 Value Attribute(const Value& item, const Value& attr) {
   if (attr.is_int()) return GetItem(item, attr);
+  if (!attr.is_string()) Throw(absl::StrCat("attribute must be a string or an integer, not ", attr.TypeName()));
   Value cur = item;
   const std::string& path = attr.as_string();
   size_t start = 0;

@@ -90,6 +90,12 @@ TEST(JinjaTemplate, ErrorsNameTheTemplateLine) {
   EXPECT_THAT(RenderError("{% for x in y %}\n{% endif %}"), HasSubstr("template line 2"));
   EXPECT_THAT(RenderError("{{ undefined_function() }}"), HasSubstr("'undefined_function' is undefined"));
   EXPECT_THAT(RenderError("{% frobnicate %}"), HasSubstr("unknown statement 'frobnicate'"));
+  // An attribute name that is neither a string nor an integer (found by chat_template_fuzz:
+  // it aborted the process) is a render error naming the type.
+  EXPECT_THAT(RenderError("{{ [{'a': 1}] | rejectattr('b' >= 'a', 'none') | list }}"),
+              HasSubstr("attribute must be a string or an integer, not bool"));
+  EXPECT_THAT(RenderError("{{ [{'a': 1}] | map(attribute=none) | list }}"),
+              HasSubstr("attribute must be a string or an integer, not none"));
 }
 
 TEST(JinjaTemplate, StrftimeNowReadsTheInjectedClock) {
