@@ -257,8 +257,7 @@ absl::Status CudaLlamaModel::Linear(const float* x, int64_t x_stride, size_t w, 
                                     int64_t rows, int in, int out, bool accumulate) {
   if (plan_.dtype == model::DeviceWeightDtype::kBf16) {
     KVS_CUDA_OK(kernels::cuda::ToBf16(x, x_stride, rows, in, xb_, stream_), "bf16 GEMM input");
-    return gemm_->blas->Linear(kernels::cuda::GemmDtype::kBf16, xb_, in, weights_ + w, y, y_stride, rows, in, out,
-                               accumulate);
+    return LinearFromBf16(w, y, y_stride, rows, in, out, accumulate);
   }
   return gemm_->blas->Linear(kernels::cuda::GemmDtype::kFp32, x, x_stride, weights_ + w, y, y_stride, rows, in, out,
                              accumulate);

@@ -16,8 +16,6 @@ using detail::kThreads;
 using detail::kWarps;
 using detail::Params;
 
-__device__ __forceinline__ int SplitRow(const Params& p, int i) { return p.split_rows != nullptr ? p.split_rows[i] : i; }
-
 // The (block, kv, g) run of layer data and its scales.
 struct Run {
   const std::byte* data;
@@ -140,7 +138,7 @@ __global__ void __launch_bounds__(kThreads) SplitKernel(Params p) {
 
 __global__ void CombineKernel(Params p, float* out, int64_t out_stride, float* lse) {
   const int row_index = static_cast<int>(blockIdx.x), head = static_cast<int>(blockIdx.y);
-  const int row = SplitRow(p, row_index);
+  const int row = detail::SplitRow(p, row_index);
   const int hd = p.layout.head_dim;
   const int64_t base = (static_cast<int64_t>(row_index) * p.num_heads + head) * p.num_splits;
   float mx = -INFINITY;

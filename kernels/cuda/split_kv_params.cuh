@@ -45,6 +45,9 @@ struct Params {
   float* lse;  // may be null
 };
 
+// The query row of split row `i` (the listed decode rows when the step is tiled, else row i).
+__device__ __forceinline__ int SplitRow(const Params& p, int i) { return p.split_rows != nullptr ? p.split_rows[i] : i; }
+
 // The slots [begin, end) that split `blockIdx.z` of split row `blockIdx.x` attends, its query
 // row and the row's sequence: what every pass-1 CTA starts from.
 struct SplitSlots {
@@ -55,7 +58,7 @@ struct SplitSlots {
 };
 __device__ __forceinline__ SplitSlots SplitSlotsOf(const Params& p, int row_index, int split) {
   SplitSlots r;
-  r.row = p.split_rows != nullptr ? p.split_rows[row_index] : row_index;
+  r.row = SplitRow(p, row_index);
   r.seq = p.seqs.row_seq[r.row];
   const int start = p.seqs.seq_starts[r.seq];
   const int n = p.seqs.seq_starts[r.seq + 1] - start;
