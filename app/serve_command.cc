@@ -1,5 +1,6 @@
 #include "app/serve_command.h"
 
+#include <fstream>
 #include <filesystem>
 #include <ostream>
 #include <random>
@@ -101,6 +102,15 @@ void ReloadApiKeys(const config::ConfigSources& sources, const config::Config& r
   }
 }
 
+// VmHWM of this process (kB), -1 if /proc is not there: what start-up cost in memory.
+long PeakResidentKb() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::atol(line.c_str() + 6);
+  }
+  return -1;
+}
+
 }  // namespace
 
 int RunServe(const ParsedArgs& args, char** envp, std::ostream& out, std::ostream& err) {
@@ -111,6 +121,8 @@ int RunServeWith(const ParsedArgs& args, char** envp, std::ostream& out, std::os
                  const ServeFactories& factories) {
   // Before any thread exists: every thread inherits the mask, main takes the signals.
   const server::TerminationSignals signals = server::TerminationSignals::Block();
+  auto clock = std::make_shared<base::SteadyClock>();
+  const base::Nanos started = clock->now_ns();
 
   config::ConfigSources sources;
   sources.file_path = args.config_file;
@@ -157,7 +169,6 @@ int RunServeWith(const ParsedArgs& args, char** envp, std::ostream& out, std::os
   metrics_options.vllm_compat = cfg->server.metrics_compat == config::MetricsCompat::kVllm;
   server::PrometheusMetrics metrics(std::move(metrics_options));
 
-  auto clock = std::make_shared<base::SteadyClock>();
   engine::EngineDeps deps;
   deps.logger = logger.child("engine");
   deps.clock = clock;
@@ -193,6 +204,9 @@ int RunServeWith(const ParsedArgs& args, char** envp, std::ostream& out, std::os
       err << "kvserve: " << st.message() << "\n";
       return kExitFailure;
     }
+    logger.info("started in %.2f s (configuration to listening), peak RSS %.1f MiB",
+                static_cast<double>(clock->now_ns() - started) * 1e-9,
+                static_cast<double>(PeakResidentKb()) / 1024);
     out << app.ListeningLine() << std::endl;  // flushed: scripts wait for this line
 
     int sig = 0;

@@ -9,7 +9,7 @@ all a speed benchmark needs (the outputs are meaningless).
 
     bench/make_random_llama.py OUT_DIR [--hidden 768] [--layers 12] [--heads 12] [--kv-heads 4]
                                [--intermediate 2048] [--vocab 32000] [--dtype F32|BF16]
-                               [--tokenizer-from models/kvs-tiny]
+                               [--tokenizer-from models/kvs-tiny] [--preset llama-3.1-8b]
 
 The tokenizer (so the directory can be served over HTTP and exported to GGUF) is the given
 model's tokenizer.json and tokenizer_config.json, its vocabulary padded to --vocab with
@@ -53,9 +53,13 @@ def main() -> int:
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dtype", choices=["F32", "BF16"], default="F32")
+    ap.add_argument("--preset", choices=["llama-3.1-8b"],
+                    help="the exact shape and config.json fields of a published model (overrides the sizes)")
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--tokenizer-from", default=os.path.join(here, "..", "models", "kvs-tiny"))
     a = ap.parse_args()
+    if a.preset == "llama-3.1-8b":  # meta-llama/Llama-3.1-8B's config.json
+        a.hidden, a.layers, a.heads, a.kv_heads, a.intermediate, a.vocab = 4096, 32, 32, 8, 14336, 128256
     if a.hidden % a.heads or a.heads % a.kv_heads:
         print("hidden must be a multiple of heads, heads of kv-heads", file=sys.stderr)
         return 2
@@ -123,6 +127,13 @@ def main() -> int:
         "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False, "bos_token_id": 1,
         "eos_token_id": 2, "torch_dtype": "float32" if a.dtype == "F32" else "bfloat16",
     }
+    if a.preset == "llama-3.1-8b":
+        config.update({
+            "max_position_embeddings": 131072, "rope_theta": 500000.0, "bos_token_id": 128000,
+            "eos_token_id": [128001, 128008, 128009],
+            "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                             "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+        })
     with open(os.path.join(a.out_dir, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
     if a.tokenizer_from:

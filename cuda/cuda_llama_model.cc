@@ -59,12 +59,38 @@ CudaLlamaModel::~CudaLlamaModel() {
   if (own_stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(own_stream_));
 }
 
+namespace {
+
+// What the device forward pass does not compute yet (the CPU backend does): refused with
+// the feature named, never approximated.
+absl::Status CheckImplemented(const model::ModelConfig& c) {
+  const char* missing = nullptr;
+  if (c.qk_norm) missing = "per-head q/k norms";
+  if (c.sandwich_norms || c.norm_weight_offset) missing = "Gemma norms";
+  if (c.scale_embedding) missing = "embedding scaling";
+  if (c.activation != model::Activation::kSilu) missing = "gelu_pytorch_tanh";
+  if (c.attn_logit_softcap > 0 || c.final_logit_softcap > 0) missing = "logit soft-capping";
+  if (c.rope_local_theta) missing = "local RoPE base";
+  if (std::abs(c.attention_scale * std::sqrt(static_cast<double>(c.head_dim)) - 1.0) > 1e-12) {
+    missing = "query_pre_attn_scalar";
+  }
+  if (c.rope_scaling.kind == model::RopeScalingKind::kYarn || c.rope_scaling.kind == model::RopeScalingKind::kLongRope) {
+    missing = "yarn/longrope attention factor";
+  }
+  if (missing == nullptr) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat("cuda model: ", c.architecture_name, " needs ", missing,
+                                               ", not implemented on the CUDA backend yet (engine.backend=cpu serves it)"));
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::Create(const model::ModelConfig& config,
                                                                        const model::LlamaWeights& weights,
                                                                        const CudaModelOptions& options) {
   if (weights.num_layers() != config.num_layers) {
     return absl::InvalidArgumentError("cuda model: weights and config disagree on the number of layers");
   }
+  KVS_RETURN_IF_ERROR(CheckImplemented(config));
   const auto dtype = weights.bf16_projections() ? model::DeviceWeightDtype::kBf16 : model::DeviceWeightDtype::kFp32;
   std::unique_ptr<CudaLlamaModel> m(new CudaLlamaModel(config, dtype, options));
   KVS_RETURN_IF_ERROR(m->Init());
@@ -181,40 +207,40 @@ absl::Status CudaLlamaModel::EnsureMetaCapacity(int64_t int32s, int64_t cos_sin_
 }
 
 absl::Status CudaLlamaModel::Upload(const model::LlamaWeights& w) {
-  const auto& c = config_;
   const bool bf16 = plan_.dtype == model::DeviceWeightDtype::kBf16;
-  std::vector<uint16_t> codes;
-  // fp32 tensors go as they are; projections as bf16 codes when the plan says so (exact:
-  // LlamaWeights' fp32 copies of a bf16 checkpoint are widened bf16 values).
-  auto put_f32 = [&](size_t off, const float* src, size_t n) -> absl::Status {
-    KVS_CUDA_OK(cudaMemcpy(weights_ + off, src, n * sizeof(float), cudaMemcpyHostToDevice), "uploading weights");
-    return absl::OkStatus();
-  };
-  auto put_proj = [&](size_t off, const float* src, size_t n) -> absl::Status {
-    if (!bf16) return put_f32(off, src, n);
-    codes.resize(n);
-    for (size_t i = 0; i < n; ++i) codes[i] = kernels::cpu::FloatToBf16(src[i]);
-    KVS_CUDA_OK(cudaMemcpy(weights_ + off, codes.data(), n * sizeof(uint16_t), cudaMemcpyHostToDevice),
+  const model::SafetensorsCheckpoint& ckpt = w.checkpoint();
+  const model::CheckpointMap& map = w.map();
+  // Streams each weight from the mapped checkpoint to the device through one host staging
+  // buffer the size of the largest weight: fp32 tensors as fp32, projections in the plan's
+  // dtype (bf16 checkpoint bytes go as they are). The source pages leave the resident set as
+  // each weight is read (model/tensor_reader.h), so the host never holds a copy of the model.
+  std::vector<std::byte> staging;
+  auto put = [&](size_t off, const model::WeightSpec& spec, bool as_bf16) -> absl::Status {
+    const size_t n = static_cast<size_t>(spec.elements());
+    staging.resize(n * (as_bf16 ? 2 : 4));
+    if (as_bf16) {
+      KVS_RETURN_IF_ERROR(model::ReadBf16(ckpt, spec, {reinterpret_cast<uint16_t*>(staging.data()), n}));
+    } else {
+      KVS_RETURN_IF_ERROR(model::ReadF32(ckpt, spec, {reinterpret_cast<float*>(staging.data()), n}));
+    }
+    KVS_CUDA_OK(cudaMemcpy(weights_ + off, staging.data(), staging.size(), cudaMemcpyHostToDevice),
                 "uploading weights");
     return absl::OkStatus();
   };
-  const auto d = static_cast<size_t>(c.hidden_size), v = static_cast<size_t>(c.vocab_size);
-  const auto q = static_cast<size_t>(c.q_size()), inter = static_cast<size_t>(c.intermediate_size);
-  const auto qkv = static_cast<size_t>(c.q_size() + 2 * c.kv_size());
-  KVS_RETURN_IF_ERROR(put_f32(plan_.embed, w.embed(), v * d));
-  KVS_RETURN_IF_ERROR(put_f32(plan_.final_norm, w.final_norm(), d));
-  KVS_RETURN_IF_ERROR(put_proj(plan_.lm_head, w.lm_head(), v * d));
-  for (int l = 0; l < c.num_layers; ++l) {
-    const model::LayerWeights& lw = w.layer(l);
-    const model::DeviceLayerOffsets& o = plan_.layers[static_cast<size_t>(l)];
-    KVS_RETURN_IF_ERROR(put_f32(o.input_norm, lw.input_norm, d));
-    KVS_RETURN_IF_ERROR(put_proj(o.qkv, lw.qkv, qkv * d));
-    if (o.qkv_bias != model::kNoTensor) KVS_RETURN_IF_ERROR(put_f32(o.qkv_bias, lw.qkv_bias, qkv));
-    KVS_RETURN_IF_ERROR(put_proj(o.o, lw.o, d * q));
-    if (o.o_bias != model::kNoTensor) KVS_RETURN_IF_ERROR(put_f32(o.o_bias, lw.o_bias, d));
-    KVS_RETURN_IF_ERROR(put_f32(o.post_norm, lw.post_norm, d));
-    KVS_RETURN_IF_ERROR(put_proj(o.gate_up, lw.gate_up, 2 * inter * d));
-    KVS_RETURN_IF_ERROR(put_proj(o.down, lw.down, d * inter));
+  KVS_RETURN_IF_ERROR(put(plan_.embed, map.embed, false));
+  KVS_RETURN_IF_ERROR(put(plan_.final_norm, map.final_norm, false));
+  KVS_RETURN_IF_ERROR(put(plan_.lm_head, map.lm_head, bf16));
+  for (size_t l = 0; l < map.layers.size(); ++l) {
+    const model::LayerWeightSpecs& s = map.layers[l];
+    const model::DeviceLayerOffsets& o = plan_.layers[l];
+    KVS_RETURN_IF_ERROR(put(o.input_norm, s.input_norm, false));
+    KVS_RETURN_IF_ERROR(put(o.qkv, s.qkv, bf16));
+    if (o.qkv_bias != model::kNoTensor) KVS_RETURN_IF_ERROR(put(o.qkv_bias, s.qkv_bias, false));
+    KVS_RETURN_IF_ERROR(put(o.o, s.o, bf16));
+    if (o.o_bias != model::kNoTensor) KVS_RETURN_IF_ERROR(put(o.o_bias, s.o_bias, false));
+    KVS_RETURN_IF_ERROR(put(o.post_norm, s.pre_ff_norm, false));
+    KVS_RETURN_IF_ERROR(put(o.gate_up, s.gate_up, bf16));
+    KVS_RETURN_IF_ERROR(put(o.down, s.down, bf16));
   }
   return absl::OkStatus();
 }

@@ -192,6 +192,8 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config
   mo.threads = config.engine.threads;
   mo.max_tokens_per_step = config.scheduler.max_num_batched_tokens;
   mo.logger = deps.logger.child("model");
+  // The CUDA backend uploads straight from the mapped checkpoint: no host copy is packed.
+  mo.pack_weights = kind != config::Backend::kCuda;
   KVS_ASSIGN_OR_RETURN(local->model, model::LlamaModel::Load(model_dir, mo));
   const model::ModelConfig& mc = local->model->config();
 

@@ -14,6 +14,8 @@
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/swiglu.h"
+#include "kernels/cpu/kv_quant.h"
+#include "base/absl_compat.h"
 
 namespace kvserve::model {
 namespace {
@@ -30,6 +32,47 @@ void Project(const float* x, int64_t x_stride, const PackedProjection& w, const 
   }
 }
 
+// What config.json can ask for that this forward pass does not compute yet: refused at
+// start-up with the field named, never approximated.
+absl::Status CheckImplemented(const ModelConfig& c) {
+  auto refuse = [&](std::string_view field) {
+    return absl::UnimplementedError(absl::StrCat(c.architecture_name, ": ", base::AsAbsl(field),
+                                                 " is not implemented by the CPU forward pass yet"));
+  };
+  if (c.attn_logit_softcap > 0) return refuse("attn_logit_softcapping");
+  if (c.activation != Activation::kSilu) return refuse("hidden_activation gelu_pytorch_tanh");
+  return absl::OkStatus();
+}
+
+// Rounds the Gemma embedding normalizer sqrt(hidden) to the checkpoint's dtype, as Hugging
+// Face builds it as a tensor of the hidden states' dtype.
+float EmbeddingScale(const ModelConfig& c, WeightDtype dtype) {
+  const float s = std::sqrt(static_cast<float>(c.hidden_size));
+  switch (dtype) {
+    case WeightDtype::kBf16: return kernels::cpu::Bf16ToFloat(kernels::cpu::FloatToBf16(s));
+    case WeightDtype::kF16: return kernels::cpu::HalfToFloat(kernels::cpu::FloatToHalf(s));
+    case WeightDtype::kF32: break;
+  }
+  return s;
+}
+
+// The RoPE angles of the step's positions for one table, times its attention factor.
+void CosSin(const ForwardBatch& b, const RopeTable& table, int half, float* out) {
+  const int64_t t = b.num_tokens();
+  kernels::cpu::RopeCosSin(b.positions.data(), t, table.inv_freq.data(), half, out);
+  if (table.attention_factor != 1.0f) {
+    for (int64_t i = 0; i < t * 2 * half; ++i) out[i] *= table.attention_factor;
+  }
+}
+
+// Per-head RMSNorm of `heads` heads of each row (Qwen3 / Gemma 3 q_norm and k_norm).
+void HeadNorm(float* x, int64_t rows, int64_t stride, int heads, int head_dim, const float* w, float eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = x + r * stride;
+    kernels::cpu::RmsNorm(row, head_dim, w, row, head_dim, heads, head_dim, eps);
+  }
+}
+
 absl::Status BatchError(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("forward batch: ", what));
 }
@@ -40,7 +83,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& 
                                                              const ModelOptions& options) {
   KVS_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir));
   KVS_ASSIGN_OR_RETURN(SafetensorsCheckpoint ckpt, SafetensorsCheckpoint::Open(model_dir));
-  KVS_ASSIGN_OR_RETURN(LlamaWeights weights, LlamaWeights::Load(config, ckpt));
+  KVS_ASSIGN_OR_RETURN(LlamaWeights weights, LlamaWeights::Load(config, std::move(ckpt), options.pack_weights));
   return Create(std::move(config), std::move(weights), options);
 }
 
@@ -53,13 +96,16 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(ModelConfig confi
   if (weights.num_layers() != config.num_layers) {
     return absl::InvalidArgumentError("weights and config disagree on the number of layers");
   }
+  KVS_RETURN_IF_ERROR(CheckImplemented(config));
   return std::unique_ptr<LlamaModel>(new LlamaModel(std::move(config), std::move(weights), options));
 }
 
 LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, const ModelOptions& options)
     : config_(std::move(config)),
       weights_(std::move(weights)),
-      inv_freq_(RopeInvFreq(config_)),
+      rope_(ComputeRopeTable(config_, config_.rope_theta, /*scaled=*/true)),
+      local_rope_(config_.rope_local_theta ? ComputeRopeTable(config_, *config_.rope_local_theta, /*scaled=*/false)
+                                           : RopeTable{}),
       threads_(kernels::cpu::SetComputeThreads(options.threads)),
       max_tokens_(options.max_tokens_per_step),
       logger_(options.logger) {
@@ -72,10 +118,20 @@ LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, const ModelOpti
   gate_up_.resize(m * 2 * c.intermediate_size);
   act_.resize(m * c.intermediate_size);
   cos_sin_.resize(m * c.head_dim);
-  logger_.info("model %s: %d layers, hidden %d, heads %d/%d x %d, vocab %d, %.1f M params, %d threads, "
-               "%s attention",
+  if (!local_rope_.inv_freq.empty()) cos_sin_local_.resize(m * c.head_dim);
+  if (c.sandwich_norms) branch_.resize(m * c.hidden_size);
+  const char* wdtype = weights_.bf16_projections() ? "bf16" : weights_.fp16_projections() ? "fp16" : "fp32";
+  size_t scratch = 0;
+  for (const auto* v : {&x_, &h_, &qkv_, &attn_, &gate_up_, &act_, &cos_sin_, &cos_sin_local_, &branch_}) {
+    scratch += v->size() * sizeof(float);
+  }
+  logger_.info("model %s: %d layers, hidden %d, heads %d/%d x %d, vocab %d, %.1f M params, %s weights "
+               "(%.1f MiB %s), step scratch %.1f MiB for %d rows, %d threads, %s attention",
                c.architecture_name, c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim,
-               c.vocab_size, static_cast<double>(c.num_parameters()) * 1e-6, threads_,
+               c.vocab_size, static_cast<double>(c.num_parameters()) * 1e-6, wdtype,
+               static_cast<double>(weights_.resident_bytes()) / (1 << 20),
+               weights_.packed() ? "packed" : "norms only: a device backend holds the rest",
+               static_cast<double>(scratch) / (1 << 20), max_tokens_, threads_,
                kernels::cpu::PagedAttentionKernelName());
 }
 
@@ -91,6 +147,9 @@ absl::Status LlamaModel::Validate(const ForwardBatch& b, const KvCacheView& kv, 
 
 absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, std::span<float> logits,
                                  const ForwardObservers* observers) {
+  if (!weights_.packed()) {
+    return absl::FailedPreconditionError("model loaded without CPU weights (a device backend serves it)");
+  }
   KVS_RETURN_IF_ERROR(Validate(b, kv, logits, observers));
   kernels::cpu::SetComputeThreads(threads_);
   const auto& c = config_;
@@ -100,7 +159,7 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
   const int kv_size = c.kv_size();
   const int qkv_stride = q_size + 2 * kv_size;
   const int inter = c.intermediate_size;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const float scale = static_cast<float>(c.attention_scale);
   const bool want_mass = observers != nullptr && !observers->attention_mass.empty();
 
   const size_t ws_floats =
@@ -113,10 +172,13 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
   const kernels::cpu::PagedSeqs seqs{b.num_seqs(), b.seq_starts.data(), b.kv_lens.data(),
                                      b.block_table_offsets.data(), b.block_tables.data()};
 
-  for (int64_t i = 0; i < t; ++i) {
-    std::memcpy(x_.data() + i * d, weights_.embed() + static_cast<int64_t>(b.token_ids[i]) * d, d * sizeof(float));
+  weights_.EmbedRows(b.token_ids.data(), t, x_.data());
+  if (c.scale_embedding) {
+    const float s = EmbeddingScale(c, weights_.embed_dtype());
+    for (int64_t i = 0; i < t * d; ++i) x_[static_cast<size_t>(i)] *= s;
   }
-  kernels::cpu::RopeCosSin(b.positions.data(), t, inv_freq_.data(), c.head_dim / 2, cos_sin_.data());
+  CosSin(b, rope_, c.head_dim / 2, cos_sin_.data());
+  if (!cos_sin_local_.empty()) CosSin(b, local_rope_, c.head_dim / 2, cos_sin_local_.data());
 
   for (int layer = 0; layer < c.num_layers; ++layer) {
     const LayerWeights& w = weights_.layer(layer);
@@ -124,7 +186,11 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
     float* scales = kv.layout.has_scales() ? kv.layer_scales[layer] : nullptr;
 
     kernels::cpu::RmsNorm(x_.data(), d, w.input_norm, h_.data(), d, t, d, c.rms_norm_eps);
-    Project(h_.data(), d, w.qkv_packed, w.qkv_bias, qkv_.data(), qkv_stride, t, d, qkv_stride, false);
+    Project(h_.data(), d, w.qkv, w.qkv_bias, qkv_.data(), qkv_stride, t, d, qkv_stride, false);
+    if (c.qk_norm) {
+      HeadNorm(qkv_.data(), t, qkv_stride, c.num_heads, c.head_dim, w.q_norm, c.rms_norm_eps);
+      HeadNorm(qkv_.data() + q_size, t, qkv_stride, c.num_kv_heads, c.head_dim, w.k_norm, c.rms_norm_eps);
+    }
     if (observers != nullptr && !observers->pre_rope_queries.empty()) {
       float* dst = observers->pre_rope_queries.data() + static_cast<int64_t>(layer) * t * q_size;
       for (int64_t i = 0; i < t; ++i) std::memcpy(dst + i * q_size, qkv_.data() + i * qkv_stride, q_size * sizeof(float));
@@ -132,8 +198,12 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
     float* q = qkv_.data();
     float* k = q + q_size;
     float* v = k + kv_size;
-    kernels::cpu::ApplyRope(q, t, c.num_heads, c.head_dim, qkv_stride, cos_sin_.data());
-    kernels::cpu::ApplyRope(k, t, c.num_kv_heads, c.head_dim, qkv_stride, cos_sin_.data());
+    // Gemma 3's sliding-window layers rotate with their own base.
+    const float* angles = c.layer_window[static_cast<size_t>(layer)] > 0 && !cos_sin_local_.empty()
+                              ? cos_sin_local_.data()
+                              : cos_sin_.data();
+    kernels::cpu::ApplyRope(q, t, c.num_heads, c.head_dim, qkv_stride, angles);
+    kernels::cpu::ApplyRope(k, t, c.num_kv_heads, c.head_dim, qkv_stride, angles);
     kernels::cpu::WriteKv(kv.layout, data, scales, k, v, qkv_stride, b.slot_mapping.data(), t);
     // The pool is tier 0; demotion tiers follow (a table without tier tags reads only the pool).
     kernels::cpu::KvTierView tiers[kernels::cpu::kMaxKvTiers];
@@ -154,12 +224,25 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
       kernels::cpu::AttentionMassTiered(tier_views, seqs, q, qkv_stride, c.num_heads, scale, lse_.data(), mass,
                                         observers->mass_stride, attn_workspace_.data(), attn_workspace_.size());
     }
-    Project(attn_.data(), q_size, w.o_packed, w.o_bias, x_.data(), d, t, q_size, d, true);
+    if (c.sandwich_norms) {
+      // Gemma: x += norm(attn · Woᵀ), then x += norm(mlp(norm(x))).
+      Project(attn_.data(), q_size, w.o, w.o_bias, branch_.data(), d, t, q_size, d, false);
+      kernels::cpu::RmsNorm(branch_.data(), d, w.post_attn_norm, branch_.data(), d, t, d, c.rms_norm_eps);
+      for (int64_t i = 0; i < t * d; ++i) x_[static_cast<size_t>(i)] += branch_[static_cast<size_t>(i)];
+    } else {
+      Project(attn_.data(), q_size, w.o, w.o_bias, x_.data(), d, t, q_size, d, true);
+    }
 
-    kernels::cpu::RmsNorm(x_.data(), d, w.post_norm, h_.data(), d, t, d, c.rms_norm_eps);
-    Project(h_.data(), d, w.gate_up_packed, nullptr, gate_up_.data(), 2 * inter, t, d, 2 * inter, false);
+    kernels::cpu::RmsNorm(x_.data(), d, w.pre_ff_norm, h_.data(), d, t, d, c.rms_norm_eps);
+    Project(h_.data(), d, w.gate_up, nullptr, gate_up_.data(), 2 * inter, t, d, 2 * inter, false);
     kernels::cpu::SiluMul(gate_up_.data(), t, inter, act_.data());
-    Project(act_.data(), inter, w.down_packed, nullptr, x_.data(), d, t, inter, d, true);
+    if (c.sandwich_norms) {
+      Project(act_.data(), inter, w.down, nullptr, branch_.data(), d, t, inter, d, false);
+      kernels::cpu::RmsNorm(branch_.data(), d, w.post_ff_norm, branch_.data(), d, t, d, c.rms_norm_eps);
+      for (int64_t i = 0; i < t * d; ++i) x_[static_cast<size_t>(i)] += branch_[static_cast<size_t>(i)];
+    } else {
+      Project(act_.data(), inter, w.down, nullptr, x_.data(), d, t, inter, d, true);
+    }
   }
 
   // Only the requested rows go through the final norm and the (large) vocabulary projection.
@@ -168,8 +251,12 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
     std::memcpy(h_.data() + r * d, x_.data() + static_cast<int64_t>(b.logits_rows[r]) * d, d * sizeof(float));
   }
   kernels::cpu::RmsNorm(h_.data(), d, weights_.final_norm(), h_.data(), d, rows, d, c.rms_norm_eps);
-  Project(h_.data(), d, weights_.lm_head_packed(), nullptr, logits.data(), c.vocab_size, rows, d,
+  Project(h_.data(), d, weights_.lm_head(), nullptr, logits.data(), c.vocab_size, rows, d,
                        c.vocab_size, false);
+  if (c.final_logit_softcap > 0) {
+    const float cap = static_cast<float>(c.final_logit_softcap);
+    for (int64_t i = 0; i < rows * c.vocab_size; ++i) logits[static_cast<size_t>(i)] = cap * std::tanh(logits[static_cast<size_t>(i)] / cap);
+  }
   return absl::OkStatus();
 }
 

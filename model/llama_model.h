@@ -1,15 +1,17 @@
-// The Llama-family forward pass on the CPU (fp32 compute), over a mixed batch of prefill
-// chunks and decode tokens reading and writing a paged KV cache (see forward_batch.h).
+// The decoder forward pass on the CPU (fp32 compute) for every architecture of
+// model_config.h, over a mixed batch of prefill chunks and decode tokens reading and writing
+// a paged KV cache (see forward_batch.h). [brackets]: only where config.json switches it on.
 //
-//   x = embed[token_ids]                                        [T][D]
+//   x = embed[token_ids] [* sqrt(D) (Gemma)]                    [T][D]
 //   per layer:  h   = rmsnorm(x)
 //               qkv = h · Wqkvᵀ (+ b)                           [T][(H + 2 Hkv) hd]
-//               q, k = rope(q, k, positions)
+//               [q, k = per-head rmsnorm(q), rmsnorm(k)]        (Qwen3, Gemma 3)
+//               q, k = rope(q, k, positions)                    (the layer's table: rope_table.h)
 //               cache[slot_mapping] = k, v
 //               a   = paged_attention(q, cache, block tables)   [T][H hd]
-//               x  += a · Woᵀ (+ b)
-//               x  += silu_mul(rmsnorm(x) · Wgate_upᵀ) · Wdownᵀ
-//   logits = rmsnorm(x[logits_rows]) · lm_headᵀ                 [R][V]
+//               x  += a · Woᵀ (+ b)                             [Gemma: x += rmsnorm(a · Woᵀ)]
+//               x  += act_mul(rmsnorm(x) · Wgate_upᵀ) · Wdownᵀ   [Gemma: x += rmsnorm(...)]
+//   logits = rmsnorm(x[logits_rows]) · lm_headᵀ                 [R][V] [cap tanh(logits / cap)]
 //
 // Threads: the compute team size (kernels/cpu/compute_pool.h) is fixed at construction (ModelOptions::threads; 0: all
 // cores) and applied on whichever thread calls Forward; OpenBLAS runs single-threaded
@@ -30,12 +32,16 @@
 #include "model/forward_model.h"
 #include "model/llama_weights.h"
 #include "model/model_config.h"
+#include "model/rope_table.h"
 
 namespace kvserve::model {
 
 struct ModelOptions {
   int threads = 0;                 // 0: all cores
   int max_tokens_per_step = 2048;  // rows per Forward; sizes the scratch buffers
+  // false: keep only the config, norms and the mapped checkpoint (a device backend uploads
+  // from it); Forward is then a FailedPrecondition.
+  bool pack_weights = true;
   base::Logger logger;
 };
 
@@ -51,7 +57,7 @@ class LlamaModel final : public ForwardModel {
   const ModelConfig& config() const override { return config_; }
   const LlamaWeights& weights() const { return weights_; }
   // RoPE inverse frequencies after scaling, [head_dim / 2].
-  std::span<const float> rope_inv_freq() const override { return inv_freq_; }
+  std::span<const float> rope_inv_freq() const override { return rope_.inv_freq; }
   int threads() const { return threads_; }
   int max_tokens_per_step() const override { return max_tokens_; }
   // The KV layout this model needs for a given block size and KV dtype.
@@ -70,13 +76,14 @@ class LlamaModel final : public ForwardModel {
 
   ModelConfig config_;
   LlamaWeights weights_;
-  std::vector<float> inv_freq_;
+  RopeTable rope_;        // full-attention layers (and every layer but Gemma 3's local ones)
+  RopeTable local_rope_;  // Gemma 3's sliding-window layers; empty otherwise
   int threads_;
   int max_tokens_;
   base::Logger logger_;
 
   // Scratch, [max_tokens_][...] each (see Forward for the roles).
-  std::vector<float> x_, h_, qkv_, attn_, gate_up_, act_, cos_sin_, lse_, attn_workspace_;
+  std::vector<float> x_, h_, qkv_, attn_, gate_up_, act_, cos_sin_, cos_sin_local_, branch_, lse_, attn_workspace_;
 };
 
 }  // namespace kvserve::model

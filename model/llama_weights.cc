@@ -1,197 +1,173 @@
 #include "model/llama_weights.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
-#include "kernels/cpu/packed_linear.h"
+#include "kernels/cpu/kv_quant.h"
 
 namespace kvserve::model {
 namespace {
 
-constexpr size_t kAlignFloats = 16;  // 64 bytes
-size_t Align(size_t n) { return (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats; }
+constexpr size_t kAlignBytes = 64;
+size_t AlignBytes(size_t n) { return (n + kAlignBytes - 1) / kAlignBytes * kAlignBytes; }
 
-// Offsets (in floats) of one layer's pieces inside storage_.
-struct LayerOffsets {
-  size_t input_norm, qkv, qkv_bias, o, o_bias, post_norm, gate_up, down;
-};
+size_t PackedBytes(const WeightSpec& s, WeightDtype d) {
+  return AlignBytes(kernels::cpu::PackedLinearFloats(static_cast<int>(s.rows()), static_cast<int>(s.cols)) *
+                    WeightDtypeBytes(d));
+}
 
-// Loads named tensors into consecutive rows of one destination matrix.
-class Loader {
- public:
-  Loader(const SafetensorsCheckpoint& ckpt, std::vector<float>& storage) : ckpt_(ckpt), storage_(storage) {}
+// The projections of a layer in a fixed order, for planning and filling alike.
+template <typename Fn>
+void ForEachProjection(const LayerWeightSpecs& s, LayerWeights& w, Fn&& fn) {
+  fn(s.qkv, w.qkv);
+  fn(s.o, w.o);
+  fn(s.gate_up, w.gate_up);
+  fn(s.down, w.down);
+}
 
-  // Copies tensor `name` of shape `shape` to storage_[offset...].
-  absl::Status Load(const std::string& name, std::vector<int64_t> shape, size_t offset) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    return ckpt_.LoadF32(name, shape, std::span<float>(storage_.data() + offset, static_cast<size_t>(n)));
-  }
-
- private:
-  const SafetensorsCheckpoint& ckpt_;
-  std::vector<float>& storage_;
-};
+// The vector weights (norms, biases) of a layer and where their pointers go.
+template <typename Fn>
+void ForEachVector(const LayerWeightSpecs& s, LayerWeights& w, Fn&& fn) {
+  fn(s.input_norm, w.input_norm);
+  fn(s.qkv_bias, w.qkv_bias);
+  fn(s.q_norm, w.q_norm);
+  fn(s.k_norm, w.k_norm);
+  fn(s.o_bias, w.o_bias);
+  fn(s.post_attn_norm, w.post_attn_norm);
+  fn(s.pre_ff_norm, w.pre_ff_norm);
+  fn(s.post_ff_norm, w.post_ff_norm);
+}
 
 }  // namespace
 
-absl::StatusOr<LlamaWeights> LlamaWeights::Load(const ModelConfig& c, const SafetensorsCheckpoint& ckpt) {
-  const int64_t d = c.hidden_size;
-  const int64_t q = c.q_size();
-  const int64_t kv = c.kv_size();
-  const int64_t inter = c.intermediate_size;
-  const int64_t vocab = c.vocab_size;
-  const int64_t qkv_rows = q + 2 * kv;
+void LlamaWeights::FreeDeleter::operator()(std::byte* p) const { std::free(p); }
 
-  // Plan the single allocation.
-  size_t cursor = 0;
-  auto take = [&](int64_t floats) {
-    const size_t at = cursor;
-    cursor += Align(static_cast<size_t>(floats));
-    return at;
-  };
-  const size_t embed_off = take(vocab * d);
-  const size_t norm_off = take(d);
-  const size_t lm_head_off = c.tie_word_embeddings ? embed_off : take(vocab * d);
-  std::vector<LayerOffsets> offs(static_cast<size_t>(c.num_layers));
-  for (auto& o : offs) {
-    o.input_norm = take(d);
-    o.qkv = take(qkv_rows * d);
-    o.qkv_bias = c.qkv_bias ? take(qkv_rows) : 0;
-    o.o = take(d * q);
-    o.o_bias = c.o_bias ? take(d) : 0;
-    o.post_norm = take(d);
-    o.gate_up = take(2 * inter * d);
-    o.down = take(d * inter);
-  }
-
+absl::StatusOr<LlamaWeights> LlamaWeights::Load(const ModelConfig& c, SafetensorsCheckpoint checkpoint, bool pack) {
   LlamaWeights w;
-  w.storage_.assign(cursor, 0.0f);
-  Loader l(ckpt, w.storage_);
-  KVS_RETURN_IF_ERROR(l.Load("model.embed_tokens.weight", {vocab, d}, embed_off));
-  KVS_RETURN_IF_ERROR(l.Load("model.norm.weight", {d}, norm_off));
-  if (!c.tie_word_embeddings) KVS_RETURN_IF_ERROR(l.Load("lm_head.weight", {vocab, d}, lm_head_off));
+  w.checkpoint_ = std::move(checkpoint);
+  w.map_ = MapCheckpoint(c);
+  w.hidden_ = c.hidden_size;
+  w.packed_ = pack;
+  const SafetensorsCheckpoint& ckpt = w.checkpoint_;
+  const CheckpointMap& map = w.map_;
+  w.layers_.resize(map.layers.size());
 
-  for (int i = 0; i < c.num_layers; ++i) {
-    const LayerOffsets& o = offs[static_cast<size_t>(i)];
-    const std::string p = absl::StrCat("model.layers.", i, ".");
-    KVS_RETURN_IF_ERROR(l.Load(p + "input_layernorm.weight", {d}, o.input_norm));
-    KVS_RETURN_IF_ERROR(l.Load(p + "self_attn.q_proj.weight", {q, d}, o.qkv));
-    KVS_RETURN_IF_ERROR(l.Load(p + "self_attn.k_proj.weight", {kv, d}, o.qkv + q * d));
-    KVS_RETURN_IF_ERROR(l.Load(p + "self_attn.v_proj.weight", {kv, d}, o.qkv + (q + kv) * d));
-    if (c.qkv_bias) {
-      KVS_RETURN_IF_ERROR(l.Load(p + "self_attn.q_proj.bias", {q}, o.qkv_bias));
-      KVS_RETURN_IF_ERROR(l.Load(p + "self_attn.k_proj.bias", {kv}, o.qkv_bias + q));
-      KVS_RETURN_IF_ERROR(l.Load(p + "self_attn.v_proj.bias", {kv}, o.qkv_bias + q + kv));
+  // The embedding stays mapped (scanned once for NaN/inf, then its pages released).
+  KVS_ASSIGN_OR_RETURN(w.embed_dtype_, SpecDtype(ckpt, map.embed));
+  KVS_ASSIGN_OR_RETURN(std::span<const std::byte> embed, MappedTensor(ckpt, map.embed, w.embed_dtype_));
+  w.embed_ = embed.data();
+  ReleaseTensors(ckpt, map.embed);
+
+  // Vectors (fp32, owned): plan offsets, then read.
+  std::vector<std::pair<const WeightSpec*, const float**>> vectors;
+  vectors.push_back({&map.final_norm, &w.final_norm_});
+  for (size_t i = 0; i < map.layers.size(); ++i) {
+    ForEachVector(map.layers[i], w.layers_[i], [&](const WeightSpec& s, const float*& dst) {
+      if (s.present()) vectors.push_back({&s, &dst});
+    });
+  }
+  size_t floats = 0;
+  for (const auto& [spec, dst] : vectors) floats += AlignBytes(static_cast<size_t>(spec->elements()) * 4) / 4;
+  w.small_.assign(floats, 0.0f);
+  size_t at = 0;
+  for (const auto& [spec, dst] : vectors) {
+    std::span<float> out(w.small_.data() + at, static_cast<size_t>(spec->elements()));
+    KVS_RETURN_IF_ERROR(ReadF32(ckpt, *spec, out));
+    // Gemma's RMSNorm scales by (1 + w): the 1 is added here once, in fp32 as Hugging Face
+    // adds it on every call, so the forward pass runs the plain RMSNorm kernel.
+    if (c.norm_weight_offset && spec->is_norm) {
+      for (float& x : out) x += 1.0f;
     }
-    KVS_RETURN_IF_ERROR(l.Load(p + "self_attn.o_proj.weight", {d, q}, o.o));
-    if (c.o_bias) KVS_RETURN_IF_ERROR(l.Load(p + "self_attn.o_proj.bias", {d}, o.o_bias));
-    KVS_RETURN_IF_ERROR(l.Load(p + "post_attention_layernorm.weight", {d}, o.post_norm));
-    KVS_RETURN_IF_ERROR(l.Load(p + "mlp.gate_proj.weight", {inter, d}, o.gate_up));
-    KVS_RETURN_IF_ERROR(l.Load(p + "mlp.up_proj.weight", {inter, d}, o.gate_up + inter * d));
-    KVS_RETURN_IF_ERROR(l.Load(p + "mlp.down_proj.weight", {d, inter}, o.down));
+    *dst = out.data();
+    at += AlignBytes(out.size() * 4) / 4;
   }
 
-  const float* base = w.storage_.data();
-  w.embed_ = base + embed_off;
-  w.final_norm_ = base + norm_off;
-  w.lm_head_ = base + lm_head_off;
-  for (const auto& o : offs) {
-    LayerWeights lw;
-    lw.input_norm = base + o.input_norm;
-    lw.qkv = base + o.qkv;
-    lw.qkv_bias = c.qkv_bias ? base + o.qkv_bias : nullptr;
-    lw.o = base + o.o;
-    lw.o_bias = c.o_bias ? base + o.o_bias : nullptr;
-    lw.post_norm = base + o.post_norm;
-    lw.gate_up = base + o.gate_up;
-    lw.down = base + o.down;
-    w.layers_.push_back(lw);
+  // Projections: streamed bytes are counted whether or not they are packed here.
+  const int64_t norm_bytes = static_cast<int64_t>(floats) * 4;
+  std::vector<std::pair<const WeightSpec*, PackedProjection*>> projections;
+  projections.push_back({&map.lm_head, &w.lm_head_});
+  for (size_t i = 0; i < map.layers.size(); ++i) {
+    ForEachProjection(map.layers[i], w.layers_[i],
+                      [&](const WeightSpec& s, PackedProjection& dst) { projections.push_back({&s, &dst}); });
   }
-  // Packed copies for the forward pass (see the header): bf16 or fp16 from the checkpoint's
-  // own bytes when it stores the projections so, else fp32.
-  KVS_ASSIGN_OR_RETURN(auto probe, ckpt.Find("model.layers.0.mlp.gate_proj.weight"));
-  KVS_ASSIGN_OR_RETURN(auto head_probe,
-                       ckpt.Find(c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight"));
-  const std::string half_dtype =
-      c.num_layers > 0 && probe.second->dtype == head_probe.second->dtype &&
-              (probe.second->dtype == "BF16" || probe.second->dtype == "F16")
-          ? probe.second->dtype
-          : "";
-  const bool half = !half_dtype.empty();
-  using kernels::cpu::PackedLinearFloats;
-  size_t packed_elems = Align(PackedLinearFloats(static_cast<int>(vocab), static_cast<int>(d)));
-  const size_t per_layer = Align(PackedLinearFloats(static_cast<int>(qkv_rows), static_cast<int>(d))) +
-                           Align(PackedLinearFloats(static_cast<int>(d), static_cast<int>(q))) +
-                           Align(PackedLinearFloats(static_cast<int>(2 * inter), static_cast<int>(d))) +
-                           Align(PackedLinearFloats(static_cast<int>(d), static_cast<int>(inter)));
-  packed_elems += per_layer * static_cast<size_t>(c.num_layers);
-  size_t pc = 0;
-  std::vector<uint16_t> rows_half;  // one stacked row-major matrix, before packing
-  // Packs the row-major fp32 matrix `src` [out][in], or (bf16/fp16) the checkpoint tensors
-  // `names` stacked by rows.
-  auto pack = [&](const float* src, const std::vector<std::string>& names, int64_t out,
-                  int64_t in) -> absl::StatusOr<PackedProjection> {
-    PackedProjection pp;
-    if (!half) {
-      float* dst = w.packed_.data() + pc;
-      kernels::cpu::PackLinearWeights(src, static_cast<int>(out), static_cast<int>(in), dst);
-      pp.f32 = dst;
-    } else {
-      rows_half.resize(static_cast<size_t>(out * in));
-      size_t at = 0;
-      for (const std::string& name : names) {
-        KVS_ASSIGN_OR_RETURN(auto found, ckpt.Find(name));
-        if (found.second->dtype != half_dtype) {
-          return absl::InvalidArgumentError(absl::StrCat(name, " is ", found.second->dtype, "; a ", half_dtype,
-                                                          " checkpoint needs every projection in ", half_dtype));
-        }
-        const auto bytes = found.first->Bytes(*found.second);
-        if (at + bytes.size() / 2 > rows_half.size()) return absl::InvalidArgumentError(absl::StrCat(name, ": too large"));
-        std::memcpy(rows_half.data() + at, bytes.data(), bytes.size());
-        at += bytes.size() / 2;
-      }
-      if (at != rows_half.size()) return absl::InvalidArgumentError(absl::StrCat(names.front(), ": wrong size"));
-      uint16_t* dst = w.packed_half_.data() + pc;
-      if (half_dtype == "BF16") {
-        kernels::cpu::PackLinearWeightsBf16(rows_half.data(), static_cast<int>(out), static_cast<int>(in), dst);
-        pp.bf16 = dst;
-      } else {
-        kernels::cpu::PackLinearWeightsFp16(rows_half.data(), static_cast<int>(out), static_cast<int>(in), dst);
-        pp.fp16 = dst;
-      }
+  std::vector<WeightDtype> dtypes;
+  size_t packed_bytes = 0, streamed = static_cast<size_t>(norm_bytes), largest = 0;
+  for (const auto& [spec, dst] : projections) {
+    KVS_ASSIGN_OR_RETURN(WeightDtype d, SpecDtype(ckpt, *spec));
+    dtypes.push_back(d);
+    packed_bytes += PackedBytes(*spec, d);
+    streamed += static_cast<size_t>(spec->elements()) * WeightDtypeBytes(d);
+    largest = std::max(largest, static_cast<size_t>(spec->elements()) * WeightDtypeBytes(d));
+  }
+  w.streamed_bytes_ = streamed;
+  w.all_bf16_ = std::all_of(dtypes.begin(), dtypes.end(), [](WeightDtype d) { return d == WeightDtype::kBf16; });
+  w.all_fp16_ = std::all_of(dtypes.begin(), dtypes.end(), [](WeightDtype d) { return d == WeightDtype::kF16; });
+  w.owned_bytes_ = w.small_.size() * sizeof(float);
+  if (!pack) return w;
+
+  w.packed_storage_.reset(static_cast<std::byte*>(std::aligned_alloc(kAlignBytes, AlignBytes(packed_bytes))));
+  if (w.packed_storage_ == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", packed_bytes, " bytes of packed weights"));
+  }
+  w.owned_bytes_ += packed_bytes;
+  // One staging buffer, the size of the largest stacked projection, for the row-major
+  // matrix before packing; freed when loading ends.
+  std::vector<std::byte> staging(largest);
+  size_t cursor = 0;
+  for (size_t i = 0; i < projections.size(); ++i) {
+    const WeightSpec& spec = *projections[i].first;
+    const WeightDtype d = dtypes[i];
+    const int out = static_cast<int>(spec.rows()), in = static_cast<int>(spec.cols);
+    const std::span<std::byte> rows(staging.data(), static_cast<size_t>(spec.elements()) * WeightDtypeBytes(d));
+    KVS_RETURN_IF_ERROR(ReadRaw(ckpt, spec, d, rows));
+    std::byte* dst = w.packed_storage_.get() + cursor;
+    PackedProjection& pp = *projections[i].second;
+    switch (d) {
+      case WeightDtype::kF32:
+        kernels::cpu::PackLinearWeights(reinterpret_cast<const float*>(rows.data()), out, in,
+                                        reinterpret_cast<float*>(dst));
+        pp.f32 = reinterpret_cast<const float*>(dst);
+        break;
+      case WeightDtype::kBf16:
+        kernels::cpu::PackLinearWeightsBf16(reinterpret_cast<const uint16_t*>(rows.data()), out, in,
+                                            reinterpret_cast<uint16_t*>(dst));
+        pp.bf16 = reinterpret_cast<const uint16_t*>(dst);
+        break;
+      case WeightDtype::kF16:
+        kernels::cpu::PackLinearWeightsFp16(reinterpret_cast<const uint16_t*>(rows.data()), out, in,
+                                            reinterpret_cast<uint16_t*>(dst));
+        pp.fp16 = reinterpret_cast<const uint16_t*>(dst);
+        break;
     }
-    pc += Align(PackedLinearFloats(static_cast<int>(out), static_cast<int>(in)));
-    return pp;
-  };
-  if (half) {
-    w.packed_half_.assign(packed_elems, 0);
-  } else {
-    w.packed_.assign(packed_elems, 0.0f);
+    cursor += PackedBytes(spec, d);
   }
-  KVS_ASSIGN_OR_RETURN(w.lm_head_packed_,
-                       pack(w.lm_head_, {c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight"},
-                            vocab, d));
-  for (int i = 0; i < c.num_layers; ++i) {
-    LayerWeights& lw = w.layers_[static_cast<size_t>(i)];
-    const std::string p = absl::StrCat("model.layers.", i, ".");
-    KVS_ASSIGN_OR_RETURN(lw.qkv_packed, pack(lw.qkv, {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
-                                                      p + "self_attn.v_proj.weight"}, qkv_rows, d));
-    KVS_ASSIGN_OR_RETURN(lw.o_packed, pack(lw.o, {p + "self_attn.o_proj.weight"}, d, q));
-    KVS_ASSIGN_OR_RETURN(lw.gate_up_packed,
-                         pack(lw.gate_up, {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}, 2 * inter, d));
-    KVS_ASSIGN_OR_RETURN(lw.down_packed, pack(lw.down, {p + "mlp.down_proj.weight"}, d, inter));
-  }
-  KVS_CHECK(pc == packed_elems, "packed weight plan and fill disagree");
-
-  // Norms stream as fp32; the packed projections and lm_head at their packed width.
-  const int64_t norm_params = d * (2 * static_cast<int64_t>(c.num_layers) + 1);
-  const int64_t matrix_params = c.num_parameters() - (c.tie_word_embeddings ? 0 : vocab * d) - norm_params;
-  w.streamed_bytes_ = static_cast<size_t>(norm_params) * sizeof(float) +
-                      static_cast<size_t>(matrix_params) * (half ? sizeof(uint16_t) : sizeof(float));
+  KVS_CHECK(cursor == packed_bytes, "packed weight plan and fill disagree");
   return w;
+}
+
+void LlamaWeights::EmbedRows(const int32_t* ids, int64_t n, float* out) const {
+  const auto d = static_cast<size_t>(hidden_);
+  for (int64_t i = 0; i < n; ++i) {
+    const size_t row = static_cast<size_t>(ids[i]) * d;
+    float* dst = out + static_cast<size_t>(i) * d;
+    switch (embed_dtype_) {
+      case WeightDtype::kF32:
+        std::memcpy(dst, embed_ + row * 4, d * 4);
+        break;
+      case WeightDtype::kBf16:
+      case WeightDtype::kF16:
+        for (size_t k = 0; k < d; ++k) {
+          uint16_t b;
+          std::memcpy(&b, embed_ + (row + k) * 2, 2);
+          dst[k] = embed_dtype_ == WeightDtype::kBf16 ? kernels::cpu::Bf16ToFloat(b) : kernels::cpu::HalfToFloat(b);
+        }
+        break;
+    }
+  }
 }
 
 }  // namespace kvserve::model

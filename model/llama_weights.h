@@ -1,26 +1,19 @@
-// fp32 weights of a Llama-family model, laid out for the CPU forward pass. Everything lives
-// in one allocation; projections that read the same input are stacked at load time so one
-// GEMM computes them together:
+// The weights of a decoder checkpoint as the CPU forward pass reads them, loaded from the
+// memory-mapped safetensors files in the checkpoint's own precision: a bf16 or fp16
+// checkpoint stays bf16 or fp16, and nothing is kept twice.
 //
-//   storage_: [embed][final_norm][lm_head?][layer 0][layer 1] ...     (64-byte aligned pieces)
-//   layer:    input_norm [D]
-//             qkv        [(H + 2*Hkv) * hd][D]   rows: q_proj | k_proj | v_proj
-//             qkv_bias   [(H + 2*Hkv) * hd]      (Qwen2, Llama attention_bias)
-//             o          [D][H * hd]
-//             o_bias     [D]                     (Llama attention_bias)
-//             post_norm  [D]
-//             gate_up    [2 * I][D]              rows: gate_proj | up_proj
-//             down       [D][I]
+//   owned, fp32:   norms and biases (a few KB per layer)
+//   owned, packed: each projection packed once (kernels/cpu/packed_linear.h) in the dtype
+//                  its tensors have (F32, BF16 or F16: the kernels widen bf16/fp16 exactly),
+//                  qkv = q | k | v and gate_up = gate | up stacked so one GEMM reads them
+//   mapped:        the embedding table, in the checkpoint's dtype; rows are gathered (and
+//                  widened) per token, so only the pages of tokens seen become resident
+//   lm_head:       packed like a projection (from the embedding tensor when tied)
 //
-// With tied embeddings lm_head points at embed.
-//
-// The four projections and lm_head are also kept packed for kernels/cpu/packed_linear.h
-// (16-output panels, k-major), which is what the forward pass reads: in bf16 or fp16, straight
-// from the checkpoint's bytes, when the checkpoint stores them so (nothing is rounded, half
-// the bytes are streamed per step; the kernels widen each weight exactly), else in fp32.
-// The row-major fp32 copies above stay for code that reads checkpoint-layout weights
-// (calibration, tests); dropping them for the projections is a memory saving left to do. Loading checks that every expected tensor
-// is present with the expected shape; extra tensors (rotary caches and the like) are ignored.
+// Loading reads one projection at a time from the map into a staging buffer, packs it and
+// drops the source pages from the resident set (tensor_reader.h), so peak resident memory
+// is the packed weights plus one projection. Without `pack` (a device backend uploads from
+// checkpoint() itself) only the norms, biases and the mapping are kept.
 #pragma once
 
 #include <cstddef>
@@ -29,8 +22,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/cpu/packed_linear.h"
+#include "model/checkpoint_map.h"
 #include "model/model_config.h"
 #include "model/safetensors.h"
+#include "model/tensor_reader.h"
 
 namespace kvserve::model {
 
@@ -39,58 +35,74 @@ struct PackedProjection {
   const float* f32 = nullptr;
   const uint16_t* bf16 = nullptr;
   const uint16_t* fp16 = nullptr;
+  bool empty() const { return f32 == nullptr && bf16 == nullptr && fp16 == nullptr; }
 };
 
 struct LayerWeights {
   const float* input_norm = nullptr;
-  const float* qkv = nullptr;
-  const float* qkv_bias = nullptr;  // null when the model has none
-  const float* o = nullptr;
-  const float* o_bias = nullptr;    // null when the model has none
-  const float* post_norm = nullptr;
-  const float* gate_up = nullptr;
-  const float* down = nullptr;
-  // Packed (kernels/cpu/packed_linear.h) copies of qkv, o, gate_up and down.
-  PackedProjection qkv_packed;
-  PackedProjection o_packed;
-  PackedProjection gate_up_packed;
-  PackedProjection down_packed;
+  const float* qkv_bias = nullptr;        // null when the model has none
+  const float* q_norm = nullptr;          // [hd], null when the model has none
+  const float* k_norm = nullptr;
+  const float* o_bias = nullptr;          // null when the model has none
+  const float* post_attn_norm = nullptr;  // null unless sandwich norms (Gemma)
+  const float* pre_ff_norm = nullptr;
+  const float* post_ff_norm = nullptr;    // null unless sandwich norms
+  PackedProjection qkv;
+  PackedProjection o;
+  PackedProjection gate_up;
+  PackedProjection down;
 };
 
 class LlamaWeights {
  public:
-  static absl::StatusOr<LlamaWeights> Load(const ModelConfig& config,
-                                           const SafetensorsCheckpoint& checkpoint);
+  // Takes the opened checkpoint (it stays mapped for as long as the weights live).
+  static absl::StatusOr<LlamaWeights> Load(const ModelConfig& config, SafetensorsCheckpoint checkpoint,
+                                           bool pack = true);
 
   LlamaWeights(LlamaWeights&&) = default;
   LlamaWeights& operator=(LlamaWeights&&) = default;
   LlamaWeights(const LlamaWeights&) = delete;
   LlamaWeights& operator=(const LlamaWeights&) = delete;
 
-  const float* embed() const { return embed_; }            // [V][D]
+  // out[i][0..D) = embed[ids[i]] as fp32 (exact widening).
+  void EmbedRows(const int32_t* ids, int64_t n, float* out) const;
   const float* final_norm() const { return final_norm_; }  // [D]
-  const float* lm_head() const { return lm_head_; }        // [V][D]
-  const PackedProjection& lm_head_packed() const { return lm_head_packed_; }  // packed [V][D]
-  bool bf16_projections() const { return lm_head_packed_.bf16 != nullptr; }
-  bool fp16_projections() const { return lm_head_packed_.fp16 != nullptr; }
+  const PackedProjection& lm_head() const { return lm_head_; }  // packed [V][D]
+  bool packed() const { return packed_; }
+  WeightDtype embed_dtype() const { return embed_dtype_; }
+  // Every projection (lm_head included) is stored so in the checkpoint (packed or not).
+  bool bf16_projections() const { return all_bf16_; }
+  bool fp16_projections() const { return all_fp16_; }
   const LayerWeights& layer(int i) const { return layers_[static_cast<size_t>(i)]; }
   int num_layers() const { return static_cast<int>(layers_.size()); }
+  const SafetensorsCheckpoint& checkpoint() const { return checkpoint_; }
+  const CheckpointMap& map() const { return map_; }
   // Bytes a forward step streams per token at batch 1: every weight except the embedding
   // table (only one row of it is read), including lm_head even when tied.
   size_t streamed_bytes() const { return streamed_bytes_; }
-  size_t total_bytes() const { return storage_.size() * sizeof(float); }
+  // Bytes this object holds in memory (packed projections, norms, biases; not the map).
+  size_t resident_bytes() const { return owned_bytes_; }
 
  private:
   LlamaWeights() = default;
-  std::vector<float> storage_;
-  std::vector<float> packed_;          // fp32 packed copies, same order as storage_
-  std::vector<uint16_t> packed_half_;  // or bf16 / fp16 ones
-  PackedProjection lm_head_packed_;
-  const float* embed_ = nullptr;
+  // 64-byte aligned, uninitialised: pages are committed as packing writes them.
+  struct FreeDeleter {
+    void operator()(std::byte* p) const;
+  };
+  SafetensorsCheckpoint checkpoint_;
+  CheckpointMap map_;
+  std::unique_ptr<std::byte, FreeDeleter> packed_storage_;
+  std::vector<float> small_;  // norms and biases
+  const std::byte* embed_ = nullptr;  // mapped [V][D] in embed_dtype_
+  WeightDtype embed_dtype_ = WeightDtype::kF32;
+  int hidden_ = 0;
   const float* final_norm_ = nullptr;
-  const float* lm_head_ = nullptr;
+  PackedProjection lm_head_;
   std::vector<LayerWeights> layers_;
+  bool packed_ = false;
+  bool all_bf16_ = false, all_fp16_ = false;
   size_t streamed_bytes_ = 0;
+  size_t owned_bytes_ = 0;
 };
 
 }  // namespace kvserve::model

@@ -2,81 +2,44 @@
 
 #include <cmath>
 #include <fstream>
-#include <numbers>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "base/absl_compat.h"
 #include "base/check.h"
+#include "model/config_reader.h"
+#include "model/rope_table.h"
 #include "nlohmann/json.hpp"
 
 namespace kvserve::model {
 namespace {
 
+using internal::ConfigReader;
 using nlohmann::json;
 
-class Reader {
- public:
-  Reader(const json& j, std::string_view origin) : j_(j), origin_(origin) {}
+constexpr Architecture kArchitectures[] = {Architecture::kLlama, Architecture::kMistral, Architecture::kQwen2,
+                                           Architecture::kQwen3, Architecture::kPhi3,    Architecture::kGemma2,
+                                           Architecture::kGemma3};
 
-  absl::Status Error(std::string_view field, std::string_view what) const {
-    return absl::InvalidArgumentError(
-        absl::StrCat(base::AsAbsl(origin_), ": ", base::AsAbsl(field), ": ", base::AsAbsl(what)));
-  }
-  bool Has(const char* field) const { return j_.contains(field) && !j_.at(field).is_null(); }
+bool IsGemma(Architecture a) { return a == Architecture::kGemma2 || a == Architecture::kGemma3; }
 
-  // Integer field; `fallback` empty means required.
-  absl::StatusOr<int64_t> Int(const char* field, std::optional<int64_t> fallback,
-                              int64_t min_value = 1) const {
-    if (!Has(field)) {
-      if (fallback) return *fallback;
-      return Error(field, "missing (required)");
-    }
-    const json& v = j_.at(field);
-    if (!v.is_number_integer()) return Error(field, absl::StrCat("expected an integer, got ", v.dump()));
-    const int64_t x = v.get<int64_t>();
-    if (x < min_value) return Error(field, absl::StrCat("must be >= ", min_value, ", got ", x));
-    if (x > (int64_t{1} << 40)) return Error(field, absl::StrCat("implausibly large: ", x));
-    return x;
-  }
-  absl::StatusOr<double> Number(const char* field, double fallback) const {
-    if (!Has(field)) return fallback;
-    const json& v = j_.at(field);
-    if (!v.is_number()) return Error(field, absl::StrCat("expected a number, got ", v.dump()));
-    const double x = v.get<double>();
-    if (!std::isfinite(x)) return Error(field, "must be finite");
-    return x;
-  }
-  absl::StatusOr<bool> Bool(const char* field, bool fallback) const {
-    if (!Has(field)) return fallback;
-    const json& v = j_.at(field);
-    if (!v.is_boolean()) return Error(field, absl::StrCat("expected true or false, got ", v.dump()));
-    return v.get<bool>();
-  }
-  absl::StatusOr<std::string> String(const char* field, std::string fallback) const {
-    if (!Has(field)) return fallback;
-    const json& v = j_.at(field);
-    if (!v.is_string()) return Error(field, absl::StrCat("expected a string, got ", v.dump()));
-    return v.get<std::string>();
-  }
+std::string SupportedArchitectures() {
+  std::string out;
+  for (Architecture a : kArchitectures) absl::StrAppend(&out, out.empty() ? "" : ", ", base::AsAbsl(ArchitectureName(a)));
+  return out;
+}
 
- private:
-  const json& j_;
-  std::string_view origin_;
-};
-
-absl::StatusOr<int> ToInt(int64_t x, const Reader& r, const char* field) {
+absl::StatusOr<int> ToInt(int64_t x, const ConfigReader& r, const char* field) {
   if (x > (int64_t{1} << 30)) return r.Error(field, absl::StrCat("too large: ", x));
   return static_cast<int>(x);
 }
 
 absl::Status ParseRopeScaling(const json& root, std::string_view origin, ModelConfig& c) {
-  if (!root.contains("rope_scaling") || root.at("rope_scaling").is_null()) return absl::OkStatus();
+  ConfigReader top(root, origin);
+  if (!top.Has("rope_scaling")) return absl::OkStatus();
   const json& rs = root.at("rope_scaling");
-  if (!rs.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(base::AsAbsl(origin), ": rope_scaling: expected an object or null"));
-  }
-  Reader r(rs, origin);
+  if (!rs.is_object()) return top.Error("rope_scaling", "expected an object or null");
+  ConfigReader r(rs, origin, "rope_scaling.");
   // Newer configs say rope_type, older ones type; both mean the same.
   std::string type;
   if (rs.contains("rope_type")) {
@@ -84,37 +47,74 @@ absl::Status ParseRopeScaling(const json& root, std::string_view origin, ModelCo
   } else {
     KVS_ASSIGN_OR_RETURN(type, r.String("type", ""));
   }
-  auto err = [&](std::string_view what) {
-    return absl::InvalidArgumentError(absl::StrCat(base::AsAbsl(origin), ": rope_scaling: ", base::AsAbsl(what)));
-  };
-  if (type == "default" || type.empty()) {
-    if (type.empty()) return err("missing rope_type (supported: linear, llama3)");
-    return absl::OkStatus();
-  }
-  KVS_ASSIGN_OR_RETURN(double factor, r.Number("factor", 0.0));
-  if (!(factor >= 1.0)) return err(absl::StrCat("factor must be >= 1, got ", factor));
-  c.rope_scaling.factor = factor;
-  if (type == "linear") {
-    c.rope_scaling.kind = RopeScalingKind::kLinear;
-    return absl::OkStatus();
-  }
-  if (type == "llama3") {
-    c.rope_scaling.kind = RopeScalingKind::kLlama3;
-    KVS_ASSIGN_OR_RETURN(c.rope_scaling.low_freq_factor, r.Number("low_freq_factor", 1.0));
-    KVS_ASSIGN_OR_RETURN(c.rope_scaling.high_freq_factor, r.Number("high_freq_factor", 4.0));
-    KVS_ASSIGN_OR_RETURN(c.rope_scaling.original_max_position_embeddings,
-                         r.Int("original_max_position_embeddings", 8192));
-    if (!(c.rope_scaling.high_freq_factor > c.rope_scaling.low_freq_factor) ||
-        c.rope_scaling.low_freq_factor <= 0) {
-      return err("llama3 needs 0 < low_freq_factor < high_freq_factor");
+  constexpr const char* kSupported = "supported: default, linear, llama3, yarn, dynamic, longrope";
+  if (type.empty()) return r.Error("rope_type", absl::StrCat("missing (", kSupported, ")"));
+  if (type == "default") return absl::OkStatus();
+  RopeScaling& s = c.rope_scaling;
+  // The pre-trained context: inside rope_scaling (llama3, yarn), else top-level (Phi-3).
+  KVS_ASSIGN_OR_RETURN(int64_t top_original, top.Int("original_max_position_embeddings", c.max_position_embeddings));
+  KVS_ASSIGN_OR_RETURN(s.original_max_position_embeddings,
+                       r.Int("original_max_position_embeddings", type == "llama3" ? 8192 : top_original));
+  if (type == "longrope" || type == "su") {
+    s.kind = RopeScalingKind::kLongRope;
+    KVS_ASSIGN_OR_RETURN(s.short_factor, r.Numbers("short_factor"));
+    KVS_ASSIGN_OR_RETURN(s.long_factor, r.Numbers("long_factor"));
+    const size_t half = static_cast<size_t>(c.rotary_dim / 2);
+    if (s.short_factor.size() != half || s.long_factor.size() != half) {
+      return r.Error("short_factor", absl::StrCat("short_factor and long_factor need ", half,
+                                                  " entries (rotary_dim / 2) each, got ", s.short_factor.size(),
+                                                  " and ", s.long_factor.size()));
+    }
+    for (double f : s.short_factor) if (!(f > 0)) return r.Error("short_factor", "entries must be > 0");
+    for (double f : s.long_factor) if (!(f > 0)) return r.Error("long_factor", "entries must be > 0");
+    if (r.Has("attention_factor")) {
+      KVS_ASSIGN_OR_RETURN(double af, r.Number("attention_factor", 1.0));
+      s.attention_factor = af;
     }
     return absl::OkStatus();
   }
-  return err(absl::StrCat("unsupported rope type \"", type, "\" (supported: linear, llama3)"));
+  KVS_ASSIGN_OR_RETURN(double factor, r.Number("factor", 0.0));
+  if (!(factor >= 1.0)) return r.Error("factor", absl::StrCat("must be >= 1, got ", factor));
+  s.factor = factor;
+  if (type == "linear") {
+    s.kind = RopeScalingKind::kLinear;
+    return absl::OkStatus();
+  }
+  if (type == "llama3") {
+    s.kind = RopeScalingKind::kLlama3;
+    KVS_ASSIGN_OR_RETURN(s.low_freq_factor, r.Number("low_freq_factor", 1.0));
+    KVS_ASSIGN_OR_RETURN(s.high_freq_factor, r.Number("high_freq_factor", 4.0));
+    if (!(s.high_freq_factor > s.low_freq_factor) || s.low_freq_factor <= 0) {
+      return r.Error("low_freq_factor", "llama3 needs 0 < low_freq_factor < high_freq_factor");
+    }
+    return absl::OkStatus();
+  }
+  if (type == "yarn") {
+    s.kind = RopeScalingKind::kYarn;
+    KVS_ASSIGN_OR_RETURN(s.beta_fast, r.Number("beta_fast", 32.0));
+    KVS_ASSIGN_OR_RETURN(s.beta_slow, r.Number("beta_slow", 1.0));
+    if (!(s.beta_fast > 0) || !(s.beta_slow > 0)) return r.Error("beta_fast", "beta_fast and beta_slow must be > 0");
+    if (r.Has("attention_factor")) {
+      KVS_ASSIGN_OR_RETURN(double af, r.Number("attention_factor", 1.0));
+      if (!(af > 0)) return r.Error("attention_factor", "must be > 0");
+      s.attention_factor = af;
+    }
+    KVS_ASSIGN_OR_RETURN(s.mscale, r.Number("mscale", 0.0));
+    KVS_ASSIGN_OR_RETURN(s.mscale_all_dim, r.Number("mscale_all_dim", 0.0));
+    KVS_ASSIGN_OR_RETURN(s.truncate, r.Bool("truncate", true));
+    return absl::OkStatus();
+  }
+  if (type == "dynamic") {
+    s.kind = RopeScalingKind::kDynamic;
+    // Hugging Face's dynamic NTK grows the context past max_position_embeddings by factor.
+    s.original_max_position_embeddings = c.max_position_embeddings;
+    return absl::OkStatus();
+  }
+  return r.Error("rope_type", absl::StrCat("unsupported rope type \"", type, "\" (", kSupported, ")"));
 }
 
 absl::Status ParseTokenIds(const json& root, std::string_view origin, ModelConfig& c) {
-  Reader r(root, origin);
+  ConfigReader r(root, origin);
   if (r.Has("bos_token_id")) {
     KVS_ASSIGN_OR_RETURN(int64_t bos, r.Int("bos_token_id", std::nullopt, 0));
     c.bos_token_id = static_cast<int32_t>(bos);
@@ -141,6 +141,135 @@ absl::Status ParseTokenIds(const json& root, std::string_view origin, ModelConfi
   return absl::OkStatus();
 }
 
+// Which layers attend through a sliding window: `layer_types` when the config lists it
+// (newer Hugging Face configs do for every hybrid model), else each architecture's rule.
+absl::Status ParseLayerWindows(const json& root, const ConfigReader& r, ModelConfig& c) {
+  c.layer_window.assign(static_cast<size_t>(c.num_layers), 0);
+  const Architecture a = c.architecture;
+  if (a == Architecture::kLlama) return absl::OkStatus();  // Llama has no windowed layers
+  bool used = r.Has("sliding_window");
+  if (a == Architecture::kQwen2 || a == Architecture::kQwen3) {
+    KVS_ASSIGN_OR_RETURN(bool use, r.Bool("use_sliding_window", false));
+    used = used && use;
+  }
+  if (IsGemma(a)) used = true;
+  if (!used) return absl::OkStatus();
+  KVS_ASSIGN_OR_RETURN(int64_t window, r.Int("sliding_window", IsGemma(a) ? std::optional<int64_t>(4096)
+                                                                          : std::nullopt));
+  KVS_ASSIGN_OR_RETURN(int w, ToInt(window, r, "sliding_window"));
+  if (r.Has("layer_types")) {
+    const json& types = root.at("layer_types");
+    if (!types.is_array() || types.size() != static_cast<size_t>(c.num_layers)) {
+      return r.Error("layer_types", absl::StrCat("expected a list of ", c.num_layers, " layer types"));
+    }
+    for (size_t i = 0; i < types.size(); ++i) {
+      const std::string t = types[i].is_string() ? types[i].get<std::string>() : types[i].dump();
+      if (t == "sliding_attention") {
+        c.layer_window[i] = w;
+      } else if (t != "full_attention") {
+        return r.Error("layer_types", absl::StrCat("layer ", i, ": unsupported type \"", t,
+                                                   "\" (supported: full_attention, sliding_attention)"));
+      }
+    }
+  } else {
+    for (int i = 0; i < c.num_layers; ++i) {
+      bool sliding = true;
+      switch (a) {
+        case Architecture::kQwen2:
+        case Architecture::kQwen3: {
+          KVS_ASSIGN_OR_RETURN(int64_t first, r.Int("max_window_layers", 28, 0));
+          sliding = i >= first;
+          break;
+        }
+        case Architecture::kGemma2:
+          sliding = i % 2 == 0;
+          break;
+        case Architecture::kGemma3: {
+          KVS_ASSIGN_OR_RETURN(int64_t pattern, r.Int("sliding_window_pattern", 6));
+          sliding = (i + 1) % pattern != 0;
+          break;
+        }
+        default:
+          break;
+      }
+      if (sliding) c.layer_window[static_cast<size_t>(i)] = w;
+    }
+  }
+  if (c.any_sliding_layer()) c.sliding_window = w;
+  return absl::OkStatus();
+}
+
+// What each architecture switches on beyond the shared fields.
+absl::Status ParseArchitecture(const ConfigReader& r, ModelConfig& c) {
+  KVS_ASSIGN_OR_RETURN(bool mlp_bias, r.Bool("mlp_bias", false));
+  if (mlp_bias) return r.Error("mlp_bias", "MLP biases are not supported");
+  switch (c.architecture) {
+    case Architecture::kLlama:
+    case Architecture::kQwen3:
+    case Architecture::kGemma2:
+    case Architecture::kGemma3: {
+      KVS_ASSIGN_OR_RETURN(bool bias, r.Bool("attention_bias", false));
+      c.qkv_bias = bias;
+      c.o_bias = bias;
+      break;
+    }
+    case Architecture::kMistral:
+    case Architecture::kPhi3:
+      break;  // no biases; Phi-3's projections are fused (checkpoint_map.cc)
+    case Architecture::kQwen2:
+      c.qkv_bias = true;  // Qwen2 hard-wires q/k/v biases; o_proj has none.
+      break;
+  }
+  c.qk_norm = c.architecture == Architecture::kQwen3 || c.architecture == Architecture::kGemma3;
+  c.attention_scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  if (!IsGemma(c.architecture)) {
+    KVS_ASSIGN_OR_RETURN(std::string act, r.String("hidden_act", "silu"));
+    if (act != "silu") return r.Error("hidden_act", absl::StrCat("unsupported \"", act, "\" (supported: silu)"));
+    return absl::OkStatus();
+  }
+  // Gemma 2 and 3: https://arxiv.org/abs/2408.00118 and the Gemma 3 report; defaults as
+  // Hugging Face's Gemma2Config / Gemma3TextConfig.
+  c.sandwich_norms = true;
+  c.norm_weight_offset = true;
+  c.scale_embedding = true;
+  std::string act;
+  if (r.Has("hidden_activation")) {
+    KVS_ASSIGN_OR_RETURN(act, r.String("hidden_activation", ""));
+  } else {
+    KVS_ASSIGN_OR_RETURN(act, r.String("hidden_act", "gelu_pytorch_tanh"));
+  }
+  if (act != "gelu_pytorch_tanh") {
+    return r.Error("hidden_activation", absl::StrCat("unsupported \"", act, "\" (supported: gelu_pytorch_tanh)"));
+  }
+  c.activation = Activation::kGeluTanh;
+  KVS_ASSIGN_OR_RETURN(double qpas, r.Number("query_pre_attn_scalar", 256.0));
+  if (!(qpas > 0)) return r.Error("query_pre_attn_scalar", "must be > 0");
+  c.attention_scale = 1.0 / std::sqrt(qpas);
+  const bool gemma2 = c.architecture == Architecture::kGemma2;
+  KVS_ASSIGN_OR_RETURN(c.attn_logit_softcap, r.Number("attn_logit_softcapping", gemma2 ? 50.0 : 0.0));
+  KVS_ASSIGN_OR_RETURN(c.final_logit_softcap, r.Number("final_logit_softcapping", gemma2 ? 30.0 : 0.0));
+  if (c.attn_logit_softcap < 0 || c.final_logit_softcap < 0) {
+    return r.Error("attn_logit_softcapping", "soft caps must be >= 0 (or null)");
+  }
+  if (!gemma2) {
+    KVS_ASSIGN_OR_RETURN(double local, r.Number("rope_local_base_freq", 10000.0));
+    if (!(local > 1.0)) return r.Error("rope_local_base_freq", "must be > 1");
+    c.rope_local_theta = local;
+  }
+  return absl::OkStatus();
+}
+
+int64_t DefaultMaxPositions(Architecture a) {
+  switch (a) {
+    case Architecture::kQwen2:
+    case Architecture::kQwen3: return 32768;
+    case Architecture::kPhi3: return 4096;
+    case Architecture::kGemma2: return 8192;
+    case Architecture::kGemma3: return 131072;
+    default: return 2048;
+  }
+}
+
 }  // namespace
 
 std::string_view ArchitectureName(Architecture a) {
@@ -148,15 +277,20 @@ std::string_view ArchitectureName(Architecture a) {
     case Architecture::kLlama: return "LlamaForCausalLM";
     case Architecture::kMistral: return "MistralForCausalLM";
     case Architecture::kQwen2: return "Qwen2ForCausalLM";
+    case Architecture::kQwen3: return "Qwen3ForCausalLM";
+    case Architecture::kPhi3: return "Phi3ForCausalLM";
+    case Architecture::kGemma2: return "Gemma2ForCausalLM";
+    case Architecture::kGemma3: return "Gemma3ForCausalLM";
   }
   return "?";
 }
 
 int64_t ModelConfig::num_parameters() const {
   const int64_t d = hidden_size;
-  const int64_t per_layer = 2 * d + d * (q_size() + 2 * kv_size()) + q_size() * d +
-                            3 * d * intermediate_size + (qkv_bias ? q_size() + 2 * kv_size() : 0) +
-                            (o_bias ? d : 0);
+  const int64_t norms = sandwich_norms ? 4 * d : 2 * d;
+  const int64_t per_layer = norms + d * (q_size() + 2 * kv_size()) + q_size() * d + 3 * d * intermediate_size +
+                            (qkv_bias ? q_size() + 2 * kv_size() : 0) + (o_bias ? d : 0) +
+                            (qk_norm ? 2 * head_dim : 0);
   return num_layers * per_layer + d + vocab_size * d * (tie_word_embeddings ? 1 : 2);
 }
 
@@ -164,7 +298,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::st
   json root = json::parse(json_text.begin(), json_text.end(), nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(base::AsAbsl(origin), ": not valid JSON"));
   if (!root.is_object()) return absl::InvalidArgumentError(absl::StrCat(base::AsAbsl(origin), ": expected a JSON object"));
-  Reader r(root, origin);
+  ConfigReader r(root, origin);
   ModelConfig c;
 
   if (!r.Has("architectures") || !root.at("architectures").is_array() ||
@@ -172,16 +306,16 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::st
     return r.Error("architectures", "missing or not a list of names");
   }
   c.architecture_name = root.at("architectures")[0].get<std::string>();
-  if (c.architecture_name == "LlamaForCausalLM") {
-    c.architecture = Architecture::kLlama;
-  } else if (c.architecture_name == "MistralForCausalLM") {
-    c.architecture = Architecture::kMistral;
-  } else if (c.architecture_name == "Qwen2ForCausalLM") {
-    c.architecture = Architecture::kQwen2;
-  } else {
+  bool known = false;
+  for (Architecture a : kArchitectures) {
+    if (ArchitectureName(a) == c.architecture_name) {
+      c.architecture = a;
+      known = true;
+    }
+  }
+  if (!known) {
     return r.Error("architectures", absl::StrCat("unsupported architecture \"", c.architecture_name,
-                                                 "\" (supported: LlamaForCausalLM, "
-                                                 "MistralForCausalLM, Qwen2ForCausalLM)"));
+                                                 "\" (supported: ", SupportedArchitectures(), ")"));
   }
 
   KVS_ASSIGN_OR_RETURN(int64_t hidden, r.Int("hidden_size", std::nullopt));
@@ -200,55 +334,37 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::st
     return r.Error("num_key_value_heads", absl::StrCat(c.num_kv_heads, " does not divide num_attention_heads ",
                                                        c.num_heads));
   }
-  if (!r.Has("head_dim") && c.hidden_size % c.num_heads != 0) {
+  // Gemma's configs default head_dim to 256 rather than hidden / heads.
+  const bool gemma = IsGemma(c.architecture);
+  if (!r.Has("head_dim") && !gemma && c.hidden_size % c.num_heads != 0) {
     return r.Error("hidden_size", absl::StrCat(c.hidden_size, " is not a multiple of num_attention_heads ",
                                                c.num_heads, " and head_dim is not given"));
   }
-  KVS_ASSIGN_OR_RETURN(int64_t head_dim, r.Int("head_dim", c.hidden_size / c.num_heads));
+  KVS_ASSIGN_OR_RETURN(int64_t head_dim, r.Int("head_dim", gemma ? 256 : c.hidden_size / c.num_heads));
   KVS_ASSIGN_OR_RETURN(c.head_dim, ToInt(head_dim, r, "head_dim"));
   if (c.head_dim % 2 != 0) return r.Error("head_dim", absl::StrCat("must be even for RoPE, got ", c.head_dim));
+  // Partial rotary embeddings (Phi-4-mini) would leave the compression policies' frequency
+  // analysis, which covers every dim of a head, without a meaning for the unrotated dims.
+  KVS_ASSIGN_OR_RETURN(double prf, r.Number("partial_rotary_factor", 1.0));
+  if (prf != 1.0) return r.Error("partial_rotary_factor", absl::StrCat(prf, " is not supported (only 1.0)"));
+  c.rotary_dim = c.head_dim;
 
-  KVS_ASSIGN_OR_RETURN(std::string act, r.String("hidden_act", "silu"));
-  if (act != "silu") return r.Error("hidden_act", absl::StrCat("unsupported \"", act, "\" (supported: silu)"));
   KVS_ASSIGN_OR_RETURN(double eps, r.Number("rms_norm_eps", 1e-6));
   if (!(eps > 0)) return r.Error("rms_norm_eps", "must be > 0");
   c.rms_norm_eps = static_cast<float>(eps);
   KVS_ASSIGN_OR_RETURN(c.rope_theta, r.Number("rope_theta", 10000.0));
   if (!(c.rope_theta > 1.0)) return r.Error("rope_theta", "must be > 1");
-  KVS_RETURN_IF_ERROR(ParseRopeScaling(root, origin, c));
-  if (r.Has("partial_rotary_factor")) {
-    KVS_ASSIGN_OR_RETURN(double prf, r.Number("partial_rotary_factor", 1.0));
-    if (prf != 1.0) return r.Error("partial_rotary_factor", "only 1.0 is supported");
-  }
   KVS_ASSIGN_OR_RETURN(c.max_position_embeddings,
-                       r.Int("max_position_embeddings", c.architecture == Architecture::kQwen2 ? 32768 : 2048));
-  KVS_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.Bool("tie_word_embeddings", false));
-
-  KVS_ASSIGN_OR_RETURN(bool mlp_bias, r.Bool("mlp_bias", false));
-  if (mlp_bias) return r.Error("mlp_bias", "MLP biases are not supported");
-  switch (c.architecture) {
-    case Architecture::kLlama: {
-      KVS_ASSIGN_OR_RETURN(bool bias, r.Bool("attention_bias", false));
-      c.qkv_bias = bias;
-      c.o_bias = bias;
-      break;
-    }
-    case Architecture::kMistral:
-      break;
-    case Architecture::kQwen2:
-      c.qkv_bias = true;  // Qwen2 hard-wires q/k/v biases; o_proj has none.
-      break;
+                       r.Int("max_position_embeddings", DefaultMaxPositions(c.architecture)));
+  KVS_RETURN_IF_ERROR(ParseRopeScaling(root, origin, c));
+  c.served_context = c.max_position_embeddings;
+  if (c.rope_scaling.kind == RopeScalingKind::kDynamic) {
+    c.served_context = static_cast<int64_t>(std::floor(static_cast<double>(c.max_position_embeddings) *
+                                                       c.rope_scaling.factor));
   }
-  if (c.architecture != Architecture::kLlama && r.Has("sliding_window")) {
-    bool used = true;
-    if (c.architecture == Architecture::kQwen2) {
-      KVS_ASSIGN_OR_RETURN(used, r.Bool("use_sliding_window", false));
-    }
-    if (used) {
-      KVS_ASSIGN_OR_RETURN(int64_t window, r.Int("sliding_window", std::nullopt));
-      c.sliding_window = window;
-    }
-  }
+  KVS_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.Bool("tie_word_embeddings", gemma));
+  KVS_RETURN_IF_ERROR(ParseArchitecture(r, c));
+  KVS_RETURN_IF_ERROR(ParseLayerWindows(root, r, c));
   KVS_RETURN_IF_ERROR(ParseTokenIds(root, origin, c));
   return c;
 }
@@ -263,36 +379,7 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
 }
 
 std::vector<float> RopeInvFreq(const ModelConfig& config) {
-  const int half = config.head_dim / 2;
-  std::vector<float> out(half);
-  const RopeScaling& rs = config.rope_scaling;
-  for (int f = 0; f < half; ++f) {
-    double inv = 1.0 / std::pow(config.rope_theta, 2.0 * f / config.head_dim);
-    switch (rs.kind) {
-      case RopeScalingKind::kNone:
-        break;
-      case RopeScalingKind::kLinear:
-        inv /= rs.factor;  // positions divided by factor
-        break;
-      case RopeScalingKind::kLlama3: {
-        const double old_len = static_cast<double>(rs.original_max_position_embeddings);
-        const double low_freq_wavelen = old_len / rs.low_freq_factor;
-        const double high_freq_wavelen = old_len / rs.high_freq_factor;
-        const double wavelen = 2.0 * std::numbers::pi / inv;
-        if (wavelen > low_freq_wavelen) {
-          inv /= rs.factor;  // long wavelengths: fully interpolated
-        } else if (wavelen >= high_freq_wavelen) {
-          // Medium band: blend between interpolated and original.
-          const double smooth = (old_len / wavelen - rs.low_freq_factor) /
-                                (rs.high_freq_factor - rs.low_freq_factor);
-          inv = (1.0 - smooth) * inv / rs.factor + smooth * inv;
-        }
-        break;
-      }
-    }
-    out[f] = static_cast<float>(inv);
-  }
-  return out;
+  return ComputeRopeTable(config, config.rope_theta, /*scaled=*/true).inv_freq;
 }
 
 }  // namespace kvserve::model

@@ -1,11 +1,15 @@
-// The architecture hyper-parameters of a Hugging Face decoder checkpoint (config.json) for
-// the Llama family: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM. They share one
-// forward pass and differ only in what config.json switches on:
+// The architecture hyper-parameters of a Hugging Face decoder checkpoint (config.json).
+// Every supported architecture runs one forward pass (llama_model.h) and differs only in
+// what config.json switches on (docs/models.md has the full table):
 //
-//   architecture   q/k/v bias          o_proj bias        sliding window
-//   Llama          attention_bias      attention_bias     -
-//   Mistral        -                   -                  sliding_window (if set)
-//   Qwen2          always              -                  sliding_window if use_sliding_window
+//   architecture   q/k/v bias       q/k norm   norms            MLP        windows
+//   Llama          attention_bias   -          RMS              SwiGLU     -
+//   Mistral        -                -          RMS              SwiGLU     sliding_window: all layers
+//   Qwen2          always           -          RMS              SwiGLU     use_sliding_window: layers >= max_window_layers
+//   Qwen3          attention_bias   yes        RMS              SwiGLU     as Qwen2
+//   Phi3           - (fused qkv)    -          RMS              SwiGLU     sliding_window: all layers
+//   Gemma2         attention_bias   -          (1+w), sandwich  GeGLU      even layers (layer_types)
+//   Gemma3         attention_bias   (1+w)      (1+w), sandwich  GeGLU      5 of 6 (layer_types / pattern)
 //
 // Parsing validates everything the forward pass relies on; an unknown architecture, rope
 // type or activation is an error naming the field, never a silent approximation.
@@ -22,8 +26,9 @@
 
 namespace kvserve::model {
 
-enum class Architecture { kLlama, kMistral, kQwen2 };
-enum class RopeScalingKind { kNone, kLinear, kLlama3 };
+enum class Architecture { kLlama, kMistral, kQwen2, kQwen3, kPhi3, kGemma2, kGemma3 };
+enum class RopeScalingKind { kNone, kLinear, kLlama3, kYarn, kDynamic, kLongRope };
+enum class Activation { kSilu, kGeluTanh };  // the MLP's gate activation
 
 struct RopeScaling {
   RopeScalingKind kind = RopeScalingKind::kNone;
@@ -33,7 +38,18 @@ struct RopeScaling {
   // band between is interpolated smoothly.
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
+  // llama3, yarn, dynamic, longrope: the context the model was pre-trained for.
   int64_t original_max_position_embeddings = 8192;
+  // yarn (rope_table.h has the formulas).
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  std::optional<double> attention_factor;  // yarn and longrope: given, or derived
+  double mscale = 0.0;
+  double mscale_all_dim = 0.0;
+  bool truncate = true;
+  // longrope: per-frequency divisors, [rotary_dim / 2] each.
+  std::vector<double> short_factor;
+  std::vector<double> long_factor;
 };
 
 struct ModelConfig {
@@ -45,25 +61,55 @@ struct ModelConfig {
   int num_heads = 0;
   int num_kv_heads = 0;  // default: num_heads
   int head_dim = 0;      // default: hidden_size / num_heads
+  int rotary_dim = 0;    // dims of each head RoPE rotates: head_dim * partial_rotary_factor
   int vocab_size = 0;
   float rms_norm_eps = 1e-6f;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
+  // Gemma 3: the base of its sliding-window layers, which rotate without rope_scaling.
+  std::optional<double> rope_local_theta;
   int64_t max_position_embeddings = 2048;
+  // The longest sequence served, which fixes dynamic and longrope frequencies (rope_table.h):
+  // max_position_embeddings (times the dynamic factor) unless the server caps it lower.
+  int64_t served_context = 0;
   std::optional<int64_t> sliding_window;  // set only when the model really uses one
+  // [num_layers]: the window of each layer's attention, 0 for full attention.
+  std::vector<int32_t> layer_window;
   bool tie_word_embeddings = false;
   bool qkv_bias = false;  // q_proj / k_proj / v_proj carry biases
   bool o_bias = false;    // o_proj carries a bias
+  bool qk_norm = false;   // per-head RMSNorm of q and k before RoPE (Qwen3, Gemma 3)
+  // Gemma: post_attention_layernorm normalises the attention output before the residual
+  // add, and pre_/post_feedforward_layernorm wrap the MLP.
+  bool sandwich_norms = false;
+  // Gemma: RMSNorm multiplies by (1 + weight); the loader adds the 1 once, in fp32, as
+  // Hugging Face's Gemma RMSNorm does on every call.
+  bool norm_weight_offset = false;
+  Activation activation = Activation::kSilu;
+  // Gemma: the embedding is multiplied by sqrt(hidden_size), rounded to the checkpoint's
+  // dtype as Hugging Face's normalizer is. 0: no scaling.
+  bool scale_embedding = false;
+  // Queries are scaled by attention_scale before the softmax: head_dim^-0.5, or Gemma's
+  // query_pre_attn_scalar^-0.5.
+  double attention_scale = 0.0;
+  double attn_logit_softcap = 0.0;   // Gemma 2: scores = cap tanh(scores / cap); 0: none
+  double final_logit_softcap = 0.0;  // Gemma 2: logits = cap tanh(logits / cap); 0: none
   std::optional<int32_t> bos_token_id;
   std::vector<int32_t> eos_token_ids;
 
   int q_size() const { return num_heads * head_dim; }
   int kv_size() const { return num_kv_heads * head_dim; }
-  // Longest context computed exactly: attention here is always full, so a sliding-window
-  // model is exact only up to its window.
+  bool any_sliding_layer() const {
+    return std::any_of(layer_window.begin(), layer_window.end(), [](int32_t w) { return w > 0; });
+  }
+  // Longest context computed exactly. Until the attention kernels mask windows, a model
+  // with a sliding-window layer is exact only up to its smallest window.
   int64_t max_context() const {
-    return sliding_window ? std::min(max_position_embeddings, *sliding_window)
-                          : max_position_embeddings;
+    int64_t ctx = served_context > 0 ? served_context : max_position_embeddings;
+    for (int32_t w : layer_window) {
+      if (w > 0) ctx = std::min<int64_t>(ctx, w);
+    }
+    return ctx;
   }
   // Parameters (weights + biases) the forward pass loads.
   int64_t num_parameters() const;
@@ -74,8 +120,9 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::st
 // Reads and parses <model_dir>/config.json.
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir);
 
-// RoPE inverse frequencies after scaling: inv_freq[f] for f in [0, head_dim / 2), the exact
-// table the forward pass rotates with (TriAttention's frequency analysis reuses it).
+// RoPE inverse frequencies after scaling: inv_freq[f] for f in [0, rotary_dim / 2), the
+// exact table the forward pass's full-attention layers rotate with (TriAttention's
+// frequency analysis reuses it); rope_table.h has the general form.
 std::vector<float> RopeInvFreq(const ModelConfig& config);
 
 std::string_view ArchitectureName(Architecture a);

@@ -222,6 +222,25 @@ const SafetensorsEntry* SafetensorsFile::Find(std::string_view name) const {
   return it != entries_.end() && it->name == name ? &*it : nullptr;
 }
 
+namespace {
+// The page-aligned span covering [begin, end) of the map.
+void Advise(const std::byte* map, size_t map_size, const std::byte* begin, const std::byte* end, int advice) {
+  if (end <= begin) return;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto lo = reinterpret_cast<uintptr_t>(begin) / page * page;
+  const auto hi = std::min(reinterpret_cast<uintptr_t>(end), reinterpret_cast<uintptr_t>(map) + map_size);
+  ::madvise(reinterpret_cast<void*>(lo), hi - lo, advice);  // a hint: failure changes nothing observable
+}
+}  // namespace
+
+void SafetensorsFile::WillNeed(const SafetensorsEntry& e) const {
+  Advise(map_, map_size_, data_ + e.begin, data_ + e.end, MADV_WILLNEED);
+}
+
+void SafetensorsFile::Release(const SafetensorsEntry& e) const {
+  Advise(map_, map_size_, data_ + e.begin, data_ + e.end, MADV_DONTNEED);
+}
+
 std::span<const std::byte> SafetensorsFile::Bytes(const SafetensorsEntry& e) const {
   return {data_ + e.begin, static_cast<size_t>(e.end - e.begin)};
 }

@@ -9,7 +9,8 @@
 //                 tensors tile it exactly: no gaps, no overlaps, nothing past the end.
 //
 // Every error names the file and, where one is involved, the tensor. Tensors are converted
-// to fp32 on load (F32, F16, BF16 supported; any other dtype is an error when loaded).
+// to fp32 on load (F32, F16, BF16 supported; any other dtype is an error when loaded), or
+// read as stored by model/tensor_reader.h, which never keeps more than one tensor resident.
 #pragma once
 
 #include <cstddef>
@@ -60,6 +61,11 @@ class SafetensorsFile {
   std::span<const std::byte> Bytes(const SafetensorsEntry& e) const;
   // Converts the tensor to fp32 into `out` (exactly num_elements floats).
   absl::Status ReadF32(const SafetensorsEntry& e, std::span<float> out) const;
+  // Paging hints for the tensor's bytes: read them ahead, or drop them from this process's
+  // resident set once copied (a read-only file mapping: the next read faults them back in
+  // from the page cache, so Release is always safe).
+  void WillNeed(const SafetensorsEntry& e) const;
+  void Release(const SafetensorsEntry& e) const;
 
  private:
   SafetensorsFile() = default;

@@ -78,10 +78,23 @@ TEST_F(CalibrateFixture, LayerZeroMatchesStatisticsRecomputedFromTheWeights) {
   std::vector<int32_t> rows(tokens_);
   for (int w = 0; w < 5; ++w) rows.push_back(1);
   const int d = c.hidden_size, hd = c.head_dim, F = hd / 2;
-  const model::LayerWeights& lw = model_->weights().layer(0);
+  // Layer 0's weights as the checkpoint stores them (row-major fp32).
+  const model::LayerWeightSpecs& spec = model_->weights().map().layers[0];
+  const model::SafetensorsCheckpoint& ckpt = model_->weights().checkpoint();
+  auto read = [&](const model::WeightSpec& s) {
+    std::vector<float> v(static_cast<size_t>(s.elements()));
+    EXPECT_TRUE(model::ReadF32(ckpt, s, v).ok()) << s.names.front();
+    return v;
+  };
+  const std::vector<float> embed = read(model_->weights().map().embed), qkv = read(spec.qkv),
+                           input_norm = read(spec.input_norm);
+  const std::vector<float> qkv_bias = spec.qkv_bias.present() ? read(spec.qkv_bias) : std::vector<float>();
+  struct {
+    const float *qkv, *qkv_bias, *input_norm;
+  } lw{qkv.data(), qkv_bias.empty() ? nullptr : qkv_bias.data(), input_norm.data()};
   std::vector<double> sum(static_cast<size_t>(c.num_heads) * F * 3, 0.0);
   for (int32_t t : rows) {
-    const float* x = model_->weights().embed() + static_cast<int64_t>(t) * d;
+    const float* x = embed.data() + static_cast<int64_t>(t) * d;
     double ss = 0;
     for (int i = 0; i < d; ++i) ss += static_cast<double>(x[i]) * x[i];
     const double inv_rms = 1.0 / std::sqrt(ss / d + c.rms_norm_eps);

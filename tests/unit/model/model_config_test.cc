@@ -1,4 +1,5 @@
 #include "model/model_config.h"
+#include "model/rope_table.h"
 
 #include <cmath>
 #include <numbers>
@@ -74,10 +75,26 @@ TEST(ModelConfig, MistralAndQwenSlidingWindowCapsTheExactContext) {
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(m->architecture, Architecture::kMistral);
   EXPECT_EQ(m->max_context(), 512);
+  EXPECT_EQ(m->layer_window, (std::vector<int32_t>{512, 512}));
+  // Qwen2/3 window only the layers from max_window_layers on (Hugging Face's default 28
+  // leaves this 2-layer model unwindowed).
   auto q = ParseModelConfig(Minimal(R"(, "sliding_window": 512, "use_sliding_window": true)", "Qwen2ForCausalLM"),
                             "cfg.json");
   ASSERT_TRUE(q.ok()) << q.status();
-  EXPECT_EQ(q->max_context(), 512);
+  EXPECT_EQ(q->layer_window, (std::vector<int32_t>{0, 0}));
+  EXPECT_FALSE(q->sliding_window.has_value());
+  auto q1 = ParseModelConfig(
+      Minimal(R"(, "sliding_window": 512, "use_sliding_window": true, "max_window_layers": 1)", "Qwen3ForCausalLM"),
+      "cfg.json");
+  ASSERT_TRUE(q1.ok()) << q1.status();
+  EXPECT_EQ(q1->layer_window, (std::vector<int32_t>{0, 512}));
+  EXPECT_EQ(q1->max_context(), 512);
+  // layer_types, where given, decides.
+  auto lt = ParseModelConfig(
+      Minimal(R"(, "sliding_window": 64, "layer_types": ["full_attention", "sliding_attention"])", "MistralForCausalLM"),
+      "cfg.json");
+  ASSERT_TRUE(lt.ok()) << lt.status();
+  EXPECT_EQ(lt->layer_window, (std::vector<int32_t>{0, 64}));
   auto mnull = ParseModelConfig(Minimal(R"(, "sliding_window": null)", "MistralForCausalLM"), "cfg.json");
   ASSERT_TRUE(mnull.ok());
   EXPECT_FALSE(mnull->sliding_window.has_value());
@@ -140,8 +157,12 @@ TEST(ModelConfig, ClearErrors) {
   ExpectError(Minimal("", "GPT2LMHeadModel"), "unsupported architecture \"GPT2LMHeadModel\"");
   ExpectError(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64})", "intermediate_size: missing");
   ExpectError(Minimal(R"(, "num_key_value_heads": 3)"), "does not divide");
-  ExpectError(Minimal(R"(, "rope_scaling": {"rope_type": "yarn", "factor": 4.0})"), "unsupported rope type \"yarn\"");
-  ExpectError(Minimal(R"(, "rope_scaling": {"type": "dynamic", "factor": 2.0})"), "unsupported rope type \"dynamic\"");
+  ExpectError(Minimal(R"(, "rope_scaling": {"rope_type": "mrope", "factor": 4.0})"), "unsupported rope type \"mrope\"");
+  ExpectError(Minimal(R"(, "rope_scaling": {"type": "yarn", "factor": 0.5})"), "rope_scaling.factor: must be >= 1");
+  ExpectError(Minimal(R"(, "rope_scaling": {"rope_type": "longrope", "short_factor": [1.0]})"), "long_factor");
+  ExpectError(Minimal(R"(, "partial_rotary_factor": 0.75)"), "partial_rotary_factor");
+  ExpectError(Minimal(R"(, "layer_types": ["full_attention", "chunked_attention"], "sliding_window": 8)", "MistralForCausalLM"),
+              "chunked_attention");
   ExpectError(Minimal(R"(, "hidden_act": "gelu")"), "hidden_act");
   ExpectError(Minimal(R"(, "head_dim": 15)"), "head_dim");
   ExpectError(Minimal(R"(, "hidden_size": "big")"), "hidden_size: expected an integer");
@@ -150,6 +171,85 @@ TEST(ModelConfig, ClearErrors) {
   ExpectError("{not json", "not valid JSON");
   auto missing = LoadModelConfig("/nonexistent/dir");
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(ModelConfig, GemmaLayerPatternsAndFields) {
+  const std::string six_layers = R"({"architectures": ["Gemma3ForCausalLM"], "hidden_size": 64,
+      "intermediate_size": 128, "num_hidden_layers": 7, "num_attention_heads": 4, "num_key_value_heads": 2,
+      "head_dim": 16, "vocab_size": 100, "sliding_window": 8, "query_pre_attn_scalar": 20,
+      "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0})";
+  auto g3 = ParseModelConfig(six_layers, "cfg.json");
+  ASSERT_TRUE(g3.ok()) << g3.status();
+  EXPECT_EQ(g3->layer_window, (std::vector<int32_t>{8, 8, 8, 8, 8, 0, 8}));  // 5 local : 1 global
+  EXPECT_TRUE(g3->qk_norm);
+  EXPECT_TRUE(g3->sandwich_norms);
+  EXPECT_TRUE(g3->tie_word_embeddings);  // Gemma's default
+  EXPECT_EQ(g3->activation, Activation::kGeluTanh);
+  EXPECT_DOUBLE_EQ(g3->attention_scale, 1.0 / std::sqrt(20.0));
+  EXPECT_EQ(g3->attn_logit_softcap, 0.0);
+  ASSERT_TRUE(g3->rope_local_theta.has_value());
+  EXPECT_EQ(*g3->rope_local_theta, 10000.0);
+  auto g2 = ParseModelConfig(R"({"architectures": ["Gemma2ForCausalLM"], "hidden_size": 64,
+      "intermediate_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4, "vocab_size": 100,
+      "sliding_window": 16})",
+                             "cfg.json");
+  ASSERT_TRUE(g2.ok()) << g2.status();
+  EXPECT_EQ(g2->head_dim, 256);  // Gemma2Config's default, not hidden / heads
+  EXPECT_EQ(g2->layer_window, (std::vector<int32_t>{16, 0, 16, 0}));
+  EXPECT_EQ(g2->attn_logit_softcap, 50.0);
+  EXPECT_EQ(g2->final_logit_softcap, 30.0);
+  EXPECT_FALSE(g2->qk_norm);
+}
+
+TEST(ModelConfig, YarnFrequenciesAndAttentionFactor) {
+  // Interpolated below the correction range, extrapolated above, a ramp between; the
+  // attention factor 0.1 ln(s) + 1 (YaRN, eq. 22) when not given.
+  auto c = ParseModelConfig(Minimal(R"(, "rope_theta": 10000.0, "max_position_embeddings": 8192,
+      "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048})"),
+                            "cfg.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const RopeTable t = ComputeRopeTable(*c, c->rope_theta, true);
+  ASSERT_EQ(t.inv_freq.size(), 8u);
+  EXPECT_FLOAT_EQ(t.attention_factor, static_cast<float>(0.1 * std::log(4.0) + 1.0));
+  EXPECT_FLOAT_EQ(t.inv_freq[0], 1.0f);  // fastest frequency kept
+  const double slowest = std::pow(10000.0, -14.0 / 16);
+  EXPECT_FLOAT_EQ(t.inv_freq[7], static_cast<float>(slowest / 4));  // slowest interpolated
+  const RopeTable local = ComputeRopeTable(*c, c->rope_theta, false);
+  EXPECT_FLOAT_EQ(local.attention_factor, 1.0f);
+  EXPECT_FLOAT_EQ(local.inv_freq[7], static_cast<float>(slowest));
+  auto given = ParseModelConfig(Minimal(R"(, "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+      "attention_factor": 1.5})"),
+                                "cfg.json");
+  ASSERT_TRUE(given.ok()) << given.status();
+  EXPECT_FLOAT_EQ(ComputeRopeTable(*given, given->rope_theta, true).attention_factor, 1.5f);
+}
+
+TEST(ModelConfig, DynamicAndLongRopeAreFixedForTheServedContext) {
+  // dynamic: the base Hugging Face uses at the longest served sequence (factor x context).
+  auto d = ParseModelConfig(Minimal(R"(, "max_position_embeddings": 1024,
+      "rope_scaling": {"type": "dynamic", "factor": 2.0})"),
+                            "cfg.json");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->served_context, 2048);
+  const double base = 10000.0 * std::pow(2.0 * 2048 / 1024 - 1.0, 16.0 / 14.0);
+  EXPECT_FLOAT_EQ(RopeInvFreq(*d)[1], static_cast<float>(std::pow(base, -2.0 / 16)));
+  ModelConfig short_ctx = *d;
+  short_ctx.served_context = 1024;  // within the original context: plain RoPE, as Hugging Face
+  EXPECT_FLOAT_EQ(RopeInvFreq(short_ctx)[1], static_cast<float>(std::pow(10000.0, -2.0 / 16)));
+  // longrope: long factors past the original context, short ones within it.
+  const std::string phi = R"({"architectures": ["Phi3ForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100, "max_position_embeddings": 4096,
+      "original_max_position_embeddings": 1024, "rope_scaling": {"type": "longrope",
+      "short_factor": [1, 1, 1, 1, 1, 1, 1, 2], "long_factor": [1, 2, 3, 4, 5, 6, 7, 8]}})";
+  auto p = ParseModelConfig(phi, "cfg.json");
+  ASSERT_TRUE(p.ok()) << p.status();
+  const RopeTable lt = ComputeRopeTable(*p, p->rope_theta, true);
+  EXPECT_FLOAT_EQ(lt.inv_freq[7], static_cast<float>(std::pow(10000.0, -14.0 / 16) / 8));
+  EXPECT_FLOAT_EQ(lt.attention_factor, static_cast<float>(std::sqrt(1 + std::log(4.0) / std::log(1024.0))));
+  ModelConfig within = *p;
+  within.served_context = 1024;
+  EXPECT_FLOAT_EQ(ComputeRopeTable(within, within.rope_theta, true).inv_freq[7],
+                  static_cast<float>(std::pow(10000.0, -14.0 / 16) / 2));
 }
 
 TEST(ModelConfig, DefaultRopeTypeMeansNone) {

@@ -172,7 +172,7 @@ TEST_F(SafetensorsTest, MissingTensorNamesTensorAndFile) {
   ASSERT_TRUE(cfg.ok()) << cfg.status();
   auto ckpt = SafetensorsCheckpoint::Open(dir_.string());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status();
-  auto w = LlamaWeights::Load(*cfg, *ckpt);
+  auto w = LlamaWeights::Load(*cfg, std::move(*ckpt));
   ASSERT_FALSE(w.ok());
   const std::string msg(w.status().message());
   EXPECT_NE(msg.find("model.safetensors"), std::string::npos) << msg;
@@ -186,7 +186,7 @@ TEST_F(SafetensorsTest, WrongShapeNamesTensor) {
   auto cfg = LoadModelConfig(dir_.string());
   auto ckpt = SafetensorsCheckpoint::Open(dir_.string());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status();
-  auto w = LlamaWeights::Load(*cfg, *ckpt);
+  auto w = LlamaWeights::Load(*cfg, std::move(*ckpt));
   ASSERT_FALSE(w.ok());
   EXPECT_NE(std::string(w.status().message()).find("tensor \"model.embed_tokens.weight\": shape [64, 300], expected [300, 64]"),
             std::string::npos)

@@ -1,0 +1,201 @@
+#include "model/tensor_reader.h"
+
+#include <cstring>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/absl_compat.h"
+#include "base/check.h"
+#include "kernels/cpu/kv_quant.h"
+
+namespace kvserve::model {
+namespace {
+
+absl::Status TensorError(const SafetensorsFile& f, const std::string& name, std::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(f.path(), ": tensor \"", name, "\": ", base::AsAbsl(what)));
+}
+
+absl::StatusOr<WeightDtype> DtypeOf(const SafetensorsFile& f, const SafetensorsEntry& e) {
+  if (e.dtype == "F32") return WeightDtype::kF32;
+  if (e.dtype == "BF16") return WeightDtype::kBf16;
+  if (e.dtype == "F16") return WeightDtype::kF16;
+  return TensorError(f, e.name, absl::StrCat("dtype ", e.dtype, " is not supported (supported: F32, BF16, F16)"));
+}
+
+// The exponent-all-ones test of each format: NaN or infinity.
+bool AllFinite(const std::byte* p, int64_t n, WeightDtype d, int64_t* bad) {
+  switch (d) {
+    case WeightDtype::kF32:
+      for (int64_t i = 0; i < n; ++i) {
+        uint32_t b;
+        std::memcpy(&b, p + 4 * i, 4);
+        if ((b & 0x7f800000u) == 0x7f800000u) return *bad = i, false;
+      }
+      return true;
+    case WeightDtype::kBf16:
+    case WeightDtype::kF16: {
+      const uint16_t mask = d == WeightDtype::kBf16 ? 0x7f80 : 0x7c00;
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t b;
+        std::memcpy(&b, p + 2 * i, 2);
+        if ((b & mask) == mask) return *bad = i, false;
+      }
+      return true;
+    }
+  }
+  return true;
+}
+
+// Each tensor of the spec in order, shape-checked, with its bytes (read ahead).
+template <typename Fn>
+absl::Status ForEachTensor(const SafetensorsCheckpoint& ckpt, const WeightSpec& spec, Fn&& fn) {
+  KVS_CHECK(spec.names.size() == spec.row_counts.size(), "weight spec: names and row counts differ");
+  int64_t row = 0;
+  for (size_t i = 0; i < spec.names.size(); ++i) {
+    KVS_ASSIGN_OR_RETURN(auto found, ckpt.Find(spec.names[i]));
+    const auto& [file, entry] = found;
+    const std::vector<int64_t> want = spec.cols == 1 && entry->shape.size() == 1
+                                          ? std::vector<int64_t>{spec.row_counts[i]}
+                                          : std::vector<int64_t>{spec.row_counts[i], spec.cols};
+    if (entry->shape != want) {
+      return TensorError(*file, entry->name,
+                         absl::StrCat("shape [", absl::StrJoin(entry->shape, ", "), "], expected [",
+                                      absl::StrJoin(want, ", "), "] (from config.json)"));
+    }
+    KVS_ASSIGN_OR_RETURN(WeightDtype d, DtypeOf(*file, *entry));
+    file->WillNeed(*entry);
+    const std::span<const std::byte> bytes = file->Bytes(*entry);
+    int64_t bad = 0;
+    if (!AllFinite(bytes.data(), entry->num_elements(), d, &bad)) {
+      file->Release(*entry);
+      return TensorError(*file, entry->name, absl::StrCat("element ", bad, " is NaN or infinite (corrupt weights?)"));
+    }
+    KVS_RETURN_IF_ERROR(fn(*file, *entry, d, bytes, row));
+    row += spec.row_counts[i];
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+size_t WeightDtypeBytes(WeightDtype d) { return d == WeightDtype::kF32 ? 4 : 2; }
+
+const char* WeightDtypeName(WeightDtype d) {
+  switch (d) {
+    case WeightDtype::kF32: return "F32";
+    case WeightDtype::kBf16: return "BF16";
+    case WeightDtype::kF16: return "F16";
+  }
+  return "?";
+}
+
+absl::StatusOr<WeightDtype> SpecDtype(const SafetensorsCheckpoint& ckpt, const WeightSpec& spec) {
+  KVS_CHECK(spec.present(), "SpecDtype of an absent weight");
+  std::optional<WeightDtype> dtype;
+  for (const std::string& name : spec.names) {
+    KVS_ASSIGN_OR_RETURN(auto found, ckpt.Find(name));
+    KVS_ASSIGN_OR_RETURN(WeightDtype d, DtypeOf(*found.first, *found.second));
+    if (dtype && *dtype != d) {
+      return TensorError(*found.first, name,
+                         absl::StrCat("is ", WeightDtypeName(d), " but ", spec.names.front(), " is ",
+                                      WeightDtypeName(*dtype), "; tensors read as one matrix must share a dtype"));
+    }
+    dtype = d;
+  }
+  return *dtype;
+}
+
+absl::Status ReadRaw(const SafetensorsCheckpoint& ckpt, const WeightSpec& spec, WeightDtype dtype,
+                     std::span<std::byte> out) {
+  const size_t esize = WeightDtypeBytes(dtype);
+  KVS_CHECK(out.size() == static_cast<size_t>(spec.elements()) * esize, "ReadRaw: destination size");
+  return ForEachTensor(ckpt, spec,
+                       [&](const SafetensorsFile& f, const SafetensorsEntry& e, WeightDtype d,
+                           std::span<const std::byte> bytes, int64_t row) -> absl::Status {
+                         if (d != dtype) {
+                           return TensorError(f, e.name, absl::StrCat("is ", WeightDtypeName(d), ", expected ",
+                                                                      WeightDtypeName(dtype)));
+                         }
+                         std::memcpy(out.data() + static_cast<size_t>(row * spec.cols) * esize, bytes.data(),
+                                     bytes.size());
+                         f.Release(e);
+                         return absl::OkStatus();
+                       });
+}
+
+absl::Status ReadF32(const SafetensorsCheckpoint& ckpt, const WeightSpec& spec, std::span<float> out) {
+  KVS_CHECK(out.size() == static_cast<size_t>(spec.elements()), "ReadF32: destination size");
+  return ForEachTensor(ckpt, spec,
+                       [&](const SafetensorsFile& f, const SafetensorsEntry& e, WeightDtype d,
+                           std::span<const std::byte> bytes, int64_t row) -> absl::Status {
+                         float* dst = out.data() + row * spec.cols;
+                         const int64_t n = e.num_elements();
+                         if (d == WeightDtype::kF32) {
+                           std::memcpy(dst, bytes.data(), bytes.size());
+                         } else {
+                           for (int64_t i = 0; i < n; ++i) {
+                             uint16_t b;
+                             std::memcpy(&b, bytes.data() + 2 * i, 2);
+                             dst[i] = d == WeightDtype::kBf16 ? kernels::cpu::Bf16ToFloat(b)
+                                                              : kernels::cpu::HalfToFloat(b);
+                           }
+                         }
+                         f.Release(e);
+                         return absl::OkStatus();
+                       });
+}
+
+absl::Status ReadBf16(const SafetensorsCheckpoint& ckpt, const WeightSpec& spec, std::span<uint16_t> out) {
+  KVS_CHECK(out.size() == static_cast<size_t>(spec.elements()), "ReadBf16: destination size");
+  return ForEachTensor(ckpt, spec,
+                       [&](const SafetensorsFile& f, const SafetensorsEntry& e, WeightDtype d,
+                           std::span<const std::byte> bytes, int64_t row) -> absl::Status {
+                         uint16_t* dst = out.data() + row * spec.cols;
+                         const int64_t n = e.num_elements();
+                         if (d == WeightDtype::kBf16) {
+                           std::memcpy(dst, bytes.data(), bytes.size());
+                         } else {
+                           for (int64_t i = 0; i < n; ++i) {
+                             float x;
+                             if (d == WeightDtype::kF32) {
+                               std::memcpy(&x, bytes.data() + 4 * i, 4);
+                             } else {
+                               uint16_t b;
+                               std::memcpy(&b, bytes.data() + 2 * i, 2);
+                               x = kernels::cpu::HalfToFloat(b);
+                             }
+                             dst[i] = kernels::cpu::FloatToBf16(x);
+                           }
+                         }
+                         f.Release(e);
+                         return absl::OkStatus();
+                       });
+}
+
+absl::StatusOr<std::span<const std::byte>> MappedTensor(const SafetensorsCheckpoint& ckpt, const WeightSpec& spec,
+                                                        WeightDtype dtype) {
+  if (spec.names.size() != 1) return absl::InvalidArgumentError("MappedTensor: one tensor expected");
+  std::span<const std::byte> out;
+  KVS_RETURN_IF_ERROR(ForEachTensor(ckpt, spec,
+                                    [&](const SafetensorsFile& f, const SafetensorsEntry& e, WeightDtype d,
+                                        std::span<const std::byte> bytes, int64_t) -> absl::Status {
+                                      if (d != dtype) {
+                                        return TensorError(f, e.name, absl::StrCat("is ", WeightDtypeName(d),
+                                                                                   ", expected ",
+                                                                                   WeightDtypeName(dtype)));
+                                      }
+                                      out = bytes;
+                                      return absl::OkStatus();
+                                    }));
+  return out;
+}
+
+void ReleaseTensors(const SafetensorsCheckpoint& ckpt, const WeightSpec& spec) {
+  for (const std::string& name : spec.names) {
+    auto found = ckpt.Find(name);
+    if (found.ok()) found->first->Release(*found->second);
+  }
+}
+
+}  // namespace kvserve::model
