@@ -179,7 +179,8 @@ std::string ConfigJson(const FixtureSpec& s) {
   j["initializer_range"] = 0.02;
   j["use_cache"] = true;
   j["transformers_version"] = "4.56.0";
-  j["hidden_act"] = IsGemma(s.arch) ? "gelu_pytorch_tanh" : "silu";
+  // Gemma 2 configs carry both spellings; Gemma3TextConfig only hidden_activation.
+  if (s.arch != Arch::kGemma3) j["hidden_act"] = IsGemma(s.arch) ? "gelu_pytorch_tanh" : "silu";
   const std::vector<std::string> types = LayerTypes(s);
   switch (s.arch) {
     case Arch::kLlama:

@@ -239,6 +239,24 @@ TEST(HfFixture, ArchitectureSpecificNamesAndFields) {
   }
 }
 
+TEST(HfFixture, Qwen3MoeSparseStepPicksTheMoeLayers) {
+  FixtureDir dir("sparse_step");
+  FixtureSpec s = Qwen3MoePreset();
+  s.mlp_only_layers = {};
+  s.decoder_sparse_step = 2;  // (i + 1) % 2 == 0: only layer 1 of 0..2
+  ASSERT_TRUE(WriteRandomCheckpoint(s, dir.path()).ok());
+  auto ckpt = model::SafetensorsCheckpoint::Open(dir.path());
+  ASSERT_TRUE(ckpt.ok());
+  EXPECT_TRUE(ckpt->Contains("model.layers.0.mlp.gate_proj.weight"));
+  EXPECT_TRUE(ckpt->Contains("model.layers.1.mlp.gate.weight"));
+  EXPECT_TRUE(ckpt->Contains("model.layers.2.mlp.gate_proj.weight"));
+  auto c = LoadReferenceConfig(dir.path());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->layers[0].sparse_moe);
+  EXPECT_TRUE(c->layers[1].sparse_moe);
+  EXPECT_FALSE(c->layers[2].sparse_moe);
+}
+
 TEST(HfFixture, InconsistentSpecsAreRejected) {
   FixtureDir dir("bad");
   FixtureSpec s = Qwen2Preset();

@@ -7,6 +7,7 @@
 //    soft-caps equal none; scalings with factor 1 equal plain RoPE; MoE with one expert
 //    equals the dense model holding the same weights; MXFP4 equals its dequantised bf16.
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -353,25 +354,35 @@ TEST(HfReference, PartialRotaryLeavesTheTailDimsUnrotated) {
   EXPECT_GT(MaxDiff(MustRun(s, ids, "full_rotary"), partial), 1e-6);
 }
 
-// Copies `src` into `dst` with tensors renamed (dropping those mapped to ""), and a new config.
-void Rewrite(const std::string& src, const std::string& dst, const std::string& config,
-             const std::function<std::string(const std::string&)>& rename) {
+// Copies `src` into `dst` with a new config; `edit` may rename or change each tensor, add
+// tensors to `added`, and returns false to drop the one it was given.
+using TensorEdit = std::function<bool(TensorBlob&, std::vector<TensorBlob>& added)>;
+void Rewrite(const std::string& src, const std::string& dst, const std::string& config, const TensorEdit& edit) {
   auto ckpt = model::SafetensorsCheckpoint::Open(src);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status();
   std::vector<TensorBlob> out;
   for (const std::string& n : ckpt->TensorNames()) {
-    const std::string to = rename(n);
-    if (to.empty()) continue;
     auto f = ckpt->Find(n);
     ASSERT_TRUE(f.ok());
     const auto bytes = f->first->Bytes(*f->second);
-    TensorBlob b{to, f->second->dtype, f->second->shape, {}};
-    b.bytes.assign(reinterpret_cast<const uint8_t*>(bytes.data()), reinterpret_cast<const uint8_t*>(bytes.data()) + bytes.size());
-    out.push_back(std::move(b));
+    TensorBlob b{n, f->second->dtype, f->second->shape, {}};
+    b.bytes.assign(reinterpret_cast<const uint8_t*>(bytes.data()),
+                   reinterpret_cast<const uint8_t*>(bytes.data()) + bytes.size());
+    std::vector<TensorBlob> added;
+    if (edit(b, added)) out.push_back(std::move(b));
+    for (TensorBlob& a : added) out.push_back(std::move(a));
   }
   std::filesystem::create_directories(dst);
   std::ofstream(dst + "/config.json") << config;
   ASSERT_TRUE(WriteSafetensors(out, dst, 1).ok());
+}
+
+// Rows [begin, end) of an F32 matrix blob, as a new blob.
+TensorBlob RowSlice(const TensorBlob& m, const std::string& name, int64_t begin, int64_t end) {
+  const int64_t cols = m.shape[1];
+  TensorBlob r{name, m.dtype, {end - begin, cols}, {}};
+  r.bytes.assign(m.bytes.begin() + begin * cols * 4, m.bytes.begin() + end * cols * 4);
+  return r;
 }
 
 std::string Replace(std::string s, const std::string& from, const std::string& to) {
@@ -388,11 +399,12 @@ TEST(HfReference, OneExpertMixtralIsTheDenseMistralWithItsWeights) {
   ASSERT_TRUE(WriteRandomCheckpoint(s, moe.path()).ok());
   FixtureSpec d = MistralPreset(0);
   d.rope_theta = s.rope_theta;
-  Rewrite(moe.path(), dense.path(), ConfigJson(d), [](const std::string& n) -> std::string {
-    if (n.find("block_sparse_moe.gate.") != std::string::npos) return "";
-    std::string r = Replace(n, "block_sparse_moe.experts.0.w1", "mlp.gate_proj");
-    r = Replace(r, "block_sparse_moe.experts.0.w2", "mlp.down_proj");
-    return Replace(r, "block_sparse_moe.experts.0.w3", "mlp.up_proj");
+  Rewrite(moe.path(), dense.path(), ConfigJson(d), [](TensorBlob& b, std::vector<TensorBlob>&) {
+    if (b.name.find("block_sparse_moe.gate.") != std::string::npos) return false;
+    b.name = Replace(b.name, "block_sparse_moe.experts.0.w1", "mlp.gate_proj");
+    b.name = Replace(b.name, "block_sparse_moe.experts.0.w2", "mlp.down_proj");
+    b.name = Replace(b.name, "block_sparse_moe.experts.0.w3", "mlp.up_proj");
+    return true;
   });
   const std::vector<int32_t> ids = TestIds(20, 256);
   auto a = RunReference(moe.path(), ids);
@@ -414,9 +426,10 @@ TEST(HfReference, OneExpertQwen3MoeIsTheDenseQwen3WithItsWeights) {
   d.intermediate_size = s.intermediate_size;
   d.tie_word_embeddings = s.tie_word_embeddings;
   d.max_position_embeddings = s.max_position_embeddings;
-  Rewrite(moe.path(), dense.path(), ConfigJson(d), [](const std::string& n) -> std::string {
-    if (n.find("mlp.gate.weight") != std::string::npos) return "";
-    return Replace(n, "mlp.experts.0.", "mlp.");
+  Rewrite(moe.path(), dense.path(), ConfigJson(d), [](TensorBlob& b, std::vector<TensorBlob>&) {
+    if (b.name.find("mlp.gate.weight") != std::string::npos) return false;
+    b.name = Replace(b.name, "mlp.experts.0.", "mlp.");
+    return true;
   });
   const std::vector<int32_t> ids = TestIds(20, 256);
   auto a = RunReference(moe.path(), ids);
@@ -464,6 +477,76 @@ TEST(HfReference, GptOssSwigluClampOnlyBitesOnLargeActivations) {
   const Reference big7 = MustRun(s, ids, "big7");
   s.swiglu_limit = 1e9;
   EXPECT_GT(MaxDiff(MustRun(s, ids, "big_inf"), big7), 1e-6);
+}
+
+// Phi-3's fused projections split as [Q | K | V] and [gate | up] are the Llama model.
+TEST(HfReference, Phi3FusedProjectionsAreLlamaSplitApart) {
+  FixtureSpec s = Phi3Preset();
+  s.rope_scaling = {};
+  FixtureDir phi("phi3"), llama("llama");
+  ASSERT_TRUE(WriteRandomCheckpoint(s, phi.path()).ok());
+  FixtureSpec l = LlamaPreset();
+  l.rms_norm_eps = s.rms_norm_eps;
+  l.max_position_embeddings = s.max_position_embeddings;
+  const int64_t qd = 64, kvd = 32, inter = s.intermediate_size;
+  Rewrite(phi.path(), llama.path(), ConfigJson(l), [&](TensorBlob& b, std::vector<TensorBlob>& added) {
+    const size_t cut = b.name.find(b.name.find("self_attn.") != std::string::npos ? "self_attn." : "mlp.");
+    const std::string p = b.name.substr(0, cut);
+    if (b.name.find("qkv_proj") != std::string::npos) {
+      added.push_back(RowSlice(b, p + "self_attn.q_proj.weight", 0, qd));
+      added.push_back(RowSlice(b, p + "self_attn.k_proj.weight", qd, qd + kvd));
+      added.push_back(RowSlice(b, p + "self_attn.v_proj.weight", qd + kvd, qd + 2 * kvd));
+      return false;
+    }
+    if (b.name.find("gate_up_proj") != std::string::npos) {
+      added.push_back(RowSlice(b, p + "mlp.gate_proj.weight", 0, inter));
+      added.push_back(RowSlice(b, p + "mlp.up_proj.weight", inter, 2 * inter));
+      return false;
+    }
+    return true;
+  });
+  const std::vector<int32_t> ids = TestIds(20, 256);
+  auto a = RunReference(phi.path(), ids);
+  auto b = RunReference(llama.path(), ids);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+  EXPECT_LE(MaxDiff(*a, *b), 1e-12);
+}
+
+// Sinks add exp(sink) to each head's softmax denominator: a sink far below every score
+// changes nothing, a large one takes mass from all keys.
+TEST(HfReference, GptOssSinksVanishWhenVeryNegative) {
+  FixtureSpec s = GptOssPreset();
+  FixtureDir src("src");
+  ASSERT_TRUE(WriteRandomCheckpoint(s, src.path()).ok());
+  auto with_sinks = [&](float value, const std::string& tag) {
+    FixtureDir dir(tag);
+    Rewrite(src.path(), dir.path(), ConfigJson(s), [value](TensorBlob& b, std::vector<TensorBlob>&) {
+      if (b.name.find("self_attn.sinks") != std::string::npos) {
+        for (size_t i = 0; i < b.bytes.size(); i += 4) std::memcpy(&b.bytes[i], &value, 4);
+      }
+      return true;
+    });
+    auto r = RunReference(dir.path(), TestIds(20, 256));
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? std::move(*r) : Reference{};
+  };
+  const Reference far1 = with_sinks(-40.0f, "far1"), far2 = with_sinks(-80.0f, "far2");
+  const Reference big = with_sinks(3.0f, "big");
+  auto orig = RunReference(src.path(), TestIds(20, 256));
+  ASSERT_TRUE(orig.ok());
+  EXPECT_LE(MaxDiff(far1, far2), 1e-12);
+  EXPECT_GT(MaxDiff(big, far1), 1e-6);
+  EXPECT_GT(MaxDiff(*orig, far1), 1e-6);
+}
+
+TEST(HfReference, DerivedLayerPatternsEqualTheWrittenLayerTypes) {
+  const std::vector<int32_t> ids = TestIds(24, 256);
+  for (FixtureSpec s : {Gemma2Preset(), Gemma3Preset(), GptOssPreset()}) {
+    SCOPED_TRACE(ModelType(s.arch));
+    const Reference written = MustRun(s, ids, "written");
+    s.write_layer_types = false;
+    EXPECT_LE(MaxDiff(MustRun(s, ids, "derived"), written), 1e-12);
+  }
 }
 
 TEST(HfReference, ErrorsNameTheProblem) {
