@@ -64,7 +64,8 @@ double Uniform01(std::mt19937_64& g) { return static_cast<double>(g() >> 11) * 0
 
 class TensorSet {
  public:
-  explicit TensorSet(const FixtureSpec& spec) : spec_(spec), bf16_(spec.dtype == WeightDtype::kBf16) {}
+  explicit TensorSet(const FixtureSpec& spec)
+      : spec_(spec), bf16_(spec.dtype == WeightDtype::kBf16) {}
 
   // Uniform with mean `mean` and standard deviation `std`.
   void Add(const std::string& name, std::vector<int64_t> shape, double std, double mean = 0.0) {
@@ -92,14 +93,15 @@ class TensorSet {
 // gpt-oss experts: random MXFP4 codes for E matrices of [rows][cols] (rows = output
 // features), then either the codes or their exact dequantised values in HF's [E, cols, rows]
 // (input-major, for x @ W) layout.
-void AddMxfp4Experts(TensorSet& set, const FixtureSpec& spec, const std::string& name, int64_t experts,
-                     int64_t rows, int64_t cols) {
+void AddMxfp4Experts(TensorSet& set, const FixtureSpec& spec, const std::string& name,
+                     int64_t experts, int64_t rows, int64_t cols) {
   std::mt19937_64 g = TensorRng(spec.seed, name + "#mxfp4");
   const int64_t nb = cols / kMxfp4Block;
   std::vector<uint8_t> blocks(static_cast<size_t>(experts * rows * nb * 16));
   std::vector<uint8_t> scales(static_cast<size_t>(experts * rows * nb));
   for (auto& b : blocks) b = static_cast<uint8_t>(g() & 0xFF);
-  for (auto& s : scales) s = static_cast<uint8_t>(spec.mxfp4_scale_exponent - 1 + static_cast<int>(g() % 3));
+  for (auto& s : scales)
+    s = static_cast<uint8_t>(spec.mxfp4_scale_exponent - 1 + static_cast<int>(g() % 3));
   if (spec.expert_format == ExpertFormat::kMxfp4) {
     TensorBlob tb{name + "_blocks", "U8", {experts, rows, nb, 16}, blocks};
     TensorBlob ts{name + "_scales", "U8", {experts, rows, nb}, scales};
@@ -109,12 +111,14 @@ void AddMxfp4Experts(TensorSet& set, const FixtureSpec& spec, const std::string&
   }
   std::vector<float> values(static_cast<size_t>(experts * rows * cols));
   for (int64_t e = 0; e < experts; ++e) {
-    std::span<const uint8_t> eb(blocks.data() + e * rows * nb * 16, static_cast<size_t>(rows * nb * 16));
+    std::span<const uint8_t> eb(blocks.data() + e * rows * nb * 16,
+                                static_cast<size_t>(rows * nb * 16));
     std::span<const uint8_t> es(scales.data() + e * rows * nb, static_cast<size_t>(rows * nb));
     const std::vector<double> w = DequantMxfp4(eb, es, rows, cols);  // [rows][cols]
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < cols; ++c) {
-        values[static_cast<size_t>((e * cols + c) * rows + r)] = static_cast<float>(w[static_cast<size_t>(r * cols + c)]);
+        values[static_cast<size_t>((e * cols + c) * rows + r)] =
+            static_cast<float>(w[static_cast<size_t>(r * cols + c)]);
       }
     }
   }
@@ -127,10 +131,12 @@ absl::Status Validate(const FixtureSpec& s) {
     return absl::InvalidArgumentError(absl::StrCat("fixture spec: ", field, ": ", why));
   };
   if (!HasHeadDimField(s.arch) && s.head_dim * s.num_attention_heads != s.hidden_size) {
-    return err("head_dim", absl::StrCat(ModelType(s.arch), " has no head_dim field: it must equal hidden_size / "
+    return err("head_dim", absl::StrCat(ModelType(s.arch),
+                                        " has no head_dim field: it must equal hidden_size / "
                                         "num_attention_heads"));
   }
-  if (s.num_attention_heads % s.num_key_value_heads != 0) return err("num_key_value_heads", "must divide heads");
+  if (s.num_attention_heads % s.num_key_value_heads != 0)
+    return err("num_key_value_heads", "must divide heads");
   if (RotaryDim(s) % 2 != 0) return err("partial_rotary_factor", "rotary dim must be even");
   if (s.rope_scaling.type == "longrope") {
     const size_t half = static_cast<size_t>(RotaryDim(s) / 2);
@@ -139,13 +145,16 @@ absl::Status Validate(const FixtureSpec& s) {
     }
   }
   const bool moe = s.arch == Arch::kMixtral || s.arch == Arch::kQwen3Moe || s.arch == Arch::kGptOss;
-  if (moe && (s.num_experts <= 0 || s.num_experts_per_tok <= 0 || s.num_experts_per_tok > s.num_experts)) {
+  if (moe &&
+      (s.num_experts <= 0 || s.num_experts_per_tok <= 0 || s.num_experts_per_tok > s.num_experts)) {
     return err("num_experts", "MoE needs 0 < num_experts_per_tok <= num_experts");
   }
-  if (s.arch == Arch::kQwen3Moe && s.moe_intermediate_size <= 0) return err("moe_intermediate_size", "must be > 0");
+  if (s.arch == Arch::kQwen3Moe && s.moe_intermediate_size <= 0)
+    return err("moe_intermediate_size", "must be > 0");
   if (s.arch == Arch::kGptOss &&
       (s.hidden_size % kMxfp4Block != 0 || s.intermediate_size % kMxfp4Block != 0)) {
-    return err("intermediate_size", "gpt-oss experts need hidden and intermediate sizes that are multiples of 32");
+    return err("intermediate_size",
+               "gpt-oss experts need hidden and intermediate sizes that are multiples of 32");
   }
   if (!s.layer_types.empty() && static_cast<int>(s.layer_types.size()) != s.num_hidden_layers) {
     return err("layer_types", "needs one entry per layer");
@@ -253,10 +262,10 @@ std::string ConfigJson(const FixtureSpec& s) {
       j["router_aux_loss_coef"] = 0.9;
       j["output_router_logits"] = false;
       if (s.expert_format == ExpertFormat::kMxfp4) {
-        j["quantization_config"] = {
-            {"quant_method", "mxfp4"},
-            {"modules_to_not_convert",
-             {"model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"}}};
+        j["quantization_config"] = {{"quant_method", "mxfp4"},
+                                    {"modules_to_not_convert",
+                                     {"model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                      "model.embed_tokens", "lm_head"}}};
       }
       break;
   }
@@ -291,9 +300,10 @@ absl::Status WriteRandomCheckpoint(const FixtureSpec& s, const std::string& dir)
       set.Add(p + "self_attn.v_proj.weight", {kvd, d}, w);
     }
     set.Add(p + "self_attn.o_proj.weight", {d, qd}, w);
-    const bool qkv_bias = s.arch == Arch::kQwen2 ||
-                          (s.attention_bias && (s.arch == Arch::kLlama || s.arch == Arch::kQwen3 ||
-                                                s.arch == Arch::kQwen3Moe || s.arch == Arch::kGptOss));
+    const bool qkv_bias =
+        s.arch == Arch::kQwen2 ||
+        (s.attention_bias && (s.arch == Arch::kLlama || s.arch == Arch::kQwen3 ||
+                              s.arch == Arch::kQwen3Moe || s.arch == Arch::kGptOss));
     const bool o_bias = s.arch != Arch::kQwen2 && qkv_bias;
     if (qkv_bias) {
       set.Add(p + "self_attn.q_proj.bias", {qd}, bias_std);

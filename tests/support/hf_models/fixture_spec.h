@@ -42,13 +42,13 @@ struct RopeScalingSpec {
   // llama3, yarn (inside rope_scaling); longrope keeps it at the config's top level
   // (Phi-3), see FixtureSpec::original_max_position_embeddings.
   int64_t original_max_position_embeddings = 0;
-  double low_freq_factor = 1.0;   // llama3
-  double high_freq_factor = 4.0;  // llama3
-  std::optional<double> beta_fast, beta_slow;       // yarn (HF defaults 32 / 1)
-  std::optional<double> attention_factor;           // yarn, longrope: explicit override
-  std::optional<double> mscale, mscale_all_dim;     // yarn (DeepSeek-style ratio)
-  std::optional<bool> truncate;                     // yarn (gpt-oss writes false)
-  std::vector<double> short_factor, long_factor;    // longrope, rotary_dim / 2 each
+  double low_freq_factor = 1.0;                   // llama3
+  double high_freq_factor = 4.0;                  // llama3
+  std::optional<double> beta_fast, beta_slow;     // yarn (HF defaults 32 / 1)
+  std::optional<double> attention_factor;         // yarn, longrope: explicit override
+  std::optional<double> mscale, mscale_all_dim;   // yarn (DeepSeek-style ratio)
+  std::optional<bool> truncate;                   // yarn (gpt-oss writes false)
+  std::vector<double> short_factor, long_factor;  // longrope, rotary_dim / 2 each
 };
 
 struct FixtureSpec {
@@ -58,7 +58,7 @@ struct FixtureSpec {
   int num_hidden_layers = 2;
   int num_attention_heads = 4;
   int num_key_value_heads = 2;
-  int head_dim = 16;          // written for the families whose config carries it
+  int head_dim = 16;  // written for the families whose config carries it
   int vocab_size = 256;
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
@@ -94,7 +94,7 @@ struct FixtureSpec {
   bool norm_topk_prob = true;     // Qwen3-MoE
   int decoder_sparse_step = 1;    // Qwen3-MoE
   std::vector<int> mlp_only_layers;
-  double swiglu_limit = 7.0;       // gpt-oss
+  double swiglu_limit = 7.0;  // gpt-oss
   ExpertFormat expert_format = ExpertFormat::kDequantised;
 
   // Storage and randomness.

@@ -11,12 +11,12 @@
 namespace kvserve::testing::hf {
 
 FixtureSpec LlamaPreset();
-FixtureSpec Qwen2Preset();   // q/k/v biases, tied embeddings off, use_sliding_window false
-FixtureSpec Qwen3Preset();   // q_norm / k_norm, explicit head_dim 32 (≠ hidden / heads)
+FixtureSpec Qwen2Preset();  // q/k/v biases, tied embeddings off, use_sliding_window false
+FixtureSpec Qwen3Preset();  // q_norm / k_norm, explicit head_dim 32 (≠ hidden / heads)
 FixtureSpec MistralPreset(int sliding_window);  // window 0: sliding_window null
-FixtureSpec Gemma2Preset();  // softcaps 50 / 30, window 8, even layers slide, tied
-FixtureSpec Gemma3Preset();  // 6 layers (5 local : 1 global), window 8, q/k norm, tied
-FixtureSpec Phi3Preset();    // fused qkv / gate_up, longrope (short/long), L0 16
+FixtureSpec Gemma2Preset();    // softcaps 50 / 30, window 8, even layers slide, tied
+FixtureSpec Gemma3Preset();    // 6 layers (5 local : 1 global), window 8, q/k norm, tied
+FixtureSpec Phi3Preset();      // fused qkv / gate_up, longrope (short/long), L0 16
 FixtureSpec Phi4MiniPreset();  // Phi3 with partial_rotary_factor 0.75, tied
 FixtureSpec MixtralPreset();   // 4 experts, top-2
 FixtureSpec Qwen3MoePreset();  // 4 experts, top-2, layer 1 dense (mlp_only_layers)

@@ -20,31 +20,49 @@ absl::Status Error(const std::string& field, const std::string& why) {
 
 // Fields with no effect on the logits of a causal forward (dropouts, init, bookkeeping).
 const std::set<std::string>& InertFields() {
-  static const std::set<std::string> k = {
-      "architectures", "model_type", "torch_dtype", "dtype", "transformers_version", "_name_or_path",
-      "bos_token_id", "eos_token_id", "pad_token_id", "attention_dropout", "initializer_range", "use_cache",
-      "output_router_logits", "router_aux_loss_coef", "embd_pdrop", "resid_pdrop", "cache_implementation",
-      "pretraining_tp", "router_jitter_noise", "initial_context_length"};
+  static const std::set<std::string> k = {"architectures",        "model_type",
+                                          "torch_dtype",          "dtype",
+                                          "transformers_version", "_name_or_path",
+                                          "bos_token_id",         "eos_token_id",
+                                          "pad_token_id",         "attention_dropout",
+                                          "initializer_range",    "use_cache",
+                                          "output_router_logits", "router_aux_loss_coef",
+                                          "embd_pdrop",           "resid_pdrop",
+                                          "cache_implementation", "pretraining_tp",
+                                          "router_jitter_noise",  "initial_context_length"};
   return k;
 }
 
 std::set<std::string> KnownFields(Arch a) {
-  std::set<std::string> k = {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                             "num_key_value_heads", "vocab_size", "rms_norm_eps", "rope_theta", "rope_scaling",
-                             "max_position_embeddings", "tie_word_embeddings", "hidden_act", "layer_types"};
+  std::set<std::string> k = {"hidden_size",         "intermediate_size",
+                             "num_hidden_layers",   "num_attention_heads",
+                             "num_key_value_heads", "vocab_size",
+                             "rms_norm_eps",        "rope_theta",
+                             "rope_scaling",        "max_position_embeddings",
+                             "tie_word_embeddings", "hidden_act",
+                             "layer_types"};
   auto add = [&k](std::initializer_list<const char*> names) {
     for (const char* n : names) k.insert(n);
   };
   switch (a) {
-    case Arch::kLlama: add({"head_dim", "attention_bias", "mlp_bias"}); break;
-    case Arch::kQwen2: add({"sliding_window", "use_sliding_window", "max_window_layers"}); break;
-    case Arch::kQwen3: add({"head_dim", "attention_bias", "sliding_window", "use_sliding_window", "max_window_layers"}); break;
-    case Arch::kQwen3Moe:
-      add({"head_dim", "attention_bias", "sliding_window", "use_sliding_window", "max_window_layers", "num_experts",
-           "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob", "decoder_sparse_step",
-           "mlp_only_layers"});
+    case Arch::kLlama:
+      add({"head_dim", "attention_bias", "mlp_bias"});
       break;
-    case Arch::kMistral: add({"head_dim", "sliding_window"}); break;
+    case Arch::kQwen2:
+      add({"sliding_window", "use_sliding_window", "max_window_layers"});
+      break;
+    case Arch::kQwen3:
+      add({"head_dim", "attention_bias", "sliding_window", "use_sliding_window",
+           "max_window_layers"});
+      break;
+    case Arch::kQwen3Moe:
+      add({"head_dim", "attention_bias", "sliding_window", "use_sliding_window",
+           "max_window_layers", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+           "norm_topk_prob", "decoder_sparse_step", "mlp_only_layers"});
+      break;
+    case Arch::kMistral:
+      add({"head_dim", "sliding_window"});
+      break;
     case Arch::kGemma2:
     case Arch::kGemma3:
       add({"head_dim", "hidden_activation", "query_pre_attn_scalar", "attn_logit_softcapping",
@@ -52,20 +70,23 @@ std::set<std::string> KnownFields(Arch a) {
       if (a == Arch::kGemma3) add({"sliding_window_pattern", "rope_local_base_freq"});
       break;
     case Arch::kPhi3:
-      add({"original_max_position_embeddings", "partial_rotary_factor", "sliding_window", "attention_bias"});
+      add({"original_max_position_embeddings", "partial_rotary_factor", "sliding_window",
+           "attention_bias"});
       break;
-    case Arch::kMixtral: add({"head_dim", "num_local_experts", "num_experts_per_tok", "sliding_window"}); break;
+    case Arch::kMixtral:
+      add({"head_dim", "num_local_experts", "num_experts_per_tok", "sliding_window"});
+      break;
     case Arch::kGptOss:
-      add({"head_dim", "attention_bias", "num_local_experts", "num_experts_per_tok", "experts_per_token",
-           "swiglu_limit", "sliding_window", "quantization_config"});
+      add({"head_dim", "attention_bias", "num_local_experts", "num_experts_per_tok",
+           "experts_per_token", "swiglu_limit", "sliding_window", "quantization_config"});
       break;
   }
   return k;
 }
 
 std::optional<Arch> ArchFromName(const std::string& name) {
-  for (Arch a : {Arch::kLlama, Arch::kQwen2, Arch::kQwen3, Arch::kMistral, Arch::kGemma2, Arch::kGemma3, Arch::kPhi3,
-                 Arch::kMixtral, Arch::kQwen3Moe, Arch::kGptOss}) {
+  for (Arch a : {Arch::kLlama, Arch::kQwen2, Arch::kQwen3, Arch::kMistral, Arch::kGemma2,
+                 Arch::kGemma3, Arch::kPhi3, Arch::kMixtral, Arch::kQwen3Moe, Arch::kGptOss}) {
     if (ArchitectureName(a) == name) return a;
   }
   return std::nullopt;
@@ -104,11 +125,11 @@ struct Reader {
 };
 
 // Assigns the value of a StatusOr expression to an existing lvalue or returns its error.
-#define REF_ASSIGN(lhs, expr)                        \
-  do {                                               \
-    auto ref_tmp_ = (expr);                          \
-    if (!ref_tmp_.ok()) return ref_tmp_.status();    \
-    lhs = std::move(*ref_tmp_);                      \
+#define REF_ASSIGN(lhs, expr)                     \
+  do {                                            \
+    auto ref_tmp_ = (expr);                       \
+    if (!ref_tmp_.ok()) return ref_tmp_.status(); \
+    lhs = std::move(*ref_tmp_);                   \
   } while (0)
 
 absl::StatusOr<RopeParams> ParseRope(const json& root, Arch arch, double theta, int rotary_dim,
@@ -144,28 +165,38 @@ absl::StatusOr<RopeParams> ParseRope(const json& root, Arch arch, double theta, 
     REF_ASSIGN(p.high_freq_factor, r.Num("high_freq_factor", std::nullopt));
     REF_ASSIGN(p.original_max, r.Int("original_max_position_embeddings", std::nullopt));
   } else if (type == "yarn") {
-    allow({"factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "attention_factor", "mscale",
-           "mscale_all_dim", "truncate"});
+    allow({"factor", "original_max_position_embeddings", "beta_fast", "beta_slow",
+           "attention_factor", "mscale", "mscale_all_dim", "truncate"});
     REF_ASSIGN(p.original_max, r.Int("original_max_position_embeddings", max_pos));
     // transformers v5: an absent factor is the context ratio.
-    REF_ASSIGN(p.factor, r.Num("factor", static_cast<double>(max_pos) / static_cast<double>(p.original_max)));
+    REF_ASSIGN(p.factor,
+               r.Num("factor", static_cast<double>(max_pos) / static_cast<double>(p.original_max)));
     REF_ASSIGN(p.beta_fast, r.Num("beta_fast", 32.0));
     REF_ASSIGN(p.beta_slow, r.Num("beta_slow", 1.0));
     REF_ASSIGN(p.truncate, r.Bool("truncate", true));
-    if (r.Has("attention_factor")) { REF_ASSIGN(p.attention_factor, r.Num("attention_factor", std::nullopt)); }
-    if (r.Has("mscale")) { REF_ASSIGN(p.mscale, r.Num("mscale", std::nullopt)); }
-    if (r.Has("mscale_all_dim")) { REF_ASSIGN(p.mscale_all_dim, r.Num("mscale_all_dim", std::nullopt)); }
+    if (r.Has("attention_factor")) {
+      REF_ASSIGN(p.attention_factor, r.Num("attention_factor", std::nullopt));
+    }
+    if (r.Has("mscale")) {
+      REF_ASSIGN(p.mscale, r.Num("mscale", std::nullopt));
+    }
+    if (r.Has("mscale_all_dim")) {
+      REF_ASSIGN(p.mscale_all_dim, r.Num("mscale_all_dim", std::nullopt));
+    }
   } else if (type == "longrope") {
-    allow({"short_factor", "long_factor", "factor", "attention_factor", "original_max_position_embeddings"});
+    allow({"short_factor", "long_factor", "factor", "attention_factor",
+           "original_max_position_embeddings"});
     for (const char* k : {"short_factor", "long_factor"}) {
-      if (!rs.contains(k) || !rs.at(k).is_array()) return Error(absl::StrCat("rope_scaling.", k), "required list");
+      if (!rs.contains(k) || !rs.at(k).is_array())
+        return Error(absl::StrCat("rope_scaling.", k), "required list");
       std::vector<double> v;
       for (const json& x : rs.at(k)) {
         if (!x.is_number()) return Error(absl::StrCat("rope_scaling.", k), "expected numbers");
         v.push_back(x.get<double>());
       }
       if (static_cast<int>(v.size()) != rotary_dim / 2) {
-        return Error(absl::StrCat("rope_scaling.", k), absl::StrCat(v.size(), " entries, rotary_dim / 2 is ", rotary_dim / 2));
+        return Error(absl::StrCat("rope_scaling.", k),
+                     absl::StrCat(v.size(), " entries, rotary_dim / 2 is ", rotary_dim / 2));
       }
       (std::string(k) == "short_factor" ? p.short_factor : p.long_factor) = std::move(v);
     }
@@ -176,15 +207,20 @@ absl::StatusOr<RopeParams> ParseRope(const json& root, Arch arch, double theta, 
     } else {
       REF_ASSIGN(p.original_max, top.Int("original_max_position_embeddings", std::nullopt));
     }
-    REF_ASSIGN(p.factor, r.Num("factor", static_cast<double>(max_pos) / static_cast<double>(p.original_max)));
-    if (r.Has("attention_factor")) { REF_ASSIGN(p.attention_factor, r.Num("attention_factor", std::nullopt)); }
+    REF_ASSIGN(p.factor,
+               r.Num("factor", static_cast<double>(max_pos) / static_cast<double>(p.original_max)));
+    if (r.Has("attention_factor")) {
+      REF_ASSIGN(p.attention_factor, r.Num("attention_factor", std::nullopt));
+    }
   } else {
     return Error("rope_scaling", absl::StrCat("unknown rope type \"", type, "\""));
   }
   for (const auto& [k, v] : rs.items()) {
-    if (!allowed.count(k)) return Error(absl::StrCat("rope_scaling.", k), absl::StrCat("unknown field for ", type));
+    if (!allowed.count(k))
+      return Error(absl::StrCat("rope_scaling.", k), absl::StrCat("unknown field for ", type));
   }
-  if (p.original_max < 0 || (type != "default" && type != "linear" && type != "dynamic" && p.original_max <= 0)) {
+  if (p.original_max < 0 ||
+      (type != "default" && type != "linear" && type != "dynamic" && p.original_max <= 0)) {
     return Error("original_max_position_embeddings", "must be > 0");
   }
   (void)arch;
@@ -203,19 +239,20 @@ absl::StatusOr<ReferenceConfig> ParseReferenceConfig(std::string_view text) {
   if (root.is_discarded() || !root.is_object()) return Error("", "not a JSON object");
   Reader r{root};
   ReferenceConfig c;
-  if (!root.contains("architectures") || !root.at("architectures").is_array() || root.at("architectures").size() != 1 ||
-      !root.at("architectures")[0].is_string()) {
+  if (!root.contains("architectures") || !root.at("architectures").is_array() ||
+      root.at("architectures").size() != 1 || !root.at("architectures")[0].is_string()) {
     return Error("architectures", "expected a list of one name");
   }
   c.architecture = root.at("architectures")[0].get<std::string>();
   const std::optional<Arch> arch = ArchFromName(c.architecture);
-  if (!arch) return Error("architectures", absl::StrCat("unknown architecture \"", c.architecture, "\""));
+  if (!arch)
+    return Error("architectures", absl::StrCat("unknown architecture \"", c.architecture, "\""));
   c.arch = *arch;
   std::string model_type;
   REF_ASSIGN(model_type, r.Str("model_type", ""));
   if (model_type != ModelType(c.arch)) {
-    return Error("model_type", absl::StrCat("\"", model_type, "\" does not match ", c.architecture, " (\"",
-                                            ModelType(c.arch), "\")"));
+    return Error("model_type", absl::StrCat("\"", model_type, "\" does not match ", c.architecture,
+                                            " (\"", ModelType(c.arch), "\")"));
   }
   const std::set<std::string> known = KnownFields(c.arch);
   for (const auto& [k, v] : root.items()) {
@@ -224,13 +261,20 @@ absl::StatusOr<ReferenceConfig> ParseReferenceConfig(std::string_view text) {
     }
   }
   int64_t v = 0;
-  REF_ASSIGN(v, r.Int("hidden_size", std::nullopt)); c.hidden_size = static_cast<int>(v);
-  REF_ASSIGN(v, r.Int("intermediate_size", std::nullopt)); c.intermediate_size = static_cast<int>(v);
-  REF_ASSIGN(v, r.Int("num_hidden_layers", std::nullopt)); c.num_layers = static_cast<int>(v);
-  REF_ASSIGN(v, r.Int("num_attention_heads", std::nullopt)); c.num_heads = static_cast<int>(v);
-  REF_ASSIGN(v, r.Int("num_key_value_heads", c.num_heads)); c.num_kv_heads = static_cast<int>(v);
-  REF_ASSIGN(v, r.Int("vocab_size", std::nullopt)); c.vocab_size = static_cast<int>(v);
-  REF_ASSIGN(v, r.Int("head_dim", c.hidden_size / c.num_heads)); c.head_dim = static_cast<int>(v);
+  REF_ASSIGN(v, r.Int("hidden_size", std::nullopt));
+  c.hidden_size = static_cast<int>(v);
+  REF_ASSIGN(v, r.Int("intermediate_size", std::nullopt));
+  c.intermediate_size = static_cast<int>(v);
+  REF_ASSIGN(v, r.Int("num_hidden_layers", std::nullopt));
+  c.num_layers = static_cast<int>(v);
+  REF_ASSIGN(v, r.Int("num_attention_heads", std::nullopt));
+  c.num_heads = static_cast<int>(v);
+  REF_ASSIGN(v, r.Int("num_key_value_heads", c.num_heads));
+  c.num_kv_heads = static_cast<int>(v);
+  REF_ASSIGN(v, r.Int("vocab_size", std::nullopt));
+  c.vocab_size = static_cast<int>(v);
+  REF_ASSIGN(v, r.Int("head_dim", c.hidden_size / c.num_heads));
+  c.head_dim = static_cast<int>(v);
   if (c.num_heads <= 0 || c.num_kv_heads <= 0 || c.num_heads % c.num_kv_heads != 0) {
     return Error("num_key_value_heads", "must divide num_attention_heads");
   }
@@ -248,7 +292,8 @@ absl::StatusOr<ReferenceConfig> ParseReferenceConfig(std::string_view text) {
   std::string act;
   if (c.gemma) {
     REF_ASSIGN(act, r.Str("hidden_activation", "gelu_pytorch_tanh"));
-    if (act != "gelu_pytorch_tanh") return Error("hidden_activation", absl::StrCat("unsupported \"", act, "\""));
+    if (act != "gelu_pytorch_tanh")
+      return Error("hidden_activation", absl::StrCat("unsupported \"", act, "\""));
   } else {
     REF_ASSIGN(act, r.Str("hidden_act", "silu"));
     if (act != "silu") return Error("hidden_act", absl::StrCat("unsupported \"", act, "\""));
@@ -262,17 +307,25 @@ absl::StatusOr<ReferenceConfig> ParseReferenceConfig(std::string_view text) {
   bool attention_bias = false;
   REF_ASSIGN(attention_bias, r.Bool("attention_bias", c.arch == Arch::kGptOss));
   switch (c.arch) {
-    case Arch::kQwen2: c.qkv_bias = true; break;
-    case Arch::kLlama: case Arch::kQwen3: case Arch::kQwen3Moe: case Arch::kGptOss:
+    case Arch::kQwen2:
+      c.qkv_bias = true;
+      break;
+    case Arch::kLlama:
+    case Arch::kQwen3:
+    case Arch::kQwen3Moe:
+    case Arch::kGptOss:
       c.qkv_bias = c.o_bias = attention_bias;
       break;
     default:
-      if (attention_bias) return Error("attention_bias", absl::StrCat("true is not modelled for ", c.architecture));
+      if (attention_bias)
+        return Error("attention_bias", absl::StrCat("true is not modelled for ", c.architecture));
   }
 
   // Attention scale and soft-capping.
   double scalar = c.head_dim;
-  if (c.gemma) { REF_ASSIGN(scalar, r.Num("query_pre_attn_scalar", std::nullopt)); }
+  if (c.gemma) {
+    REF_ASSIGN(scalar, r.Num("query_pre_attn_scalar", std::nullopt));
+  }
   c.attn_scaling = 1.0 / std::sqrt(scalar);
   if (c.gemma && r.Has("attn_logit_softcapping")) {
     REF_ASSIGN(c.attn_softcap, r.Num("attn_logit_softcapping", std::nullopt));
@@ -282,19 +335,25 @@ absl::StatusOr<ReferenceConfig> ParseReferenceConfig(std::string_view text) {
   }
   // Gemma: the normaliser is a tensor in the activation dtype (HF Gemma2Model.forward;
   // Gemma3TextScaledWordEmbedding casts embed_scale to the weight dtype).
-  if (c.gemma) c.embed_scale = RoundToDtype(std::sqrt(static_cast<double>(c.hidden_size)), c.torch_dtype);
+  if (c.gemma)
+    c.embed_scale = RoundToDtype(std::sqrt(static_cast<double>(c.hidden_size)), c.torch_dtype);
 
   // MoE.
   if (c.arch == Arch::kMixtral || c.arch == Arch::kGptOss) {
-    REF_ASSIGN(v, r.Int("num_local_experts", std::nullopt)); c.num_experts = static_cast<int>(v);
+    REF_ASSIGN(v, r.Int("num_local_experts", std::nullopt));
+    c.num_experts = static_cast<int>(v);
   } else if (c.arch == Arch::kQwen3Moe) {
-    REF_ASSIGN(v, r.Int("num_experts", std::nullopt)); c.num_experts = static_cast<int>(v);
-    REF_ASSIGN(v, r.Int("moe_intermediate_size", std::nullopt)); c.moe_intermediate_size = static_cast<int>(v);
+    REF_ASSIGN(v, r.Int("num_experts", std::nullopt));
+    c.num_experts = static_cast<int>(v);
+    REF_ASSIGN(v, r.Int("moe_intermediate_size", std::nullopt));
+    c.moe_intermediate_size = static_cast<int>(v);
     REF_ASSIGN(c.norm_topk_prob, r.Bool("norm_topk_prob", false));
   }
   if (c.num_experts > 0) {
-    REF_ASSIGN(v, r.Int("num_experts_per_tok", std::nullopt)); c.top_k = static_cast<int>(v);
-    if (c.top_k <= 0 || c.top_k > c.num_experts) return Error("num_experts_per_tok", "must be in [1, experts]");
+    REF_ASSIGN(v, r.Int("num_experts_per_tok", std::nullopt));
+    c.top_k = static_cast<int>(v);
+    if (c.top_k <= 0 || c.top_k > c.num_experts)
+      return Error("num_experts_per_tok", "must be in [1, experts]");
   }
   if (c.arch == Arch::kGptOss) {
     REF_ASSIGN(c.swiglu_limit, r.Num("swiglu_limit", 7.0));
@@ -320,7 +379,8 @@ absl::StatusOr<ReferenceConfig> ParseReferenceConfig(std::string_view text) {
   }
   std::vector<std::string> types;
   if (r.Has("layer_types")) {
-    if (!root.at("layer_types").is_array() || static_cast<int>(root.at("layer_types").size()) != c.num_layers) {
+    if (!root.at("layer_types").is_array() ||
+        static_cast<int>(root.at("layer_types").size()) != c.num_layers) {
       return Error("layer_types", "expected one entry per layer");
     }
     for (const json& t : root.at("layer_types")) {
@@ -337,7 +397,9 @@ absl::StatusOr<ReferenceConfig> ParseReferenceConfig(std::string_view text) {
       REF_ASSIGN(use_sw, r.Bool("use_sliding_window", false));
       REF_ASSIGN(max_window_layers, r.Int("max_window_layers", 0));
     }
-    if (c.arch == Arch::kGemma3) { REF_ASSIGN(pattern, r.Int("sliding_window_pattern", 6)); }
+    if (c.arch == Arch::kGemma3) {
+      REF_ASSIGN(pattern, r.Int("sliding_window_pattern", 6));
+    }
     for (int i = 0; i < c.num_layers; ++i) {
       bool sliding = window.has_value();
       if (c.arch == Arch::kGemma2 || c.arch == Arch::kGptOss) sliding = sliding && (i + 1) % 2 != 0;
@@ -357,7 +419,8 @@ absl::StatusOr<ReferenceConfig> ParseReferenceConfig(std::string_view text) {
   REF_ASSIGN(max_pos, r.Int("max_position_embeddings", std::nullopt));
   const int rotary_dim = static_cast<int>(c.head_dim * prf);
   if (rotary_dim <= 0 || rotary_dim % 2 != 0 || rotary_dim > c.head_dim) {
-    return Error("partial_rotary_factor", absl::StrCat("rotary dim ", rotary_dim, " must be even and <= head_dim"));
+    return Error("partial_rotary_factor",
+                 absl::StrCat("rotary dim ", rotary_dim, " must be even and <= head_dim"));
   }
   absl::StatusOr<RopeParams> global_rope = ParseRope(root, c.arch, theta, rotary_dim, max_pos);
   if (!global_rope.ok()) return global_rope.status();
@@ -377,7 +440,8 @@ absl::StatusOr<ReferenceConfig> ParseReferenceConfig(std::string_view text) {
     REF_ASSIGN(sparse_step, r.Int("decoder_sparse_step", 1));
     if (sparse_step <= 0) return Error("decoder_sparse_step", "must be > 0");
     if (r.Has("mlp_only_layers")) {
-      if (!root.at("mlp_only_layers").is_array()) return Error("mlp_only_layers", "expected a list");
+      if (!root.at("mlp_only_layers").is_array())
+        return Error("mlp_only_layers", "expected a list");
       for (const json& x : root.at("mlp_only_layers")) {
         if (!x.is_number_integer()) return Error("mlp_only_layers", "expected integers");
         mlp_only.insert(x.get<int64_t>());
@@ -387,11 +451,12 @@ absl::StatusOr<ReferenceConfig> ParseReferenceConfig(std::string_view text) {
   for (int i = 0; i < c.num_layers; ++i) {
     LayerConfig l;
     l.sliding = types[static_cast<size_t>(i)] == "sliding_attention";
-    if (l.sliding && !window) return Error("layer_types", "sliding_attention without a sliding_window");
+    if (l.sliding && !window)
+      return Error("layer_types", "sliding_attention without a sliding_window");
     l.window = l.sliding ? *window : 0;
     l.rope = (c.arch == Arch::kGemma3 && l.sliding) ? local_rope : *global_rope;
-    l.sparse_moe = c.num_experts > 0 &&
-                   (c.arch != Arch::kQwen3Moe || (!mlp_only.count(i) && (i + 1) % sparse_step == 0));
+    l.sparse_moe = c.num_experts > 0 && (c.arch != Arch::kQwen3Moe ||
+                                         (!mlp_only.count(i) && (i + 1) % sparse_step == 0));
     c.layers.push_back(std::move(l));
   }
   return c;

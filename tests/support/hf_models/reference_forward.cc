@@ -23,8 +23,8 @@ struct LayerWeights {
   Vec q_norm, k_norm, sinks;
   int inter = 0;  // rows of gate / up (dense or per expert)
   Vec gate, up, down;
-  Vec router, router_bias;                  // [E][D], [E]
-  std::vector<Vec> e_gate, e_up, e_down;    // Mixtral / Qwen3-MoE, per expert
+  Vec router, router_bias;                                  // [E][D], [E]
+  std::vector<Vec> e_gate, e_up, e_down;                    // Mixtral / Qwen3-MoE, per expert
   std::vector<Vec> e_gate_up, e_gate_up_bias, e_down_bias;  // gpt-oss; e_down reused
 };
 
@@ -47,11 +47,13 @@ class TensorLoader {
     if (!found.ok()) return found.status();
     const auto* e = found->second;
     if (e->shape != shape) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor \"", name, "\": shape [", absl::StrJoin(e->shape, ", "),
-                                                     "], expected [", absl::StrJoin(shape, ", "), "]"));
+      return absl::InvalidArgumentError(absl::StrCat("tensor \"", name, "\": shape [",
+                                                     absl::StrJoin(e->shape, ", "), "], expected [",
+                                                     absl::StrJoin(shape, ", "), "]"));
     }
     if (e->dtype != "F32" && e->dtype != "BF16") {
-      return absl::InvalidArgumentError(absl::StrCat("tensor \"", name, "\": dtype ", e->dtype, " (F32 or BF16)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor \"", name, "\": dtype ", e->dtype, " (F32 or BF16)"));
     }
     std::vector<float> f(static_cast<size_t>(e->num_elements()));
     if (auto st = found->first->ReadF32(*e, f); !st.ok()) return st;
@@ -59,14 +61,15 @@ class TensorLoader {
     return Vec(f.begin(), f.end());
   }
 
-  absl::StatusOr<std::span<const uint8_t>> Bytes(const std::string& name, std::vector<int64_t> shape) {
+  absl::StatusOr<std::span<const uint8_t>> Bytes(const std::string& name,
+                                                 std::vector<int64_t> shape) {
     auto found = ckpt_.Find(name);
     if (!found.ok()) return found.status();
     const auto* e = found->second;
     if (e->shape != shape || e->dtype != "U8") {
-      return absl::InvalidArgumentError(absl::StrCat("tensor \"", name, "\": ", e->dtype, " [",
-                                                     absl::StrJoin(e->shape, ", "), "], expected U8 [",
-                                                     absl::StrJoin(shape, ", "), "]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor \"", name, "\": ", e->dtype, " [", absl::StrJoin(e->shape, ", "),
+                       "], expected U8 [", absl::StrJoin(shape, ", "), "]"));
     }
     used_.insert(name);
     auto b = found->first->Bytes(*e);
@@ -77,7 +80,8 @@ class TensorLoader {
   // has a part the oracle does not model.
   absl::Status CheckAllUsed() const {
     for (const std::string& n : ckpt_.TensorNames()) {
-      if (!used_.count(n)) return absl::InvalidArgumentError(absl::StrCat("unexpected tensor \"", n, "\""));
+      if (!used_.count(n))
+        return absl::InvalidArgumentError(absl::StrCat("unexpected tensor \"", n, "\""));
     }
     return absl::OkStatus();
   }
@@ -88,11 +92,11 @@ class TensorLoader {
 };
 
 // Assigns the value of a StatusOr expression to an existing lvalue or returns its error.
-#define REF_LOAD(lhs, expr)                          \
-  do {                                               \
-    auto ref_tmp_ = (expr);                          \
-    if (!ref_tmp_.ok()) return ref_tmp_.status();    \
-    lhs = std::move(*ref_tmp_);                      \
+#define REF_LOAD(lhs, expr)                       \
+  do {                                            \
+    auto ref_tmp_ = (expr);                       \
+    if (!ref_tmp_.ok()) return ref_tmp_.status(); \
+    lhs = std::move(*ref_tmp_);                   \
   } while (0)
 
 Vec Rows(const Vec& m, int64_t cols, int64_t begin, int64_t end) {
@@ -103,13 +107,15 @@ Vec Rows(const Vec& m, int64_t cols, int64_t begin, int64_t end) {
 Vec Transpose(std::span<const double> m, int64_t rows, int64_t cols) {
   Vec t(static_cast<size_t>(rows * cols));
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) t[static_cast<size_t>(c * rows + r)] = m[static_cast<size_t>(r * cols + c)];
+    for (int64_t c = 0; c < cols; ++c)
+      t[static_cast<size_t>(c * rows + r)] = m[static_cast<size_t>(r * cols + c)];
   }
   return t;
 }
 
 absl::Status LoadLayer(TensorLoader& ld, const ReferenceConfig& c, int i, LayerWeights& w) {
-  const int64_t d = c.hidden_size, hd = c.head_dim, qd = c.num_heads * hd, kvd = c.num_kv_heads * hd;
+  const int64_t d = c.hidden_size, hd = c.head_dim, qd = c.num_heads * hd,
+                kvd = c.num_kv_heads * hd;
   const std::string p = absl::StrCat("model.layers.", i, ".");
   REF_LOAD(w.input_norm, ld.Float(p + "input_layernorm.weight", {d}));
   REF_LOAD(w.post_attn_norm, ld.Float(p + "post_attention_layernorm.weight", {d}));
@@ -198,11 +204,15 @@ absl::Status LoadLayer(TensorLoader& ld, const ReferenceConfig& c, int i, LayerW
       REF_LOAD(gs, ld.Bytes(gu + "_scales", {e, 2 * in, d / kMxfp4Block}));
       REF_LOAD(dbk, ld.Bytes(dp + "_blocks", {e, d, in / kMxfp4Block, 16}));
       REF_LOAD(ds, ld.Bytes(dp + "_scales", {e, d, in / kMxfp4Block}));
-      const size_t gbn = static_cast<size_t>(2 * in * d / 2), gsn = static_cast<size_t>(2 * in * d / kMxfp4Block);
-      const size_t dbn = static_cast<size_t>(d * in / 2), dsn = static_cast<size_t>(d * in / kMxfp4Block);
+      const size_t gbn = static_cast<size_t>(2 * in * d / 2),
+                   gsn = static_cast<size_t>(2 * in * d / kMxfp4Block);
+      const size_t dbn = static_cast<size_t>(d * in / 2),
+                   dsn = static_cast<size_t>(d * in / kMxfp4Block);
       for (int64_t x = 0; x < e; ++x) {
-        w.e_gate_up.push_back(DequantMxfp4(gb.subspan(x * gbn, gbn), gs.subspan(x * gsn, gsn), 2 * in, d));
-        w.e_down.push_back(DequantMxfp4(dbk.subspan(x * dbn, dbn), ds.subspan(x * dsn, dsn), d, in));
+        w.e_gate_up.push_back(
+            DequantMxfp4(gb.subspan(x * gbn, gbn), gs.subspan(x * gsn, gsn), 2 * in, d));
+        w.e_down.push_back(
+            DequantMxfp4(dbk.subspan(x * dbn, dbn), ds.subspan(x * dsn, dsn), d, in));
       }
     } else {
       // transformers' layout is input-major for x @ W: [E, D, 2I] and [E, I, D].
@@ -211,9 +221,11 @@ absl::Status LoadLayer(TensorLoader& ld, const ReferenceConfig& c, int i, LayerW
       REF_LOAD(dn, ld.Float(dp, {e, in, d}));
       for (int64_t x = 0; x < e; ++x) {
         w.e_gate_up.push_back(Transpose(std::span(g).subspan(static_cast<size_t>(x * d * 2 * in),
-                                                             static_cast<size_t>(d * 2 * in)), d, 2 * in));
-        w.e_down.push_back(Transpose(std::span(dn).subspan(static_cast<size_t>(x * in * d),
-                                                           static_cast<size_t>(in * d)), in, d));
+                                                             static_cast<size_t>(d * 2 * in)),
+                                        d, 2 * in));
+        w.e_down.push_back(Transpose(
+            std::span(dn).subspan(static_cast<size_t>(x * in * d), static_cast<size_t>(in * d)), in,
+            d));
       }
     }
     for (int64_t x = 0; x < e; ++x) {
@@ -251,7 +263,8 @@ double GeluTanh(double v) {
   return 0.5 * v * (1.0 + std::tanh(k * (v + 0.044715 * v * v * v)));
 }
 
-Vec GatedMlp(std::span<const double> h, const Vec& gate, const Vec& up, const Vec& down, bool gelu) {
+Vec GatedMlp(std::span<const double> h, const Vec& gate, const Vec& up, const Vec& down,
+             bool gelu) {
   Vec g = Linear(h, gate, {}), u = Linear(h, up, {});
   for (size_t i = 0; i < g.size(); ++i) g[i] = (gelu ? GeluTanh(g[i]) : Silu(g[i])) * u[i];
   return Linear(g, down, {});
@@ -261,7 +274,9 @@ Vec GatedMlp(std::span<const double> h, const Vec& gate, const Vec& up, const Ve
 std::vector<int> TopK(const Vec& s, int k) {
   std::vector<int> idx(s.size());
   std::iota(idx.begin(), idx.end(), 0);
-  std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return s[static_cast<size_t>(a)] > s[static_cast<size_t>(b)]; });
+  std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) {
+    return s[static_cast<size_t>(a)] > s[static_cast<size_t>(b)];
+  });
   idx.resize(static_cast<size_t>(k));
   return idx;
 }
@@ -329,7 +344,8 @@ void ApplyRope(Vec& x, int heads, int hd, const RopeTable& rope, int64_t pos) {
     double* v = x.data() + h * hd;
     for (size_t i = 0; i < half; ++i) {
       const double a = static_cast<double>(pos) * rope.inv_freq[i];
-      const double cs = std::cos(a) * rope.attention_factor, sn = std::sin(a) * rope.attention_factor;
+      const double cs = std::cos(a) * rope.attention_factor,
+                   sn = std::sin(a) * rope.attention_factor;
       const double x1 = v[i], x2 = v[i + half];
       v[i] = x1 * cs - x2 * sn;
       v[i + half] = x2 * cs + x1 * sn;
@@ -398,9 +414,11 @@ absl::StatusOr<Reference> ReferenceModel::Forward(std::span<const int32_t> ids) 
   std::vector<Vec> x(n);
   for (size_t t = 0; t < n; ++t) {
     if (ids[t] < 0 || ids[t] >= c.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("token ", ids[t], " at ", t, " outside vocab ", c.vocab_size));
+      return absl::InvalidArgumentError(
+          absl::StrCat("token ", ids[t], " at ", t, " outside vocab ", c.vocab_size));
     }
-    x[t].assign(w_->embed.begin() + static_cast<int64_t>(ids[t]) * d, w_->embed.begin() + (ids[t] + 1) * int64_t{d});
+    x[t].assign(w_->embed.begin() + static_cast<int64_t>(ids[t]) * d,
+                w_->embed.begin() + (ids[t] + 1) * int64_t{d});
     for (double& v : x[t]) v *= c.embed_scale;
   }
   for (int l = 0; l < c.num_layers; ++l) {
@@ -425,11 +443,14 @@ absl::StatusOr<Reference> ReferenceModel::Forward(std::span<const int32_t> ids) 
       for (int h = 0; h < heads; ++h) {
         const int g = h / group;
         // Visible keys j: j <= i, and i - j < window on sliding layers.
-        const size_t first = lc.sliding && static_cast<int64_t>(i) >= lc.window ? i - static_cast<size_t>(lc.window) + 1 : 0;
+        const size_t first = lc.sliding && static_cast<int64_t>(i) >= lc.window
+                                 ? i - static_cast<size_t>(lc.window) + 1
+                                 : 0;
         Vec s;
         for (size_t j = first; j <= i; ++j) {
           double dot = 0;
-          for (int e = 0; e < hd; ++e) dot += q[i][static_cast<size_t>(h * hd + e)] * k[j][static_cast<size_t>(g * hd + e)];
+          for (int e = 0; e < hd; ++e)
+            dot += q[i][static_cast<size_t>(h * hd + e)] * k[j][static_cast<size_t>(g * hd + e)];
           dot *= c.attn_scaling;
           if (c.attn_softcap) dot = *c.attn_softcap * std::tanh(dot / *c.attn_softcap);
           s.push_back(dot);
@@ -440,7 +461,8 @@ absl::StatusOr<Reference> ReferenceModel::Forward(std::span<const int32_t> ids) 
         for (double& z : s) denom += (z = std::exp(z - m));
         for (size_t j = first; j <= i; ++j) {
           const double p = s[j - first] / denom;
-          for (int e = 0; e < hd; ++e) attn[static_cast<size_t>(h * hd + e)] += p * v[j][static_cast<size_t>(g * hd + e)];
+          for (int e = 0; e < hd; ++e)
+            attn[static_cast<size_t>(h * hd + e)] += p * v[j][static_cast<size_t>(g * hd + e)];
         }
       }
       Vec o = Linear(attn, w.wo, w.bo);
@@ -448,8 +470,10 @@ absl::StatusOr<Reference> ReferenceModel::Forward(std::span<const int32_t> ids) 
       for (int e = 0; e < d; ++e) x[i][static_cast<size_t>(e)] += o[static_cast<size_t>(e)];
     }
     for (size_t t = 0; t < n; ++t) {
-      const Vec h = RmsNorm(x[t], c.gemma ? w.pre_ff_norm : w.post_attn_norm, c.rms_norm_eps, c.gemma);
-      Vec m = lc.sparse_moe ? MoeForward(c, w, h) : GatedMlp(h, w.gate, w.up, w.down, c.activation != "silu");
+      const Vec h =
+          RmsNorm(x[t], c.gemma ? w.pre_ff_norm : w.post_attn_norm, c.rms_norm_eps, c.gemma);
+      Vec m = lc.sparse_moe ? MoeForward(c, w, h)
+                            : GatedMlp(h, w.gate, w.up, w.down, c.activation != "silu");
       if (c.gemma) m = RmsNorm(m, w.post_ff_norm, c.rms_norm_eps, true);
       for (int e = 0; e < d; ++e) x[t][static_cast<size_t>(e)] += m[static_cast<size_t>(e)];
     }
@@ -473,7 +497,8 @@ absl::StatusOr<Reference> RunReference(const std::string& dir, std::span<const i
   return (*m)->Forward(ids);
 }
 
-absl::StatusOr<std::vector<int32_t>> Greedy(const std::string& dir, std::span<const int32_t> prompt, int n) {
+absl::StatusOr<std::vector<int32_t>> Greedy(const std::string& dir, std::span<const int32_t> prompt,
+                                            int n) {
   auto m = ReferenceModel::Load(dir);
   if (!m.ok()) return m.status();
   std::vector<int32_t> seq(prompt.begin(), prompt.end());

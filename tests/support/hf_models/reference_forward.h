@@ -76,6 +76,7 @@ class ReferenceModel {
 absl::StatusOr<Reference> RunReference(const std::string& dir, std::span<const int32_t> ids);
 // Greedy continuation: `n` tokens, each the argmax of a from-scratch forward over the prompt
 // plus the tokens chosen so far.
-absl::StatusOr<std::vector<int32_t>> Greedy(const std::string& dir, std::span<const int32_t> prompt, int n);
+absl::StatusOr<std::vector<int32_t>> Greedy(const std::string& dir, std::span<const int32_t> prompt,
+                                            int n);
 
 }  // namespace kvserve::testing::hf

@@ -13,7 +13,9 @@ std::vector<double> Plain(double base, int d) {
   return f;
 }
 
-double YarnMscale(double scale, double m) { return scale <= 1.0 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; }
+double YarnMscale(double scale, double m) {
+  return scale <= 1.0 ? 1.0 : 0.1 * m * std::log(scale) + 1.0;
+}
 
 // The pair index whose wavelength makes `rotations` turns over L0 positions.
 double CorrectionDim(double rotations, int d, double base, double l0) {
@@ -46,7 +48,8 @@ RopeTable ComputeRope(const RopeParams& p, int64_t seq_len) {
         f /= p.factor;
         continue;
       }
-      const double smooth = (l0 / wavelen - p.low_freq_factor) / (p.high_freq_factor - p.low_freq_factor);
+      const double smooth =
+          (l0 / wavelen - p.low_freq_factor) / (p.high_freq_factor - p.low_freq_factor);
       f = (1.0 - smooth) * f / p.factor + smooth * f;
     }
   } else if (p.type == "yarn") {
@@ -71,7 +74,8 @@ RopeTable ComputeRope(const RopeParams& p, int64_t seq_len) {
     if (p.attention_factor) {
       t.attention_factor = *p.attention_factor;
     } else if (p.mscale && p.mscale_all_dim && *p.mscale != 0.0 && *p.mscale_all_dim != 0.0) {
-      t.attention_factor = YarnMscale(p.factor, *p.mscale) / YarnMscale(p.factor, *p.mscale_all_dim);
+      t.attention_factor =
+          YarnMscale(p.factor, *p.mscale) / YarnMscale(p.factor, *p.mscale_all_dim);
     } else {
       t.attention_factor = YarnMscale(p.factor, 1.0);
     }
@@ -79,12 +83,15 @@ RopeTable ComputeRope(const RopeParams& p, int64_t seq_len) {
     const bool long_ctx = seq_len > p.original_max;
     const std::vector<double>& ext = long_ctx ? p.long_factor : p.short_factor;
     const std::vector<double> base = Plain(p.theta, d);
-    for (int i = 0; i < d / 2; ++i) t.inv_freq.push_back(base[static_cast<size_t>(i)] / ext[static_cast<size_t>(i)]);
+    for (int i = 0; i < d / 2; ++i)
+      t.inv_freq.push_back(base[static_cast<size_t>(i)] / ext[static_cast<size_t>(i)]);
     if (p.attention_factor) {
       t.attention_factor = *p.attention_factor;
     } else {
       t.attention_factor =
-          p.factor <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(p.factor) / std::log(static_cast<double>(p.original_max)));
+          p.factor <= 1.0
+              ? 1.0
+              : std::sqrt(1.0 + std::log(p.factor) / std::log(static_cast<double>(p.original_max)));
     }
   }
   return t;

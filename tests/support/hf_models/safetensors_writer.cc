@@ -17,7 +17,8 @@ absl::Status WriteOneFile(const std::vector<const TensorBlob*>& tensors, const s
   header["__metadata__"] = {{"format", "pt"}};
   uint64_t offset = 0;
   for (const TensorBlob* t : tensors) {
-    header[t->name] = {{"dtype", t->dtype}, {"shape", t->shape},
+    header[t->name] = {{"dtype", t->dtype},
+                       {"shape", t->shape},
                        {"data_offsets", {offset, offset + t->bytes.size()}}};
     offset += t->bytes.size();
   }
@@ -32,7 +33,8 @@ absl::Status WriteOneFile(const std::vector<const TensorBlob*>& tensors, const s
   out.write(reinterpret_cast<const char*>(len), 8);
   out.write(text.data(), static_cast<std::streamsize>(text.size()));
   for (const TensorBlob* t : tensors) {
-    out.write(reinterpret_cast<const char*>(t->bytes.data()), static_cast<std::streamsize>(t->bytes.size()));
+    out.write(reinterpret_cast<const char*>(t->bytes.data()),
+              static_cast<std::streamsize>(t->bytes.size()));
   }
   if (!out) return absl::InternalError(absl::StrCat("write failed: ", path));
   return absl::OkStatus();
@@ -55,8 +57,8 @@ float F32FromBf16(uint16_t b) {
   return f;
 }
 
-TensorBlob MakeFloatTensor(std::string name, std::vector<int64_t> shape, const std::vector<float>& values,
-                           bool bf16) {
+TensorBlob MakeFloatTensor(std::string name, std::vector<int64_t> shape,
+                           const std::vector<float>& values, bool bf16) {
   TensorBlob t;
   t.name = std::move(name);
   t.shape = std::move(shape);
@@ -75,7 +77,8 @@ TensorBlob MakeFloatTensor(std::string name, std::vector<int64_t> shape, const s
   return t;
 }
 
-absl::Status WriteSafetensors(const std::vector<TensorBlob>& tensors, const std::string& dir, int num_shards) {
+absl::Status WriteSafetensors(const std::vector<TensorBlob>& tensors, const std::string& dir,
+                              int num_shards) {
   if (num_shards <= 1) {
     std::vector<const TensorBlob*> all;
     for (const TensorBlob& t : tensors) all.push_back(&t);
@@ -99,7 +102,9 @@ absl::Status WriteSafetensors(const std::vector<TensorBlob>& tensors, const std:
   json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
   std::ofstream out(dir + "/model.safetensors.index.json", std::ios::trunc);
   out << index.dump(2) << "\n";
-  if (!out) return absl::InternalError(absl::StrCat("write failed: ", dir, "/model.safetensors.index.json"));
+  if (!out)
+    return absl::InternalError(
+        absl::StrCat("write failed: ", dir, "/model.safetensors.index.json"));
   return absl::OkStatus();
 }
 

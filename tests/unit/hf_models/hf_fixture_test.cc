@@ -54,9 +54,10 @@ TEST(HfFixture, LlamaConfigAndTensorsAsHfSavesThem) {
   const json c = ReadJson(dir.path() + "/config.json");
   EXPECT_EQ(c["architectures"], json::array({"LlamaForCausalLM"}));
   EXPECT_EQ(c["model_type"], "llama");
-  for (const char* k : {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                        "num_key_value_heads", "head_dim", "vocab_size", "rms_norm_eps", "rope_theta",
-                        "max_position_embeddings", "tie_word_embeddings", "attention_bias", "hidden_act"}) {
+  for (const char* k :
+       {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+        "num_key_value_heads", "head_dim", "vocab_size", "rms_norm_eps", "rope_theta",
+        "max_position_embeddings", "tie_word_embeddings", "attention_bias", "hidden_act"}) {
     EXPECT_TRUE(c.contains(k)) << k;
   }
   EXPECT_EQ(c["rope_scaling"]["rope_type"], "llama3");
@@ -64,8 +65,10 @@ TEST(HfFixture, LlamaConfigAndTensorsAsHfSavesThem) {
   auto ckpt = model::SafetensorsCheckpoint::Open(dir.path());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status();
   EXPECT_EQ(ShapeOf(*ckpt, "model.embed_tokens.weight"), (std::vector<int64_t>{256, 64}));
-  EXPECT_EQ(ShapeOf(*ckpt, "model.layers.1.self_attn.q_proj.weight"), (std::vector<int64_t>{64, 64}));
-  EXPECT_EQ(ShapeOf(*ckpt, "model.layers.1.self_attn.k_proj.weight"), (std::vector<int64_t>{32, 64}));
+  EXPECT_EQ(ShapeOf(*ckpt, "model.layers.1.self_attn.q_proj.weight"),
+            (std::vector<int64_t>{64, 64}));
+  EXPECT_EQ(ShapeOf(*ckpt, "model.layers.1.self_attn.k_proj.weight"),
+            (std::vector<int64_t>{32, 64}));
   EXPECT_EQ(ShapeOf(*ckpt, "model.layers.1.self_attn.o_proj.bias"), (std::vector<int64_t>{64}));
   EXPECT_EQ(ShapeOf(*ckpt, "model.layers.0.mlp.down_proj.weight"), (std::vector<int64_t>{64, 128}));
   EXPECT_EQ(ShapeOf(*ckpt, "lm_head.weight"), (std::vector<int64_t>{256, 64}));
@@ -101,7 +104,8 @@ TEST(HfFixture, ShardedIndexIsValidAndHoldsTheSameTensors) {
   const json idx = ReadJson(two.path() + "/model.safetensors.index.json");
   std::set<std::string> files;
   for (const auto& [k, v] : idx["weight_map"].items()) files.insert(v.get<std::string>());
-  EXPECT_EQ(files, (std::set<std::string>{"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}));
+  EXPECT_EQ(files, (std::set<std::string>{"model-00001-of-00002.safetensors",
+                                          "model-00002-of-00002.safetensors"}));
   auto a = model::SafetensorsCheckpoint::Open(one.path());
   auto b = model::SafetensorsCheckpoint::Open(two.path());
   ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
@@ -165,8 +169,10 @@ TEST(HfFixture, ArchitectureSpecificNamesAndFields) {
     auto ckpt = model::SafetensorsCheckpoint::Open(dir.path());
     ASSERT_TRUE(ckpt.ok());
     EXPECT_EQ(ShapeOf(*ckpt, "model.layers.0.self_attn.q_norm.weight"), (std::vector<int64_t>{32}));
-    EXPECT_EQ(ShapeOf(*ckpt, "model.layers.0.self_attn.q_proj.weight"), (std::vector<int64_t>{128, 64}));
-    EXPECT_EQ(ShapeOf(*ckpt, "model.layers.0.self_attn.o_proj.weight"), (std::vector<int64_t>{64, 128}));
+    EXPECT_EQ(ShapeOf(*ckpt, "model.layers.0.self_attn.q_proj.weight"),
+              (std::vector<int64_t>{128, 64}));
+    EXPECT_EQ(ShapeOf(*ckpt, "model.layers.0.self_attn.o_proj.weight"),
+              (std::vector<int64_t>{64, 128}));
     EXPECT_FALSE(ckpt->Contains("model.layers.0.self_attn.q_proj.bias"));
   }
   {
@@ -174,8 +180,10 @@ TEST(HfFixture, ArchitectureSpecificNamesAndFields) {
     ASSERT_TRUE(WriteRandomCheckpoint(Phi3Preset(), dir.path()).ok());
     auto ckpt = model::SafetensorsCheckpoint::Open(dir.path());
     ASSERT_TRUE(ckpt.ok());
-    EXPECT_EQ(ShapeOf(*ckpt, "model.layers.0.self_attn.qkv_proj.weight"), (std::vector<int64_t>{128, 64}));
-    EXPECT_EQ(ShapeOf(*ckpt, "model.layers.0.mlp.gate_up_proj.weight"), (std::vector<int64_t>{256, 64}));
+    EXPECT_EQ(ShapeOf(*ckpt, "model.layers.0.self_attn.qkv_proj.weight"),
+              (std::vector<int64_t>{128, 64}));
+    EXPECT_EQ(ShapeOf(*ckpt, "model.layers.0.mlp.gate_up_proj.weight"),
+              (std::vector<int64_t>{256, 64}));
     const json c = ReadJson(dir.path() + "/config.json");
     EXPECT_EQ(c["original_max_position_embeddings"], 16);
     EXPECT_EQ(c["rope_scaling"]["type"], "longrope");
@@ -186,8 +194,9 @@ TEST(HfFixture, ArchitectureSpecificNamesAndFields) {
     ASSERT_TRUE(WriteRandomCheckpoint(Gemma3Preset(), dir.path()).ok());
     auto ckpt = model::SafetensorsCheckpoint::Open(dir.path());
     ASSERT_TRUE(ckpt.ok());
-    for (const char* n : {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
-                          "post_feedforward_layernorm", "self_attn.q_norm", "self_attn.k_norm"}) {
+    for (const char* n :
+         {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+          "post_feedforward_layernorm", "self_attn.q_norm", "self_attn.k_norm"}) {
       EXPECT_TRUE(ckpt->Contains(std::string("model.layers.5.") + n + ".weight")) << n;
     }
     const json c = ReadJson(dir.path() + "/config.json");
@@ -201,8 +210,10 @@ TEST(HfFixture, ArchitectureSpecificNamesAndFields) {
     ASSERT_TRUE(WriteRandomCheckpoint(MixtralPreset(), dir.path()).ok());
     auto ckpt = model::SafetensorsCheckpoint::Open(dir.path());
     ASSERT_TRUE(ckpt.ok());
-    EXPECT_EQ(ShapeOf(*ckpt, "model.layers.0.block_sparse_moe.gate.weight"), (std::vector<int64_t>{4, 64}));
-    EXPECT_EQ(ShapeOf(*ckpt, "model.layers.0.block_sparse_moe.experts.3.w2.weight"), (std::vector<int64_t>{64, 128}));
+    EXPECT_EQ(ShapeOf(*ckpt, "model.layers.0.block_sparse_moe.gate.weight"),
+              (std::vector<int64_t>{4, 64}));
+    EXPECT_EQ(ShapeOf(*ckpt, "model.layers.0.block_sparse_moe.experts.3.w2.weight"),
+              (std::vector<int64_t>{64, 128}));
     EXPECT_EQ(ReadJson(dir.path() + "/config.json")["num_local_experts"], 4);
   }
   {
@@ -210,8 +221,10 @@ TEST(HfFixture, ArchitectureSpecificNamesAndFields) {
     ASSERT_TRUE(WriteRandomCheckpoint(Qwen3MoePreset(), dir.path()).ok());
     auto ckpt = model::SafetensorsCheckpoint::Open(dir.path());
     ASSERT_TRUE(ckpt.ok());
-    EXPECT_EQ(ShapeOf(*ckpt, "model.layers.0.mlp.experts.2.down_proj.weight"), (std::vector<int64_t>{64, 48}));
-    EXPECT_EQ(ShapeOf(*ckpt, "model.layers.1.mlp.gate_proj.weight"), (std::vector<int64_t>{96, 64}));  // mlp_only
+    EXPECT_EQ(ShapeOf(*ckpt, "model.layers.0.mlp.experts.2.down_proj.weight"),
+              (std::vector<int64_t>{64, 48}));
+    EXPECT_EQ(ShapeOf(*ckpt, "model.layers.1.mlp.gate_proj.weight"),
+              (std::vector<int64_t>{96, 64}));  // mlp_only
     EXPECT_FALSE(ckpt->Contains("model.layers.1.mlp.gate.weight"));
   }
   {
@@ -220,18 +233,24 @@ TEST(HfFixture, ArchitectureSpecificNamesAndFields) {
     ASSERT_TRUE(WriteRandomCheckpoint(s, dir.path()).ok());
     auto ckpt = model::SafetensorsCheckpoint::Open(dir.path());
     ASSERT_TRUE(ckpt.ok());
-    EXPECT_EQ(ShapeOf(*ckpt, "model.layers.0.mlp.experts.gate_up_proj"), (std::vector<int64_t>{4, 64, 128}));
-    EXPECT_EQ(ShapeOf(*ckpt, "model.layers.0.mlp.experts.gate_up_proj_bias"), (std::vector<int64_t>{4, 128}));
-    EXPECT_EQ(ShapeOf(*ckpt, "model.layers.0.mlp.experts.down_proj"), (std::vector<int64_t>{4, 64, 64}));
+    EXPECT_EQ(ShapeOf(*ckpt, "model.layers.0.mlp.experts.gate_up_proj"),
+              (std::vector<int64_t>{4, 64, 128}));
+    EXPECT_EQ(ShapeOf(*ckpt, "model.layers.0.mlp.experts.gate_up_proj_bias"),
+              (std::vector<int64_t>{4, 128}));
+    EXPECT_EQ(ShapeOf(*ckpt, "model.layers.0.mlp.experts.down_proj"),
+              (std::vector<int64_t>{4, 64, 64}));
     EXPECT_EQ(ShapeOf(*ckpt, "model.layers.0.self_attn.sinks"), (std::vector<int64_t>{4}));
     EXPECT_EQ(ShapeOf(*ckpt, "model.layers.0.mlp.router.bias"), (std::vector<int64_t>{4}));
     s.expert_format = ExpertFormat::kMxfp4;
     ASSERT_TRUE(WriteRandomCheckpoint(s, mx.path()).ok());
     auto q = model::SafetensorsCheckpoint::Open(mx.path());
     ASSERT_TRUE(q.ok());
-    EXPECT_EQ(ShapeOf(*q, "model.layers.1.mlp.experts.gate_up_proj_blocks"), (std::vector<int64_t>{4, 128, 2, 16}));
-    EXPECT_EQ(ShapeOf(*q, "model.layers.1.mlp.experts.gate_up_proj_scales"), (std::vector<int64_t>{4, 128, 2}));
-    EXPECT_EQ(ShapeOf(*q, "model.layers.1.mlp.experts.down_proj_blocks"), (std::vector<int64_t>{4, 64, 2, 16}));
+    EXPECT_EQ(ShapeOf(*q, "model.layers.1.mlp.experts.gate_up_proj_blocks"),
+              (std::vector<int64_t>{4, 128, 2, 16}));
+    EXPECT_EQ(ShapeOf(*q, "model.layers.1.mlp.experts.gate_up_proj_scales"),
+              (std::vector<int64_t>{4, 128, 2}));
+    EXPECT_EQ(ShapeOf(*q, "model.layers.1.mlp.experts.down_proj_blocks"),
+              (std::vector<int64_t>{4, 64, 2, 16}));
     EXPECT_EQ(ReadJson(mx.path() + "/config.json")["quantization_config"]["quant_method"], "mxfp4");
     const json c = ReadJson(dir.path() + "/config.json");
     EXPECT_EQ(c["layer_types"], json::array({"sliding_attention", "full_attention"}));

@@ -29,7 +29,8 @@ using nlohmann::json;
 
 constexpr double kLogprobTol = 1e-4;
 
-Reference MustRun(const FixtureSpec& spec, const std::vector<int32_t>& ids, const std::string& tag) {
+Reference MustRun(const FixtureSpec& spec, const std::vector<int32_t>& ids,
+                  const std::string& tag) {
   FixtureDir dir(tag);
   auto st = WriteRandomCheckpoint(spec, dir.path());
   EXPECT_TRUE(st.ok()) << st;
@@ -47,7 +48,9 @@ double MaxDiff(const Reference& a, const Reference& b, size_t from, size_t to) {
   }
   return m;
 }
-double MaxDiff(const Reference& a, const Reference& b) { return MaxDiff(a, b, 0, a.logits.size() / a.vocab_size); }
+double MaxDiff(const Reference& a, const Reference& b) {
+  return MaxDiff(a, b, 0, a.logits.size() / a.vocab_size);
+}
 
 // ---------------------------------------------------------------------------------------
 // Agreement with kvserve's CPU forward.
@@ -87,7 +90,8 @@ TEST_P(KvserveAgreementTest, LogprobsMatchTheCpuForward) {
       double sum = 0;
       for (int v = 0; v < vocab; ++v) sum += std::exp(row[v] - mx);
       const double lse = mx + std::log(sum);
-      for (int v = 0; v < vocab; ++v) worst = std::max(worst, std::abs(row[v] - lse - want[static_cast<size_t>(v)]));
+      for (int v = 0; v < vocab; ++v)
+        worst = std::max(worst, std::abs(row[v] - lse - want[static_cast<size_t>(v)]));
     }
   }
   RecordProperty("max_logprob_diff", std::to_string(worst));
@@ -131,6 +135,8 @@ std::vector<AgreementCase> AgreementCases() {
   s.dtype = WeightDtype::kBf16;
   v.push_back({"qwen2_bf16", s});
   v.push_back({"mistral", MistralPreset(0)});
+  // A window no shorter than the 40-token prompts: kvserve runs it as full attention.
+  v.push_back({"mistral_window64", MistralPreset(64)});
   return v;
 }
 
@@ -256,7 +262,8 @@ TEST(HfReference, GemmaNormaliserIsRoundedToTheCheckpointDtype) {
     s.dtype = d;
     auto c = ParseReferenceConfig(ConfigJson(s));
     ASSERT_TRUE(c.ok()) << c.status();
-    EXPECT_EQ(c->embed_scale, d == WeightDtype::kBf16 ? 9.8125 : static_cast<double>(std::sqrt(96.0f)));
+    EXPECT_EQ(c->embed_scale,
+              d == WeightDtype::kBf16 ? 9.8125 : static_cast<double>(std::sqrt(96.0f)));
   }
 }
 
@@ -273,7 +280,8 @@ TEST(HfReference, ScalingsWithFactorOneArePlainRope) {
     EXPECT_LE(MaxDiff(MustRun(s, ids, r.type), plain), 1e-10);
   }
   // And a real factor changes them (the sequence of 40 exceeds max_position 32 for dynamic).
-  for (const RopeScalingSpec& r : {LinearRope(4.0), DynamicRope(4.0), Llama3Rope(8.0, 16), YarnRope(4.0, 8)}) {
+  for (const RopeScalingSpec& r :
+       {LinearRope(4.0), DynamicRope(4.0), Llama3Rope(8.0, 16), YarnRope(4.0, 8)}) {
     SCOPED_TRACE(r.type);
     s.rope_scaling = r;
     EXPECT_GT(MaxDiff(MustRun(s, ids, r.type + "_4"), plain), 1e-6);
@@ -295,7 +303,7 @@ TEST(HfReference, DynamicNtkDependsOnTheForwardLength) {
   auto short_plain = RunReference(plain_dir.path(), std::span(ids).first(16));
   auto long_dyn = RunReference(dir.path(), ids);
   ASSERT_TRUE(short_dyn.ok() && short_plain.ok() && long_dyn.ok());
-  EXPECT_LE(MaxDiff(*short_dyn, *short_plain), 1e-12);    // L <= max_position: the base is kept
+  EXPECT_LE(MaxDiff(*short_dyn, *short_plain), 1e-12);     // L <= max_position: the base is kept
   EXPECT_GT(MaxDiff(*long_dyn, *short_dyn, 0, 16), 1e-6);  // L = 24: a larger base everywhere
 }
 
@@ -357,7 +365,8 @@ TEST(HfReference, PartialRotaryLeavesTheTailDimsUnrotated) {
 // Copies `src` into `dst` with a new config; `edit` may rename or change each tensor, add
 // tensors to `added`, and returns false to drop the one it was given.
 using TensorEdit = std::function<bool(TensorBlob&, std::vector<TensorBlob>& added)>;
-void Rewrite(const std::string& src, const std::string& dst, const std::string& config, const TensorEdit& edit) {
+void Rewrite(const std::string& src, const std::string& dst, const std::string& config,
+             const TensorEdit& edit) {
   auto ckpt = model::SafetensorsCheckpoint::Open(src);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status();
   std::vector<TensorBlob> out;
@@ -489,22 +498,24 @@ TEST(HfReference, Phi3FusedProjectionsAreLlamaSplitApart) {
   l.rms_norm_eps = s.rms_norm_eps;
   l.max_position_embeddings = s.max_position_embeddings;
   const int64_t qd = 64, kvd = 32, inter = s.intermediate_size;
-  Rewrite(phi.path(), llama.path(), ConfigJson(l), [&](TensorBlob& b, std::vector<TensorBlob>& added) {
-    const size_t cut = b.name.find(b.name.find("self_attn.") != std::string::npos ? "self_attn." : "mlp.");
-    const std::string p = b.name.substr(0, cut);
-    if (b.name.find("qkv_proj") != std::string::npos) {
-      added.push_back(RowSlice(b, p + "self_attn.q_proj.weight", 0, qd));
-      added.push_back(RowSlice(b, p + "self_attn.k_proj.weight", qd, qd + kvd));
-      added.push_back(RowSlice(b, p + "self_attn.v_proj.weight", qd + kvd, qd + 2 * kvd));
-      return false;
-    }
-    if (b.name.find("gate_up_proj") != std::string::npos) {
-      added.push_back(RowSlice(b, p + "mlp.gate_proj.weight", 0, inter));
-      added.push_back(RowSlice(b, p + "mlp.up_proj.weight", inter, 2 * inter));
-      return false;
-    }
-    return true;
-  });
+  Rewrite(phi.path(), llama.path(), ConfigJson(l),
+          [&](TensorBlob& b, std::vector<TensorBlob>& added) {
+            const size_t cut =
+                b.name.find(b.name.find("self_attn.") != std::string::npos ? "self_attn." : "mlp.");
+            const std::string p = b.name.substr(0, cut);
+            if (b.name.find("qkv_proj") != std::string::npos) {
+              added.push_back(RowSlice(b, p + "self_attn.q_proj.weight", 0, qd));
+              added.push_back(RowSlice(b, p + "self_attn.k_proj.weight", qd, qd + kvd));
+              added.push_back(RowSlice(b, p + "self_attn.v_proj.weight", qd + kvd, qd + 2 * kvd));
+              return false;
+            }
+            if (b.name.find("gate_up_proj") != std::string::npos) {
+              added.push_back(RowSlice(b, p + "mlp.gate_proj.weight", 0, inter));
+              added.push_back(RowSlice(b, p + "mlp.up_proj.weight", inter, 2 * inter));
+              return false;
+            }
+            return true;
+          });
   const std::vector<int32_t> ids = TestIds(20, 256);
   auto a = RunReference(phi.path(), ids);
   auto b = RunReference(llama.path(), ids);
@@ -520,12 +531,13 @@ TEST(HfReference, GptOssSinksVanishWhenVeryNegative) {
   ASSERT_TRUE(WriteRandomCheckpoint(s, src.path()).ok());
   auto with_sinks = [&](float value, const std::string& tag) {
     FixtureDir dir(tag);
-    Rewrite(src.path(), dir.path(), ConfigJson(s), [value](TensorBlob& b, std::vector<TensorBlob>&) {
-      if (b.name.find("self_attn.sinks") != std::string::npos) {
-        for (size_t i = 0; i < b.bytes.size(); i += 4) std::memcpy(&b.bytes[i], &value, 4);
-      }
-      return true;
-    });
+    Rewrite(src.path(), dir.path(), ConfigJson(s),
+            [value](TensorBlob& b, std::vector<TensorBlob>&) {
+              if (b.name.find("self_attn.sinks") != std::string::npos) {
+                for (size_t i = 0; i < b.bytes.size(); i += 4) std::memcpy(&b.bytes[i], &value, 4);
+              }
+              return true;
+            });
     auto r = RunReference(dir.path(), TestIds(20, 256));
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? std::move(*r) : Reference{};

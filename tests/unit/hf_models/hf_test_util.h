@@ -2,10 +2,10 @@
 // afterwards), the preset list, and logprob comparison.
 #pragma once
 
+#include <unistd.h>
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <unistd.h>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,7 +20,8 @@ class FixtureDir {
   explicit FixtureDir(const std::string& name) {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
     std::string leaf = "hf_models_" + std::to_string(::getpid()) + "_" +
-                       (info ? std::string(info->test_suite_name()) + "." + info->name() : "x") + "_" + name;
+                       (info ? std::string(info->test_suite_name()) + "." + info->name() : "x") +
+                       "_" + name;
     std::replace(leaf.begin(), leaf.end(), '/', '_');  // parameterised test names carry '/'
     path_ = ::testing::TempDir() + "/" + leaf;
     std::filesystem::remove_all(path_);
@@ -49,10 +50,10 @@ inline FixtureSpec YarnLlama() {
 
 inline std::vector<std::pair<std::string, FixtureSpec>> AllPresets() {
   std::vector<std::pair<std::string, FixtureSpec>> v = {
-      {"llama", LlamaPreset()},     {"qwen2", Qwen2Preset()},       {"qwen3", Qwen3Preset()},
-      {"mistral", MistralPreset(8)}, {"gemma2", Gemma2Preset()},    {"gemma3", Gemma3Preset()},
-      {"phi3", Phi3Preset()},       {"phi4mini", Phi4MiniPreset()}, {"mixtral", MixtralPreset()},
-      {"qwen3moe", Qwen3MoePreset()}, {"gptoss", GptOssPreset()},   {"yarn_llama", YarnLlama()}};
+      {"llama", LlamaPreset()},       {"qwen2", Qwen2Preset()},       {"qwen3", Qwen3Preset()},
+      {"mistral", MistralPreset(8)},  {"gemma2", Gemma2Preset()},     {"gemma3", Gemma3Preset()},
+      {"phi3", Phi3Preset()},         {"phi4mini", Phi4MiniPreset()}, {"mixtral", MixtralPreset()},
+      {"qwen3moe", Qwen3MoePreset()}, {"gptoss", GptOssPreset()},     {"yarn_llama", YarnLlama()}};
   FixtureSpec mx = GptOssPreset();
   mx.expert_format = ExpertFormat::kMxfp4;
   v.emplace_back("gptoss_mxfp4", mx);
@@ -62,7 +63,8 @@ inline std::vector<std::pair<std::string, FixtureSpec>> AllPresets() {
 // Token ids spread over the vocab, deterministic.
 inline std::vector<int32_t> TestIds(int n, int vocab, int salt = 0) {
   std::vector<int32_t> ids;
-  for (int i = 0; i < n; ++i) ids.push_back(static_cast<int32_t>((i * 37 + 11 + salt * 101) % vocab));
+  for (int i = 0; i < n; ++i)
+    ids.push_back(static_cast<int32_t>((i * 37 + 11 + salt * 101) % vocab));
   return ids;
 }
 
