@@ -225,6 +225,25 @@ TEST(HfReference, WindowAtLeastTheSequenceIsFullAttention) {
   EXPECT_GT(MaxDiff(MustRun(m, ids, "gemma3_localbase"), g3), 1e-6);
 }
 
+// Qwen2/3: the declared window applies only with use_sliding_window and only from layer
+// max_window_layers on.
+TEST(HfReference, QwenWindowNeedsBothGates) {
+  const std::vector<int32_t> ids = TestIds(24, 256);
+  FixtureSpec s = Qwen3Preset();
+  s.sliding_window = 4;
+  s.use_sliding_window = false;
+  s.max_window_layers = 0;
+  const Reference off = MustRun(s, ids, "off");
+  s.use_sliding_window = true;
+  s.max_window_layers = 2;  // = num_hidden_layers: no layer slides
+  EXPECT_LE(MaxDiff(MustRun(s, ids, "none_from_2"), off), 1e-12);
+  s.max_window_layers = 1;  // layer 1 slides
+  const Reference one = MustRun(s, ids, "from_1");
+  EXPECT_GT(MaxDiff(one, off), 1e-6);
+  s.max_window_layers = 0;  // both slide
+  EXPECT_GT(MaxDiff(MustRun(s, ids, "from_0"), one), 1e-6);
+}
+
 // With L layers of window W (W keys including the query's own) position t sees tokens
 // back to t − L·(W − 1): one more or one fewer key per layer moves that edge.
 TEST(HfReference, SlidingWindowReachesBackExactlyLayersTimesWindowMinusOne) {
