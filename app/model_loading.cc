@@ -32,6 +32,7 @@ int LoadModelForCommand(const ParsedArgs& args, char** envp, std::string_view co
   model::ModelOptions mopts;
   mopts.threads = cfg->engine.threads;
   mopts.max_tokens_per_step = step_rows(*cfg, *model_config);
+  mopts.max_context = cfg->model.max_model_len;
   auto m = model::LlamaModel::Load(*dir, mopts);
   if (!m.ok()) return fail(m.status());
 

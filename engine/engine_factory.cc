@@ -194,6 +194,7 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config
   mo.logger = deps.logger.child("model");
   // The CUDA backend uploads straight from the mapped checkpoint: no host copy is packed.
   mo.pack_weights = kind != config::Backend::kCuda;
+  mo.max_context = config.model.max_model_len;
   KVS_ASSIGN_OR_RETURN(local->model, model::LlamaModel::Load(model_dir, mo));
   const model::ModelConfig& mc = local->model->config();
 

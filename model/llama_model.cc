@@ -82,6 +82,8 @@ absl::Status BatchError(absl::string_view what) {
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& model_dir,
                                                              const ModelOptions& options) {
   KVS_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir));
+  if (options.max_context < 0) return absl::InvalidArgumentError("max_context must be >= 0");
+  if (options.max_context > 0) config.served_context = std::min(config.served_context, options.max_context);
   KVS_ASSIGN_OR_RETURN(SafetensorsCheckpoint ckpt, SafetensorsCheckpoint::Open(model_dir));
   KVS_ASSIGN_OR_RETURN(LlamaWeights weights, LlamaWeights::Load(config, std::move(ckpt), options.pack_weights));
   return Create(std::move(config), std::move(weights), options);

@@ -42,6 +42,9 @@ struct ModelOptions {
   // false: keep only the config, norms and the mapped checkpoint (a device backend uploads
   // from it); Forward is then a FailedPrecondition.
   bool pack_weights = true;
+  // The longest sequence the server admits (model.max_model_len); 0: the model's own. It
+  // fixes dynamic-NTK and longrope frequencies (rope_table.h).
+  int64_t max_context = 0;
   base::Logger logger;
 };
 

@@ -58,6 +58,7 @@ double MaxDiff(const Reference& a, const Reference& b) {
 struct AgreementCase {
   std::string name;
   FixtureSpec spec;
+  int64_t max_context = 0;  // ModelOptions::max_context (the served length fixes dynamic/longrope)
 };
 
 class KvserveAgreementTest : public ::testing::TestWithParam<AgreementCase> {};
@@ -69,6 +70,7 @@ TEST_P(KvserveAgreementTest, LogprobsMatchTheCpuForward) {
   model::ModelOptions opts;
   opts.threads = 1;
   opts.max_tokens_per_step = 128;
+  opts.max_context = GetParam().max_context;
   auto m = model::LlamaModel::Load(dir.path(), opts);
   ASSERT_TRUE(m.ok()) << m.status();
   auto ref_model = ReferenceModel::Load(dir.path());
@@ -137,6 +139,20 @@ std::vector<AgreementCase> AgreementCases() {
   v.push_back({"mistral", MistralPreset(0)});
   // A window no shorter than the 40-token prompts: kvserve runs it as full attention.
   v.push_back({"mistral_window64", MistralPreset(64)});
+  v.push_back({"qwen3", Qwen3Preset()});
+  s = Qwen3Preset();
+  s.dtype = WeightDtype::kBf16;
+  v.push_back({"qwen3_bf16", s});
+  // Fused qkv_proj / gate_up_proj, longrope past its 16-token original context (the
+  // 40-token prompts use the long factors in Hugging Face and in kvserve's served table).
+  v.push_back({"phi3_longrope", Phi3Preset()});
+  v.push_back({"llama_yarn", YarnLlama()});
+  // Dynamic NTK equals Hugging Face exactly while the served context stays within
+  // max_position_embeddings (model/rope_table.h).
+  s = LlamaPreset();
+  s.rope_scaling = DynamicRope(2.0);
+  s.max_position_embeddings = 64;
+  v.push_back({"llama_dynamic", s, 64});
   return v;
 }
 
