@@ -156,12 +156,19 @@ absl::Status CheckCacheInvariants(const KvCacheManager& m) {
                                     s.table.num_tokens(), " tokens"));
         return;
       }
-      for (BlockId b : s.table.blocks()) {
-        if (b.value() <= 0 || b.value() >= n) {
-          st = Violation(absl::StrCat(who, "table entry ", b.value(), " out of range or null"));
+      if (s.released_front < 0 || s.released_front > s.table.num_blocks()) {
+        st = Violation(absl::StrCat(who, s.released_front, " released entries of ", s.table.num_blocks()));
+        return;
+      }
+      for (int32_t i = 0; i < s.table.num_blocks(); ++i) {
+        const BlockId b = s.table[i];
+        // Exactly the released front is null (release_before).
+        if (i < s.released_front ? b != kNullBlock : b.value() <= 0 || b.value() >= n) {
+          st = Violation(absl::StrCat(who, "table entry ", i, " = ", b.value(), " out of range, or null outside the ",
+                                      s.released_front, " released entries"));
           return;
         }
-        ++refs[b.value()];
+        if (b != kNullBlock) ++refs[b.value()];
       }
     }
     const int64_t tokens = s.num_tokens();
@@ -171,7 +178,7 @@ absl::Status CheckCacheInvariants(const KvCacheManager& m) {
       return;
     }
     if (!s.swapped) {
-      for (size_t i = 0; i < s.hashes.size(); ++i) {
+      for (size_t i = static_cast<size_t>(s.released_front); i < s.hashes.size(); ++i) {
         if (pool.hash(s.table[static_cast<int32_t>(i)]) != s.hashes[i]) {
           st = Violation(absl::StrCat(who, "committed block ", i, " (id ",
                                       s.table[static_cast<int32_t>(i)].value(),

@@ -29,6 +29,7 @@ struct CacheUsage {
   uint64_t allocated_blocks = 0;       // blocks taken from the free queue for new content
   uint64_t evicted_blocks = 0;         // cached blocks whose content was dropped for reuse
   uint64_t cow_copies = 0;             // copy-on-write block copies
+  uint64_t window_released_blocks = 0; // blocks that left every layer's sliding window
 
   // ---- host swap tier
   int32_t swap_total_blocks = 0;

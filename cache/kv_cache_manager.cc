@@ -91,8 +91,12 @@ void KvCacheManager::release_tier_blocks(SequenceKvState& s) {
 void KvCacheManager::release_table_tail_first(SequenceKvState& s) {
   // NOTE: tail first, so that with LRU eviction the end of a cached prefix chain goes
   // before its beginning (which more requests share).
-  while (!s.table.empty()) pool_.release(s.table.pop_block());
+  while (!s.table.empty()) {
+    const BlockId b = s.table.pop_block();
+    if (b != kNullBlock) pool_.release(b);  // released_front entries hold no reference
+  }
   s.table.clear();
+  s.released_front = 0;
 }
 
 // ------------------------------------------------------------------ prefix cache
@@ -274,7 +278,27 @@ void KvCacheManager::fork(SeqId parent, SeqId child) {
   c.hashes.assign(p.hashes.begin(), p.hashes.end());
   c.root = p.root;
   c.publish_limit_tokens = p.publish_limit_tokens;
-  for (BlockId b : c.table.blocks()) pool_.retain(b);
+  c.released_front = p.released_front;
+  for (BlockId b : c.table.blocks()) {
+    if (b != kNullBlock) pool_.retain(b);
+  }
+}
+
+int32_t KvCacheManager::release_before(SeqId seq, int64_t first_needed) {
+  SequenceKvState* s = find(seq);
+  KVS_CHECK(s != nullptr && !s->swapped, "release_before on unknown or swapped-out sequence ", seq.value());
+  int32_t end = static_cast<int32_t>(std::min<int64_t>(std::max<int64_t>(first_needed, 0) / block_size_,
+                                                       s->table.num_full_blocks()));
+  if (enable_prefix_caching_ && s->root != kNoHash) end = std::min(end, s->num_committed_blocks());
+  int32_t released = 0;
+  for (int32_t i = s->released_front; i < end; ++i) {
+    pool_.release(s->table[i]);
+    s->table.replace_block(i, kNullBlock);
+    ++released;
+  }
+  s->released_front = std::max(s->released_front, end);
+  window_released_blocks_ += released;
+  return released;
 }
 
 int32_t KvCacheManager::truncate(SeqId seq, int64_t new_num_tokens) {
@@ -286,9 +310,12 @@ int32_t KvCacheManager::truncate(SeqId seq, int64_t new_num_tokens) {
   const int32_t keep = s->table.BlocksFor(new_num_tokens);
   int32_t released = 0;
   while (s->table.num_blocks() > keep) {
-    pool_.release(s->table.pop_block());
+    const BlockId b = s->table.pop_block();
+    if (b == kNullBlock) continue;  // released by release_before already
+    pool_.release(b);
     ++released;
   }
+  s->released_front = std::min(s->released_front, keep);
   s->table.set_num_tokens(new_num_tokens);
   const size_t full = static_cast<size_t>(new_num_tokens / block_size_);
   if (s->hashes.size() > full) s->hashes.resize(full);
@@ -303,7 +330,7 @@ int32_t KvCacheManager::free(SeqId seq) {
     released = static_cast<int32_t>(s->host_blocks.size());
     for (BlockId h : s->host_blocks) release_host(h);
   } else {
-    released = s->table.num_blocks();
+    released = s->table.num_blocks() - s->released_front;
     release_table_tail_first(*s);
   }
   release_tier_blocks(*s);
@@ -331,7 +358,8 @@ std::optional<std::span<const BlockId>> KvCacheManager::reserve_tier_blocks(SeqI
 int64_t KvCacheManager::kv_bytes_held(SeqId seq) const {
   const SequenceKvState* s = find(seq);
   if (s == nullptr) return 0;
-  const int64_t blocks = s->swapped ? static_cast<int64_t>(s->host_blocks.size()) : s->table.num_blocks();
+  const int64_t blocks =
+      s->swapped ? static_cast<int64_t>(s->host_blocks.size()) : s->table.num_blocks() - s->released_front;
   int64_t bytes = blocks * static_cast<int64_t>(bytes_per_block_);
   for (size_t t = 0; t < s->tier_blocks.size(); ++t) {
     bytes += static_cast<int64_t>(s->tier_blocks[t].size() * tier_block_bytes_[t]);
@@ -351,7 +379,7 @@ bool KvCacheManager::can_swap_out(SeqId seq) const {
   // Swap has priority over the prefix tier: its blocks count as available (swap_out makes
   // them yield; entries busy this step cannot, and then swap_out answers nullopt).
   const SequenceKvState* s = find(seq);
-  return s != nullptr && !s->swapped && !s->holds_tier_blocks() &&
+  return s != nullptr && !s->swapped && !s->holds_tier_blocks() && s->released_front == 0 &&
          s->table.num_blocks() <= swap_.num_free() + host_cache_.size() && swap_.num_blocks() > 0;
 }
 
@@ -624,6 +652,7 @@ CacheUsage KvCacheManager::usage() const {
   u.allocated_blocks = allocated_blocks_;
   u.evicted_blocks = pool_.num_evictions();
   u.cow_copies = cow_copies_;
+  u.window_released_blocks = window_released_blocks_;
   u.swap_total_blocks = swap_.num_blocks();
   u.swap_used_blocks = swap_.num_used();
   u.swapped_out_blocks = swapped_out_blocks_;

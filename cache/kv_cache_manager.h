@@ -19,6 +19,7 @@
 //   commit_full_blocks(tokens)      -> newly filled full blocks published for prefix hits
 //   fork(parent, child)             -> n > 1 samples share every block until they diverge
 //   truncate(new_len)               -> compression drops trailing blocks
+//   release_before(first_needed)    -> sliding-window models drop leading blocks
 //   swap_out / swap_in              -> preemption without recompute (host tier)
 //   free                            -> blocks back to the LRU, tail first; idempotent
 //
@@ -196,6 +197,13 @@ class KvCacheManager {
   std::optional<AllocationDelta> allocate(SeqId seq, int num_new_tokens);
   // `child` (must not exist) shares all of `parent`'s blocks and prefix state.
   void fork(SeqId parent, SeqId child);
+  // Sliding-window models whose every layer is windowed: tokens before `first_needed` are
+  // never attended again, so the blocks wholly before it go back to the pool (a published
+  // one stays a prefix-cache entry until evicted) and their table entries become kNullBlock;
+  // slot mapping and logical indices are unchanged. With prefix caching on, only committed
+  // blocks are released (a block is published before it leaves). A sequence holding
+  // released entries is preempted by recompute, never swapped. Returns blocks released.
+  int32_t release_before(SeqId seq, int64_t first_needed);
   // Shrinks `seq` to its first `new_num_tokens` tokens, freeing trailing blocks (tail
   // first). Returns the number of blocks released.
   int32_t truncate(SeqId seq, int64_t new_num_tokens);
@@ -324,6 +332,7 @@ class KvCacheManager {
   uint64_t prefix_hit_blocks_ = 0;
   uint64_t allocated_blocks_ = 0;
   uint64_t cow_copies_ = 0;
+  uint64_t window_released_blocks_ = 0;
   uint64_t swapped_out_blocks_ = 0;
   uint64_t swapped_in_blocks_ = 0;
   uint64_t swap_in_reused_blocks_ = 0;

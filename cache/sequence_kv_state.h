@@ -10,6 +10,12 @@
 // Swapped out: the table is empty, host_blocks holds the KV (one host block per former
 // table entry, same order) and swapped_num_tokens the length; hashes stay valid.
 //
+// Sliding-window release (every layer windowed, KvCacheManager::release_before): the first
+// `released_front` table entries are kNullBlock, their blocks handed back to the pool; the
+// attention never reads them again and logical indices are unchanged.
+//
+//   table:     [null][null][b6][b2]      released_front = 2
+//
 // Demotion tiers (issue 18): tier_blocks[t] are the blocks of demotion tier pool t that the
 // sequence was granted (KvCacheManager::reserve_tier_blocks); the runner keeps its demoted
 // tokens there. Never shared, never published, never swapped (such a sequence is recomputed).
@@ -37,6 +43,7 @@ struct SequenceKvState {
     publish_limit_tokens = std::numeric_limits<int64_t>::max();
     swapped = false;
     swapped_num_tokens = 0;
+    released_front = 0;
     for (auto& t : tier_blocks) t.clear();
   }
 
@@ -58,6 +65,7 @@ struct SequenceKvState {
   bool swapped = false;
   int64_t swapped_num_tokens = 0;
   std::vector<BlockId> host_blocks;
+  int32_t released_front = 0;  // leading table entries released to the pool (kNullBlock)
   std::vector<std::vector<BlockId>> tier_blocks;  // [demotion tier]; sized on first grant
 };
 

@@ -42,6 +42,11 @@ absl::StatusOr<std::unique_ptr<CompressionPolicy>> CreatePolicy(const PolicyPara
   KVS_RETURN_IF_ERROR(ValidateParams(params));
   KVS_RETURN_IF_ERROR(CheckContext(context));
   using config::CompressionPolicyKind;
+  if (context.windowed_layers && params.kind != CompressionPolicyKind::kFull) {
+    return absl::FailedPreconditionError(
+        "kv_compression: this model has sliding-window layers, which serve policy full only (a compaction would "
+        "move their keys out of the window's positions)");
+  }
   switch (params.kind) {
     case CompressionPolicyKind::kFull: return std::make_unique<FullPolicy>(params, context);
     case CompressionPolicyKind::kTriAttention: {
@@ -80,6 +85,7 @@ PolicyContext ContextFor(const model::ModelConfig& c, std::span<const float> rop
   ctx.head_dim = c.head_dim;
   ctx.rope_inv_freq = rope_inv_freq;
   ctx.max_context = c.max_context();
+  ctx.windowed_layers = c.window_binds();
   ctx.triattention_stats = stats;
   ctx.clock = clock;
   return ctx;

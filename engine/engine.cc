@@ -32,6 +32,7 @@ scheduler::SchedulerOptions MakeSchedulerOptions(const config::Config& cfg, cons
   o.preemption_mode = cfg.scheduler.preemption_mode;
   o.max_model_len = model.max_model_len;
   o.eos_token_ids = model.eos_token_ids;
+  o.kv_window = model.kv_window;
   for (const auto& name : TenantNames(cfg)) {
     scheduler::TenantLimits limits;
     for (const auto& t : cfg.tenants) {
@@ -146,7 +147,12 @@ absl::StatusOr<ResolvedCompression> Engine::ResolvePolicy(const RequestSpec& spe
   KVS_ASSIGN_OR_RETURN(ResolvedCompression r, ResolveCompression(spec, config_, tenant_config(tenant), compression_));
   // One sample must fit in the KV pool on its own, or it could never run.
   const int64_t prompt = static_cast<int64_t>(spec.prompt_tokens.size());
-  const int64_t need = std::min<int64_t>(r.footprint(prompt, spec.max_tokens), model_.max_model_len);
+  int64_t need = std::min<int64_t>(r.footprint(prompt, spec.max_tokens), model_.max_model_len);
+  if (model_.kv_window > 0) {
+    // Every layer windowed: the KV held stays within the window, one step's rows and the
+    // partial block (Scheduler releases the rest after each step).
+    need = std::min<int64_t>(need, model_.kv_window + config_.scheduler.max_num_batched_tokens + cache_.block_size());
+  }
   if (need > cache_.max_tokens()) {
     return Invalid("max_tokens", absl::StrCat("the request can hold ", need,
                                               " KV tokens, more than the KV pool (", cache_.max_tokens(),

@@ -44,6 +44,9 @@ struct ModelInfo {
   int64_t max_model_len = 2048;
   std::vector<int32_t> eos_token_ids;
   int vocab_size = 0;
+  // Every layer attends a sliding window of at most this many tokens (0: some layer attends
+  // the whole context): the scheduler releases blocks that left it (release_before).
+  int32_t kv_window = 0;
 };
 
 class Engine final : public ServingEngine {

@@ -220,6 +220,7 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config
   if (config.model.max_model_len > 0) info.max_model_len = std::min(info.max_model_len, config.model.max_model_len);
   info.eos_token_ids = mc.eos_token_ids;
   info.vocab_size = mc.vocab_size;
+  info.kv_window = mc.kv_window();
   if (!config.cache.remote_kv_url.empty()) {
     KVS_ASSIGN_OR_RETURN(local->tiers, MakeRemoteTier(config, model_dir, local->backend, &local->wake_target,
                                                       &local->clock, deps.logger));

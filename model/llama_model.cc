@@ -39,8 +39,7 @@ absl::Status CheckImplemented(const ModelConfig& c) {
     return absl::UnimplementedError(absl::StrCat(c.architecture_name, ": ", base::AsAbsl(field),
                                                  " is not implemented by the CPU forward pass yet"));
   };
-  if (c.attn_logit_softcap > 0) return refuse("attn_logit_softcapping");
-  if (c.activation != Activation::kSilu) return refuse("hidden_activation gelu_pytorch_tanh");
+  (void)refuse;  // every field ModelConfig parses is computed (docs/models.md)
   return absl::OkStatus();
 }
 
@@ -217,14 +216,17 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
                   st.key_basis != nullptr ? st.key_basis[layer] : nullptr};
     }
     const std::span<const kernels::cpu::KvTierView> tier_views(tiers, num_tiers);
+    const kernels::cpu::AttentionVariant variant{c.layer_window[static_cast<size_t>(layer)],
+                                                 static_cast<float>(c.attn_logit_softcap)};
     kernels::cpu::PagedAttentionTiered(tier_views, seqs, q, qkv_stride, c.num_heads, scale, attn_.data(), q_size,
                                        want_mass ? lse_.data() : nullptr, attn_workspace_.data(),
-                                       attn_workspace_.size());
+                                       attn_workspace_.size(), variant);
     if (want_mass) {
       float* mass = observers->attention_mass.data() +
                     static_cast<int64_t>(layer) * b.num_seqs() * c.num_kv_heads * observers->mass_stride;
       kernels::cpu::AttentionMassTiered(tier_views, seqs, q, qkv_stride, c.num_heads, scale, lse_.data(), mass,
-                                        observers->mass_stride, attn_workspace_.data(), attn_workspace_.size());
+                                        observers->mass_stride, attn_workspace_.data(), attn_workspace_.size(),
+                                        variant);
     }
     if (c.sandwich_norms) {
       // Gemma: x += norm(attn · Woᵀ), then x += norm(mlp(norm(x))).
@@ -237,7 +239,11 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
 
     kernels::cpu::RmsNorm(x_.data(), d, w.pre_ff_norm, h_.data(), d, t, d, c.rms_norm_eps);
     Project(h_.data(), d, w.gate_up, nullptr, gate_up_.data(), 2 * inter, t, d, 2 * inter, false);
-    kernels::cpu::SiluMul(gate_up_.data(), t, inter, act_.data());
+    if (c.activation == Activation::kGeluTanh) {
+      kernels::cpu::GeluTanhMul(gate_up_.data(), t, inter, act_.data());
+    } else {
+      kernels::cpu::SiluMul(gate_up_.data(), t, inter, act_.data());
+    }
     if (c.sandwich_norms) {
       Project(act_.data(), inter, w.down, nullptr, branch_.data(), d, t, inter, d, false);
       kernels::cpu::RmsNorm(branch_.data(), d, w.post_ff_norm, branch_.data(), d, t, d, c.rms_norm_eps);

@@ -102,15 +102,24 @@ struct ModelConfig {
   bool any_sliding_layer() const {
     return std::any_of(layer_window.begin(), layer_window.end(), [](int32_t w) { return w > 0; });
   }
-  // Longest context computed exactly. Until the attention kernels mask windows, a model
-  // with a sliding-window layer is exact only up to its smallest window.
-  int64_t max_context() const {
-    int64_t ctx = served_context > 0 ? served_context : max_position_embeddings;
-    for (int32_t w : layer_window) {
-      if (w > 0) ctx = std::min<int64_t>(ctx, w);
-    }
-    return ctx;
+  // Some layer's window is shorter than the served context (else every layer attends the
+  // whole context, and the model runs as full attention).
+  bool window_binds() const {
+    return std::any_of(layer_window.begin(), layer_window.end(),
+                       [&](int32_t w) { return w > 0 && w < max_context(); });
   }
+  // The widest window when every layer is windowed (the KV a sequence needs stops growing
+  // there); 0 when some layer attends the whole context.
+  int32_t kv_window() const {
+    int32_t w = 0;
+    for (int32_t lw : layer_window) {
+      if (lw == 0) return 0;
+      w = std::max(w, lw);
+    }
+    return w;
+  }
+  // Longest context served (sliding-window layers mask their window exactly at any length).
+  int64_t max_context() const { return served_context > 0 ? served_context : max_position_embeddings; }
   // Parameters (weights + biases) the forward pass loads.
   int64_t num_parameters() const;
 };

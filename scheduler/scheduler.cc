@@ -518,6 +518,8 @@ void Scheduler::Update(const StepPlan& plan, const StepResult& result, std::vect
     if (cache_.prefix_caching_enabled()) {
       cache_.commit_full_blocks(s.id, std::span<const int32_t>(s.tokens.data(), s.num_computed));
     }
+    // The next row (at index num_computed) attends [num_computed - kv_window + 1, ...].
+    if (options_.kv_window > 0) cache_.release_before(s.id, s.num_computed - options_.kv_window + 1);
     if (sampled == nullptr) continue;
     s.tokens.push_back(sampled->token_id);
     SeqUpdate u;

@@ -61,6 +61,10 @@ struct SchedulerOptions {
   config::QueuePolicy queue_policy = config::QueuePolicy::kFcfs;
   config::PreemptionMode preemption_mode = config::PreemptionMode::kRecompute;
   int64_t max_model_len = 2048;
+  // > 0: every layer of the model attends at most the last kv_window tokens, so after each
+  // step a sequence's blocks wholly before its next row's window go back to the pool
+  // (KvCacheManager::release_before): its KV stays within the window plus a block.
+  int32_t kv_window = 0;
   std::vector<int32_t> eos_token_ids;
   std::vector<TenantLimits> tenants;  // index = SequenceState::tenant; at least one
 };

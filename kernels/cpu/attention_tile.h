@@ -10,8 +10,11 @@
 // the batch or the thread count. The two differ from each other in the last bits.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 #include "cache/kv_layout.h"
 #include "kernels/cpu/paged_attention.h"
@@ -29,7 +32,35 @@ struct AttnArgs {
   int num_heads;
   int group;
   float scale;
+  AttentionVariant variant;  // window, softcap, sinks (paged_attention.h)
+
+  // Row j of a sequence whose rows start at physical index `base` attends [Lo, base + j + 1).
+  int64_t Lo(int64_t base, int64_t j) const {
+    return variant.window > 0 ? std::max<int64_t>(0, base + j + 1 - variant.window) : 0;
+  }
 };
+
+// Gemma 2's soft-capping of the live scores [lo, n) of one unit's block (masked lanes stay
+// -inf); std::tanh, so both tile kernels cap identically.
+inline void SoftcapScores(float* sc, int lo, int n, float cap) {
+  const float inv = 1.0f / cap;
+  for (int r = lo; r < n; ++r) sc[r] = cap * std::tanh(sc[r] * inv);
+}
+
+// The end of a unit's softmax: out = acc / sum, lse = max + log(sum), with a sink logit
+// (or none: -inf) joining the denominator. Returns the factor acc is multiplied by and
+// writes lse (when not null).
+inline float FinishSoftmax(float max, float sum, float sink, float* lse) {
+  if (!(sink > -std::numeric_limits<float>::infinity())) {
+    if (lse != nullptr) *lse = max + std::log(sum);
+    return 1.0f / sum;
+  }
+  const float m = std::max(max, sink);
+  const float corr = std::exp(max - m);
+  const float total = sum * corr + std::exp(sink - m);
+  if (lse != nullptr) *lse = m + std::log(total);
+  return corr / total;
+}
 
 // Rows [0, n) of the (block, kv, head) run of `tier` as floats: a direct pointer for fp32,
 // else dequantized into `buf` ([block_size][head_dim] floats).
@@ -57,7 +88,7 @@ bool Avx512TileAvailable();
 // Per-thread scratch floats of AttendTileAvx512 (0 when the kernel is unavailable).
 size_t Avx512TileFloats(const cache::KvLayout& layout, int group);
 // Rows [j0, j0 + rows) of sequence s for KV head g; row j attends physical indices
-// [0, kv_len - n_s + j + 1). Writes out (and lse when not null) of the group's heads.
+// [Lo(j), kv_len - n_s + j + 1). Writes out (and lse when not null) of the group's heads.
 void AttendTileAvx512(const AttnArgs& a, int s, int64_t j0, int rows, int g, float* scratch, float* out,
                       int64_t out_stride, float* lse);
 

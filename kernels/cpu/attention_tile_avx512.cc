@@ -99,6 +99,11 @@ inline __mmask16 FirstLanes(int n) {
   return static_cast<__mmask16>((1u << n) - 1);
 }
 
+// Lanes of chunk c holding a unit's live entries [lo, n) of the block.
+inline __mmask16 LiveLanes(int lo, int n, int c) {
+  return static_cast<__mmask16>(FirstLanes(n - c * kLanes) & ~FirstLanes(lo - c * kLanes));
+}
+
 // exp(x) for x <= 0: x = n ln2 + r with n = round(x / ln2), |r| <= ln2 / 2, then 2^n * p(r)
 // with p the degree-6 Taylor polynomial in Horner form (relative error < 3e-7). Arguments
 // below -87 are raised to -87 (about 1.6e-38: nothing next to a running sum that holds
@@ -288,15 +293,15 @@ WeightedSumFn PickWeightedSum(int units, int dv) {
   }
 }
 
-KVS_AVX512 void ScoreBlock(const Geometry& geo, const float* const* q_ptrs, int u0, const int* n, int n_max,
-                           float scale, const Scratch& ws) {
+KVS_AVX512 void ScoreBlock(const Geometry& geo, const float* const* q_ptrs, int u0, int u1, const int* lo,
+                           const int* n, int n_max, float scale, const Scratch& ws) {
   const __m512 sc = _mm512_set1_ps(scale);
   const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   const int live_chunks = (n_max + kLanes - 1) / kLanes;
   for (int c = 0; c < live_chunks; ++c) {
     const float* kt = ws.kt + static_cast<size_t>(c) * kLanes * geo.hd;
-    for (int u = u0; u < geo.units; u += kScoreUnits) {
-      const int m = std::min(kScoreUnits, geo.units - u);
+    for (int u = u0; u < u1; u += kScoreUnits) {
+      const int m = std::min(kScoreUnits, u1 - u);
       __m512 s[kScoreUnits];
       switch (m) {
         case 1: ScoreUnits<1>(q_ptrs + u, kt, geo.hd, s); break;
@@ -307,7 +312,7 @@ KVS_AVX512 void ScoreBlock(const Geometry& geo, const float* const* q_ptrs, int 
         default: ScoreUnits<6>(q_ptrs + u, kt, geo.hd, s); break;
       }
       for (int i = 0; i < m; ++i) {
-        const __mmask16 live = FirstLanes(n[u + i] - c * kLanes);
+        const __mmask16 live = LiveLanes(lo[u + i], n[u + i], c);
         const __m512 v = _mm512_mask_mov_ps(neg_inf, live, _mm512_mul_ps(s[i], sc));
         _mm512_storeu_ps(ws.scores + (u + i) * geo.score_stride() + c * kLanes, v);
       }
@@ -317,29 +322,29 @@ KVS_AVX512 void ScoreBlock(const Geometry& geo, const float* const* q_ptrs, int 
 
 // Online-softmax update of units [u0, units) for one block: new max, correction factors,
 // probabilities in place of the scores, lane sums.
-KVS_AVX512 void SoftmaxBlock(const Geometry& geo, int u0, const int* n, const Scratch& ws) {
-  for (int u = u0; u < geo.units; ++u) {
+KVS_AVX512 void SoftmaxBlock(const Geometry& geo, int u0, int u1, const int* lo, const int* n, const Scratch& ws) {
+  for (int u = u0; u < u1; ++u) {
     const float* s = ws.scores + u * geo.score_stride();
     const int nc = (n[u] + kLanes - 1) / kLanes;
     __m512 m = _mm512_loadu_ps(s);
     for (int c = 1; c < nc; ++c) m = _mm512_max_ps(m, _mm512_loadu_ps(s + c * kLanes));
     ws.new_max[u] = std::max(ws.max[u], _mm512_reduce_max_ps(m));
   }
-  for (int u = u0; u < geo.units; u += kLanes) {
-    const __mmask16 live = FirstLanes(geo.units - u);
+  for (int u = u0; u < u1; u += kLanes) {
+    const __mmask16 live = FirstLanes(u1 - u);
     const __m512 old_max = _mm512_maskz_loadu_ps(live, ws.max + u);
     const __m512 new_max = _mm512_maskz_loadu_ps(live, ws.new_max + u);
     _mm512_mask_storeu_ps(ws.corr + u, live, Exp(_mm512_sub_ps(old_max, new_max)));
     _mm512_mask_storeu_ps(ws.max + u, live, new_max);
   }
-  for (int u = u0; u < geo.units; ++u) {
+  for (int u = u0; u < u1; ++u) {
     float* s = ws.scores + u * geo.score_stride();
     float* l = ws.lsum + u * kLanes;
     const int nc = (n[u] + kLanes - 1) / kLanes;
     const __m512 mx = _mm512_set1_ps(ws.max[u]);
     __m512 lv = _mm512_loadu_ps(l);
     for (int c = 0; c < nc; ++c) {
-      const __m512 e = _mm512_maskz_mov_ps(FirstLanes(n[u] - c * kLanes), Exp(_mm512_sub_ps(_mm512_loadu_ps(s + c * kLanes), mx)));
+      const __m512 e = _mm512_maskz_mov_ps(LiveLanes(lo[u], n[u], c), Exp(_mm512_sub_ps(_mm512_loadu_ps(s + c * kLanes), mx)));
       _mm512_storeu_ps(s + c * kLanes, e);
       lv = c == 0 ? _mm512_fmadd_ps(lv, _mm512_set1_ps(ws.corr[u]), e) : _mm512_add_ps(lv, e);
     }
@@ -375,22 +380,29 @@ KVS_AVX512 void AttendTileImpl(const AttnArgs& a, int s, int64_t j0, int rows, i
   std::fill(ws.max, ws.max + geo.units, -std::numeric_limits<float>::infinity());
 
   int n[kMaxUnits];
+  int lo[kMaxUnits];  // per unit: the first live entry of the current block (its window's start)
   const int64_t num_blocks = (base + j0 + rows + geo.bs - 1) / geo.bs;  // the last row's length, in blocks
+  const int64_t first_block = a.Lo(base, j0) / geo.bs;  // blocks before every row's window are not read
   auto prefetch = [&](int64_t b) {
     const int32_t entry = table[b];
     PrefetchBlock(a.tiers[KvTierOf(entry)], KvTierBlock(entry), g);
   };
-  prefetch(0);
-  for (int64_t b = 0; b < num_blocks; ++b) {
+  prefetch(first_block);
+  int r1 = 0;  // rows [0, r1) have a window that starts before the current block's end
+  for (int64_t b = first_block; b < num_blocks; ++b) {
     if (b + 1 < num_blocks) prefetch(b + 1);
     // Units see a growing prefix: the first unit that sees block b, and each unit's count.
     const int r0 = static_cast<int>(std::max<int64_t>(0, b * geo.bs - base - j0));
+    while (r1 < rows && a.Lo(base, j0 + r1) < (b + 1) * geo.bs) ++r1;
     const int u0 = r0 * group;
-    for (int r = r0; r < rows; ++r) {
+    const int u1 = r1 * group;
+    for (int r = r0; r < r1; ++r) {
       const int nr = static_cast<int>(std::min<int64_t>(geo.bs, base + j0 + r + 1 - b * geo.bs));
+      const int lr = static_cast<int>(std::max<int64_t>(0, a.Lo(base, j0 + r) - b * geo.bs));
       std::fill(n + r * group, n + (r + 1) * group, nr);
+      std::fill(lo + r * group, lo + (r + 1) * group, lr);
     }
-    const int n_max = n[geo.units - 1];
+    const int n_max = n[u1 - 1];
     const int64_t block = table[b];
     const KvTierView& tier = a.tiers[KvTierOf(static_cast<int32_t>(block))];
     const int64_t tb = KvTierBlock(static_cast<int32_t>(block));
@@ -399,15 +411,18 @@ KVS_AVX512 void AttendTileImpl(const AttnArgs& a, int s, int64_t j0, int rows, i
     for (int c = 0; c * kLanes < n_max; ++c) {
       TransposeChunk(k, c * kLanes, n_max, geo.hd, ws.kt + static_cast<size_t>(c) * kLanes * geo.hd);
     }
-    ScoreBlock(geo, q_ptrs, u0, n, n_max, a.scale, ws);
-    SoftmaxBlock(geo, u0, n, ws);
+    ScoreBlock(geo, q_ptrs, u0, u1, lo, n, n_max, a.scale, ws);
+    if (a.variant.softcap > 0.0f) {
+      for (int u = u0; u < u1; ++u) SoftcapScores(ws.scores + u * geo.score_stride(), lo[u], n[u], a.variant.softcap);
+    }
+    SoftmaxBlock(geo, u0, u1, lo, n, ws);
 
     const float* v = LoadRun(tier, tb, 1, g, n_max, ws.v_rows);
     for (int dv0 = 0; dv0 < geo.hd_vecs; dv0 += 4) {
       const int dv = std::min(4, geo.hd_vecs - dv0);
       const int per_call = SumUnits(dv);
-      for (int u = u0; u < geo.units; u += per_call) {
-        const int m = std::min(per_call, geo.units - u);
+      for (int u = u0; u < u1; u += per_call) {
+        const int m = std::min(per_call, u1 - u);
         PickWeightedSum(m, dv)(ws.scores + u * geo.score_stride(), geo.score_stride(), v, geo.hd, dv0, n + u,
                                ws.corr + u, ws.acc + u * geo.acc_stride(), geo.acc_stride());
       }
@@ -422,15 +437,15 @@ KVS_AVX512 void AttendTileImpl(const AttnArgs& a, int s, int64_t j0, int rows, i
     for (int w = kLanes / 2; w >= 1; w /= 2) {
       for (int i = 0; i < w; ++i) l[i] = l[i] + l[i + w];
     }
-    const float sum = l[0];
-    const __m512 inv = _mm512_set1_ps(1.0f / sum);
+    const float sink = a.variant.sinks != nullptr ? a.variant.sinks[h] : -std::numeric_limits<float>::infinity();
+    const __m512 inv =
+        _mm512_set1_ps(FinishSoftmax(ws.max[u], l[0], sink, lse != nullptr ? lse + row * a.num_heads + h : nullptr));
     const float* acc = ws.acc + u * geo.acc_stride();
     float* o = out + row * out_stride + static_cast<int64_t>(h) * geo.hd;
     for (int j = 0; j < geo.hd_vecs; ++j) {
       _mm512_mask_storeu_ps(o + j * kLanes, FirstLanes(geo.hd - j * kLanes),
                             _mm512_mul_ps(_mm512_loadu_ps(acc + j * kLanes), inv));
     }
-    if (lse != nullptr) lse[row * a.num_heads + h] = ws.max[u] + std::log(sum);
   }
 }
 

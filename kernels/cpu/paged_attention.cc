@@ -142,7 +142,9 @@ inline void ScoreRows(const float* qa, const float* qb, const float* k, int n_a,
 
 // Attention of rows [j0, j0 + rows) of sequence s (a tile, kTileRows at most) for KV head g:
 // the group's query heads over each row's visible entries, block by block with an online
-// softmax. Row j sees physical indices [0, kv_len - n_s + j + 1).
+// softmax. Row j sees physical indices [a.Lo(base, j), base + j + 1): a prefix, or its window.
+// Units [u0, u1) see something of block b (both bounds grow with the row); a unit's entries
+// of the block below its window are scored -inf and weigh exactly 0.
 KVS_SIMD_CLONES void AttendTile(const AttnArgs& a, int s, int64_t j0, int rows, int g, float* scratch, float* out,
                                 int64_t out_stride, float* lse) {
   const cache::KvLayout& layout = a.layout;
@@ -151,26 +153,31 @@ KVS_SIMD_CLONES void AttendTile(const AttnArgs& a, int s, int64_t j0, int rows, 
   const int bs = layout.block_size;
   const int64_t first = a.seqs.seq_starts[s];
   const int64_t n_s = a.seqs.seq_starts[s + 1] - first;
-  const int64_t base = a.seqs.kv_lens[s] - n_s;  // row j attends [0, base + j + 1)
+  const int64_t base = a.seqs.kv_lens[s] - n_s;  // row j attends [Lo(base, j), base + j + 1)
   KVS_DCHECK(base >= 0, "seq ", s, ": kv_len ", a.seqs.kv_lens[s], " < rows ", n_s);
   const int32_t* table = a.seqs.block_tables + a.seqs.block_table_offsets[s];
   ThreadScratch ws = CarveScratch(layout, group, scratch);
   const int units = rows * group;
+  const float cap = a.variant.softcap;
   auto q_of = [&](int u) {
     return a.q + (first + j0 + u / group) * a.q_stride + static_cast<int64_t>(g * group + u % group) * hd;
   };
   auto len_of = [&](int u) { return base + j0 + u / group + 1; };
+  auto lo_of = [&](int u) { return a.Lo(base, j0 + u / group); };
 
   std::fill(ws.acc, ws.acc + static_cast<size_t>(units) * hd, 0.0f);
   std::fill(ws.max, ws.max + units, -std::numeric_limits<float>::infinity());
   std::fill(ws.sum, ws.sum + units, 0.0f);
   const int64_t num_blocks = (len_of(units - 1) + bs - 1) / bs;
   const KvTierView* projected_for = nullptr;  // the low-rank tier ws.q_low holds queries for
-  for (int64_t b = 0; b < num_blocks; ++b) {
+  int u1 = 0;  // units [0, u1) have a window that starts before the current block's end
+  for (int64_t b = lo_of(0) / bs; b < num_blocks; ++b) {
     // Rows see a growing prefix: the first unit that sees block b, and each unit's count.
     const int u0 = static_cast<int>(std::max<int64_t>(0, b * bs - base - j0)) * group;
+    while (u1 < units && lo_of(u1) < (b + 1) * bs) ++u1;
     auto n_of = [&](int u) { return static_cast<int>(std::min<int64_t>(bs, len_of(u) - b * bs)); };
-    const int n_max = n_of(units - 1);
+    auto lo_in = [&](int u) { return static_cast<int>(std::max<int64_t>(0, lo_of(u) - b * bs)); };
+    const int n_max = n_of(u1 - 1);
     const int64_t block = table[b];
     const KvTierView& tier = a.tiers[KvTierOf(static_cast<int32_t>(block))];
     const int64_t tb = KvTierBlock(static_cast<int32_t>(block));
@@ -178,11 +185,11 @@ KVS_SIMD_CLONES void AttendTile(const AttnArgs& a, int s, int64_t j0, int rows, 
     const int key_rank = tier.layout.key_rank;
     int u = u0;
     if (key_rank == 0) {
-      for (; u + 1 < units; u += 2) {
+      for (; u + 1 < u1; u += 2) {
         ScoreRows(q_of(u), q_of(u + 1), k, n_of(u), n_of(u + 1), hd, a.scale, ws.scores + static_cast<size_t>(u) * bs,
                   ws.scores + static_cast<size_t>(u + 1) * bs);
       }
-      if (u < units) ScoreRows(q_of(u), nullptr, k, n_of(u), 0, hd, a.scale, ws.scores + static_cast<size_t>(u) * bs, nullptr);
+      if (u < u1) ScoreRows(q_of(u), nullptr, k, n_of(u), 0, hd, a.scale, ws.scores + static_cast<size_t>(u) * bs, nullptr);
     } else {
       // Low-rank keys: k holds r coefficients per row. Project the tile's queries once per
       // tier (its blocks are contiguous in the table), then score in the r-dim space.
@@ -195,38 +202,41 @@ KVS_SIMD_CLONES void AttendTile(const AttnArgs& a, int s, int64_t j0, int rows, 
         projected_for = tier_ptr;
       }
       auto q_low = [&](int w) { return ws.q_low + static_cast<size_t>(w) * hd; };
-      for (; u + 1 < units; u += 2) {
+      for (; u + 1 < u1; u += 2) {
         ScoreRows(q_low(u), q_low(u + 1), k, n_of(u), n_of(u + 1), key_rank, a.scale,
                   ws.scores + static_cast<size_t>(u) * bs, ws.scores + static_cast<size_t>(u + 1) * bs);
       }
-      if (u < units) {
+      if (u < u1) {
         ScoreRows(q_low(u), nullptr, k, n_of(u), 0, key_rank, a.scale, ws.scores + static_cast<size_t>(u) * bs, nullptr);
       }
-      for (u = u0; u < units; ++u) {
+      for (u = u0; u < u1; ++u) {
         const float off = ws.q_off[u] * a.scale;
         float* sc = ws.scores + static_cast<size_t>(u) * bs;
         for (int r = 0; r < n_of(u); ++r) sc[r] += off;
       }
     }
-    for (u = u0; u < units; ++u) {
+    for (u = u0; u < u1; ++u) {
       const int n = n_of(u);
+      const int lo = lo_in(u);
       float* sc = ws.scores + static_cast<size_t>(u) * bs;
+      if (cap > 0.0f) internal::SoftcapScores(sc, lo, n, cap);
       float block_max = -std::numeric_limits<float>::infinity();
-      for (int r = 0; r < n; ++r) block_max = std::max(block_max, sc[r]);
+      for (int r = lo; r < n; ++r) block_max = std::max(block_max, sc[r]);
       const float new_max = std::max(ws.max[u], block_max);
       // exp(-inf) flushes to ~0 on the first block: the empty running state is dropped.
       const float correction = simd::ExpNonPositive(ws.max[u] - new_max);
-      const float block_sum = simd::ExpShiftedInPlace(sc, n, new_max);
+      const float block_sum = simd::ExpShiftedInPlace(sc + lo, n - lo, new_max);
+      std::fill(sc, sc + lo, 0.0f);
       ws.sum[u] = ws.sum[u] * correction + block_sum;
       ws.max[u] = new_max;
       if (correction != 1.0f) simd::Scale(correction, ws.acc + static_cast<size_t>(u) * hd, hd);
     }
     const float* v = LoadRun(tier, tb, 1, g, n_max, ws.v_rows);
-    for (u = u0; u < units;) {
+    for (u = u0; u < u1;) {
       const int n = n_of(u);
       float* acc = ws.acc + static_cast<size_t>(u) * hd;
       const float* p = ws.scores + static_cast<size_t>(u) * bs;
-      if (u + 1 < units && n_of(u + 1) == n) {
+      if (u + 1 < u1 && n_of(u + 1) == n) {
         simd::WeightedRowSum2(p, p + bs, v, n, hd, acc, acc + hd);
         u += 2;
       } else {
@@ -238,11 +248,11 @@ KVS_SIMD_CLONES void AttendTile(const AttnArgs& a, int s, int64_t j0, int rows, 
   for (int u = 0; u < units; ++u) {
     const int64_t row = first + j0 + u / group;
     const int h = g * group + u % group;
-    const float inv = 1.0f / ws.sum[u];
+    const float sink = a.variant.sinks != nullptr ? a.variant.sinks[h] : -std::numeric_limits<float>::infinity();
+    const float inv = internal::FinishSoftmax(ws.max[u], ws.sum[u], sink, lse != nullptr ? lse + row * a.num_heads + h : nullptr);
     const float* acc = ws.acc + static_cast<size_t>(u) * hd;
     float* o = out + row * out_stride + static_cast<int64_t>(h) * hd;
     for (int d = 0; d < hd; ++d) o[d] = acc[d] * inv;
-    if (lse != nullptr) lse[row * a.num_heads + h] = ws.max[u] + std::log(ws.sum[u]);
   }
 }
 
@@ -263,7 +273,7 @@ KVS_SIMD_CLONES void MassItem(const AttnArgs& a, int64_t item, float* scratch, c
   ThreadScratch ws = CarveScratch(layout, a.group, scratch);
   float* m = mass + (static_cast<int64_t>(s) * kv_heads + g) * mass_stride;
   const int64_t num_blocks = (kv_len + bs - 1) / bs;
-  for (int64_t b = 0; b < num_blocks; ++b) {
+  for (int64_t b = a.Lo(kv_len - n_s, 0) / bs; b < num_blocks; ++b) {
     const int n = static_cast<int>(std::min<int64_t>(bs, kv_len - b * bs));
     const KvTierView& tier = a.tiers[KvTierOf(table[b])];
     const float* k = LoadRun(tier, KvTierBlock(table[b]), 0, g, n, ws.k_rows);
@@ -277,14 +287,17 @@ KVS_SIMD_CLONES void MassItem(const AttnArgs& a, int64_t item, float* scratch, c
     for (int64_t j = 0; j < n_s; ++j) {
       const int64_t len = kv_len - n_s + j + 1;
       const int visible = static_cast<int>(std::min<int64_t>(n, len - b * bs));
-      if (visible <= 0) continue;
+      const int lo = static_cast<int>(std::max<int64_t>(0, a.Lo(kv_len - n_s, j) - b * bs));
+      if (visible <= lo) continue;
       const int64_t row = first + j;
       for (int i = 0; i < a.group; ++i) {
         const int h = g * a.group + i;
         const float* qi = a.q + row * a.q_stride + static_cast<int64_t>(h) * hd;
         const float row_lse = lse[row * a.num_heads + h];
-        for (int r = 0; r < visible; ++r) {
-          m[b * bs + r] += simd::ExpNonPositive(Dot(qi, k + static_cast<int64_t>(r) * hd, hd) * a.scale - row_lse);
+        for (int r = lo; r < visible; ++r) {
+          float score = Dot(qi, k + static_cast<int64_t>(r) * hd, hd) * a.scale;
+          if (a.variant.softcap > 0.0f) internal::SoftcapScores(&score, 0, 1, a.variant.softcap);
+          m[b * bs + r] += simd::ExpNonPositive(score - row_lse);
         }
       }
     }
@@ -322,8 +335,10 @@ void CheckTiers(std::span<const KvTierView> tiers) {
 
 void PagedAttentionTiered(std::span<const KvTierView> tiers, const PagedSeqs& seqs, const float* q, int64_t q_stride,
                           int num_heads, float scale, float* out, int64_t out_stride, float* lse, float* workspace,
-                          size_t workspace_floats) {
+                          size_t workspace_floats, const AttentionVariant& variant) {
   CheckTiers(tiers);
+  KVS_CHECK(variant.window >= 0 && variant.softcap >= 0.0f, "attention: window ", variant.window, ", softcap ",
+            variant.softcap);
   const cache::KvLayout& layout = tiers[0].layout;
   const int kv_heads = layout.num_kv_heads;
   const int group = num_heads / kv_heads;
@@ -331,7 +346,7 @@ void PagedAttentionTiered(std::span<const KvTierView> tiers, const PagedSeqs& se
   const size_t per_thread = PerThreadFloats(layout, group);
   KVS_CHECK(workspace_floats >= per_thread * static_cast<size_t>(ComputeThreads()),
             "attention workspace too small: ", workspace_floats, " floats");
-  const AttnArgs a{layout, tiers.data(), seqs, q, q_stride, num_heads, group, scale};
+  const AttnArgs a{layout, tiers.data(), seqs, q, q_stride, num_heads, group, scale, variant};
   // tile_starts[s]: the first tile of sequence s (thread_local: no allocation once grown).
   // Workers reach it through `starts` (a thread_local named in the lambda would be theirs).
   thread_local std::vector<int64_t> tile_starts;
@@ -376,7 +391,7 @@ void PagedAttention(const cache::KvLayout& layout, const std::byte* layer_data,
 
 void AttentionMassTiered(std::span<const KvTierView> tiers, const PagedSeqs& seqs, const float* q, int64_t q_stride,
                          int num_heads, float scale, const float* lse, float* mass, int64_t mass_stride,
-                         float* workspace, size_t workspace_floats) {
+                         float* workspace, size_t workspace_floats, const AttentionVariant& variant) {
   CheckTiers(tiers);
   const cache::KvLayout& layout = tiers[0].layout;
   const int kv_heads = layout.num_kv_heads;
@@ -387,7 +402,7 @@ void AttentionMassTiered(std::span<const KvTierView> tiers, const PagedSeqs& seq
   for (int s = 0; s < seqs.num_seqs; ++s) {
     KVS_CHECK(seqs.kv_lens[s] <= mass_stride, "attention mass stride ", mass_stride, " < kv_len ", seqs.kv_lens[s]);
   }
-  const AttnArgs a{layout, tiers.data(), seqs, q, q_stride, num_heads, group, scale};
+  const AttnArgs a{layout, tiers.data(), seqs, q, q_stride, num_heads, group, scale, variant};
   const int64_t items = static_cast<int64_t>(seqs.num_seqs) * kv_heads;
   const Split split = SplitFor(kAttentionMacCost * AttentionMacs(seqs, num_heads, layout.head_dim));
 

@@ -77,6 +77,23 @@ void UsePortableAttention(bool on);
 size_t PagedAttentionWorkspaceFloats(const cache::KvLayout& layout, int num_heads,
                                      int num_threads);
 
+// Per-layer variants of the softmax (issue 27; all off by default, docs/models.md):
+//   window:  sliding-window attention: the row at physical index p attends
+//            [max(0, p - window + 1), p], `window` entries counting itself, as Hugging Face's
+//            sliding_window masks (Mistral, Qwen2, Phi-3, Gemma, gpt-oss); 0: unbounded. Blocks
+//            wholly before every row's window are never read, so the cache may release them.
+//            Physical indices are positions while a sequence is uncompacted, which is the only
+//            state a windowed layer attends (compression keeps windowed models at `full`).
+//   softcap: scores = softcap * tanh(scores / softcap) after the scale (Gemma 2); 0: none.
+//   sinks:   [num_heads] learned logits that join each head's softmax denominator and
+//            attend nothing (gpt-oss): out = sum_i e^{s_i} v_i / (e^{sink} + sum_i e^{s_i}),
+//            and lse includes the sink, so AttentionMass gives the true probabilities.
+struct AttentionVariant {
+  int32_t window = 0;
+  float softcap = 0.0f;
+  const float* sinks = nullptr;
+};
+
 // q:     [num_tokens][q_stride]; each row starts with num_heads * head_dim floats (RoPE applied)
 // out:   [num_tokens][out_stride]; num_heads * head_dim floats written per row
 // lse:   [num_tokens][num_heads] log-sum-exp of each row's scaled scores, or nullptr
@@ -93,7 +110,7 @@ void PagedAttention(const cache::KvLayout& layout, const std::byte* layer_data,
 // low-rank space).
 void PagedAttentionTiered(std::span<const KvTierView> tiers, const PagedSeqs& seqs, const float* q, int64_t q_stride,
                           int num_heads, float scale, float* out, int64_t out_stride, float* lse, float* workspace,
-                          size_t workspace_floats);
+                          size_t workspace_floats, const AttentionVariant& variant = {});
 
 // Attention-probability mass per cached slot, for score-based KV compression (H2O, SnapKV):
 //
@@ -106,8 +123,9 @@ void AttentionMass(const cache::KvLayout& layout, const std::byte* layer_data,
                    const float* layer_scales, const PagedSeqs& seqs, const float* q,
                        int64_t q_stride, int num_heads, float scale, const float* lse, float* mass,
                    int64_t mass_stride, float* workspace, size_t workspace_floats);
+// With a variant: the same window and softcap as the PagedAttention call that gave lse.
 void AttentionMassTiered(std::span<const KvTierView> tiers, const PagedSeqs& seqs, const float* q, int64_t q_stride,
                          int num_heads, float scale, const float* lse, float* mass, int64_t mass_stride,
-                         float* workspace, size_t workspace_floats);
+                         float* workspace, size_t workspace_floats, const AttentionVariant& variant = {});
 
 }  // namespace kvserve::kernels::cpu

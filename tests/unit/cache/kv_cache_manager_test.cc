@@ -297,6 +297,53 @@ TEST(KvCacheManager, NoPrefixCachingMeansNoHitsAndNoHashes) {
   EXPECT_INVARIANTS(*m);
 }
 
+// Sliding-window release: leading blocks go back to the pool (published ones stay cached
+// and hit), the table keeps kNullBlock in their place with slots unchanged, uncommitted
+// blocks stay while prefix caching is on, forks share the null front, truncate and free
+// release the rest, and such a sequence is never swapped.
+TEST(KvCacheManager, ReleaseBeforeDropsLeadingBlocksOnly) {
+  auto m = MakeManager(/*num_blocks=*/10, 4, /*host_blocks=*/8);
+  const std::vector<int32_t> p = Tokens(22);
+  m->match_prefix(SeqId{1}, p, kKey);
+  ASSERT_TRUE(m->allocate(SeqId{1}, 22).has_value());
+  const int64_t slot_21 = m->slot(SeqId{1}, 21);
+  const BlockId first = m->block_table(SeqId{1})[0];
+  m->commit_full_blocks(SeqId{1}, std::span<const int32_t>(p).first(12));  // blocks 0-2 published
+  EXPECT_EQ(m->release_before(SeqId{1}, 21), 3);  // blocks 3 and 4 are full but uncommitted
+  EXPECT_INVARIANTS(*m);
+  EXPECT_EQ(m->block_table(SeqId{1})[0], kNullBlock);
+  EXPECT_EQ(m->block_table(SeqId{1})[2], kNullBlock);
+  EXPECT_NE(m->block_table(SeqId{1})[3], kNullBlock);
+  EXPECT_EQ(m->slot(SeqId{1}, 21), slot_21);
+  EXPECT_EQ(m->usage().used_blocks, 3);
+  EXPECT_EQ(m->usage().window_released_blocks, 3u);
+  EXPECT_EQ(m->kv_bytes_held(SeqId{1}), 3 * static_cast<int64_t>(m->bytes_per_block()));
+  EXPECT_FALSE(m->can_swap_out(SeqId{1}));
+  // Released published blocks are still prefix hits for a new request.
+  EXPECT_EQ(m->match_prefix(SeqId{2}, p, kKey).num_blocks, 3);
+  EXPECT_EQ(m->block_table(SeqId{2})[0], first);
+  m->free(SeqId{2});
+  m->commit_full_blocks(SeqId{1}, p);
+  EXPECT_EQ(m->release_before(SeqId{1}, 21), 2);
+  EXPECT_EQ(m->release_before(SeqId{1}, 21), 0);  // idempotent
+  m->fork(SeqId{1}, SeqId{3});
+  EXPECT_INVARIANTS(*m);
+  EXPECT_EQ(m->usage().used_blocks, 1);  // the shared tail
+  EXPECT_EQ(m->truncate(SeqId{3}, 18), 1);  // the shared tail (one reference dropped)
+  EXPECT_EQ(m->truncate(SeqId{3}, 16), 0);  // a released entry: nothing left to drop
+  EXPECT_INVARIANTS(*m);
+  m->free(SeqId{3});
+  EXPECT_EQ(m->free(SeqId{1}), 1);
+  EXPECT_EQ(m->usage().used_blocks, 0);
+  EXPECT_INVARIANTS(*m);
+  // Without prefix caching every full block before the point goes.
+  auto n = MakeManager(10, 4, 0, /*prefix=*/false);
+  ASSERT_TRUE(n->allocate(SeqId{1}, 22).has_value());
+  EXPECT_EQ(n->release_before(SeqId{1}, 21), 5);
+  EXPECT_EQ(n->release_before(SeqId{1}, 100), 0);  // never the partial tail
+  EXPECT_INVARIANTS(*n);
+}
+
 TEST(KvCacheManager, SwapOutAndInRestoresTheData) {
   using testing::VerifyPattern;
   using testing::WritePattern;

@@ -59,6 +59,7 @@ struct AgreementCase {
   std::string name;
   FixtureSpec spec;
   int64_t max_context = 0;  // ModelOptions::max_context (the served length fixes dynamic/longrope)
+  int greedy_prompt = 6;    // prompt tokens of the greedy run
 };
 
 class KvserveAgreementTest : public ::testing::TestWithParam<AgreementCase> {};
@@ -101,7 +102,7 @@ TEST_P(KvserveAgreementTest, LogprobsMatchTheCpuForward) {
   EXPECT_LE(worst, kLogprobTol);
 
   // Greedy continuations agree too (argmax is robust at these margins).
-  const std::vector<int32_t> prompt = TestIds(6, vocab, 3);
+  const std::vector<int32_t> prompt = TestIds(GetParam().greedy_prompt, vocab, 3);
   auto want = Greedy(dir.path(), prompt, 8);
   ASSERT_TRUE(want.ok()) << want.status();
   model::testing::PagedSession session(**m, 4, config::KvDtype::kFp32, 64);
@@ -145,7 +146,9 @@ std::vector<AgreementCase> AgreementCases() {
   v.push_back({"qwen3_bf16", s});
   // Fused qkv_proj / gate_up_proj, longrope past its 16-token original context (the
   // 40-token prompts use the long factors in Hugging Face and in kvserve's served table).
-  v.push_back({"phi3_longrope", Phi3Preset()});
+  // The greedy run starts past L0 too: Hugging Face picks the factors by the length of each
+  // forward, kvserve once by the served context (docs/models.md).
+  v.push_back({"phi3_longrope", Phi3Preset(), 0, 20});
   v.push_back({"llama_yarn", YarnLlama()});
   // Dynamic NTK equals Hugging Face exactly while the served context stays within
   // max_position_embeddings (model/rope_table.h).
@@ -153,6 +156,21 @@ std::vector<AgreementCase> AgreementCases() {
   s.rope_scaling = DynamicRope(2.0);
   s.max_position_embeddings = 64;
   v.push_back({"llama_dynamic", s, 64});
+  // Sliding windows shorter than the 40-token prompts and the 14-token greedy run: the
+  // prefill tiles and the decode rows both mask exactly.
+  v.push_back({"mistral_window8", MistralPreset(8)});
+  s = Qwen2Preset();
+  s.sliding_window = 8;
+  s.use_sliding_window = true;
+  s.max_window_layers = 1;  // layer 0 full, layer 1 windowed
+  v.push_back({"qwen2_window8", s});
+  // GeGLU, (1 + w) sandwich norms, softcaps 50 / 30, even layers windowed (8).
+  v.push_back({"gemma2", Gemma2Preset()});
+  // 5 local (window 8, local RoPE base) : 1 global, q/k norms, query_pre_attn_scalar.
+  v.push_back({"gemma3", Gemma3Preset()});
+  s = Gemma3Preset();
+  s.dtype = WeightDtype::kBf16;
+  v.push_back({"gemma3_bf16", s});
   return v;
 }
 

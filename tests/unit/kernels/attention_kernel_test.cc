@@ -129,7 +129,8 @@ struct Fixture {
     std::vector<double> lse;   // [T][H]
     std::vector<double> mass;  // [S][kv_heads][max_len]
   };
-  Naive Reference(bool stored, int mass_stride) {
+  // `variant`: window, softcap and sinks as paged_attention.h defines them.
+  Naive Reference(bool stored, int mass_stride, const AttentionVariant& variant = {}) {
     const int hd = layout.head_dim, group = num_heads / layout.num_kv_heads;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     Naive r;
@@ -143,18 +144,21 @@ struct Fixture {
         for (int h = 0; h < num_heads; ++h) {
           const int g = h / group;
           const float* qh = q.data() + (static_cast<int64_t>(row) * num_heads + h) * hd;
-          std::vector<double> sc(len);
-          for (int i = 0; i < len; ++i) {
+          const int lo = variant.window > 0 ? std::max(0, len - variant.window) : 0;
+          std::vector<double> sc(len, -INFINITY);
+          for (int i = lo; i < len; ++i) {
             auto k = Row(s, i, 0, g, stored);
             double dot = 0;
             for (int d = 0; d < hd; ++d) dot += static_cast<double>(qh[d]) * k[d];
             sc[i] = dot * scale;
+            if (variant.softcap > 0) sc[i] = variant.softcap * std::tanh(sc[i] / variant.softcap);
           }
-          const double mx = *std::max_element(sc.begin(), sc.end());
-          double sum = 0;
+          const double sink = variant.sinks != nullptr ? variant.sinks[h] : -INFINITY;
+          const double mx = std::max(sink, *std::max_element(sc.begin(), sc.end()));
+          double sum = std::exp(sink - mx);
           for (double& x : sc) sum += (x = std::exp(x - mx));
           r.lse[row * num_heads + h] = mx + std::log(sum);
-          for (int i = 0; i < len; ++i) {
+          for (int i = lo; i < len; ++i) {
             auto v = Row(s, i, 1, g, stored);
             for (int d = 0; d < hd; ++d) r.out[(static_cast<int64_t>(row) * num_heads + h) * hd + d] += sc[i] / sum * v[d];
             r.mass[(s * layout.num_kv_heads + g) * mass_stride + i] += sc[i] / sum;
@@ -307,6 +311,82 @@ TEST_P(PagedAttentionTest, WriteKvOfManyRowsLandsInItsSlots) {
     }
   }
 }
+
+// Sliding windows (shorter than a block, across blocks, longer than some sequences), Gemma 2
+// soft-capping and gpt-oss sinks, alone and together, on both tile kernels: equal to the
+// naive attention, a prefill row equal to its one-row call bit for bit, and the blocks that
+// lie wholly before every row's window never read (they hold NaN here, as a released block
+// may hold anything).
+class AttentionVariantTest : public ::testing::TestWithParam<std::tuple<int, bool>> {
+ protected:
+  void SetUp() override {
+    threads_ = SetComputeThreads(std::get<0>(GetParam()));
+    internal::UsePortableAttention(std::get<1>(GetParam()));
+  }
+  void TearDown() override {
+    SetComputeThreads(0);
+    internal::UsePortableAttention(false);
+  }
+  int threads_ = 1;
+};
+
+TEST_P(AttentionVariantTest, WindowSoftcapAndSinksMatchNaiveAttention) {
+  const float sinks[4] = {0.5f, -1.0f, 3.0f, -20.0f};
+  const AttentionVariant variants[] = {{3, 0, nullptr}, {10, 0, nullptr}, {0, 2.0f, nullptr}, {0, 0, sinks},
+                                       {6, 1.5f, sinks}};
+  for (const AttentionVariant& variant : variants) {
+    Fixture f(KvDtype::kFp32);
+    f.WriteAll();
+    const int hd = f.layout.head_dim;
+    const int bs = f.layout.block_size;
+    // A spare block of NaN stands in for every block before the step's first window.
+    int32_t poison = static_cast<int32_t>(f.num_blocks) - 1;
+    while (std::count(f.tables.begin(), f.tables.end(), poison) > 0) --poison;
+    std::fill_n(f.storage.begin() + poison * f.layout.block_data_bytes() / sizeof(float),
+                f.layout.block_data_bytes() / sizeof(float), NAN);
+    std::vector<int32_t> tables = f.tables;
+    for (size_t s = 0; s < f.seqs.size() && variant.window > 0; ++s) {
+      const int first_lo = std::max(0, f.seqs[s].kv_len - f.seqs[s].rows + 1 - variant.window);
+      for (int b = 0; (b + 1) * bs <= first_lo; ++b) tables[f.table_offsets[s] + b] = poison;
+    }
+    const auto stored = f.Reference(/*stored=*/true, 201, variant);
+    f.tables = tables;
+    const int64_t rows = f.seq_starts.back();
+    const int64_t q_stride = static_cast<int64_t>(f.num_heads) * hd;
+    std::vector<float> ws(PagedAttentionWorkspaceFloats(f.layout, f.num_heads, threads_));
+    std::vector<float> out(rows * q_stride, -1.0f), lse(rows * f.num_heads);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const KvTierView tier{f.layout, f.data(), nullptr};
+    PagedAttentionTiered({&tier, 1}, f.View(), f.q.data(), q_stride, f.num_heads, scale, out.data(), q_stride,
+                         lse.data(), ws.data(), ws.size(), variant);
+    const int mass_stride = 201;
+    std::vector<float> mass(f.seqs.size() * f.layout.num_kv_heads * mass_stride, 0.0f);
+    AttentionMassTiered({&tier, 1}, f.View(), f.q.data(), q_stride, f.num_heads, scale, lse.data(), mass.data(),
+                        mass_stride, ws.data(), ws.size(), variant);
+    const std::string what = "window " + std::to_string(variant.window) + " softcap " +
+                             std::to_string(variant.softcap) + (variant.sinks ? " sinks" : "");
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], stored.out[i], 2e-5) << what << " element " << i;
+    for (size_t i = 0; i < lse.size(); ++i) ASSERT_NEAR(lse[i], stored.lse[i], 2e-5) << what;
+    for (size_t i = 0; i < mass.size(); ++i) ASSERT_NEAR(mass[i], stored.mass[i], 2e-5) << what << " mass " << i;
+    for (size_t s = 0; s < f.seqs.size(); ++s) {
+      for (int j = 0; j < f.seqs[s].rows; ++j) {
+        const int64_t row = f.seq_starts[s] + j;
+        const int32_t starts[2] = {0, 1};
+        const int32_t kv_len = f.seqs[s].kv_len - f.seqs[s].rows + j + 1;
+        const int32_t offsets[2] = {0, f.table_offsets[s + 1] - f.table_offsets[s]};
+        const PagedSeqs one{1, starts, &kv_len, offsets, f.tables.data() + f.table_offsets[s]};
+        std::vector<float> o(q_stride), l(f.num_heads);
+        PagedAttentionTiered({&tier, 1}, one, f.q.data() + row * q_stride, q_stride, f.num_heads, scale, o.data(),
+                             q_stride, l.data(), ws.data(), ws.size(), variant);
+        for (int64_t i = 0; i < q_stride; ++i) ASSERT_EQ(o[i], out[row * q_stride + i]) << what << " row " << row;
+        for (int h = 0; h < f.num_heads; ++h) ASSERT_EQ(l[h], lse[row * f.num_heads + h]) << what;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(ThreadsAndKernels, AttentionVariantTest,
+                         ::testing::Combine(::testing::Values(1, 2), ::testing::Bool()));
 
 // Every (K dtype, V dtype) pair, int4 included: attention and attention mass over the
 // quantized cache equal the naive computation over the dequantized K and V (tight), and

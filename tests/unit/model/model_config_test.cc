@@ -68,13 +68,13 @@ TEST(ModelConfig, FixturesParse) {
   EXPECT_EQ(l3->eos_token_ids, (std::vector<int32_t>{2, 3}));
 }
 
-TEST(ModelConfig, MistralAndQwenSlidingWindowCapsTheExactContext) {
+TEST(ModelConfig, MistralAndQwenSlidingWindowsPerLayer) {
   auto m = ParseModelConfig(Minimal(R"(, "sliding_window": 512, "max_position_embeddings": 4096)",
                                     "MistralForCausalLM"),
                             "cfg.json");
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(m->architecture, Architecture::kMistral);
-  EXPECT_EQ(m->max_context(), 512);
+  EXPECT_EQ(m->max_context(), 4096);  // the window is masked, not a cap on the context
   EXPECT_EQ(m->layer_window, (std::vector<int32_t>{512, 512}));
   // Qwen2/3 window only the layers from max_window_layers on (Hugging Face's default 28
   // leaves this 2-layer model unwindowed).
@@ -88,7 +88,7 @@ TEST(ModelConfig, MistralAndQwenSlidingWindowCapsTheExactContext) {
       "cfg.json");
   ASSERT_TRUE(q1.ok()) << q1.status();
   EXPECT_EQ(q1->layer_window, (std::vector<int32_t>{0, 512}));
-  EXPECT_EQ(q1->max_context(), 512);
+  EXPECT_EQ(q1->max_context(), 32768);
   // layer_types, where given, decides.
   auto lt = ParseModelConfig(
       Minimal(R"(, "sliding_window": 64, "layer_types": ["full_attention", "sliding_attention"])", "MistralForCausalLM"),
