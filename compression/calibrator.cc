@@ -74,6 +74,11 @@ absl::StatusOr<TriAttentionStats> CalibrateModel(model::ForwardModel& m, std::sp
                                                  const CalibrationOptions& o) {
   const model::ModelConfig& c = m.config();
   if (o.max_tokens < 1) return absl::InvalidArgumentError("calibration: max_tokens must be >= 1");
+  if (c.rotary_dim != c.head_dim) {
+    return absl::FailedPreconditionError(
+        "calibration: the model rotates only part of each head (partial_rotary_factor); TriAttention's frequency "
+        "statistics need every dim rotated, and such a model serves policy full only");
+  }
   if (static_cast<int64_t>(text_tokens.size()) < o.max_tokens) {
     return absl::InvalidArgumentError(absl::StrCat("calibration text has ", text_tokens.size(),
                                                    " tokens, fewer than the ", o.max_tokens, " requested"));

@@ -67,10 +67,11 @@ struct PolicyContext {
   const KeyBasis* key_basis = nullptr;  // low-rank key tiers (cache.lowrank_key_rank); checked with
                                         // CheckCompatible at load
   int64_t max_context = 0;  // the model's context length (TriAttention's offset cap); 0: unknown
-  // Some layer attends a sliding window. Its mask is over physical indices, which a
-  // compaction would move away from positions, so such models serve `full` only (until
-  // windowed layers get block tables of their own: docs/architecture.md).
-  bool windowed_layers = false;
+  // Why this model serves policy `full` only, or null when every policy runs. A binding
+  // sliding window: its mask is over physical indices, which a compaction moves away from
+  // positions (until windowed layers get block tables of their own: docs/architecture.md).
+  // Partial rotary embeddings: the policies' RoPE analysis covers every dim of a head.
+  const char* full_only_reason = nullptr;
 };
 
 // What a policy needs from the forward pass of the steps of its sequences.

@@ -42,10 +42,9 @@ absl::StatusOr<std::unique_ptr<CompressionPolicy>> CreatePolicy(const PolicyPara
   KVS_RETURN_IF_ERROR(ValidateParams(params));
   KVS_RETURN_IF_ERROR(CheckContext(context));
   using config::CompressionPolicyKind;
-  if (context.windowed_layers && params.kind != CompressionPolicyKind::kFull) {
-    return absl::FailedPreconditionError(
-        "kv_compression: this model has sliding-window layers, which serve policy full only (a compaction would "
-        "move their keys out of the window's positions)");
+  if (context.full_only_reason != nullptr && params.kind != CompressionPolicyKind::kFull) {
+    return absl::FailedPreconditionError(absl::StrCat("kv_compression: not available for this model: ",
+                                                      context.full_only_reason));
   }
   switch (params.kind) {
     case CompressionPolicyKind::kFull: return std::make_unique<FullPolicy>(params, context);
@@ -85,7 +84,11 @@ PolicyContext ContextFor(const model::ModelConfig& c, std::span<const float> rop
   ctx.head_dim = c.head_dim;
   ctx.rope_inv_freq = rope_inv_freq;
   ctx.max_context = c.max_context();
-  ctx.windowed_layers = c.window_binds();
+  if (c.window_binds()) {
+    ctx.full_only_reason = "its sliding-window layers serve policy full only (their window already bounds their KV)";
+  } else if (c.rotary_dim != c.head_dim) {
+    ctx.full_only_reason = "its partial rotary embedding leaves dims the policies' RoPE analysis does not cover";
+  }
   ctx.triattention_stats = stats;
   ctx.clock = clock;
   return ctx;

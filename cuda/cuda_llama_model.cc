@@ -72,6 +72,7 @@ absl::Status CheckImplemented(const model::ModelConfig& c) {
   if (c.attn_logit_softcap > 0 || c.final_logit_softcap > 0) missing = "logit soft-capping";
   if (c.rope_local_theta) missing = "local RoPE base";
   if (c.window_binds()) missing = "sliding-window attention";
+  if (c.rotary_dim != c.head_dim) missing = "partial rotary embedding";
   if (std::abs(c.attention_scale * std::sqrt(static_cast<double>(c.head_dim)) - 1.0) > 1e-12) {
     missing = "query_pre_attn_scalar";
   }

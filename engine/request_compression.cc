@@ -141,15 +141,15 @@ absl::StatusOr<ResolvedCompression> ResolveCompression(const RequestSpec& spec, 
     return absl::FailedPreconditionError(
         absl::StrCat("kv_compression.policy: '", name, "' is not available on this server (no compression support)"));
   }
-  if (context->windowed_layers) {
-    // The window already bounds those layers' KV; `auto` runs full, a named policy is refused.
+  if (context->full_only_reason != nullptr) {
+    // `auto` runs full; a named policy is refused with the reason.
     if (r.auto_mode) {
       r.auto_mode = false;
       return r;
     }
-    return absl::FailedPreconditionError(absl::StrCat(
-        "kv_compression.policy: '", name, "' is not available for this model: its sliding-window layers serve "
-        "policy full only (their window already bounds their KV; docs/models.md)"));
+    return absl::FailedPreconditionError(absl::StrCat("kv_compression.policy: '", name,
+                                                      "' is not available for this model: ", context->full_only_reason,
+                                                      " (docs/models.md)"));
   }
   if (concrete == CompressionPolicyKind::kTriAttention && context->triattention_stats == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(

@@ -178,8 +178,8 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
     const float s = EmbeddingScale(c, weights_.embed_dtype());
     for (int64_t i = 0; i < t * d; ++i) x_[static_cast<size_t>(i)] *= s;
   }
-  CosSin(b, rope_, c.head_dim / 2, cos_sin_.data());
-  if (!cos_sin_local_.empty()) CosSin(b, local_rope_, c.head_dim / 2, cos_sin_local_.data());
+  CosSin(b, rope_, c.rotary_dim / 2, cos_sin_.data());
+  if (!cos_sin_local_.empty()) CosSin(b, local_rope_, c.rotary_dim / 2, cos_sin_local_.data());
 
   for (int layer = 0; layer < c.num_layers; ++layer) {
     const LayerWeights& w = weights_.layer(layer);
@@ -203,8 +203,8 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
     const float* angles = c.layer_window[static_cast<size_t>(layer)] > 0 && !cos_sin_local_.empty()
                               ? cos_sin_local_.data()
                               : cos_sin_.data();
-    kernels::cpu::ApplyRope(q, t, c.num_heads, c.head_dim, qkv_stride, angles);
-    kernels::cpu::ApplyRope(k, t, c.num_kv_heads, c.head_dim, qkv_stride, angles);
+    kernels::cpu::ApplyRope(q, t, c.num_heads, c.head_dim, c.rotary_dim, qkv_stride, angles);
+    kernels::cpu::ApplyRope(k, t, c.num_kv_heads, c.head_dim, c.rotary_dim, qkv_stride, angles);
     kernels::cpu::WriteKv(kv.layout, data, scales, k, v, qkv_stride, b.slot_mapping.data(), t);
     // The pool is tier 0; demotion tiers follow (a table without tier tags reads only the pool).
     kernels::cpu::KvTierView tiers[kernels::cpu::kMaxKvTiers];

@@ -343,11 +343,15 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::st
   KVS_ASSIGN_OR_RETURN(int64_t head_dim, r.Int("head_dim", gemma ? 256 : c.hidden_size / c.num_heads));
   KVS_ASSIGN_OR_RETURN(c.head_dim, ToInt(head_dim, r, "head_dim"));
   if (c.head_dim % 2 != 0) return r.Error("head_dim", absl::StrCat("must be even for RoPE, got ", c.head_dim));
-  // Partial rotary embeddings (Phi-4-mini) would leave the compression policies' frequency
-  // analysis, which covers every dim of a head, without a meaning for the unrotated dims.
+  // Partial rotary embeddings (Phi-4-mini): the first int(head_dim * factor) dims rotate, as
+  // Hugging Face truncates. The compression policies' frequency analysis covers every dim of
+  // a head, so such a model serves policy full only (compression/policy_factory.cc).
   KVS_ASSIGN_OR_RETURN(double prf, r.Number("partial_rotary_factor", 1.0));
-  if (prf != 1.0) return r.Error("partial_rotary_factor", absl::StrCat(prf, " is not supported (only 1.0)"));
-  c.rotary_dim = c.head_dim;
+  if (!(prf > 0.0 && prf <= 1.0)) return r.Error("partial_rotary_factor", absl::StrCat("must be in (0, 1], got ", prf));
+  c.rotary_dim = static_cast<int>(static_cast<double>(c.head_dim) * prf);
+  if (c.rotary_dim < 2 || c.rotary_dim % 2 != 0) {
+    return r.Error("partial_rotary_factor", absl::StrCat("gives ", c.rotary_dim, " rotary dims; need an even number >= 2"));
+  }
 
   KVS_ASSIGN_OR_RETURN(double eps, r.Number("rms_norm_eps", 1e-6));
   if (!(eps > 0)) return r.Error("rms_norm_eps", "must be > 0");

@@ -31,10 +31,15 @@ void RopeCosSin(const int32_t* positions, int64_t num_tokens, const float* inv_f
 
 void ApplyRope(float* x, int64_t num_tokens, int num_heads, int head_dim, int64_t row_stride,
                const float* cos_sin) {
-  const int half = head_dim / 2;
+  ApplyRope(x, num_tokens, num_heads, head_dim, head_dim, row_stride, cos_sin);
+}
+
+void ApplyRope(float* x, int64_t num_tokens, int num_heads, int head_dim, int rotary_dim, int64_t row_stride,
+               const float* cos_sin) {
+  const int half = rotary_dim / 2;
   ParallelFor(Chunks(num_tokens), num_tokens >= kParallelTokens, [&](int64_t chunk, int) {
   for (int64_t t = chunk * kChunkTokens; t < std::min(num_tokens, (chunk + 1) * kChunkTokens); ++t) {
-    const float* c = cos_sin + t * head_dim;
+    const float* c = cos_sin + t * rotary_dim;
     const float* s = c + half;
     for (int h = 0; h < num_heads; ++h) {
       float* lo = x + t * row_stride + static_cast<int64_t>(h) * head_dim;

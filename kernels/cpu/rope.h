@@ -27,5 +27,10 @@ void RopeCosSin(const int32_t* positions, int64_t num_tokens, const float* inv_f
 // cos_sin: [num_tokens][head_dim] from RopeCosSin with half = head_dim / 2
 void ApplyRope(float* x, int64_t num_tokens, int num_heads, int head_dim, int64_t row_stride,
                const float* cos_sin);
+// Partial rotary embedding (Phi-4-mini's partial_rotary_factor): only the first rotary_dim
+// dims of each head rotate, pairs (f, f + rotary_dim/2); dims [rotary_dim, head_dim) pass.
+// cos_sin: [num_tokens][rotary_dim] from RopeCosSin with half = rotary_dim / 2.
+void ApplyRope(float* x, int64_t num_tokens, int num_heads, int head_dim, int rotary_dim, int64_t row_stride,
+               const float* cos_sin);
 
 }  // namespace kvserve::kernels::cpu

@@ -149,6 +149,8 @@ std::vector<AgreementCase> AgreementCases() {
   // The greedy run starts past L0 too: Hugging Face picks the factors by the length of each
   // forward, kvserve once by the served context (docs/models.md).
   v.push_back({"phi3_longrope", Phi3Preset(), 0, 20});
+  // partial_rotary_factor 0.75: 12 of 16 dims rotate, pairs (f, f + 6).
+  v.push_back({"phi4mini", Phi4MiniPreset(), 0, 20});
   v.push_back({"llama_yarn", YarnLlama()});
   // Dynamic NTK equals Hugging Face exactly while the served context stays within
   // max_position_embeddings (model/rope_table.h).

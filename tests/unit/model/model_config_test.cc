@@ -160,7 +160,7 @@ TEST(ModelConfig, ClearErrors) {
   ExpectError(Minimal(R"(, "rope_scaling": {"rope_type": "mrope", "factor": 4.0})"), "unsupported rope type \"mrope\"");
   ExpectError(Minimal(R"(, "rope_scaling": {"type": "yarn", "factor": 0.5})"), "rope_scaling.factor: must be >= 1");
   ExpectError(Minimal(R"(, "rope_scaling": {"rope_type": "longrope", "short_factor": [1.0]})"), "long_factor");
-  ExpectError(Minimal(R"(, "partial_rotary_factor": 0.75)"), "partial_rotary_factor");
+  ExpectError(Minimal(R"(, "partial_rotary_factor": 1.5)"), "partial_rotary_factor");
   ExpectError(Minimal(R"(, "layer_types": ["full_attention", "chunked_attention"], "sliding_window": 8)", "MistralForCausalLM"),
               "chunked_attention");
   ExpectError(Minimal(R"(, "hidden_act": "gelu")"), "hidden_act");
