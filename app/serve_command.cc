@@ -139,6 +139,7 @@ int RunServeWith(const ParsedArgs& args, char** envp, std::ostream& out, std::os
                                           ? base::LogFormat::kJson
                                           : base::LogFormat::kText);
   base::Logger logger(sinks, "serve");
+  for (const auto& line : cfg->derived) logger.info("configuration: %s", line);
   for (const auto& name : cfg->ignored_env) {
     logger.debug("ignoring environment variable %s: not a config field (e.g. a Kubernetes service link)", name);
   }
