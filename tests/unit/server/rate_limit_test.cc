@@ -140,11 +140,12 @@ TEST_F(RateLimitTest, RequestsPerMinuteRefusesOneTenantOnly) {
   trailers.clear();
   EXPECT_TRUE(Complete("sk-beta", &trailers).ok());
 
-  // Half a minute later one request fits again.
+  // Half a minute later one request fits again; a streamed answer carries the headers too.
   bucket_clock_.advance_ns(30 * kSecond);
-  auto again = Post("sk-alpha");
+  auto again = Post("sk-alpha", R"({"prompt": "abc", "max_tokens": 4, "stream": true})");
   ASSERT_TRUE(again);
   EXPECT_EQ(again->status, 200) << again->body;
+  EXPECT_EQ(again->get_header_value("Content-Type"), "text/event-stream");
   EXPECT_EQ(again->get_header_value("x-ratelimit-remaining-requests"), "0");
 
   EXPECT_EQ(
