@@ -139,6 +139,7 @@ int RunServeWith(const ParsedArgs& args, char** envp, std::ostream& out, std::os
                                           ? base::LogFormat::kJson
                                           : base::LogFormat::kText);
   base::Logger logger(sinks, "serve");
+  for (const auto& line : cfg->derived) logger.info("configuration: %s", line);
   for (const auto& name : cfg->ignored_env) {
     logger.debug("ignoring environment variable %s: not a config field (e.g. a Kubernetes service link)", name);
   }
@@ -192,6 +193,8 @@ int RunServeWith(const ParsedArgs& args, char** envp, std::ostream& out, std::os
     metrics.OnHttpResponse(route, status);
   };
   options.on_grpc_status = [&metrics](std::string_view method, int code) { metrics.OnGrpcStatus(method, code); };
+  options.on_rate_limit = [&metrics](std::string_view tenant, const server::RateLimitState& state,
+                                     std::string_view refused_by) { metrics.OnRateLimit(tenant, state, refused_by); };
   server::ServerAppDeps app_deps;
   app_deps.engine = engine->get();
   app_deps.codec = codec->get();

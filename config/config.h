@@ -125,7 +125,7 @@ struct ServerConfig {
   double http_request_timeout_seconds = 30.0;  // whole request (headers + body) per connection
   RequestLimits limits;
   // TLS for both listeners when tls_cert_path is set (PEM files); tls_client_ca_path adds
-  // mutual TLS on gRPC.
+  // mutual TLS on both (clients must present a certificate that CA signed).
   std::string tls_cert_path;
   std::string tls_key_path;
   std::string tls_client_ca_path;
@@ -149,10 +149,22 @@ struct TenantConfig {
   int priority = 0;                    // default request priority (lower runs first)
   int max_running = 0;                 // 0: no per-tenant limit
   int max_queued = 0;                  // 0: no per-tenant limit
+  // Token-bucket rate limits (server/tenant_rate_limiter.h); 0: unlimited. Input tokens count
+  // at admission, output tokens when the request ends.
+  int64_t requests_per_minute = 0;
+  int64_t tokens_per_minute = 0;
   // Meaningful only when has_default_policy; otherwise the tenant inherits
   // compression.default_policy (EffectiveDefaultPolicy below).
   CompressionPolicyKind default_policy = CompressionPolicyKind::kFull;
   bool has_default_policy = false;     // set by the loader when the config names one
+  // Compression settings for the tenant's requests that do not give their own; each unset one
+  // inherits the server's (EffectiveCompression below). Request > tenant > server.
+  int budget = 0;                      // 0: compression.budget
+  int window = -1;                     // -1: compression.window
+  // KV precision of the tenant's requests that name none; unset: the pool's (cache.k_dtype /
+  // v_dtype). One pool precision today, so a set one must be the pool's (Validate).
+  std::optional<KvDtype> k_dtype;
+  std::optional<KvDtype> v_dtype;
   std::vector<CompressionPolicyKind> allowed_policies;  // empty: all
   std::vector<KvDtype> allowed_kv_dtypes;  // precisions its requests may ask for; empty: all
   std::string prefix_cache_group;      // tenants sharing a group share prefix-cache blocks;
@@ -172,6 +184,10 @@ struct Config {
   // fields (Kubernetes service links such as KVSERVE_SERVICE_HOST, a wrapper's own
   // variables). Names only; `serve` logs them at debug.
   std::vector<std::string> ignored_env;
+  // Not a setting: values LoadConfig derived because the configuration left them open (e.g.
+  // the host prefix tier a remote KV tier needs), one line each, naming the field and why;
+  // `serve` logs them at info.
+  std::vector<std::string> derived;
 };
 
 // The policy a tenant's requests get when they name none: its own default_policy when the
@@ -184,5 +200,15 @@ inline CompressionPolicyKind EffectiveDefaultPolicy(const Config& config, const 
 // The precisions the pool stores K and V in: the per-side setting, else the kv_dtype shorthand.
 inline KvDtype EffectiveKDtype(const CacheConfig& c) { return c.k_dtype.value_or(c.kv_dtype); }
 inline KvDtype EffectiveVDtype(const CacheConfig& c) { return c.v_dtype.value_or(c.kv_dtype); }
+
+// The compression defaults a tenant's requests start from: compression.* with the tenant's
+// own default_policy, budget and window where it sets them (`tenant` may be null).
+inline CompressionConfig EffectiveCompression(const Config& config, const TenantConfig* tenant) {
+  CompressionConfig c = config.compression;
+  c.default_policy = EffectiveDefaultPolicy(config, tenant);
+  if (tenant != nullptr && tenant->budget > 0) c.budget = tenant->budget;
+  if (tenant != nullptr && tenant->window >= 0) c.window = tenant->window;
+  return c;
+}
 
 }  // namespace kvserve::config

@@ -313,6 +313,38 @@ absl::Status ValidateDemoteTiers(const CacheConfig& c) {
   return absl::OkStatus();
 }
 
+// A tenant's compression defaults: a budget that holds the window and sinks, and default
+// precisions that the pool holds and the tenant may use.
+absl::Status ValidateTenantCompression(const Config& cfg, const TenantConfig& t, size_t i) {
+  auto err = [](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
+  if (t.budget != 0 && t.budget < 8) {
+    return err("tenants[", i, "].budget=", t.budget, ": must be 0 (inherit compression.budget) or at least 8");
+  }
+  const CompressionConfig c = EffectiveCompression(cfg, &t);
+  if ((t.budget > 0 || t.window >= 0) && c.window + c.sinks > c.budget) {
+    return err("tenants[", i, "].budget=", c.budget, t.budget > 0 ? "" : " (inherited from compression.budget)",
+               ": must hold the tenant's window (", c.window, ") + compression.sinks (", c.sinks, ")");
+  }
+  const std::optional<KvDtype> asked[2] = {t.k_dtype, t.v_dtype};
+  const KvDtype pool[2] = {EffectiveKDtype(cfg.cache), EffectiveVDtype(cfg.cache)};
+  const char* const field[2] = {"k_dtype", "v_dtype"};
+  const char* const side[2] = {"keys", "values"};
+  for (int kv = 0; kv < 2; ++kv) {
+    if (!asked[kv]) continue;
+    if (!t.allowed_kv_dtypes.empty() &&
+        std::find(t.allowed_kv_dtypes.begin(), t.allowed_kv_dtypes.end(), *asked[kv]) == t.allowed_kv_dtypes.end()) {
+      return err("tenants[", i, "].", field[kv], "=", base::AsAbsl(Name(*asked[kv])),
+                 ": must be one of the tenant's allowed_kv_dtypes");
+    }
+    if (*asked[kv] != pool[kv]) {
+      return err("tenants[", i, "].", field[kv], "=", base::AsAbsl(Name(*asked[kv])), ": this server's KV pool stores ",
+                 side[kv], " as ", base::AsAbsl(Name(pool[kv])), " (cache.", field[kv],
+                 "); one precision per pool, so a tenant default can name only that");
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status Validate(const Config& cfg) {
@@ -371,6 +403,7 @@ absl::Status Validate(const Config& cfg) {
                  t.has_default_policy ? "" : " (inherited from compression.default_policy)",
                  ": must be one of the tenant's allowed_policies");
     }
+    KVS_RETURN_IF_ERROR(ValidateTenantCompression(cfg, t, i));
   }
   return absl::OkStatus();
 }
@@ -418,6 +451,22 @@ static absl::Status LoadKeyFiles(Config& cfg, const ConfigSources& sources) {
   return absl::OkStatus();
 }
 
+void DeriveDefaults(Config& cfg) {
+  CacheConfig& c = cfg.cache;
+  // Blocks fetched from a remote KV tier land in the host prefix tier, so naming a remote tier
+  // alone used to be refused at start-up. Size the host tier like the CPU KV pool
+  // (cache.kv_bytes, 256 MiB by default): a prefix tier as large as the pool holds a whole
+  // pool's worth of evicted prefixes, which is what a replica gains from keeping them close,
+  // and it stays small enough for any host (it is host memory on the CUDA backend too).
+  if (!c.remote_kv_url.empty() && c.host_cache_bytes == 0) {
+    c.host_cache_bytes = c.kv_bytes;
+    cfg.derived.push_back(absl::StrCat("cache.host_cache_bytes=", c.host_cache_bytes, " (",
+                                       c.host_cache_bytes >> 20, " MiB, as cache.kv_bytes): cache.remote_kv_url "
+                                       "names a remote KV tier, whose blocks land in the host prefix tier; set "
+                                       "cache.host_cache_bytes to size it yourself"));
+  }
+}
+
 absl::StatusOr<Config> LoadConfig(const ConfigSources& sources) {
   Config cfg;
   std::string file_path = sources.file_path;
@@ -460,6 +509,7 @@ absl::StatusOr<Config> LoadConfig(const ConfigSources& sources) {
   }
   KVS_RETURN_IF_ERROR(LoadKeyFiles(cfg, sources));
   KVS_RETURN_IF_ERROR(Validate(cfg));
+  DeriveDefaults(cfg);
   return cfg;
 }
 

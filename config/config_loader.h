@@ -35,6 +35,10 @@ absl::Status ApplyText(const std::string& path, const std::string& text, std::st
                        Config& cfg);
 // Cross-field checks that no single field can make.
 absl::Status Validate(const Config& cfg);
+// Fills settings the configuration left open whose default depends on others, noting each in
+// cfg.derived (LoadConfig calls it after Validate): today the host prefix tier
+// (cache.host_cache_bytes = cache.kv_bytes) when a remote KV tier is named without one.
+void DeriveDefaults(Config& cfg);
 
 // The effective config as pretty JSON; secrets (API keys) are redacted.
 std::string DumpJson(const Config& cfg);

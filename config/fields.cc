@@ -313,7 +313,7 @@ std::vector<Field<Config>> BuildConfigFields() {
   f.push_back(IntField<C>("cache.host_cache_bytes",
                           "host prefix tier: full prefix blocks evicted from the KV pool are kept here "
                           "and loaded back on a hit; shares one host pool with swap (swap has priority); "
-                          "0 disables it",
+                          "0 disables it, unless cache.remote_kv_url is set: then it is sized as cache.kv_bytes",
                           [](C& c) -> auto& { return c.cache.host_cache_bytes; }, 0, kMaxBytes, true));
   f.push_back(StringField<C>("cache.remote_kv_url",
                              "remote KV tier shared by replicas, redis://HOST[:PORT][/DB]; empty: off",
@@ -423,7 +423,7 @@ std::vector<Field<Config>> BuildConfigFields() {
   f.push_back(StringField<C>("server.tls_key_path", "PEM private key of tls_cert_path",
                              [](C& c) -> auto& { return c.server.tls_key_path; }));
   f.push_back(StringField<C>("server.tls_client_ca_path",
-                             "PEM CA: gRPC clients must present a certificate it signed (mutual TLS)",
+                             "PEM CA: HTTPS and gRPC clients must present a certificate it signed (mutual TLS)",
                              [](C& c) -> auto& { return c.server.tls_client_ca_path; }));
   f.push_back(EnumField<C>("server.metrics_compat", "also export metrics under another engine's names",
                            [](C& c) -> auto& { return c.server.metrics_compat; }, kMetricsCompat));
@@ -453,8 +453,25 @@ std::vector<Field<TenantConfig>> BuildTenantFields() {
                           [](T& t) -> auto& { return t.max_running; }, 0, kMaxInt));
   f.push_back(IntField<T>("max_queued", "queued requests; 0: unlimited",
                           [](T& t) -> auto& { return t.max_queued; }, 0, kMaxInt));
+  f.push_back(IntField<T>("requests_per_minute",
+                          "requests admitted per minute (token bucket, bursts up to the limit); 0: unlimited",
+                          [](T& t) -> auto& { return t.requests_per_minute; }, 0, kMaxInt));
+  f.push_back(IntField<T>("tokens_per_minute",
+                          "prompt tokens at admission plus output tokens at the end, per minute; 0: unlimited",
+                          [](T& t) -> auto& { return t.tokens_per_minute; }, 0, kMaxInt));
   f.push_back(EnumField<T>("default_policy", "compression policy when a request names none",
                            [](T& t) -> auto& { return t.default_policy; }, kPolicies));
+  f.push_back(IntField<T>("budget", "KV tokens kept per sequence for requests naming none; 0: compression.budget",
+                          [](T& t) -> auto& { return t.budget; }, 0, 1 << 24));
+  f.push_back(IntField<T>("window",
+                          "recent window / observation window for requests naming none; -1: compression.window",
+                          [](T& t) -> auto& { return t.window; }, -1, 1 << 20));
+  f.push_back(OptionalEnumField<T>("k_dtype",
+                                   "keys' KV precision for requests naming none; auto: the pool's (cache.k_dtype)",
+                                   [](T& t) -> auto& { return t.k_dtype; }, kKvDtypes));
+  f.push_back(OptionalEnumField<T>("v_dtype",
+                                   "values' KV precision for requests naming none; auto: the pool's (cache.v_dtype)",
+                                   [](T& t) -> auto& { return t.v_dtype; }, kKvDtypes));
   f.push_back(EnumListField<T>("allowed_policies", "policies requests may ask for; empty: all",
                                [](T& t) -> auto& { return t.allowed_policies; }, kPolicies));
   f.push_back(EnumListField<T>("allowed_kv_dtypes", "KV precisions requests may ask for; empty: all",

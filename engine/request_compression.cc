@@ -54,6 +54,30 @@ absl::Status CheckRequestPrecision(const CompressionRequest& req, const config::
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::pair<config::KvDtype, config::KvDtype>> ResolvePrecision(const CompressionRequest& req,
+                                                                            const config::CacheConfig& cache,
+                                                                            const config::TenantConfig* tenant) {
+  KVS_RETURN_IF_ERROR(CheckRequestPrecision(req, cache, tenant));
+  const config::KvDtype pool[2] = {config::EffectiveKDtype(cache), config::EffectiveVDtype(cache)};
+  const std::optional<config::KvDtype> asked[2] = {req.k_dtype, req.v_dtype};
+  std::optional<config::KvDtype> tenant_default[2];
+  if (tenant != nullptr) {
+    tenant_default[0] = tenant->k_dtype;
+    tenant_default[1] = tenant->v_dtype;
+  }
+  const char* const setting[2] = {"k_dtype", "v_dtype"};
+  config::KvDtype out[2];
+  for (int kv = 0; kv < 2; ++kv) {
+    out[kv] = asked[kv] ? *asked[kv] : tenant_default[kv].value_or(pool[kv]);
+    if (!asked[kv] && tenant_default[kv] && *tenant_default[kv] != pool[kv]) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "tenant '", tenant->name, "' default ", setting[kv], "=", base::AsAbsl(config::Name(*tenant_default[kv])),
+          ": this server's KV pool holds ", base::AsAbsl(config::Name(pool[kv])), " (cache.", setting[kv], ")"));
+    }
+  }
+  return std::make_pair(out[0], out[1]);
+}
+
 absl::Status ResolveDemotion(const CompressionRequest& req, const config::CacheConfig& cache,
                              const config::TenantConfig* tenant, compression::PolicyParams& params) {
   params.demote_tokens.fill(0);
@@ -114,7 +138,9 @@ absl::StatusOr<ResolvedCompression> ResolveCompression(const RequestSpec& spec, 
                                                        const config::TenantConfig* tenant,
                                                        const compression::PolicyContext* context) {
   const CompressionRequest& req = spec.compression;
-  CompressionPolicyKind kind = config::EffectiveDefaultPolicy(config, tenant);
+  // Request > tenant > server: the tenant's defaults folded into the server's first.
+  const config::CompressionConfig defaults = config::EffectiveCompression(config, tenant);
+  CompressionPolicyKind kind = defaults.default_policy;
   if (req.policy) kind = *req.policy;
   const std::string name(config::Name(kind));
   if (tenant != nullptr && !tenant->allowed_policies.empty() &&
@@ -123,8 +149,10 @@ absl::StatusOr<ResolvedCompression> ResolveCompression(const RequestSpec& spec, 
     return absl::PermissionDeniedError(
         absl::StrCat("kv_compression.policy: tenant '", tenant->name, "' may not use policy '", name, "'"));
   }
-  KVS_RETURN_IF_ERROR(CheckRequestPrecision(req, config.cache, tenant));
+  KVS_ASSIGN_OR_RETURN(const auto precision, ResolvePrecision(req, config.cache, tenant));
   ResolvedCompression r;
+  r.k_dtype = precision.first;
+  r.v_dtype = precision.second;
   r.requested = kind;
   r.audit = req.audit;
   if (kind == CompressionPolicyKind::kFull) {
@@ -160,7 +188,7 @@ absl::StatusOr<ResolvedCompression> ResolveCompression(const RequestSpec& spec, 
     return absl::InvalidArgumentError("kv_compression: give either budget or ratio, not both");
   }
   const int64_t prompt = static_cast<int64_t>(spec.prompt_tokens.size());
-  compression::PolicyParams p = compression::ParamsFromConfig(config.compression, concrete, prompt);
+  compression::PolicyParams p = compression::ParamsFromConfig(defaults, concrete, prompt);
   if (req.budget) p.budget = *req.budget;
   if (req.ratio) {
     // A fraction of everything the request can see: ratio 0.25 is 4x compression at the end.

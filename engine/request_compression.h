@@ -2,9 +2,10 @@
 // Submit: request > tenant > server defaults) and what the rounds did to it (the summary in
 // usage.kv_compression and the optional audit record).
 //
-//   RequestSpec.compression ─┐
-//   tenant default_policy ───┼─► ResolveCompression ─► ResolvedCompression (value)
-//   config.compression ──────┘        policy `auto` → triattention params + auto_mode
+//   RequestSpec.compression ─────────────┐
+//   tenant default_policy, budget, ──────┼─► ResolveCompression ─► ResolvedCompression (value)
+//     window, k_dtype, v_dtype           │        policy `auto` → triattention params + auto_mode
+//   config.compression, cache.k/v_dtype ─┘
 //                                      ratio → budget = ceil(ratio * (prompt + max_tokens))
 //
 //   Compaction (runner, per round) ─► CompressionAccount::OnRound ─► CompressionSummary
@@ -15,6 +16,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -34,6 +36,10 @@ struct ResolvedCompression {
   bool auto_mode = false;
   bool audit = false;
   int32_t max_chunk = 0;             // prefill chunk cap; 0 for full
+  // The precision the request's KV is held in: the request's, else its tenant's default, else
+  // the pool's (one precision per pool today, so always the pool's once resolved).
+  config::KvDtype k_dtype = config::KvDtype::kFp32;
+  config::KvDtype v_dtype = config::KvDtype::kFp32;
 
   bool compressing() const { return params.kind != config::CompressionPolicyKind::kFull; }
   // Most KV tokens one sample of the request can hold: prompt + max_tokens for full (and
@@ -58,6 +64,13 @@ absl::StatusOr<ResolvedCompression> ResolveCompression(const RequestSpec& spec, 
 // today: a request may name the pool's own, nothing else). Asking for nothing is always OK.
 absl::Status CheckRequestPrecision(const CompressionRequest& req, const config::CacheConfig& cache,
                                    const config::TenantConfig* tenant);
+
+// The request's K and V precision, request > tenant default > pool: CheckRequestPrecision for
+// what the request names; FailedPrecondition naming the tenant setting for a tenant default the
+// pool does not hold (the config loader refuses those, so only a hand-built config gets here).
+absl::StatusOr<std::pair<config::KvDtype, config::KvDtype>> ResolvePrecision(const CompressionRequest& req,
+                                                                            const config::CacheConfig& cache,
+                                                                            const config::TenantConfig* tenant);
 
 // kv_compression.demote against the server's demotion tiers (cache.demote_dtypes) and the
 // tenant's allowed_kv_dtypes: fills params.demote_tokens (tier order). InvalidArgument naming

@@ -5,6 +5,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "base/absl_compat.h"
+#include "server/rate_limit_status.h"
 
 namespace kvserve::server {
 namespace {
@@ -79,12 +80,12 @@ HttpError ToHttpError(const absl::Status& status) {
   e.message = std::string(status.message());
   if (e.message.empty()) e.message = status.ToString();
   e.param = ErrorParam(status);
+  if (std::optional<RateLimitState> limited = RateLimitStateOf(status)) e.headers = RateLimitHeaders(*limited);
   return e;
 }
 
 HttpError MakeHttpError(int http_status, std::string message, std::string param) {
-  return HttpError{http_status, std::string(TypeFor(http_status)), std::move(message),
-                   std::move(param)};
+  return HttpError{http_status, std::string(TypeFor(http_status)), std::move(message), std::move(param), {}};
 }
 
 int ToGrpcCode(const absl::Status& status) { return static_cast<int>(status.code()); }

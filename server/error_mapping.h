@@ -17,6 +17,8 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -32,6 +34,9 @@ struct HttpError {
   std::string type;     // OpenAI error type
   std::string message;
   std::string param;    // empty: JSON null
+  // Extra response headers: a tenant rate-limit refusal's retry-after and x-ratelimit-*
+  // (rate_limit_status.h).
+  std::vector<std::pair<std::string, std::string>> headers;
 };
 
 HttpError ToHttpError(const absl::Status& status);

@@ -10,13 +10,14 @@
 namespace kvserve::server {
 
 Frontend::Frontend(engine::EngineClient& engine, const TextCodec& codec, Authenticator auth,
-                   FrontendOptions options, base::Logger logger)
+                   FrontendOptions options, base::Logger logger, std::unique_ptr<TenantRateLimiter> limiter)
     : engine_(engine),
       codec_(codec),
       auth_(std::move(auth)),
       options_(std::move(options)),
       logger_(std::move(logger)),
-      ids_(options_.id_seed) {
+      ids_(options_.id_seed),
+      limiter_(std::move(limiter)) {
   if (auto trie = codec_.token_trie()) grammars_ = std::make_unique<structured::GrammarCache>(std::move(trie));
 }
 
@@ -76,8 +77,29 @@ absl::StatusOr<std::unique_ptr<Generation>> Frontend::Generate(const GenerationR
       std::vector<PreparedPrompt> prepared,
       BuildRequests(request, tenant, codec_, {options_.model_name, options_.max_model_len, options_.limits}, id));
 
+  // Rate limits, once the input tokens are known (the prompts are shared by the n samples:
+  // counted once each, as usage.prompt_tokens counts them).
+  int64_t input_tokens = 0;
+  for (const PreparedPrompt& p : prepared) input_tokens += static_cast<int64_t>(p.spec.prompt_tokens.size());
+  RateLimitState rate_limit;
+  if (limiter_ != nullptr) {
+    auto admitted = limiter_->Admit(tenant, input_tokens, request.kind == RequestKind::kChat ? "messages" : "prompt");
+    if (!admitted.ok()) {
+      logger_.req_info(id, "rejected: %s", admitted.status().ToString());
+      return admitted.status();
+    }
+    rate_limit = *admitted;
+  }
+  // Until the generation exists, a failure gives the admission back.
+  auto release = [&] {
+    if (limiter_ != nullptr) limiter_->Release(tenant, input_tokens);
+  };
+
   std::optional<RequestRegistry::Registration> registration = registry_.Add(id, tenant_name);
-  if (!registration) return FieldError("request_id", absl::StrCat("'", id, "' is already in use"));
+  if (!registration) {
+    release();
+    return FieldError("request_id", absl::StrCat("'", id, "' is already in use"));
+  }
 
   for (PreparedPrompt& p : prepared) p.spec.sampling.grammar = grammar;
   std::vector<std::unique_ptr<StreamConsumer>> parts;
@@ -126,6 +148,8 @@ absl::StatusOr<std::unique_ptr<Generation>> Frontend::Generate(const GenerationR
     if (!stream.ok()) {
       for (auto& part : parts) part->Abort();
       logger_.req_info(id, "rejected: %s", stream.status().ToString());
+      // Parts already submitted ran (and are aborted): the admission stands unless none did.
+      if (parts.empty()) release();
       return stream.status();
     }
     parts.push_back(std::make_unique<StreamConsumer>(codec_, engine_, std::move(*stream), std::move(opts)));
@@ -136,8 +160,16 @@ absl::StatusOr<std::unique_ptr<Generation>> Frontend::Generate(const GenerationR
                              " prompts=", parts.size(), " n=", request.n));
   }
   const int num_choices = static_cast<int>(parts.size() * request.n);
-  return std::make_unique<Generation>(std::move(id), num_choices, std::move(parts), engine_,
-                                      std::move(*registration));
+  auto generation = std::make_unique<Generation>(std::move(id), num_choices, std::move(parts), engine_,
+                                                 std::move(*registration));
+  generation->set_rate_limit(rate_limit);
+  if (limiter_ != nullptr && rate_limit.tokens.limit > 0) {
+    // The limiter outlives every generation (as the registry does: both belong to this object).
+    generation->set_on_end([limiter = limiter_.get(), tenant](const UsageSummary& usage) {
+      limiter->Reconcile(tenant, usage.completion_tokens);
+    });
+  }
+  return generation;
 }
 
 absl::StatusOr<TokenizeResult> Frontend::Tokenize(const TokenizeRequest& request) const {

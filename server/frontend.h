@@ -23,6 +23,7 @@
 #include "server/request_builder.h"
 #include "server/request_ids.h"
 #include "server/request_registry.h"
+#include "server/tenant_rate_limiter.h"
 #include "server/text_codec.h"
 #include "structured/grammar_cache.h"
 
@@ -61,8 +62,11 @@ struct DetokenizeRequest {
 
 class Frontend {
  public:
+  // `limiter` (may be null: no rate limits) admits each generation request once its prompts
+  // are tokenized and charges its output tokens when it ends.
   Frontend(engine::EngineClient& engine, const TextCodec& codec, Authenticator auth,
-           FrontendOptions options, base::Logger logger);
+           FrontendOptions options, base::Logger logger,
+           std::unique_ptr<TenantRateLimiter> limiter = nullptr);
 
   // Tenant of an Authorization header value; nullptr: default tenant (open server).
   absl::StatusOr<const config::TenantConfig*> Authenticate(std::string_view authorization) const;
@@ -70,7 +74,8 @@ class Frontend {
   absl::Status ReloadKeys(const std::vector<config::TenantConfig>& tenants) { return auth_.ReloadKeys(tenants); }
 
   // Validates, tokenizes and submits. Errors: InvalidArgument (names the field), NotFound
-  // (model), PermissionDenied, ResourceExhausted, Unavailable (draining).
+  // (model), PermissionDenied, ResourceExhausted (a tenant rate limit: the status carries a
+  // RateLimitState, rate_limit_status.h; or the engine's queue), Unavailable (draining).
   absl::StatusOr<std::unique_ptr<Generation>> Generate(const GenerationRequest& request,
                                                        const config::TenantConfig* tenant);
   absl::StatusOr<TokenizeResult> Tokenize(const TokenizeRequest& request) const;
@@ -99,6 +104,7 @@ class Frontend {
   base::Logger logger_;
   RequestIdGenerator ids_;
   RequestRegistry registry_;
+  std::unique_ptr<TenantRateLimiter> limiter_;  // null: no rate limits
   std::unique_ptr<structured::GrammarCache> grammars_;  // null: the codec has no token trie
   std::atomic<bool> draining_{false};
 };

@@ -76,6 +76,7 @@ Generation::~Generation() {
   registration_ = RequestRegistry::Registration();
   if (!done()) Abort();
   for (auto& part : parts_) part->stream().set_listener(nullptr);
+  if (on_end_) on_end_(usage());
 }
 
 void Generation::Poll(std::chrono::milliseconds timeout, std::vector<ChoiceDelta>& out) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "server/generation_output.h"
+#include "server/rate_limit_status.h"
 #include "server/request_registry.h"
 #include "server/stream_consumer.h"
 
@@ -50,6 +51,14 @@ class Generation {
   // Aborts every engine request still running. Thread-safe.
   void Abort();
 
+  // The tenant's rate-limit state at admission (limit 0 everywhere: not limited), for the
+  // response's x-ratelimit-* headers.
+  void set_rate_limit(const RateLimitState& state) { rate_limit_ = state; }
+  const RateLimitState& rate_limit() const { return rate_limit_; }
+  // Runs once from the destructor with the final usage (the rate limiter's output-token
+  // reconciliation). It must not call back into this Generation.
+  void set_on_end(std::function<void(const UsageSummary&)> fn) { on_end_ = std::move(fn); }
+
  private:
   struct Signal;
   std::string id_;
@@ -57,6 +66,8 @@ class Generation {
   std::vector<std::unique_ptr<StreamConsumer>> parts_;
   std::shared_ptr<Signal> signal_;
   RequestRegistry::Registration registration_;
+  RateLimitState rate_limit_;
+  std::function<void(const UsageSummary&)> on_end_;
 };
 
 }  // namespace kvserve::server

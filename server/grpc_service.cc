@@ -10,6 +10,7 @@
 #include "kvserve/v1/kvserve.grpc.pb.h"
 #include "base/check.h"
 #include "server/grpc_convert.h"
+#include "server/rate_limit_status.h"
 
 namespace kvserve::server {
 namespace {
@@ -21,6 +22,16 @@ std::string Authorization(const grpc::CallbackServerContext* ctx) {
   const auto& md = ctx->client_metadata();
   auto it = md.find("authorization");
   return it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
+}
+
+// The status of a call refused before it starts. A tenant rate-limit refusal (RESOURCE_EXHAUSTED)
+// also sends the retry delay as trailing metadata: `retry-after` in whole seconds plus the
+// x-ratelimit-* entries the HTTP API sends as headers (its message says the delay too).
+grpc::Status Refusal(grpc::CallbackServerContext* ctx, const absl::Status& status) {
+  if (std::optional<RateLimitState> limited = RateLimitStateOf(status)) {
+    for (const auto& [key, value] : RateLimitHeaders(*limited)) ctx->AddTrailingMetadata(key, value);
+  }
+  return ToGrpcStatus(status);
 }
 
 // A streaming call that fails before it starts.
@@ -249,7 +260,7 @@ class KvServeService final : public v1::KvServe::CallbackService {
   grpc::ServerUnaryReactor* Complete(grpc::CallbackServerContext* ctx, const v1::GenerateRequest* request,
                                      v1::CompleteResponse* response) override {
     auto generation = StartGeneration(ctx, FromProto(*request));
-    if (!generation.ok()) return Done(ctx, ToGrpcStatus(generation.status()));
+    if (!generation.ok()) return Done(ctx, Refusal(ctx, generation.status()));
     return CompleteReactor::Start(std::move(*generation), frontend_.options().model_name, response, pump_);
   }
 
@@ -309,7 +320,7 @@ class KvServeService final : public v1::KvServe::CallbackService {
   grpc::ServerWriteReactor<GenerateChunk>* StartStream(grpc::CallbackServerContext* ctx,
                                                        absl::StatusOr<GenerationRequest> request) {
     auto generation = StartGeneration(ctx, std::move(request));
-    if (!generation.ok()) return new ErrorWriteReactor(ToGrpcStatus(generation.status()));
+    if (!generation.ok()) return new ErrorWriteReactor(Refusal(ctx, generation.status()));
     return GenerateReactor::Start(std::move(*generation), pump_);
   }
 

@@ -60,7 +60,10 @@ std::unique_ptr<httplib::Server> MakeServer(const HttpServerOptions& o, std::fun
     raise_backlog = [p = s.get()](int b) { p->RaiseBacklog(b); };
     return s;
   }
-  auto s = std::make_unique<Listener<httplib::SSLServer>>(o.tls_cert_path.c_str(), o.tls_key_path.c_str());
+  // With a client CA, httplib verifies peers (SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT).
+  auto s = std::make_unique<Listener<httplib::SSLServer>>(
+      o.tls_cert_path.c_str(), o.tls_key_path.c_str(),
+      o.tls_client_ca_path.empty() ? nullptr : o.tls_client_ca_path.c_str());
   raise_backlog = [p = s.get()](int b) { p->RaiseBacklog(b); };
   return s;
 }
@@ -253,8 +256,9 @@ void HttpServer::Post(const std::string& path, HttpHandler handler) {
 absl::StatusOr<int> HttpServer::Start() {
   const auto& o = impl_->options;
   if (!impl_->server->is_valid()) {
-    return absl::InvalidArgumentError(absl::StrCat("HTTP: cannot load the TLS certificate ", o.tls_cert_path,
-                                                   " and key ", o.tls_key_path));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "HTTP: cannot load the TLS certificate ", o.tls_cert_path, " and key ", o.tls_key_path,
+        o.tls_client_ca_path.empty() ? "" : absl::StrCat(" or the client CA ", o.tls_client_ca_path)));
   }
   int port = o.port;
   if (port == 0) {

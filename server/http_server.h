@@ -75,6 +75,9 @@ struct HttpServerOptions {
   // HTTPS when set: PEM certificate (chain) and private key files (OpenSSL via cpp-httplib).
   std::string tls_cert_path;
   std::string tls_key_path;
+  // Mutual TLS when set (with tls_cert_path): a PEM CA bundle; clients must present a
+  // certificate it signed, or the TLS handshake fails (no HTTP response at all).
+  std::string tls_client_ca_path;
   // Body of errors raised by the server itself (unknown route: 404, body too large: 413,
   // malformed HTTP: 400). Receives the status and a message.
   std::function<HttpResponse(int status, std::string message)> error_response;

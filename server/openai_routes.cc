@@ -212,6 +212,7 @@ class Routes {
     if (!generation.ok()) return StatusResponse(generation.status());
 
     const std::string request_id = (*generation)->id();
+    const RateLimitState rate_limit = (*generation)->rate_limit();
     ResponseMeta meta{request_id, UnixSeconds(*options_.wall_clock),
                       frontend_.options().model_name, parsed->return_token_ids};
     const bool logprobs = parsed->request.return_logprobs;
@@ -229,6 +230,7 @@ class Routes {
       r.content_type = std::string(kSseContentType);
       r.headers.emplace_back("Cache-Control", "no-cache");
       r.headers.emplace_back("X-Request-Id", request_id);
+      for (auto& h : RateLimitHeaders(rate_limit)) r.headers.push_back(std::move(h));
       r.next_chunk = [stream](std::string& out) { return stream->Next(out); };
       r.on_stream_end = [stream](bool completed) { stream->End(completed); };
       return r;
@@ -269,6 +271,7 @@ class Routes {
     HttpResponse r = JsonResponse(200, chat ? ChatResponseJson(meta, acc.results(), usage, logprobs)
                                             : CompletionResponseJson(meta, acc.results(), usage, logprobs));
     r.headers.emplace_back("X-Request-Id", request_id);
+    for (auto& h : RateLimitHeaders(rate_limit)) r.headers.push_back(std::move(h));
     return r;
   }
 
@@ -336,8 +339,11 @@ HttpResponse ErrorResponse(const HttpError& error) {
   HttpResponse r;
   r.status = error.status;
   r.body = ErrorJson(error);
+  r.headers = error.headers;
+  const bool has_retry = std::any_of(r.headers.begin(), r.headers.end(),
+                                     [](const auto& h) { return h.first == "retry-after"; });
   if (error.status == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer");
-  if (error.status == 429 || error.status == 503) r.headers.emplace_back("Retry-After", "1");
+  if ((error.status == 429 || error.status == 503) && !has_retry) r.headers.emplace_back("Retry-After", "1");
   return r;
 }
 

@@ -1,6 +1,7 @@
 #include "server/prometheus_metrics.h"
 
 #include "server/kv_tier_metrics.h"
+#include "server/rate_limit_metrics.h"
 
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
@@ -13,6 +14,7 @@
 #include <cctype>
 #include <cmath>
 
+#include "base/absl_compat.h"
 #include "config/fields.h"
 #include "server/vllm_compat_metrics.h"
 
@@ -172,6 +174,7 @@ PrometheusMetrics::PrometheusMetrics(PrometheusMetricsOptions options)
   prometheus::Registry& r = *registry_;
   const Labels m = {{"model", options_.model_name}};
   kv_tiers_ = std::make_unique<KvTierMetrics>(r, options_.model_name);
+  rate_limits_ = std::make_unique<RateLimitMetrics>(r, options_.model_name);
 
   ttft_ = Build<Histogram>(r, m, "kvserve_time_to_first_token_seconds",
                            "Time from arrival at the engine to the first generated token.");
@@ -481,6 +484,11 @@ void PrometheusMetrics::OnHttpResponse(std::string_view route, int status) {
 
 void PrometheusMetrics::OnGrpcStatus(std::string_view method, int code) {
   grpc_requests_->Add({{"method", std::string(method)}, {"code", std::string(GrpcCodeName(code))}}).Increment();
+}
+
+void PrometheusMetrics::OnRateLimit(std::string_view tenant, const RateLimitState& state,
+                                    std::string_view refused_by) {
+  rate_limits_->Observe(base::AsStd(Tenant(std::string(tenant))), state, refused_by);
 }
 
 std::string PrometheusMetrics::ExpositionText() const {

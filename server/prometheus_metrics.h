@@ -30,6 +30,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/string_view.h"
 #include "engine/engine_observer.h"
+#include "server/rate_limit_status.h"
 
 namespace prometheus {
 class Counter;
@@ -44,6 +45,7 @@ namespace kvserve::server {
 
 class VllmCompatMetrics;
 class KvTierMetrics;
+class RateLimitMetrics;
 
 struct PrometheusMetricsOptions {
   std::string model_name;            // value of the `model` label
@@ -70,6 +72,8 @@ class PrometheusMetrics final : public engine::EngineObserver {
   void OnHttpResponse(std::string_view route, int status);
   // `code` is a grpc::StatusCode value; `method` a full method name ("/pkg.Service/Method").
   void OnGrpcStatus(std::string_view method, int code);
+  // A tenant rate-limit decision (TenantRateLimiter::Observer): kvserve_rate_limit* series.
+  void OnRateLimit(std::string_view tenant, const RateLimitState& state, std::string_view refused_by);
 
   // Prometheus text exposition format 0.0.4 of every metric.
   std::string ExpositionText() const;
@@ -149,6 +153,7 @@ class PrometheusMetrics final : public engine::EngineObserver {
   prometheus::Histogram* step_seqs_;
 
   std::unique_ptr<VllmCompatMetrics> vllm_;  // null unless options_.vllm_compat
+  std::unique_ptr<RateLimitMetrics> rate_limits_;  // thread-safe by itself (no mu_)
 
   std::mutex mu_;  // guards the series caches and the prefix cursors below
   std::unique_ptr<KvTierMetrics> kv_tiers_;  // kvserve_kv_tier_* (kv_tier_metrics.h); under mu_

@@ -25,8 +25,12 @@ ServerApp::ServerApp(ServerAppOptions options, ServerAppDeps deps)
     deps_.logger.warn("no API keys configured: the server is open to anyone who can reach %s",
                       options_.server.host);
   }
+  auto limiter = std::make_unique<TenantRateLimiter>(
+      options_.tenants, deps_.rate_limit_clock != nullptr ? *deps_.rate_limit_clock : *deps_.clock,
+      options_.on_rate_limit);
+  if (!limiter->any()) limiter.reset();
   frontend_ = std::make_unique<Frontend>(*deps_.engine, *deps_.codec, std::move(auth), std::move(fo),
-                                         deps_.logger.child("frontend"));
+                                         deps_.logger.child("frontend"), std::move(limiter));
 
   HttpServerOptions ho;
   ho.host = options_.server.host;
@@ -36,6 +40,7 @@ ServerApp::ServerApp(ServerAppOptions options, ServerAppDeps deps)
   ho.request_timeout_seconds = options_.server.http_request_timeout_seconds;
   ho.tls_cert_path = options_.server.tls_cert_path;
   ho.tls_key_path = options_.server.tls_key_path;
+  ho.tls_client_ca_path = options_.server.tls_client_ca_path;
   ho.on_response = options_.on_http_response;
   ho.error_response = [](int status, std::string message) {
     return ErrorResponse(MakeHttpError(status, std::move(message)));

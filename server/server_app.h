@@ -39,6 +39,8 @@ struct ServerAppOptions {
   // Every HTTP response (route, status) and gRPC call end (method, code), for the metrics.
   std::function<void(std::string_view route, int status)> on_http_response;
   std::function<void(std::string_view method, int code)> on_grpc_status;
+  // Every tenant rate-limit decision (tenant_rate_limiter.h), for the metrics; may be null.
+  TenantRateLimiter::Observer on_rate_limit;
   std::chrono::milliseconds keepalive_interval{15000};  // SSE keep-alive (openai_routes.h)
   bool watch_connections = true;                        // see OpenAiRoutesOptions
   // After the drain timeout aborted what was left: how long the aborted responses get to
@@ -51,6 +53,7 @@ struct ServerAppDeps {
   const TextCodec* codec = nullptr;            // required; outlives the app
   const base::Clock* clock = nullptr;          // monotonic; required
   const base::Clock* wall_clock = nullptr;     // Unix epoch; required
+  const base::Clock* rate_limit_clock = nullptr;  // refills the tenants' token buckets; null: clock
   base::Logger logger;
 };
 

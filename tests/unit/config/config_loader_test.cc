@@ -381,6 +381,75 @@ TEST(ConfigLoader, TenantWithoutDefaultPolicyInheritsTheServers) {
   EXPECT_TRUE(again.tenants[1].has_default_policy);
 }
 
+// Rate limits and compression defaults per tenant: parsed, inherited when unset, and checked
+// against the server's settings with errors that name the tenant's field.
+TEST(ConfigLoader, TenantRateLimitsAndCompressionDefaults) {
+  Config cfg;
+  auto st = ApplyJson(R"({"compression": {"budget": 512, "window": 32},
+      "tenants": [{"name": "a", "api_keys": ["k1"], "requests_per_minute": 60, "tokens_per_minute": 40000,
+                   "budget": 128, "window": 16, "k_dtype": "fp32"},
+                  {"name": "b", "api_keys": ["k2"]}]})",
+                      "f.json", cfg);
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_TRUE(Validate(cfg).ok()) << Validate(cfg);
+  EXPECT_EQ(cfg.tenants[0].requests_per_minute, 60);
+  EXPECT_EQ(cfg.tenants[0].tokens_per_minute, 40000);
+  EXPECT_EQ(cfg.tenants[1].requests_per_minute, 0) << "unset: unlimited";
+  EXPECT_EQ(EffectiveCompression(cfg, &cfg.tenants[0]).budget, 128);
+  EXPECT_EQ(EffectiveCompression(cfg, &cfg.tenants[0]).window, 16);
+  EXPECT_EQ(EffectiveCompression(cfg, &cfg.tenants[1]).budget, 512) << "inherited";
+  EXPECT_EQ(EffectiveCompression(cfg, &cfg.tenants[1]).window, 32);
+  EXPECT_EQ(EffectiveCompression(cfg, nullptr).budget, 512);
+  EXPECT_FALSE(cfg.tenants[0].v_dtype.has_value()) << "auto: the pool's";
+
+  Config bad = cfg;
+  bad.tenants[0].budget = 4;
+  EXPECT_THAT(std::string(Validate(bad).message()), HasSubstr("tenants[0].budget=4: must be 0"));
+  bad = cfg;
+  bad.tenants[1].window = 600;
+  EXPECT_THAT(std::string(Validate(bad).message()),
+              HasSubstr("tenants[1].budget=512 (inherited from compression.budget): must hold the tenant's window"));
+  bad = cfg;
+  bad.tenants[0].k_dtype = KvDtype::kInt8;
+  EXPECT_THAT(std::string(Validate(bad).message()),
+              HasSubstr("tenants[0].k_dtype=int8: this server's KV pool stores keys as fp32"));
+  bad = cfg;
+  bad.tenants[0].allowed_kv_dtypes = {KvDtype::kInt8};
+  EXPECT_THAT(std::string(Validate(bad).message()), HasSubstr("tenants[0].k_dtype=fp32: must be one of"));
+  Config negative;
+  EXPECT_THAT(std::string(ApplyJson(R"({"tenants": [{"name": "a", "tokens_per_minute": -1}]})", "f.json", negative)
+                              .message()),
+              HasSubstr("tenants[0].tokens_per_minute=-1"));
+  // A dump loads back to the same tenants.
+  Config again;
+  ASSERT_TRUE(ApplyJson(DumpJson(cfg), "dump", again).ok());
+  EXPECT_EQ(again.tenants[0].tokens_per_minute, 40000);
+  EXPECT_EQ(again.tenants[0].k_dtype, KvDtype::kFp32);
+  EXPECT_FALSE(again.tenants[1].k_dtype.has_value());
+}
+
+// --remote-kv alone starts: the host prefix tier its blocks land in is sized like the KV pool,
+// and the derivation is noted for the log. An explicit size is kept.
+TEST(ConfigLoader, RemoteKvTierGetsAHostPrefixTierByDefault) {
+  ConfigSources sources;
+  sources.overrides = {{"cache.remote_kv_url", "redis://127.0.0.1:6379"}, {"cache.kv_bytes", "64MiB"}};
+  auto cfg = LoadConfig(sources);
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(cfg->cache.host_cache_bytes, 64ull << 20);
+  ASSERT_EQ(cfg->derived.size(), 1u);
+  EXPECT_THAT(cfg->derived[0], HasSubstr("cache.host_cache_bytes=67108864 (64 MiB, as cache.kv_bytes)"));
+
+  sources.overrides.push_back({"cache.host_cache_bytes", "1GiB"});
+  cfg = LoadConfig(sources);
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(cfg->cache.host_cache_bytes, 1ull << 30);
+  EXPECT_TRUE(cfg->derived.empty());
+
+  cfg = LoadConfig(ConfigSources{});
+  ASSERT_TRUE(cfg.ok());
+  EXPECT_EQ(cfg->cache.host_cache_bytes, 0u) << "no remote tier: the host prefix tier stays off";
+}
+
 TEST(ConfigLoader, CrossFieldWatermarks) {
   ConfigSources s;
   s.overrides = {{"compression.auto_low_watermark", "0.95"}};

@@ -181,6 +181,62 @@ TEST_F(ResolveCompressionTest, RequestThenTenantThenServer) {
   EXPECT_EQ(r->reported_budget(), 0);
 }
 
+// Budget, window and K/V precision each resolve request > tenant > server.
+TEST_F(ResolveCompressionTest, TenantDefaultsForBudgetWindowAndPrecision) {
+  cfg_.compression.default_policy = CompressionPolicyKind::kStreamingLlm;
+  cfg_.compression.budget = 300;
+  cfg_.compression.window = 40;
+  config::TenantConfig t;
+  t.name = "t";
+  // Server level: a tenant that sets nothing, and no tenant at all.
+  const config::TenantConfig* const levels[] = {nullptr, &t};
+  for (const config::TenantConfig* tenant : levels) {
+    auto r = ResolveCompression(Spec(10, 100), cfg_, tenant, &context_);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->params.budget, 300);
+    EXPECT_EQ(r->params.window, 40);
+    EXPECT_EQ(r->k_dtype, config::KvDtype::kFp32);
+    EXPECT_EQ(r->v_dtype, config::KvDtype::kFp32);
+  }
+  // Tenant level.
+  t.budget = 200;
+  t.window = 20;
+  auto r = ResolveCompression(Spec(10, 100), cfg_, &t, &context_);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->params.budget, 200);
+  EXPECT_EQ(r->params.window, 20);
+  EXPECT_EQ(r->reported_budget(), 200);
+  // Request level.
+  RequestSpec s = Spec(10, 100);
+  s.compression.budget = 100;
+  s.compression.window = 10;
+  r = ResolveCompression(s, cfg_, &t, &context_);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->params.budget, 100);
+  EXPECT_EQ(r->params.window, 10);
+
+  // Precision: the pool holds one (int8 here), so which level decided shows in whose setting
+  // is checked. A tenant default the pool lacks fails naming the tenant's setting...
+  cfg_.cache.kv_dtype = config::KvDtype::kInt8;
+  t.k_dtype = config::KvDtype::kFp16;
+  r = ResolveCompression(Spec(10, 100), cfg_, &t, &context_);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("tenant 't' default k_dtype=fp16"));
+  // ...a request that names the pool's precision overrides it...
+  s = Spec(10, 100);
+  s.compression.k_dtype = config::KvDtype::kInt8;
+  r = ResolveCompression(s, cfg_, &t, &context_);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->k_dtype, config::KvDtype::kInt8);
+  // ...and a tenant default that is the pool's resolves to it.
+  t.k_dtype = config::KvDtype::kInt8;
+  t.v_dtype = config::KvDtype::kInt8;
+  r = ResolveCompression(Spec(10, 100), cfg_, &t, &context_);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->k_dtype, config::KvDtype::kInt8);
+  EXPECT_EQ(r->v_dtype, config::KvDtype::kInt8);
+}
+
 TEST_F(ResolveCompressionTest, OverridesRatioAndFootprint) {
   RequestSpec s = Spec(20, 380);
   s.compression.policy = CompressionPolicyKind::kTriAttention;

@@ -1,6 +1,6 @@
 // TLS on both front ends with certificates made at test time (OpenSSL): HTTPS through
 // cpp-httplib's SSL client verifying the server, gRPC over SSL credentials, and mutual TLS on
-// gRPC (a client without a certificate signed by the configured CA is refused).
+// both (a client without a certificate signed by the configured CA is refused).
 #include <unistd.h>
 
 #include <openssl/evp.h>
@@ -104,9 +104,13 @@ class TlsTest : public ::testing::Test {
     ca_path_ = Write("ca.pem", CertPem(*ca_));
     cert_path_ = Write("server.pem", CertPem(*server_cert_));
     key_path_ = Write("server.key", KeyPem(*server_cert_));
+    client_cert_path_ = Write("client.pem", CertPem(*client_cert_));
+    client_key_path_ = Write("client.key", KeyPem(*client_cert_));
   }
   void TearDown() override {
-    for (const std::string& p : {ca_path_, cert_path_, key_path_}) std::remove(p.c_str());
+    for (const std::string& p : {ca_path_, cert_path_, key_path_, client_cert_path_, client_key_path_}) {
+      std::remove(p.c_str());
+    }
   }
   std::unique_ptr<TestServer> Start(bool mutual) {
     TestServerOptions o;
@@ -134,7 +138,7 @@ class TlsTest : public ::testing::Test {
   }
 
   std::unique_ptr<KeyCert> ca_, server_cert_, client_cert_;
-  std::string ca_path_, cert_path_, key_path_;
+  std::string ca_path_, cert_path_, key_path_, client_cert_path_, client_key_path_;
 };
 
 TEST_F(TlsTest, HttpsServesVerifiedClientsAndRefusesPlainHttp) {
@@ -174,6 +178,39 @@ TEST_F(TlsTest, HttpsClientThatHangsUpMidStreamIsAborted) {
   const std::string id = server->engine().submitted()[0].request_id;
   // Well within the 15 s SSE keep-alive: the hang-up is seen on the socket, not by a write.
   EXPECT_TRUE(server->engine().WaitForAbort(id, std::chrono::milliseconds(5000)).has_value());
+}
+
+TEST_F(TlsTest, HttpsMutualTlsNeedsAClientCertificate) {
+  auto server = Start(/*mutual=*/true);
+  constexpr char kBody[] = R"({"prompt": "x", "max_tokens": 2, "temperature": 0})";
+  httplib::SSLClient with_cert("127.0.0.1", server->http_port(), client_cert_path_, client_key_path_);
+  with_cert.set_ca_cert_path(ca_path_.c_str());
+  with_cert.enable_server_certificate_verification(true);
+  auto res = with_cert.Post("/v1/completions", kBody, "application/json");
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_EQ(res->status, 200) << res->body;
+
+  // No certificate: the handshake fails, so there is no HTTP response at all.
+  httplib::SSLClient without_cert("127.0.0.1", server->http_port());
+  without_cert.set_ca_cert_path(ca_path_.c_str());
+  without_cert.enable_server_certificate_verification(true);
+  without_cert.set_read_timeout(5, 0);
+  auto refused = without_cert.Post("/v1/completions", kBody, "application/json");
+  EXPECT_FALSE(refused) << "served without a client certificate: " << refused->status;
+
+  // A certificate from another CA is refused too.
+  auto other_ca = Make("other CA", true, nullptr, 10);
+  auto stranger = Make("stranger", false, other_ca.get(), 11);
+  const std::string stranger_cert = Write("stranger.pem", CertPem(*stranger));
+  const std::string stranger_key = Write("stranger.key", KeyPem(*stranger));
+  httplib::SSLClient foreign("127.0.0.1", server->http_port(), stranger_cert, stranger_key);
+  foreign.set_ca_cert_path(ca_path_.c_str());
+  foreign.enable_server_certificate_verification(true);
+  foreign.set_read_timeout(5, 0);
+  auto foreign_res = foreign.Post("/v1/completions", kBody, "application/json");
+  EXPECT_FALSE(foreign_res) << "served a certificate the CA did not sign: " << foreign_res->status;
+  std::remove(stranger_cert.c_str());
+  std::remove(stranger_key.c_str());
 }
 
 TEST_F(TlsTest, GrpcOverTls) {
