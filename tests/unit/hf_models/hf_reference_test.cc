@@ -161,6 +161,9 @@ std::vector<AgreementCase> AgreementCases() {
   v.push_back({"mixtral_bf16", s});
   // Layer 1 of 3 is the dense MLP (mlp_only_layers), with its own intermediate size.
   v.push_back({"qwen3_moe", Qwen3MoePreset()});
+  s = Qwen3MoePreset();
+  s.dtype = WeightDtype::kBf16;
+  v.push_back({"qwen3_moe_bf16", s});
   // No renormalisation, and decoder_sparse_step 2 makes layer 1 the only sparse one.
   s = Qwen3MoePreset();
   s.norm_topk_prob = false;

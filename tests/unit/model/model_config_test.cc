@@ -275,6 +275,11 @@ TEST(ModelConfig, MixtureOfExpertsFields) {
   EXPECT_EQ(mx->layer_moe, (std::vector<uint8_t>{1, 1}));
   EXPECT_FALSE(mx->any_dense_layer());
   EXPECT_FALSE(mx->sliding_window.has_value());
+  auto mw = ParseModelConfig(Minimal(R"(, "sliding_window": 4096)", "MixtralForCausalLM"), "cfg.json");
+  ASSERT_TRUE(mw.ok()) << mw.status();
+  EXPECT_EQ(mw->layer_window, (std::vector<int32_t>{4096, 4096}));  // Mistral's rule: every layer
+  EXPECT_EQ(mw->moe.num_experts, 8);                                 // MixtralConfig's defaults
+  EXPECT_EQ(mw->moe.top_k, 2);
   // 2 layers x (attention 4 D^2 + 2 norms + router 8 D + 8 experts x 3 D I) + final norm + embed +
   // head.
   const int64_t d = 64, i = 128, v = 100;
