@@ -123,6 +123,11 @@ std::vector<GptOssCase> GptOssCases() {
   v.push_back({"bf16", s});
   s.expert_format = ExpertFormat::kMxfp4;
   v.push_back({"bf16_mxfp4", s});
+  // Sizes that are not multiples of the loader's 64-element transpose tiles.
+  s = GptOssPreset();
+  s.hidden_size = 96;
+  s.intermediate_size = 96;
+  v.push_back({"f32_d96_i96", s});
   // Weights up to ±6: gate and up far beyond the limit 7, so both clamps bite.
   s = GptOssPreset();
   s.mxfp4_scale_exponent = 127;
