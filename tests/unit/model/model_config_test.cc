@@ -355,5 +355,47 @@ TEST(ModelConfig, MixtureOfExpertsErrors) {
       "divisible by 32");
 }
 
+// The published configs of three released models give their published sizes (model cards:
+// Mixtral-8x7B 46.7 B total / 12.9 B active; Qwen3-30B-A3B 30.5 B / 3.3 B; gpt-oss-20b 20.91 B
+// total, 3.61 B active counting the unembedding but not the embedding table).
+TEST(ModelConfig, ReleasedMoeConfigsGiveTheirPublishedParameterCounts) {
+  auto mixtral = ParseModelConfig(R"({"architectures": ["MixtralForCausalLM"], "hidden_size": 4096,
+      "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+      "vocab_size": 32000, "num_local_experts": 8, "num_experts_per_tok": 2, "rope_theta": 1000000.0,
+      "max_position_embeddings": 32768, "sliding_window": null, "rms_norm_eps": 1e-05})",
+                                  "mixtral.json");
+  ASSERT_TRUE(mixtral.ok()) << mixtral.status();
+  EXPECT_NEAR(mixtral->num_parameters() * 1e-9, 46.7, 0.05);
+  EXPECT_NEAR(mixtral->num_active_parameters() * 1e-9, 12.9, 0.05);
+
+  auto qwen = ParseModelConfig(R"({"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 2048,
+      "intermediate_size": 6144, "moe_intermediate_size": 768, "num_hidden_layers": 48, "num_attention_heads": 32,
+      "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 151936, "num_experts": 128, "num_experts_per_tok": 8,
+      "norm_topk_prob": true, "decoder_sparse_step": 1, "mlp_only_layers": [], "tie_word_embeddings": false,
+      "use_sliding_window": false, "sliding_window": null, "max_window_layers": 48})",
+                               "qwen3moe.json");
+  ASSERT_TRUE(qwen.ok()) << qwen.status();
+  EXPECT_NEAR(qwen->num_parameters() * 1e-9, 30.5, 0.05);
+  EXPECT_NEAR(qwen->num_active_parameters() * 1e-9, 3.3, 0.06);  // 3.35: "3.3 B" as published
+
+  auto oss = ParseModelConfig(R"({"architectures": ["GptOssForCausalLM"], "attention_bias": true,
+      "experts_per_token": 4, "head_dim": 64, "hidden_act": "silu", "hidden_size": 2880,
+      "initial_context_length": 4096, "intermediate_size": 2880, "max_position_embeddings": 131072,
+      "num_attention_heads": 64, "num_experts_per_tok": 4, "num_hidden_layers": 24, "num_key_value_heads": 8,
+      "num_local_experts": 32, "quantization_config": {"quant_method": "mxfp4"}, "rms_norm_eps": 1e-05,
+      "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0, "original_max_position_embeddings": 4096,
+      "rope_type": "yarn", "truncate": false}, "rope_theta": 150000, "sliding_window": 128, "swiglu_limit": 7.0,
+      "tie_word_embeddings": false, "vocab_size": 201088, "eos_token_id": 200002, "pad_token_id": 199999})",
+                              "gpt-oss-20b.json");
+  ASSERT_TRUE(oss.ok()) << oss.status();
+  EXPECT_NEAR(oss->num_parameters() * 1e-9, 20.91, 0.01);
+  const double embedding = static_cast<double>(oss->vocab_size) * oss->hidden_size;
+  EXPECT_NEAR((static_cast<double>(oss->num_active_parameters()) - embedding) * 1e-9, 3.61, 0.01);
+  EXPECT_EQ(oss->layer_window[0], 128);
+  EXPECT_EQ(oss->layer_window[1], 0);
+  EXPECT_EQ(oss->rope_scaling.kind, RopeScalingKind::kYarn);
+  EXPECT_FALSE(oss->rope_scaling.truncate);
+}
+
 }  // namespace
 }  // namespace kvserve::model
