@@ -367,7 +367,6 @@ absl::Status ParseMoe(const json& root, const ConfigReader& r, ModelConfig& c) {
     const bool listed = std::find(mlp_only.begin(), mlp_only.end(), i) != mlp_only.end();
     c.layer_moe[static_cast<size_t>(i)] = m.num_experts > 0 && !listed && (i + 1) % step == 0;
   }
-  if (m.num_experts > 0 && m.top_k < 1) return r.Error("num_experts_per_tok", "must be >= 1");
   return absl::OkStatus();
 }
 
