@@ -79,6 +79,9 @@ absl::Status CheckImplemented(const model::ModelConfig& c) {
   if (c.rope_scaling.kind == model::RopeScalingKind::kYarn || c.rope_scaling.kind == model::RopeScalingKind::kLongRope) {
     missing = "yarn/longrope attention factor";
   }
+  if (c.attention_sinks) missing = "attention sinks";
+  // Experts run on the CPU backend only (model/moe_layer.h); a grouped device GEMM is to come.
+  if (c.any_moe_layer()) missing = "mixture-of-experts layers";
   if (missing == nullptr) return absl::OkStatus();
   return absl::UnimplementedError(absl::StrCat("cuda model: ", c.architecture_name, " needs ", missing,
                                                ", not implemented on the CUDA backend yet (engine.backend=cpu serves it)"));

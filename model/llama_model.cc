@@ -39,7 +39,8 @@ absl::Status CheckImplemented(const ModelConfig& c) {
     return absl::UnimplementedError(absl::StrCat(c.architecture_name, ": ", base::AsAbsl(field),
                                                  " is not implemented by the CPU forward pass yet"));
   };
-  (void)refuse;  // every field ModelConfig parses is computed (docs/models.md)
+  // MoE layers add their experts straight into the residual (no Gemma sandwich norm).
+  if (c.any_moe_layer() && c.sandwich_norms) return refuse("post_feedforward_layernorm on a MoE layer");
   return absl::OkStatus();
 }
 
@@ -98,6 +99,12 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(ModelConfig confi
     return absl::InvalidArgumentError("weights and config disagree on the number of layers");
   }
   KVS_RETURN_IF_ERROR(CheckImplemented(config));
+  for (int i = 0; i < config.num_layers; ++i) {
+    if (config.is_moe_layer(i) != (weights.layer(i).moe != nullptr)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("weights and config disagree on layer ", i, "'s experts"));
+    }
+  }
   return std::unique_ptr<LlamaModel>(new LlamaModel(std::move(config), std::move(weights), options));
 }
 
@@ -116,8 +123,11 @@ LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, const ModelOpti
   h_.resize(m * c.hidden_size);
   qkv_.resize(m * (c.q_size() + 2 * c.kv_size()));
   attn_.resize(m * c.q_size());
-  gate_up_.resize(m * 2 * c.intermediate_size);
-  act_.resize(m * c.intermediate_size);
+  if (c.any_dense_layer()) {
+    gate_up_.resize(m * 2 * c.intermediate_size);
+    act_.resize(m * c.intermediate_size);
+  }
+  if (c.any_moe_layer()) moe_ = std::make_unique<MoeLayer>(c, max_tokens_);
   cos_sin_.resize(m * c.head_dim);
   if (!local_rope_.inv_freq.empty()) cos_sin_local_.resize(m * c.head_dim);
   if (c.sandwich_norms) branch_.resize(m * c.hidden_size);
@@ -125,6 +135,14 @@ LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, const ModelOpti
   size_t scratch = 0;
   for (const auto* v : {&x_, &h_, &qkv_, &attn_, &gate_up_, &act_, &cos_sin_, &cos_sin_local_, &branch_}) {
     scratch += v->size() * sizeof(float);
+  }
+  if (moe_ != nullptr) {
+    scratch += moe_->scratch_bytes();
+    logger_.info(
+        "model %s: mixture of experts, %d of %d experts per token, %.1f M of %.1f M params active",
+        c.architecture_name, c.moe.top_k, c.moe.num_experts,
+        static_cast<double>(c.num_active_parameters()) * 1e-6,
+        static_cast<double>(c.num_parameters()) * 1e-6);
   }
   logger_.info("model %s: %d layers, hidden %d, heads %d/%d x %d, vocab %d, %.1f M params, %s weights "
                "(%.1f MiB %s), step scratch %.1f MiB for %d rows, %d threads, %s attention",
@@ -217,7 +235,7 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
     }
     const std::span<const kernels::cpu::KvTierView> tier_views(tiers, num_tiers);
     const kernels::cpu::AttentionVariant variant{c.layer_window[static_cast<size_t>(layer)],
-                                                 static_cast<float>(c.attn_logit_softcap)};
+                                                 static_cast<float>(c.attn_logit_softcap), w.sinks};
     kernels::cpu::PagedAttentionTiered(tier_views, seqs, q, qkv_stride, c.num_heads, scale, attn_.data(), q_size,
                                        want_mass ? lse_.data() : nullptr, attn_workspace_.data(),
                                        attn_workspace_.size(), variant);
@@ -238,6 +256,10 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
     }
 
     kernels::cpu::RmsNorm(x_.data(), d, w.pre_ff_norm, h_.data(), d, t, d, c.rms_norm_eps);
+    if (w.moe != nullptr) {  // the experts add into the residual; the layer ends here
+      moe_->Forward(*w.moe, h_.data(), t, x_.data());
+      continue;
+    }
     Project(h_.data(), d, w.gate_up, nullptr, gate_up_.data(), 2 * inter, t, d, 2 * inter, false);
     if (c.activation == Activation::kGeluTanh) {
       kernels::cpu::GeluTanhMul(gate_up_.data(), t, inter, act_.data());

@@ -11,6 +11,7 @@
 //               a   = paged_attention(q, cache, block tables)   [T][H hd]
 //               x  += a · Woᵀ (+ b)                             [Gemma: x += rmsnorm(a · Woᵀ)]
 //               x  += act_mul(rmsnorm(x) · Wgate_upᵀ) · Wdownᵀ   [Gemma: x += rmsnorm(...)]
+//                     [MoE layer: x += experts(rmsnorm(x)), model/moe_layer.h]
 //   logits = rmsnorm(x[logits_rows]) · lm_headᵀ                 [R][V] [cap tanh(logits / cap)]
 //
 // Threads: the compute team size (kernels/cpu/compute_pool.h) is fixed at construction (ModelOptions::threads; 0: all
@@ -32,6 +33,7 @@
 #include "model/forward_model.h"
 #include "model/llama_weights.h"
 #include "model/model_config.h"
+#include "model/moe_layer.h"
 #include "model/rope_table.h"
 
 namespace kvserve::model {
@@ -87,6 +89,7 @@ class LlamaModel final : public ForwardModel {
 
   // Scratch, [max_tokens_][...] each (see Forward for the roles).
   std::vector<float> x_, h_, qkv_, attn_, gate_up_, act_, cos_sin_, cos_sin_local_, branch_, lse_, attn_workspace_;
+  std::unique_ptr<MoeLayer> moe_;  // scratch and kernels of the MoE layers; null for a dense model
 };
 
 }  // namespace kvserve::model

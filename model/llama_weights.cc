@@ -20,18 +20,27 @@ size_t PackedBytes(const WeightSpec& s, WeightDtype d) {
                     WeightDtypeBytes(d));
 }
 
-// The projections of a layer in a fixed order, for planning and filling alike.
+// The projections of a layer in a fixed order, for planning and filling alike:
+// fn(spec, destination, is_expert). Absent ones (a MoE layer's dense MLP) are skipped.
 template <typename Fn>
-void ForEachProjection(const LayerWeightSpecs& s, LayerWeights& w, Fn&& fn) {
-  fn(s.qkv, w.qkv);
-  fn(s.o, w.o);
-  fn(s.gate_up, w.gate_up);
-  fn(s.down, w.down);
+void ForEachProjection(const LayerWeightSpecs& s, LayerWeights& w, MoeLayerWeights& moe, Fn&& fn) {
+  auto each = [&fn](const WeightSpec& spec, PackedProjection& dst, bool expert) {
+    if (spec.present()) fn(spec, dst, expert);
+  };
+  each(s.qkv, w.qkv, false);
+  each(s.o, w.o, false);
+  each(s.gate_up, w.gate_up, false);
+  each(s.down, w.down, false);
+  each(s.router, moe.router, false);
+  for (size_t e = 0; e < s.experts.size(); ++e) {
+    each(s.experts[e].gate_up, moe.experts[e].gate_up, true);
+    each(s.experts[e].down, moe.experts[e].down, true);
+  }
 }
 
-// The vector weights (norms, biases) of a layer and where their pointers go.
+// The vector weights (norms, biases, sinks) of a layer and where their pointers go.
 template <typename Fn>
-void ForEachVector(const LayerWeightSpecs& s, LayerWeights& w, Fn&& fn) {
+void ForEachVector(const LayerWeightSpecs& s, LayerWeights& w, MoeLayerWeights& moe, Fn&& fn) {
   fn(s.input_norm, w.input_norm);
   fn(s.qkv_bias, w.qkv_bias);
   fn(s.q_norm, w.q_norm);
@@ -40,6 +49,12 @@ void ForEachVector(const LayerWeightSpecs& s, LayerWeights& w, Fn&& fn) {
   fn(s.post_attn_norm, w.post_attn_norm);
   fn(s.pre_ff_norm, w.pre_ff_norm);
   fn(s.post_ff_norm, w.post_ff_norm);
+  fn(s.sinks, w.sinks);
+  fn(s.router_bias, moe.router_bias);
+  for (size_t e = 0; e < s.experts.size(); ++e) {
+    fn(s.experts[e].gate_up_bias, moe.experts[e].gate_up_bias);
+    fn(s.experts[e].down_bias, moe.experts[e].down_bias);
+  }
 }
 
 }  // namespace
@@ -55,6 +70,12 @@ absl::StatusOr<LlamaWeights> LlamaWeights::Load(const ModelConfig& c, Safetensor
   const SafetensorsCheckpoint& ckpt = w.checkpoint_;
   const CheckpointMap& map = w.map_;
   w.layers_.resize(map.layers.size());
+  w.moe_.resize(map.layers.size());
+  for (size_t i = 0; i < map.layers.size(); ++i) {
+    if (map.layers[i].experts.empty()) continue;
+    w.moe_[i].experts.resize(map.layers[i].experts.size());
+    w.layers_[i].moe = &w.moe_[i];
+  }
 
   // The embedding stays mapped (scanned once for NaN/inf, then its pages released).
   KVS_ASSIGN_OR_RETURN(w.embed_dtype_, SpecDtype(ckpt, map.embed));
@@ -66,9 +87,10 @@ absl::StatusOr<LlamaWeights> LlamaWeights::Load(const ModelConfig& c, Safetensor
   std::vector<std::pair<const WeightSpec*, const float**>> vectors;
   vectors.push_back({&map.final_norm, &w.final_norm_});
   for (size_t i = 0; i < map.layers.size(); ++i) {
-    ForEachVector(map.layers[i], w.layers_[i], [&](const WeightSpec& s, const float*& dst) {
-      if (s.present()) vectors.push_back({&s, &dst});
-    });
+    ForEachVector(map.layers[i], w.layers_[i], w.moe_[i],
+                  [&](const WeightSpec& s, const float*& dst) {
+                    if (s.present()) vectors.push_back({&s, &dst});
+                  });
   }
   size_t floats = 0;
   for (const auto& [spec, dst] : vectors) floats += AlignBytes(static_cast<size_t>(spec->elements()) * 4) / 4;
@@ -89,19 +111,32 @@ absl::StatusOr<LlamaWeights> LlamaWeights::Load(const ModelConfig& c, Safetensor
   // Projections: streamed bytes are counted whether or not they are packed here.
   const int64_t norm_bytes = static_cast<int64_t>(floats) * 4;
   std::vector<std::pair<const WeightSpec*, PackedProjection*>> projections;
+  std::vector<bool> is_expert;
   projections.push_back({&map.lm_head, &w.lm_head_});
+  is_expert.push_back(false);
   for (size_t i = 0; i < map.layers.size(); ++i) {
-    ForEachProjection(map.layers[i], w.layers_[i],
-                      [&](const WeightSpec& s, PackedProjection& dst) { projections.push_back({&s, &dst}); });
+    ForEachProjection(map.layers[i], w.layers_[i], w.moe_[i],
+                      [&](const WeightSpec& s, PackedProjection& dst, bool expert) {
+                        projections.push_back({&s, &dst});
+                        is_expert.push_back(expert);
+                      });
   }
   std::vector<WeightDtype> dtypes;
-  size_t packed_bytes = 0, streamed = static_cast<size_t>(norm_bytes), largest = 0;
-  for (const auto& [spec, dst] : projections) {
+  size_t packed_bytes = 0, streamed = static_cast<size_t>(norm_bytes), largest = 0,
+         expert_bytes = 0;
+  for (size_t i = 0; i < projections.size(); ++i) {
+    const WeightSpec* spec = projections[i].first;
     KVS_ASSIGN_OR_RETURN(WeightDtype d, SpecDtype(ckpt, *spec));
     dtypes.push_back(d);
     packed_bytes += PackedBytes(*spec, d);
-    streamed += static_cast<size_t>(spec->elements()) * WeightDtypeBytes(d);
-    largest = std::max(largest, static_cast<size_t>(spec->elements()) * WeightDtypeBytes(d));
+    const size_t bytes = static_cast<size_t>(spec->elements()) * WeightDtypeBytes(d);
+    (is_expert[i] ? expert_bytes : streamed) += bytes;
+    largest = std::max(largest, bytes);
+  }
+  // A token reads top_k of each MoE layer's experts (all experts have the same shape).
+  if (c.moe.num_experts > 0) {
+    streamed +=
+        static_cast<size_t>(static_cast<double>(expert_bytes) * c.moe.top_k / c.moe.num_experts);
   }
   w.streamed_bytes_ = streamed;
   w.all_bf16_ = std::all_of(dtypes.begin(), dtypes.end(), [](WeightDtype d) { return d == WeightDtype::kBf16; });

@@ -9,6 +9,9 @@
 //   mapped:        the embedding table, in the checkpoint's dtype; rows are gathered (and
 //                  widened) per token, so only the pages of tokens seen become resident
 //   lm_head:       packed like a projection (from the embedding tensor when tied)
+//   experts:       each expert's gate_up and down packed like a dense layer's, the router
+//                  like a projection; gpt-oss's fused (and MXFP4) expert tensors are sliced
+//                  per expert at load (fused_expert_reader.h), MXFP4 unpacked to bf16
 //
 // Loading reads one projection at a time from the map into a staging buffer, packs it and
 // drops the source pages from the resident set (tensor_reader.h), so peak resident memory
@@ -38,6 +41,20 @@ struct PackedProjection {
   bool empty() const { return f32 == nullptr && bf16 == nullptr && fp16 == nullptr; }
 };
 
+// One expert of a mixture-of-experts layer: a gated MLP of MoeConfig::intermediate_size.
+struct ExpertWeights {
+  PackedProjection gate_up;             // [2 Ie][D] rows: gate | up
+  PackedProjection down;                // [D][Ie]
+  const float* gate_up_bias = nullptr;  // [2 Ie] gate | up (gpt-oss), else null
+  const float* down_bias = nullptr;     // [D] (gpt-oss), else null
+};
+
+struct MoeLayerWeights {
+  PackedProjection router;             // [E][D]
+  const float* router_bias = nullptr;  // [E] (gpt-oss), else null
+  std::vector<ExpertWeights> experts;  // [E]
+};
+
 struct LayerWeights {
   const float* input_norm = nullptr;
   const float* qkv_bias = nullptr;        // null when the model has none
@@ -49,8 +66,10 @@ struct LayerWeights {
   const float* post_ff_norm = nullptr;    // null unless sandwich norms
   PackedProjection qkv;
   PackedProjection o;
-  PackedProjection gate_up;
-  PackedProjection down;
+  PackedProjection gate_up;              // empty on a mixture-of-experts layer
+  PackedProjection down;                 // empty on a mixture-of-experts layer
+  const float* sinks = nullptr;          // [H] gpt-oss attention sinks (fp32), null when none
+  const MoeLayerWeights* moe = nullptr;  // the layer's experts, null on a dense layer
 };
 
 class LlamaWeights {
@@ -78,7 +97,9 @@ class LlamaWeights {
   const SafetensorsCheckpoint& checkpoint() const { return checkpoint_; }
   const CheckpointMap& map() const { return map_; }
   // Bytes a forward step streams per token at batch 1: every weight except the embedding
-  // table (only one row of it is read), including lm_head even when tied.
+  // table (only one row of it is read), including lm_head even when tied. Of a mixture-of-
+  // experts layer the router and top_k / num_experts of the expert bytes (the top_k experts a
+  // token runs through; expert biases count in full, they are small).
   size_t streamed_bytes() const { return streamed_bytes_; }
   // Bytes this object holds in memory (packed projections, norms, biases; not the map).
   size_t resident_bytes() const { return owned_bytes_; }
@@ -99,6 +120,7 @@ class LlamaWeights {
   const float* final_norm_ = nullptr;
   PackedProjection lm_head_;
   std::vector<LayerWeights> layers_;
+  std::vector<MoeLayerWeights> moe_;  // [layers]; LayerWeights::moe points into it (MoE layers)
   bool packed_ = false;
   bool all_bf16_ = false, all_fp16_ = false;
   size_t streamed_bytes_ = 0;

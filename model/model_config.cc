@@ -1,5 +1,6 @@
 #include "model/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -17,11 +18,16 @@ namespace {
 using internal::ConfigReader;
 using nlohmann::json;
 
-constexpr Architecture kArchitectures[] = {Architecture::kLlama, Architecture::kMistral, Architecture::kQwen2,
-                                           Architecture::kQwen3, Architecture::kPhi3,    Architecture::kGemma2,
-                                           Architecture::kGemma3};
+constexpr Architecture kArchitectures[] = {
+    Architecture::kLlama,    Architecture::kMistral, Architecture::kQwen2,  Architecture::kQwen3,
+    Architecture::kPhi3,     Architecture::kGemma2,  Architecture::kGemma3, Architecture::kMixtral,
+    Architecture::kQwen3Moe, Architecture::kGptOss};
 
 bool IsGemma(Architecture a) { return a == Architecture::kGemma2 || a == Architecture::kGemma3; }
+// Qwen2's window gates (use_sliding_window, max_window_layers) apply.
+bool IsQwen(Architecture a) {
+  return a == Architecture::kQwen2 || a == Architecture::kQwen3 || a == Architecture::kQwen3Moe;
+}
 
 std::string SupportedArchitectures() {
   std::string out;
@@ -148,14 +154,17 @@ absl::Status ParseLayerWindows(const json& root, const ConfigReader& r, ModelCon
   const Architecture a = c.architecture;
   if (a == Architecture::kLlama) return absl::OkStatus();  // Llama has no windowed layers
   bool used = r.Has("sliding_window");
-  if (a == Architecture::kQwen2 || a == Architecture::kQwen3) {
+  if (IsQwen(a)) {
     KVS_ASSIGN_OR_RETURN(bool use, r.Bool("use_sliding_window", false));
     used = used && use;
   }
-  if (IsGemma(a)) used = true;
+  // Gemma and gpt-oss always alternate windowed and full layers (GptOssConfig: 128).
+  if (IsGemma(a) || a == Architecture::kGptOss) used = true;
   if (!used) return absl::OkStatus();
-  KVS_ASSIGN_OR_RETURN(int64_t window, r.Int("sliding_window", IsGemma(a) ? std::optional<int64_t>(4096)
-                                                                          : std::nullopt));
+  std::optional<int64_t> default_window;
+  if (IsGemma(a)) default_window = 4096;
+  if (a == Architecture::kGptOss) default_window = 128;
+  KVS_ASSIGN_OR_RETURN(int64_t window, r.Int("sliding_window", default_window));
   KVS_ASSIGN_OR_RETURN(int w, ToInt(window, r, "sliding_window"));
   if (r.Has("layer_types")) {
     const json& types = root.at("layer_types");
@@ -176,12 +185,14 @@ absl::Status ParseLayerWindows(const json& root, const ConfigReader& r, ModelCon
       bool sliding = true;
       switch (a) {
         case Architecture::kQwen2:
-        case Architecture::kQwen3: {
+        case Architecture::kQwen3:
+        case Architecture::kQwen3Moe: {
           KVS_ASSIGN_OR_RETURN(int64_t first, r.Int("max_window_layers", 28, 0));
           sliding = i >= first;
           break;
         }
         case Architecture::kGemma2:
+        case Architecture::kGptOss:
           sliding = i % 2 == 0;
           break;
         case Architecture::kGemma3: {
@@ -206,21 +217,28 @@ absl::Status ParseArchitecture(const ConfigReader& r, ModelConfig& c) {
   switch (c.architecture) {
     case Architecture::kLlama:
     case Architecture::kQwen3:
+    case Architecture::kQwen3Moe:
     case Architecture::kGemma2:
-    case Architecture::kGemma3: {
-      KVS_ASSIGN_OR_RETURN(bool bias, r.Bool("attention_bias", false));
+    case Architecture::kGemma3:
+    case Architecture::kGptOss: {
+      // GptOssConfig defaults attention_bias to true (the release sets it).
+      KVS_ASSIGN_OR_RETURN(bool bias,
+                           r.Bool("attention_bias", c.architecture == Architecture::kGptOss));
       c.qkv_bias = bias;
       c.o_bias = bias;
       break;
     }
     case Architecture::kMistral:
+    case Architecture::kMixtral:
     case Architecture::kPhi3:
       break;  // no biases; Phi-3's projections are fused (checkpoint_map.cc)
     case Architecture::kQwen2:
       c.qkv_bias = true;  // Qwen2 hard-wires q/k/v biases; o_proj has none.
       break;
   }
-  c.qk_norm = c.architecture == Architecture::kQwen3 || c.architecture == Architecture::kGemma3;
+  c.qk_norm = c.architecture == Architecture::kQwen3 || c.architecture == Architecture::kQwen3Moe ||
+              c.architecture == Architecture::kGemma3;
+  c.attention_sinks = c.architecture == Architecture::kGptOss;
   c.attention_scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
   if (!IsGemma(c.architecture)) {
     KVS_ASSIGN_OR_RETURN(std::string act, r.String("hidden_act", "silu"));
@@ -259,10 +277,109 @@ absl::Status ParseArchitecture(const ConfigReader& r, ModelConfig& c) {
   return absl::OkStatus();
 }
 
+// The mixture-of-experts fields (defaults as Hugging Face's MixtralConfig, Qwen3MoeConfig
+// and GptOssConfig) and which layers use them. Dense architectures get layer_moe all 0.
+absl::Status ParseMoe(const json& root, const ConfigReader& r, ModelConfig& c) {
+  c.layer_moe.assign(static_cast<size_t>(c.num_layers), 0);
+  const Architecture a = c.architecture;
+  // A quantized checkpoint is only understood where its format is: gpt-oss's MXFP4 experts.
+  if (r.Has("quantization_config")) {
+    const json& q = root.at("quantization_config");
+    const std::string method =
+        q.is_object() && q.contains("quant_method") && q.at("quant_method").is_string()
+            ? q.at("quant_method").get<std::string>()
+            : q.dump();
+    if (a != Architecture::kGptOss || method != "mxfp4") {
+      return r.Error(
+          "quantization_config",
+          absl::StrCat("quant_method \"", method, "\" is not supported for ", c.architecture_name,
+                       " (only gpt-oss MXFP4 experts, unpacked at load)"));
+    }
+    c.moe.mxfp4 = true;
+  }
+  if (a != Architecture::kMixtral && a != Architecture::kQwen3Moe && a != Architecture::kGptOss) {
+    return absl::OkStatus();
+  }
+  MoeConfig& m = c.moe;
+  const bool qwen = a == Architecture::kQwen3Moe;
+  const char* experts_field = qwen ? "num_experts" : "num_local_experts";
+  KVS_ASSIGN_OR_RETURN(int64_t experts,
+                       r.Int(experts_field, a == Architecture::kMixtral ? 8 : 128, qwen ? 0 : 1));
+  KVS_ASSIGN_OR_RETURN(m.num_experts, ToInt(experts, r, experts_field));
+  KVS_ASSIGN_OR_RETURN(int64_t top_k, r.Int("num_experts_per_tok", a == Architecture::kMixtral ? 2
+                                                                   : qwen                      ? 8
+                                                                          : 4));
+  if (m.num_experts > 0 && top_k > m.num_experts) {
+    return r.Error("num_experts_per_tok",
+                   absl::StrCat(top_k, " exceeds the ", m.num_experts, " experts"));
+  }
+  m.top_k = static_cast<int>(top_k);
+  m.intermediate_size = c.intermediate_size;
+  switch (a) {
+    case Architecture::kMixtral:
+      m.renormalize = true;  // MixtralSparseMoeBlock always divides by the top-k sum
+      break;
+    case Architecture::kQwen3Moe: {
+      KVS_ASSIGN_OR_RETURN(int64_t mi, r.Int("moe_intermediate_size", 768));
+      KVS_ASSIGN_OR_RETURN(m.intermediate_size, ToInt(mi, r, "moe_intermediate_size"));
+      KVS_ASSIGN_OR_RETURN(m.renormalize, r.Bool("norm_topk_prob", false));
+      break;
+    }
+    default: {  // gpt-oss
+      m.routing = MoeRouting::kTopKSoftmax;
+      m.renormalize = false;
+      m.router_bias = true;
+      m.expert_bias = true;
+      m.activation = ExpertActivation::kClampedSwiglu;
+      KVS_ASSIGN_OR_RETURN(m.swiglu_limit, r.Number("swiglu_limit", 7.0));
+      if (!(m.swiglu_limit > 0)) return r.Error("swiglu_limit", "must be > 0");
+      if (r.Has("experts_per_token")) {
+        KVS_ASSIGN_OR_RETURN(int64_t ept, r.Int("experts_per_token", std::nullopt));
+        if (ept != top_k) return r.Error("experts_per_token", "differs from num_experts_per_tok");
+      }
+      // MXFP4 blocks are 32 elements along each expert matrix's input dimension.
+      if (m.mxfp4 && (c.hidden_size % 32 != 0 || m.intermediate_size % 32 != 0)) {
+        return r.Error("quantization_config",
+                       "MXFP4 experts need hidden and intermediate sizes divisible by 32");
+      }
+      break;
+    }
+  }
+  // Qwen3MoeDecoderLayer: sparse iff not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0
+  // (and there are experts at all); Mixtral and gpt-oss: every layer.
+  std::vector<int64_t> mlp_only;
+  int64_t step = 1;
+  if (qwen) {
+    KVS_ASSIGN_OR_RETURN(step, r.Int("decoder_sparse_step", 1));
+    if (r.Has("mlp_only_layers")) {
+      const json& l = root.at("mlp_only_layers");
+      if (!l.is_array()) return r.Error("mlp_only_layers", "expected a list of layer indices");
+      for (const json& v : l) {
+        if (!v.is_number_integer() || v.get<int64_t>() < 0) {
+          return r.Error("mlp_only_layers",
+                         absl::StrCat("expected layer indices >= 0, got ", v.dump()));
+        }
+        mlp_only.push_back(v.get<int64_t>());
+      }
+    }
+  }
+  for (int i = 0; i < c.num_layers; ++i) {
+    const bool listed = std::find(mlp_only.begin(), mlp_only.end(), i) != mlp_only.end();
+    c.layer_moe[static_cast<size_t>(i)] = m.num_experts > 0 && !listed && (i + 1) % step == 0;
+  }
+  return absl::OkStatus();
+}
+
 int64_t DefaultMaxPositions(Architecture a) {
   switch (a) {
     case Architecture::kQwen2:
-    case Architecture::kQwen3: return 32768;
+    case Architecture::kQwen3:
+    case Architecture::kQwen3Moe:
+      return 32768;
+    case Architecture::kMixtral:
+      return 131072;
+    case Architecture::kGptOss:
+      return 131072;
     case Architecture::kPhi3: return 4096;
     case Architecture::kGemma2: return 8192;
     case Architecture::kGemma3: return 131072;
@@ -281,18 +398,40 @@ std::string_view ArchitectureName(Architecture a) {
     case Architecture::kPhi3: return "Phi3ForCausalLM";
     case Architecture::kGemma2: return "Gemma2ForCausalLM";
     case Architecture::kGemma3: return "Gemma3ForCausalLM";
+    case Architecture::kMixtral:
+      return "MixtralForCausalLM";
+    case Architecture::kQwen3Moe:
+      return "Qwen3MoeForCausalLM";
+    case Architecture::kGptOss:
+      return "GptOssForCausalLM";
   }
   return "?";
 }
 
-int64_t ModelConfig::num_parameters() const {
-  const int64_t d = hidden_size;
-  const int64_t norms = sandwich_norms ? 4 * d : 2 * d;
-  const int64_t per_layer = norms + d * (q_size() + 2 * kv_size()) + q_size() * d + 3 * d * intermediate_size +
-                            (qkv_bias ? q_size() + 2 * kv_size() : 0) + (o_bias ? d : 0) +
-                            (qk_norm ? 2 * head_dim : 0);
-  return num_layers * per_layer + d + vocab_size * d * (tie_word_embeddings ? 1 : 2);
+namespace {
+
+// Parameters with `experts` of each MoE layer's experts counted.
+int64_t CountParameters(const ModelConfig& c, int64_t experts) {
+  const int64_t d = c.hidden_size;
+  const int64_t norms = c.sandwich_norms ? 4 * d : 2 * d;
+  const int64_t attention = norms + d * (c.q_size() + 2 * c.kv_size()) + c.q_size() * d +
+                            (c.qkv_bias ? c.q_size() + 2 * c.kv_size() : 0) + (c.o_bias ? d : 0) +
+                            (c.qk_norm ? 2 * c.head_dim : 0) +
+                            (c.attention_sinks ? c.num_heads : 0);
+  const MoeConfig& m = c.moe;
+  const int64_t mi = m.intermediate_size;
+  const int64_t expert = 3 * d * mi + (m.expert_bias ? 2 * mi + d : 0);
+  const int64_t moe = m.num_experts * d + (m.router_bias ? m.num_experts : 0) + experts * expert;
+  const int64_t dense = 3 * d * int64_t{c.intermediate_size};
+  int64_t total = 0;
+  for (int i = 0; i < c.num_layers; ++i) total += attention + (c.is_moe_layer(i) ? moe : dense);
+  return total + d + c.vocab_size * d * (c.tie_word_embeddings ? 1 : 2);
 }
+
+}  // namespace
+
+int64_t ModelConfig::num_parameters() const { return CountParameters(*this, moe.num_experts); }
+int64_t ModelConfig::num_active_parameters() const { return CountParameters(*this, moe.top_k); }
 
 absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::string_view origin) {
   json root = json::parse(json_text.begin(), json_text.end(), nullptr, /*allow_exceptions=*/false);
@@ -369,6 +508,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::st
   KVS_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.Bool("tie_word_embeddings", gemma));
   KVS_RETURN_IF_ERROR(ParseArchitecture(r, c));
   KVS_RETURN_IF_ERROR(ParseLayerWindows(root, r, c));
+  KVS_RETURN_IF_ERROR(ParseMoe(root, r, c));
   KVS_RETURN_IF_ERROR(ParseTokenIds(root, origin, c));
   return c;
 }

@@ -2,14 +2,21 @@
 // Every supported architecture runs one forward pass (llama_model.h) and differs only in
 // what config.json switches on (docs/models.md has the full table):
 //
-//   architecture   q/k/v bias       q/k norm   norms            MLP        windows
-//   Llama          attention_bias   -          RMS              SwiGLU     -
-//   Mistral        -                -          RMS              SwiGLU     sliding_window: all layers
-//   Qwen2          always           -          RMS              SwiGLU     use_sliding_window: layers >= max_window_layers
-//   Qwen3          attention_bias   yes        RMS              SwiGLU     as Qwen2
-//   Phi3           - (fused qkv)    -          RMS              SwiGLU     sliding_window: all layers
-//   Gemma2         attention_bias   -          (1+w), sandwich  GeGLU      even layers (layer_types)
-//   Gemma3         attention_bias   (1+w)      (1+w), sandwich  GeGLU      5 of 6 (layer_types / pattern)
+//   architecture   q/k/v bias       q/k norm   norms            MLP           windows
+//   Llama          attention_bias   -          RMS              SwiGLU        -
+//   Mistral        -                -          RMS              SwiGLU        sliding_window: all layers
+//   Qwen2          always           -          RMS              SwiGLU        use_sliding_window: layers >= max_window_layers
+//   Qwen3          attention_bias   yes        RMS              SwiGLU        as Qwen2
+//   Phi3           - (fused qkv)    -          RMS              SwiGLU        sliding_window: all layers
+//   Gemma2         attention_bias   -          (1+w), sandwich  GeGLU         even layers (layer_types)
+//   Gemma3         attention_bias   (1+w)      (1+w), sandwich  GeGLU         5 of 6 (layer_types / pattern)
+//   Mixtral        -                -          RMS              MoE SwiGLU    sliding_window: all layers
+//   Qwen3MoE       attention_bias   yes        RMS              MoE SwiGLU    as Qwen2 (dense MLP on mlp_only_layers)
+//   GptOss         always (+sinks)  -          RMS              MoE clamped   even layers (layer_types)
+//
+// Mixture of experts (MoeConfig, model/moe_layer.h): a router picks top_k of num_experts
+// expert MLPs per token. The three families differ only in routing order (softmax then
+// top-k, or top-k then softmax), renormalisation, biases and the expert activation.
 //
 // Parsing validates everything the forward pass relies on; an unknown architecture, rope
 // type or activation is an error naming the field, never a silent approximation.
@@ -26,7 +33,18 @@
 
 namespace kvserve::model {
 
-enum class Architecture { kLlama, kMistral, kQwen2, kQwen3, kPhi3, kGemma2, kGemma3 };
+enum class Architecture {
+  kLlama,
+  kMistral,
+  kQwen2,
+  kQwen3,
+  kPhi3,
+  kGemma2,
+  kGemma3,
+  kMixtral,
+  kQwen3Moe,
+  kGptOss,
+};
 enum class RopeScalingKind { kNone, kLinear, kLlama3, kYarn, kDynamic, kLongRope };
 enum class Activation { kSilu, kGeluTanh };  // the MLP's gate activation
 
@@ -50,6 +68,37 @@ struct RopeScaling {
   // longrope: per-frequency divisors, [rotary_dim / 2] each.
   std::vector<double> short_factor;
   std::vector<double> long_factor;
+};
+
+// How a token's router logits z[num_experts] become the weights of its top_k experts.
+enum class MoeRouting {
+  // Mixtral, Qwen3-MoE: p = softmax(z) over all experts; keep the top_k p (ties to the
+  // lower index); divided by their sum iff MoeConfig::renormalize.
+  kSoftmaxTopK,
+  // gpt-oss: the top_k z (ties to the lower index), weights softmax over those k only.
+  kTopKSoftmax,
+};
+
+enum class ExpertActivation {
+  kSwiglu,  // silu(gate) * up
+  // gpt-oss: g = min(gate, limit), u = clamp(up, -limit, limit), (u + 1) * g * sigmoid(alpha g)
+  kClampedSwiglu,
+};
+
+struct MoeConfig {
+  int num_experts = 0;        // 0: a dense model
+  int top_k = 0;              // experts per token (num_experts_per_tok)
+  int intermediate_size = 0;  // per expert (Qwen3-MoE moe_intermediate_size)
+  MoeRouting routing = MoeRouting::kSoftmaxTopK;
+  bool renormalize = true;   // kSoftmaxTopK only (Qwen3-MoE norm_topk_prob; Mixtral always)
+  bool router_bias = false;  // gpt-oss mlp.router.bias
+  bool expert_bias = false;  // gpt-oss gate_up_proj_bias / down_proj_bias
+  ExpertActivation activation = ExpertActivation::kSwiglu;
+  double swiglu_limit = 0.0;  // kClampedSwiglu
+  double swiglu_alpha = 1.702;
+  // gpt-oss: the release stores experts as MXFP4 (quantization_config.quant_method "mxfp4");
+  // they are unpacked at load into bf16, which holds every finite MXFP4 value exactly.
+  bool mxfp4 = false;
 };
 
 struct ModelConfig {
@@ -94,6 +143,13 @@ struct ModelConfig {
   double attention_scale = 0.0;
   double attn_logit_softcap = 0.0;   // Gemma 2: scores = cap tanh(scores / cap); 0: none
   double final_logit_softcap = 0.0;  // Gemma 2: logits = cap tanh(logits / cap); 0: none
+  // gpt-oss: one learned logit per query head (self_attn.sinks) joins each softmax's
+  // denominator without a value.
+  bool attention_sinks = false;
+  MoeConfig moe;
+  // [num_layers]: 1 where the layer's feed-forward is the mixture of experts, 0 where it is
+  // the dense MLP (all 0 for a dense model; Qwen3-MoE mlp_only_layers / decoder_sparse_step).
+  std::vector<uint8_t> layer_moe;
   std::optional<int32_t> bos_token_id;
   std::vector<int32_t> eos_token_ids;
 
@@ -120,8 +176,25 @@ struct ModelConfig {
   }
   // Longest context served (sliding-window layers mask their window exactly at any length).
   int64_t max_context() const { return served_context > 0 ? served_context : max_position_embeddings; }
-  // Parameters (weights + biases) the forward pass loads.
+  // (A config built by hand may leave layer_moe empty: every layer is then dense.)
+  bool is_moe_layer(int layer) const {
+    return static_cast<size_t>(layer) < layer_moe.size() &&
+           layer_moe[static_cast<size_t>(layer)] != 0;
+  }
+  bool any_moe_layer() const {
+    return std::any_of(layer_moe.begin(), layer_moe.end(), [](uint8_t m) { return m != 0; });
+  }
+  bool any_dense_layer() const {
+    for (int i = 0; i < num_layers; ++i) {
+      if (!is_moe_layer(i)) return true;
+    }
+    return false;
+  }
+  // Parameters (weights + biases) the forward pass loads: every expert counted.
   int64_t num_parameters() const;
+  // Parameters one token runs through: num_parameters() with top_k of each MoE layer's
+  // experts instead of all of them (the router counts in full). Equal for a dense model.
+  int64_t num_active_parameters() const;
 };
 
 // Parses config.json text; `origin` (usually the file path) prefixes every error.

@@ -2,12 +2,14 @@
 
 #include <cstring>
 #include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/absl_compat.h"
 #include "base/check.h"
 #include "kernels/cpu/kv_quant.h"
+#include "model/fused_expert_reader.h"
 
 namespace kvserve::model {
 namespace {
@@ -77,6 +79,30 @@ absl::Status ForEachTensor(const SafetensorsCheckpoint& ckpt, const WeightSpec& 
   return absl::OkStatus();
 }
 
+// A fused expert slice (fused_expert_reader.h) read as stored, then widened or narrowed per
+// element by `convert(bits pointer, dtype) -> T`.
+template <typename T, typename Convert>
+absl::Status ReadFusedConverted(const SafetensorsCheckpoint& ckpt, const WeightSpec& spec,
+                                std::span<T> out, Convert&& convert) {
+  KVS_ASSIGN_OR_RETURN(WeightDtype d, internal::FusedExpertDtype(ckpt, spec));
+  const size_t esize = WeightDtypeBytes(d);
+  std::vector<std::byte> raw(out.size() * esize);
+  KVS_RETURN_IF_ERROR(internal::ReadFusedExpert(ckpt, spec, d, raw));
+  for (size_t i = 0; i < out.size(); ++i) out[i] = convert(raw.data() + i * esize, d);
+  return absl::OkStatus();
+}
+
+float BitsToFloat(const std::byte* p, WeightDtype d) {
+  if (d == WeightDtype::kF32) {
+    float f;
+    std::memcpy(&f, p, 4);
+    return f;
+  }
+  uint16_t b;
+  std::memcpy(&b, p, 2);
+  return d == WeightDtype::kBf16 ? kernels::cpu::Bf16ToFloat(b) : kernels::cpu::HalfToFloat(b);
+}
+
 }  // namespace
 
 size_t WeightDtypeBytes(WeightDtype d) { return d == WeightDtype::kF32 ? 4 : 2; }
@@ -92,6 +118,7 @@ const char* WeightDtypeName(WeightDtype d) {
 
 absl::StatusOr<WeightDtype> SpecDtype(const SafetensorsCheckpoint& ckpt, const WeightSpec& spec) {
   KVS_CHECK(spec.present(), "SpecDtype of an absent weight");
+  if (spec.fused.layout != FusedLayout::kNone) return internal::FusedExpertDtype(ckpt, spec);
   std::optional<WeightDtype> dtype;
   for (const std::string& name : spec.names) {
     KVS_ASSIGN_OR_RETURN(auto found, ckpt.Find(name));
@@ -110,6 +137,8 @@ absl::Status ReadRaw(const SafetensorsCheckpoint& ckpt, const WeightSpec& spec, 
                      std::span<std::byte> out) {
   const size_t esize = WeightDtypeBytes(dtype);
   KVS_CHECK(out.size() == static_cast<size_t>(spec.elements()) * esize, "ReadRaw: destination size");
+  if (spec.fused.layout != FusedLayout::kNone)
+    return internal::ReadFusedExpert(ckpt, spec, dtype, out);
   return ForEachTensor(ckpt, spec,
                        [&](const SafetensorsFile& f, const SafetensorsEntry& e, WeightDtype d,
                            std::span<const std::byte> bytes, int64_t row) -> absl::Status {
@@ -126,6 +155,8 @@ absl::Status ReadRaw(const SafetensorsCheckpoint& ckpt, const WeightSpec& spec, 
 
 absl::Status ReadF32(const SafetensorsCheckpoint& ckpt, const WeightSpec& spec, std::span<float> out) {
   KVS_CHECK(out.size() == static_cast<size_t>(spec.elements()), "ReadF32: destination size");
+  if (spec.fused.layout != FusedLayout::kNone)
+    return ReadFusedConverted(ckpt, spec, out, BitsToFloat);
   return ForEachTensor(ckpt, spec,
                        [&](const SafetensorsFile& f, const SafetensorsEntry& e, WeightDtype d,
                            std::span<const std::byte> bytes, int64_t row) -> absl::Status {
@@ -148,6 +179,16 @@ absl::Status ReadF32(const SafetensorsCheckpoint& ckpt, const WeightSpec& spec, 
 
 absl::Status ReadBf16(const SafetensorsCheckpoint& ckpt, const WeightSpec& spec, std::span<uint16_t> out) {
   KVS_CHECK(out.size() == static_cast<size_t>(spec.elements()), "ReadBf16: destination size");
+  if (spec.fused.layout != FusedLayout::kNone) {
+    return ReadFusedConverted(ckpt, spec, out, [](const std::byte* p, WeightDtype d) {
+      if (d == WeightDtype::kBf16) {
+        uint16_t b;
+        std::memcpy(&b, p, 2);
+        return b;
+      }
+      return kernels::cpu::FloatToBf16(BitsToFloat(p, d));
+    });
+  }
   return ForEachTensor(ckpt, spec,
                        [&](const SafetensorsFile& f, const SafetensorsEntry& e, WeightDtype d,
                            std::span<const std::byte> bytes, int64_t row) -> absl::Status {
@@ -175,7 +216,9 @@ absl::Status ReadBf16(const SafetensorsCheckpoint& ckpt, const WeightSpec& spec,
 
 absl::StatusOr<std::span<const std::byte>> MappedTensor(const SafetensorsCheckpoint& ckpt, const WeightSpec& spec,
                                                         WeightDtype dtype) {
-  if (spec.names.size() != 1) return absl::InvalidArgumentError("MappedTensor: one tensor expected");
+  if (spec.names.size() != 1 || spec.fused.layout != FusedLayout::kNone) {
+    return absl::InvalidArgumentError("MappedTensor: one whole tensor expected");
+  }
   std::span<const std::byte> out;
   KVS_RETURN_IF_ERROR(ForEachTensor(ckpt, spec,
                                     [&](const SafetensorsFile& f, const SafetensorsEntry& e, WeightDtype d,
@@ -194,6 +237,10 @@ absl::StatusOr<std::span<const std::byte>> MappedTensor(const SafetensorsCheckpo
 void ReleaseTensors(const SafetensorsCheckpoint& ckpt, const WeightSpec& spec) {
   for (const std::string& name : spec.names) {
     auto found = ckpt.Find(name);
+    if (found.ok()) found->first->Release(*found->second);
+  }
+  if (!spec.fused.scales_name.empty()) {
+    auto found = ckpt.Find(spec.fused.scales_name);
     if (found.ok()) found->first->Release(*found->second);
   }
 }

@@ -1,15 +1,20 @@
 // Batch invariance on a real model through the whole engine: a greedy request produces
 // the same tokens alone, among 31 other requests, with chunked prefill on or off, and
-// after being preempted and resumed. Runs on the random-weight fixture model and on the
-// bundled kvs-tiny model.
+// after being preempted and resumed. Runs on the random-weight fixture model, the bundled
+// kvs-tiny model, and random Mixtral / Qwen3-MoE checkpoints written at test time
+// (tests/support/hf_models): expert routing must not depend on the batch either.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <unistd.h>
 
 #include <filesystem>
 
 #include "engine/engine_factory.h"
 #include "model/model_config.h"
 #include "tests/integration/engine/engine_test_util.h"
+#include "tests/support/hf_models/checkpoint_writer.h"
+#include "tests/support/hf_models/presets.h"
 
 namespace kvserve::engine {
 namespace {
@@ -17,7 +22,18 @@ namespace {
 class BatchInvariance : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    dir_ = std::string(KVSERVE_SOURCE_DIR) + "/" + GetParam();
+    // "hf:<preset>": a random Hugging Face checkpoint written for this test.
+    if (GetParam().rfind("hf:", 0) == 0) {
+      const std::string preset = GetParam().substr(3);
+      dir_ =
+          ::testing::TempDir() + "/batch_invariance_" + std::to_string(::getpid()) + "_" + preset;
+      const auto spec = preset == "mixtral" ? kvserve::testing::hf::MixtralPreset()
+                                            : kvserve::testing::hf::Qwen3MoePreset();
+      ASSERT_TRUE(kvserve::testing::hf::WriteRandomCheckpoint(spec, dir_).ok());
+      written_ = true;
+    } else {
+      dir_ = std::string(KVSERVE_SOURCE_DIR) + "/" + GetParam();
+    }
     ASSERT_TRUE(std::filesystem::exists(dir_ + "/model.safetensors")) << "model not present: " << dir_;
   }
 
@@ -30,7 +46,12 @@ class BatchInvariance : public ::testing::TestWithParam<std::string> {
     return e.ok() ? std::move(*e) : nullptr;
   }
 
+  void TearDown() override {
+    if (written_) std::filesystem::remove_all(dir_);
+  }
+
   std::string dir_;
+  bool written_ = false;
 };
 
 TEST_P(BatchInvariance, GreedyOutputDoesNotDependOnTheBatch) {
@@ -115,9 +136,15 @@ TEST_P(BatchInvariance, GreedyOutputDoesNotDependOnTheBatch) {
   }
 }
 
+std::string ParamName(size_t index) {
+  static const char* const kNames[] = {"random_llama", "kvs_tiny", "mixtral", "qwen3_moe"};
+  return kNames[index];
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, BatchInvariance,
-                         ::testing::Values("tests/fixtures/model/llama_f32", "models/kvs-tiny"),
-                         [](const auto& p) { return p.index == 0 ? std::string("random_llama") : std::string("kvs_tiny"); });
+                         ::testing::Values("tests/fixtures/model/llama_f32", "models/kvs-tiny",
+                                           "hf:mixtral", "hf:qwen3_moe"),
+                         [](const auto& p) { return ParamName(p.index); });
 
 }  // namespace
 }  // namespace kvserve::engine

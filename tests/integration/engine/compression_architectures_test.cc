@@ -121,7 +121,7 @@ TEST_P(CompressionArchitectures, EveryPolicyRunsAndACoveringBudgetEqualsFull) {
   EXPECT_EQ(obs.used.load(), 0) << "KV blocks still used after every request ended";
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, CompressionArchitectures, ::testing::Values("qwen3"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, CompressionArchitectures, ::testing::Values("qwen3", "mixtral", "qwen3moe"));
 
 }  // namespace
 }  // namespace kvserve::engine

@@ -491,6 +491,20 @@ absl::StatusOr<Reference> ReferenceModel::Forward(std::span<const int32_t> ids) 
   return r;
 }
 
+absl::StatusOr<std::vector<double>> ReferenceModel::MoeBlock(int layer,
+                                                             std::span<const double> h) const {
+  const ReferenceConfig& c = w_->c;
+  if (layer < 0 || layer >= c.num_layers || !c.layers[static_cast<size_t>(layer)].sparse_moe) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer ", layer, " is not a mixture-of-experts layer"));
+  }
+  if (h.size() != static_cast<size_t>(c.hidden_size)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input of ", h.size(), " values, hidden ", c.hidden_size));
+  }
+  return MoeForward(c, w_->layers[static_cast<size_t>(layer)], h);
+}
+
 absl::StatusOr<Reference> RunReference(const std::string& dir, std::span<const int32_t> ids) {
   auto m = ReferenceModel::Load(dir);
   if (!m.ok()) return m.status();

@@ -65,6 +65,10 @@ class ReferenceModel {
   const ReferenceConfig& config() const;
   // Logits at every position; ids must be in [0, vocab) and non-empty.
   absl::StatusOr<Reference> Forward(std::span<const int32_t> ids) const;
+  // The feed-forward output of mixture-of-experts layer `layer` for one already-normed input
+  // row h [hidden] (the "MoE" line above; without the residual): unit tests of an engine's
+  // expert layer on its own.
+  absl::StatusOr<std::vector<double>> MoeBlock(int layer, std::span<const double> h) const;
 
   struct Weights;
 

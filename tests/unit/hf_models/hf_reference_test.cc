@@ -1,7 +1,8 @@
 // The float64 reference forward (tests/support/hf_models/reference_forward.h):
 //  * agreement with kvserve's CPU forward (model::LlamaModel) on the architectures kvserve
-//    runs today (Llama with each rope scaling it knows, Qwen2, Mistral without a window) to
-//    1e-4 in log-probability, which checks the fixture writer and the reference together;
+//    runs today (Llama with each rope scaling it knows, Qwen2/3, Mistral without a window,
+//    Phi-3, Mixtral, Qwen3-MoE) to 1e-4 in log-probability, which checks the fixture writer
+//    and the reference together;
 //  * properties that fail when a branch is wrong: a window >= the sequence equals full
 //    attention while a short one reaches back exactly layers × (window − 1) tokens; huge
 //    soft-caps equal none; scalings with factor 1 equal plain RoPE; MoE with one expert
@@ -173,6 +174,28 @@ std::vector<AgreementCase> AgreementCases() {
   s = Gemma3Preset();
   s.dtype = WeightDtype::kBf16;
   v.push_back({"gemma3_bf16", s});
+  // Mixture of experts (model/moe_layer.h): softmax, top-2 of 4, renormalised.
+  v.push_back({"mixtral", MixtralPreset()});
+  s = MixtralPreset();
+  s.dtype = WeightDtype::kBf16;
+  v.push_back({"mixtral_bf16", s});
+  // Layer 1 of 3 is the dense MLP (mlp_only_layers), with its own intermediate size.
+  v.push_back({"qwen3_moe", Qwen3MoePreset()});
+  s = Qwen3MoePreset();
+  s.dtype = WeightDtype::kBf16;
+  v.push_back({"qwen3_moe_bf16", s});
+  // No renormalisation, and decoder_sparse_step 2 makes layer 1 the only sparse one.
+  s = Qwen3MoePreset();
+  s.norm_topk_prob = false;
+  s.decoder_sparse_step = 2;
+  s.mlp_only_layers = {};
+  v.push_back({"qwen3_moe_step2_unnormalised", s});
+  // gpt-oss: learned sinks, window 8 on even layers, yarn, experts with biases and the
+  // clamped SwiGLU; dequantised and MXFP4 experts.
+  v.push_back({"gpt_oss", GptOssPreset()});
+  s = GptOssPreset();
+  s.expert_format = ExpertFormat::kMxfp4;
+  v.push_back({"gpt_oss_mxfp4", s});
   return v;
 }
 

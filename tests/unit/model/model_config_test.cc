@@ -258,5 +258,144 @@ TEST(ModelConfig, DefaultRopeTypeMeansNone) {
   EXPECT_EQ(c->rope_scaling.kind, RopeScalingKind::kNone);
 }
 
+TEST(ModelConfig, MixtureOfExpertsFields) {
+  // Mixtral: every layer sparse, softmax then top-k, always renormalised; Mistral's window.
+  auto mx = ParseModelConfig(
+      Minimal(R"(, "num_local_experts": 8, "num_experts_per_tok": 2, "sliding_window": null)",
+              "MixtralForCausalLM"),
+      "cfg.json");
+  ASSERT_TRUE(mx.ok()) << mx.status();
+  EXPECT_EQ(mx->architecture, Architecture::kMixtral);
+  EXPECT_EQ(mx->moe.num_experts, 8);
+  EXPECT_EQ(mx->moe.top_k, 2);
+  EXPECT_EQ(mx->moe.intermediate_size, 128);
+  EXPECT_EQ(mx->moe.routing, MoeRouting::kSoftmaxTopK);
+  EXPECT_TRUE(mx->moe.renormalize);
+  EXPECT_FALSE(mx->moe.router_bias || mx->moe.expert_bias || mx->qkv_bias || mx->attention_sinks);
+  EXPECT_EQ(mx->layer_moe, (std::vector<uint8_t>{1, 1}));
+  EXPECT_FALSE(mx->any_dense_layer());
+  EXPECT_FALSE(mx->sliding_window.has_value());
+  auto mw = ParseModelConfig(Minimal(R"(, "sliding_window": 4096)", "MixtralForCausalLM"), "cfg.json");
+  ASSERT_TRUE(mw.ok()) << mw.status();
+  EXPECT_EQ(mw->layer_window, (std::vector<int32_t>{4096, 4096}));  // Mistral's rule: every layer
+  EXPECT_EQ(mw->moe.num_experts, 8);                                 // MixtralConfig's defaults
+  EXPECT_EQ(mw->moe.top_k, 2);
+  // 2 layers x (attention 4 D^2 + 2 norms + router 8 D + 8 experts x 3 D I) + final norm + embed +
+  // head.
+  const int64_t d = 64, i = 128, v = 100;
+  const int64_t attn = 4 * d * d + 2 * d;
+  EXPECT_EQ(mx->num_parameters(), 2 * (attn + 8 * d + 8 * 3 * d * i) + d + 2 * v * d);
+  EXPECT_EQ(mx->num_active_parameters(), 2 * (attn + 8 * d + 2 * 3 * d * i) + d + 2 * v * d);
+
+  // Qwen3-MoE: Hugging Face's defaults (norm_topk_prob false), moe_intermediate_size for the
+  // experts, dense layers from mlp_only_layers and decoder_sparse_step.
+  const std::string qwen = R"(, "head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2,
+      "moe_intermediate_size": 32, "num_hidden_layers": 4)";
+  auto q = ParseModelConfig(Minimal(qwen + R"(, "mlp_only_layers": [0])", "Qwen3MoeForCausalLM"),
+                            "cfg.json");
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_TRUE(q->qk_norm);
+  EXPECT_FALSE(q->moe.renormalize);
+  EXPECT_EQ(q->moe.intermediate_size, 32);
+  EXPECT_EQ(q->intermediate_size, 128);
+  EXPECT_EQ(q->layer_moe, (std::vector<uint8_t>{0, 1, 1, 1}));
+  q = ParseModelConfig(Minimal(qwen + R"(, "decoder_sparse_step": 2, "norm_topk_prob": true)",
+                               "Qwen3MoeForCausalLM"),
+                       "cfg.json");
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_TRUE(q->moe.renormalize);
+  EXPECT_EQ(q->layer_moe, (std::vector<uint8_t>{0, 1, 0, 1}));
+  EXPECT_TRUE(q->any_dense_layer() && q->any_moe_layer());
+  q = ParseModelConfig(Minimal(R"(, "num_experts": 0)", "Qwen3MoeForCausalLM"), "cfg.json");
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_FALSE(q->any_moe_layer());  // no experts: every layer dense, as in Hugging Face
+
+  // gpt-oss: biases everywhere, sinks, top-k then softmax, clamped SwiGLU, even layers slide
+  // (window 128 by default), MXFP4 experts from quantization_config.
+  const std::string oss =
+      R"(, "num_local_experts": 4, "num_experts_per_tok": 2, "experts_per_token": 2,
+      "num_hidden_layers": 4, "swiglu_limit": 7.0, "head_dim": 16)";
+  auto g = ParseModelConfig(
+      Minimal(oss + R"(, "quantization_config": {"quant_method": "mxfp4"})", "GptOssForCausalLM"),
+      "cfg.json");
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_TRUE(g->qkv_bias && g->o_bias && g->attention_sinks);
+  EXPECT_EQ(g->moe.routing, MoeRouting::kTopKSoftmax);
+  EXPECT_TRUE(g->moe.router_bias && g->moe.expert_bias && g->moe.mxfp4);
+  EXPECT_EQ(g->moe.activation, ExpertActivation::kClampedSwiglu);
+  EXPECT_EQ(g->moe.swiglu_limit, 7.0);
+  EXPECT_EQ(g->layer_window, (std::vector<int32_t>{128, 0, 128, 0}));
+  EXPECT_EQ(g->layer_moe, (std::vector<uint8_t>{1, 1, 1, 1}));
+  const int64_t gattn = 4 * d * d + 2 * d + (64 + 64 + 64 + 64) + 4;  // + q/k/v/o biases + 4 sinks
+  const int64_t gexp = 3 * d * i + 2 * i + d;
+  EXPECT_EQ(g->num_parameters(), 4 * (gattn + 4 * d + 4 + 4 * gexp) + d + 2 * v * d);
+  EXPECT_EQ(g->num_active_parameters(), 4 * (gattn + 4 * d + 4 + 2 * gexp) + d + 2 * v * d);
+}
+
+TEST(ModelConfig, MixtureOfExpertsErrors) {
+  ExpectError(
+      Minimal(R"(, "num_local_experts": 2, "num_experts_per_tok": 3)", "MixtralForCausalLM"),
+      "num_experts_per_tok: 3 exceeds the 2 experts");
+  ExpectError(
+      Minimal(R"(, "num_local_experts": 4, "num_experts_per_tok": 2, "experts_per_token": 4)",
+              "GptOssForCausalLM"),
+      "experts_per_token");
+  ExpectError(Minimal(R"(, "mlp_only_layers": [0, "one"])", "Qwen3MoeForCausalLM"),
+              "mlp_only_layers");
+  ExpectError(Minimal(R"(, "swiglu_limit": 0)", "GptOssForCausalLM"), "swiglu_limit");
+  // A quantized checkpoint is refused by name unless it is gpt-oss's MXFP4.
+  ExpectError(Minimal(R"(, "quantization_config": {"quant_method": "gptq", "bits": 4})"),
+              "quant_method \"gptq\" is not supported for LlamaForCausalLM");
+  ExpectError(Minimal(R"(, "quantization_config": {"quant_method": "awq"})", "GptOssForCausalLM"),
+              "awq");
+  ExpectError(
+      Minimal(
+          R"(, "hidden_size": 48, "head_dim": 12, "quantization_config": {"quant_method": "mxfp4"})",
+          "GptOssForCausalLM"),
+      "divisible by 32");
+}
+
+// The published configs of three released models give their published sizes (model cards:
+// Mixtral-8x7B 46.7 B total / 12.9 B active; Qwen3-30B-A3B 30.5 B / 3.3 B; gpt-oss-20b 20.91 B
+// total, 3.61 B active counting the unembedding but not the embedding table).
+TEST(ModelConfig, ReleasedMoeConfigsGiveTheirPublishedParameterCounts) {
+  auto mixtral = ParseModelConfig(R"({"architectures": ["MixtralForCausalLM"], "hidden_size": 4096,
+      "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+      "vocab_size": 32000, "num_local_experts": 8, "num_experts_per_tok": 2, "rope_theta": 1000000.0,
+      "max_position_embeddings": 32768, "sliding_window": null, "rms_norm_eps": 1e-05})",
+                                  "mixtral.json");
+  ASSERT_TRUE(mixtral.ok()) << mixtral.status();
+  EXPECT_NEAR(mixtral->num_parameters() * 1e-9, 46.7, 0.05);
+  EXPECT_NEAR(mixtral->num_active_parameters() * 1e-9, 12.9, 0.05);
+
+  auto qwen = ParseModelConfig(R"({"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 2048,
+      "intermediate_size": 6144, "moe_intermediate_size": 768, "num_hidden_layers": 48, "num_attention_heads": 32,
+      "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 151936, "num_experts": 128, "num_experts_per_tok": 8,
+      "norm_topk_prob": true, "decoder_sparse_step": 1, "mlp_only_layers": [], "tie_word_embeddings": false,
+      "use_sliding_window": false, "sliding_window": null, "max_window_layers": 48})",
+                               "qwen3moe.json");
+  ASSERT_TRUE(qwen.ok()) << qwen.status();
+  EXPECT_NEAR(qwen->num_parameters() * 1e-9, 30.5, 0.05);
+  EXPECT_NEAR(qwen->num_active_parameters() * 1e-9, 3.3, 0.06);  // 3.35: "3.3 B" as published
+
+  auto oss = ParseModelConfig(R"({"architectures": ["GptOssForCausalLM"], "attention_bias": true,
+      "experts_per_token": 4, "head_dim": 64, "hidden_act": "silu", "hidden_size": 2880,
+      "initial_context_length": 4096, "intermediate_size": 2880, "max_position_embeddings": 131072,
+      "num_attention_heads": 64, "num_experts_per_tok": 4, "num_hidden_layers": 24, "num_key_value_heads": 8,
+      "num_local_experts": 32, "quantization_config": {"quant_method": "mxfp4"}, "rms_norm_eps": 1e-05,
+      "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0, "original_max_position_embeddings": 4096,
+      "rope_type": "yarn", "truncate": false}, "rope_theta": 150000, "sliding_window": 128, "swiglu_limit": 7.0,
+      "tie_word_embeddings": false, "vocab_size": 201088, "eos_token_id": 200002, "pad_token_id": 199999})",
+                              "gpt-oss-20b.json");
+  ASSERT_TRUE(oss.ok()) << oss.status();
+  EXPECT_NEAR(oss->num_parameters() * 1e-9, 20.91, 0.01);
+  const double embedding = static_cast<double>(oss->vocab_size) * oss->hidden_size;
+  EXPECT_NEAR((static_cast<double>(oss->num_active_parameters()) - embedding) * 1e-9, 3.61, 0.01);
+  EXPECT_EQ(oss->layer_window[0], 128);
+  EXPECT_EQ(oss->layer_window[1], 0);
+  EXPECT_EQ(oss->rope_scaling.kind, RopeScalingKind::kYarn);
+  EXPECT_FALSE(oss->rope_scaling.truncate);
+}
+
 }  // namespace
 }  // namespace kvserve::model

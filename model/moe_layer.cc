@@ -1,0 +1,166 @@
+#include "model/moe_layer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "base/check.h"
+#include "kernels/cpu/clamped_swiglu.h"
+#include "kernels/cpu/packed_linear.h"
+#include "kernels/cpu/swiglu.h"
+
+namespace kvserve::model {
+namespace {
+
+// y = x · wᵀ + bias on whichever packed form the weights came in (as llama_model.cc's).
+void Project(const float* x, int64_t x_stride, const PackedProjection& w, const float* bias,
+             float* y, int64_t y_stride, int64_t rows, int in, int out) {
+  if (w.bf16 != nullptr) {
+    kernels::cpu::PackedLinearBf16(x, x_stride, w.bf16, bias, y, y_stride, rows, in, out, false);
+  } else if (w.fp16 != nullptr) {
+    kernels::cpu::PackedLinearFp16(x, x_stride, w.fp16, bias, y, y_stride, rows, in, out, false);
+  } else {
+    kernels::cpu::PackedLinear(x, x_stride, w.f32, bias, y, y_stride, rows, in, out, false);
+  }
+}
+
+// The k highest of score[0, n) into idx[0, k), decreasing, ties to the lower index (k <= n).
+void TopK(const float* score, int n, int k, int32_t* idx) {
+  for (int j = 0; j < k; ++j) {
+    int best = -1;
+    for (int e = 0; e < n; ++e) {
+      bool taken = false;
+      for (int i = 0; i < j; ++i) taken = taken || idx[i] == e;
+      if (!taken && (best < 0 || score[e] > score[best])) best = e;
+    }
+    idx[j] = best;
+  }
+}
+
+}  // namespace
+
+void RouteTokens(const MoeConfig& moe, float* logits, int64_t rows, int32_t* experts,
+                 float* weights) {
+  const int n = moe.num_experts, k = moe.top_k;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* z = logits + r * n;
+    int32_t* idx = experts + r * k;
+    float* w = weights + r * k;
+    if (moe.routing == MoeRouting::kTopKSoftmax) {
+      TopK(z, n, k, idx);
+      const float m = z[idx[0]];
+      float sum = 0.0f;
+      for (int j = 0; j < k; ++j) sum += (w[j] = std::exp(z[idx[j]] - m));
+      for (int j = 0; j < k; ++j) w[j] /= sum;
+      continue;
+    }
+    // Softmax over all experts, in place.
+    float* p = z;
+    const float m = *std::max_element(p, p + n);
+    float sum = 0.0f;
+    for (int e = 0; e < n; ++e) sum += (p[e] = std::exp(p[e] - m));
+    for (int e = 0; e < n; ++e) p[e] /= sum;
+    TopK(p, n, k, idx);
+    float kept = 0.0f;
+    for (int j = 0; j < k; ++j) kept += (w[j] = p[idx[j]]);
+    if (moe.renormalize) {
+      for (int j = 0; j < k; ++j) w[j] /= kept;
+    }
+  }
+}
+
+MoeLayer::MoeLayer(const ModelConfig& c, int max_tokens)
+    : moe_(c.moe), hidden_(c.hidden_size), top_k_(c.moe.top_k), max_tokens_(max_tokens) {
+  KVS_CHECK(moe_.num_experts > 0 && top_k_ > 0 && top_k_ <= moe_.num_experts,
+            "MoeLayer: bad expert counts");
+  const auto m = static_cast<size_t>(max_tokens), e = static_cast<size_t>(moe_.num_experts);
+  const auto k = static_cast<size_t>(top_k_), d = static_cast<size_t>(hidden_);
+  const auto ie = static_cast<size_t>(moe_.intermediate_size);
+  logits_.resize(m * e);
+  weights_.resize(m * k);
+  chosen_.resize(m * k);
+  offsets_.resize(e + 1);
+  fill_.resize(e);
+  slot_row_.resize(m * k);
+  row_token_.resize(m * k);
+  xg_.resize(m * k * d);
+  gate_up_.resize(m * k * 2 * ie);
+  act_.resize(m * k * ie);
+  yg_.resize(m * k * d);
+}
+
+size_t MoeLayer::scratch_bytes() const {
+  return (logits_.size() + weights_.size() + xg_.size() + gate_up_.size() + act_.size() +
+          yg_.size()) *
+             sizeof(float) +
+         (chosen_.size() + offsets_.size() + fill_.size() + slot_row_.size() + row_token_.size()) *
+             sizeof(int32_t);
+}
+
+void MoeLayer::Forward(const MoeLayerWeights& w, const float* h, int64_t rows, float* x) {
+  KVS_CHECK(rows >= 0 && rows <= max_tokens_, "MoeLayer: more rows than max_tokens");
+  KVS_CHECK(static_cast<int>(w.experts.size()) == moe_.num_experts,
+            "MoeLayer: weights and config disagree");
+  if (rows == 0) return;
+  const int d = hidden_, n = moe_.num_experts, k = top_k_, ie = moe_.intermediate_size;
+  const int64_t slots = rows * k;
+
+  Project(h, d, w.router, w.router_bias, logits_.data(), n, rows, d, n);
+  RouteTokens(moe_, logits_.data(), rows, chosen_.data(), weights_.data());
+
+  // Counting sort of the (token, slot) pairs by expert; tokens stay ascending within one.
+  std::fill(offsets_.begin(), offsets_.end(), 0);
+  for (int64_t s = 0; s < slots; ++s)
+    ++offsets_[static_cast<size_t>(chosen_[static_cast<size_t>(s)]) + 1];
+  for (int e = 0; e < n; ++e)
+    offsets_[static_cast<size_t>(e) + 1] += offsets_[static_cast<size_t>(e)];
+  std::copy(offsets_.begin(), offsets_.end() - 1, fill_.begin());
+  for (int64_t s = 0; s < slots; ++s) {
+    const int32_t row = fill_[static_cast<size_t>(chosen_[static_cast<size_t>(s)])]++;
+    slot_row_[static_cast<size_t>(s)] = row;
+    row_token_[static_cast<size_t>(row)] = static_cast<int32_t>(s / k);
+  }
+  for (int64_t r = 0; r < slots; ++r) {
+    std::memcpy(xg_.data() + r * d,
+                h + static_cast<int64_t>(row_token_[static_cast<size_t>(r)]) * d,
+                static_cast<size_t>(d) * sizeof(float));
+  }
+
+  // One GEMM per chosen expert over all of its rows, then the activation over every row.
+  for (int e = 0; e < n; ++e) {
+    const int64_t begin = offsets_[static_cast<size_t>(e)],
+                  count = offsets_[static_cast<size_t>(e) + 1] - begin;
+    if (count == 0) continue;
+    const ExpertWeights& ex = w.experts[static_cast<size_t>(e)];
+    Project(xg_.data() + begin * d, d, ex.gate_up, ex.gate_up_bias,
+            gate_up_.data() + begin * 2 * ie, 2 * ie, count, d, 2 * ie);
+  }
+  if (moe_.activation == ExpertActivation::kClampedSwiglu) {
+    kernels::cpu::ClampedSwiglu(gate_up_.data(), slots, ie, static_cast<float>(moe_.swiglu_limit),
+                                static_cast<float>(moe_.swiglu_alpha), act_.data());
+  } else {
+    kernels::cpu::SiluMul(gate_up_.data(), slots, ie, act_.data());
+  }
+  for (int e = 0; e < n; ++e) {
+    const int64_t begin = offsets_[static_cast<size_t>(e)],
+                  count = offsets_[static_cast<size_t>(e) + 1] - begin;
+    if (count == 0) continue;
+    const ExpertWeights& ex = w.experts[static_cast<size_t>(e)];
+    Project(act_.data() + begin * ie, ie, ex.down, ex.down_bias, yg_.data() + begin * d, d, count,
+            ie, d);
+  }
+
+  // Each token's weighted sum over its own slots in routing order, then the residual add.
+  for (int64_t t = 0; t < rows; ++t) {
+    float* xt = x + t * d;
+    const float* wt = weights_.data() + t * k;
+    const int32_t* rt = slot_row_.data() + t * k;
+    for (int i = 0; i < d; ++i) {
+      float acc = 0.0f;
+      for (int j = 0; j < k; ++j) acc += wt[j] * yg_[static_cast<size_t>(rt[j]) * d + i];
+      xt[i] += acc;
+    }
+  }
+}
+
+}  // namespace kvserve::model

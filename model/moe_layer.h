@@ -1,0 +1,69 @@
+// The mixture-of-experts feed-forward of one layer on the CPU (Mixtral, Qwen3-MoE, gpt-oss;
+// MoeConfig in model_config.h says which variant):
+//
+//   z      = h · routerᵀ (+ b)                                   [T][E]
+//   route  : per token, top_k experts and weights (RouteTokens)  [T][k]
+//   group  : the T·k (token, slot) pairs sorted by expert, tokens ascending within each
+//   per expert e with n_e rows (one packed GEMM each, only for experts someone chose):
+//            gu = h[rows of e] · gate_upₑᵀ (+ b)                 [n_e][2 Ie]
+//   act    = SiluMul(gu) or ClampedSwiglu(gu) over all T·k rows  [T·k][Ie]
+//   per expert e:  y = act[rows of e] · downₑᵀ (+ b)              [n_e][D]
+//   x[t]  += Σ_j weight[t][j] · y[slot (t, j)]                    j in routing order
+//
+// Batch invariance (a sequence's greedy output alone equals its output in any batch): every
+// row of a packed GEMM is one fixed chain of multiply-adds whatever the number of rows
+// (kernels/cpu/packed_linear.h), the router and activation are per row, and a token's
+// weighted sum runs over its own slots in routing order; so a token's result is bit-for-bit
+// the same whichever other tokens share its experts in the step.
+//
+// Scratch is sized at construction for max_tokens rows (x top_k for the expert rows); Forward
+// never allocates. Not thread-safe: one model's engine thread owns it.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "model/llama_weights.h"
+#include "model/model_config.h"
+
+namespace kvserve::model {
+
+// Routes `rows` tokens from their router logits [rows][E]: experts[r][j] and weights[r][j]
+// ([rows][top_k]) in order of decreasing score, ties to the lower expert index (PyTorch's
+// topk on the values Hugging Face ranks: softmax probabilities for kSoftmaxTopK, logits for
+// kTopKSoftmax). fp32 throughout. kSoftmaxTopK overwrites `logits` with the probabilities.
+void RouteTokens(const MoeConfig& moe, float* logits, int64_t rows, int32_t* experts,
+                 float* weights);
+
+class MoeLayer {
+ public:
+  MoeLayer(const ModelConfig& config, int max_tokens);
+
+  // x[r][0, D) += the layer's expert mixture of h[r] for r in [0, rows), rows <= max_tokens.
+  // h: the feed-forward input (already normed), [rows][D] dense.
+  void Forward(const MoeLayerWeights& w, const float* h, int64_t rows, float* x);
+
+  // The routing of the last Forward, [rows][top_k] each (tests, observability).
+  std::span<const int32_t> chosen_experts(int64_t rows) const {
+    return {chosen_.data(), static_cast<size_t>(rows * top_k_)};
+  }
+  std::span<const float> routing_weights(int64_t rows) const {
+    return {weights_.data(), static_cast<size_t>(rows * top_k_)};
+  }
+  size_t scratch_bytes() const;
+
+ private:
+  MoeConfig moe_;
+  int hidden_;
+  int top_k_;
+  int max_tokens_;
+  // [max_tokens][E] logits; [max_tokens][k] routing; [E + 1] group offsets; [max_tokens·k]
+  // slot -> grouped row and grouped row -> token.
+  std::vector<float> logits_, weights_;
+  std::vector<int32_t> chosen_, offsets_, fill_, slot_row_, row_token_;
+  // Grouped rows, [max_tokens·k][...]: gathered inputs, gate|up, activation, expert outputs.
+  std::vector<float> xg_, gate_up_, act_, yg_;
+};
+
+}  // namespace kvserve::model
