@@ -20,18 +20,6 @@
 namespace kvserve::model {
 namespace {
 
-// y (=|+=) x · wᵀ + bias on whichever packed form the weights came in.
-void Project(const float* x, int64_t x_stride, const PackedProjection& w, const float* bias, float* y,
-             int64_t y_stride, int64_t rows, int in, int out, bool accumulate) {
-  if (w.bf16 != nullptr) {
-    kernels::cpu::PackedLinearBf16(x, x_stride, w.bf16, bias, y, y_stride, rows, in, out, accumulate);
-  } else if (w.fp16 != nullptr) {
-    kernels::cpu::PackedLinearFp16(x, x_stride, w.fp16, bias, y, y_stride, rows, in, out, accumulate);
-  } else {
-    kernels::cpu::PackedLinear(x, x_stride, w.f32, bias, y, y_stride, rows, in, out, accumulate);
-  }
-}
-
 // What config.json can ask for that this forward pass does not compute yet: refused at
 // start-up with the field named, never approximated.
 absl::Status CheckImplemented(const ModelConfig& c) {

@@ -10,6 +10,17 @@
 #include "kernels/cpu/kv_quant.h"
 
 namespace kvserve::model {
+
+void Project(const float* x, int64_t x_stride, const PackedProjection& w, const float* bias, float* y,
+             int64_t y_stride, int64_t rows, int in, int out, bool accumulate) {
+  if (w.bf16 != nullptr) {
+    kernels::cpu::PackedLinearBf16(x, x_stride, w.bf16, bias, y, y_stride, rows, in, out, accumulate);
+  } else if (w.fp16 != nullptr) {
+    kernels::cpu::PackedLinearFp16(x, x_stride, w.fp16, bias, y, y_stride, rows, in, out, accumulate);
+  } else {
+    kernels::cpu::PackedLinear(x, x_stride, w.f32, bias, y, y_stride, rows, in, out, accumulate);
+  }
+}
 namespace {
 
 constexpr size_t kAlignBytes = 64;

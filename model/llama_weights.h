@@ -41,6 +41,10 @@ struct PackedProjection {
   bool empty() const { return f32 == nullptr && bf16 == nullptr && fp16 == nullptr; }
 };
 
+// y (=|+=) x · wᵀ + bias on whichever packed form the weights came in (bias may be null).
+void Project(const float* x, int64_t x_stride, const PackedProjection& w, const float* bias, float* y,
+             int64_t y_stride, int64_t rows, int in, int out, bool accumulate);
+
 // One expert of a mixture-of-experts layer: a gated MLP of MoeConfig::intermediate_size.
 struct ExpertWeights {
   PackedProjection gate_up;             // [2 Ie][D] rows: gate | up

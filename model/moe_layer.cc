@@ -12,18 +12,6 @@
 namespace kvserve::model {
 namespace {
 
-// y = x · wᵀ + bias on whichever packed form the weights came in (as llama_model.cc's).
-void Project(const float* x, int64_t x_stride, const PackedProjection& w, const float* bias,
-             float* y, int64_t y_stride, int64_t rows, int in, int out) {
-  if (w.bf16 != nullptr) {
-    kernels::cpu::PackedLinearBf16(x, x_stride, w.bf16, bias, y, y_stride, rows, in, out, false);
-  } else if (w.fp16 != nullptr) {
-    kernels::cpu::PackedLinearFp16(x, x_stride, w.fp16, bias, y, y_stride, rows, in, out, false);
-  } else {
-    kernels::cpu::PackedLinear(x, x_stride, w.f32, bias, y, y_stride, rows, in, out, false);
-  }
-}
-
 // The k highest of score[0, n) into idx[0, k), decreasing, ties to the lower index (k <= n).
 void TopK(const float* score, int n, int k, int32_t* idx) {
   for (int j = 0; j < k; ++j) {
@@ -105,7 +93,7 @@ void MoeLayer::Forward(const MoeLayerWeights& w, const float* h, int64_t rows, f
   const int d = hidden_, n = moe_.num_experts, k = top_k_, ie = moe_.intermediate_size;
   const int64_t slots = rows * k;
 
-  Project(h, d, w.router, w.router_bias, logits_.data(), n, rows, d, n);
+  Project(h, d, w.router, w.router_bias, logits_.data(), n, rows, d, n, false);
   RouteTokens(moe_, logits_.data(), rows, chosen_.data(), weights_.data());
 
   // Counting sort of the (token, slot) pairs by expert; tokens stay ascending within one.
@@ -133,7 +121,7 @@ void MoeLayer::Forward(const MoeLayerWeights& w, const float* h, int64_t rows, f
     if (count == 0) continue;
     const ExpertWeights& ex = w.experts[static_cast<size_t>(e)];
     Project(xg_.data() + begin * d, d, ex.gate_up, ex.gate_up_bias,
-            gate_up_.data() + begin * 2 * ie, 2 * ie, count, d, 2 * ie);
+            gate_up_.data() + begin * 2 * ie, 2 * ie, count, d, 2 * ie, false);
   }
   if (moe_.activation == ExpertActivation::kClampedSwiglu) {
     kernels::cpu::ClampedSwiglu(gate_up_.data(), slots, ie, static_cast<float>(moe_.swiglu_limit),
@@ -147,7 +135,7 @@ void MoeLayer::Forward(const MoeLayerWeights& w, const float* h, int64_t rows, f
     if (count == 0) continue;
     const ExpertWeights& ex = w.experts[static_cast<size_t>(e)];
     Project(act_.data() + begin * ie, ie, ex.down, ex.down_bias, yg_.data() + begin * d, d, count,
-            ie, d);
+            ie, d, false);
   }
 
   // Each token's weighted sum over its own slots in routing order, then the residual add.
