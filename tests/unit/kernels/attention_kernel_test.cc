@@ -170,6 +170,31 @@ struct Fixture {
   }
 };
 
+// Each row of `out` / `lse` (from one call over the fixture's whole batch) equals the same row
+// attended alone, with its sequence's cache cut at that row, bit for bit.
+void ExpectRowsEqualTheirOneRowCalls(Fixture& f, float scale, const std::vector<float>& out,
+                                     const std::vector<float>& lse, std::vector<float>& ws,
+                                     const AttentionVariant& variant = {}) {
+  const int64_t q_stride = static_cast<int64_t>(f.num_heads) * f.layout.head_dim;
+  const KvTierView tier{f.layout, f.data(), f.scale_ptr()};
+  for (size_t s = 0; s < f.seqs.size(); ++s) {
+    for (int j = 0; j < f.seqs[s].rows; ++j) {
+      const int64_t row = f.seq_starts[s] + j;
+      const int32_t starts[2] = {0, 1};
+      const int32_t kv_len = f.seqs[s].kv_len - f.seqs[s].rows + j + 1;
+      const int32_t offsets[2] = {0, f.table_offsets[s + 1] - f.table_offsets[s]};
+      const PagedSeqs one{1, starts, &kv_len, offsets, f.tables.data() + f.table_offsets[s]};
+      std::vector<float> o(q_stride), l(f.num_heads);
+      PagedAttentionTiered({&tier, 1}, one, f.q.data() + row * q_stride, q_stride, f.num_heads, scale, o.data(),
+                           q_stride, l.data(), ws.data(), ws.size(), variant);
+      for (int64_t i = 0; i < q_stride; ++i) {
+        ASSERT_EQ(o[i], out[row * q_stride + i]) << "seq " << s << " row " << j << " element " << i;
+      }
+      for (int h = 0; h < f.num_heads; ++h) ASSERT_EQ(l[h], lse[row * f.num_heads + h]) << "seq " << s << " row " << j;
+    }
+  }
+}
+
 double Tolerance(KvDtype d) {
   switch (d) {
     case KvDtype::kFp32: return 2e-5;
@@ -246,22 +271,7 @@ TEST_P(PagedAttentionTest, EveryRowEqualsItsOneRowCall) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   PagedAttention(f.layout, f.data(), f.scale_ptr(), f.View(), f.q.data(), q_stride, f.num_heads, scale, out.data(),
                  q_stride, lse.data(), ws.data(), ws.size());
-  for (size_t s = 0; s < f.seqs.size(); ++s) {
-    for (int j = 0; j < f.seqs[s].rows; ++j) {
-      const int64_t row = f.seq_starts[s] + j;
-      const int32_t starts[2] = {0, 1};
-      const int32_t kv_len = f.seqs[s].kv_len - f.seqs[s].rows + j + 1;
-      const int32_t offsets[2] = {0, f.table_offsets[s + 1] - f.table_offsets[s]};
-      const PagedSeqs one{1, starts, &kv_len, offsets, f.tables.data() + f.table_offsets[s]};
-      std::vector<float> o(q_stride), l(f.num_heads);
-      PagedAttention(f.layout, f.data(), f.scale_ptr(), one, f.q.data() + row * q_stride, q_stride, f.num_heads,
-                     scale, o.data(), q_stride, l.data(), ws.data(), ws.size());
-      for (int64_t i = 0; i < q_stride; ++i) {
-        ASSERT_EQ(o[i], out[row * q_stride + i]) << "seq " << s << " row " << j << " element " << i;
-      }
-      for (int h = 0; h < f.num_heads; ++h) ASSERT_EQ(l[h], lse[row * f.num_heads + h]) << "seq " << s << " row " << j;
-    }
-  }
+  ExpectRowsEqualTheirOneRowCalls(f, scale, out, lse, ws);
 }
 
 TEST_P(PagedAttentionTest, NegativeSlotIsNotWritten) {
@@ -368,20 +378,8 @@ TEST_P(AttentionVariantTest, WindowSoftcapAndSinksMatchNaiveAttention) {
     for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], stored.out[i], 2e-5) << what << " element " << i;
     for (size_t i = 0; i < lse.size(); ++i) ASSERT_NEAR(lse[i], stored.lse[i], 2e-5) << what;
     for (size_t i = 0; i < mass.size(); ++i) ASSERT_NEAR(mass[i], stored.mass[i], 2e-5) << what << " mass " << i;
-    for (size_t s = 0; s < f.seqs.size(); ++s) {
-      for (int j = 0; j < f.seqs[s].rows; ++j) {
-        const int64_t row = f.seq_starts[s] + j;
-        const int32_t starts[2] = {0, 1};
-        const int32_t kv_len = f.seqs[s].kv_len - f.seqs[s].rows + j + 1;
-        const int32_t offsets[2] = {0, f.table_offsets[s + 1] - f.table_offsets[s]};
-        const PagedSeqs one{1, starts, &kv_len, offsets, f.tables.data() + f.table_offsets[s]};
-        std::vector<float> o(q_stride), l(f.num_heads);
-        PagedAttentionTiered({&tier, 1}, one, f.q.data() + row * q_stride, q_stride, f.num_heads, scale, o.data(),
-                             q_stride, l.data(), ws.data(), ws.size(), variant);
-        for (int64_t i = 0; i < q_stride; ++i) ASSERT_EQ(o[i], out[row * q_stride + i]) << what << " row " << row;
-        for (int h = 0; h < f.num_heads; ++h) ASSERT_EQ(l[h], lse[row * f.num_heads + h]) << what;
-      }
-    }
+    SCOPED_TRACE(what);
+    ExpectRowsEqualTheirOneRowCalls(f, scale, out, lse, ws, variant);
   }
 }
 
