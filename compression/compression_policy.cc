@@ -4,8 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/absl_compat.h"
-#include "config/fields.h"
 #include "base/check.h"
+#include "compression/policy_params.h"
+#include "config/fields.h"
 
 namespace kvserve::compression {
 
@@ -46,10 +47,12 @@ void CompressionPolicy::ObserveAttentionMass(SlotState& slots, const MassView& m
   }
 }
 
-absl::Status CompressionPolicy::RankForDemotion(const RoundInput& in, int64_t m, KeyReader read_keys,
-                                                std::span<double> scores, RoundResult& timings) {
+absl::Status CompressionPolicy::RankForDemotion(const RoundInput& in, int64_t m,
+                                                KeyReader read_keys, std::span<double> scores,
+                                                RoundResult& timings) {
   (void)in, (void)m, (void)read_keys, (void)scores, (void)timings;
-  return absl::FailedPreconditionError(absl::StrCat("compression round: policy ", base::AsAbsl(config::Name(params_.kind)),
+  return absl::FailedPreconditionError(absl::StrCat("compression round: policy ",
+                                                    base::AsAbsl(config::Name(params_.kind)),
                                                     " does not rank tokens for demotion"));
 }
 
@@ -63,12 +66,13 @@ absl::Status CompressionPolicy::CheckRound(const RoundInput& in) const {
   }
   const int64_t n = in.phys_len;
   if (n < 0 || static_cast<int64_t>(in.block_table.size()) < BlocksFor(n, layout.block_size)) {
-    return absl::InvalidArgumentError(absl::StrCat("compression round: block table of ", in.block_table.size(),
-                                                   " blocks cannot hold ", n, " slots"));
+    return absl::InvalidArgumentError(absl::StrCat("compression round: block table of ",
+                                                   in.block_table.size(), " blocks cannot hold ", n,
+                                                   " slots"));
   }
   if (in.slots->size() != n) {
-    return absl::FailedPreconditionError(absl::StrCat("compression round: SlotState holds ", in.slots->size(),
-                                                      " slots, the sequence ", n));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "compression round: SlotState holds ", in.slots->size(), " slots, the sequence ", n));
   }
   return absl::OkStatus();
 }
@@ -77,16 +81,18 @@ absl::Status CompressionPolicy::CheckPositions(const RoundInput& in) const {
   const cache::KvLayout& layout = in.kv->layout();
   if (!in.slots->tracks_slots() || in.slots->options().num_layers != context_.num_layers ||
       in.slots->options().num_kv_heads != context_.num_kv_heads) {
-    return absl::FailedPreconditionError("compression round: the SlotState was not made by this policy's NewSlotState");
+    return absl::FailedPreconditionError(
+        "compression round: the SlotState was not made by this policy's NewSlotState");
   }
   const int64_t n = in.phys_len;
   const int64_t rows = static_cast<int64_t>(layout.num_layers) * layout.num_kv_heads;
   for (int64_t row = 0; row < rows; ++row) {
-    const std::span<const int32_t> pos = in.slots->positions(static_cast<int>(row / layout.num_kv_heads),
-                                                             static_cast<int>(row % layout.num_kv_heads));
+    const std::span<const int32_t> pos = in.slots->positions(
+        static_cast<int>(row / layout.num_kv_heads), static_cast<int>(row % layout.num_kv_heads));
     if (pos[n - 1] >= in.next_position) {
-      return absl::InvalidArgumentError(absl::StrCat("compression round: next_position ", in.next_position,
-                                                     " is not after the cached position ", pos[n - 1]));
+      return absl::InvalidArgumentError(
+          absl::StrCat("compression round: next_position ", in.next_position,
+                       " is not after the cached position ", pos[n - 1]));
     }
   }
   return absl::OkStatus();
@@ -109,11 +115,14 @@ absl::StatusOr<RoundResult> CompressionPolicy::Run(const RoundInput& in) {
   const int64_t rows = static_cast<int64_t>(layout.num_layers) * layout.num_kv_heads;
   keep_.resize(static_cast<size_t>(rows * num_keep));
   KVS_RETURN_IF_ERROR(SelectKeep(in, lo, num_keep, keep_, r));
+  KeepLatestInWindowLayers(n, num_keep);
 
   const kernels::cpu::KeepPlan plan{lo, n, n, num_keep, keep_.data()};
-  if (absl::Status st = kernels::cpu::ValidateKeepPlan(layout, static_cast<int64_t>(in.block_table.size()), plan);
+  if (absl::Status st =
+          kernels::cpu::ValidateKeepPlan(layout, static_cast<int64_t>(in.block_table.size()), plan);
       !st.ok()) {
-    return absl::InternalError(absl::StrCat("compression round: policy produced a bad plan: ", st.message()));
+    return absl::InternalError(
+        absl::StrCat("compression round: policy produced a bad plan: ", st.message()));
   }
   // Audit before the move, while the dropped slots still hold their positions.
   CollectEvicted(in, keep_.data(), lo, num_keep, r);
@@ -131,6 +140,36 @@ absl::StatusOr<RoundResult> CompressionPolicy::Run(const RoundInput& in) {
   return r;
 }
 
+void CompressionPolicy::KeepLatestInWindowLayers(int64_t n, int64_t num_keep) {
+  if (context_.layer_window.empty()) return;
+  const int kv_heads = context_.num_kv_heads;
+  for (int layer = 0; layer < context_.num_layers; ++layer) {
+    if (!context_.windowed(layer)) continue;
+    for (int h = 0; h < kv_heads; ++h) {
+      int32_t* k = keep_.data() + (static_cast<int64_t>(layer) * kv_heads + h) * num_keep;
+      for (int64_t i = 0; i < num_keep; ++i) k[i] = static_cast<int32_t>(n - num_keep + i);
+    }
+  }
+}
+
+absl::Status CheckWindowBudget(const PolicyParams& params, const PolicyContext& context) {
+  if (params.kind == config::CompressionPolicyKind::kFull || context.binding_window <= 0)
+    return absl::OkStatus();
+  if (params.demotes()) {
+    // Demoted tokens leave the pool's rows, window layers' included, which keep only the latest.
+    return absl::InvalidArgumentError(
+        "kv_compression.demote: demotion tiers are not available on models with sliding-window "
+        "layers");
+  }
+  const int64_t lo = FirstEvictableSlot(params);
+  if (params.budget - lo >= context.binding_window - 1) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "kv_compression.budget (", params.budget, ") must keep the model's sliding window (",
+      context.binding_window, " tokens) after the protected prefix (", lo, " tokens): at least ",
+      lo + context.binding_window - 1,
+      " on this model, whose window layers keep their latest tokens in every round"));
+}
+
 void CompressionPolicy::NewAuditEpoch(int64_t next_position) {
   const size_t t = static_cast<size_t>(next_position);
   if (dropped_mark_.size() < t) {
@@ -144,8 +183,8 @@ void CompressionPolicy::NewAuditEpoch(int64_t next_position) {
   }
 }
 
-void CompressionPolicy::CollectEvicted(const RoundInput& in, const int32_t* keep, int64_t lo, int64_t num_keep,
-                                       RoundResult& r) {
+void CompressionPolicy::CollectEvicted(const RoundInput& in, const int32_t* keep, int64_t lo,
+                                       int64_t num_keep, RoundResult& r) {
   NewAuditEpoch(in.next_position);
   const int64_t n = in.phys_len;
   const int kv_heads = context_.num_kv_heads;
@@ -153,8 +192,8 @@ void CompressionPolicy::CollectEvicted(const RoundInput& in, const int32_t* keep
   // Positions of the prefix [0, lo) are the same in every row and never dropped, so only the
   // candidates need marks: a candidate is held if any row keeps it.
   for (int64_t row = 0; row < rows; ++row) {
-    const std::span<const int32_t> pos = in.slots->positions(static_cast<int>(row / kv_heads),
-                                                             static_cast<int>(row % kv_heads));
+    const std::span<const int32_t> pos =
+        in.slots->positions(static_cast<int>(row / kv_heads), static_cast<int>(row % kv_heads));
     const int32_t* k = keep + row * num_keep;
     int64_t next = 0;
     for (int64_t j = lo; j < n; ++j) {
@@ -168,7 +207,8 @@ void CompressionPolicy::CollectEvicted(const RoundInput& in, const int32_t* keep
       }
     }
   }
-  std::erase_if(r.evicted_positions, [&](int64_t p) { return held_mark_[static_cast<size_t>(p)] == epoch_; });
+  std::erase_if(r.evicted_positions,
+                [&](int64_t p) { return held_mark_[static_cast<size_t>(p)] == epoch_; });
   std::sort(r.evicted_positions.begin(), r.evicted_positions.end());
   r.evicted_prompt_tokens = std::count_if(r.evicted_positions.begin(), r.evicted_positions.end(),
                                           [&](int64_t p) { return p < params_.prompt_len; });

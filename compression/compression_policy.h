@@ -45,8 +45,8 @@
 #include "absl/status/statusor.h"
 #include "base/clock.h"
 #include "compression/demotion_round.h"
-#include "compression/policy_params.h"
 #include "compression/kv_access.h"
+#include "compression/policy_params.h"
 #include "compression/slot_state.h"
 
 namespace kvserve::compression {
@@ -60,19 +60,48 @@ struct PolicyContext {
   int num_q_heads = 0;
   int num_kv_heads = 0;
   int head_dim = 0;
-  std::span<const float> rope_inv_freq;                // [head_dim / 2], the model's RoPE table
+  std::span<const float> rope_inv_freq;                   // [head_dim / 2], the model's RoPE table
   const TriAttentionStats* triattention_stats = nullptr;  // required by triattention (checked
                                                           // with CheckCompatible at load)
-  const base::Clock* clock = nullptr;                  // phase timings; required
+  const base::Clock* clock = nullptr;                     // phase timings; required
   const KeyBasis* key_basis = nullptr;  // low-rank key tiers (cache.lowrank_key_rank); checked with
                                         // CheckCompatible at load
   int64_t max_context = 0;  // the model's context length (TriAttention's offset cap); 0: unknown
-  // Why this model serves policy `full` only, or null when every policy runs. A binding
-  // sliding window: its mask is over physical indices, which a compaction moves away from
-  // positions (until windowed layers get block tables of their own: docs/architecture.md).
-  // Partial rotary embeddings: the policies' RoPE analysis covers every dim of a head.
+  // Hybrid models (Gemma 3, gpt-oss): [num_layers] each layer's sliding window, 0 for global
+  // attention (ModelConfig::layer_window); empty when no window binds. A layer whose window is
+  // shorter than the context (a window layer) already holds a bounded KV, so policies leave it
+  // alone: it is never scored, and its rows keep the latest slots of the compacted length
+  // (TensorRT-LLM's TriAttention does the same on GPT-OSS: "SWA layers keep their latest window
+  // in the same compacted prefix").
+  // Its mask is over physical indices; the latest slots stay contiguous in position, so the
+  // mask stays exact as long as a round keeps at least window - 1 slots after the pinned
+  // prefix (CheckWindowBudget).
+  std::span<const int32_t> layer_window;
+  int64_t binding_window = 0;  // the widest window shorter than max_context, 0 when none
+  // Why this model serves policy `full` only, or null when every policy runs. Every layer
+  // windowed (Mistral): the window already bounds the KV, and its blocks leave the table
+  // (KvCacheManager::release_before), which a compaction would contradict. Partial rotary
+  // embeddings: the policies' RoPE analysis covers every dim of a head.
   const char* full_only_reason = nullptr;
+
+  bool windowed(int layer) const {
+    if (layer_window.empty()) return false;
+    const int32_t w = layer_window[static_cast<size_t>(layer)];
+    return w > 0 && w <= binding_window;
+  }
+  int num_scored_layers() const {
+    int n = 0;
+    for (int l = 0; l < num_layers; ++l) n += windowed(l) ? 0 : 1;
+    return n;
+  }
 };
+
+// A compressing policy on a model with window layers: InvalidArgument naming
+// kv_compression.budget unless every round keeps at least binding_window - 1 slots after the
+// pinned prefix (budget - first evictable slot), so the window layers' physical window never
+// reaches back into the pinned prefix and their masks stay exact. OK for `full`, and for
+// models without window layers.
+absl::Status CheckWindowBudget(const PolicyParams& params, const PolicyContext& context);
 
 // What a policy needs from the forward pass of the steps of its sequences.
 struct ObserverNeeds {
@@ -89,8 +118,8 @@ struct MassView {
   int64_t kv_len = 0;
 
   // From the observer buffer [num_layers][num_seqs][num_kv_heads][mass_stride] of a batch.
-  static MassView FromObservers(std::span<const float> attention_mass, int64_t mass_stride, int num_seqs,
-                                int seq_index, int num_kv_heads, int64_t kv_len) {
+  static MassView FromObservers(std::span<const float> attention_mass, int64_t mass_stride,
+                                int num_seqs, int seq_index, int num_kv_heads, int64_t kv_len) {
     return {attention_mass.data() + static_cast<int64_t>(seq_index) * num_kv_heads * mass_stride,
             static_cast<int64_t>(num_seqs) * num_kv_heads * mass_stride, mass_stride, kv_len};
   }
@@ -110,8 +139,10 @@ struct QueryView {
   // From the observer buffer [num_layers][num_tokens][q_size] of a batch: rows
   // [row_begin, row_begin + num_rows) with the batch's row positions.
   static QueryView FromObservers(std::span<const float> queries, int64_t num_tokens, int64_t q_size,
-                                 const int32_t* batch_positions, int64_t row_begin, int64_t num_rows) {
-    return {queries.data() + row_begin * q_size, num_tokens * q_size, q_size, batch_positions + row_begin, num_rows};
+                                 const int32_t* batch_positions, int64_t row_begin,
+                                 int64_t num_rows) {
+    return {queries.data() + row_begin * q_size, num_tokens * q_size, q_size,
+            batch_positions + row_begin, num_rows};
   }
 };
 
@@ -124,18 +155,18 @@ struct RoundInput {
 };
 
 struct RoundResult {
-  bool compacted = false;          // false: nothing evicted, cache and SlotState untouched
+  bool compacted = false;  // false: nothing evicted, cache and SlotState untouched
   int64_t phys_len_before = 0;
-  int64_t new_phys_len = 0;        // truncate the block table to this many tokens
-  int64_t evicted_slots = 0;       // phys_len_before - new_phys_len
+  int64_t new_phys_len = 0;                // truncate the block table to this many tokens
+  int64_t evicted_slots = 0;               // phys_len_before - new_phys_len
   std::vector<int64_t> evicted_positions;  // ascending; see the audit semantics above
   int64_t evicted_prompt_tokens = 0;       // entries of evicted_positions < prompt_len
-  int64_t blocks_before = 0;       // ceil(phys_len_before / block_size)
-  int64_t blocks_after = 0;        // ceil(new_phys_len / block_size)
+  int64_t blocks_before = 0;               // ceil(phys_len_before / block_size)
+  int64_t blocks_after = 0;                // ceil(new_phys_len / block_size)
   base::Nanos score_ns = 0;
   base::Nanos select_ns = 0;
   base::Nanos compact_ns = 0;
-  int64_t bytes_moved = 0;         // KV bytes copied (K, V and scales)
+  int64_t bytes_moved = 0;  // KV bytes copied (K, V and scales)
   // Demoting rounds (demotion_round.h): tokens that entered a lower tier this round (mean
   // over the (layer, KV head) rows) and the tokens each tier holds after it.
   int64_t demoted_tokens = 0;
@@ -144,7 +175,9 @@ struct RoundResult {
   int64_t blocks_freed() const { return blocks_before - blocks_after; }
 };
 
-inline int64_t BlocksFor(int64_t len, int block_size) { return (len + block_size - 1) / block_size; }
+inline int64_t BlocksFor(int64_t len, int block_size) {
+  return (len + block_size - 1) / block_size;
+}
 
 class CompressionPolicy {
  public:
@@ -193,15 +226,20 @@ class CompressionPolicy {
   CompressionPolicy(const PolicyParams& params, const PolicyContext& context);
 
   // Fills keep: [num_layers][num_kv_heads][num_keep] strictly ascending slots in [lo, n)
-  // (n = in.phys_len, num_keep = target - lo < n - lo), and adds its phase times.
-  virtual absl::Status SelectKeep(const RoundInput& in, int64_t lo, int64_t num_keep, std::span<int32_t> keep,
-                                  RoundResult& timings) = 0;
+  // (n = in.phys_len, num_keep = target - lo < n - lo), and adds its phase times. Rows of
+  // window layers (PolicyContext::windowed) are overwritten with the latest slots afterwards:
+  // a policy need not score them.
+  virtual absl::Status SelectKeep(const RoundInput& in, int64_t lo, int64_t num_keep,
+                                  std::span<int32_t> keep, RoundResult& timings) = 0;
 
   const PolicyContext& context() const { return context_; }
   int group_size() const { return context_.num_q_heads / context_.num_kv_heads; }
 
  private:
-  void CollectEvicted(const RoundInput& in, const int32_t* keep, int64_t lo, int64_t num_keep, RoundResult& r);
+  void CollectEvicted(const RoundInput& in, const int32_t* keep, int64_t lo, int64_t num_keep,
+                      RoundResult& r);
+  // keep_ rows of window layers := [n - num_keep, n).
+  void KeepLatestInWindowLayers(int64_t n, int64_t num_keep);
   // Checks shared by Run and RunDemoting.
   absl::Status CheckRound(const RoundInput& in) const;
   absl::Status CheckPositions(const RoundInput& in) const;  // after CheckRound, when n > 0

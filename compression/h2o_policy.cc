@@ -27,6 +27,7 @@ absl::Status H2OPolicy::SelectKeep(const RoundInput& in, int64_t lo, int64_t num
   const bool normalize = params().h2o_normalize_by_lifetime;
   scores_.resize(static_cast<size_t>(m));
   for (int layer = 0; layer < context().num_layers; ++layer) {
+    if (context().windowed(layer)) continue;  // keeps its latest slots (CompressionPolicy::Run)
     for (int kv = 0; kv < context().num_kv_heads; ++kv) {
       const std::span<const float> mass = in.slots->mass(layer, kv);
       const std::span<const int32_t> pos = in.slots->positions(layer, kv);

@@ -48,6 +48,7 @@ absl::Status SnapKvPolicy::SelectKeep(const RoundInput& in, int64_t lo, int64_t 
 
   base::Nanos t = clock.now_ns();
   for (int layer = 0; layer < context().num_layers; ++layer) {
+    if (context().windowed(layer)) continue;  // keeps its latest slots (CompressionPolicy::Run)
     const int nq = in.slots->CopyQueries(layer, queries_.data(), qpos_.data());
     if (nq == 0) {
       return absl::FailedPreconditionError(

@@ -43,7 +43,8 @@ absl::Status TriAttentionPolicy::SelectKeep(const RoundInput& in, int64_t lo, in
   const int64_t scored_end = n - window;  // [scored_end, n): the recent window, always kept
   const int64_t m = scored_end - lo;
   const int64_t pick = num_keep - window;  // chosen among the scored candidates
-  KVS_CHECK(pick >= 0 && pick <= m, "triattention: keep ", num_keep, " with window ", window, " of ", n - lo);
+  KVS_CHECK(pick >= 0 && pick <= m, "triattention: keep ", num_keep, " with window ", window,
+            " of ", n - lo);
   const int d = context().head_dim;
   const int group = group_size();
   const int layers = context().num_layers;
@@ -58,7 +59,8 @@ absl::Status TriAttentionPolicy::SelectKeep(const RoundInput& in, int64_t lo, in
   // One row's keep list: the chosen candidates (ascending, all < scored_end), then the window.
   auto emit = [&](std::span<const double> r, int64_t row) {
     TopKAscending(r, pick, lo, chosen_, topk_scratch_);
-    for (int64_t i = 0; i < window; ++i) chosen_[static_cast<size_t>(pick + i)] = static_cast<int32_t>(scored_end + i);
+    for (int64_t i = 0; i < window; ++i)
+      chosen_[static_cast<size_t>(pick + i)] = static_cast<int32_t>(scored_end + i);
     std::copy(chosen_.begin(), chosen_.end(), keep.begin() + row * num_keep);
   };
 
@@ -81,9 +83,11 @@ absl::Status TriAttentionPolicy::SelectKeep(const RoundInput& in, int64_t lo, in
       b.c = std::span<const double>(own.data() + w.w.size(), w.c.size());
     }
     batch_pooled_.resize(static_cast<size_t>(heads) * static_cast<size_t>(m));
-    batched = in.kv->ScoreTriAttentionAll(in.block_table, lo, scored_end, batch_weights_, batch_pooled_);
+    batched =
+        in.kv->ScoreTriAttentionAll(in.block_table, lo, scored_end, batch_weights_, batch_pooled_);
   }
   for (int layer = 0; layer < layers; ++layer) {
+    if (context().windowed(layer)) continue;  // keeps its latest slots (CompressionPolicy::Run)
     for (int kv = 0; kv < kv_heads; ++kv) {
       // A device backend scores, normalises and pools where the keys live (all heads at once,
       // or this head); otherwise the keys come to the host and the reference code below does
@@ -94,8 +98,8 @@ absl::Status TriAttentionPolicy::SelectKeep(const RoundInput& in, int64_t lo, in
         std::copy(r, r + m, pooled_.begin());
       } else {
         const TriKeyWeights weights = scorer_.PrepareKvHead(layer, kv);
-        pooled_by_backend =
-            m > 0 && in.kv->ScoreTriAttention(in.block_table, layer, kv, lo, scored_end, weights, pooled_);
+        pooled_by_backend = m > 0 && in.kv->ScoreTriAttention(in.block_table, layer, kv, lo,
+                                                              scored_end, weights, pooled_);
       }
       if (m > 0 && !pooled_by_backend) {
         in.kv->ReadRows(in.block_table, layer, /*kv=*/0, kv, lo, scored_end, keys_.data());
@@ -116,10 +120,14 @@ absl::Status TriAttentionPolicy::SelectKeep(const RoundInput& in, int64_t lo, in
     }
   }
   if (cross) {
-    // Mean over layers: the sum ranks the same, and dividing keeps the reference's values.
-    for (double& v : summed_) v /= layers;
+    // Mean over the scored layers: the sum ranks the same, and dividing keeps the reference's
+    // values.
+    const int scored = context().num_scored_layers();
+    for (double& v : summed_) v /= scored;
     for (int kv = 0; kv < kv_heads; ++kv) {
-      emit(std::span<const double>(summed_.data() + static_cast<int64_t>(kv) * m, static_cast<size_t>(m)), kv);
+      emit(std::span<const double>(summed_.data() + static_cast<int64_t>(kv) * m,
+                                   static_cast<size_t>(m)),
+           kv);
       for (int layer = 1; layer < layers; ++layer) {
         std::copy_n(keep.begin() + static_cast<int64_t>(kv) * num_keep, num_keep,
                     keep.begin() + (static_cast<int64_t>(layer) * kv_heads + kv) * num_keep);
@@ -130,15 +138,17 @@ absl::Status TriAttentionPolicy::SelectKeep(const RoundInput& in, int64_t lo, in
   return absl::OkStatus();
 }
 
-absl::Status TriAttentionPolicy::RankForDemotion(const RoundInput& in, int64_t m, KeyReader read_keys,
-                                                 std::span<double> scores, RoundResult& timings) {
+absl::Status TriAttentionPolicy::RankForDemotion(const RoundInput& in, int64_t m,
+                                                 KeyReader read_keys, std::span<double> scores,
+                                                 RoundResult& timings) {
   const base::Clock& clock = *context().clock;
   const int d = context().head_dim;
   const int group = group_size();
   const int layers = context().num_layers;
   const int kv_heads = context().num_kv_heads;
   const bool cross = params().tri_selection == TriSelection::kCrossLayer;
-  KVS_CHECK(scores.size() >= static_cast<size_t>(layers) * kv_heads * m, "RankForDemotion: scores too small");
+  KVS_CHECK(scores.size() >= static_cast<size_t>(layers) * kv_heads * m,
+            "RankForDemotion: scores too small");
   keys_.resize(static_cast<size_t>(m) * d);
   scores_.resize(static_cast<size_t>(group) * m);
   pooled_.resize(static_cast<size_t>(m));
@@ -160,7 +170,8 @@ absl::Status TriAttentionPolicy::RankForDemotion(const RoundInput& in, int64_t m
         double* acc = summed_.data() + static_cast<int64_t>(kv) * m;
         for (int64_t j = 0; j < m; ++j) acc[j] += pooled_[static_cast<size_t>(j)];
       } else {
-        std::copy(pooled_.begin(), pooled_.end(), scores.begin() + (static_cast<int64_t>(layer) * kv_heads + kv) * m);
+        std::copy(pooled_.begin(), pooled_.end(),
+                  scores.begin() + (static_cast<int64_t>(layer) * kv_heads + kv) * m);
       }
       t = clock.now_ns();
       timings.select_ns += t - t_scored;

@@ -15,7 +15,8 @@ using config::CompressionPolicyKind;
 int64_t ResolvedCompression::footprint(int64_t prompt_tokens, int64_t max_tokens) const {
   const int64_t uncompressed = prompt_tokens + max_tokens;
   if (!compressing() || auto_mode) return uncompressed;
-  const int64_t target = std::max(compression::TargetLength(params), compression::FirstEvictableSlot(params));
+  const int64_t target =
+      std::max(compression::TargetLength(params), compression::FirstEvictableSlot(params));
   int64_t bound = target + compression::SlackLength(params) + max_chunk;
   // Rounds run after decode steps (unless compress_prefill), and snapkv scores at the end of
   // prefill, so the whole prompt is held once before the first round.
@@ -42,21 +43,22 @@ absl::Status CheckRequestPrecision(const CompressionRequest& req, const config::
     if (tenant != nullptr && !tenant->allowed_kv_dtypes.empty() &&
         std::find(tenant->allowed_kv_dtypes.begin(), tenant->allowed_kv_dtypes.end(), *asked[kv]) ==
             tenant->allowed_kv_dtypes.end()) {
-      return absl::PermissionDeniedError(
-          absl::StrCat(field[kv], ": tenant '", tenant->name, "' may not use KV precision '", name, "'"));
+      return absl::PermissionDeniedError(absl::StrCat(field[kv], ": tenant '", tenant->name,
+                                                      "' may not use KV precision '", name, "'"));
     }
     if (*asked[kv] != pool[kv]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field[kv], "=", name, ": this server's KV pool stores ", side[kv], " as ",
-          base::AsAbsl(config::Name(pool[kv])), " (", setting[kv], "); a request can ask only for the pool's precision"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field[kv], "=", name, ": this server's KV pool stores ", side[kv], " as ",
+                       base::AsAbsl(config::Name(pool[kv])), " (", setting[kv],
+                       "); a request can ask only for the pool's precision"));
     }
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::pair<config::KvDtype, config::KvDtype>> ResolvePrecision(const CompressionRequest& req,
-                                                                            const config::CacheConfig& cache,
-                                                                            const config::TenantConfig* tenant) {
+absl::StatusOr<std::pair<config::KvDtype, config::KvDtype>> ResolvePrecision(
+    const CompressionRequest& req, const config::CacheConfig& cache,
+    const config::TenantConfig* tenant) {
   KVS_RETURN_IF_ERROR(CheckRequestPrecision(req, cache, tenant));
   const config::KvDtype pool[2] = {config::EffectiveKDtype(cache), config::EffectiveVDtype(cache)};
   const std::optional<config::KvDtype> asked[2] = {req.k_dtype, req.v_dtype};
@@ -71,15 +73,17 @@ absl::StatusOr<std::pair<config::KvDtype, config::KvDtype>> ResolvePrecision(con
     out[kv] = asked[kv] ? *asked[kv] : tenant_default[kv].value_or(pool[kv]);
     if (!asked[kv] && tenant_default[kv] && *tenant_default[kv] != pool[kv]) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "tenant '", tenant->name, "' default ", setting[kv], "=", base::AsAbsl(config::Name(*tenant_default[kv])),
-          ": this server's KV pool holds ", base::AsAbsl(config::Name(pool[kv])), " (cache.", setting[kv], ")"));
+          "tenant '", tenant->name, "' default ", setting[kv], "=",
+          base::AsAbsl(config::Name(*tenant_default[kv])), ": this server's KV pool holds ",
+          base::AsAbsl(config::Name(pool[kv])), " (cache.", setting[kv], ")"));
     }
   }
   return std::make_pair(out[0], out[1]);
 }
 
 absl::Status ResolveDemotion(const CompressionRequest& req, const config::CacheConfig& cache,
-                             const config::TenantConfig* tenant, compression::PolicyParams& params) {
+                             const config::TenantConfig* tenant,
+                             compression::PolicyParams& params) {
   params.demote_tokens.fill(0);
   std::vector<config::KvDtype> seen;
   for (const auto& [dtype, tokens] : req.demote) {
@@ -89,18 +93,20 @@ absl::Status ResolveDemotion(const CompressionRequest& req, const config::CacheC
       return absl::InvalidArgumentError(absl::StrCat(field, ": given twice"));
     }
     seen.push_back(dtype);
-    if (tokens < 0) return absl::InvalidArgumentError(absl::StrCat(field, ": must be >= 0 tokens, got ", tokens));
+    if (tokens < 0)
+      return absl::InvalidArgumentError(absl::StrCat(field, ": must be >= 0 tokens, got ", tokens));
     if (tenant != nullptr && !tenant->allowed_kv_dtypes.empty() &&
         std::find(tenant->allowed_kv_dtypes.begin(), tenant->allowed_kv_dtypes.end(), dtype) ==
             tenant->allowed_kv_dtypes.end()) {
-      return absl::PermissionDeniedError(
-          absl::StrCat(field, ": tenant '", tenant->name, "' may not use KV precision '", name, "'"));
+      return absl::PermissionDeniedError(absl::StrCat(field, ": tenant '", tenant->name,
+                                                      "' may not use KV precision '", name, "'"));
     }
     const auto& tiers = cache.demote_dtypes;
     const auto it = std::find(tiers.begin(), tiers.end(), dtype);
     if (cache.demote_kv_bytes == 0 || it == tiers.end()) {
       std::string have;
-      for (config::KvDtype d : tiers) absl::StrAppend(&have, have.empty() ? "" : ", ", base::AsAbsl(config::Name(d)));
+      for (config::KvDtype d : tiers)
+        absl::StrAppend(&have, have.empty() ? "" : ", ", base::AsAbsl(config::Name(d)));
       return absl::InvalidArgumentError(absl::StrCat(
           field, ": this server has no ", name, " demotion tier (",
           cache.demote_kv_bytes == 0 ? std::string("cache.demote_kv_bytes=0: demotion is off")
@@ -112,11 +118,14 @@ absl::Status ResolveDemotion(const CompressionRequest& req, const config::CacheC
   if (req.demote_lowrank) {
     const char* field = "kv_compression.demote.lowrank";
     const int64_t tokens = *req.demote_lowrank;
-    if (tokens < 0) return absl::InvalidArgumentError(absl::StrCat(field, ": must be >= 0 tokens, got ", tokens));
+    if (tokens < 0)
+      return absl::InvalidArgumentError(absl::StrCat(field, ": must be >= 0 tokens, got ", tokens));
     if (cache.demote_kv_bytes == 0 || cache.lowrank_key_rank == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ": this server has no low-rank key tier (",
-          cache.demote_kv_bytes == 0 ? "cache.demote_kv_bytes=0: demotion is off" : "cache.lowrank_key_rank=0", ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": this server has no low-rank key tier (",
+                       cache.demote_kv_bytes == 0 ? "cache.demote_kv_bytes=0: demotion is off"
+                                                  : "cache.lowrank_key_rank=0",
+                       ")"));
     }
     // The tier stores key coefficients and values in these dtypes: a tenant limited to some
     // precisions must allow both.
@@ -124,9 +133,9 @@ absl::Status ResolveDemotion(const CompressionRequest& req, const config::CacheC
       if (tenant != nullptr && !tenant->allowed_kv_dtypes.empty() &&
           std::find(tenant->allowed_kv_dtypes.begin(), tenant->allowed_kv_dtypes.end(), d) ==
               tenant->allowed_kv_dtypes.end()) {
-        return absl::PermissionDeniedError(absl::StrCat(field, ": tenant '", tenant->name,
-                                                        "' may not use KV precision '",
-                                                        base::AsAbsl(config::Name(d)), "' (the low-rank tier's)"));
+        return absl::PermissionDeniedError(
+            absl::StrCat(field, ": tenant '", tenant->name, "' may not use KV precision '",
+                         base::AsAbsl(config::Name(d)), "' (the low-rank tier's)"));
       }
     }
     params.demote_tokens[cache.demote_dtypes.size()] = tokens;
@@ -134,7 +143,8 @@ absl::Status ResolveDemotion(const CompressionRequest& req, const config::CacheC
   return absl::OkStatus();
 }
 
-absl::StatusOr<ResolvedCompression> ResolveCompression(const RequestSpec& spec, const config::Config& config,
+absl::StatusOr<ResolvedCompression> ResolveCompression(const RequestSpec& spec,
+                                                       const config::Config& config,
                                                        const config::TenantConfig* tenant,
                                                        const compression::PolicyContext* context) {
   const CompressionRequest& req = spec.compression;
@@ -146,8 +156,8 @@ absl::StatusOr<ResolvedCompression> ResolveCompression(const RequestSpec& spec, 
   if (tenant != nullptr && !tenant->allowed_policies.empty() &&
       std::find(tenant->allowed_policies.begin(), tenant->allowed_policies.end(), kind) ==
           tenant->allowed_policies.end()) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("kv_compression.policy: tenant '", tenant->name, "' may not use policy '", name, "'"));
+    return absl::PermissionDeniedError(absl::StrCat("kv_compression.policy: tenant '", tenant->name,
+                                                    "' may not use policy '", name, "'"));
   }
   KVS_ASSIGN_OR_RETURN(const auto precision, ResolvePrecision(req, config.cache, tenant));
   ResolvedCompression r;
@@ -158,7 +168,8 @@ absl::StatusOr<ResolvedCompression> ResolveCompression(const RequestSpec& spec, 
   if (kind == CompressionPolicyKind::kFull) {
     if (!req.demote.empty() || req.demote_lowrank) {
       return absl::InvalidArgumentError(
-          "kv_compression.demote: needs a compressing policy (triattention); policy full keeps every token exact");
+          "kv_compression.demote: needs a compressing policy (triattention); policy full keeps "
+          "every token exact");
     }
     return r;
   }
@@ -167,7 +178,8 @@ absl::StatusOr<ResolvedCompression> ResolveCompression(const RequestSpec& spec, 
   const CompressionPolicyKind concrete = r.auto_mode ? CompressionPolicyKind::kTriAttention : kind;
   if (context == nullptr) {
     return absl::FailedPreconditionError(
-        absl::StrCat("kv_compression.policy: '", name, "' is not available on this server (no compression support)"));
+        absl::StrCat("kv_compression.policy: '", name,
+                     "' is not available on this server (no compression support)"));
   }
   if (context->full_only_reason != nullptr) {
     // `auto` runs full; a named policy is refused with the reason.
@@ -175,14 +187,15 @@ absl::StatusOr<ResolvedCompression> ResolveCompression(const RequestSpec& spec, 
       r.auto_mode = false;
       return r;
     }
-    return absl::FailedPreconditionError(absl::StrCat("kv_compression.policy: '", name,
-                                                      "' is not available for this model: ", context->full_only_reason,
-                                                      " (docs/models.md)"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "kv_compression.policy: '", name,
+        "' is not available for this model: ", context->full_only_reason, " (docs/models.md)"));
   }
   if (concrete == CompressionPolicyKind::kTriAttention && context->triattention_stats == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "kv_compression.policy: '", name, "' needs TriAttention statistics and none are loaded; run "
-        "`kvserve calibrate` and set compression.stats_path"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("kv_compression.policy: '", name,
+                     "' needs TriAttention statistics and none are loaded; run "
+                     "`kvserve calibrate` and set compression.stats_path"));
   }
   if (req.budget && req.ratio) {
     return absl::InvalidArgumentError("kv_compression: give either budget or ratio, not both");
@@ -192,7 +205,8 @@ absl::StatusOr<ResolvedCompression> ResolveCompression(const RequestSpec& spec, 
   if (req.budget) p.budget = *req.budget;
   if (req.ratio) {
     // A fraction of everything the request can see: ratio 0.25 is 4x compression at the end.
-    p.budget = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(*req.ratio * (prompt + spec.max_tokens))));
+    p.budget = std::max<int64_t>(
+        1, static_cast<int64_t>(std::ceil(*req.ratio * (prompt + spec.max_tokens))));
   }
   if (req.divide_length) p.divide_length = *req.divide_length;
   if (req.window) p.window = *req.window;
@@ -200,6 +214,7 @@ absl::StatusOr<ResolvedCompression> ResolveCompression(const RequestSpec& spec, 
   if (req.protect_prompt) p.protect_prompt = *req.protect_prompt;
   KVS_RETURN_IF_ERROR(ResolveDemotion(req, config.cache, tenant, p));
   absl::Status valid = compression::ValidateParams(p);
+  if (valid.ok()) valid = compression::CheckWindowBudget(p, *context);
   if (!valid.ok()) {
     if (!r.auto_mode) return valid;
     // `auto` with settings that cannot compress this prompt (e.g. a protected prompt longer
@@ -210,11 +225,13 @@ absl::StatusOr<ResolvedCompression> ResolveCompression(const RequestSpec& spec, 
   }
   if (spec.n > 1 && compression::FirstEvictableSlot(p) < prompt) {
     return absl::InvalidArgumentError(
-        "kv_compression.protect_prompt: n > 1 needs the prompt protected (the samples share the prompt's "
+        "kv_compression.protect_prompt: n > 1 needs the prompt protected (the samples share the "
+        "prompt's "
         "KV blocks, which a round would move)");
   }
   r.params = p;
   r.max_chunk = config.compression.max_prefill_chunk;
+  r.compressed_layers = context->num_scored_layers();
   return r;
 }
 
@@ -230,9 +247,11 @@ uint64_t HashTokenIds(std::span<const int32_t> ids) {
   return h;
 }
 
-CompressionAccount::CompressionAccount(const ResolvedCompression& resolved) : audit_(resolved.audit) {
+CompressionAccount::CompressionAccount(const ResolvedCompression& resolved)
+    : audit_(resolved.audit) {
   summary_.policy = std::string(config::Name(resolved.requested));
   summary_.budget = resolved.reported_budget();
+  summary_.compressed_layers = resolved.compressed_layers;
 }
 
 void CompressionAccount::OnScheduled(int64_t kv_len, int64_t seen, int64_t kv_bytes) {
@@ -241,7 +260,8 @@ void CompressionAccount::OnScheduled(int64_t kv_len, int64_t seen, int64_t kv_by
   seen_ = std::max(seen_, seen);
 }
 
-void CompressionAccount::OnRound(const scheduler::Compaction& round, std::span<const int32_t> tokens) {
+void CompressionAccount::OnRound(const scheduler::Compaction& round,
+                                 std::span<const int32_t> tokens) {
   ++summary_.rounds;
   summary_.demoted_tokens += round.demoted_tokens;
   summary_.evicted_tokens += static_cast<int64_t>(round.evicted_positions.size());
@@ -253,7 +273,8 @@ void CompressionAccount::OnRound(const scheduler::Compaction& round, std::span<c
   rec.positions = round.evicted_positions;
   scratch_.clear();
   for (int64_t p : round.evicted_positions) {
-    KVS_CHECK(p >= 0 && p < static_cast<int64_t>(tokens.size()), "evicted position ", p, " of ", tokens.size());
+    KVS_CHECK(p >= 0 && p < static_cast<int64_t>(tokens.size()), "evicted position ", p, " of ",
+              tokens.size());
     scratch_.push_back(tokens[static_cast<size_t>(p)]);
   }
   rec.token_ids_hash = HashTokenIds(scratch_);
@@ -262,8 +283,11 @@ void CompressionAccount::OnRound(const scheduler::Compaction& round, std::span<c
 
 CompressionSummary CompressionAccount::Summary() const {
   CompressionSummary s = summary_;
-  s.compression_ratio = s.peak_kv_tokens > 0 ? static_cast<double>(seen_) / static_cast<double>(s.peak_kv_tokens) : 1.0;
-  s.kv_bytes_per_token = seen_ > 0 ? static_cast<double>(s.peak_kv_bytes) / static_cast<double>(seen_) : 0.0;
+  s.compression_ratio = s.peak_kv_tokens > 0
+                            ? static_cast<double>(seen_) / static_cast<double>(s.peak_kv_tokens)
+                            : 1.0;
+  s.kv_bytes_per_token =
+      seen_ > 0 ? static_cast<double>(s.peak_kv_bytes) / static_cast<double>(seen_) : 0.0;
   return s;
 }
 

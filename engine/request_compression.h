@@ -16,8 +16,8 @@
 
 #include <cstdint>
 #include <span>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -31,11 +31,15 @@
 namespace kvserve::engine {
 
 struct ResolvedCompression {
-  config::CompressionPolicyKind requested = config::CompressionPolicyKind::kFull;  // label (may be auto)
-  compression::PolicyParams params;  // concrete kind: auto runs triattention under pressure
+  config::CompressionPolicyKind requested =
+      config::CompressionPolicyKind::kFull;  // label (may be auto)
+  compression::PolicyParams params;          // concrete kind: auto runs triattention under pressure
   bool auto_mode = false;
   bool audit = false;
-  int32_t max_chunk = 0;             // prefill chunk cap; 0 for full
+  int32_t max_chunk = 0;  // prefill chunk cap; 0 for full
+  // Layers a round may evict from: every layer but a hybrid model's window layers, which keep
+  // their latest tokens (compression_policy.h); 0 when the request runs full.
+  int32_t compressed_layers = 0;
   // The precision the request's KV is held in: the request's, else its tenant's default, else
   // the pool's (one precision per pool today, so always the pool's once resolved).
   config::KvDtype k_dtype = config::KvDtype::kFp32;
@@ -54,7 +58,8 @@ struct ResolvedCompression {
 // tenant may not use the policy; FailedPrecondition when the policy needs what this server
 // lacks (TriAttention statistics). `tenant` may be null (no tenant config); `context` may be
 // null (only `full` available).
-absl::StatusOr<ResolvedCompression> ResolveCompression(const RequestSpec& spec, const config::Config& config,
+absl::StatusOr<ResolvedCompression> ResolveCompression(const RequestSpec& spec,
+                                                       const config::Config& config,
                                                        const config::TenantConfig* tenant,
                                                        const compression::PolicyContext* context);
 
@@ -68,9 +73,9 @@ absl::Status CheckRequestPrecision(const CompressionRequest& req, const config::
 // The request's K and V precision, request > tenant default > pool: CheckRequestPrecision for
 // what the request names; FailedPrecondition naming the tenant setting for a tenant default the
 // pool does not hold (the config loader refuses those, so only a hand-built config gets here).
-absl::StatusOr<std::pair<config::KvDtype, config::KvDtype>> ResolvePrecision(const CompressionRequest& req,
-                                                                            const config::CacheConfig& cache,
-                                                                            const config::TenantConfig* tenant);
+absl::StatusOr<std::pair<config::KvDtype, config::KvDtype>> ResolvePrecision(
+    const CompressionRequest& req, const config::CacheConfig& cache,
+    const config::TenantConfig* tenant);
 
 // kv_compression.demote against the server's demotion tiers (cache.demote_dtypes) and the
 // tenant's allowed_kv_dtypes: fills params.demote_tokens (tier order). InvalidArgument naming

@@ -45,6 +45,8 @@ struct CompressionSummary {
   int64_t demoted_tokens = 0;          // tokens rounds moved into lower-precision tiers (per KV row)
   int64_t peak_kv_bytes = 0;           // most KV bytes held at once (blocks, scales, demotion tiers)
   double kv_bytes_per_token = 0.0;     // peak_kv_bytes / tokens seen
+  int32_t compressed_layers = 0;       // layers rounds may evict from (hybrid models: the global
+                                       // ones; window layers keep their window); 0 for full
   std::vector<EvictionRecord> audit;   // only when the request asked for it
 };
 

@@ -252,6 +252,7 @@ void ToProto(const UsageSummary& u, v1::Usage* out) {
   c->set_demoted_tokens(u.compression.demoted_tokens);
   c->set_peak_kv_bytes(u.compression.peak_kv_bytes);
   c->set_kv_bytes_per_token(u.compression.kv_bytes_per_token);
+  c->set_compressed_layers(u.compression.compressed_layers);
   for (const auto& r : u.compression.audit) {
     v1::EvictionRound* round = c->add_audit();
     round->set_round(r.round);

@@ -37,7 +37,8 @@ json CompressionJson(const engine::CompressionSummary& c) {
             {"compression_ratio", c.compression_ratio},
             {"demoted_tokens", c.demoted_tokens},
             {"peak_kv_bytes", c.peak_kv_bytes},
-            {"kv_bytes_per_token", c.kv_bytes_per_token}};
+            {"kv_bytes_per_token", c.kv_bytes_per_token},
+            {"compressed_layers", c.compressed_layers}};
   if (!c.audit.empty()) {
     json audit = json::array();
     for (const auto& r : c.audit) {

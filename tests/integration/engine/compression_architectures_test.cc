@@ -1,15 +1,16 @@
 // Every KV compression policy on the architectures beyond Llama (issue 27), through the whole
 // engine on random-weight Hugging Face fixtures calibrated at test time: a budget that covers
 // the sequence equals no compression bit for bit (tokens and logprobs), a small budget runs
-// rounds that evict, and nothing leaks.
+// rounds that evict, and nothing leaks. On hybrid models a budget that would cut into the
+// window layers' window is refused (and `auto` runs full).
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
 #include "compression/calibrator.h"
-#include "config/fields.h"
 #include "compression/triattention_stats.h"
+#include "config/fields.h"
 #include "engine/engine_factory.h"
 #include "model/llama_model.h"
 #include "tests/support/hf_models/checkpoint_writer.h"
@@ -97,8 +98,9 @@ TEST_P(CompressionArchitectures, EveryPolicyRunsAndACoveringBudgetEqualsFull) {
   };
   const Outcome ref = submit(plain);
   ASSERT_EQ(ref.tokens.size(), 48u);
-  for (auto kind : {CompressionPolicyKind::kFull, CompressionPolicyKind::kTriAttention, CompressionPolicyKind::kSnapKv,
-                    CompressionPolicyKind::kH2O, CompressionPolicyKind::kStreamingLlm, CompressionPolicyKind::kAuto}) {
+  for (auto kind : {CompressionPolicyKind::kFull, CompressionPolicyKind::kTriAttention,
+                    CompressionPolicyKind::kSnapKv, CompressionPolicyKind::kH2O,
+                    CompressionPolicyKind::kStreamingLlm, CompressionPolicyKind::kAuto}) {
     const std::string what(config::Name(kind));
     RequestSpec s = plain;
     s.compression.policy = kind;
@@ -116,12 +118,36 @@ TEST_P(CompressionArchitectures, EveryPolicyRunsAndACoveringBudgetEqualsFull) {
     EXPECT_GT(squeezed.compression.rounds, 0) << what;
     EXPECT_GT(squeezed.compression.evicted_tokens, 0) << what;
     EXPECT_GT(squeezed.compression.compression_ratio, 1.0) << what;
+    // Hybrid fixtures: only the global layers are compressed (gemma3 1 of 6, gptoss 1 of 2).
+    const int global_layers = GetParam() == "gemma3"   ? 1
+                              : GetParam() == "gptoss" ? 1
+                                                       : spec.num_hidden_layers;
+    EXPECT_EQ(squeezed.compression.compressed_layers, global_layers) << what;
+  }
+  if (spec.sliding_window > 0) {
+    // Hybrid: the window layers keep their latest tokens in every round, so a named policy
+    // must keep the window (8) after its pinned prefix (4 sinks); `auto` then runs full.
+    RequestSpec s = plain;
+    s.compression.policy = CompressionPolicyKind::kStreamingLlm;
+    s.compression.protect_prompt = false;
+    s.compression.budget = 10;
+    auto refused = (*engine)->Submit(s);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find("sliding window"), std::string::npos)
+        << refused.status();
+    s.compression.policy = CompressionPolicyKind::kAuto;
+    const Outcome fallback = submit(s);
+    EXPECT_EQ(fallback.tokens, ref.tokens);
+    EXPECT_EQ(fallback.compression.rounds, 0);
   }
   engine->reset();
   EXPECT_EQ(obs.used.load(), 0) << "KV blocks still used after every request ended";
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, CompressionArchitectures, ::testing::Values("qwen3", "mixtral", "qwen3moe"));
+// gemma3 (5 sliding-window layers to 1 global) and gptoss (alternating, with sinks) are
+// hybrid: the window layers are left alone (compression_policy.h, PolicyContext).
+INSTANTIATE_TEST_SUITE_P(Fixtures, CompressionArchitectures,
+                         ::testing::Values("qwen3", "mixtral", "qwen3moe", "gemma3", "gptoss"));
 
 }  // namespace
 }  // namespace kvserve::engine

@@ -120,7 +120,7 @@ TEST_F(SlidingWindowEngine, CompressingPoliciesAreRefusedAndAutoRunsFull) {
   auto refused = engine->Submit(spec);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(std::string(refused.status().message()).find("sliding-window"), std::string::npos) << refused.status();
+  EXPECT_NE(std::string(refused.status().message()).find("sliding window"), std::string::npos) << refused.status();
   spec.compression.policy = config::CompressionPolicyKind::kAuto;
   auto full = engine->Submit(spec);
   ASSERT_TRUE(full.ok()) << full.status();

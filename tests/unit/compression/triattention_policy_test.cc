@@ -42,7 +42,8 @@ cache::KvLayout Layout(config::KvDtype dtype) {
 struct Harness {
   explicit Harness(config::KvDtype dtype, uint32_t seed = 21)
       : layout(Layout(dtype)), inv_freq(InvFreq(layout.head_dim)), pool(layout, 64, seed) {
-    stats = RandomStats(layout.num_layers, kQHeads, layout.num_kv_heads, layout.head_dim, inv_freq, pool.rng());
+    stats = RandomStats(layout.num_layers, kQHeads, layout.num_kv_heads, layout.head_dim, inv_freq,
+                        pool.rng());
   }
   std::unique_ptr<CompressionPolicy> Make(const PolicyParams& p) {
     auto r = CreatePolicy(p, MakeContext(layout, kQHeads, inv_freq, &stats, &clock));
@@ -81,7 +82,7 @@ PolicyParams TriParams(int64_t budget, int64_t beta, int64_t prompt, bool protec
 
 // Everything a round must preserve, captured before it runs.
 struct Before {
-  std::vector<std::vector<int32_t>> positions;              // [row][slot]
+  std::vector<std::vector<int32_t>> positions;            // [row][slot]
   std::vector<std::vector<std::vector<std::byte>>> k, v;  // [row][slot] raw bytes
 };
 
@@ -104,28 +105,33 @@ Before Capture(const TestSeq& s) {
 
 // Checks the cache and the SlotState after a round against the expected keep lists and
 // returns the positions no row holds any more (the audit's expected evicted_positions).
-std::vector<int64_t> CheckCompacted(const TestSeq& s, const Before& b, const std::vector<int32_t>& keep, int64_t lo,
-                                    int64_t k) {
+std::vector<int64_t> CheckCompacted(const TestSeq& s, const Before& b,
+                                    const std::vector<int32_t>& keep, int64_t lo, int64_t k) {
   const cache::KvLayout& l = s.pool->layout();
   const int64_t rows = static_cast<int64_t>(l.num_layers) * l.num_kv_heads;
   EXPECT_EQ(s.slots.size(), lo + k);
   std::set<int64_t> before_any, after_any;
   for (int64_t r = 0; r < rows; ++r) {
-    const int layer = static_cast<int>(r / l.num_kv_heads), h = static_cast<int>(r % l.num_kv_heads);
+    const int layer = static_cast<int>(r / l.num_kv_heads),
+              h = static_cast<int>(r % l.num_kv_heads);
     const auto pos = s.slots.positions(layer, h);
     before_any.insert(b.positions[r].begin(), b.positions[r].end());
     uint64_t want = testing::Fnv({}), got = testing::Fnv({});
     for (int64_t i = 0; i < lo + k; ++i) {
       const int64_t src = i < lo ? i : keep[r * k + (i - lo)];
       EXPECT_EQ(pos[i], b.positions[r][src]) << "row " << r << " slot " << i;
-      EXPECT_EQ(s.pool->RawRow(s.table, layer, 0, h, i), b.k[r][src]) << "K row " << r << " slot " << i;
-      EXPECT_EQ(s.pool->RawRow(s.table, layer, 1, h, i), b.v[r][src]) << "V row " << r << " slot " << i;
+      EXPECT_EQ(s.pool->RawRow(s.table, layer, 0, h, i), b.k[r][src])
+          << "K row " << r << " slot " << i;
+      EXPECT_EQ(s.pool->RawRow(s.table, layer, 1, h, i), b.v[r][src])
+          << "V row " << r << " slot " << i;
       want = testing::Fnv(b.k[r][src], testing::Fnv(b.v[r][src], want));
-      got = testing::Fnv(s.pool->RawRow(s.table, layer, 0, h, i), testing::Fnv(s.pool->RawRow(s.table, layer, 1, h, i), got));
+      got = testing::Fnv(s.pool->RawRow(s.table, layer, 0, h, i),
+                         testing::Fnv(s.pool->RawRow(s.table, layer, 1, h, i), got));
       after_any.insert(pos[i]);
     }
     EXPECT_EQ(got, want) << "checksum of row " << r;
-    for (int64_t i = 1; i < lo + k; ++i) EXPECT_LT(pos[i - 1], pos[i]) << "positions stay ascending";
+    for (int64_t i = 1; i < lo + k; ++i)
+      EXPECT_LT(pos[i - 1], pos[i]) << "positions stay ascending";
   }
   std::vector<int64_t> gone;
   for (int64_t p : before_any)
@@ -178,7 +184,8 @@ TEST_P(TriAttentionRound, KeepsTheReferenceSelectionAndFreesTailBlocks) {
     EXPECT_GT(r->select_ns, 0);
     EXPECT_GT(r->compact_ns, 0);
     EXPECT_GT(r->bytes_moved, 0);
-    const std::vector<int64_t> gone = CheckCompacted(seq, before, want_keep, prompt, budget - prompt);
+    const std::vector<int64_t> gone =
+        CheckCompacted(seq, before, want_keep, prompt, budget - prompt);
     EXPECT_EQ(r->evicted_positions, gone);
     EXPECT_EQ(r->evicted_prompt_tokens, 0) << "the prompt is pinned";
     for (int64_t p : r->evicted_positions) EXPECT_GE(p, prompt);
@@ -206,21 +213,23 @@ TEST_P(TriAttentionRound, KeepsTheReferenceSelectionAndFreesTailBlocks) {
 class ScoringAccess final : public testing::DelegatingKvAccess {
  public:
   // batched: also offers ScoreTriAttentionAll (scoring each head with the formula below).
-  explicit ScoringAccess(HostKvAccess& host, bool batched = false) : DelegatingKvAccess(host), batched_(batched) {}
+  explicit ScoringAccess(HostKvAccess& host, bool batched = false)
+      : DelegatingKvAccess(host), batched_(batched) {}
   bool ScoresTriAttentionBatched() const override { return batched_; }
   bool ScoreTriAttentionAll(std::span<const int32_t> table, int64_t begin, int64_t end,
-                            std::span<const TriKeyWeights> weights, std::span<double> pooled) override {
+                            std::span<const TriKeyWeights> weights,
+                            std::span<double> pooled) override {
     ++batch_calls;
     const int kv_heads = layout().num_kv_heads;
     const auto n = static_cast<size_t>(end - begin);
     for (size_t i = 0; i < weights.size(); ++i) {
-      ScoreTriAttention(table, static_cast<int>(i) / kv_heads, static_cast<int>(i) % kv_heads, begin, end, weights[i],
-                        pooled.subspan(i * n, n));
+      ScoreTriAttention(table, static_cast<int>(i) / kv_heads, static_cast<int>(i) % kv_heads,
+                        begin, end, weights[i], pooled.subspan(i * n, n));
     }
     return true;
   }
-  bool ScoreTriAttention(std::span<const int32_t> table, int layer, int kv_head, int64_t begin, int64_t end,
-                         const TriKeyWeights& w, std::span<double> pooled) override {
+  bool ScoreTriAttention(std::span<const int32_t> table, int layer, int kv_head, int64_t begin,
+                         int64_t end, const TriKeyWeights& w, std::span<double> pooled) override {
     ++scored;
     const int d = layout().head_dim, f_count = d / 2;
     const int64_t n = end - begin;
@@ -234,11 +243,13 @@ class ScoringAccess final : public testing::DelegatingKvAccess {
         double trig = w.trig ? -std::numeric_limits<double>::infinity() : 0.0, norm = 0.0;
         for (int p = 0; w.trig && p < w.pools; ++p) {
           double t = 0.0;
-          for (int i = 0; i < d; ++i) t += w.w[static_cast<size_t>((p * w.group + g) * d + i)] * k[i];
+          for (int i = 0; i < d; ++i)
+            t += w.w[static_cast<size_t>((p * w.group + g) * d + i)] * k[i];
           trig = std::max(trig, t);
         }
         for (int f = 0; w.norm && f < f_count; ++f) {
-          norm += w.c[static_cast<size_t>(g * f_count + f)] * std::hypot(double{k[f]}, double{k[f + f_count]});
+          norm += w.c[static_cast<size_t>(g * f_count + f)] *
+                  std::hypot(double{k[f]}, double{k[f + f_count]});
         }
         row[static_cast<size_t>(j)] = trig + norm;
       }
@@ -247,7 +258,8 @@ class ScoringAccess final : public testing::DelegatingKvAccess {
       for (double v : row) var += (v - mean) * (v - mean) / static_cast<double>(n);
       const double sd = std::max(std::sqrt(var), 1e-6);
       for (int64_t j = 0; j < n; ++j) {
-        pooled[static_cast<size_t>(j)] = std::max(pooled[static_cast<size_t>(j)], (row[static_cast<size_t>(j)] - mean) / sd);
+        pooled[static_cast<size_t>(j)] =
+            std::max(pooled[static_cast<size_t>(j)], (row[static_cast<size_t>(j)] - mean) / sd);
       }
     }
     return true;
@@ -273,7 +285,8 @@ TEST(TriAttentionPolicy, ABackendThatScoresInPlaceGetsTheWeightsAndNoKeyIsRead) 
   in.kv = &access;
   auto r = policy->Run(in);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(access.scored, h.layout.num_layers * h.layout.num_kv_heads) << "one call per (layer, KV head)";
+  EXPECT_EQ(access.scored, h.layout.num_layers * h.layout.num_kv_heads)
+      << "one call per (layer, KV head)";
   EXPECT_EQ(access.reads, 0) << "the policy read keys although the backend scored them";
   CheckCompacted(seq, before, want_keep, prompt, budget - prompt);
 }
@@ -296,13 +309,15 @@ TEST(TriAttentionPolicy, ABatchingBackendIsCalledOncePerRoundWithEveryHeadsWeigh
   auto r = policy->Run(in);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(access.batch_calls, 1);
-  EXPECT_EQ(access.scored, h.layout.num_layers * h.layout.num_kv_heads) << "every head scored inside the batch";
+  EXPECT_EQ(access.scored, h.layout.num_layers * h.layout.num_kv_heads)
+      << "every head scored inside the batch";
   EXPECT_EQ(access.reads, 0) << "the policy read keys although the backend scored them";
   CheckCompacted(seq, before, want_keep, prompt, budget - prompt);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, TriAttentionRound,
-                         ::testing::Values(config::KvDtype::kFp32, config::KvDtype::kBf16, config::KvDtype::kInt8),
+                         ::testing::Values(config::KvDtype::kFp32, config::KvDtype::kBf16,
+                                           config::KvDtype::kInt8),
                          [](const auto& p) { return std::string(config::Name(p.param)); });
 
 TEST(TriAttentionPolicy, UnprotectedPromptIsEvictableAndAuditedPerPosition) {
@@ -321,7 +336,8 @@ TEST(TriAttentionPolicy, UnprotectedPromptIsEvictableAndAuditedPerPosition) {
   // Per-head sets differ, so fewer positions are fully gone than slots freed per row.
   EXPECT_EQ(r->evicted_slots, 6);
   EXPECT_LT(static_cast<int64_t>(gone.size()), r->evicted_slots);
-  EXPECT_EQ(r->evicted_prompt_tokens, std::count_if(gone.begin(), gone.end(), [&](int64_t p) { return p < prompt; }));
+  EXPECT_EQ(r->evicted_prompt_tokens,
+            std::count_if(gone.begin(), gone.end(), [&](int64_t p) { return p < prompt; }));
 
   // Second round: a position dropped earlier by some rows but kept by others is reported
   // once, when its last copy goes.
@@ -332,7 +348,8 @@ TEST(TriAttentionPolicy, UnprotectedPromptIsEvictableAndAuditedPerPosition) {
   auto r2 = policy->Run(seq.Input());
   ASSERT_TRUE(r2.ok());
   EXPECT_EQ(r2->evicted_positions, CheckCompacted(seq, before2, want_keep2, 0, budget));
-  for (int64_t p : r2->evicted_positions) EXPECT_FALSE(reported.contains(p)) << "position " << p << " reported twice";
+  for (int64_t p : r2->evicted_positions)
+    EXPECT_FALSE(reported.contains(p)) << "position " << p << " reported twice";
 }
 
 TEST(TriAttentionPolicy, BudgetCoveringTheSequenceTouchesNothing) {
@@ -419,6 +436,60 @@ TEST(TriAttentionPolicy, BadInputsFailWithoutTouchingTheCache) {
   EXPECT_EQ(seq.slots.size(), 20);
 }
 
+// Hybrid models (Gemma 3, gpt-oss): a window layer is never scored and keeps the latest slots
+// of the compacted length, so the cross-layer mean is over the global layers alone; a budget
+// that would leave less than the window after the pinned prefix is refused, as is demotion.
+TEST(TriAttentionPolicy, WindowLayersKeepTheirLatestSlotsAndAreNotScored) {
+  const int64_t prompt = 6, budget = 20, beta = 8, n = 28, k = budget - prompt;
+  const std::vector<int32_t> windows = {0, 6};  // layer 0 global, layer 1 windowed
+  auto run = [&](bool hybrid, Harness& h, TestSeq& seq) {
+    PolicyContext ctx = MakeContext(h.layout, kQHeads, h.inv_freq, &h.stats, &h.clock);
+    if (hybrid) {
+      ctx.layer_window = windows;
+      ctx.binding_window = 6;
+    }
+    PolicyParams p = TriParams(budget, beta, prompt);
+    p.tri_selection = TriSelection::kCrossLayer;
+    auto policy = CreatePolicy(p, ctx);
+    EXPECT_TRUE(policy.ok()) << policy.status();
+    seq = h.NewSeq(**policy, h.pool.Allocate(40));
+    seq.Append(n);
+    const Before before = Capture(seq);
+    std::vector<int32_t> want = ReferenceTriKeep(seq, h.stats, prompt, k);  // per layer
+    for (int kv = 0; kv < h.layout.num_kv_heads; ++kv) {
+      for (int64_t i = 0; i < k; ++i)
+        want[(h.layout.num_kv_heads + kv) * k + i] = static_cast<int32_t>(n - k + i);
+    }
+    auto r = (*policy)->Run(seq.Input());
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (hybrid) {
+      // Layer 0 alone decides the global rows (its per-layer selection); layer 1 keeps the
+      // latest k slots, contiguous in position.
+      EXPECT_EQ(CheckCompacted(seq, before, want, prompt, k), r->evicted_positions);
+    }
+    return std::vector<int32_t>(seq.slots.positions(0, 0).begin(), seq.slots.positions(0, 0).end());
+  };
+  Harness hybrid_h(config::KvDtype::kFp32, 33), plain_h(config::KvDtype::kFp32, 33);
+  TestSeq a, b;
+  const std::vector<int32_t> hybrid_keep = run(true, hybrid_h, a);
+  const std::vector<int32_t> plain_keep = run(false, plain_h, b);
+  EXPECT_NE(hybrid_keep, plain_keep)
+      << "with both layers scored the cross-layer mean selects otherwise";
+
+  PolicyContext ctx =
+      MakeContext(hybrid_h.layout, kQHeads, hybrid_h.inv_freq, &hybrid_h.stats, &hybrid_h.clock);
+  ctx.layer_window = windows;
+  ctx.binding_window = 6;
+  auto tight = CreatePolicy(TriParams(prompt + 4, beta, prompt), ctx);  // keeps 4 < window - 1
+  ASSERT_FALSE(tight.ok());
+  EXPECT_EQ(tight.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(tight.status().message(), "kv_compression.budget"))
+      << tight.status();
+  EXPECT_TRUE(absl::StrContains(tight.status().message(), "sliding window")) << tight.status();
+  EXPECT_TRUE(CreatePolicy(TriParams(prompt + 5, beta, prompt), ctx).ok())
+      << "window - 1 slots suffice";
+}
+
 TEST(PolicyFactory, TriAttentionNeedsMatchingStats) {
   Harness h(config::KvDtype::kFp32);
   PolicyContext c = MakeContext(h.layout, kQHeads, h.inv_freq, nullptr, &h.clock);
@@ -435,7 +506,8 @@ TEST(PolicyFactory, TriAttentionNeedsMatchingStats) {
 
   c.triattention_stats = &h.stats;
   c.rope_inv_freq = {};
-  EXPECT_EQ(CreatePolicy(TriParams(10, 4, 2), c).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CreatePolicy(TriParams(10, 4, 2), c).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
