@@ -45,7 +45,8 @@ CudaLlamaModel::CudaLlamaModel(const model::ModelConfig& config, model::DeviceWe
     : config_(config),
       options_(options),
       plan_(model::PlanDeviceWeights(config, dtype)),
-      inv_freq_(model::RopeInvFreq(config)) {}
+      inv_freq_(model::RopeInvFreq(config)),
+      rope_factor_(model::ComputeRopeTable(config, config.rope_theta, /*scaled=*/true).attention_factor) {}
 
 CudaLlamaModel::~CudaLlamaModel() {
   if (stream_ != nullptr) cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
@@ -65,7 +66,6 @@ namespace {
 // the feature named, never approximated.
 absl::Status CheckImplemented(const model::ModelConfig& c) {
   const char* missing = nullptr;
-  if (c.qk_norm) missing = "per-head q/k norms";
   if (c.sandwich_norms || c.norm_weight_offset) missing = "Gemma norms";
   if (c.scale_embedding) missing = "embedding scaling";
   if (c.activation != model::Activation::kSilu) missing = "gelu_pytorch_tanh";
@@ -76,12 +76,13 @@ absl::Status CheckImplemented(const model::ModelConfig& c) {
   if (std::abs(c.attention_scale * std::sqrt(static_cast<double>(c.head_dim)) - 1.0) > 1e-12) {
     missing = "query_pre_attn_scalar";
   }
-  if (c.rope_scaling.kind == model::RopeScalingKind::kYarn || c.rope_scaling.kind == model::RopeScalingKind::kLongRope) {
-    missing = "yarn/longrope attention factor";
-  }
   if (c.attention_sinks) missing = "attention sinks";
-  // Experts run on the CPU backend only (model/moe_layer.h); a grouped device GEMM is to come.
-  if (c.any_moe_layer()) missing = "mixture-of-experts layers";
+  // Experts (cuda/cuda_moe_layer.h): Mixtral's and Qwen3-MoE's; gpt-oss's are refused above
+  // (sinks) and here.
+  if (c.any_moe_layer() && (c.moe.router_bias || c.moe.expert_bias ||
+                            c.moe.activation != model::ExpertActivation::kSwiglu || c.moe.mxfp4)) {
+    missing = "expert biases and the clamped SwiGLU (gpt-oss experts)";
+  }
   if (missing == nullptr) return absl::OkStatus();
   return absl::UnimplementedError(absl::StrCat("cuda model: ", c.architecture_name, " needs ", missing,
                                                ", not implemented on the CUDA backend yet (engine.backend=cpu serves it)"));
@@ -143,6 +144,10 @@ absl::Status CudaLlamaModel::Init() {
   }
   gemm_ = std::make_unique<Gemm>();
   KVS_ASSIGN_OR_RETURN(gemm_->blas, kernels::cuda::CublasGemm::Create(stream_));
+  if (c.any_moe_layer()) {
+    KVS_ASSIGN_OR_RETURN(moe_, CudaMoeLayer::Create(c, options_.max_tokens_per_step,
+                                                    plan_.dtype == model::DeviceWeightDtype::kBf16));
+  }
   KVS_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&weights_), plan_.total_bytes),
               absl::StrCat("allocating ", plan_.total_bytes, " bytes of weights"));
 
@@ -241,9 +246,21 @@ absl::Status CudaLlamaModel::Upload(const model::LlamaWeights& w) {
     KVS_RETURN_IF_ERROR(put(o.input_norm, s.input_norm, false));
     KVS_RETURN_IF_ERROR(put(o.qkv, s.qkv, bf16));
     if (o.qkv_bias != model::kNoTensor) KVS_RETURN_IF_ERROR(put(o.qkv_bias, s.qkv_bias, false));
+    if (o.q_norm != model::kNoTensor) {
+      KVS_RETURN_IF_ERROR(put(o.q_norm, s.q_norm, false));
+      KVS_RETURN_IF_ERROR(put(o.k_norm, s.k_norm, false));
+    }
     KVS_RETURN_IF_ERROR(put(o.o, s.o, bf16));
     if (o.o_bias != model::kNoTensor) KVS_RETURN_IF_ERROR(put(o.o_bias, s.o_bias, false));
     KVS_RETURN_IF_ERROR(put(o.post_norm, s.pre_ff_norm, false));
+    if (o.router != model::kNoTensor) {
+      KVS_RETURN_IF_ERROR(put(o.router, s.router, false));
+      for (size_t e = 0; e < s.experts.size(); ++e) {
+        KVS_RETURN_IF_ERROR(put(o.expert_gate_up + e * o.expert_gate_up_stride, s.experts[e].gate_up, bf16));
+        KVS_RETURN_IF_ERROR(put(o.expert_down + e * o.expert_down_stride, s.experts[e].down, bf16));
+      }
+      continue;
+    }
     KVS_RETURN_IF_ERROR(put(o.gate_up, s.gate_up, bf16));
     KVS_RETURN_IF_ERROR(put(o.down, s.down, bf16));
   }
@@ -275,9 +292,22 @@ absl::Status CudaLlamaModel::FillRandom(uint64_t seed) {
     KVS_RETURN_IF_ERROR(f32(o.input_norm, d, 0.0f, 1.0f));
     KVS_RETURN_IF_ERROR(proj(o.qkv, qkv * d));
     if (o.qkv_bias != model::kNoTensor) KVS_RETURN_IF_ERROR(f32(o.qkv_bias, qkv, 0.0f, 0.0f));
+    if (o.q_norm != model::kNoTensor) {
+      KVS_RETURN_IF_ERROR(f32(o.q_norm, c.head_dim, 0.0f, 1.0f));
+      KVS_RETURN_IF_ERROR(f32(o.k_norm, c.head_dim, 0.0f, 1.0f));
+    }
     KVS_RETURN_IF_ERROR(proj(o.o, d * q));
     if (o.o_bias != model::kNoTensor) KVS_RETURN_IF_ERROR(f32(o.o_bias, d, 0.0f, 0.0f));
     KVS_RETURN_IF_ERROR(f32(o.post_norm, d, 0.0f, 1.0f));
+    if (o.router != model::kNoTensor) {
+      const int64_t ie = c.moe.intermediate_size;
+      KVS_RETURN_IF_ERROR(f32(o.router, c.moe.num_experts * d, 0.02f, 0.0f));
+      for (size_t e = 0; e < static_cast<size_t>(c.moe.num_experts); ++e) {
+        KVS_RETURN_IF_ERROR(proj(o.expert_gate_up + e * o.expert_gate_up_stride, 2 * ie * d));
+        KVS_RETURN_IF_ERROR(proj(o.expert_down + e * o.expert_down_stride, d * ie));
+      }
+      continue;
+    }
     KVS_RETURN_IF_ERROR(proj(o.gate_up, 2 * inter * d));
     KVS_RETURN_IF_ERROR(proj(o.down, d * inter));
   }
@@ -354,6 +384,9 @@ absl::Status CudaLlamaModel::RunLayers(const model::ForwardBatch& b, const model
       const double angle = p * static_cast<double>(inv_freq_[static_cast<size_t>(f)]);
       row[f] = static_cast<float>(std::cos(angle));
       row[half + f] = static_cast<float>(std::sin(angle));
+    }
+    if (rope_factor_ != 1.0f) {  // after rounding, as model/llama_model.cc CosSin
+      for (int f = 0; f < hd; ++f) row[f] *= rope_factor_;
     }
   }
   // The pinned mirror is rewritten below: the previous step's upload must have completed.
@@ -441,6 +474,15 @@ absl::Status CudaLlamaModel::RunLayers(const model::ForwardBatch& b, const model
     if (o.qkv_bias != model::kNoTensor) {
       KVS_CUDA_OK(kernels::cuda::AddBias(qkv_, qkv_stride, f32(o.qkv_bias), t, qkv_stride, s), "qkv bias");
     }
+    if (o.q_norm != model::kNoTensor) {
+      // Qwen3: per-head RMSNorm of q and k before RoPE (and before the pre-RoPE queries the
+      // policies observe, as on the CPU).
+      KVS_CUDA_OK(kernels::cuda::HeadRmsNorm(qkv_, t, qkv_stride, c.num_heads, hd, f32(o.q_norm), c.rms_norm_eps, s),
+                  "q norm");
+      KVS_CUDA_OK(kernels::cuda::HeadRmsNorm(qkv_ + q_size, t, qkv_stride, c.num_kv_heads, hd, f32(o.k_norm),
+                                             c.rms_norm_eps, s),
+                  "k norm");
+    }
     if (want_queries) {
       KVS_CUDA_OK(cudaMemcpy2DAsync(prerope_ + static_cast<size_t>(layer) * t * q_size, q_size * sizeof(float), qkv_,
                                     qkv_stride * sizeof(float), q_size * sizeof(float), static_cast<size_t>(t),
@@ -466,6 +508,14 @@ absl::Status CudaLlamaModel::RunLayers(const model::ForwardBatch& b, const model
     KVS_RETURN_IF_ERROR(Linear(attn_, q_size, o.o, x_, d, t, q_size, d, true));
     if (o.o_bias != model::kNoTensor) {
       KVS_CUDA_OK(kernels::cuda::AddBias(x_, d, f32(o.o_bias), t, d, s), "o bias");
+    }
+    if (o.router != model::kNoTensor) {  // the experts add into the residual; the layer ends here
+      KVS_CUDA_OK(kernels::cuda::RmsNorm(x_, d, nullptr, f32(o.post_norm), h_, d, t, d, c.rms_norm_eps, s),
+                  "expert input norm");
+      const DeviceMoeWeights mw{f32(o.router), weights_ + o.expert_gate_up, o.expert_gate_up_stride,
+                                weights_ + o.expert_down, o.expert_down_stride};
+      KVS_RETURN_IF_ERROR(moe_->Forward(mw, *gemm_->blas, h_, t, x_, s));
+      continue;
     }
     KVS_RETURN_IF_ERROR(NormLinear(nullptr, o.post_norm, o.gate_up, gate_up_, 2 * inter, t, 2 * inter));
     if (plan_.dtype == model::DeviceWeightDtype::kBf16) {

@@ -37,11 +37,13 @@
 #include "absl/status/statusor.h"
 #include "base/logger.h"
 #include "cache/kv_layout.h"
+#include "cuda/cuda_moe_layer.h"
 #include "model/device_plan.h"
 #include "model/device_weight_layout.h"
 #include "model/forward_model.h"
 #include "model/llama_weights.h"
 #include "model/model_config.h"
+#include "model/rope_table.h"
 
 namespace kvserve::cuda {
 
@@ -129,10 +131,13 @@ class CudaLlamaModel final : public model::ForwardModel {
   CudaModelOptions options_;
   model::DeviceWeightLayout plan_;
   std::vector<float> inv_freq_;
+  // yarn / longrope: cos and sin both carry this factor (model/rope_table.h), as on the CPU.
+  float rope_factor_ = 1.0f;
   void* stream_ = nullptr;
   void* own_stream_ = nullptr;  // the stream this model created (destroyed with it), if any
   struct Gemm;
   std::unique_ptr<Gemm> gemm_;
+  std::unique_ptr<CudaMoeLayer> moe_;  // mixture-of-experts layers' scratch; null for a dense model
   int num_sms_ = 1;
 
   std::byte* weights_ = nullptr;  // device

@@ -21,15 +21,33 @@ DeviceWeightLayout PlanDeviceWeights(const ModelConfig& c, DeviceWeightDtype dty
   w.final_norm = take(d * sizeof(float));
   w.lm_head = take(v * d * wb);
   w.layers.resize(static_cast<size_t>(c.num_layers));
-  for (DeviceLayerOffsets& l : w.layers) {
+  auto aligned = [](size_t bytes) {
+    return (bytes + kDeviceWeightAlign - 1) / kDeviceWeightAlign * kDeviceWeightAlign;
+  };
+  for (size_t i = 0; i < w.layers.size(); ++i) {
+    DeviceLayerOffsets& l = w.layers[i];
     l.input_norm = take(d * sizeof(float));
     l.qkv = take(qkv_rows * d * wb);
     if (c.qkv_bias) l.qkv_bias = take(qkv_rows * sizeof(float));
+    if (c.qk_norm) {
+      l.q_norm = take(static_cast<size_t>(c.head_dim) * sizeof(float));
+      l.k_norm = take(static_cast<size_t>(c.head_dim) * sizeof(float));
+    }
     l.o = take(d * q * wb);
     if (c.o_bias) l.o_bias = take(d * sizeof(float));
     l.post_norm = take(d * sizeof(float));
-    l.gate_up = take(2 * inter * d * wb);
-    l.down = take(d * inter * wb);
+    if (!c.is_moe_layer(static_cast<int>(i))) {
+      l.gate_up = take(2 * inter * d * wb);
+      l.down = take(d * inter * wb);
+      continue;
+    }
+    const auto experts = static_cast<size_t>(c.moe.num_experts);
+    const auto ie = static_cast<size_t>(c.moe.intermediate_size);
+    l.router = take(experts * d * sizeof(float));  // fp32: routing as the CPU computes it
+    l.expert_gate_up_stride = aligned(2 * ie * d * wb);
+    l.expert_gate_up = take(experts * l.expert_gate_up_stride);
+    l.expert_down_stride = aligned(d * ie * wb);
+    l.expert_down = take(experts * l.expert_down_stride);
   }
   w.total_bytes = at;
   return w;

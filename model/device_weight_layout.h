@@ -2,8 +2,13 @@
 // allocation, in plain C++ (CPU tests check it; cuda/cuda_llama_model.cc follows it).
 //
 //   [embed fp32 V*D][final_norm fp32 D][lm_head W V*D]
-//   per layer: [input_norm fp32 D][qkv W (H+2Hkv)hd*D][qkv_bias fp32?][o W D*H hd][o_bias fp32?]
-//              [post_norm fp32 D][gate_up W 2I*D][down W D*I]
+//   per layer: [input_norm fp32 D][qkv W (H+2Hkv)hd*D][qkv_bias fp32?][q_norm fp32 hd?]
+//              [k_norm fp32 hd?][o W D*H hd][o_bias fp32?][post_norm fp32 D][gate_up W 2I*D]
+//              [down W D*I]          (q_norm, k_norm: Qwen3's per-head norms, ModelConfig::qk_norm)
+//   a mixture-of-experts layer replaces [gate_up][down] with
+//              [router fp32 E*D][E x gate_up W 2Ie*D][E x down W D*Ie]
+//   (each expert's matrix starts at a multiple of kDeviceWeightAlign: expert e's gate_up is at
+//   expert_gate_up + e * expert_gate_up_stride, likewise down).
 //
 // W is the projection dtype: bf16 when the checkpoint's projections are bf16 (the upload is
 // then exact: LlamaWeights' fp32 copies are widened bf16), else fp32. Matrices are row-major
@@ -31,8 +36,11 @@ inline size_t DeviceWeightDtypeBytes(DeviceWeightDtype d) { return d == DeviceWe
 inline constexpr size_t kNoTensor = static_cast<size_t>(-1);
 
 struct DeviceLayerOffsets {
-  size_t input_norm = 0, qkv = 0, qkv_bias = kNoTensor, o = 0, o_bias = kNoTensor, post_norm = 0, gate_up = 0,
-         down = 0;
+  size_t input_norm = 0, qkv = 0, qkv_bias = kNoTensor, q_norm = kNoTensor, k_norm = kNoTensor, o = 0,
+         o_bias = kNoTensor, post_norm = 0, gate_up = kNoTensor, down = kNoTensor;
+  // Mixture-of-experts layers only (gate_up and down are then kNoTensor).
+  size_t router = kNoTensor, expert_gate_up = kNoTensor, expert_down = kNoTensor;
+  size_t expert_gate_up_stride = 0, expert_down_stride = 0;  // bytes between experts
 };
 
 struct DeviceWeightLayout {

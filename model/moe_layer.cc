@@ -85,6 +85,20 @@ size_t MoeLayer::scratch_bytes() const {
              sizeof(int32_t);
 }
 
+void GroupByExpert(const int32_t* chosen, int64_t rows, int top_k, int num_experts, int32_t* offsets,
+                   int32_t* fill, int32_t* slot_row, int32_t* row_token) {
+  const int64_t slots = rows * top_k;
+  std::fill(offsets, offsets + num_experts + 1, 0);
+  for (int64_t s = 0; s < slots; ++s) ++offsets[chosen[s] + 1];
+  for (int e = 0; e < num_experts; ++e) offsets[e + 1] += offsets[e];
+  std::copy(offsets, offsets + num_experts, fill);
+  for (int64_t s = 0; s < slots; ++s) {
+    const int32_t row = fill[chosen[s]]++;
+    slot_row[s] = row;
+    row_token[row] = static_cast<int32_t>(s / top_k);
+  }
+}
+
 void MoeLayer::Forward(const MoeLayerWeights& w, const float* h, int64_t rows, float* x) {
   KVS_CHECK(rows >= 0 && rows <= max_tokens_, "MoeLayer: more rows than max_tokens");
   KVS_CHECK(static_cast<int>(w.experts.size()) == moe_.num_experts,
@@ -96,18 +110,7 @@ void MoeLayer::Forward(const MoeLayerWeights& w, const float* h, int64_t rows, f
   Project(h, d, w.router, w.router_bias, logits_.data(), n, rows, d, n, false);
   RouteTokens(moe_, logits_.data(), rows, chosen_.data(), weights_.data());
 
-  // Counting sort of the (token, slot) pairs by expert; tokens stay ascending within one.
-  std::fill(offsets_.begin(), offsets_.end(), 0);
-  for (int64_t s = 0; s < slots; ++s)
-    ++offsets_[static_cast<size_t>(chosen_[static_cast<size_t>(s)]) + 1];
-  for (int e = 0; e < n; ++e)
-    offsets_[static_cast<size_t>(e) + 1] += offsets_[static_cast<size_t>(e)];
-  std::copy(offsets_.begin(), offsets_.end() - 1, fill_.begin());
-  for (int64_t s = 0; s < slots; ++s) {
-    const int32_t row = fill_[static_cast<size_t>(chosen_[static_cast<size_t>(s)])]++;
-    slot_row_[static_cast<size_t>(s)] = row;
-    row_token_[static_cast<size_t>(row)] = static_cast<int32_t>(s / k);
-  }
+  GroupByExpert(chosen_.data(), rows, k, n, offsets_.data(), fill_.data(), slot_row_.data(), row_token_.data());
   for (int64_t r = 0; r < slots; ++r) {
     std::memcpy(xg_.data() + r * d,
                 h + static_cast<int64_t>(row_token_[static_cast<size_t>(r)]) * d,

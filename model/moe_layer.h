@@ -36,6 +36,15 @@ namespace kvserve::model {
 void RouteTokens(const MoeConfig& moe, float* logits, int64_t rows, int32_t* experts,
                  float* weights);
 
+// Counting sort of the rows * top_k (token, slot) pairs of `chosen` ([rows][top_k] expert ids)
+// by expert, tokens ascending within one: expert e's grouped rows are [offsets[e],
+// offsets[e + 1]); slot_row[t * top_k + j] is the grouped row of token t's j-th slot and
+// row_token[r] the token of grouped row r. offsets: [num_experts + 1], fill: [num_experts]
+// scratch, slot_row and row_token: [rows * top_k]. Shared by the CPU and CUDA MoE layers so
+// both group (and so sum) identically.
+void GroupByExpert(const int32_t* chosen, int64_t rows, int top_k, int num_experts, int32_t* offsets,
+                   int32_t* fill, int32_t* slot_row, int32_t* row_token);
+
 class MoeLayer {
  public:
   MoeLayer(const ModelConfig& config, int max_tokens);

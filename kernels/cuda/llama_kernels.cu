@@ -35,13 +35,9 @@ constexpr int kNormThreads = 256;
 __device__ __forceinline__ void StoreAs(float* p, int64_t i, float v) { p[i] = v; }
 __device__ __forceinline__ void StoreAs(uint16_t* p, int64_t i, float v) { p[i] = FloatToBf16Code(v); }
 
-template <typename Out>
-__global__ void __launch_bounds__(kNormThreads) RmsNormKernel(const float* x, int64_t x_stride,
-                                                              const int32_t* rows_index, const float* weight,
-                                                              Out* out, int64_t out_stride, int dim, float eps) {
-  const int64_t r = blockIdx.x;
-  const int64_t src = rows_index != nullptr ? rows_index[r] : r;
-  const float* xr = x + src * x_stride;
+// 1 / sqrt(mean(xr^2) + eps) over one row of `dim` floats, the same in every thread of the
+// block (kNormThreads threads). As the CPU: each step rounded (no FMA).
+__device__ float RowInvRms(const float* xr, int dim, float eps) {
   float sum = 0.0f;
   for (int i = static_cast<int>(threadIdx.x); i < dim; i += kNormThreads) sum += xr[i] * xr[i];
   __shared__ float partial[kNormThreads / 32];
@@ -50,8 +46,30 @@ __global__ void __launch_bounds__(kNormThreads) RmsNormKernel(const float* x, in
   __syncthreads();
   float total = 0.0f;
   for (int w = 0; w < kNormThreads / 32; ++w) total += partial[w];
+  return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(total, static_cast<float>(dim)), eps)));
+}
+
+// Per-head RMSNorm in place: block r normalises head r % heads of token r / heads.
+__global__ void __launch_bounds__(kNormThreads) HeadRmsNormKernel(float* x, int64_t row_stride, int heads,
+                                                                  int head_dim, const float* weight, float eps) {
+  const int64_t r = blockIdx.x;
+  float* xr = x + (r / heads) * row_stride + (r % heads) * static_cast<int64_t>(head_dim);
+  const float inv = RowInvRms(xr, head_dim, eps);
+  // Each thread rewrites only the elements it read, after the block-wide sum: in place is safe.
+  for (int i = static_cast<int>(threadIdx.x); i < head_dim; i += kNormThreads) {
+    xr[i] = __fmul_rn(__fmul_rn(xr[i], inv), weight[i]);
+  }
+}
+
+template <typename Out>
+__global__ void __launch_bounds__(kNormThreads) RmsNormKernel(const float* x, int64_t x_stride,
+                                                              const int32_t* rows_index, const float* weight,
+                                                              Out* out, int64_t out_stride, int dim, float eps) {
+  const int64_t r = blockIdx.x;
+  const int64_t src = rows_index != nullptr ? rows_index[r] : r;
+  const float* xr = x + src * x_stride;
   // As the CPU: inv = 1 / sqrt(sum / dim + eps); out = x * inv * w, each step rounded (no FMA).
-  const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(total, static_cast<float>(dim)), eps)));
+  const float inv = RowInvRms(xr, dim, eps);
   Out* yr = out + r * out_stride;
   for (int i = static_cast<int>(threadIdx.x); i < dim; i += kNormThreads) {
     StoreAs(yr, i, __fmul_rn(__fmul_rn(xr[i], inv), weight[i]));
@@ -341,6 +359,14 @@ int RmsNorm(const float* x, int64_t x_stride, const int32_t* rows_index, const f
 int RmsNormBf16(const float* x, int64_t x_stride, const int32_t* rows_index, const float* weight, uint16_t* out,
                 int64_t out_stride, int64_t rows, int dim, float eps, void* stream) {
   return LaunchRmsNorm(x, x_stride, rows_index, weight, out, out_stride, rows, dim, eps, stream);
+}
+
+int HeadRmsNorm(float* x, int64_t rows, int64_t row_stride, int heads, int head_dim, const float* weight, float eps,
+                void* stream) {
+  if (rows == 0 || heads == 0) return 0;
+  HeadRmsNormKernel<<<static_cast<unsigned>(rows * heads), kNormThreads, 0, AsStream(stream)>>>(
+      x, row_stride, heads, head_dim, weight, eps);
+  return LastError();
 }
 
 int ApplyRope(float* x, int64_t rows, int num_heads, int head_dim, int64_t row_stride, const float* cos_sin,

@@ -6,6 +6,7 @@
 //   kernel            CPU twin                          match
 //   EmbeddingGather   memcpy of embed rows (llama_model) bit-exact
 //   RmsNorm           kernels/cpu/rmsnorm.h              fp32 sum order differs (~1e-6 rel)
+//   HeadRmsNorm       llama_model.cc HeadNorm            as RmsNorm
 //   ApplyRope         kernels/cpu/rope.h ApplyRope       bit-exact (same table, no FMA)
 //   WriteKv           kernels/cpu/kv_write.h + kv_quant  codes and scales bit-exact
 //   SiluMul           kernels/cpu/swiglu.h               expf vs std::exp: <= 2 ulp
@@ -36,6 +37,12 @@ int RmsNorm(const float* x, int64_t x_stride, const int32_t* rows_index, const f
 // The same, writing bf16 codes (exactly ToBf16 of RmsNorm's output): a bf16 GEMM's input.
 int RmsNormBf16(const float* x, int64_t x_stride, const int32_t* rows_index, const float* weight, uint16_t* out,
                 int64_t out_stride, int64_t rows, int dim, float eps, void* stream);
+
+// Per-head RMSNorm in place (Qwen3's q_norm / k_norm before RoPE): for each of `rows` rows
+// (stride row_stride), the `heads` heads of head_dim floats at x's start are each normalised
+// and scaled by weight [head_dim]. Twin of model/llama_model.cc HeadNorm (RmsNorm's match).
+int HeadRmsNorm(float* x, int64_t rows, int64_t row_stride, int heads, int head_dim, const float* weight, float eps,
+                void* stream);
 
 // Rotates num_heads heads of head_dim at the start of each row (rotate_half layout), in place.
 // cos_sin: [rows][head_dim] (cos in [0, hd/2), sin in [hd/2, hd)).

@@ -260,23 +260,49 @@ TEST(DeviceWeightLayoutTest, PiecesAreAlignedDisjointAndSized) {
       ModelConfig c = SmallConfig();
       c.qkv_bias = biases;
       c.o_bias = biases;
+      c.qk_norm = biases;  // Qwen3's per-head norms ride with the biased variant
+      if (biases) {        // and layer 1 is a mixture of experts
+        c.moe.num_experts = 3;
+        c.moe.top_k = 2;
+        c.moe.intermediate_size = 40;
+        c.layer_moe = {0, 1, 0};
+      }
       const DeviceWeightLayout w = PlanDeviceWeights(c, dt);
       const size_t wb = DeviceWeightDtypeBytes(dt);
       const size_t d = 64, v = 50, q = 64, qkv = 64 + 2 * 32, inter = 96;
       std::vector<std::pair<size_t, size_t>> pieces{{w.embed, v * d * 4}, {w.final_norm, d * 4}, {w.lm_head, v * d * wb}};
       ASSERT_EQ(w.layers.size(), 3u);
-      for (const DeviceLayerOffsets& l : w.layers) {
+      for (size_t li = 0; li < w.layers.size(); ++li) {
+        const DeviceLayerOffsets& l = w.layers[li];
         pieces.push_back({l.input_norm, d * 4});
         pieces.push_back({l.qkv, qkv * d * wb});
         pieces.push_back({l.o, d * q * wb});
         pieces.push_back({l.post_norm, d * 4});
-        pieces.push_back({l.gate_up, 2 * inter * d * wb});
-        pieces.push_back({l.down, d * inter * wb});
+        if (c.is_moe_layer(static_cast<int>(li))) {
+          EXPECT_EQ(l.gate_up, kNoTensor);
+          EXPECT_EQ(l.down, kNoTensor);
+          const size_t ie = 40;
+          pieces.push_back({l.router, 3 * d * 4});
+          for (size_t e = 0; e < 3; ++e) {
+            EXPECT_GE(l.expert_gate_up_stride, 2 * ie * d * wb);
+            EXPECT_GE(l.expert_down_stride, d * ie * wb);
+            pieces.push_back({l.expert_gate_up + e * l.expert_gate_up_stride, 2 * ie * d * wb});
+            pieces.push_back({l.expert_down + e * l.expert_down_stride, d * ie * wb});
+          }
+        } else {
+          EXPECT_EQ(l.router, kNoTensor);
+          pieces.push_back({l.gate_up, 2 * inter * d * wb});
+          pieces.push_back({l.down, d * inter * wb});
+        }
         EXPECT_EQ(l.qkv_bias != kNoTensor, biases);
         EXPECT_EQ(l.o_bias != kNoTensor, biases);
+        EXPECT_EQ(l.q_norm != kNoTensor, biases);
+        EXPECT_EQ(l.k_norm != kNoTensor, biases);
         if (biases) {
           pieces.push_back({l.qkv_bias, qkv * 4});
           pieces.push_back({l.o_bias, d * 4});
+          pieces.push_back({l.q_norm, static_cast<size_t>(c.head_dim) * 4});
+          pieces.push_back({l.k_norm, static_cast<size_t>(c.head_dim) * 4});
         }
       }
       std::sort(pieces.begin(), pieces.end());
