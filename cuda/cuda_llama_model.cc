@@ -69,19 +69,11 @@ absl::Status CheckImplemented(const model::ModelConfig& c) {
   if (c.sandwich_norms || c.norm_weight_offset) missing = "Gemma norms";
   if (c.scale_embedding) missing = "embedding scaling";
   if (c.activation != model::Activation::kSilu) missing = "gelu_pytorch_tanh";
-  if (c.attn_logit_softcap > 0 || c.final_logit_softcap > 0) missing = "logit soft-capping";
+  if (c.final_logit_softcap > 0) missing = "final logit soft-capping";
   if (c.rope_local_theta) missing = "local RoPE base";
-  if (c.window_binds()) missing = "sliding-window attention";
   if (c.rotary_dim != c.head_dim) missing = "partial rotary embedding";
   if (std::abs(c.attention_scale * std::sqrt(static_cast<double>(c.head_dim)) - 1.0) > 1e-12) {
     missing = "query_pre_attn_scalar";
-  }
-  if (c.attention_sinks) missing = "attention sinks";
-  // Experts (cuda/cuda_moe_layer.h): Mixtral's and Qwen3-MoE's; gpt-oss's are refused above
-  // (sinks) and here.
-  if (c.any_moe_layer() && (c.moe.router_bias || c.moe.expert_bias ||
-                            c.moe.activation != model::ExpertActivation::kSwiglu || c.moe.mxfp4)) {
-    missing = "expert biases and the clamped SwiGLU (gpt-oss experts)";
   }
   if (missing == nullptr) return absl::OkStatus();
   return absl::UnimplementedError(absl::StrCat("cuda model: ", c.architecture_name, " needs ", missing,
@@ -250,14 +242,21 @@ absl::Status CudaLlamaModel::Upload(const model::LlamaWeights& w) {
       KVS_RETURN_IF_ERROR(put(o.q_norm, s.q_norm, false));
       KVS_RETURN_IF_ERROR(put(o.k_norm, s.k_norm, false));
     }
+    if (o.sinks != model::kNoTensor) KVS_RETURN_IF_ERROR(put(o.sinks, s.sinks, false));
     KVS_RETURN_IF_ERROR(put(o.o, s.o, bf16));
     if (o.o_bias != model::kNoTensor) KVS_RETURN_IF_ERROR(put(o.o_bias, s.o_bias, false));
     KVS_RETURN_IF_ERROR(put(o.post_norm, s.pre_ff_norm, false));
     if (o.router != model::kNoTensor) {
       KVS_RETURN_IF_ERROR(put(o.router, s.router, false));
+      if (o.router_bias != model::kNoTensor) KVS_RETURN_IF_ERROR(put(o.router_bias, s.router_bias, false));
       for (size_t e = 0; e < s.experts.size(); ++e) {
         KVS_RETURN_IF_ERROR(put(o.expert_gate_up + e * o.expert_gate_up_stride, s.experts[e].gate_up, bf16));
         KVS_RETURN_IF_ERROR(put(o.expert_down + e * o.expert_down_stride, s.experts[e].down, bf16));
+        if (o.expert_gate_up_bias != model::kNoTensor) {
+          KVS_RETURN_IF_ERROR(
+              put(o.expert_gate_up_bias + e * o.expert_gate_up_bias_stride, s.experts[e].gate_up_bias, false));
+          KVS_RETURN_IF_ERROR(put(o.expert_down_bias + e * o.expert_down_bias_stride, s.experts[e].down_bias, false));
+        }
       }
       continue;
     }
@@ -296,15 +295,21 @@ absl::Status CudaLlamaModel::FillRandom(uint64_t seed) {
       KVS_RETURN_IF_ERROR(f32(o.q_norm, c.head_dim, 0.0f, 1.0f));
       KVS_RETURN_IF_ERROR(f32(o.k_norm, c.head_dim, 0.0f, 1.0f));
     }
+    if (o.sinks != model::kNoTensor) KVS_RETURN_IF_ERROR(f32(o.sinks, c.num_heads, 1.0f, 0.0f));
     KVS_RETURN_IF_ERROR(proj(o.o, d * q));
     if (o.o_bias != model::kNoTensor) KVS_RETURN_IF_ERROR(f32(o.o_bias, d, 0.0f, 0.0f));
     KVS_RETURN_IF_ERROR(f32(o.post_norm, d, 0.0f, 1.0f));
     if (o.router != model::kNoTensor) {
       const int64_t ie = c.moe.intermediate_size;
       KVS_RETURN_IF_ERROR(f32(o.router, c.moe.num_experts * d, 0.02f, 0.0f));
+      if (o.router_bias != model::kNoTensor) KVS_RETURN_IF_ERROR(f32(o.router_bias, c.moe.num_experts, 0.0f, 0.0f));
       for (size_t e = 0; e < static_cast<size_t>(c.moe.num_experts); ++e) {
         KVS_RETURN_IF_ERROR(proj(o.expert_gate_up + e * o.expert_gate_up_stride, 2 * ie * d));
         KVS_RETURN_IF_ERROR(proj(o.expert_down + e * o.expert_down_stride, d * ie));
+        if (o.expert_gate_up_bias != model::kNoTensor) {
+          KVS_RETURN_IF_ERROR(f32(o.expert_gate_up_bias + e * o.expert_gate_up_bias_stride, 2 * ie, 0.0f, 0.0f));
+          KVS_RETURN_IF_ERROR(f32(o.expert_down_bias + e * o.expert_down_bias_stride, d, 0.0f, 0.0f));
+        }
       }
       continue;
     }
@@ -495,14 +500,18 @@ absl::Status CudaLlamaModel::RunLayers(const model::ForwardBatch& b, const model
     KVS_CUDA_OK(kernels::cuda::WriteKv(kv.layout, data, scales, qkv_ + q_size, qkv_ + q_size + kv_size, qkv_stride,
                                        slots, t, s),
                 "kv write");
+    // Sliding window, Gemma 2's soft-cap, gpt-oss's sinks (kernels::cuda::DeviceAttentionVariant).
+    const kernels::cuda::DeviceAttentionVariant variant{
+        c.layer_window[static_cast<size_t>(layer)], static_cast<float>(c.attn_logit_softcap),
+        o.sinks != model::kNoTensor ? f32(o.sinks) : nullptr};
     KVS_CUDA_OK(kernels::cuda::PagedAttention(kv.layout, data, scales, seqs, qkv_, qkv_stride, c.num_heads, scale,
-                                              attn_, q_size, lse, attn_ws_, attn_ws_bytes_, split, s),
+                                              attn_, q_size, lse, attn_ws_, attn_ws_bytes_, split, s, variant),
                 "paged attention");
     if (want_mass) {
       float* layer_mass = mass + static_cast<size_t>(layer) * static_cast<size_t>(s_count) *
                                      static_cast<size_t>(c.num_kv_heads) * static_cast<size_t>(observers->mass_stride);
       KVS_CUDA_OK(kernels::cuda::AttentionMass(kv.layout, data, scales, seqs, qkv_, qkv_stride, c.num_heads, scale, lse,
-                                               layer_mass, observers->mass_stride, s),
+                                               layer_mass, observers->mass_stride, s, variant),
                   "attention mass");
     }
     KVS_RETURN_IF_ERROR(Linear(attn_, q_size, o.o, x_, d, t, q_size, d, true));
@@ -512,8 +521,15 @@ absl::Status CudaLlamaModel::RunLayers(const model::ForwardBatch& b, const model
     if (o.router != model::kNoTensor) {  // the experts add into the residual; the layer ends here
       KVS_CUDA_OK(kernels::cuda::RmsNorm(x_, d, nullptr, f32(o.post_norm), h_, d, t, d, c.rms_norm_eps, s),
                   "expert input norm");
-      const DeviceMoeWeights mw{f32(o.router), weights_ + o.expert_gate_up, o.expert_gate_up_stride,
-                                weights_ + o.expert_down, o.expert_down_stride};
+      DeviceMoeWeights mw{f32(o.router), weights_ + o.expert_gate_up, o.expert_gate_up_stride,
+                          weights_ + o.expert_down, o.expert_down_stride};
+      if (o.router_bias != model::kNoTensor) mw.router_bias = f32(o.router_bias);
+      if (o.expert_gate_up_bias != model::kNoTensor) {
+        mw.gate_up_bias = f32(o.expert_gate_up_bias);
+        mw.gate_up_bias_stride = o.expert_gate_up_bias_stride / sizeof(float);
+        mw.down_bias = f32(o.expert_down_bias);
+        mw.down_bias_stride = o.expert_down_bias_stride / sizeof(float);
+      }
       KVS_RETURN_IF_ERROR(moe_->Forward(mw, *gemm_->blas, h_, t, x_, s));
       continue;
     }

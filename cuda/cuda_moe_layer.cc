@@ -90,6 +90,9 @@ absl::Status CudaMoeLayer::Forward(const DeviceMoeWeights& w, kernels::cuda::Cub
 
   // Router on the device, routing and grouping on the host (the CPU's code).
   KVS_RETURN_IF_ERROR(blas.Linear(GemmDtype::kFp32, h, d, w.router, logits_, n, rows, d, n, false));
+  if (w.router_bias != nullptr) {
+    KVS_MOE_CUDA(kernels::cuda::AddBias(logits_, n, w.router_bias, rows, n, stream), "router bias");
+  }
   KVS_MOE_CUDA(cudaMemcpyAsync(h_logits_, logits_, static_cast<size_t>(rows) * n * 4,
                                cudaMemcpyDeviceToHost, s),
                "router logits to the host");
@@ -113,8 +116,9 @@ absl::Status CudaMoeLayer::Forward(const DeviceMoeWeights& w, kernels::cuda::Cub
 
   KVS_MOE_CUDA(kernels::cuda::GatherRows(h, d, 4, d_row_token_, slots, d, xg_, stream),
                "gathering expert rows");
-  if (bf16_)
+  if (bf16_) {
     KVS_MOE_CUDA(kernels::cuda::ToBf16(xg_, d, slots, d, xgb_, stream), "bf16 expert rows");
+  }
   const GemmDtype dt = bf16_ ? GemmDtype::kBf16 : GemmDtype::kFp32;
   const size_t in_elem = bf16_ ? 2 : 4;
   const auto* xin = bf16_ ? static_cast<const std::byte*>(static_cast<const void*>(xgb_))
@@ -126,13 +130,28 @@ absl::Status CudaMoeLayer::Forward(const DeviceMoeWeights& w, kernels::cuda::Cub
     KVS_RETURN_IF_ERROR(blas.Linear(dt, xin + static_cast<size_t>(begin) * d * in_elem, d,
                                     w.gate_up + static_cast<size_t>(e) * w.gate_up_stride,
                                     gu_ + begin * 2 * ie, 2 * ie, count, d, 2 * ie, false));
+    if (w.gate_up_bias != nullptr) {
+      KVS_MOE_CUDA(
+          kernels::cuda::AddBias(gu_ + begin * 2 * ie, 2 * ie,
+                                 w.gate_up_bias + static_cast<size_t>(e) * w.gate_up_bias_stride,
+                                 count, 2 * ie, stream),
+          "expert gate_up bias");
+    }
   }
+  const bool clamped = moe_.activation == model::ExpertActivation::kClampedSwiglu;
+  const auto limit = static_cast<float>(moe_.swiglu_limit),
+             alpha = static_cast<float>(moe_.swiglu_alpha);
   if (bf16_) {
-    KVS_MOE_CUDA(kernels::cuda::SiluMulBf16(gu_, slots, ie, static_cast<uint16_t*>(act_), stream),
-                 "expert swiglu");
+    auto* out = static_cast<uint16_t*>(act_);
+    KVS_MOE_CUDA(clamped
+                     ? kernels::cuda::ClampedSwigluBf16(gu_, slots, ie, limit, alpha, out, stream)
+                     : kernels::cuda::SiluMulBf16(gu_, slots, ie, out, stream),
+                 "expert activation");
   } else {
-    KVS_MOE_CUDA(kernels::cuda::SiluMul(gu_, slots, ie, static_cast<float*>(act_), stream),
-                 "expert swiglu");
+    auto* out = static_cast<float*>(act_);
+    KVS_MOE_CUDA(clamped ? kernels::cuda::ClampedSwiglu(gu_, slots, ie, limit, alpha, out, stream)
+                         : kernels::cuda::SiluMul(gu_, slots, ie, out, stream),
+                 "expert activation");
   }
   const auto* act = static_cast<const std::byte*>(act_);
   for (int e = 0; e < n; ++e) {
@@ -142,6 +161,12 @@ absl::Status CudaMoeLayer::Forward(const DeviceMoeWeights& w, kernels::cuda::Cub
     KVS_RETURN_IF_ERROR(blas.Linear(dt, act + static_cast<size_t>(begin) * ie * in_elem, ie,
                                     w.down + static_cast<size_t>(e) * w.down_stride, y_ + begin * d,
                                     d, count, ie, d, false));
+    if (w.down_bias != nullptr) {
+      KVS_MOE_CUDA(kernels::cuda::AddBias(y_ + begin * d, d,
+                                          w.down_bias + static_cast<size_t>(e) * w.down_bias_stride,
+                                          count, d, stream),
+                   "expert down bias");
+    }
   }
   KVS_MOE_CUDA(kernels::cuda::MoeCombine(y_, d, d_slot_row_, d_weights_, rows, k, x, d, stream),
                "combining experts");

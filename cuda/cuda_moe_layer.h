@@ -1,20 +1,21 @@
-// The mixture-of-experts feed-forward of one layer on a CUDA device (Mixtral, Qwen3-MoE), the
-// twin of model/moe_layer.h:
+// The mixture-of-experts feed-forward of one layer on a CUDA device (Mixtral, Qwen3-MoE, gpt-oss),
+// the twin of model/moe_layer.h:
 //
 //   device   z = h · routerᵀ (fp32 GEMM, router kept fp32)          [T][E]
 //   host     RouteTokens + GroupByExpert on z (model/moe_layer.h):   the CPU's code, so the
 //            experts chosen, their order and the grouping are the CPU's for the same logits
 //   device   xg = h[row_token] (GatherRows), bf16 codes for a bf16 model
 //            per chosen expert e: gu[rows of e] = xg[rows of e] · gate_upₑᵀ (one cuBLAS GEMM)
-//            act = SiluMul(gu) over all T·k rows
+//            act = SiluMul(gu), or gpt-oss's ClampedSwiglu, over all T·k rows
 //            per chosen expert e: y[rows of e] = act[rows of e] · downₑᵀ
 //            x[t] += Σ_j weight[t][j] · y[slot_row[t k + j]]       (MoeCombine, routing order)
 //
 // The router logits go to the host and the grouping comes back each layer (one stream
 // synchronisation per MoE layer): routing stays exactly the CPU's, which batch invariance and
-// the parity tests rely on; a device top-k is the optimisation to come. Not supported here
-// (CudaLlamaModel refuses them): expert and router biases, the clamped SwiGLU and MXFP4
-// (gpt-oss). Buffers are sized at Create for max_tokens rows; Forward never allocates.
+// the parity tests rely on; a device top-k is the optimisation to come. gpt-oss's router and
+// expert biases are added after their GEMMs (as the CPU's Project does); its MXFP4 experts
+// arrive unpacked to bf16 by the loader. Buffers are sized at Create for max_tokens rows;
+// Forward never allocates.
 #pragma once
 
 #include <cstddef>
@@ -35,6 +36,14 @@ struct DeviceMoeWeights {
   size_t gate_up_stride = 0;
   const std::byte* down = nullptr;  // expert e at down + e * down_stride: [D][Ie]
   size_t down_stride = 0;
+  // gpt-oss (fp32; null when the model has none): the [E] router bias, and per expert e the
+  // [2 Ie] gate | up bias at gate_up_bias + e * gate_up_bias_stride and the [D] down bias at
+  // down_bias + e * down_bias_stride (strides in floats).
+  const float* router_bias = nullptr;
+  const float* gate_up_bias = nullptr;
+  size_t gate_up_bias_stride = 0;
+  const float* down_bias = nullptr;
+  size_t down_bias_stride = 0;
 };
 
 class CudaMoeLayer {

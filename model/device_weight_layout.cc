@@ -33,6 +33,7 @@ DeviceWeightLayout PlanDeviceWeights(const ModelConfig& c, DeviceWeightDtype dty
       l.q_norm = take(static_cast<size_t>(c.head_dim) * sizeof(float));
       l.k_norm = take(static_cast<size_t>(c.head_dim) * sizeof(float));
     }
+    if (c.attention_sinks) l.sinks = take(static_cast<size_t>(c.num_heads) * sizeof(float));
     l.o = take(d * q * wb);
     if (c.o_bias) l.o_bias = take(d * sizeof(float));
     l.post_norm = take(d * sizeof(float));
@@ -48,6 +49,13 @@ DeviceWeightLayout PlanDeviceWeights(const ModelConfig& c, DeviceWeightDtype dty
     l.expert_gate_up = take(experts * l.expert_gate_up_stride);
     l.expert_down_stride = aligned(d * ie * wb);
     l.expert_down = take(experts * l.expert_down_stride);
+    if (c.moe.router_bias) l.router_bias = take(experts * sizeof(float));
+    if (c.moe.expert_bias) {
+      l.expert_gate_up_bias_stride = aligned(2 * ie * sizeof(float));
+      l.expert_gate_up_bias = take(experts * l.expert_gate_up_bias_stride);
+      l.expert_down_bias_stride = aligned(d * sizeof(float));
+      l.expert_down_bias = take(experts * l.expert_down_bias_stride);
+    }
   }
   w.total_bytes = at;
   return w;

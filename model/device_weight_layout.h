@@ -3,7 +3,8 @@
 //
 //   [embed fp32 V*D][final_norm fp32 D][lm_head W V*D]
 //   per layer: [input_norm fp32 D][qkv W (H+2Hkv)hd*D][qkv_bias fp32?][q_norm fp32 hd?]
-//              [k_norm fp32 hd?][o W D*H hd][o_bias fp32?][post_norm fp32 D][gate_up W 2I*D]
+//              [k_norm fp32 hd?][sinks fp32 H?][o W D*H hd][o_bias fp32?][post_norm fp32 D]
+//              [gate_up W 2I*D]
 //              [down W D*I]          (q_norm, k_norm: Qwen3's per-head norms, ModelConfig::qk_norm)
 //   a mixture-of-experts layer replaces [gate_up][down] with
 //              [router fp32 E*D][E x gate_up W 2Ie*D][E x down W D*Ie]
@@ -36,11 +37,15 @@ inline size_t DeviceWeightDtypeBytes(DeviceWeightDtype d) { return d == DeviceWe
 inline constexpr size_t kNoTensor = static_cast<size_t>(-1);
 
 struct DeviceLayerOffsets {
-  size_t input_norm = 0, qkv = 0, qkv_bias = kNoTensor, q_norm = kNoTensor, k_norm = kNoTensor, o = 0,
-         o_bias = kNoTensor, post_norm = 0, gate_up = kNoTensor, down = kNoTensor;
+  size_t input_norm = 0, qkv = 0, qkv_bias = kNoTensor, q_norm = kNoTensor, k_norm = kNoTensor,
+         sinks = kNoTensor, o = 0, o_bias = kNoTensor, post_norm = 0, gate_up = kNoTensor, down = kNoTensor;
   // Mixture-of-experts layers only (gate_up and down are then kNoTensor).
   size_t router = kNoTensor, expert_gate_up = kNoTensor, expert_down = kNoTensor;
   size_t expert_gate_up_stride = 0, expert_down_stride = 0;  // bytes between experts
+  // gpt-oss's fp32 biases (MoeConfig::router_bias / expert_bias): [E], E x [2 Ie], E x [D],
+  // each expert's at a multiple of kDeviceWeightAlign (strides in bytes).
+  size_t router_bias = kNoTensor, expert_gate_up_bias = kNoTensor, expert_down_bias = kNoTensor;
+  size_t expert_gate_up_bias_stride = 0, expert_down_bias_stride = 0;
 };
 
 struct DeviceWeightLayout {

@@ -2,6 +2,8 @@
 
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/kv_codes.cuh"
+
 namespace kvserve::kernels::cuda {
 namespace {
 
@@ -33,6 +35,26 @@ __global__ void MoeCombineKernel(const float* y, int cols, const int32_t* slot_r
   x[t * x_stride + c] = __fadd_rn(x[t * x_stride + c], acc);
 }
 
+__device__ __forceinline__ void Store(float* p, int64_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void Store(uint16_t* p, int64_t i, float v) {
+  p[i] = FloatToBf16Code(v);
+}
+
+template <typename Out>
+__global__ void ClampedSwigluKernel(const float* gate_up, int64_t rows, int inter, float limit,
+                                    float alpha, Out* out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * inter) return;
+  const int64_t r = i / inter;
+  const int64_t c = i - r * inter;
+  const float* gu = gate_up + r * 2 * inter;
+  const float g = fminf(gu[c], limit);
+  const float u = fminf(fmaxf(gu[inter + c], -limit), limit);
+  // As the CPU: (u + 1) * (g / (1 + exp(-alpha g))), each step rounded.
+  const float sig = __fdiv_rn(g, __fadd_rn(1.0f, expf(__fmul_rn(-alpha, g))));
+  Store(out, i, __fmul_rn(__fadd_rn(u, 1.0f), sig));
+}
+
 unsigned GridFor(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
 }  // namespace
@@ -59,6 +81,24 @@ int MoeCombine(const float* y, int cols, const int32_t* slot_row, const float* w
   if (n == 0) return 0;
   MoeCombineKernel<<<GridFor(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
       y, cols, slot_row, weights, rows, top_k, x, x_stride);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int ClampedSwiglu(const float* gate_up, int64_t rows, int inter, float limit, float alpha,
+                  float* out, void* stream) {
+  const int64_t n = rows * inter;
+  if (n == 0) return 0;
+  ClampedSwigluKernel<<<GridFor(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      gate_up, rows, inter, limit, alpha, out);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int ClampedSwigluBf16(const float* gate_up, int64_t rows, int inter, float limit, float alpha,
+                      uint16_t* out, void* stream) {
+  const int64_t n = rows * inter;
+  if (n == 0) return 0;
+  ClampedSwigluKernel<<<GridFor(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      gate_up, rows, inter, limit, alpha, out);
   return static_cast<int>(cudaGetLastError());
 }
 

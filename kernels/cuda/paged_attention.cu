@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(kThreads) SplitKernel(Params p) {
       float dot = 0.0f;
 #pragma unroll
       for (int e = 0; e < kElems; ++e) dot += qr[h][e] * k[e];
-      const float score = WarpSum(dot) * p.scale;
+      const float score = detail::Softcap(p, WarpSum(dot) * p.scale);
       const float new_m = fmaxf(m[h], score);
       const float corr = m[h] == -INFINITY ? 0.0f : expf(m[h] - new_m);
       const float pr = expf(score - new_m);
@@ -147,14 +147,24 @@ __global__ void CombineKernel(Params p, float* out, int64_t out_stride, float* l
   for (int sp = 0; sp < p.num_splits; ++sp) {
     if (p.ws_m[base + sp] != -INFINITY) sum += p.ws_l[base + sp] * expf(p.ws_m[base + sp] - mx);
   }
+  // As kernels/cpu/attention_tile.h FinishSoftmax: a sink logit joins the denominator.
+  float factor = 1.0f / sum, lse_v = mx + logf(sum);
+  if (p.sinks != nullptr) {
+    const float sink = p.sinks[head];
+    const float m = fmaxf(mx, sink);
+    const float corr = expf(mx - m);
+    const float total = sum * corr + expf(sink - m);
+    factor = corr / total;
+    lse_v = m + logf(total);
+  }
   for (int d = static_cast<int>(threadIdx.x); d < hd; d += static_cast<int>(blockDim.x)) {
     float a = 0.0f;
     for (int sp = 0; sp < p.num_splits; ++sp) {
       if (p.ws_m[base + sp] != -INFINITY) a += p.ws_acc[(base + sp) * hd + d] * expf(p.ws_m[base + sp] - mx);
     }
-    out[static_cast<int64_t>(row) * out_stride + static_cast<int64_t>(head) * hd + d] = a / sum;
+    out[static_cast<int64_t>(row) * out_stride + static_cast<int64_t>(head) * hd + d] = a * factor;
   }
-  if (lse != nullptr && threadIdx.x == 0) lse[static_cast<int64_t>(row) * p.num_heads + head] = mx + logf(sum);
+  if (lse != nullptr && threadIdx.x == 0) lse[static_cast<int64_t>(row) * p.num_heads + head] = lse_v;
 }
 
 // ------------------------------------------------------------------ tiled prefill
@@ -209,12 +219,20 @@ __global__ void __launch_bounds__(kThreads) TileKernel(Params p, float* out, int
   for (int k = 0; k < kTileAcc; ++k) acc[k] = 0.0f;
 
   const int32_t* table = p.seqs.block_tables + p.seqs.block_table_offsets[s];
-  for (int c0 = 0; c0 < end; c0 += kChunk) {
+  // With a window, row r attends [base_attend + r + 1 - window, base_attend + r]: chunks wholly
+  // before row 0's window are skipped (their blocks may be released).
+  const int first_slot = detail::WindowStart(p, base_attend + 1);
+  for (int c0 = first_slot / kChunk * kChunk; c0 < end; c0 += kChunk) {
     const int cn = min(kChunk, end - c0);
     __syncthreads();  // the previous chunk's V and scores are consumed; q_s, m_s, l_s written
     for (int i = tid; i < cn * hd; i += kThreads) {
       const int c = i / hd, d = i % hd;
       const int slot = c0 + c;
+      if (slot < first_slot) {  // before every row's window: never read (the block may be null)
+        k_s[c * (hd + 1) + d] = 0.0f;
+        v_s[c * hd + d] = 0.0f;
+        continue;
+      }
       const int64_t block = table[slot / bs];
       const int off = slot % bs;
       const Run kr = RunOf(p, block, 0, g), vr = RunOf(p, block, 1, g);
@@ -227,12 +245,12 @@ __global__ void __launch_bounds__(kThreads) TileKernel(Params p, float* out, int
       const int v = i / kChunk, c = i % kChunk;
       const int r = v / group;
       float score = -INFINITY;
-      if (c < cn && c0 + c <= base_attend + r) {
+      if (c < cn && c0 + c <= base_attend + r && c0 + c >= detail::WindowStart(p, base_attend + r + 1)) {
         const float* qv = q_s + v * hd;
         const float* kc = k_s + c * (hd + 1);
         float dot = 0.0f;
         for (int d = 0; d < hd; ++d) dot += qv[d] * kc[d];
-        score = dot * p.scale;
+        score = detail::Softcap(p, dot * p.scale);
       }
       sc_s[i] = score;
     }
@@ -271,19 +289,34 @@ __global__ void __launch_bounds__(kThreads) TileKernel(Params p, float* out, int
     }
   }
   __syncthreads();
+  // Sinks (FinishSoftmax): each vector's factor and lse, computed once into c_s and m_s.
+  for (int v = tid; v < vecs; v += kThreads) {
+    float factor = 1.0f / l_s[v], lse_v = m_s[v] + logf(l_s[v]);
+    if (p.sinks != nullptr) {
+      const float sink = p.sinks[g * group + v % group];
+      const float m = fmaxf(m_s[v], sink);
+      const float corr = expf(m_s[v] - m);
+      const float total = l_s[v] * corr + expf(sink - m);
+      factor = corr / total;
+      lse_v = m + logf(total);
+    }
+    c_s[v] = factor;
+    m_s[v] = lse_v;
+  }
+  __syncthreads();
 #pragma unroll
   for (int k = 0; k < kTileAcc; ++k) {
     const int e = tid + k * kThreads;
     if (e < elems) {
       const int v = e / hd, d = e % hd;
       const int r = v / group, h = v % group;
-      out[static_cast<int64_t>(first + r) * out_stride + static_cast<int64_t>(g * group + h) * hd + d] = acc[k] / l_s[v];
+      out[static_cast<int64_t>(first + r) * out_stride + static_cast<int64_t>(g * group + h) * hd + d] = acc[k] * c_s[v];
     }
   }
   if (lse != nullptr) {
     for (int v = tid; v < vecs; v += kThreads) {
       const int r = v / group, h = v % group;
-      lse[static_cast<int64_t>(first + r) * p.num_heads + g * group + h] = m_s[v] + logf(l_s[v]);
+      lse[static_cast<int64_t>(first + r) * p.num_heads + g * group + h] = m_s[v];
     }
   }
 }
@@ -313,10 +346,11 @@ __global__ void __launch_bounds__(kThreads) MassKernel(Params p, const float* ls
       const int d = e * 32 + lane;
       k[e] = d < hd ? Load(p, 0, kr, off, d, ks) : 0.0f;
     }
-    // Row j (0-based in s) sees slots [0, kv_len - n_s + j].
+    // Row j (0-based in s) sees slots [0, kv_len - n_s + j], from its window's start.
     const int j0 = max(0, i - (kv_len - n_s));
+    const int j1 = p.window > 0 ? min(n_s, i + p.window - (kv_len - n_s)) : n_s;
     float total = 0.0f;
-    for (int j = j0; j < n_s; ++j) {
+    for (int j = j0; j < j1; ++j) {
       const int64_t row = first + j;
       for (int h = 0; h < p.group; ++h) {
         const int head = g * p.group + h;
@@ -328,7 +362,7 @@ __global__ void __launch_bounds__(kThreads) MassKernel(Params p, const float* ls
           dot += d < hd ? qh[d] * k[e] : 0.0f;
         }
         dot = WarpSum(dot);
-        total += expf(dot * p.scale - lse[row * p.num_heads + head]);
+        total += expf(detail::Softcap(p, dot * p.scale) - lse[row * p.num_heads + head]);
       }
     }
     if (lane == 0) mass[(static_cast<int64_t>(s) * p.layout.num_kv_heads + g) * mass_stride + i] = total;
@@ -367,8 +401,12 @@ bool ValidShape(const cache::KvLayout& layout, int num_heads, const float* layer
 }
 
 Params MakeParams(const cache::KvLayout& layout, const std::byte* layer_data, const float* layer_scales,
-                  const DevicePagedSeqs& seqs, const float* q, int64_t q_stride, int num_heads, float scale) {
+                  const DevicePagedSeqs& seqs, const float* q, int64_t q_stride, int num_heads, float scale,
+                  const DeviceAttentionVariant& variant) {
   Params p{};
+  p.window = variant.window;
+  p.softcap = variant.softcap;
+  p.sinks = variant.sinks;
   p.layout = layout;
   p.geo = MakeKvGeometry(layout);
   p.data = layer_data;
@@ -394,8 +432,9 @@ size_t PagedAttentionWorkspaceBytes(const cache::KvLayout& layout, int num_heads
 int PagedAttention(const cache::KvLayout& layout, const std::byte* layer_data, const float* layer_scales,
                    const DevicePagedSeqs& seqs, const float* q, int64_t q_stride, int num_heads, float scale,
                    float* out, int64_t out_stride, float* lse, void* workspace, size_t workspace_bytes,
-                   int split_tokens, void* stream) {
+                   int split_tokens, void* stream, const DeviceAttentionVariant& variant) {
   if (seqs.num_rows == 0) return cudaSuccess;
+  if (variant.window < 0 || variant.softcap < 0.0f) return cudaErrorInvalidValue;
   if (!ValidShape(layout, num_heads, layer_scales) || split_tokens < 1 || seqs.max_kv_len < 1 ||
       workspace_bytes < PagedAttentionWorkspaceBytes(layout, num_heads, seqs, split_tokens)) {
     return cudaErrorInvalidValue;
@@ -407,7 +446,7 @@ int PagedAttention(const cache::KvLayout& layout, const std::byte* layer_data, c
                 static_cast<int64_t>(seqs.tile_rows) * group * layout.head_dim > kMaxPrefillTileFloats)) {
     return cudaErrorInvalidValue;
   }
-  Params p = MakeParams(layout, layer_data, layer_scales, seqs, q, q_stride, num_heads, scale);
+  Params p = MakeParams(layout, layer_data, layer_scales, seqs, q, q_stride, num_heads, scale, variant);
   p.split_tokens = split_tokens;
   p.num_splits = NumSplits(seqs, split_tokens);
   p.split_rows = tiled ? seqs.split_rows : nullptr;
@@ -426,7 +465,8 @@ int PagedAttention(const cache::KvLayout& layout, const std::byte* layer_data, c
     p.out = out;
     p.out_stride = out_stride;
     p.lse = lse;
-    const bool vec = detail::LaunchVecSplitKernel(p, grid, st);
+    const bool plain = variant.softcap == 0.0f && variant.sinks == nullptr;
+    const bool vec = plain && detail::LaunchVecSplitKernel(p, grid, st);
     if (!vec) {
       const bool ok = DispatchElems(layout.head_dim, [&](auto elems) {
         SplitKernel<decltype(elems)::value><<<grid, kThreads, 0, st>>>(p);
@@ -451,12 +491,13 @@ int PagedAttention(const cache::KvLayout& layout, const std::byte* layer_data, c
 
 int AttentionMass(const cache::KvLayout& layout, const std::byte* layer_data, const float* layer_scales,
                   const DevicePagedSeqs& seqs, const float* q, int64_t q_stride, int num_heads, float scale,
-                  const float* lse, float* mass, int64_t mass_stride, void* stream) {
+                  const float* lse, float* mass, int64_t mass_stride, void* stream,
+                  const DeviceAttentionVariant& variant) {
   if (seqs.num_seqs == 0 || seqs.max_kv_len == 0) return cudaSuccess;
   if (!ValidShape(layout, num_heads, layer_scales) || mass_stride < seqs.max_kv_len || lse == nullptr) {
     return cudaErrorInvalidValue;
   }
-  const Params p = MakeParams(layout, layer_data, layer_scales, seqs, q, q_stride, num_heads, scale);
+  const Params p = MakeParams(layout, layer_data, layer_scales, seqs, q, q_stride, num_heads, scale, variant);
   const dim3 grid(static_cast<unsigned>(seqs.num_seqs), static_cast<unsigned>(layout.num_kv_heads),
                   static_cast<unsigned>((seqs.max_kv_len + kMassSlotsPerCta - 1) / kMassSlotsPerCta));
   const bool ok = DispatchElems(layout.head_dim, [&](auto elems) {

@@ -69,6 +69,22 @@ inline constexpr int kMaxAttentionGroup = 8;      // num_heads / num_kv_heads in
 // (model::PrefillTileRows picks the rows).
 inline constexpr int kMaxPrefillTileFloats = 8192;
 
+// Per-layer attention variants, the twin of kernels::cpu::AttentionVariant:
+//   window   the row at physical index p attends [p - window + 1, p] (0: every earlier slot);
+//            splits and chunks wholly before a row's window read no block (its table entries
+//            may be null: KvCacheManager::release_before)
+//   softcap  Gemma 2's logit soft-cap: scores (already scaled) become softcap * tanh(s /
+//            softcap) (0: none)
+//   sinks    gpt-oss's learned sinks: [num_heads] device logits joining each head's softmax
+//            denominator with no value (null: none)
+// A soft-cap or sinks route every split-KV row through the general kernel (the vectorised one
+// scores in the log2 domain and writes single-split rows itself).
+struct DeviceAttentionVariant {
+  int window = 0;
+  float softcap = 0.0f;
+  const float* sinks = nullptr;
+};
+
 // Bytes of device workspace PagedAttention needs (for the split-KV rows).
 size_t PagedAttentionWorkspaceBytes(const cache::KvLayout& layout, int num_heads, const DevicePagedSeqs& seqs,
                                     int split_tokens);
@@ -79,7 +95,7 @@ size_t PagedAttentionWorkspaceBytes(const cache::KvLayout& layout, int num_heads
 int PagedAttention(const cache::KvLayout& layout, const std::byte* layer_data, const float* layer_scales,
                    const DevicePagedSeqs& seqs, const float* q, int64_t q_stride, int num_heads, float scale,
                    float* out, int64_t out_stride, float* lse, void* workspace, size_t workspace_bytes,
-                   int split_tokens, void* stream);
+                   int split_tokens, void* stream, const DeviceAttentionVariant& variant = {});
 
 // True when the vectorised split-KV kernel serves this layout and head count (K and V in one
 // dtype of fp32, fp16, bf16, fp8_e4m3, int8; head_dim 64, 128 or 256; group 1, 2, 4 or 8;
@@ -90,13 +106,16 @@ bool VecSplitCovers(const cache::KvLayout& layout, int num_heads);
 // kernels::cpu::AttentionMass:
 //
 //   mass[s][g][i] = sum over this step's rows j of s and query heads h of group g of
-//                   exp(q_{j,h} · k_{g,i} * scale - lse[j][h])          (i < kv_len_s)
+//                   exp(score_{j,h,i} - lse[j][h])                      (i < kv_len_s)
+//   score = q_{j,h} · k_{g,i} * scale (soft-capped with the variant's cap), 0 outside row j's
+//   window.
 //
 // Written (not accumulated) for i < kv_len_s; other entries are left as they are, so the
 // caller zeroes the array once per step. One warp per (sequence, KV head, slot); lse from
 // PagedAttention on the same inputs. Returns 0 or a cudaError_t value.
 int AttentionMass(const cache::KvLayout& layout, const std::byte* layer_data, const float* layer_scales,
                   const DevicePagedSeqs& seqs, const float* q, int64_t q_stride, int num_heads, float scale,
-                  const float* lse, float* mass, int64_t mass_stride, void* stream);
+                  const float* lse, float* mass, int64_t mass_stride, void* stream,
+                  const DeviceAttentionVariant& variant = {});
 
 }  // namespace kvserve::kernels::cuda

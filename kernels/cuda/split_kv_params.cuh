@@ -43,7 +43,22 @@ struct Params {
   float* out;
   int64_t out_stride;
   float* lse;  // may be null
+  // DeviceAttentionVariant.
+  int window;
+  float softcap;
+  const float* sinks;
 };
+
+// The first slot a row attends, given how many it attends from slot 0 (`attend` = its
+// physical index + 1): attend - window with a window, else 0.
+__device__ __forceinline__ int WindowStart(const Params& p, int attend) {
+  return p.window > 0 ? max(0, attend - p.window) : 0;
+}
+
+// A scaled score through the soft-cap (tanhf; the CPU's std::tanh agrees to a few ulp).
+__device__ __forceinline__ float Softcap(const Params& p, float score) {
+  return p.softcap > 0.0f ? p.softcap * tanhf(score / p.softcap) : score;
+}
 
 // The query row of split row `i` (the listed decode rows when the step is tiled, else row i).
 __device__ __forceinline__ int SplitRow(const Params& p, int i) { return p.split_rows != nullptr ? p.split_rows[i] : i; }
@@ -63,8 +78,8 @@ __device__ __forceinline__ SplitSlots SplitSlotsOf(const Params& p, int row_inde
   const int start = p.seqs.seq_starts[r.seq];
   const int n = p.seqs.seq_starts[r.seq + 1] - start;
   const int attend = p.seqs.kv_lens[r.seq] - n + (r.row - start) + 1;
-  r.begin = split * p.split_tokens;
-  r.end = min(attend, r.begin + p.split_tokens);
+  r.begin = max(split * p.split_tokens, WindowStart(p, attend));
+  r.end = min(attend, split * p.split_tokens + p.split_tokens);
   return r;
 }
 

@@ -1,6 +1,7 @@
 // The CUDA model against the float64 reference forward (tests/support/hf_models) on the
 // random-weight Hugging Face fixtures of the architectures the CUDA backend runs (Llama with
-// its RoPE scalings, Qwen2, Qwen3, Phi-3, Mixtral, Qwen3-MoE): per-position
+// its RoPE scalings, Qwen2, Qwen3, Phi-3, Mistral and Qwen2 with sliding windows, Mixtral,
+// Qwen3-MoE): per-position
 // log-probabilities of a 40-token prompt (one prefill step over a shuffled block table) agree
 // to 1e-4, as the CPU model's do in KvserveAgreementTest, and an 8-token greedy continuation
 // (decode steps) equals the reference's. fp32 fixtures only: a bf16 checkpoint runs bf16 GEMMs
@@ -68,8 +69,19 @@ std::vector<Case> Cases() {
   v.push_back({"phi4mini", Phi4MiniPreset(), true});
   v.push_back({"mixtral", MixtralPreset()});     // experts (CudaMoeLayer), top-2 of 4
   v.push_back({"qwen3_moe", Qwen3MoePreset()});  // q/k norms, a dense layer among MoE ones
-  v.push_back({"gpt_oss", GptOssPreset(), true});
-  v.push_back({"mistral_window8", MistralPreset(8), true});
+  // gpt-oss: sinks, window 8 on even layers, yarn, experts with biases and the clamped SwiGLU;
+  // dequantised and MXFP4 experts (unpacked to bf16 at load: the device sees bf16).
+  v.push_back({"gpt_oss", GptOssPreset()});
+  s = GptOssPreset();
+  s.expert_format = ExpertFormat::kMxfp4;
+  v.push_back({"gpt_oss_mxfp4", s});
+  // Sliding windows shorter than the prompt: every layer (Mistral) and from layer 1 (Qwen2).
+  v.push_back({"mistral_window8", MistralPreset(8)});
+  s = Qwen2Preset();
+  s.sliding_window = 8;
+  s.use_sliding_window = true;
+  s.max_window_layers = 1;
+  v.push_back({"qwen2_window8", s});
   return v;
 }
 

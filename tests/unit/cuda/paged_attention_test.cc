@@ -2,7 +2,8 @@
 // 16/32, GQA 1/4/8, every KV dtype (and split K/V dtypes with int4), random non-contiguous block tables, mixed prefill chunks
 // (also chunked prefill: a chunk attending to earlier KV) and decode rows with odd lengths,
 // several split sizes; every row through the split-KV kernel, and decode rows split-KV with
-// prefill rows through the tiled kernel (the model's tile size and a 3-row tile). Tolerance: both sides dequantize the
+// prefill rows through the tiled kernel (the model's tile size and a 3-row tile); sliding
+// windows, soft-caps and sinks against the CPU's AttentionVariant. Tolerance: both sides dequantize the
 // same codes exactly and accumulate in fp32; only the summation order differs, so outputs agree
 // to ~1e-5 relative. AttentionMass (H2O) is compared the same way, to 1e-4 relative. Needs a
 // GPU (label gpu).
@@ -16,6 +17,7 @@
 #include <numeric>
 #include <optional>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "cache/host_kv_storage.h"
@@ -37,13 +39,18 @@ struct Case {
   // V's dtype and the int4 value group when K and V differ or int4 is involved.
   std::optional<KvDtype> v_dtype = std::nullopt;
   int int4_group = 32;
+  // The variant (kernels::cpu::AttentionVariant): window, soft-cap, sinks (random logits).
+  int window = 0;
+  float softcap = 0.0f;
+  bool sinks = false;
 };
 
 void RunCase(const Case& c, uint32_t seed) {
   SCOPED_TRACE(testing::Message() << "dtype " << config::Name(c.dtype) << "/"
                                   << config::Name(c.v_dtype.value_or(c.dtype)) << " g" << c.int4_group << " hd " << c.head_dim << " bs "
                                   << c.block_size << " kvh " << c.kv_heads << " group " << c.group << " split "
-                                  << c.split);
+                                  << c.split << " window " << c.window << " softcap " << c.softcap << " sinks "
+                                  << c.sinks);
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   cache::KvLayout layout;
@@ -89,6 +96,12 @@ void RunCase(const Case& c, uint32_t seed) {
   std::vector<float> q(static_cast<size_t>(rows * q_stride));
   for (auto& x : q) x = normal(rng);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  std::vector<float> sinks(static_cast<size_t>(num_heads));
+  for (auto& x : sinks) x = 2.0f * normal(rng);
+  const kvserve::cuda::DeviceArray<float> sinks_dev(sinks);
+  ASSERT_TRUE(sinks_dev.ok());
+  const kernels::cpu::AttentionVariant cpu_variant{c.window, c.softcap, c.sinks ? sinks.data() : nullptr};
+  const DeviceAttentionVariant dev_variant{c.window, c.softcap, c.sinks ? sinks_dev.get() : nullptr};
 
   // CPU reference.
   const int64_t out_stride = static_cast<int64_t>(num_heads) * c.head_dim;
@@ -100,8 +113,10 @@ void RunCase(const Case& c, uint32_t seed) {
   cs.block_table_offsets = offsets.data();
   cs.block_tables = tables.data();
   std::vector<float> work(kernels::cpu::PagedAttentionWorkspaceFloats(layout, num_heads, 64));
-  kernels::cpu::PagedAttention(layout, host->layer_data(0), host->layer_scales(0), cs, q.data(), q_stride, num_heads,
-                               scale, ref.data(), out_stride, ref_lse.data(), work.data(), work.size());
+  const kernels::cpu::KvTierView tier{layout, host->layer_data(0), host->layer_scales(0)};
+  const std::span<const kernels::cpu::KvTierView> tiers(&tier, 1);
+  kernels::cpu::PagedAttentionTiered(tiers, cs, q.data(), q_stride, num_heads, scale, ref.data(), out_stride,
+                                     ref_lse.data(), work.data(), work.size(), cpu_variant);
 
   // Device.
   auto dev = std::move(kvserve::cuda::CudaKvStorage::Create(layout, total_blocks)).value();
@@ -143,7 +158,8 @@ void RunCase(const Case& c, uint32_t seed) {
     void* ws = ws_dev.get();
     ASSERT_EQ(cudaMemset(dout, 0xff, ref.size() * sizeof(float)), cudaSuccess);  // NaN: every row must be written
     ASSERT_EQ(PagedAttention(layout, dev->device_layer_data(0), dev->device_layer_scales(0), dr, dq, q_stride,
-                             num_heads, scale, dout, out_stride, dlse, ws, ws_bytes, c.split, dev->stream()),
+                             num_heads, scale, dout, out_stride, dlse, ws, ws_bytes, c.split, dev->stream(),
+                             dev_variant),
               0);
     ASSERT_TRUE(dev->synchronize().ok());
     ASSERT_EQ(cudaMemcpy(got.data(), dout, got.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
@@ -161,13 +177,13 @@ void RunCase(const Case& c, uint32_t seed) {
   const int64_t mass_stride = max_kv + 3;
   const size_t mass_n = shape.size() * static_cast<size_t>(c.kv_heads) * static_cast<size_t>(mass_stride);
   std::vector<float> ref_mass(mass_n, 0.0f);
-  kernels::cpu::AttentionMass(layout, host->layer_data(0), host->layer_scales(0), cs, q.data(), q_stride, num_heads,
-                              scale, ref_lse.data(), ref_mass.data(), mass_stride, work.data(), work.size());
+  kernels::cpu::AttentionMassTiered(tiers, cs, q.data(), q_stride, num_heads, scale, ref_lse.data(), ref_mass.data(),
+                                    mass_stride, work.data(), work.size(), cpu_variant);
   const kvserve::cuda::DeviceArray<float> mass_dev(mass_n);  // zeroed
   ASSERT_TRUE(mass_dev.ok());
   float* dmass = mass_dev.get();
   ASSERT_EQ(AttentionMass(layout, dev->device_layer_data(0), dev->device_layer_scales(0), ds, dq, q_stride, num_heads,
-                          scale, dlse, dmass, mass_stride, dev->stream()),
+                          scale, dlse, dmass, mass_stride, dev->stream(), dev_variant),
             0);
   ASSERT_TRUE(dev->synchronize().ok());
   std::vector<float> got_mass(mass_n);
@@ -210,6 +226,26 @@ TEST(CudaPagedAttention, MatchesTheCpuKernelForSplitAndInt4Precisions) {
           const int int4_group = hd == 48 ? 32 : 16;  // 48 = 32 + 16: a short last group
           RunCase({k, hd, bs, 2, group, 64, v, int4_group}, seed++);
         }
+      }
+    }
+  }
+}
+
+// Sliding windows (shorter and longer than chunks, splits and tiles), Gemma 2's soft-cap and
+// gpt-oss's sinks, alone and together, through the vectorised, general and tiled kernels.
+TEST(CudaPagedAttention, MatchesTheCpuKernelForWindowsSoftcapsAndSinks) {
+  const DeviceProbe probe = ProbeCudaDevice();
+  ASSERT_TRUE(probe.usable()) << "the gpu tests need a CUDA device: " << probe.reason;
+  uint32_t seed = 2000;
+  for (KvDtype d : {KvDtype::kFp32, KvDtype::kBf16, KvDtype::kInt8}) {
+    for (int hd : {48, 128}) {
+      for (int group : {1, 4}) {
+        for (int window : {1, 7, 40, 128}) {
+          RunCase({d, hd, 16, 2, group, 32, std::nullopt, 32, window}, seed++);
+        }
+        RunCase({d, hd, 16, 2, group, 64, std::nullopt, 32, 0, 30.0f}, seed++);
+        RunCase({d, hd, 32, 2, group, 512, std::nullopt, 32, 0, 0.0f, true}, seed++);
+        RunCase({d, hd, 16, 2, group, 32, std::nullopt, 32, 24, 50.0f, true}, seed++);
       }
     }
   }

@@ -260,11 +260,14 @@ TEST(DeviceWeightLayoutTest, PiecesAreAlignedDisjointAndSized) {
       ModelConfig c = SmallConfig();
       c.qkv_bias = biases;
       c.o_bias = biases;
-      c.qk_norm = biases;  // Qwen3's per-head norms ride with the biased variant
+      c.qk_norm = biases;  // Qwen3's per-head norms and gpt-oss's sinks ride with the biased variant
+      c.attention_sinks = biases;
       if (biases) {        // and layer 1 is a mixture of experts
         c.moe.num_experts = 3;
         c.moe.top_k = 2;
         c.moe.intermediate_size = 40;
+        c.moe.router_bias = true;  // gpt-oss's biases
+        c.moe.expert_bias = true;
         c.layer_moe = {0, 1, 0};
       }
       const DeviceWeightLayout w = PlanDeviceWeights(c, dt);
@@ -283,7 +286,10 @@ TEST(DeviceWeightLayoutTest, PiecesAreAlignedDisjointAndSized) {
           EXPECT_EQ(l.down, kNoTensor);
           const size_t ie = 40;
           pieces.push_back({l.router, 3 * d * 4});
+          pieces.push_back({l.router_bias, 3 * 4});
           for (size_t e = 0; e < 3; ++e) {
+            pieces.push_back({l.expert_gate_up_bias + e * l.expert_gate_up_bias_stride, 2 * ie * 4});
+            pieces.push_back({l.expert_down_bias + e * l.expert_down_bias_stride, d * 4});
             EXPECT_GE(l.expert_gate_up_stride, 2 * ie * d * wb);
             EXPECT_GE(l.expert_down_stride, d * ie * wb);
             pieces.push_back({l.expert_gate_up + e * l.expert_gate_up_stride, 2 * ie * d * wb});
@@ -298,11 +304,13 @@ TEST(DeviceWeightLayoutTest, PiecesAreAlignedDisjointAndSized) {
         EXPECT_EQ(l.o_bias != kNoTensor, biases);
         EXPECT_EQ(l.q_norm != kNoTensor, biases);
         EXPECT_EQ(l.k_norm != kNoTensor, biases);
+        EXPECT_EQ(l.sinks != kNoTensor, biases);
         if (biases) {
           pieces.push_back({l.qkv_bias, qkv * 4});
           pieces.push_back({l.o_bias, d * 4});
           pieces.push_back({l.q_norm, static_cast<size_t>(c.head_dim) * 4});
           pieces.push_back({l.k_norm, static_cast<size_t>(c.head_dim) * 4});
+          pieces.push_back({l.sinks, 4 * 4});  // num_heads 4
         }
       }
       std::sort(pieces.begin(), pieces.end());
