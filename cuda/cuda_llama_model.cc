@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
 #include "kernels/cpu/kv_quant.h"
+#include "kernels/cuda/gemma_kernels.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/llama_kernels.h"
 #include "kernels/cuda/paged_attention.h"
@@ -46,7 +47,11 @@ CudaLlamaModel::CudaLlamaModel(const model::ModelConfig& config, model::DeviceWe
       options_(options),
       plan_(model::PlanDeviceWeights(config, dtype)),
       inv_freq_(model::RopeInvFreq(config)),
-      rope_factor_(model::ComputeRopeTable(config, config.rope_theta, /*scaled=*/true).attention_factor) {}
+      rope_factor_(model::ComputeRopeTable(config, config.rope_theta, /*scaled=*/true).attention_factor) {
+  if (config.rope_local_theta) {
+    local_inv_freq_ = model::ComputeRopeTable(config, *config.rope_local_theta, /*scaled=*/false).inv_freq;
+  }
+}
 
 CudaLlamaModel::~CudaLlamaModel() {
   if (stream_ != nullptr) cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
@@ -64,20 +69,15 @@ namespace {
 
 // What the device forward pass does not compute yet (the CPU backend does): refused with
 // the feature named, never approximated.
+// Every field of model/model_config.h the CPU forward pass honours has a device twin here;
+// what a future config field adds must be refused in this function until it does.
 absl::Status CheckImplemented(const model::ModelConfig& c) {
-  const char* missing = nullptr;
-  if (c.sandwich_norms || c.norm_weight_offset) missing = "Gemma norms";
-  if (c.scale_embedding) missing = "embedding scaling";
-  if (c.activation != model::Activation::kSilu) missing = "gelu_pytorch_tanh";
-  if (c.final_logit_softcap > 0) missing = "final logit soft-capping";
-  if (c.rope_local_theta) missing = "local RoPE base";
-  if (c.rotary_dim != c.head_dim) missing = "partial rotary embedding";
-  if (std::abs(c.attention_scale * std::sqrt(static_cast<double>(c.head_dim)) - 1.0) > 1e-12) {
-    missing = "query_pre_attn_scalar";
+  if (c.activation != model::Activation::kSilu && c.activation != model::Activation::kGeluTanh) {
+    return absl::UnimplementedError(absl::StrCat("cuda model: ", c.architecture_name,
+                                                 " needs an MLP activation not implemented on the CUDA backend yet "
+                                                 "(engine.backend=cpu serves it)"));
   }
-  if (missing == nullptr) return absl::OkStatus();
-  return absl::UnimplementedError(absl::StrCat("cuda model: ", c.architecture_name, " needs ", missing,
-                                               ", not implemented on the CUDA backend yet (engine.backend=cpu serves it)"));
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -223,13 +223,26 @@ absl::Status CudaLlamaModel::Upload(const model::LlamaWeights& w) {
     if (as_bf16) {
       KVS_RETURN_IF_ERROR(model::ReadBf16(ckpt, spec, {reinterpret_cast<uint16_t*>(staging.data()), n}));
     } else {
-      KVS_RETURN_IF_ERROR(model::ReadF32(ckpt, spec, {reinterpret_cast<float*>(staging.data()), n}));
+      auto* f = reinterpret_cast<float*>(staging.data());
+      KVS_RETURN_IF_ERROR(model::ReadF32(ckpt, spec, {f, n}));
+      // Gemma's RMSNorm scales by (1 + w): the 1 is added once here, as model/llama_weights.cc does.
+      if (config_.norm_weight_offset && spec.is_norm) {
+        for (size_t i = 0; i < n; ++i) f[i] += 1.0f;
+      }
     }
     KVS_CUDA_OK(cudaMemcpy(weights_ + off, staging.data(), staging.size(), cudaMemcpyHostToDevice),
                 "uploading weights");
     return absl::OkStatus();
   };
   KVS_RETURN_IF_ERROR(put(plan_.embed, map.embed, false));
+  if (config_.scale_embedding) {
+    // As model/llama_model.cc EmbeddingScale: sqrt(hidden) in the embedding's own dtype.
+    const float sc = std::sqrt(static_cast<float>(config_.hidden_size));
+    KVS_ASSIGN_OR_RETURN(const model::WeightDtype ed, model::SpecDtype(ckpt, map.embed));
+    embed_scale_ = ed == model::WeightDtype::kBf16   ? kernels::cpu::Bf16ToFloat(kernels::cpu::FloatToBf16(sc))
+                   : ed == model::WeightDtype::kF16 ? kernels::cpu::HalfToFloat(kernels::cpu::FloatToHalf(sc))
+                                                    : sc;
+  }
   KVS_RETURN_IF_ERROR(put(plan_.final_norm, map.final_norm, false));
   KVS_RETURN_IF_ERROR(put(plan_.lm_head, map.lm_head, bf16));
   for (size_t l = 0; l < map.layers.size(); ++l) {
@@ -246,6 +259,10 @@ absl::Status CudaLlamaModel::Upload(const model::LlamaWeights& w) {
     KVS_RETURN_IF_ERROR(put(o.o, s.o, bf16));
     if (o.o_bias != model::kNoTensor) KVS_RETURN_IF_ERROR(put(o.o_bias, s.o_bias, false));
     KVS_RETURN_IF_ERROR(put(o.post_norm, s.pre_ff_norm, false));
+    if (o.post_attn_norm != model::kNoTensor) {
+      KVS_RETURN_IF_ERROR(put(o.post_attn_norm, s.post_attn_norm, false));
+      KVS_RETURN_IF_ERROR(put(o.post_ff_norm, s.post_ff_norm, false));
+    }
     if (o.router != model::kNoTensor) {
       KVS_RETURN_IF_ERROR(put(o.router, s.router, false));
       if (o.router_bias != model::kNoTensor) KVS_RETURN_IF_ERROR(put(o.router_bias, s.router_bias, false));
@@ -299,6 +316,10 @@ absl::Status CudaLlamaModel::FillRandom(uint64_t seed) {
     KVS_RETURN_IF_ERROR(proj(o.o, d * q));
     if (o.o_bias != model::kNoTensor) KVS_RETURN_IF_ERROR(f32(o.o_bias, d, 0.0f, 0.0f));
     KVS_RETURN_IF_ERROR(f32(o.post_norm, d, 0.0f, 1.0f));
+    if (o.post_attn_norm != model::kNoTensor) {
+      KVS_RETURN_IF_ERROR(f32(o.post_attn_norm, d, 0.0f, 1.0f));
+      KVS_RETURN_IF_ERROR(f32(o.post_ff_norm, d, 0.0f, 1.0f));
+    }
     if (o.router != model::kNoTensor) {
       const int64_t ie = c.moe.intermediate_size;
       KVS_RETURN_IF_ERROR(f32(o.router, c.moe.num_experts * d, 0.02f, 0.0f));
@@ -380,23 +401,30 @@ absl::Status CudaLlamaModel::RunLayers(const model::ForwardBatch& b, const model
           ? 0
           : model::PrefillTileRows(hd, c.num_heads / c.num_kv_heads, kernels::cuda::kMaxPrefillTileFloats);
   packed_ = model::PackForwardBatch(b, staging_, tile_rows);
-  const int half = hd / 2;
-  cos_sin_host_.resize(static_cast<size_t>(t) * hd);
-  for (int64_t i = 0; i < t; ++i) {
-    float* row = cos_sin_host_.data() + i * hd;
-    const double p = b.positions[static_cast<size_t>(i)];
-    for (int f = 0; f < half; ++f) {
-      const double angle = p * static_cast<double>(inv_freq_[static_cast<size_t>(f)]);
-      row[f] = static_cast<float>(std::cos(angle));
-      row[half + f] = static_cast<float>(std::sin(angle));
-    }
-    if (rope_factor_ != 1.0f) {  // after rounding, as model/llama_model.cc CosSin
-      for (int f = 0; f < hd; ++f) row[f] *= rope_factor_;
+  // [T][rotary_dim] per table (the global one, then Gemma 3's local one), as model/llama_model.cc
+  // CosSin: angles in double, rounded, then the attention factor.
+  const int rd = c.rotary_dim, half = rd / 2;
+  const int tables = local_inv_freq_.empty() ? 1 : 2;
+  cos_sin_host_.resize(static_cast<size_t>(tables) * t * rd);
+  for (int tb = 0; tb < tables; ++tb) {
+    const std::vector<float>& freq = tb == 0 ? inv_freq_ : local_inv_freq_;
+    const float factor = tb == 0 ? rope_factor_ : 1.0f;
+    for (int64_t i = 0; i < t; ++i) {
+      float* row = cos_sin_host_.data() + (tb * t + i) * rd;
+      const double p = b.positions[static_cast<size_t>(i)];
+      for (int f = 0; f < half; ++f) {
+        const double angle = p * static_cast<double>(freq[static_cast<size_t>(f)]);
+        row[f] = static_cast<float>(std::cos(angle));
+        row[half + f] = static_cast<float>(std::sin(angle));
+      }
+      if (factor != 1.0f) {
+        for (int f = 0; f < rd; ++f) row[f] *= factor;
+      }
     }
   }
   // The pinned mirror is rewritten below: the previous step's upload must have completed.
   KVS_CUDA_OK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "synchronizing before a step");
-  KVS_RETURN_IF_ERROR(EnsureMetaCapacity(packed_.total_int32, t * hd));
+  KVS_RETURN_IF_ERROR(EnsureMetaCapacity(packed_.total_int32, static_cast<int64_t>(cos_sin_host_.size())));
   const size_t meta_ints = AlignUp(static_cast<size_t>(packed_.total_int32) * 4);
   std::memcpy(meta_host_, staging_.data(), staging_.size() * 4);
   std::memcpy(static_cast<std::byte*>(meta_host_) + meta_ints, cos_sin_host_.data(), cos_sin_host_.size() * 4);
@@ -405,6 +433,7 @@ absl::Status CudaLlamaModel::RunLayers(const model::ForwardBatch& b, const model
               "uploading step metadata");
   d_meta_ = static_cast<int32_t*>(meta_dev_);
   d_cos_sin_ = reinterpret_cast<float*>(static_cast<std::byte*>(meta_dev_) + meta_ints);
+  d_cos_sin_local_ = tables == 2 ? d_cos_sin_ + t * rd : nullptr;
   const int32_t* token_ids = d_meta_ + packed_.token_ids;
   const auto* slots = reinterpret_cast<const int64_t*>(d_meta_ + packed_.slot_mapping);
 
@@ -427,7 +456,7 @@ absl::Status CudaLlamaModel::RunLayers(const model::ForwardBatch& b, const model
   const int split_kv_rows = tile_rows > 0 ? std::max(1, packed_.num_split_rows) : static_cast<int>(t);
   const int split = model::ChooseSplitTokens(split_kv_rows, c.num_kv_heads, c.num_heads, hd, packed_.max_kv_len,
                                              2 * num_sms_, kMinSplitTokens, attn_ws_bytes_);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const auto scale = static_cast<float>(c.attention_scale);  // Gemma: query_pre_attn_scalar^-1/2
 
   if (want_queries) {
     const size_t need = static_cast<size_t>(c.num_layers) * static_cast<size_t>(t) * q_size * sizeof(float);
@@ -469,6 +498,7 @@ absl::Status CudaLlamaModel::RunLayers(const model::ForwardBatch& b, const model
   KVS_CUDA_OK(kernels::cuda::EmbeddingGather(reinterpret_cast<const float*>(weights_ + plan_.embed), d, token_ids, t,
                                              x_, s),
               "embedding");
+  if (embed_scale_ != 1.0f) KVS_CUDA_OK(kernels::cuda::ScaleRows(x_, d, t, d, embed_scale_, s), "embedding scale");
   for (int layer = 0; layer < c.num_layers; ++layer) {
     const model::DeviceLayerOffsets& o = plan_.layers[static_cast<size_t>(layer)];
     auto f32 = [this](size_t off) { return reinterpret_cast<const float*>(weights_ + off); };
@@ -494,8 +524,11 @@ absl::Status CudaLlamaModel::RunLayers(const model::ForwardBatch& b, const model
                                     cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(s)),
                   "pre-RoPE queries");
     }
-    // q and k are adjacent in the row: one rotation over H + Hkv heads.
-    KVS_CUDA_OK(kernels::cuda::ApplyRope(qkv_, t, c.num_heads + c.num_kv_heads, hd, qkv_stride, d_cos_sin_, s),
+    // q and k are adjacent in the row: one rotation over H + Hkv heads (Gemma 3's window layers
+    // with the local table).
+    const float* angles =
+        d_cos_sin_local_ != nullptr && c.layer_window[static_cast<size_t>(layer)] > 0 ? d_cos_sin_local_ : d_cos_sin_;
+    KVS_CUDA_OK(kernels::cuda::ApplyRope(qkv_, t, c.num_heads + c.num_kv_heads, hd, qkv_stride, angles, s, c.rotary_dim),
                 "rope");
     KVS_CUDA_OK(kernels::cuda::WriteKv(kv.layout, data, scales, qkv_ + q_size, qkv_ + q_size + kv_size, qkv_stride,
                                        slots, t, s),
@@ -514,10 +547,14 @@ absl::Status CudaLlamaModel::RunLayers(const model::ForwardBatch& b, const model
                                                layer_mass, observers->mass_stride, s, variant),
                   "attention mass");
     }
-    KVS_RETURN_IF_ERROR(Linear(attn_, q_size, o.o, x_, d, t, q_size, d, true));
+    // Gemma's sandwich norms: x += norm(attn · Woᵀ) (the branch in h_); else x += attn · Woᵀ.
+    const bool sandwich = o.post_attn_norm != model::kNoTensor;
+    float* branch = sandwich ? h_ : x_;
+    KVS_RETURN_IF_ERROR(Linear(attn_, q_size, o.o, branch, d, t, q_size, d, !sandwich));
     if (o.o_bias != model::kNoTensor) {
-      KVS_CUDA_OK(kernels::cuda::AddBias(x_, d, f32(o.o_bias), t, d, s), "o bias");
+      KVS_CUDA_OK(kernels::cuda::AddBias(branch, d, f32(o.o_bias), t, d, s), "o bias");
     }
+    if (sandwich) KVS_RETURN_IF_ERROR(AddNormed(o.post_attn_norm));
     if (o.router != model::kNoTensor) {  // the experts add into the residual; the layer ends here
       KVS_CUDA_OK(kernels::cuda::RmsNorm(x_, d, nullptr, f32(o.post_norm), h_, d, t, d, c.rms_norm_eps, s),
                   "expert input norm");
@@ -534,13 +571,19 @@ absl::Status CudaLlamaModel::RunLayers(const model::ForwardBatch& b, const model
       continue;
     }
     KVS_RETURN_IF_ERROR(NormLinear(nullptr, o.post_norm, o.gate_up, gate_up_, 2 * inter, t, 2 * inter));
+    const bool gelu = c.activation == model::Activation::kGeluTanh;  // Gemma's GeGLU
     if (plan_.dtype == model::DeviceWeightDtype::kBf16) {
-      KVS_CUDA_OK(kernels::cuda::SiluMulBf16(gate_up_, t, inter, xb_, s), "swiglu");
-      KVS_RETURN_IF_ERROR(LinearFromBf16(o.down, x_, d, t, inter, d, true));
+      KVS_CUDA_OK(gelu ? kernels::cuda::GeluTanhMulBf16(gate_up_, t, inter, xb_, s)
+                       : kernels::cuda::SiluMulBf16(gate_up_, t, inter, xb_, s),
+                  "gated activation");
+      KVS_RETURN_IF_ERROR(LinearFromBf16(o.down, branch, d, t, inter, d, !sandwich));
     } else {
-      KVS_CUDA_OK(kernels::cuda::SiluMul(gate_up_, t, inter, act_, s), "swiglu");
-      KVS_RETURN_IF_ERROR(Linear(act_, inter, o.down, x_, d, t, inter, d, true));
+      KVS_CUDA_OK(gelu ? kernels::cuda::GeluTanhMul(gate_up_, t, inter, act_, s)
+                       : kernels::cuda::SiluMul(gate_up_, t, inter, act_, s),
+                  "gated activation");
+      KVS_RETURN_IF_ERROR(Linear(act_, inter, o.down, branch, d, t, inter, d, !sandwich));
     }
+    if (sandwich) KVS_RETURN_IF_ERROR(AddNormed(o.post_ff_norm));
   }
   if (want_mass) {
     KVS_CUDA_OK(cudaMemcpyAsync(observers->attention_mass.data(), mass, mass_floats * sizeof(float),
@@ -563,7 +606,24 @@ absl::Status CudaLlamaModel::RunLayers(const model::ForwardBatch& b, const model
 
 absl::Status CudaLlamaModel::LmHead(int begin, int n) {
   const int vocab = config_.vocab_size;
-  return NormLinear(d_meta_ + packed_.logits_rows + begin, plan_.final_norm, plan_.lm_head, logits_, vocab, n, vocab);
+  KVS_RETURN_IF_ERROR(
+      NormLinear(d_meta_ + packed_.logits_rows + begin, plan_.final_norm, plan_.lm_head, logits_, vocab, n, vocab));
+  if (config_.final_logit_softcap > 0) {  // Gemma 2: before sampling, as the CPU
+    KVS_CUDA_OK(kernels::cuda::SoftcapLogits(logits_, vocab, n, vocab, static_cast<float>(config_.final_logit_softcap),
+                                             stream_),
+                "final logit soft-cap");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaLlamaModel::AddNormed(size_t norm_w) {
+  const int d = config_.hidden_size;
+  const int64_t t = packed_.num_tokens;
+  KVS_CUDA_OK(kernels::cuda::RmsNorm(h_, d, nullptr, reinterpret_cast<const float*>(weights_ + norm_w), h_, d, t, d,
+                                     config_.rms_norm_eps, stream_),
+              "sandwich norm");
+  KVS_CUDA_OK(kernels::cuda::AddRows(x_, d, h_, d, t, d, stream_), "sandwich residual");
+  return absl::OkStatus();
 }
 
 absl::Status CudaLlamaModel::Forward(const model::ForwardBatch& b, const model::KvCacheView& kv,

@@ -116,6 +116,9 @@ class CudaLlamaModel final : public model::ForwardModel {
                          const model::ForwardObservers* observers);
   // Final norm + LM head of logits rows [begin, begin + n) into logits_.
   absl::Status LmHead(int begin, int n);
+  // Gemma's sandwich norms: x += RmsNorm(h) with the norm at weights_ + norm_w, over the step's
+  // rows (the branch output is in h_).
+  absl::Status AddNormed(size_t norm_w);
   // y (=|+=) x·Wᵀ (W at weight offset `w`) for `rows` rows; bf16 weights round x to bf16 first.
   absl::Status Linear(const float* x, int64_t x_stride, size_t w, float* y, int64_t y_stride, int64_t rows, int in,
                       int out, bool accumulate);
@@ -133,6 +136,10 @@ class CudaLlamaModel final : public model::ForwardModel {
   std::vector<float> inv_freq_;
   // yarn / longrope: cos and sin both carry this factor (model/rope_table.h), as on the CPU.
   float rope_factor_ = 1.0f;
+  // Gemma 3's sliding-window layers rotate with their own base, unscaled (empty otherwise).
+  std::vector<float> local_inv_freq_;
+  // Gemma: the embedding's sqrt(hidden), rounded to the checkpoint's embedding dtype (1: none).
+  float embed_scale_ = 1.0f;
   void* stream_ = nullptr;
   void* own_stream_ = nullptr;  // the stream this model created (destroyed with it), if any
   struct Gemm;
@@ -163,7 +170,8 @@ class CudaLlamaModel final : public model::ForwardModel {
   size_t meta_bytes_ = 0;
   model::PackedBatch packed_;
   int32_t* d_meta_ = nullptr;  // device view of the packed batch
-  float* d_cos_sin_ = nullptr;
+  float* d_cos_sin_ = nullptr;        // [T][rotary_dim], then the local table when there is one
+  float* d_cos_sin_local_ = nullptr;
   std::vector<int32_t> staging_;
   std::vector<float> cos_sin_host_;
   int last_logits_rows_ = 0;

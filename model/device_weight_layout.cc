@@ -37,6 +37,10 @@ DeviceWeightLayout PlanDeviceWeights(const ModelConfig& c, DeviceWeightDtype dty
     l.o = take(d * q * wb);
     if (c.o_bias) l.o_bias = take(d * sizeof(float));
     l.post_norm = take(d * sizeof(float));
+    if (c.sandwich_norms) {
+      l.post_attn_norm = take(d * sizeof(float));
+      l.post_ff_norm = take(d * sizeof(float));
+    }
     if (!c.is_moe_layer(static_cast<int>(i))) {
       l.gate_up = take(2 * inter * d * wb);
       l.down = take(d * inter * wb);

@@ -39,6 +39,8 @@ inline constexpr size_t kNoTensor = static_cast<size_t>(-1);
 struct DeviceLayerOffsets {
   size_t input_norm = 0, qkv = 0, qkv_bias = kNoTensor, q_norm = kNoTensor, k_norm = kNoTensor,
          sinks = kNoTensor, o = 0, o_bias = kNoTensor, post_norm = 0, gate_up = kNoTensor, down = kNoTensor;
+  // Gemma's sandwich norms (fp32 D each): of the attention output and of the MLP output.
+  size_t post_attn_norm = kNoTensor, post_ff_norm = kNoTensor;
   // Mixture-of-experts layers only (gate_up and down are then kNoTensor).
   size_t router = kNoTensor, expert_gate_up = kNoTensor, expert_down = kNoTensor;
   size_t expert_gate_up_stride = 0, expert_down_stride = 0;  // bytes between experts

@@ -78,9 +78,9 @@ __global__ void __launch_bounds__(kNormThreads) RmsNormKernel(const float* x, in
 
 // ------------------------------------------------------------------ RoPE
 
-__global__ void RopeKernel(float* x, int64_t rows, int num_heads, int head_dim, int64_t row_stride,
+__global__ void RopeKernel(float* x, int64_t rows, int num_heads, int head_dim, int rotary_dim, int64_t row_stride,
                            const float* cos_sin) {
-  const int half = head_dim / 2;
+  const int half = rotary_dim / 2;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t per_row = static_cast<int64_t>(num_heads) * half;
   if (i >= rows * per_row) return;
@@ -88,8 +88,8 @@ __global__ void RopeKernel(float* x, int64_t rows, int num_heads, int head_dim, 
   const int rem = static_cast<int>(i - r * per_row);
   const int h = rem / half, f = rem % half;
   float* lo = x + r * row_stride + static_cast<int64_t>(h) * head_dim;
-  const float c = cos_sin[r * head_dim + f];
-  const float s = cos_sin[r * head_dim + half + f];
+  const float c = cos_sin[r * rotary_dim + f];
+  const float s = cos_sin[r * rotary_dim + half + f];
   const float a = lo[f], b = lo[half + f];
   // Separately rounded products, as the CPU kernel (compiled without FMA contraction).
   lo[f] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
@@ -370,10 +370,13 @@ int HeadRmsNorm(float* x, int64_t rows, int64_t row_stride, int heads, int head_
 }
 
 int ApplyRope(float* x, int64_t rows, int num_heads, int head_dim, int64_t row_stride, const float* cos_sin,
-              void* stream) {
-  const int64_t n = rows * num_heads * (head_dim / 2);
+              void* stream, int rotary_dim) {
+  if (rotary_dim == 0) rotary_dim = head_dim;
+  if (rotary_dim < 2 || rotary_dim > head_dim || rotary_dim % 2 != 0) return static_cast<int>(cudaErrorInvalidValue);
+  const int64_t n = rows * num_heads * (rotary_dim / 2);
   if (n == 0) return 0;
-  RopeKernel<<<GridFor(n, 256), 256, 0, AsStream(stream)>>>(x, rows, num_heads, head_dim, row_stride, cos_sin);
+  RopeKernel<<<GridFor(n, 256), 256, 0, AsStream(stream)>>>(x, rows, num_heads, head_dim, rotary_dim, row_stride,
+                                                            cos_sin);
   return LastError();
 }
 

@@ -44,10 +44,11 @@ int RmsNormBf16(const float* x, int64_t x_stride, const int32_t* rows_index, con
 int HeadRmsNorm(float* x, int64_t rows, int64_t row_stride, int heads, int head_dim, const float* weight, float eps,
                 void* stream);
 
-// Rotates num_heads heads of head_dim at the start of each row (rotate_half layout), in place.
-// cos_sin: [rows][head_dim] (cos in [0, hd/2), sin in [hd/2, hd)).
+// Rotates num_heads heads of head_dim at the start of each row (rotate_half layout), in place:
+// the first rotary_dim dims of each head, pairs (f, f + rotary_dim / 2) (Phi-4-mini's partial
+// rotary; 0: head_dim). cos_sin: [rows][rotary_dim] (cos in [0, rd/2), sin in [rd/2, rd)).
 int ApplyRope(float* x, int64_t rows, int num_heads, int head_dim, int64_t row_stride, const float* cos_sin,
-              void* stream);
+              void* stream, int rotary_dim = 0);
 
 // Quantizes K and V of every row with slot_mapping[r] >= 0 into the paged layer arrays.
 // k, v: [rows][kv_stride], num_kv_heads * head_dim floats each at their start.

@@ -1,13 +1,10 @@
 // The CUDA model against the float64 reference forward (tests/support/hf_models) on the
-// random-weight Hugging Face fixtures of the architectures the CUDA backend runs (Llama with
-// its RoPE scalings, Qwen2, Qwen3, Phi-3, Mistral and Qwen2 with sliding windows, Mixtral,
-// Qwen3-MoE): per-position
-// log-probabilities of a 40-token prompt (one prefill step over a shuffled block table) agree
-// to 1e-4, as the CPU model's do in KvserveAgreementTest, and an 8-token greedy continuation
-// (decode steps) equals the reference's. fp32 fixtures only: a bf16 checkpoint runs bf16 GEMMs
-// with bf16 activations on the device (kernels/cuda/gemm.h), which the float64 definition does
-// not model. Architectures the CUDA backend does not run yet must be refused at Create with
-// Unimplemented naming what is missing, never approximated.
+// random-weight Hugging Face fixtures of every architecture kvserve serves (the cases of the
+// CPU's KvserveAgreementTest): per-position log-probabilities of a 40-token prompt (one
+// prefill step over a shuffled block table) agree to 1e-4, as the CPU model's do, and an
+// 8-token greedy continuation (decode steps) equals the reference's. fp32 fixtures only: a bf16
+// checkpoint runs bf16 GEMMs with bf16 activations on the device (kernels/cuda/gemm.h), which
+// the float64 definition does not model.
 // Needs a GPU (label gpu).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -41,8 +38,6 @@ constexpr int kBlock = 4;
 struct Case {
   std::string name;
   FixtureSpec spec;
-  bool refused =
-      false;  // CheckImplemented refuses it (names the architecture and a missing feature)
   int greedy_prompt = 6;  // past longrope's original context: Hugging Face picks factors per call
 };
 
@@ -61,14 +56,16 @@ std::vector<Case> Cases() {
   s.num_shards = 2;
   v.push_back({"llama_tied_sharded", s});
   v.push_back({"qwen2", Qwen2Preset()});
-  v.push_back({"qwen3", Qwen3Preset()});     // per-head q/k norms (HeadRmsNorm)
-  v.push_back({"llama_yarn", YarnLlama()});  // cos and sin carry yarn's attention factor
-  v.push_back(
-      {"phi3_longrope", Phi3Preset(), false, 20});  // fused qkv / gate_up, longrope's factor
-  v.push_back({"gemma3", Gemma3Preset(), true});
-  v.push_back({"phi4mini", Phi4MiniPreset(), true});
-  v.push_back({"mixtral", MixtralPreset()});     // experts (CudaMoeLayer), top-2 of 4
-  v.push_back({"qwen3_moe", Qwen3MoePreset()});  // q/k norms, a dense layer among MoE ones
+  v.push_back({"qwen3", Qwen3Preset()});             // per-head q/k norms (HeadRmsNorm)
+  v.push_back({"llama_yarn", YarnLlama()});          // cos and sin carry yarn's attention factor
+  v.push_back({"phi3_longrope", Phi3Preset(), 20});  // fused qkv / gate_up, longrope's factor
+  // GeGLU, (1 + w) sandwich norms, softcaps 50 / 30, even layers windowed (8).
+  v.push_back({"gemma2", Gemma2Preset()});
+  // 5 local (window 8, local RoPE base) : 1 global, q/k norms, query_pre_attn_scalar.
+  v.push_back({"gemma3", Gemma3Preset()});
+  v.push_back({"phi4mini", Phi4MiniPreset(), 20});  // partial rotary (12 of 16 dims)
+  v.push_back({"mixtral", MixtralPreset()});        // experts (CudaMoeLayer), top-2 of 4
+  v.push_back({"qwen3_moe", Qwen3MoePreset()});     // q/k norms, a dense layer among MoE ones
   // gpt-oss: sinks, window 8 on even layers, yarn, experts with biases and the clamped SwiGLU;
   // dequantised and MXFP4 experts (unpacked to bf16 at load: the device sees bf16).
   v.push_back({"gpt_oss", GptOssPreset()});
@@ -118,14 +115,6 @@ TEST_P(CudaHfAgreement, LogprobsAndGreedyMatchTheFloat64Reference) {
   co.max_tokens_per_step = 64;
   co.max_logits_rows = 16;
   auto gpu = CudaLlamaModel::Create((*cpu)->config(), (*cpu)->weights(), co);
-  if (c.refused) {
-    ASSERT_FALSE(gpu.ok()) << c.name << " must be refused until the CUDA backend runs it";
-    EXPECT_EQ(gpu.status().code(), absl::StatusCode::kUnimplemented);
-    const std::string msg(gpu.status().message());
-    EXPECT_NE(msg.find((*cpu)->config().architecture_name), std::string::npos) << msg;
-    EXPECT_NE(msg.find("not implemented on the CUDA backend"), std::string::npos) << msg;
-    return;
-  }
   ASSERT_TRUE(gpu.ok()) << gpu.status();
 
   const int vocab = c.spec.vocab_size;
