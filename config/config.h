@@ -42,6 +42,7 @@ struct ModelConfig {
 struct EngineConfig {
   Backend backend = Backend::kAuto;
   int threads = 0;     // CPU compute threads; 0: all cores
+  int device = 0;      // CUDA device index this instance runs on (after CUDA_VISIBLE_DEVICES)
   uint64_t seed = 0;   // default seed for requests that do not give one
 };
 

@@ -262,6 +262,10 @@ std::vector<Field<Config>> BuildConfigFields() {
                            [](C& c) -> auto& { return c.engine.backend; }, kBackends));
   f.push_back(IntField<C>("engine.threads", "CPU compute threads; 0: all cores",
                           [](C& c) -> auto& { return c.engine.threads; }, 0, 1024));
+  f.push_back(IntField<C>("engine.device",
+                          "CUDA device index this instance runs on, among the devices CUDA_VISIBLE_DEVICES "
+                          "leaves visible",
+                          [](C& c) -> auto& { return c.engine.device; }, 0, 63));
   f.push_back(IntField<C>("engine.seed", "seed for requests that give none",
                           [](C& c) -> auto& { return c.engine.seed; }, 0,
                           std::numeric_limits<int64_t>::max()));

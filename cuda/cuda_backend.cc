@@ -79,7 +79,7 @@ absl::StatusOr<engine::Backend> MakeCudaBackendWith(const config::Config& config
     return absl::InvalidArgumentError(
         absl::StrCat("cache.block_size=", cc.block_size, ": must be a power of two in [8,128]"));
   }
-  constexpr int kDevice = 0;
+  const int kDevice = config.engine.device;  // engine.device (probed by ResolveBackend)
   CudaModelOptions mo;
   mo.max_tokens_per_step = config.scheduler.max_num_batched_tokens;
   mo.max_logits_rows = std::max(1, config.scheduler.max_num_seqs);

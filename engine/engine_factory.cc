@@ -162,7 +162,7 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config
   std::string why;
   BackendSupport support = ThisBuildSupports();
   support.cuda_runner_available = static_cast<bool>(deps.make_cuda_backend) || static_cast<bool>(deps.load_cuda_backend);
-  KVS_ASSIGN_OR_RETURN(config::Backend kind, ResolveBackend(config.engine.backend, kernels::ProbeCudaDevice(),
+  KVS_ASSIGN_OR_RETURN(config::Backend kind, ResolveBackend(config.engine.backend, kernels::ProbeCudaDevice(config.engine.device),
                                                             support, why));
   if (kind == config::Backend::kCuda) {
     if (absl::Status st = CudaReadsKvPrecision(config.cache); !st.ok()) {

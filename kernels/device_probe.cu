@@ -6,8 +6,9 @@
 
 namespace kvserve::kernels {
 
-DeviceProbe ProbeCudaDevice() {
+DeviceProbe ProbeCudaDevice(int device) {
   DeviceProbe p;
+  p.device = device;
   p.compiled_with_cuda = true;
   cudaRuntimeGetVersion(&p.runtime_version);
   cudaDriverGetVersion(&p.driver_version);  // 0 when no driver is installed
@@ -24,15 +25,21 @@ DeviceProbe ProbeCudaDevice() {
     p.reason = "no CUDA device found";
     return p;
   }
+  if (device < 0 || device >= count) {
+    p.device_count = count;
+    p.reason = std::string("engine.device=") + std::to_string(device) + " but this process sees " +
+               std::to_string(count) + " CUDA device(s) (CUDA_VISIBLE_DEVICES applies)";
+    return p;
+  }
   cudaDeviceProp prop{};
-  err = cudaGetDeviceProperties(&prop, 0);
+  err = cudaGetDeviceProperties(&prop, device);
   if (err != cudaSuccess) {
     p.reason = std::string("cudaGetDeviceProperties: ") + cudaGetErrorString(err);
     cudaGetLastError();
     return p;
   }
   size_t free_b = 0, total_b = 0;
-  if (cudaSetDevice(0) == cudaSuccess && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
+  if (cudaSetDevice(device) == cudaSuccess && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
     p.free_bytes = free_b;
     p.total_bytes = total_b;
   } else {

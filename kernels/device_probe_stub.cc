@@ -2,8 +2,9 @@
 
 namespace kvserve::kernels {
 
-DeviceProbe ProbeCudaDevice() {
+DeviceProbe ProbeCudaDevice(int device) {
   DeviceProbe p;
+  p.device = device;
   p.reason = "this binary was built without CUDA (KVSERVE_CUDA=OFF or no nvcc at build time)";
   return p;
 }

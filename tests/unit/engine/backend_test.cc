@@ -37,6 +37,17 @@ TEST(ResolveBackend, CpuIsAlwaysAvailable) {
   }
 }
 
+// engine.device past the devices the process sees (CUDA_VISIBLE_DEVICES): the probe of a
+// device that does not exist is not usable, whatever other devices there are.
+kernels::DeviceProbe SecondOfOneDevice() {
+  kernels::DeviceProbe p = OneDevice();
+  p.device = 1;
+  p.device_name.clear();
+  p.reason =
+      "engine.device=1 but this process sees 1 CUDA device(s) (CUDA_VISIBLE_DEVICES applies)";
+  return p;
+}
+
 TEST(ResolveBackend, CudaNamesWhatIsMissing) {
   std::string why;
   struct Case {
@@ -47,13 +58,17 @@ TEST(ResolveBackend, CudaNamesWhatIsMissing) {
   const Case cases[] = {
       {OneDevice(), BackendSupport{false, false}, "built without CUDA"},
       {NoDevice(), BackendSupport{true, true}, "no usable CUDA device (no CUDA driver)"},
-      {OneDevice(), BackendSupport{true, false}, "NVIDIA H200 found, but this program was built without the CUDA backend"},
+      {OneDevice(), BackendSupport{true, false},
+       "NVIDIA H200 found, but this program was built without the CUDA backend"},
+      {SecondOfOneDevice(), BackendSupport{true, true},
+       "engine.device=1 but this process sees 1 CUDA device(s)"},
   };
   for (const Case& c : cases) {
     auto b = ResolveBackend(Backend::kCuda, c.probe, c.support, why);
     ASSERT_FALSE(b.ok());
     EXPECT_EQ(b.status().code(), absl::StatusCode::kFailedPrecondition);
-    EXPECT_NE(b.status().message().find("engine.backend=cuda: "), std::string_view::npos) << b.status();
+    EXPECT_NE(b.status().message().find("engine.backend=cuda: "), std::string_view::npos)
+        << b.status();
     EXPECT_NE(b.status().message().find(c.expect), std::string_view::npos) << b.status();
   }
   auto b = ResolveBackend(Backend::kCuda, OneDevice(), BackendSupport{true, true}, why);
@@ -71,7 +86,8 @@ TEST(ResolveBackend, AutoPicksCudaOnlyWhenEverythingIsThere) {
   b = ResolveBackend(Backend::kAuto, NoDevice(), BackendSupport{true, true}, why);
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(*b, Backend::kCpu);
-  EXPECT_NE(why.find("backend: cpu, no usable CUDA device (no CUDA driver)"), std::string::npos) << why;
+  EXPECT_NE(why.find("backend: cpu, no usable CUDA device (no CUDA driver)"), std::string::npos)
+      << why;
 
   b = ResolveBackend(Backend::kAuto, OneDevice(), BackendSupport{true, false}, why);
   ASSERT_TRUE(b.ok());
@@ -88,7 +104,8 @@ TEST(ResolveBackend, AutoOnThisMachineResolves) {
 }
 
 TEST(CpuBackend, BuildsAHostPoolSwapTierAndRunnerSizedFromConfig) {
-  auto model = model::LlamaModel::Load(std::string(KVSERVE_SOURCE_DIR) + "/models/kvs-tiny", model::ModelOptions{});
+  auto model = model::LlamaModel::Load(std::string(KVSERVE_SOURCE_DIR) + "/models/kvs-tiny",
+                                       model::ModelOptions{});
   ASSERT_TRUE(model.ok()) << model.status();
   config::Config cfg;
   cfg.cache.block_size = 16;
@@ -102,7 +119,8 @@ TEST(CpuBackend, BuildsAHostPoolSwapTierAndRunnerSizedFromConfig) {
   EXPECT_EQ(b->storage->memory_space(), cache::MemorySpace::kHost);
   EXPECT_EQ(b->swap->memory_space(), cache::MemorySpace::kHost);
   const uint64_t per_block = b->storage->layout().bytes_per_block();
-  EXPECT_EQ(static_cast<uint64_t>(b->storage->num_blocks()), cfg.cache.kv_bytes / per_block + 1);  // + null block
+  EXPECT_EQ(static_cast<uint64_t>(b->storage->num_blocks()),
+            cfg.cache.kv_bytes / per_block + 1);  // + null block
   EXPECT_EQ(static_cast<uint64_t>(b->swap->num_blocks()), cfg.cache.host_swap_bytes / per_block);
   EXPECT_EQ(b->manager->usage().total_blocks + 1, b->storage->num_blocks());
   EXPECT_EQ(b->runner->vocab_size(), (*model)->config().vocab_size);
