@@ -123,8 +123,9 @@ constexpr RequestField kFields[] = {
     {kCH, "allowed_token_ids", kOn,
      "[int], non-empty: only these tokens may be sampled (a mask before sampling)"},
     {kCH, "bad_words", kOn,
-     "[string]: never generated; each word is tokenized alone and after a space, and the last "
-     "token of a sequence is masked when the output ends with its other tokens (vLLM)"},
+     "[string]: never generated; tokenized as vLLM does (alone, and after a space when that is a "
+     "word token of its own); the last token of a sequence is masked when the output ends with "
+     "its other tokens"},
     {kCH, "truncate_prompt_tokens", kOn,
      "int >= 1: only the last N prompt tokens are used (usage counts those)"},
     {kCH, "prompt_logprobs", kNo, "prompt logprobs are not implemented"},

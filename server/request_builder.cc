@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "base/absl_compat.h"
 #include "base/check.h"
@@ -35,18 +36,28 @@ absl::Status CheckTokenIds(std::string_view field, const std::vector<int32_t>& i
 constexpr int kMaxMaskEntries = 1 << 20;
 constexpr int kMaxBadWords = 256;
 
-// vLLM's bad_words: each word as tokenized alone and after a space (where a word starts
-// inside a text), without special tokens; distinct sequences only.
+// vLLM's bad_words: each word (leading spaces stripped) as tokenized alone, without special
+// tokens, and also after a space when that gives as many tokens with another first token (the
+// word inside a text); distinct sequences only.
 absl::StatusOr<std::vector<std::vector<int32_t>>> TokenizeBadWords(
     const std::vector<std::string>& words, const TextCodec& codec) {
   std::vector<std::vector<int32_t>> out;
-  for (const std::string& word : words) {
-    for (const std::string& variant : {word, absl::StrCat(" ", word)}) {
-      KVS_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
-                           codec.Encode(variant, /*add_special_tokens=*/false));
-      if (ids.empty() || std::find(out.begin(), out.end(), ids) != out.end()) continue;
+  auto add = [&](std::vector<int32_t> ids) {
+    if (!ids.empty() && std::find(out.begin(), out.end(), ids) == out.end())
       out.push_back(std::move(ids));
-    }
+  };
+  for (const std::string& word : words) {
+    const absl::string_view stripped = absl::StripLeadingAsciiWhitespace(word);
+    const std::string_view bare(stripped.data(), stripped.size());
+    KVS_ASSIGN_OR_RETURN(std::vector<int32_t> alone,
+                         codec.Encode(bare, /*add_special_tokens=*/false));
+    KVS_ASSIGN_OR_RETURN(
+        std::vector<int32_t> spaced,
+        codec.Encode(absl::StrCat(" ", base::AsAbsl(bare)), /*add_special_tokens=*/false));
+    const bool spaced_is_a_word =
+        !alone.empty() && spaced.size() == alone.size() && spaced.front() != alone.front();
+    add(std::move(alone));
+    if (spaced_is_a_word) add(std::move(spaced));
   }
   return out;
 }

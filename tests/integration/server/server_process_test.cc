@@ -16,6 +16,7 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "kvserve/v1/kvserve.grpc.pb.h"
@@ -250,20 +251,32 @@ TEST_F(KVSERVE_SERVER_SUITE, VllmExtrasShapeTheOutput) {
     EXPECT_NE(std::find(allowed.begin(), allowed.end(), id), allowed.end()) << id;
   }
 
-  // bad_words: the first word of the plain text (as its tokens after a space) never appears.
+  // bad_words: a word of the plain text whose tokens (as the server tokenizes a bad word:
+  // alone, or after a space) occur in the plain output never occurs in the banned output.
   const std::string text = plain["choices"][0]["text"];
-  const size_t start = text.find_first_not_of(' ');
-  const std::string word = text.substr(start, text.find(' ', start) - start);
-  auto tok = Post("/tokenize", json{{"prompt", " " + word}, {"add_special_tokens", false}}.dump());
-  ASSERT_EQ(tok->status, 200) << tok->body;
-  const std::vector<int> seq = json::parse(tok->body)["tokens"];
-  ASSERT_FALSE(seq.empty());
-  auto contains = [&](const std::vector<int>& hay) {
-    return std::search(hay.begin(), hay.end(), seq.begin(), seq.end()) != hay.end();
+  auto tokens_of = [&](const std::string& t) {
+    auto tok = Post("/tokenize", json{{"prompt", t}, {"add_special_tokens", false}}.dump());
+    EXPECT_EQ(tok->status, 200) << tok->body;
+    return json::parse(tok->body)["tokens"].get<std::vector<int>>();
   };
-  EXPECT_TRUE(contains(ids)) << word;
+  auto occurs = [](const std::vector<int>& hay, const std::vector<int>& seq) {
+    return !seq.empty() && std::search(hay.begin(), hay.end(), seq.begin(), seq.end()) != hay.end();
+  };
+  std::string word;
+  std::vector<std::vector<int>> seqs;
+  std::istringstream words(text);
+  for (std::string w; word.empty() && words >> w;) {
+    std::vector<std::vector<int>> variants = {tokens_of(w), tokens_of(" " + w)};
+    if (occurs(ids, variants[0]) || occurs(ids, variants[1])) word = w, seqs = variants;
+  }
+  ASSERT_FALSE(word.empty()) << text;
   const json banned = complete({{"bad_words", {word}}, {"ignore_eos", true}});
-  EXPECT_FALSE(contains(banned["choices"][0]["token_ids"].get<std::vector<int>>())) << word;
+  const std::vector<int> banned_ids = banned["choices"][0]["token_ids"];
+  EXPECT_EQ(banned_ids.size(), 8u);
+  EXPECT_FALSE(occurs(banned_ids, seqs[0])) << word;
+  // The space variant is banned when it has as many tokens and another first token (vLLM).
+  if (seqs[1].size() == seqs[0].size() && seqs[1][0] != seqs[0][0])
+    EXPECT_FALSE(occurs(banned_ids, seqs[1])) << word;
 
   // include_stop_str_in_output: the stop string ends the text.
   const std::string stop = text.substr(text.size() / 2, 2);
@@ -274,6 +287,23 @@ TEST_F(KVSERVE_SERVER_SUITE, VllmExtrasShapeTheOutput) {
   // truncate_prompt_tokens: only the last 2 prompt tokens count.
   const json cut = complete({{"truncate_prompt_tokens", 2}});
   EXPECT_EQ(cut["usage"]["prompt_tokens"], 2);
+  // best_of: of three seeded samples, the one with the highest cumulative logprob comes back
+  // (the same three as n = 3 with that seed), and usage counts all three.
+  const json three =
+      complete({{"n", 3}, {"seed", 5}, {"temperature", 1}, {"ignore_eos", true}, {"logprobs", 0}});
+  ASSERT_EQ(three["choices"].size(), 3u);
+  double best_sum = -1e30;
+  std::string best_text;
+  for (const json& c : three["choices"]) {
+    double sum = 0;
+    for (const json& lp : c["logprobs"]["token_logprobs"]) sum += lp.get<double>();
+    if (sum > best_sum) best_sum = sum, best_text = c["text"];
+  }
+  const json best =
+      complete({{"best_of", 3}, {"seed", 5}, {"temperature", 1}, {"ignore_eos", true}});
+  ASSERT_EQ(best["choices"].size(), 1u);
+  EXPECT_EQ(best["choices"][0]["text"], best_text);
+  EXPECT_EQ(best["usage"]["completion_tokens"], 24);
   // Refused fields name themselves.
   auto beam = Post("/v1/completions", R"({"prompt": "x", "use_beam_search": true})");
   EXPECT_EQ(beam->status, 400);

@@ -211,8 +211,7 @@ TEST_F(GrpcFrontendTest, VllmExtrasReachTheEngine) {
   EXPECT_EQ(spec.min_tokens, 2);
   EXPECT_EQ(spec.prompt_tokens, testing::FakeTokens("ef"));
   EXPECT_EQ(spec.sampling.allowed_token_ids, (std::vector<int32_t>{7, 9}));
-  EXPECT_EQ(spec.sampling.bad_words, (std::vector<std::vector<int32_t>>{
-                                         testing::FakeTokens("q"), testing::FakeTokens(" q")}));
+  EXPECT_EQ(spec.sampling.bad_words, (std::vector<std::vector<int32_t>>{testing::FakeTokens("q")}));
 
   v1::GenerateRequest bad = Prompt("x", 4);
   bad.mutable_sampling()->set_truncate_prompt_tokens(0);
