@@ -37,6 +37,7 @@ absl::Status ApplySampling(const v1::SamplingParams& p, GenerationRequest& r) {
     r.bad_words.push_back(w);
   }
   if (p.has_truncate_prompt_tokens()) r.truncate_prompt_tokens = p.truncate_prompt_tokens();
+  if (p.has_best_of()) r.best_of = p.best_of();
   if (p.logit_bias_size() > scheduler::kMaxLogitBias) {
     return FieldError("logit_bias", absl::StrCat("at most ", scheduler::kMaxLogitBias, " entries"));
   }

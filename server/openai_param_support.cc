@@ -191,6 +191,8 @@ constexpr RequestField kFields[] = {
     {kG, "SamplingParams.allowed_token_ids", kOn, "as allowed_token_ids"},
     {kG, "SamplingParams.bad_words", kOn, "as bad_words"},
     {kG, "SamplingParams.truncate_prompt_tokens", kOn, "as truncate_prompt_tokens"},
+    {kG, "SamplingParams.best_of", kOn,
+     "as best_of, on Complete; Generate and Chat refuse best_of > n"},
     {kG, "StructuredOutput.json_schema", kOn, "as guided_json"},
     {kG, "StructuredOutput.json_object", kOn, "as response_format json_object"},
     {kG, "StructuredOutput.regex", kOn, "as guided_regex"},

@@ -213,6 +213,20 @@ TEST_F(GrpcFrontendTest, VllmExtrasReachTheEngine) {
   EXPECT_EQ(spec.sampling.allowed_token_ids, (std::vector<int32_t>{7, 9}));
   EXPECT_EQ(spec.sampling.bad_words, (std::vector<std::vector<int32_t>>{testing::FakeTokens("q")}));
 
+  // best_of: unary Complete returns n of best_of samples and counts them all; the streaming
+  // RPC refuses it.
+  v1::GenerateRequest best = Prompt("x", 4);
+  best.mutable_sampling()->set_best_of(3);
+  best.mutable_sampling()->set_temperature(1.0f);
+  auto ctx3 = Context();
+  status = stub_->Complete(ctx3.get(), best, &resp);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(resp.choices_size(), 1);
+  EXPECT_EQ(resp.usage().completion_tokens(), 12);
+  auto [chunks, streamed] = Generate(best);
+  EXPECT_EQ(streamed.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(streamed.error_message().starts_with("best_of")) << streamed.error_message();
+
   v1::GenerateRequest bad = Prompt("x", 4);
   bad.mutable_sampling()->set_truncate_prompt_tokens(0);
   auto ctx2 = Context();
