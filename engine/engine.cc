@@ -198,6 +198,18 @@ absl::Status Engine::Validate(const RequestSpec& spec) const {
   for (int32_t t : spec.stop_token_ids) {
     if (t < 0 || t >= model_.vocab_size) return Invalid("stop_token_ids", absl::StrCat("token id ", t, " is outside the vocabulary"));
   }
+  for (int32_t t : s.allowed_token_ids) {
+    if (t < 0 || t >= model_.vocab_size)
+      return Invalid("allowed_token_ids",
+                     absl::StrCat("token id ", t, " is outside the vocabulary"));
+  }
+  for (const auto& word : s.bad_words) {
+    if (word.empty()) return Invalid("bad_words", "a word has no tokens");
+    for (int32_t t : word) {
+      if (t < 0 || t >= model_.vocab_size)
+        return Invalid("bad_words", absl::StrCat("token id ", t, " is outside the vocabulary"));
+    }
+  }
   int64_t prompt = static_cast<int64_t>(spec.prompt_tokens.size());
   if (prompt >= model_.max_model_len) {
     return Invalid("prompt", absl::StrCat("is ", prompt, " tokens; the model's context is ",
@@ -411,6 +423,15 @@ void Engine::AddRequest(Command& cmd) {
     s.arrival_seq = arrival_seq_++;
     s.sampling = spec.sampling;
     s.sampling.sample_index = k;
+    // min_tokens is enforced by masking what would end the sample (vLLM's semantics): the
+    // sampler cannot pick EOS or a stop id before min_tokens tokens.
+    s.sampling.min_tokens = spec.min_tokens;
+    s.sampling.min_tokens_banned.clear();
+    if (spec.min_tokens > 0) {
+      if (!spec.ignore_eos) s.sampling.min_tokens_banned = model_.eos_token_ids;
+      s.sampling.min_tokens_banned.insert(s.sampling.min_tokens_banned.end(),
+                                          spec.stop_token_ids.begin(), spec.stop_token_ids.end());
+    }
     s.stop.max_tokens = spec.max_tokens;
     s.stop.min_tokens = spec.min_tokens;
     s.stop.ignore_eos = spec.ignore_eos;

@@ -17,6 +17,10 @@ model::SamplingParams ToModelParams(const scheduler::SamplingParams& s) {
   for (const auto& b : s.logit_bias) p.logit_bias.emplace_back(b.token, b.bias);
   // The sampled token's own logprob is always reported; top-N only when asked.
   p.logprobs = s.logprobs;
+  p.min_tokens = s.min_tokens;
+  p.min_tokens_banned = s.min_tokens_banned;
+  p.allowed_token_ids = s.allowed_token_ids;
+  p.bad_words = s.bad_words;
   return p;
 }
 

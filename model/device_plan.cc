@@ -136,7 +136,8 @@ int ChooseSplitTokens(int num_rows, int num_kv_heads, int num_heads, int head_di
 
 SampleRoute RouteFor(const SamplingParams& p) {
   const bool plain = p.greedy() && p.logit_bias.empty() && p.repetition_penalty == 1.0f &&
-                     p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f && (!p.logprobs || *p.logprobs == 0);
+                     p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f &&
+                     (!p.logprobs || *p.logprobs == 0) && !p.has_masks();
   return plain ? SampleRoute::kDeviceGreedy : SampleRoute::kHost;
 }
 

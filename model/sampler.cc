@@ -39,6 +39,19 @@ absl::Status SamplingParams::Validate(int vocab_size) const {
     if (id < 0 || id >= vocab_size) return FieldError("logit_bias", absl::StrCat(id, " is not a token id"));
     if (!(bias >= -100.0f && bias <= 100.0f)) return FieldError("logit_bias", "biases must be in [-100, 100]");
   }
+  auto check_ids = [&](absl::string_view field, std::span<const int32_t> ids) -> absl::Status {
+    for (int32_t id : ids) {
+      if (id < 0 || id >= vocab_size)
+        return FieldError(field, absl::StrCat(id, " is not a token id"));
+    }
+    return absl::OkStatus();
+  };
+  if (absl::Status st = check_ids("min_tokens", min_tokens_banned); !st.ok()) return st;
+  if (absl::Status st = check_ids("allowed_token_ids", allowed_token_ids); !st.ok()) return st;
+  for (const auto& word : bad_words) {
+    if (word.empty()) return FieldError("bad_words", "a word has no tokens");
+    if (absl::Status st = check_ids("bad_words", word); !st.ok()) return st;
+  }
   if (logprobs && (*logprobs < 0 || *logprobs > vocab_size)) {
     return FieldError("logprobs", absl::StrCat("must be in [0, ", vocab_size, "]"));
   }
@@ -52,6 +65,29 @@ Sampler::Sampler(int vocab_size)
       counts_(static_cast<size_t>(vocab_size), 0),
       seen_(static_cast<size_t>(vocab_size), 0),
       probs_(static_cast<size_t>(vocab_size)) {}
+
+void Sampler::ApplyMasks(const SamplingParams& p, std::span<const int32_t> output) {
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
+  if (static_cast<int64_t>(output.size()) < p.min_tokens) {
+    for (int32_t id : p.min_tokens_banned) work_[static_cast<size_t>(id)] = kMasked;
+  }
+  if (!p.allowed_token_ids.empty()) {
+    // seen_ is all zero between calls (ApplyPenalties clears what it marks).
+    for (int32_t id : p.allowed_token_ids) seen_[static_cast<size_t>(id)] = 1;
+    for (size_t i = 0; i < work_.size(); ++i) {
+      if (seen_[i] == 0) work_[i] = kMasked;
+    }
+    for (int32_t id : p.allowed_token_ids) seen_[static_cast<size_t>(id)] = 0;
+  }
+  for (const auto& word : p.bad_words) {
+    const size_t prefix = word.size() - 1;
+    if (prefix > output.size()) continue;
+    if (std::equal(word.begin(), word.end() - 1,
+                   output.end() - static_cast<std::ptrdiff_t>(prefix))) {
+      work_[static_cast<size_t>(word.back())] = kMasked;
+    }
+  }
+}
 
 void Sampler::ApplyPenalties(const SamplingParams& p, std::span<const int32_t> prompt,
                              std::span<const int32_t> output) {
@@ -149,6 +185,7 @@ SampleResult Sampler::Sample(std::span<const float> logits, const SamplingParams
     work_[static_cast<size_t>(id)] += bias;
   }
   ApplyPenalties(p, prompt, output);
+  if (p.has_masks()) ApplyMasks(p, output);
   // Ids past the mask (a model vocabulary padded beyond the tokenizer's) are never allowed.
   if (!allowed.empty()) base::MaskLogits(allowed, work_);
   if (p.greedy()) {

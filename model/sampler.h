@@ -5,6 +5,7 @@
 //        ▼ logit_bias: additive, per listed token
 //        ▼ penalties: repetition (prompt ∪ output; divides positive logits, multiplies
 //        │            negative ones), presence and frequency (output tokens only)
+//        ▼ request masks: min_tokens (EOS/stop ids), allowed_token_ids, bad_words
 //        ▼ allowed-token mask (structured outputs): -inf for tokens the grammar rejects
 //        ├── temperature == 0 ──► argmax (lowest id on ties)
 //        ▼ / temperature
@@ -45,6 +46,19 @@ struct SamplingParams {
   std::vector<std::pair<int32_t, float>> logit_bias;
   // none: no logprobs; 0: the sampled token's only; N: also the N most likely tokens.
   std::optional<int> logprobs;
+  // Token masks (-inf), applied after the penalties (scheduler/sampling.h says where they come
+  // from): min_tokens_banned while the output is shorter than min_tokens; every token but
+  // allowed_token_ids when that is non-empty; the last token of each bad_words sequence whose
+  // other tokens end the output.
+  int min_tokens = 0;
+  std::vector<int32_t> min_tokens_banned;
+  std::vector<int32_t> allowed_token_ids;
+  std::vector<std::vector<int32_t>> bad_words;
+
+  bool has_masks() const {
+    return (min_tokens > 0 && !min_tokens_banned.empty()) || !allowed_token_ids.empty() ||
+           !bad_words.empty();
+  }
 
   bool greedy() const { return temperature == 0.0f; }
   // Range checks; errors name the field.
@@ -81,12 +95,14 @@ class Sampler {
   void ApplyPenalties(const SamplingParams& p, std::span<const int32_t> prompt,
                       std::span<const int32_t> output);
   int32_t SampleFiltered(const SamplingParams& p, SamplerRng& rng);
+  void ApplyMasks(const SamplingParams& p, std::span<const int32_t> output);
 
   int vocab_;
   std::vector<float> work_;       // [vocab] processed logits
   std::vector<int32_t> order_;    // [vocab] candidate ids
   std::vector<int32_t> counts_;   // [vocab] output-token counts, zero between calls
   std::vector<uint8_t> seen_;     // [vocab] prompt ∪ output marks, zero between calls
+                                  // (ApplyMasks also uses it for allowed_token_ids)
   std::vector<double> probs_;     // [vocab]
 };
 

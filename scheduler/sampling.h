@@ -35,6 +35,16 @@ struct SamplingParams {
   int logprobs = 0;                 // top-N alternatives per generated token; 0: none
   std::vector<LogitBias> logit_bias;  // distinct tokens, checked against the vocabulary
   int sample_index = 0;             // which of the request's n samples (seeds differ per sample)
+  // vLLM's min_tokens: while fewer than min_tokens tokens were generated, these ids (EOS unless
+  // ignore_eos, and stop_token_ids; filled by the engine) are masked, so no sample ends early.
+  int min_tokens = 0;
+  std::vector<int32_t> min_tokens_banned;
+  // vLLM's allowed_token_ids: non-empty, only these may be sampled (checked against the
+  // vocabulary).
+  std::vector<int32_t> allowed_token_ids;
+  // vLLM's bad_words as token sequences: the last token of a sequence is masked when the
+  // sample's output ends with the sequence's other tokens (a one-token word is always masked).
+  std::vector<std::vector<int32_t>> bad_words;
   // Structured outputs: the runner masks the tokens this grammar rejects before sampling
   // (null: unconstrained). Shared by every sample and request using the same grammar.
   std::shared_ptr<const structured::CompiledGrammar> grammar;

@@ -108,9 +108,12 @@ absl::StatusOr<std::unique_ptr<Generation>> Frontend::Generate(const GenerationR
     PreparedPrompt& p = prepared[i];
     StreamConsumer::Options opts;
     opts.engine_request_id = p.spec.request_id;
-    opts.n = p.spec.n;
-    opts.first_choice_index = static_cast<int>(i) * p.spec.n;
+    opts.n = p.spec.n;  // samples run (best_of)
+    opts.choices = static_cast<int>(request.n);
+    opts.first_choice_index = static_cast<int>(i * request.n);
     opts.stop = request.stop;
+    opts.include_stop_str = request.include_stop_str_in_output;
+    opts.min_tokens = static_cast<int>(request.min_tokens);
     opts.logprobs = logprobs;
     opts.top_logprobs = request.sampling.logprobs;
     opts.skip_special_tokens = request.skip_special_tokens;

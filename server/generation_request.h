@@ -52,11 +52,17 @@ struct GenerationRequest {
   std::optional<int64_t> max_tokens;    // none: 16 for completions, the rest of the context for chat
   int64_t min_tokens = 0;
   int64_t n = 1;
+  // best_of > n: that many samples run; the n with the highest cumulative logprob are
+  // returned (usage counts all). Not with streaming (the parser refuses it).
+  std::optional<int64_t> best_of;
   SamplingParams sampling;              // logprobs: top-N alternatives per token
   bool return_logprobs = false;         // logprobs of the sampled tokens (with sampling.logprobs alternatives)
   std::vector<std::string> stop;        // stop strings (matched on decoded text)
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
+  bool include_stop_str_in_output = false;  // vLLM: the matched stop string stays in the text
+  std::vector<std::string> bad_words;  // vLLM: tokenized by request_builder into sampling.bad_words
+  std::optional<int64_t> truncate_prompt_tokens;  // vLLM: keep only the last N prompt tokens
   std::optional<int64_t> priority;      // none: the tenant's default
   std::string cache_salt;
   std::string caller_request_id;        // gRPC request_id / vLLM request_id; empty: generated

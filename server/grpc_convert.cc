@@ -29,6 +29,15 @@ absl::Status ApplySampling(const v1::SamplingParams& p, GenerationRequest& r) {
     r.return_logprobs = true;
   }
   r.ignore_eos = p.ignore_eos();
+  if (p.has_min_tokens()) r.min_tokens = p.min_tokens();
+  r.include_stop_str_in_output = p.include_stop_str_in_output();
+  r.sampling.allowed_token_ids.assign(p.allowed_token_ids().begin(), p.allowed_token_ids().end());
+  for (const std::string& w : p.bad_words()) {
+    if (w.empty()) return FieldError("bad_words", "words must not be empty");
+    r.bad_words.push_back(w);
+  }
+  if (p.has_truncate_prompt_tokens()) r.truncate_prompt_tokens = p.truncate_prompt_tokens();
+  if (p.has_best_of()) r.best_of = p.best_of();
   if (p.logit_bias_size() > scheduler::kMaxLogitBias) {
     return FieldError("logit_bias", absl::StrCat("at most ", scheduler::kMaxLogitBias, " entries"));
   }

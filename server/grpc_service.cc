@@ -7,8 +7,9 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "kvserve/v1/kvserve.grpc.pb.h"
 #include "base/check.h"
+#include "kvserve/v1/kvserve.grpc.pb.h"
+#include "server/error_mapping.h"
 #include "server/grpc_convert.h"
 #include "server/rate_limit_status.h"
 
@@ -249,12 +250,12 @@ class KvServeService final : public v1::KvServe::CallbackService {
 
   grpc::ServerWriteReactor<GenerateChunk>* Generate(grpc::CallbackServerContext* ctx,
                                                     const v1::GenerateRequest* request) override {
-    return StartStream(ctx, FromProto(*request));
+    return StartStream(ctx, Streamable(FromProto(*request)));
   }
 
   grpc::ServerWriteReactor<GenerateChunk>* Chat(grpc::CallbackServerContext* ctx,
                                                 const v1::ChatRequest* request) override {
-    return StartStream(ctx, FromProto(*request));
+    return StartStream(ctx, Streamable(FromProto(*request)));
   }
 
   grpc::ServerUnaryReactor* Complete(grpc::CallbackServerContext* ctx, const v1::GenerateRequest* request,
@@ -315,6 +316,14 @@ class KvServeService final : public v1::KvServe::CallbackService {
     KVS_ASSIGN_OR_RETURN(const config::TenantConfig* tenant, Admit(ctx));
     if (!request.ok()) return request.status();
     return frontend_.Generate(*request, tenant);
+  }
+
+  // best_of > n knows its samples only at the end: only Complete (unary) takes it.
+  static absl::StatusOr<GenerationRequest> Streamable(absl::StatusOr<GenerationRequest> request) {
+    if (request.ok() && request->best_of && *request->best_of > request->n) {
+      return FieldError("best_of", "cannot be streamed (best_of > n): use Complete");
+    }
+    return request;
   }
 
   grpc::ServerWriteReactor<GenerateChunk>* StartStream(grpc::CallbackServerContext* ctx,

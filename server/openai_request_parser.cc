@@ -254,7 +254,7 @@ absl::Status RefuseUnsupported(const json& obj, ParamScope scope, std::string_vi
         value == json::parse(m->accepted_default_json.begin(), m->accepted_default_json.end())) {
       continue;
     }
-    return FieldError(Path(prefix, key), absl::StrCat("is not supported: ", base::AsAbsl(m->reason)));
+    return FieldError(Path(prefix, key), absl::StrCat("is not supported: ", base::AsAbsl(m->text)));
   }
   return absl::OkStatus();
 }
@@ -284,6 +284,26 @@ absl::Status ParseLogitBias(const json& body, SamplingParams& s) {
     const double b = bias.get<double>();
     if (!(b >= -100.0 && b <= 100.0)) return FieldError(field, absl::StrCat("must be in [-100, 100], got ", b));
     s.logit_bias.push_back({static_cast<int32_t>(id), static_cast<float>(b)});
+  }
+  return absl::OkStatus();
+}
+
+// vLLM's allowed_token_ids ([int], ids checked against the vocabulary in request_builder) and
+// bad_words ([string], tokenized there).
+absl::Status ParseVllmMasks(const json& body, GenerationRequest& r) {
+  if (const json* ids = Member(body, "allowed_token_ids")) {
+    KVS_ASSIGN_OR_RETURN(r.sampling.allowed_token_ids, AsTokenIds(*ids, "allowed_token_ids"));
+    if (r.sampling.allowed_token_ids.empty())
+      return FieldError("allowed_token_ids", "must not be empty");
+  }
+  if (const json* words = Member(body, "bad_words")) {
+    if (!words->is_array()) return TypeError("bad_words", "an array of strings", *words);
+    for (const json& w : *words) {
+      if (!w.is_string()) return TypeError("bad_words", "an array of strings", w);
+      if (w.get_ref<const std::string&>().empty())
+        return FieldError("bad_words", "words must not be empty");
+      r.bad_words.push_back(w.get<std::string>());
+    }
   }
   return absl::OkStatus();
 }
@@ -333,12 +353,16 @@ absl::Status ParseCommon(const json& body, HttpGenerationRequest& out) {
   if (const json* ids = Member(body, "stop_token_ids")) {
     KVS_ASSIGN_OR_RETURN(r.stop_token_ids, AsTokenIds(*ids, "stop_token_ids"));
   }
-  KVS_RETURN_IF_ERROR(ReadOptionalFields(body, {{"ignore_eos", &r.ignore_eos},
-                                                {"priority", &r.priority},
-                                                {"user", static_cast<std::string*>(nullptr)},  // accepted, not used
-                                                {"cache_salt", &r.cache_salt},
-                                                {"request_id", &r.caller_request_id},
-                                                {"skip_special_tokens", &r.skip_special_tokens}}));
+  KVS_RETURN_IF_ERROR(ParseVllmMasks(body, r));
+  KVS_RETURN_IF_ERROR(
+      ReadOptionalFields(body, {{"ignore_eos", &r.ignore_eos},
+                                {"include_stop_str_in_output", &r.include_stop_str_in_output},
+                                {"truncate_prompt_tokens", &r.truncate_prompt_tokens},
+                                {"priority", &r.priority},
+                                {"user", static_cast<std::string*>(nullptr)},  // accepted, not used
+                                {"cache_salt", &r.cache_salt},
+                                {"request_id", &r.caller_request_id},
+                                {"skip_special_tokens", &r.skip_special_tokens}}));
   KVS_RETURN_IF_ERROR(ParseCompression(body, r.compression));
 
   KVS_ASSIGN_OR_RETURN(auto timeout, GetNumber(body, "timeout"));
@@ -654,6 +678,16 @@ absl::StatusOr<HttpGenerationRequest> ParseCompletionRequest(std::string_view te
     if (*logprobs < 0 || *logprobs > 20) return FieldError("logprobs", "must be in [0, 20]");
     r.sampling.logprobs = static_cast<int>(*logprobs);
     r.return_logprobs = true;
+  }
+  KVS_RETURN_IF_ERROR(ReadOptionalFields(body, {{"best_of", &r.best_of}}));
+  if (r.best_of && *r.best_of > r.n && out.stream) {
+    return FieldError(
+        "best_of", "cannot be streamed: the best samples are known only at the end (best_of > n)");
+  }
+  if (r.echo && r.return_logprobs) {
+    // OpenAI then returns the prompt tokens' logprobs too; kvserve does not compute them.
+    return FieldError("echo",
+                      "cannot be combined with logprobs: prompt logprobs are not supported");
   }
   KVS_RETURN_IF_ERROR(ParseStructuredOutputs(body, /*chat=*/false, r.grammar));
   KVS_ASSIGN_OR_RETURN(auto suffix, GetString(body, "suffix"));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "base/absl_compat.h"
 #include "base/check.h"
@@ -29,6 +30,36 @@ absl::Status CheckTokenIds(std::string_view field, const std::vector<int32_t>& i
     }
   }
   return absl::OkStatus();
+}
+
+// Bounds on the request masks (their cost is per sampled token).
+constexpr int kMaxMaskEntries = 1 << 20;
+constexpr int kMaxBadWords = 256;
+
+// vLLM's bad_words: each word (leading spaces stripped) as tokenized alone, without special
+// tokens, and also after a space when that gives as many tokens with another first token (the
+// word inside a text); distinct sequences only.
+absl::StatusOr<std::vector<std::vector<int32_t>>> TokenizeBadWords(
+    const std::vector<std::string>& words, const TextCodec& codec) {
+  std::vector<std::vector<int32_t>> out;
+  auto add = [&](std::vector<int32_t> ids) {
+    if (!ids.empty() && std::find(out.begin(), out.end(), ids) == out.end())
+      out.push_back(std::move(ids));
+  };
+  for (const std::string& word : words) {
+    const absl::string_view stripped = absl::StripLeadingAsciiWhitespace(word);
+    const std::string_view bare(stripped.data(), stripped.size());
+    KVS_ASSIGN_OR_RETURN(std::vector<int32_t> alone,
+                         codec.Encode(bare, /*add_special_tokens=*/false));
+    KVS_ASSIGN_OR_RETURN(
+        std::vector<int32_t> spaced,
+        codec.Encode(absl::StrCat(" ", base::AsAbsl(bare)), /*add_special_tokens=*/false));
+    const bool spaced_is_a_word =
+        !alone.empty() && spaced.size() == alone.size() && spaced.front() != alone.front();
+    add(std::move(alone));
+    if (spaced_is_a_word) add(std::move(spaced));
+  }
+  return out;
 }
 
 std::string TenantName(const config::TenantConfig* tenant) {
@@ -94,6 +125,22 @@ absl::Status ValidateGenerationRequest(const GenerationRequest& r, const config:
                                              " bytes, got ", stop.size(), " (server.max_stop_string_bytes)"));
     }
   }
+  if (r.best_of && (*r.best_of < r.n || *r.best_of > limits.max_n)) {
+    return FieldError("best_of", absl::StrCat("must be in [n, ", limits.max_n, "], got ",
+                                              *r.best_of, " (n = ", r.n, ")"));
+  }
+  if (r.truncate_prompt_tokens && *r.truncate_prompt_tokens < 1) {
+    return FieldError("truncate_prompt_tokens",
+                      absl::StrCat("must be >= 1, got ", *r.truncate_prompt_tokens));
+  }
+  if (s.allowed_token_ids.size() > static_cast<size_t>(kMaxMaskEntries)) {
+    return FieldError("allowed_token_ids", absl::StrCat("at most ", kMaxMaskEntries, " ids, got ",
+                                                        s.allowed_token_ids.size()));
+  }
+  if (r.bad_words.size() > static_cast<size_t>(kMaxBadWords)) {
+    return FieldError("bad_words",
+                      absl::StrCat("at most ", kMaxBadWords, " words, got ", r.bad_words.size()));
+  }
   if (r.priority && (*r.priority < INT32_MIN || *r.priority > INT32_MAX)) {
     return FieldError("priority", "must fit in 32 bits");
   }
@@ -145,15 +192,21 @@ absl::StatusOr<std::vector<PreparedPrompt>> BuildRequests(const GenerationReques
     }
   }
 
+  KVS_RETURN_IF_ERROR(
+      CheckTokenIds("allowed_token_ids", r.sampling.allowed_token_ids, codec.vocab_size()));
+
   engine::RequestSpec base;
   base.tenant = TenantName(tenant);
   base.sampling = r.sampling;
+  KVS_ASSIGN_OR_RETURN(base.sampling.bad_words, TokenizeBadWords(r.bad_words, codec));
   if (base.sampling.top_k < 0) base.sampling.top_k = 0;
   // The engine reports logprobs when asked for alternatives; the sampled token's own
   // logprob alone is asked for as one alternative, which the consumer then drops.
   if (r.return_logprobs && base.sampling.logprobs == 0) base.sampling.logprobs = 1;
   base.min_tokens = static_cast<int>(r.min_tokens);
-  base.n = static_cast<int>(r.n);
+  base.n = static_cast<int>(r.best_of.value_or(r.n));
+  // best_of ranks samples by cumulative logprob: the engine must report the sampled tokens'.
+  if (base.n > r.n && base.sampling.logprobs == 0) base.sampling.logprobs = 1;
   base.stop_token_ids = r.stop_token_ids;
   base.ignore_eos = r.ignore_eos;
   base.priority = static_cast<int>(r.priority.value_or(tenant != nullptr ? tenant->priority : 0));
@@ -193,6 +246,15 @@ absl::StatusOr<std::vector<PreparedPrompt>> BuildRequests(const GenerationReques
     }
   }
 
+  // truncate_prompt_tokens: keep the last N tokens (vLLM); an echo shows what was kept.
+  if (r.truncate_prompt_tokens) {
+    for (Tokenized& t : prompts) {
+      if (static_cast<int64_t>(t.ids.size()) <= *r.truncate_prompt_tokens) continue;
+      t.ids.erase(t.ids.begin(), t.ids.end() - *r.truncate_prompt_tokens);
+      if (r.echo) t.echo = codec.Decode(t.ids, r.skip_special_tokens);
+    }
+  }
+
   std::vector<PreparedPrompt> out;
   int64_t generated = 0;  // prompts × n × max_tokens, against server.max_generated_tokens_per_request
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -214,7 +276,7 @@ absl::StatusOr<std::vector<PreparedPrompt>> BuildRequests(const GenerationReques
                                      len + max_tokens, " tokens (", len, " in the prompt, ",
                                      max_tokens, " in the completion)."));
     }
-    generated += r.n * max_tokens;
+    generated += r.best_of.value_or(r.n) * max_tokens;
     if (generated > limits.requests.max_generated_tokens) {
       return FieldError("max_tokens",
                         absl::StrCat("this request may generate ", generated, "+ tokens (prompts x n x ",

@@ -15,7 +15,8 @@ bool IsUtf8Continuation(char c) { return (static_cast<unsigned char>(c) & 0xC0) 
 StreamConsumer::StreamConsumer(const TextCodec& codec, engine::EngineClient& engine,
                                std::shared_ptr<engine::TokenStream> stream, Options options)
     : codec_(codec), engine_(engine), stream_(std::move(stream)), options_(std::move(options)) {
-  KVS_CHECK(options_.n >= 1, "n=", options_.n);
+  KVS_CHECK(options_.n >= 1 && num_choices() <= options_.n, "n=", options_.n,
+            " choices=", options_.choices);
   for (const auto& s : options_.stop) hold_back_ = std::max(hold_back_, s.size());
   if (hold_back_ > 0) --hold_back_;
   samples_.resize(options_.n);
@@ -35,7 +36,7 @@ bool StreamConsumer::Drain(std::vector<ChoiceDelta>& out) {
   if (!echo_sent_) {
     echo_sent_ = true;
     if (!options_.echo_text.empty()) {
-      for (int s = 0; s < options_.n; ++s) {
+      for (int s = 0; s < num_choices(); ++s) {
         ChoiceDelta d;
         d.index = options_.first_choice_index + s;
         d.text = options_.echo_text;
@@ -44,9 +45,11 @@ bool StreamConsumer::Drain(std::vector<ChoiceDelta>& out) {
     }
   }
   if (done_) return out.size() > before;
+  // best_of: deltas are held until every sample finished.
+  std::vector<ChoiceDelta>& sink = best_of() ? held_ : out;
   // Everything queued, under one lock; the buffer keeps its capacity between calls.
   stream_->pop_all(events_);
-  for (engine::TokenEvent& event : events_) OnEvent(event, out);
+  for (engine::TokenEvent& event : events_) OnEvent(event, sink);
   events_.clear();
   // The request's last event carries usage and comes after every sample's final event;
   // the close that follows adds nothing, so do not wait for it.
@@ -66,11 +69,34 @@ bool StreamConsumer::Drain(std::vector<ChoiceDelta>& out) {
       ParseChatOutput(sample, /*finished=*/true, d);
       sample.finished = true;
       d.finish = engine::FinishReason::kAbort;
-      out.push_back(std::move(d));
+      sink.push_back(std::move(d));
     }
     done_ = true;
   }
+  if (done_ && best_of()) EmitBest(out);
   return out.size() > before;
+}
+
+void StreamConsumer::EmitBest(std::vector<ChoiceDelta>& out) {
+  std::vector<int> order(samples_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return samples_[a].cumulative_logprob > samples_[b].cumulative_logprob;
+  });
+  std::vector<int> rank_of(samples_.size(), -1);
+  for (int rank = 0; rank < num_choices(); ++rank) rank_of[order[rank]] = rank;
+  // Best first; each sample's deltas keep their order.
+  for (int rank = 0; rank < num_choices(); ++rank) {
+    for (ChoiceDelta& d : held_) {
+      const int sample = d.index - options_.first_choice_index;
+      if (sample < 0 || rank_of[sample] != rank) continue;
+      d.index = -1;  // taken
+      ChoiceDelta moved = std::move(d);
+      moved.index = options_.first_choice_index + rank;
+      out.push_back(std::move(moved));
+    }
+  }
+  held_.clear();
 }
 
 void StreamConsumer::OnEvent(engine::TokenEvent& event, std::vector<ChoiceDelta>& out) {
@@ -84,6 +110,7 @@ void StreamConsumer::OnEvent(engine::TokenEvent& event, std::vector<ChoiceDelta>
   for (size_t i = 0; i < event.token_ids.size(); ++i) {
     const int32_t id = event.token_ids[i];
     ++sample.tokens;
+    if (i < event.logprobs.size()) sample.cumulative_logprob += event.logprobs[i].logprob;
     d.token_ids.push_back(id);
     if (options_.logprobs && i < event.logprobs.size()) {
       const engine::TokenLogprobs& lp = event.logprobs[i];
@@ -95,9 +122,10 @@ void StreamConsumer::OnEvent(engine::TokenEvent& event, std::vector<ChoiceDelta>
       d.logprobs.push_back(std::move(entry));
     }
     sample.decoder->Push(id, sample.pending);
+    if (sample.tokens < options_.min_tokens) continue;
     if (auto hit = FindStop(sample.pending)) {
       d.stop_string = sample.pending.substr(hit->first, hit->second);
-      sample.pending.resize(hit->first);
+      sample.pending.resize(hit->first + (options_.include_stop_str ? hit->second : 0));
       sample.finished = sample.finished_locally = true;
       d.finish = engine::FinishReason::kStop;
       break;
@@ -105,9 +133,11 @@ void StreamConsumer::OnEvent(engine::TokenEvent& event, std::vector<ChoiceDelta>
   }
   if (!sample.finished && event.finish) {
     sample.decoder->Finish(sample.pending);
-    if (auto hit = FindStop(sample.pending)) {
+    std::optional<std::pair<size_t, size_t>> hit;
+    if (sample.tokens >= options_.min_tokens) hit = FindStop(sample.pending);
+    if (hit) {
       d.stop_string = sample.pending.substr(hit->first, hit->second);
-      sample.pending.resize(hit->first);
+      sample.pending.resize(hit->first + (options_.include_stop_str ? hit->second : 0));
       d.finish = engine::FinishReason::kStop;
     } else {
       d.finish = *event.finish;

@@ -35,8 +35,14 @@ class StreamConsumer {
   struct Options {
     std::string engine_request_id{};
     int n = 1;                        // samples of this engine request
+    // Choices returned; 0: n. Fewer than n (best_of): every sample is held until all finished,
+    // then the `choices` with the highest cumulative logprob are emitted, best first (the
+    // engine must report sampled-token logprobs); usage still counts every sample.
+    int choices = 0;
     int first_choice_index = 0;       // choice index of sample 0
     std::vector<std::string> stop{};  // stop strings
+    bool include_stop_str = false;  // vLLM's include_stop_str_in_output: keep the match in the text
+    int min_tokens = 0;             // stop strings are not searched before this many tokens
     bool logprobs = false;            // attach per-token logprob entries
     int top_logprobs = 0;             // alternatives kept per entry
     bool skip_special_tokens = true;
@@ -74,7 +80,13 @@ class StreamConsumer {
     bool finished = false;
     bool finished_locally = false; // by a stop string (the engine still runs it)
     int64_t tokens = 0;
+    double cumulative_logprob = 0.0;  // of the tokens counted in `tokens` (best_of)
   };
+
+  int num_choices() const { return options_.choices > 0 ? options_.choices : options_.n; }
+  bool best_of() const { return num_choices() < options_.n; }
+  // best_of: moves the deltas of the best samples from held_ to `out`, re-indexed by rank.
+  void EmitBest(std::vector<ChoiceDelta>& out);
 
   void OnEvent(engine::TokenEvent& event, std::vector<ChoiceDelta>& out);
   // Position and length of the earliest stop string in `text`.
@@ -92,6 +104,7 @@ class StreamConsumer {
   size_t hold_back_ = 0;           // longest stop string - 1
   std::vector<Sample> samples_;
   std::vector<engine::TokenEvent> events_;  // Drain's batch (empty between calls)
+  std::vector<ChoiceDelta> held_;           // best_of: every sample's deltas until all finished
   bool echo_sent_ = false;
   bool abort_sent_ = false;
   bool done_ = false;

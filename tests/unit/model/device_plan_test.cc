@@ -229,6 +229,18 @@ TEST(RouteForTest, OnlyPlainGreedyStaysOnTheDevice) {
   p.frequency_penalty = 0.5f;
   EXPECT_EQ(RouteFor(p), SampleRoute::kHost);
   p.frequency_penalty = 0.0f;
+  // The request masks (min_tokens, allowed_token_ids, bad_words) are applied on the host.
+  p.min_tokens = 2;
+  p.min_tokens_banned = {1};
+  EXPECT_EQ(RouteFor(p), SampleRoute::kHost);
+  p.min_tokens = 0;
+  EXPECT_EQ(RouteFor(p), SampleRoute::kDeviceGreedy);
+  p.allowed_token_ids = {1};
+  EXPECT_EQ(RouteFor(p), SampleRoute::kHost);
+  p.allowed_token_ids.clear();
+  p.bad_words = {{1, 2}};
+  EXPECT_EQ(RouteFor(p), SampleRoute::kHost);
+  p.bad_words.clear();
   p.temperature = 0.7f;
   EXPECT_EQ(RouteFor(p), SampleRoute::kHost);
 }

@@ -305,3 +305,62 @@ TEST(Sampler, AllowedMaskRestrictsTheDraw) {
 
 }  // namespace
 }  // namespace kvserve::model
+
+namespace kvserve::model {
+namespace {
+
+// vLLM's min_tokens, allowed_token_ids and bad_words are masks before sampling.
+TEST(SamplerMasks, MinTokensMasksEndTokensUntilReached) {
+  Sampler s(4);
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.min_tokens = 2;
+  p.min_tokens_banned = {3};
+  const std::vector<float> logits = {0.0f, 1.0f, 0.5f, 9.0f};  // 3 (say EOS) is the argmax
+  SamplerRng rng(0);
+  const std::vector<int32_t> one = {1};
+  const std::vector<int32_t> two = {1, 1};
+  EXPECT_EQ(s.Sample(logits, p, {}, {}, rng).token, 1);
+  EXPECT_EQ(s.Sample(logits, p, {}, one, rng).token, 1);
+  EXPECT_EQ(s.Sample(logits, p, {}, two, rng).token, 3);  // reached: EOS may end it
+  // Sampling (not greedy) never draws a masked token either.
+  p.temperature = 1.0f;
+  for (const auto& [token, count] : Histogram(s, logits, p, 2000)) EXPECT_NE(token, 3) << count;
+}
+
+TEST(SamplerMasks, AllowedTokenIdsAreTheOnlyCandidates) {
+  Sampler s(6);
+  SamplingParams p;
+  p.allowed_token_ids = {1, 4};
+  const std::vector<float> logits = {5.0f, 0.0f, 5.0f, 5.0f, 0.5f, 5.0f};
+  const auto h = Histogram(s, logits, p, 4000);
+  ASSERT_EQ(h.size(), 2u);
+  // Renormalised over the two: p(4) = e^0.5 / (1 + e^0.5).
+  EXPECT_NEAR(h.at(4) / 4000.0, std::exp(0.5) / (1.0 + std::exp(0.5)), 0.03);
+  p.temperature = 0.0f;
+  SamplerRng rng(0);
+  EXPECT_EQ(s.Sample(logits, p, {}, {}, rng).token, 4);
+  // The mask leaves no trace: the next call without it sees every token again.
+  EXPECT_EQ(s.Sample(logits, Random(0.0f), {}, {}, rng).token, 0);
+}
+
+TEST(SamplerMasks, BadWordsBanTheLastTokenAfterTheirPrefix) {
+  Sampler s(5);
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.bad_words = {{4}, {1, 2, 3}};
+  const std::vector<float> logits = {0.0f, 0.1f, 0.2f, 8.0f, 9.0f};
+  SamplerRng rng(0);
+  // 4 is always banned; 3 only after ... 1, 2.
+  EXPECT_EQ(s.Sample(logits, p, {}, std::vector<int32_t>{2}, rng).token, 3);
+  EXPECT_EQ(s.Sample(logits, p, {}, std::vector<int32_t>{0, 1, 2}, rng).token, 2);
+  EXPECT_EQ(s.Sample(logits, p, {}, std::vector<int32_t>{1, 2, 0}, rng).token, 3);
+  // The prefix counts in the output only (vLLM), not the prompt.
+  EXPECT_EQ(s.Sample(logits, p, std::vector<int32_t>{1, 2}, {}, rng).token, 3);
+  EXPECT_TRUE(p.Validate(5).ok());
+  p.bad_words.push_back({7});
+  EXPECT_FALSE(p.Validate(5).ok());
+}
+
+}  // namespace
+}  // namespace kvserve::model

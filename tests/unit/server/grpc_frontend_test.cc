@@ -187,6 +187,55 @@ TEST_F(GrpcFrontendTest, CompleteWithTwoSeededSamplesAndStop) {
   EXPECT_EQ(stopped.choices(0).finish_reason(), "stop");
 }
 
+// vLLM's extras over gRPC reach the engine request as over HTTP (issue 30).
+TEST_F(GrpcFrontendTest, VllmExtrasReachTheEngine) {
+  Start();
+  v1::GenerateRequest req = Prompt("abcdef", 30);
+  auto* s = req.mutable_sampling();
+  s->set_min_tokens(2);
+  s->add_allowed_token_ids(7);
+  s->add_allowed_token_ids(9);
+  s->add_bad_words("q");
+  s->set_truncate_prompt_tokens(2);
+  s->add_stop("brown");
+  s->set_include_stop_str_in_output(true);
+  v1::CompleteResponse resp;
+  auto ctx = Context();
+  grpc::Status status = stub_->Complete(ctx.get(), req, &resp);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(resp.choices(0).text(), "The quick brown");
+  EXPECT_EQ(resp.usage().prompt_tokens(), 2);
+  const std::vector<engine::RequestSpec> specs = engine().submitted();
+  ASSERT_FALSE(specs.empty());
+  const engine::RequestSpec& spec = specs.back();
+  EXPECT_EQ(spec.min_tokens, 2);
+  EXPECT_EQ(spec.prompt_tokens, testing::FakeTokens("ef"));
+  EXPECT_EQ(spec.sampling.allowed_token_ids, (std::vector<int32_t>{7, 9}));
+  EXPECT_EQ(spec.sampling.bad_words, (std::vector<std::vector<int32_t>>{testing::FakeTokens("q")}));
+
+  // best_of: unary Complete returns n of best_of samples and counts them all; the streaming
+  // RPC refuses it.
+  v1::GenerateRequest best = Prompt("x", 4);
+  best.mutable_sampling()->set_best_of(3);
+  best.mutable_sampling()->set_temperature(1.0f);
+  auto ctx3 = Context();
+  status = stub_->Complete(ctx3.get(), best, &resp);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(resp.choices_size(), 1);
+  EXPECT_EQ(resp.usage().completion_tokens(), 12);
+  auto [chunks, streamed] = Generate(best);
+  EXPECT_EQ(streamed.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(streamed.error_message().starts_with("best_of")) << streamed.error_message();
+
+  v1::GenerateRequest bad = Prompt("x", 4);
+  bad.mutable_sampling()->set_truncate_prompt_tokens(0);
+  auto ctx2 = Context();
+  status = stub_->Complete(ctx2.get(), bad, &resp);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(status.error_message().starts_with("truncate_prompt_tokens"))
+      << status.error_message();
+}
+
 TEST_F(GrpcFrontendTest, ChatStreamsTheReply) {
   Start();
   v1::ChatRequest req;

@@ -197,8 +197,9 @@ TEST_F(HttpFrontendTest, StreamingChatSendsRolesFirstAndOneFinishPerChoice) {
 
 TEST_F(HttpFrontendTest, EchoLogprobsAndSeveralPrompts) {
   Start();
-  auto res = Post("/v1/completions", R"({"prompt": ["Q1 ", "Q2 "], "max_tokens": 3, "temperature": 0,
-                                        "echo": true, "logprobs": 2})");
+  auto res =
+      Post("/v1/completions", R"({"prompt": ["Q1 ", "Q2 "], "max_tokens": 3, "temperature": 0,
+                                        "echo": true})");
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
   json j = json::parse(res->body);
@@ -206,6 +207,15 @@ TEST_F(HttpFrontendTest, EchoLogprobsAndSeveralPrompts) {
   EXPECT_EQ(j["choices"][0]["text"], "Q1 The");
   EXPECT_EQ(j["choices"][1]["text"], "Q2 The");
   EXPECT_EQ(j["choices"][1]["index"], 1);
+  // echo with logprobs would owe the prompt's logprobs, which kvserve does not compute.
+  auto both = Post("/v1/completions", R"({"prompt": "Q1 ", "echo": true, "logprobs": 2})");
+  ASSERT_TRUE(both);
+  EXPECT_EQ(both->status, 400);
+  EXPECT_EQ(json::parse(both->body)["error"]["param"], "echo");
+  res = Post("/v1/completions",
+             R"({"prompt": ["Q1 ", "Q2 "], "max_tokens": 3, "temperature": 0, "logprobs": 2})");
+  ASSERT_EQ(res->status, 200) << res->body;
+  j = json::parse(res->body);
   const json& lp = j["choices"][0]["logprobs"];
   EXPECT_EQ(lp["tokens"], json::array({"T", "h", "e"}));
   EXPECT_EQ(lp["top_logprobs"][0].size(), 2u);

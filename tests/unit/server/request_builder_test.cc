@@ -214,5 +214,52 @@ TEST_F(RequestBuilderTest, ReturnLogprobsAsksTheEngineForOneAlternative) {
   EXPECT_EQ((*built)[0].spec.sampling.logprobs, 1);
 }
 
+// vLLM's extras that request_builder resolves: truncate_prompt_tokens keeps the last N prompt
+// tokens (and an echo shows what was kept), bad_words become token sequences (alone and after a
+// space), allowed_token_ids are checked against the vocabulary.
+TEST_F(RequestBuilderTest, TruncatePromptTokensKeepsTheLastTokens) {
+  GenerationRequest r = Completion("abcdef");
+  r.truncate_prompt_tokens = 3;
+  r.echo = true;
+  auto built = Build(r);
+  ASSERT_TRUE(built.ok()) << built.status();
+  EXPECT_EQ((*built)[0].spec.prompt_tokens, FakeTokens("def"));
+  EXPECT_EQ((*built)[0].echo_text, "def");
+  r.truncate_prompt_tokens = 100;  // longer than the prompt: all of it (with BOS)
+  built = Build(r);
+  ASSERT_TRUE(built.ok());
+  EXPECT_EQ((*built)[0].spec.prompt_tokens.size(), 7u);
+  EXPECT_EQ((*built)[0].echo_text, "abcdef");
+  r.truncate_prompt_tokens = 0;
+  auto bad = Build(r);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(ErrorParam(bad.status()), "truncate_prompt_tokens");
+}
+
+TEST_F(RequestBuilderTest, BadWordsBecomeTokenSequences) {
+  GenerationRequest r = Completion("abc");
+  // Byte tokens: " xy" is one token longer than "xy", so only the word alone is banned (vLLM
+  // adds the spaced form only when it is as long, i.e. a word token of its own); leading
+  // spaces are stripped, duplicates dropped.
+  r.bad_words = {"xy", "  z", "z"};
+  auto built = Build(r);
+  ASSERT_TRUE(built.ok()) << built.status();
+  const auto& words = (*built)[0].spec.sampling.bad_words;
+  const std::vector<std::vector<int32_t>> want = {FakeTokens("xy"), FakeTokens("z")};
+  EXPECT_EQ(words, want);
+}
+
+TEST_F(RequestBuilderTest, AllowedTokenIdsMustBeInTheVocabulary) {
+  GenerationRequest r = Completion("abc");
+  r.sampling.allowed_token_ids = {5, testing::kFakeVocabSize};
+  auto built = Build(r);
+  ASSERT_FALSE(built.ok());
+  EXPECT_EQ(ErrorParam(built.status()), "allowed_token_ids");
+  r.sampling.allowed_token_ids = {5, 6};
+  built = Build(r);
+  ASSERT_TRUE(built.ok()) << built.status();
+  EXPECT_EQ((*built)[0].spec.sampling.allowed_token_ids, (std::vector<int32_t>{5, 6}));
+}
+
 }  // namespace
 }  // namespace kvserve::server

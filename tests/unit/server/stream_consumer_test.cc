@@ -147,6 +147,54 @@ TEST_F(StreamConsumerTest, EarliestStopStringWinsAndTailIsCheckedAtTheEnd) {
   EXPECT_EQ(r[0].finish, FinishReason::kLength);
 }
 
+// vLLM's include_stop_str_in_output keeps the match; min_tokens delays the search.
+TEST_F(StreamConsumerTest, IncludeStopStrKeepsTheMatch) {
+  Make({.stop = {"xyz"}, .include_stop_str = true});
+  stream_->push(Tokens("axyzb"));
+  auto r = DrainAll();
+  EXPECT_EQ(r[0].text, "axyz");
+  EXPECT_EQ(r[0].stop_string, "xyz");
+  EXPECT_EQ(r[0].finish, FinishReason::kStop);
+}
+
+TEST_F(StreamConsumerTest, StopStringsAreNotSearchedBeforeMinTokens) {
+  Make({.stop = {"b"}, .min_tokens = 3});
+  stream_->push(Tokens("ab"));  // "b" is token 2 of at least 3: not a stop
+  stream_->push(Tokens("cb"));  // the "b" of token 4 is
+  auto r = DrainAll();
+  EXPECT_EQ(r[0].finish, FinishReason::kStop);
+  EXPECT_EQ(r[0].text, "abc");
+  EXPECT_EQ(r[0].stop_string, "b");
+}
+
+// best_of: three samples run, the one with the highest cumulative logprob is the only choice
+// (index 0), emitted once all finished; usage counts every sample's tokens.
+TEST_F(StreamConsumerTest, BestOfReturnsTheMostLikelySamples) {
+  consumer_n_ = 2;
+  Make({.n = 3, .choices = 2});
+  auto with_logprob = [&](std::string_view text, int sample, float lp) {
+    TokenEvent e = Tokens(text, sample);
+    for (int32_t id : e.token_ids) e.logprobs.push_back({id, lp, {}});
+    return e;
+  };
+  stream_->push(with_logprob("aa", 0, -1.0f));   // -2
+  stream_->push(with_logprob("bbb", 1, -0.5f));  // -1.5
+  stream_->push(with_logprob("c", 2, -3.0f));    // -3
+  std::vector<ChoiceDelta> out;
+  consumer_->Drain(out);
+  EXPECT_TRUE(out.empty());  // nothing before every sample finished
+  stream_->push(Final(0, FinishReason::kLength, false));
+  stream_->push(Final(1, FinishReason::kLength, false));
+  stream_->push(Final(2, FinishReason::kLength));
+  stream_->close();
+  auto r = DrainAll();
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].text, "bbb");
+  EXPECT_EQ(r[1].text, "aa");
+  EXPECT_EQ(r[0].finish, FinishReason::kLength);
+  EXPECT_EQ(consumer_->usage().completion_tokens, 6);
+}
+
 TEST_F(StreamConsumerTest, SamplesInterleaveAndAbortWaitsForAll) {
   consumer_n_ = 2;
   Make({.n = 2, .stop = {"!"}});
