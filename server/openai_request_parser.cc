@@ -162,6 +162,39 @@ absl::StatusOr<config::KvDtype> ParseDtype(const std::string& name, std::string_
   return *d;
 }
 
+// `speculative`: {"method": "none"|"ngram", "num_tokens", "ngram_min", "ngram_max"}; every
+// member optional (the server's speculative.* fill the rest).
+absl::Status ParseSpeculative(const json& body, engine::SpeculativeRequest& s) {
+  const json* v = Member(body, "speculative");
+  if (v == nullptr) return absl::OkStatus();
+  if (!v->is_object()) return TypeError("speculative", "an object", *v);
+  const std::string_view p = "speculative";
+  KVS_ASSIGN_OR_RETURN(auto method, GetString(*v, "method", p));
+  if (method) {
+    if (*method == "none") {
+      s.method = config::SpeculativeMethod::kNone;
+    } else if (*method == "ngram") {
+      s.method = config::SpeculativeMethod::kNgram;
+    } else {
+      return FieldError("speculative.method", absl::StrCat("unknown method '", *method, "'; expected none|ngram"));
+    }
+  }
+  auto read = [&](std::string_view name, int lo, int hi, std::optional<int>& dst) -> absl::Status {
+    KVS_ASSIGN_OR_RETURN(auto x, GetInt(*v, name, p));
+    if (!x) return absl::OkStatus();
+    if (*x < lo || *x > hi) return FieldError(Path(p, name), absl::StrCat("must be in [", lo, ",", hi, "]"));
+    dst = static_cast<int>(*x);
+    return absl::OkStatus();
+  };
+  KVS_RETURN_IF_ERROR(read("num_tokens", 1, engine::kMaxDraftTokens, s.num_tokens));
+  KVS_RETURN_IF_ERROR(read("ngram_min", 1, engine::kMaxNgram, s.ngram_min));
+  KVS_RETURN_IF_ERROR(read("ngram_max", 1, engine::kMaxNgram, s.ngram_max));
+  if (s.ngram_min && s.ngram_max && *s.ngram_min > *s.ngram_max) {
+    return FieldError("speculative.ngram_min", "must not exceed speculative.ngram_max");
+  }
+  return absl::OkStatus();
+}
+
 // `kv_compression`: an object, or just the policy name as a string.
 absl::Status ParseCompression(const json& body, engine::CompressionRequest& c) {
   if (const json* v = Member(body, "kv_compression")) {
@@ -340,6 +373,7 @@ absl::Status ParseCommon(const json& body, HttpGenerationRequest& out) {
                                                 {"request_id", &r.caller_request_id},
                                                 {"skip_special_tokens", &r.skip_special_tokens}}));
   KVS_RETURN_IF_ERROR(ParseCompression(body, r.compression));
+  KVS_RETURN_IF_ERROR(ParseSpeculative(body, r.speculative));
 
   KVS_ASSIGN_OR_RETURN(auto timeout, GetNumber(body, "timeout"));
   if (timeout) {

@@ -9,6 +9,9 @@
 
 #include "engine/engine_factory.h"
 #include "model/model_config.h"
+#include "structured/compiled_grammar.h"
+#include "structured/grammar_cache.h"
+#include "tokenizer/tokenizer.h"
 #include "tests/integration/engine/engine_test_util.h"
 
 namespace kvserve::engine {
@@ -189,6 +192,52 @@ TEST_P(SpeculativeEngine, RejectedDraftsLeakNothingUnderPreemption) {
     EXPECT_GT(obs.drafts.load(), 0);
     ExpectNoBlocksLeaked(engine, obs, mode == config::PreemptionMode::kSwap ? "swap" : "recompute");
   }
+}
+
+// Structured outputs: guesses are checked under the grammar's mask row by row, so the
+// constrained greedy output is the same with and without drafts (kvs-tiny: it has a tokenizer).
+TEST(SpeculativeEngineStructured, GrammarConstrainedGreedyOutputIsUnchanged) {
+  const std::string dir = std::string(KVSERVE_SOURCE_DIR) + "/models/kvs-tiny";
+  auto tok = tokenizer::LoadTokenizerDir(dir);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const tokenizer::Tokenizer& t = **tok;
+  std::vector<std::string> bytes(static_cast<size_t>(t.vocab_size()));
+  std::vector<int32_t> excluded;
+  for (int32_t id = 0; id < t.vocab_size(); ++id) {
+    bytes[static_cast<size_t>(id)] = std::string(t.token_decoder().bytes(id));
+    if (t.is_special(id)) excluded.push_back(id);
+  }
+  if (auto bos = t.bos_id()) excluded.push_back(*bos);
+  for (int32_t id : t.eos_ids()) excluded.push_back(id);
+  structured::GrammarCache grammars(
+      std::make_shared<structured::TokenTrie>(bytes, excluded, t.eos_id().value_or(-1)));
+  auto regex = grammars.Get({structured::GrammarSpec::Kind::kRegex, "([a-z]+ ){4,40}[a-z]+\\.", {}, "guided_regex"});
+  ASSERT_TRUE(regex.ok()) << regex.status();
+  RequestSpec r = Greedy("g", Repetitive(40, 2, 256), 48);
+  r.ignore_eos = false;
+  r.sampling.grammar = *regex;
+  auto run = [&](bool speculate, SpecObserver& obs) {
+    config::Config cfg;
+    cfg.engine.threads = 1;
+    if (speculate) {
+      cfg.speculative.method = config::SpeculativeMethod::kNgram;
+      cfg.speculative.ngram_min = 1;
+      cfg.speculative.min_acceptance = 0.0;
+    }
+    EngineDeps deps;
+    deps.observer = &obs;
+    auto e = CreateEngine(cfg, dir, std::move(deps));
+    EXPECT_TRUE(e.ok()) << e.status();
+    if (!e.ok()) return std::vector<int32_t>{};
+    auto s = (*e)->Submit(r);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? Collect(**s) : std::vector<int32_t>{};
+  };
+  SpecObserver plain_obs, spec_obs;
+  const std::vector<int32_t> plain = run(false, plain_obs);
+  ASSERT_FALSE(plain.empty());
+  EXPECT_EQ(run(true, spec_obs), plain);
+  EXPECT_GT(spec_obs.drafts.load(), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, SpeculativeEngine,
