@@ -92,7 +92,7 @@ Figures RunOnce(engine::ServingEngine& e, SpecCounter& c, bool copy, int batch, 
         ++done;
         continue;
       }
-      auto ev = streams[i]->pop_wait(std::chrono::microseconds(200));
+      auto ev = streams[i]->pop_wait(std::chrono::milliseconds(1));
       if (!ev) continue;
       if (got[i] == 0 && !ev->token_ids.empty()) {
         last_first = std::max(last_first, Clock::now());
