@@ -9,12 +9,14 @@
 //         this measures what speculation costs where it cannot pay (the adaptive switch-off).
 //
 //   speculative_bench [--model DIR] [--threads N] [--tokens T] [--repeats R] [--num-tokens K]
+//                     [--work copy|free|both]
 //
 // Decode tokens/s counts the tokens after each request's first one over the time from the
 // last first token to the end (prefill excluded), per wall second and per second of process
-// CPU time ("tok/cs": on a shared machine, with --threads 1, what an idle core would do). Reports the median of R runs and the
-// measured acceptance (accepted guesses / guesses) and tokens per verify step. Default model:
-// /tmp/spec_llama125m, written by `bench/make_random_llama.py /tmp/spec_llama125m`.
+// CPU time ("tok/cs": on a shared machine, with --threads 1, what an idle core would do). Reports
+// the median of R runs and the measured acceptance (accepted guesses / guesses) and tokens per
+// verify step. Default model: /tmp/spec_llama125m, written by `bench/make_random_llama.py
+// /tmp/spec_llama125m`.
 #include <time.h>
 
 #include <algorithm>
@@ -57,13 +59,17 @@ struct Figures {
 
 std::vector<int32_t> CopyPrompt(int salt) {
   std::vector<int32_t> phrase;
-  for (int i = 0; i < 32; ++i) phrase.push_back(100 + (i * 7919 + salt * 104729) % 30000);
+  for (int64_t i = 0; i < 32; ++i) {
+    const int64_t h = (i * 7919 + static_cast<int64_t>(salt) * 104729) % 30000;
+    phrase.push_back(static_cast<int32_t>(100 + (h + 30000) % 30000));
+  }
   std::vector<int32_t> p{1};
   for (int r = 0; r < 4; ++r) p.insert(p.end(), phrase.begin(), phrase.end());
   return p;
 }
 
-Figures RunOnce(engine::ServingEngine& e, SpecCounter& c, bool copy, int batch, int tokens, int run) {
+Figures RunOnce(engine::ServingEngine& e, SpecCounter& c, bool copy, int batch, int tokens,
+                int run) {
   const int64_t d0 = c.drafts, t0 = c.draft_tokens, a0 = c.accepted;
   std::vector<std::shared_ptr<engine::TokenStream>> streams;
   for (int b = 0; b < batch; ++b) {
@@ -110,26 +116,37 @@ Figures RunOnce(engine::ServingEngine& e, SpecCounter& c, bool copy, int batch, 
   f.tok_cpu_s = static_cast<double>(decoded) / cpu_secs;
   const int64_t dt = c.draft_tokens - t0;
   f.acceptance = dt > 0 ? static_cast<double>(c.accepted - a0) / static_cast<double>(dt) : 0.0;
-  f.drafts_per_token = static_cast<double>(c.drafts - d0) / static_cast<double>(std::max<int64_t>(1, decoded));
+  f.drafts_per_token =
+      static_cast<double>(c.drafts - d0) / static_cast<double>(std::max<int64_t>(1, decoded));
   return f;
 }
 
 int Main(int argc, char** argv) {
   std::string model = "/tmp/spec_llama125m";
   int threads = 0, tokens = 128, repeats = 3, k = 4;
+  std::string work = "both";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--model") model = argv[i + 1];
-    else if (a == "--threads") threads = std::atoi(argv[i + 1]);
-    else if (a == "--tokens") tokens = std::atoi(argv[i + 1]);
-    else if (a == "--repeats") repeats = std::atoi(argv[i + 1]);
-    else if (a == "--num-tokens") k = std::atoi(argv[i + 1]);
+    if (a == "--model")
+      model = argv[i + 1];
+    else if (a == "--threads")
+      threads = std::atoi(argv[i + 1]);
+    else if (a == "--tokens")
+      tokens = std::atoi(argv[i + 1]);
+    else if (a == "--repeats")
+      repeats = std::atoi(argv[i + 1]);
+    else if (a == "--num-tokens")
+      k = std::atoi(argv[i + 1]);
+    else if (a == "--work")
+      work = argv[i + 1];
   }
-  std::printf("model %s, threads %d, %d tokens per request, median of %d, k = %d\n", model.c_str(), threads,
-              tokens, repeats, k);
-  std::printf("%-5s %5s | %12s %12s %8s | %12s %12s %8s | %10s %12s\n", "work", "batch", "plain tok/s",
-              "ngram tok/s", "speedup", "plain tok/cs", "ngram tok/cs", "speedup", "acceptance", "drafts/token");
+  std::printf("model %s, threads %d, %d tokens per request, median of %d, k = %d\n", model.c_str(),
+              threads, tokens, repeats, k);
+  std::printf("%-5s %5s | %12s %12s %8s | %12s %12s %8s | %10s %12s\n", "work", "batch",
+              "plain tok/s", "ngram tok/s", "speedup", "plain tok/cs", "ngram tok/cs", "speedup",
+              "acceptance", "drafts/token");
   for (const bool copy : {true, false}) {
+    if (work != "both" && work != (copy ? "copy" : "free")) continue;
     for (const int batch : {1, 8}) {
       std::vector<double> plain, spec, plain_cpu, spec_cpu, acc, dpt;
       for (const bool speculate : {false, true}) {
@@ -164,9 +181,10 @@ int Main(int argc, char** argv) {
         std::sort(v.begin(), v.end());
         return v[v.size() / 2];
       };
-      std::printf("%-5s %5d | %12.1f %12.1f %7.2fx | %12.1f %12.1f %7.2fx | %10.2f %12.2f\n", copy ? "copy" : "free",
-                  batch, median(plain), median(spec), median(spec) / median(plain), median(plain_cpu),
-                  median(spec_cpu), median(spec_cpu) / median(plain_cpu), median(acc), median(dpt));
+      std::printf("%-5s %5d | %12.1f %12.1f %7.2fx | %12.1f %12.1f %7.2fx | %10.2f %12.2f\n",
+                  copy ? "copy" : "free", batch, median(plain), median(spec),
+                  median(spec) / median(plain), median(plain_cpu), median(spec_cpu),
+                  median(spec_cpu) / median(plain_cpu), median(acc), median(dpt));
       std::fflush(stdout);
     }
   }

@@ -22,12 +22,13 @@
 
 namespace kvserve::engine {
 
-int32_t VerifyDraft(model::Sampler& sampler, RunnerBook::Seq& s, cache::SeqId seq, std::span<const float> logits,
-                    int vocab, std::span<const int32_t> draft, int32_t num_generated,
-                    std::vector<scheduler::SampledToken>& out);
+int32_t VerifyDraft(model::Sampler& sampler, RunnerBook::Seq& s, cache::SeqId seq,
+                    std::span<const float> logits, int vocab, std::span<const int32_t> draft,
+                    int32_t num_generated, std::vector<scheduler::SampledToken>& out);
 
 // The single-token case (no draft): sample the next token from one logits row.
-void SampleNext(model::Sampler& sampler, RunnerBook::Seq& s, cache::SeqId seq, std::span<const float> logits,
-                int32_t num_generated, std::vector<scheduler::SampledToken>& out);
+void SampleNext(model::Sampler& sampler, RunnerBook::Seq& s, cache::SeqId seq,
+                std::span<const float> logits, int32_t num_generated,
+                std::vector<scheduler::SampledToken>& out);
 
 }  // namespace kvserve::engine

@@ -29,7 +29,8 @@ absl::Status ValidateSpeculative(const SpeculativeRequest& r) {
   return absl::OkStatus();
 }
 
-speculative::SpecParams ResolveSpeculative(const config::SpeculativeConfig& server, const SpeculativeRequest& r) {
+speculative::SpecParams ResolveSpeculative(const config::SpeculativeConfig& server,
+                                           const SpeculativeRequest& r) {
   speculative::SpecParams p = speculative::FromConfig(server);
   if (r.method) p.method = *r.method;
   if (r.num_tokens) p.num_tokens = *r.num_tokens;

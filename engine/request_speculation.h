@@ -12,6 +12,7 @@ namespace kvserve::engine {
 // InvalidArgument naming the field ("speculative.num_tokens: ...") when a value is out of range.
 absl::Status ValidateSpeculative(const SpeculativeRequest& r);
 // Request fields over the server default. The resolved n-gram sizes keep min <= max.
-speculative::SpecParams ResolveSpeculative(const config::SpeculativeConfig& server, const SpeculativeRequest& r);
+speculative::SpecParams ResolveSpeculative(const config::SpeculativeConfig& server,
+                                           const SpeculativeRequest& r);
 
 }  // namespace kvserve::engine

@@ -12,8 +12,8 @@ namespace kvserve::speculative {
 
 class AcceptanceGate {
  public:
-  static constexpr double kAlpha = 0.25;          // weight of the newest draft in the average
-  static constexpr int32_t kFirstCooldown = 16;   // decode steps without drafts after a close
+  static constexpr double kAlpha = 0.25;         // weight of the newest draft in the average
+  static constexpr int32_t kFirstCooldown = 16;  // decode steps without drafts after a close
   static constexpr int32_t kMaxCooldown = 512;
 
   // Whether this decode step may draft; a closed gate counts its cool-down down.
@@ -25,7 +25,7 @@ class AcceptanceGate {
   int32_t closes() const { return closes_; }
 
  private:
-  double average_ = 1.0;      // optimistic start: a new sequence drafts at once
+  double average_ = 1.0;  // optimistic start: a new sequence drafts at once
   int32_t cooldown_left_ = 0;
   int32_t next_cooldown_ = kFirstCooldown;
   int32_t closes_ = 0;

@@ -9,8 +9,10 @@ ProposerSet::~ProposerSet() = default;
 
 const DraftProposer* ProposerSet::For(config::SpeculativeMethod method) const {
   switch (method) {
-    case config::SpeculativeMethod::kNgram: return ngram_.get();
-    case config::SpeculativeMethod::kNone: return nullptr;
+    case config::SpeculativeMethod::kNgram:
+      return ngram_.get();
+    case config::SpeculativeMethod::kNone:
+      return nullptr;
   }
   return nullptr;
 }

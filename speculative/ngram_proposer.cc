@@ -4,8 +4,8 @@
 
 namespace kvserve::speculative {
 
-void NgramProposer::Propose(std::span<const int32_t> tokens, const SpecParams& params, int max_tokens,
-                            std::vector<int32_t>& out) const {
+void NgramProposer::Propose(std::span<const int32_t> tokens, const SpecParams& params,
+                            int max_tokens, std::vector<int32_t>& out) const {
   out.clear();
   const int64_t len = static_cast<int64_t>(tokens.size());
   if (max_tokens <= 0) return;
@@ -19,7 +19,8 @@ void NgramProposer::Propose(std::span<const int32_t> tokens, const SpecParams& p
       // every index it reads is already known).
       for (int j = 0; j < max_tokens; ++j) {
         const int64_t idx = i + n + j;
-        out.push_back(idx < len ? tokens[static_cast<size_t>(idx)] : out[static_cast<size_t>(idx - len)]);
+        out.push_back(idx < len ? tokens[static_cast<size_t>(idx)]
+                                : out[static_cast<size_t>(idx - len)]);
       }
       return;
     }

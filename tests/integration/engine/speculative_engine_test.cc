@@ -11,8 +11,8 @@
 #include "model/model_config.h"
 #include "structured/compiled_grammar.h"
 #include "structured/grammar_cache.h"
-#include "tokenizer/tokenizer.h"
 #include "tests/integration/engine/engine_test_util.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kvserve::engine {
 namespace {
@@ -57,7 +57,8 @@ class SpeculativeEngine : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     dir_ = std::string(KVSERVE_SOURCE_DIR) + "/" + GetParam();
-    ASSERT_TRUE(std::filesystem::exists(dir_ + "/model.safetensors")) << "model not present: " << dir_;
+    ASSERT_TRUE(std::filesystem::exists(dir_ + "/model.safetensors"))
+        << "model not present: " << dir_;
   }
   std::unique_ptr<ServingEngine> Make(config::Config cfg, EngineObserver* obs) {
     cfg.engine.threads = 1;
@@ -126,7 +127,8 @@ TEST_P(SpeculativeEngine, GreedyOutputEqualsPlainDecoding) {
     ASSERT_NE(engine, nullptr);
     std::vector<std::shared_ptr<TokenStream>> others;
     for (int i = 0; i < 6; ++i) {
-      RequestSpec o = Greedy("o" + std::to_string(i), Repetitive(20 + 7 * i, i + 1, kVocab), 20 + i);
+      RequestSpec o =
+          Greedy("o" + std::to_string(i), Repetitive(20 + 7 * i, i + 1, kVocab), 20 + i);
       o.sampling.temperature = (i % 2) ? 0.8f : 0.0f;
       o.sampling.seed = 100 + i;
       auto st = engine->Submit(o);
@@ -140,7 +142,8 @@ TEST_P(SpeculativeEngine, GreedyOutputEqualsPlainDecoding) {
       mine.push_back(*s);
     }
     obs.Release();
-    for (size_t i = 0; i < probes.size(); ++i) EXPECT_EQ(CollectWithLogprobs(*mine[i]), want[i]) << "in a batch";
+    for (size_t i = 0; i < probes.size(); ++i)
+      EXPECT_EQ(CollectWithLogprobs(*mine[i]), want[i]) << "in a batch";
     for (size_t i = 0; i < others.size(); ++i) EXPECT_EQ(Collect(*others[i]).size(), 20u + i);
     EXPECT_GE(obs.max_batch.load(), 8);
     ExpectNoBlocksLeaked(engine, obs, "batch of 8");
@@ -151,8 +154,8 @@ TEST_P(SpeculativeEngine, RejectedDraftsLeakNothingUnderPreemption) {
   constexpr int kVocab = 256;
   auto mc = model::LoadModelConfig(dir_);
   ASSERT_TRUE(mc.ok()) << mc.status();
-  const uint64_t bytes_per_block =
-      static_cast<uint64_t>(mc->num_layers) * 2 * mc->num_kv_heads * 16 * mc->head_dim * sizeof(float);
+  const uint64_t bytes_per_block = static_cast<uint64_t>(mc->num_layers) * 2 * mc->num_kv_heads *
+                                   16 * mc->head_dim * sizeof(float);
   const RequestSpec probe = Probe("probe", Repetitive(60, 0, kVocab), 24);
   Output want;
   {
@@ -211,7 +214,8 @@ TEST(SpeculativeEngineStructured, GrammarConstrainedGreedyOutputIsUnchanged) {
   for (int32_t id : t.eos_ids()) excluded.push_back(id);
   structured::GrammarCache grammars(
       std::make_shared<structured::TokenTrie>(bytes, excluded, t.eos_id().value_or(-1)));
-  auto regex = grammars.Get({structured::GrammarSpec::Kind::kRegex, "([a-z]+ ){4,40}[a-z]+\\.", {}, "guided_regex"});
+  auto regex = grammars.Get(
+      {structured::GrammarSpec::Kind::kRegex, "([a-z]+ ){4,40}[a-z]+\\.", {}, "guided_regex"});
   ASSERT_TRUE(regex.ok()) << regex.status();
   RequestSpec r = Greedy("g", Repetitive(40, 2, 256), 48);
   r.ignore_eos = false;
@@ -242,7 +246,10 @@ TEST(SpeculativeEngineStructured, GrammarConstrainedGreedyOutputIsUnchanged) {
 
 INSTANTIATE_TEST_SUITE_P(Models, SpeculativeEngine,
                          ::testing::Values("tests/fixtures/model/llama_f32", "models/kvs-tiny"),
-                         [](const auto& p) { return p.index == 0 ? std::string("random_llama") : std::string("kvs_tiny"); });
+                         [](const auto& p) {
+                           return p.index == 0 ? std::string("random_llama")
+                                               : std::string("kvs_tiny");
+                         });
 
 }  // namespace
 }  // namespace kvserve::engine

@@ -74,7 +74,8 @@ TEST(SpeculativeSampling, RejectionSamplingFollowsTheTargetDistribution) {
       if (k == 0) {
         double lse = 0.0;
         for (float l : logits) lse += std::exp(static_cast<double>(l));
-        EXPECT_NEAR(r.sample.logprob, logits[static_cast<size_t>(r.sample.token)] - std::log(lse), 1e-5);
+        EXPECT_NEAR(r.sample.logprob, logits[static_cast<size_t>(r.sample.token)] - std::log(lse),
+                    1e-5);
       }
     }
     EXPECT_EQ(counts[5], 0) << "a filtered token was emitted (guess " << guess << ")";
@@ -92,7 +93,8 @@ TEST(SpeculativeSampling, RejectionSamplingFollowsTheTargetDistribution) {
     if (guess < 5) EXPECT_GT(naive_expected, 10 * kChiSquare4Df999) << "guess " << guess;
     // Acceptance happens with probability p(guess) (binomial, 5 standard deviations).
     const double pg = guess < 5 ? target[static_cast<size_t>(guess)] : 0.0;
-    EXPECT_NEAR(static_cast<double>(accepted) / kDraws, pg, 5.0 * std::sqrt(pg * (1 - pg) / kDraws) + 1e-9);
+    EXPECT_NEAR(static_cast<double>(accepted) / kDraws, pg,
+                5.0 * std::sqrt(pg * (1 - pg) / kDraws) + 1e-9);
   }
 }
 

@@ -49,7 +49,8 @@ BatchRun RunBatch(HarnessOptions o, bool spec, int num_host_blocks = 0, bool pre
   Harness h(o);
   if (spec) h.spec = Ngram(4);
   std::vector<cache::SeqId> ids;
-  for (int i = 0; i < 4; ++i) ids.push_back(h.Add(10 + 3 * i, 30 + 7 * i, 0, 0, 11 + i, 1, prefix ? 0 : i));
+  for (int i = 0; i < 4; ++i)
+    ids.push_back(h.Add(10 + 3 * i, 30 + 7 * i, 0, 0, 11 + i, 1, prefix ? 0 : i));
   h.RunUntilIdle();
   BatchRun r;
   for (cache::SeqId id : ids) r.outputs.push_back(h.output(id));
@@ -62,13 +63,17 @@ TEST(SchedulerSpeculation, NgramDraftsLeaveTheOutputUnchangedAndFreeRejectedSlot
   const BatchRun plain = RunBatch(Options(64, 256, false), false);
   const BatchRun spec = RunBatch(Options(64, 256, true), true);
   EXPECT_EQ(spec.outputs, plain.outputs);
-  for (size_t i = 0; i < plain.outputs.size(); ++i) EXPECT_EQ(plain.outputs[i].size(), 30u + 7 * i);  // max_tokens exactly
+  for (size_t i = 0; i < plain.outputs.size(); ++i)
+    EXPECT_EQ(plain.outputs[i].size(), 30u + 7 * i);  // max_tokens exactly
   EXPECT_EQ(plain.counters.spec_drafts, 0u);
   EXPECT_GT(spec.counters.spec_drafts, 10u);
   EXPECT_GT(spec.counters.spec_accepted_tokens, 0u) << "no guess was ever accepted";
-  EXPECT_LT(spec.counters.spec_accepted_tokens, spec.counters.spec_draft_tokens) << "no guess was ever rejected";
+  EXPECT_LT(spec.counters.spec_accepted_tokens, spec.counters.spec_draft_tokens)
+      << "no guess was ever rejected";
   ASSERT_FALSE(spec.counters.spec_accepted_per_position.empty());
-  EXPECT_EQ(spec.counters.spec_accepted_per_position[0] >= spec.counters.spec_accepted_per_position.back(), true);
+  EXPECT_EQ(spec.counters.spec_accepted_per_position[0] >=
+                spec.counters.spec_accepted_per_position.back(),
+            true);
   // Fewer steps' worth of decode rows were needed: accepted guesses are tokens for free.
   EXPECT_GT(spec.counters.spec_accepted_tokens, spec.counters.spec_drafts / 4);
 }
@@ -78,10 +83,12 @@ TEST(SchedulerSpeculation, DraftsNeverPreemptAndStayExactUnderPreemption) {
   // 24 usable blocks of 4 slots: four sequences of 40..70 tokens cannot all stay resident.
   for (int host : {0, 64}) {
     HarnessOptions o = Options(64, 25, true);
-    o.sched.preemption_mode = host > 0 ? config::PreemptionMode::kSwap : config::PreemptionMode::kRecompute;
+    o.sched.preemption_mode =
+        host > 0 ? config::PreemptionMode::kSwap : config::PreemptionMode::kRecompute;
     const BatchRun spec = RunBatch(o, true, host);
     EXPECT_EQ(spec.outputs, plain.outputs) << "host blocks " << host;
-    EXPECT_GT(spec.counters.preemptions_recompute + spec.counters.preemptions_swap, 0u) << "meant to preempt";
+    EXPECT_GT(spec.counters.preemptions_recompute + spec.counters.preemptions_swap, 0u)
+        << "meant to preempt";
     EXPECT_GT(spec.counters.spec_drafts, 0u);
   }
 }
