@@ -359,8 +359,8 @@ absl::Status Validate(const Config& cfg) {
                ") + compression.sinks (", c.sinks, ")");
   }
   if (cfg.speculative.ngram_min > cfg.speculative.ngram_max) {
-    return err("speculative.ngram_min=", cfg.speculative.ngram_min, ": must not exceed speculative.ngram_max=",
-               cfg.speculative.ngram_max);
+    return err("speculative.ngram_min=", cfg.speculative.ngram_min,
+               ": must not exceed speculative.ngram_max=", cfg.speculative.ngram_max);
   }
   if (cfg.cache.lowrank_key_rank > 0 && cfg.cache.demote_kv_bytes == 0) {
     return err("cache.lowrank_key_rank=", cfg.cache.lowrank_key_rank,

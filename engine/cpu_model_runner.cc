@@ -78,10 +78,12 @@ absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan, scheduler:
       if (q.num_draft == 0) {
         SampleNext(sampler_, s, q.seq, logits, q.num_generated, result.sampled);
       } else {
-        const auto draft = std::span<const int32_t>(plan.token_ids)
-                               .subspan(static_cast<size_t>(q.token_begin + q.num_tokens - q.num_draft),
-                                        static_cast<size_t>(q.num_draft));
-        const int32_t accepted = VerifyDraft(sampler_, s, q.seq, logits, vocab, draft, q.num_generated, result.sampled);
+        const auto draft =
+            std::span<const int32_t>(plan.token_ids)
+                .subspan(static_cast<size_t>(q.token_begin + q.num_tokens - q.num_draft),
+                         static_cast<size_t>(q.num_draft));
+        const int32_t accepted =
+            VerifyDraft(sampler_, s, q.seq, logits, vocab, draft, q.num_generated, result.sampled);
         book_->Rollback(s, q.kv_len_after - (q.num_draft - accepted));
       }
       row += rows;

@@ -633,13 +633,15 @@ void Engine::Step() {
   ReportStep(started, plan_);
 }
 
-void Engine::CountSpeculation(const scheduler::StepPlan& plan, const scheduler::StepResult& result) {
+void Engine::CountSpeculation(const scheduler::StepPlan& plan,
+                              const scheduler::StepResult& result) {
   spec_drafts_ = spec_draft_tokens_ = spec_accepted_tokens_ = 0;
   std::fill(spec_accepted_per_position_.begin(), spec_accepted_per_position_.end(), 0);
   size_t next = 0;
   for (const auto& q : plan.seqs) {
     if (!q.sample) continue;
-    size_t count = 1;  // as Scheduler::Update reads them: 1 + accepted entries per drafting sequence
+    size_t count =
+        1;  // as Scheduler::Update reads them: 1 + accepted entries per drafting sequence
     while (count <= static_cast<size_t>(q.num_draft) && next + count < result.sampled.size() &&
            result.sampled[next + count].seq == q.seq) {
       ++count;

@@ -123,7 +123,8 @@ absl::Status FakeModelRunner::Execute(const scheduler::StepPlan& plan, scheduler
     // Rejected guesses' slots are dropped, as the scheduler truncates its table.
     int64_t kept = q.kv_len_after;
     if (q.num_draft > 0) {
-      const int64_t accepted = static_cast<int64_t>(s.history.size()) - (q.first_position + fed) - 1;
+      const int64_t accepted =
+          static_cast<int64_t>(s.history.size()) - (q.first_position + fed) - 1;
       kept = q.kv_len_after - (q.num_draft - accepted);
       s.slot_pos.resize(static_cast<size_t>(kept));
       s.table.resize(static_cast<size_t>((kept + bs - 1) / bs));

@@ -96,13 +96,14 @@ absl::Status RunnerBook::Begin(const scheduler::StepPlan& plan) {
       attn_table = s.attn_table;
     }
     batch_seqs_.push_back({q.seq, first_row, q.num_tokens, q.kv_len_after + demoted});
-    builder_.AddSequence(std::span<const int32_t>(plan.token_ids)
-                             .subspan(static_cast<size_t>(q.token_begin), static_cast<size_t>(q.num_tokens)),
-                         static_cast<int32_t>(q.first_position),
-                         static_cast<int32_t>(q.kv_len_after - q.num_tokens + demoted), attn_table,
-                         q.num_draft > 0 ? model::LogitsWanted::kAll
-                         : q.sample      ? model::LogitsWanted::kLast
-                                         : model::LogitsWanted::kNone);
+    builder_.AddSequence(
+        std::span<const int32_t>(plan.token_ids)
+            .subspan(static_cast<size_t>(q.token_begin), static_cast<size_t>(q.num_tokens)),
+        static_cast<int32_t>(q.first_position),
+        static_cast<int32_t>(q.kv_len_after - q.num_tokens + demoted), attn_table,
+        q.num_draft > 0 ? model::LogitsWanted::kAll
+        : q.sample      ? model::LogitsWanted::kLast
+                        : model::LogitsWanted::kNone);
     if (q.sample) sampling_seqs_.push_back(&s);
   }
   return absl::OkStatus();

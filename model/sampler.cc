@@ -145,9 +145,11 @@ size_t Sampler::Filter(const SamplingParams& p, double& total_out) {
   return n;
 }
 
-void Sampler::Prepare(std::span<const float> logits, const SamplingParams& p, std::span<const int32_t> prompt,
-                      std::span<const int32_t> output, std::span<const uint64_t> allowed) {
-  KVS_CHECK(static_cast<int>(logits.size()) == vocab_, "logits row of ", logits.size(), " for vocab ", vocab_);
+void Sampler::Prepare(std::span<const float> logits, const SamplingParams& p,
+                      std::span<const int32_t> prompt, std::span<const int32_t> output,
+                      std::span<const uint64_t> allowed) {
+  KVS_CHECK(static_cast<int>(logits.size()) == vocab_, "logits row of ", logits.size(),
+            " for vocab ", vocab_);
   std::copy(logits.begin(), logits.end(), work_.begin());
   for (const auto& [id, bias] : p.logit_bias) {
     KVS_CHECK(id >= 0 && id < vocab_, "logit_bias token ", id, " outside the vocabulary");
@@ -179,7 +181,8 @@ VerifyResult Sampler::Verify(std::span<const float> logits, const SamplingParams
   Prepare(logits, p, prompt, output, allowed);
   if (p.greedy()) {
     // The target's own choice is deterministic: the guess survives exactly when it is that choice.
-    v.sample.token = static_cast<int32_t>(std::max_element(work_.begin(), work_.end()) - work_.begin());
+    v.sample.token =
+        static_cast<int32_t>(std::max_element(work_.begin(), work_.end()) - work_.begin());
     v.accepted = v.sample.token == draft;
   } else {
     // Rejection sampling against a point-mass draft q = onehot(draft): accept with probability

@@ -262,7 +262,8 @@ void Scheduler::grant_tiers(SequenceState& s, StepPlan& plan) {
 
 int Scheduler::propose(SequenceState& s, int max_rows) {
   draft_.clear();
-  if (!options_.speculation || !s.spec.enabled() || s.compressing() || s.pending_children > 0) return 0;
+  if (!options_.speculation || !s.spec.enabled() || s.compressing() || s.pending_children > 0)
+    return 0;
   const speculative::DraftProposer* proposer = proposers_.For(s.spec.method);
   if (proposer == nullptr) return 0;
   // The step emits up to k + 1 tokens: k guesses and the runner's own. Never draft past
@@ -276,7 +277,8 @@ int Scheduler::propose(SequenceState& s, int max_rows) {
 }
 
 int Scheduler::schedule_running(SequenceState& s, int num_tokens, int budget, StepPlan& plan) {
-  const bool decoding = num_tokens == 1 && s.num_computed + 1 == static_cast<int32_t>(s.tokens.size()) &&
+  const bool decoding = num_tokens == 1 &&
+                        s.num_computed + 1 == static_cast<int32_t>(s.tokens.size()) &&
                         s.num_generated() > 0;
   if (decoding && budget > 1 && propose(s, budget - 1) > 0) {
     // Drafts only use free room: without it the sequence decodes one token as usual.
@@ -538,7 +540,8 @@ void Scheduler::Update(const StepPlan& plan, const StepResult& result, std::vect
     if (q.sample) {
       KVS_CHECK(next_sample < result.sampled.size(), "runner returned too few samples");
       size_t count = 1;
-      while (count <= static_cast<size_t>(q.num_draft) && next_sample + count < result.sampled.size() &&
+      while (count <= static_cast<size_t>(q.num_draft) &&
+             next_sample + count < result.sampled.size() &&
              result.sampled[next_sample + count].seq == q.seq) {
         ++count;
       }
@@ -555,9 +558,10 @@ void Scheduler::Update(const StepPlan& plan, const StepResult& result, std::vect
     s.num_computed += q.num_tokens - q.num_draft + accepted;
     if (q.num_draft > 0) {
       for (int32_t i = 0; i < accepted; ++i) {
-        KVS_CHECK(sampled[static_cast<size_t>(i)].token_id ==
-                      plan.token_ids[static_cast<size_t>(q.token_begin + q.num_tokens - q.num_draft + i)],
-                  "sequence ", s.id.value(), ": the runner accepted a token that was not drafted");
+        KVS_CHECK(
+            sampled[static_cast<size_t>(i)].token_id ==
+                plan.token_ids[static_cast<size_t>(q.token_begin + q.num_tokens - q.num_draft + i)],
+            "sequence ", s.id.value(), ": the runner accepted a token that was not drafted");
       }
       // Rejected guesses' slots go; blocks they alone filled return to the pool.
       cache_.truncate(s.id, s.num_computed);
@@ -570,7 +574,8 @@ void Scheduler::Update(const StepPlan& plan, const StepResult& result, std::vect
       if (counters_.spec_accepted_per_position.size() < static_cast<size_t>(q.num_draft)) {
         counters_.spec_accepted_per_position.resize(static_cast<size_t>(q.num_draft), 0);
       }
-      for (int32_t i = 0; i < accepted; ++i) ++counters_.spec_accepted_per_position[static_cast<size_t>(i)];
+      for (int32_t i = 0; i < accepted; ++i)
+        ++counters_.spec_accepted_per_position[static_cast<size_t>(i)];
     }
     // Tokens first (accepted guesses are part of what the KV holds), each checked for a stop.
     bool finished = false;

@@ -176,13 +176,15 @@ absl::Status ParseSpeculative(const json& body, engine::SpeculativeRequest& s) {
     } else if (*method == "ngram") {
       s.method = config::SpeculativeMethod::kNgram;
     } else {
-      return FieldError("speculative.method", absl::StrCat("unknown method '", *method, "'; expected none|ngram"));
+      return FieldError("speculative.method",
+                        absl::StrCat("unknown method '", *method, "'; expected none|ngram"));
     }
   }
   auto read = [&](std::string_view name, int lo, int hi, std::optional<int>& dst) -> absl::Status {
     KVS_ASSIGN_OR_RETURN(auto x, GetInt(*v, name, p));
     if (!x) return absl::OkStatus();
-    if (*x < lo || *x > hi) return FieldError(Path(p, name), absl::StrCat("must be in [", lo, ",", hi, "]"));
+    if (*x < lo || *x > hi)
+      return FieldError(Path(p, name), absl::StrCat("must be in [", lo, ",", hi, "]"));
     dst = static_cast<int>(*x);
     return absl::OkStatus();
   };

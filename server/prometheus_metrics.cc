@@ -254,14 +254,18 @@ PrometheusMetrics::PrometheusMetrics(PrometheusMetricsOptions options)
                                  "Prompt tokens found in the prefix cache.")->Add({});
   preemptions_ = &Build<Counter>(r, m, "kvserve_num_preemptions_total", "Sequences preempted.")->Add({});
   spec_drafts_ = &Build<Counter>(r, m, "kvserve_spec_decode_num_drafts_total",
-                                 "Speculative decoding: drafts verified.")->Add({});
+                                 "Speculative decoding: drafts verified.")
+                      ->Add({});
   spec_draft_tokens_ = &Build<Counter>(r, m, "kvserve_spec_decode_num_draft_tokens_total",
-                                       "Speculative decoding: guessed tokens verified.")->Add({});
+                                       "Speculative decoding: guessed tokens verified.")
+                            ->Add({});
   spec_accepted_tokens_ = &Build<Counter>(r, m, "kvserve_spec_decode_num_accepted_tokens_total",
-                                          "Speculative decoding: guessed tokens accepted.")->Add({});
-  spec_accepted_per_pos_ = Build<Counter>(r, m, "kvserve_spec_decode_num_accepted_tokens_per_pos_total",
-                                          "Speculative decoding: guesses accepted, by position in their draft "
-                                          "(0: the first guess).");
+                                          "Speculative decoding: guessed tokens accepted.")
+                               ->Add({});
+  spec_accepted_per_pos_ =
+      Build<Counter>(r, m, "kvserve_spec_decode_num_accepted_tokens_per_pos_total",
+                     "Speculative decoding: guesses accepted, by position in their draft "
+                     "(0: the first guess).");
   step_duration_ = &Build<Histogram>(r, m, "kvserve_engine_step_duration_seconds",
                                      "Duration of one engine step (schedule + execute + update).")
                         ->Add({}, StepBuckets());

@@ -70,9 +70,12 @@ VllmCompatMetrics::VllmCompatMetrics(prometheus::Registry& r, const std::string&
   prefix_queries_ = Counter(r, l, "vllm:prefix_cache_queries_total", "Prefix cache queries, in tokens.");
   prefix_hits_ = Counter(r, l, "vllm:prefix_cache_hits_total", "Prefix cache hits, in tokens.");
   preemptions_ = Counter(r, l, "vllm:num_preemptions_total", "Cumulative number of preemptions.");
-  spec_drafts_ = Counter(r, l, "vllm:spec_decode_num_drafts_total", "Number of spec decoding drafts.");
-  spec_draft_tokens_ = Counter(r, l, "vllm:spec_decode_num_draft_tokens_total", "Number of draft tokens.");
-  spec_accepted_tokens_ = Counter(r, l, "vllm:spec_decode_num_accepted_tokens_total", "Number of accepted tokens.");
+  spec_drafts_ =
+      Counter(r, l, "vllm:spec_decode_num_drafts_total", "Number of spec decoding drafts.");
+  spec_draft_tokens_ =
+      Counter(r, l, "vllm:spec_decode_num_draft_tokens_total", "Number of draft tokens.");
+  spec_accepted_tokens_ =
+      Counter(r, l, "vllm:spec_decode_num_accepted_tokens_total", "Number of accepted tokens.");
   spec_accepted_per_pos_ = &prometheus::BuildCounter()
                                 .Name("vllm:spec_decode_num_accepted_tokens_per_pos_total")
                                 .Help("Accepted tokens per draft position.")
