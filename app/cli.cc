@@ -41,6 +41,8 @@ constexpr FlagAlias kAliases[] = {
     {"--max-num-seqs", "scheduler.max_num_seqs", "sequences running at once"},
     {"--max-num-batched-tokens", "scheduler.max_num_batched_tokens", "token budget per step"},
     {"--metrics-compat", "server.metrics_compat", "none|vllm"},
+    {"--speculative-method", "speculative.method", "none|ngram: speculative decoding default"},
+    {"--num-speculative-tokens", "speculative.num_tokens", "draft tokens per step (1..16)"},
     {"--remote-kv", "cache.remote_kv_url", "remote KV tier shared by replicas: redis://HOST:PORT[/DB]"},
 };
 

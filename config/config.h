@@ -22,6 +22,7 @@ enum class QueuePolicy { kFcfs, kPriority };
 enum class PreemptionMode { kRecompute, kSwap };
 enum class CompressionPolicyKind { kFull, kTriAttention, kStreamingLlm, kSnapKv, kH2O, kAuto };
 enum class MetricsCompat { kNone, kVllm };
+enum class SpeculativeMethod { kNone, kNgram };
 
 struct LoggingConfig {
   LogLevel level = LogLevel::kInfo;
@@ -86,6 +87,18 @@ struct SchedulerConfig {
   QueuePolicy queue_policy = QueuePolicy::kFcfs;
   PreemptionMode preemption_mode = PreemptionMode::kRecompute;
   int max_waiting = 4096;  // global bound on queued requests; beyond it Submit is refused
+};
+
+// Speculative decoding (docs/speculative.md): the server default; a request's `speculative`
+// object overrides it. CPU backend only for now.
+struct SpeculativeConfig {
+  SpeculativeMethod method = SpeculativeMethod::kNone;
+  int num_tokens = 4;   // draft tokens proposed per step (k); verify rows are 1 + k
+  int ngram_min = 2;    // shortest suffix n-gram the n-gram proposer matches
+  int ngram_max = 4;    // longest (tried first)
+  // Adaptive switch-off: a sequence whose recent acceptance rate falls below this stops
+  // drafting for a while (backing off), so text that does not repeat itself pays nothing.
+  double min_acceptance = 0.3;
 };
 
 struct CompressionConfig {
@@ -179,6 +192,7 @@ struct Config {
   CacheConfig cache;
   SchedulerConfig scheduler;
   CompressionConfig compression;
+  SpeculativeConfig speculative;
   ServerConfig server;
   std::vector<TenantConfig> tenants;
   // Not a setting: KVSERVE_* variables that LoadConfig ignored because they cannot be

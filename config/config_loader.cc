@@ -358,6 +358,10 @@ absl::Status Validate(const Config& cfg) {
     return err("compression.budget=", c.budget, ": must hold compression.window (", c.window,
                ") + compression.sinks (", c.sinks, ")");
   }
+  if (cfg.speculative.ngram_min > cfg.speculative.ngram_max) {
+    return err("speculative.ngram_min=", cfg.speculative.ngram_min,
+               ": must not exceed speculative.ngram_max=", cfg.speculative.ngram_max);
+  }
   if (cfg.cache.lowrank_key_rank > 0 && cfg.cache.demote_kv_bytes == 0) {
     return err("cache.lowrank_key_rank=", cfg.cache.lowrank_key_rank,
                ": the low-rank key tier is a demotion tier and needs cache.demote_kv_bytes > 0");

@@ -50,6 +50,8 @@ constexpr std::array<EnumName<CompressionPolicyKind>, 6> kPolicies{
      {CompressionPolicyKind::kSnapKv, "snapkv"},
      {CompressionPolicyKind::kH2O, "h2o"},
      {CompressionPolicyKind::kAuto, "auto"}}};
+constexpr std::array<EnumName<SpeculativeMethod>, 2> kSpeculativeMethods{
+    {{SpeculativeMethod::kNone, "none"}, {SpeculativeMethod::kNgram, "ngram"}}};
 constexpr std::array<EnumName<MetricsCompat>, 2> kMetricsCompat{
     {{MetricsCompat::kNone, "none"}, {MetricsCompat::kVllm, "vllm"}}};
 
@@ -376,6 +378,25 @@ std::vector<Field<Config>> BuildConfigFields() {
                           "prefill chunk cap of compressing requests: their KV stays under "
                           "budget + divide_length + this",
                           [](C& c) -> auto& { return c.compression.max_prefill_chunk; }, 1, 1 << 20));
+  // speculative decoding
+  f.push_back(EnumField<C>(
+      "speculative.method",
+      "speculative decoding default: none, or ngram (prompt lookup; CPU backend)",
+      [](C & c) -> auto& { return c.speculative.method; }, kSpeculativeMethods));
+  f.push_back(IntField<C>(
+      "speculative.num_tokens", "draft tokens proposed per step (verify rows: 1 + this)",
+      [](C & c) -> auto& { return c.speculative.num_tokens; }, 1, 16));
+  f.push_back(IntField<C>(
+      "speculative.ngram_min", "ngram: shortest suffix n-gram matched",
+      [](C & c) -> auto& { return c.speculative.ngram_min; }, 1, 64));
+  f.push_back(IntField<C>(
+      "speculative.ngram_max", "ngram: longest suffix n-gram matched (tried first)",
+      [](C & c) -> auto& { return c.speculative.ngram_max; }, 1, 64));
+  f.push_back(DoubleField<C>(
+      "speculative.min_acceptance",
+      "a sequence whose recent draft acceptance falls below this stops drafting "
+      "for a while (0: never)",
+      [](C & c) -> auto& { return c.speculative.min_acceptance; }, 0.0, 1.0));
   f.push_back(StringField<C>("compression.stats_path",
                              "TriAttention statistics file; empty: <model>/triattention_stats.bin",
                              [](C& c) -> auto& { return c.compression.stats_path; }));

@@ -1,6 +1,7 @@
 #include "engine/cpu_model_runner.h"
 
 #include "base/check.h"
+#include "engine/draft_verifier.h"
 
 namespace kvserve::engine {
 
@@ -65,21 +66,27 @@ absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan, scheduler:
     KVS_RETURN_IF_ERROR(model_.Forward(batch, view, logits_, observers));
     if (observers != nullptr) compressor_->FinishObservers();
 
+    // Logits rows: one per sampling sequence, 1 + num_draft for a drafting one (plan order).
     size_t row = 0;
+    size_t seq_index = 0;
+    const size_t v = static_cast<size_t>(vocab);
     for (const auto& q : plan.seqs) {
       if (!q.sample) continue;
-      RunnerBook::Seq& s = *book_->sampling_seqs()[row];
-      model::SamplerRng rng = model::TokenRng(s.seed, q.num_generated, s.sample_index);
-      std::span<const float> logits(logits_.data() + row * static_cast<size_t>(vocab), static_cast<size_t>(vocab));
-      model::SampleResult r = sampler_.Sample(logits, s.sampling, s.prompt(), s.output(), rng, RunnerBook::AllowedFor(s));
-      RunnerBook::Record(s, r.token);
-      scheduler::SampledToken t;
-      t.seq = q.seq;
-      t.token_id = r.token;
-      t.logprob = r.logprob;
-      for (const auto& lp : r.top_logprobs) t.top_logprobs.emplace_back(lp.token, lp.logprob);
-      result.sampled.push_back(std::move(t));
-      ++row;
+      RunnerBook::Seq& s = *book_->sampling_seqs()[seq_index++];
+      const size_t rows = 1 + static_cast<size_t>(q.num_draft);
+      std::span<const float> logits(logits_.data() + row * v, rows * v);
+      if (q.num_draft == 0) {
+        SampleNext(sampler_, s, q.seq, logits, q.num_generated, result.sampled);
+      } else {
+        const auto draft =
+            std::span<const int32_t>(plan.token_ids)
+                .subspan(static_cast<size_t>(q.token_begin + q.num_tokens - q.num_draft),
+                         static_cast<size_t>(q.num_draft));
+        const int32_t accepted =
+            VerifyDraft(sampler_, s, q.seq, logits, vocab, draft, q.num_generated, result.sampled);
+        book_->Rollback(s, q.kv_len_after - (q.num_draft - accepted));
+      }
+      row += rows;
     }
   }
   return book_->Finish(plan, result);

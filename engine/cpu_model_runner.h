@@ -43,6 +43,7 @@ class CpuModelRunner final : public ModelRunner {
 
   absl::Status Execute(const scheduler::StepPlan& plan, scheduler::StepResult& result) override;
   int vocab_size() const override { return model_.config().vocab_size; }
+  bool verifies_drafts() const override { return true; }
 
  private:
   model::LlamaModel& model_;

@@ -9,6 +9,8 @@
 #include "cache/block_hasher.h"
 #include "cache/host_kv_cache.h"
 #include "config/fields.h"
+#include "engine/request_speculation.h"
+#include "engine/request_validation.h"
 
 namespace kvserve::engine {
 namespace {
@@ -23,7 +25,8 @@ std::vector<std::string> TenantNames(const config::Config& cfg) {
   return names;
 }
 
-scheduler::SchedulerOptions MakeSchedulerOptions(const config::Config& cfg, const ModelInfo& model) {
+scheduler::SchedulerOptions MakeSchedulerOptions(const config::Config& cfg, const ModelInfo& model,
+                                                 bool verifies_drafts) {
   scheduler::SchedulerOptions o;
   o.max_num_seqs = cfg.scheduler.max_num_seqs;
   o.max_num_batched_tokens = cfg.scheduler.max_num_batched_tokens;
@@ -33,6 +36,7 @@ scheduler::SchedulerOptions MakeSchedulerOptions(const config::Config& cfg, cons
   o.max_model_len = model.max_model_len;
   o.eos_token_ids = model.eos_token_ids;
   o.kv_window = model.kv_window;
+  o.speculation = verifies_drafts;
   for (const auto& name : TenantNames(cfg)) {
     scheduler::TenantLimits limits;
     for (const auto& t : cfg.tenants) {
@@ -92,7 +96,7 @@ Engine::Engine(const config::Config& config, ModelInfo model, cache::KvCacheMana
       compression_(deps.compression),
       clock_(deps.clock ? deps.clock : std::make_shared<base::SteadyClock>()),
       tenant_names_(TenantNames(config)),
-      scheduler_(MakeSchedulerOptions(config, model_), cache) {
+      scheduler_(MakeSchedulerOptions(config, model_, runner.verifies_drafts()), cache) {
   tenant_queued_ = std::make_unique<std::atomic<int>[]>(tenant_names_.size());
   for (size_t i = 0; i < tenant_names_.size(); ++i) tenant_queued_[i] = 0;
   // Demotion tiers' precisions for the bytes-per-token metric, computed once (the backend
@@ -175,41 +179,8 @@ absl::Status Engine::Validate(const RequestSpec& spec) const {
     return Invalid("min_tokens", "must be in [0, max_tokens]");
   }
   if (spec.n < 1 || spec.n > kMaxSamples) return Invalid("n", absl::StrCat("must be in [1,", kMaxSamples, "]"));
-  const auto& s = spec.sampling;
-  if (!(s.temperature >= 0.0f) || s.temperature > 100.0f) return Invalid("temperature", "must be in [0,100]");
-  if (!(s.top_p > 0.0f) || s.top_p > 1.0f) return Invalid("top_p", "must be in (0,1]");
-  if (s.top_k < 0) return Invalid("top_k", "must be >= 0 (0 disables it)");
-  if (!(s.min_p >= 0.0f) || s.min_p > 1.0f) return Invalid("min_p", "must be in [0,1]");
-  if (!(std::fabs(s.presence_penalty) <= 2.0f)) return Invalid("presence_penalty", "must be in [-2,2]");
-  if (!(std::fabs(s.frequency_penalty) <= 2.0f)) return Invalid("frequency_penalty", "must be in [-2,2]");
-  if (!(s.repetition_penalty > 0.0f) || s.repetition_penalty > 10.0f) {
-    return Invalid("repetition_penalty", "must be in (0,10]");
-  }
-  if (s.logprobs < 0 || s.logprobs > 20) return Invalid("logprobs", "must be in [0,20]");
-  if (s.logit_bias.size() > static_cast<size_t>(scheduler::kMaxLogitBias)) {
-    return Invalid("logit_bias", absl::StrCat("at most ", scheduler::kMaxLogitBias, " entries"));
-  }
-  for (const auto& b : s.logit_bias) {
-    if (b.token < 0 || b.token >= model_.vocab_size) {
-      return Invalid("logit_bias", absl::StrCat("token id ", b.token, " is outside the vocabulary"));
-    }
-    if (!(b.bias >= -100.0f && b.bias <= 100.0f)) return Invalid("logit_bias", "biases must be in [-100,100]");
-  }
-  for (int32_t t : spec.stop_token_ids) {
-    if (t < 0 || t >= model_.vocab_size) return Invalid("stop_token_ids", absl::StrCat("token id ", t, " is outside the vocabulary"));
-  }
-  for (int32_t t : s.allowed_token_ids) {
-    if (t < 0 || t >= model_.vocab_size)
-      return Invalid("allowed_token_ids",
-                     absl::StrCat("token id ", t, " is outside the vocabulary"));
-  }
-  for (const auto& word : s.bad_words) {
-    if (word.empty()) return Invalid("bad_words", "a word has no tokens");
-    for (int32_t t : word) {
-      if (t < 0 || t >= model_.vocab_size)
-        return Invalid("bad_words", absl::StrCat("token id ", t, " is outside the vocabulary"));
-    }
-  }
+  KVS_RETURN_IF_ERROR(ValidateSampling(spec, model_.vocab_size));
+  KVS_RETURN_IF_ERROR(ValidateSpeculative(spec.speculative));
   int64_t prompt = static_cast<int64_t>(spec.prompt_tokens.size());
   if (prompt >= model_.max_model_len) {
     return Invalid("prompt", absl::StrCat("is ", prompt, " tokens; the model's context is ",
@@ -442,6 +413,7 @@ void Engine::AddRequest(Command& cmd) {
     s.compression = cmd.compression.params;
     s.compression_auto = cmd.compression.auto_mode;
     s.max_chunk = cmd.compression.max_chunk;
+    s.spec = ResolveSpeculative(config_.speculative, spec.speculative);
     if (k > 0) s.fork_parent = first;
     r.seqs.push_back(s.id);
     seq_owner_[s.id.value()] = {key, k};
@@ -640,12 +612,38 @@ void Engine::Step() {
     return;
   }
   if (!result_.compactions.empty()) OnCompactions(result_);
+  CountSpeculation(plan_, result_);
   updates_.clear();
   scheduler_.Update(plan_, result_, updates_);
   // Blocks committed (write-through) or evicted by the host tier (write-back) this step.
   if (tiers_ != nullptr) tiers_->PublishWrites(cache_);
   Publish(updates_);
   ReportStep(started, plan_);
+}
+
+void Engine::CountSpeculation(const scheduler::StepPlan& plan,
+                              const scheduler::StepResult& result) {
+  spec_drafts_ = spec_draft_tokens_ = spec_accepted_tokens_ = 0;
+  std::fill(spec_accepted_per_position_.begin(), spec_accepted_per_position_.end(), 0);
+  size_t next = 0;
+  for (const auto& q : plan.seqs) {
+    if (!q.sample) continue;
+    size_t count =
+        1;  // as Scheduler::Update reads them: 1 + accepted entries per drafting sequence
+    while (count <= static_cast<size_t>(q.num_draft) && next + count < result.sampled.size() &&
+           result.sampled[next + count].seq == q.seq) {
+      ++count;
+    }
+    next += count;
+    if (q.num_draft == 0) continue;
+    ++spec_drafts_;
+    spec_draft_tokens_ += q.num_draft;
+    spec_accepted_tokens_ += static_cast<int>(count) - 1;
+    if (spec_accepted_per_position_.size() < static_cast<size_t>(q.num_draft)) {
+      spec_accepted_per_position_.resize(static_cast<size_t>(q.num_draft), 0);
+    }
+    for (size_t i = 0; i + 1 < count; ++i) ++spec_accepted_per_position_[i];
+  }
 }
 
 void Engine::OnCompactions(const scheduler::StepResult& result) {
@@ -702,8 +700,8 @@ void Engine::ReportStep(base::Nanos started, const scheduler::StepPlan& plan) {
   s.ran_batch = !plan.seqs.empty() || plan.moves_kv();
   s.num_seqs = static_cast<int>(plan.seqs.size());
   for (const auto& q : plan.seqs) {
-    if (q.sample && q.num_tokens == 1 && q.first_position > 0 && !q.table_reset) {
-      ++s.num_decode_tokens;
+    if (q.sample && q.num_tokens - q.num_draft == 1 && q.first_position > 0 && !q.table_reset) {
+      s.num_decode_tokens += q.num_tokens;  // the decode row and its draft's verify rows
     } else {
       s.num_prefill_tokens += q.num_tokens;
     }
@@ -723,6 +721,12 @@ void Engine::ReportStep(base::Nanos started, const scheduler::StepPlan& plan) {
   s.prefix_hits_tokens = static_cast<int64_t>(usage.prefix_hit_tokens);
   s.live_logical_tokens = scheduler_.live_logical_tokens();
   s.live_physical_tokens = scheduler_.live_physical_tokens();
+  if (s.ran_batch) {
+    s.spec_drafts = spec_drafts_;
+    s.spec_draft_tokens = spec_draft_tokens_;
+    s.spec_accepted_tokens = spec_accepted_tokens_;
+    s.spec_accepted_per_position = spec_accepted_per_position_;
+  }
   const cache::KvLayout& layout = cache_.layout();
   if (layout.block_size > 0 && layout.num_layers > 0) {
     s.k_dtype = layout.k_dtype();

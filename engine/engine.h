@@ -167,6 +167,10 @@ class Engine final : public ServingEngine {
   scheduler::StepPlan plan_;
   scheduler::StepResult result_;
   std::vector<scheduler::SeqUpdate> updates_;
+  // This step's speculative decoding figures (StepStats::spec_*), filled after Execute.
+  void CountSpeculation(const scheduler::StepPlan& plan, const scheduler::StepResult& result);
+  int spec_drafts_ = 0, spec_draft_tokens_ = 0, spec_accepted_tokens_ = 0;
+  std::vector<int64_t> spec_accepted_per_position_;
   std::vector<Command> commands_;  // inbox swapped out here
   // Events go out quietly while commands are applied and a step is published; each stream's
   // consumer is woken once afterwards (Loop flushes before it sleeps or steps again).

@@ -74,6 +74,13 @@ struct StepStats {
   // The demotion tiers' precisions (issue 18), tier order; empty without tiers. Labels are the
   // dtype names, a low-rank tier's keys "<dtype>_rank<r>" (its coefficients). Engine-owned.
   std::span<const KvTierPrecision> demote_tiers;
+  // Speculative decoding this step (docs/speculative.md): drafts verified, their guessed
+  // tokens, the guesses accepted, and accepted per draft position (index i: the guesses at
+  // position i + 1 of their draft that were accepted). Engine-owned span.
+  int spec_drafts = 0;
+  int spec_draft_tokens = 0;
+  int spec_accepted_tokens = 0;
+  std::span<const int64_t> spec_accepted_per_position;
   // False for a state refresh after a step that ran no batch (only aborted or finished
   // sequences to forget): the state fields are current, duration and token counts are not
   // a step's.

@@ -86,10 +86,11 @@ absl::Status FakeModelRunner::Execute(const scheduler::StepPlan& plan, scheduler
                                               s.slot_pos.size(), " slots but writes from slot ", first_slot_index));
     }
     for (int j = 0; j < q.num_tokens; ++j) s.slot_pos.push_back(q.first_position + j);
+    const int fed = q.num_tokens - q.num_draft;  // the rest are guesses, not history yet
     for (int j = 0; j < q.num_tokens; ++j) {
       int32_t token = plan.token_ids[q.token_begin + j];
       int64_t pos = q.first_position + j;
-      if (pos >= static_cast<int64_t>(s.history.size()) || s.history[pos] != token) {
+      if (j < fed && (pos >= static_cast<int64_t>(s.history.size()) || s.history[pos] != token)) {
         return absl::InternalError(absl::StrCat("step ", plan.step_id, ": seq ", q.seq.value(),
                                                 " fed token ", token, " at position ", pos,
                                                 " which is not its history"));
@@ -102,7 +103,33 @@ absl::Status FakeModelRunner::Execute(const scheduler::StepPlan& plan, scheduler
       }
       device_slots_[static_cast<size_t>(s.table[block]) * bs + idx % bs] = token;
     }
-    for (int64_t idx = 0; idx < q.kv_len_after; ++idx) {
+    tokens_processed_ += q.num_tokens;
+    if (q.sample) {
+      if (static_cast<int64_t>(s.history.size()) != q.first_position + fed) {
+        return absl::InternalError(absl::StrCat("step ", plan.step_id, ": seq ", q.seq.value(),
+                                                " samples before its history is fed"));
+      }
+      // Greedy verification of the guesses against the deterministic "model".
+      for (int i = 0; i <= q.num_draft; ++i) {
+        scheduler::SampledToken t;
+        t.seq = q.seq;
+        t.token_id = NextToken(s.history, s.seed, options_.vocab_size);
+        t.logprob = -1.0f;
+        s.history.push_back(t.token_id);
+        result.sampled.push_back(std::move(t));
+        if (i < q.num_draft && s.history.back() != plan.token_ids[q.token_begin + fed + i]) break;
+      }
+    }
+    // Rejected guesses' slots are dropped, as the scheduler truncates its table.
+    int64_t kept = q.kv_len_after;
+    if (q.num_draft > 0) {
+      const int64_t accepted =
+          static_cast<int64_t>(s.history.size()) - (q.first_position + fed) - 1;
+      kept = q.kv_len_after - (q.num_draft - accepted);
+      s.slot_pos.resize(static_cast<size_t>(kept));
+      s.table.resize(static_cast<size_t>((kept + bs - 1) / bs));
+    }
+    for (int64_t idx = 0; idx < kept; ++idx) {
       int32_t got = device_slots_[static_cast<size_t>(s.table[idx / bs]) * bs + idx % bs];
       const int64_t pos = s.slot_pos[idx];
       if (got != s.history[pos]) {
@@ -111,19 +138,6 @@ absl::Status FakeModelRunner::Execute(const scheduler::StepPlan& plan, scheduler
                                                 ") holds ", got, ", history has ", s.history[pos],
                                                 " at position ", pos));
       }
-    }
-    tokens_processed_ += q.num_tokens;
-    if (q.sample) {
-      if (static_cast<int64_t>(s.history.size()) != q.first_position + q.num_tokens) {
-        return absl::InternalError(absl::StrCat("step ", plan.step_id, ": seq ", q.seq.value(),
-                                                " samples before its history is fed"));
-      }
-      scheduler::SampledToken t;
-      t.seq = q.seq;
-      t.token_id = NextToken(s.history, s.seed, options_.vocab_size);
-      t.logprob = -1.0f;
-      s.history.push_back(t.token_id);
-      result.sampled.push_back(std::move(t));
     }
   }
   for (const auto& q : plan.seqs) {

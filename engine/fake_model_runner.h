@@ -38,6 +38,7 @@ class FakeModelRunner final : public ModelRunner {
 
   absl::Status Execute(const scheduler::StepPlan& plan, scheduler::StepResult& result) override;
   int vocab_size() const override { return options_.vocab_size; }
+  bool verifies_drafts() const override { return true; }
 
   // The deterministic "model": the token that follows `history`.
   static int32_t NextToken(const std::vector<int32_t>& history, uint64_t seed, int vocab_size);

@@ -15,6 +15,9 @@ class ModelRunner {
   // refilled (its capacity is reused). A non-OK status fails every sequence of the step.
   virtual absl::Status Execute(const scheduler::StepPlan& plan, scheduler::StepResult& result) = 0;
   virtual int vocab_size() const = 0;
+  // Whether Execute verifies drafts (ScheduledSeq::num_draft > 0, docs/speculative.md). The
+  // scheduler drafts only for runners that do.
+  virtual bool verifies_drafts() const { return false; }
 };
 
 }  // namespace kvserve::engine

@@ -35,6 +35,18 @@ struct CompressionRequest {
   bool audit = false;
 };
 
+// Per-request speculative decoding (docs/speculative.md); unset fields take the server's
+// speculative.* settings. A method other than none on a backend or sequence that cannot
+// draft (CUDA, compressing, sliding window) decodes normally: output is the same either way.
+struct SpeculativeRequest {
+  std::optional<config::SpeculativeMethod> method;
+  std::optional<int> num_tokens;  // [1, kMaxDraftTokens]
+  std::optional<int> ngram_min;   // [1, kMaxNgram]
+  std::optional<int> ngram_max;   // [ngram_min, kMaxNgram]
+};
+inline constexpr int kMaxDraftTokens = 16;
+inline constexpr int kMaxNgram = 64;
+
 struct RequestSpec {
   std::string request_id;              // unique; assigned by the front end
   std::string tenant;                  // resolved tenant name; empty: the default tenant
@@ -48,6 +60,7 @@ struct RequestSpec {
   int priority = 0;                    // lower runs first (queue_policy=priority)
   std::string cache_salt;              // per-request prefix-cache isolation
   CompressionRequest compression;
+  SpeculativeRequest speculative;
 };
 
 }  // namespace kvserve::engine

@@ -96,11 +96,14 @@ absl::Status RunnerBook::Begin(const scheduler::StepPlan& plan) {
       attn_table = s.attn_table;
     }
     batch_seqs_.push_back({q.seq, first_row, q.num_tokens, q.kv_len_after + demoted});
-    builder_.AddSequence(std::span<const int32_t>(plan.token_ids)
-                             .subspan(static_cast<size_t>(q.token_begin), static_cast<size_t>(q.num_tokens)),
-                         static_cast<int32_t>(q.first_position),
-                         static_cast<int32_t>(q.kv_len_after - q.num_tokens + demoted), attn_table,
-                         q.sample ? model::LogitsWanted::kLast : model::LogitsWanted::kNone);
+    builder_.AddSequence(
+        std::span<const int32_t>(plan.token_ids)
+            .subspan(static_cast<size_t>(q.token_begin), static_cast<size_t>(q.num_tokens)),
+        static_cast<int32_t>(q.first_position),
+        static_cast<int32_t>(q.kv_len_after - q.num_tokens + demoted), attn_table,
+        q.num_draft > 0 ? model::LogitsWanted::kAll
+        : q.sample      ? model::LogitsWanted::kLast
+                        : model::LogitsWanted::kNone);
     if (q.sample) sampling_seqs_.push_back(&s);
   }
   return absl::OkStatus();
@@ -114,6 +117,11 @@ std::span<const uint64_t> RunnerBook::AllowedFor(const Seq& s) {
 void RunnerBook::Record(Seq& s, int32_t token) {
   if (s.grammar != nullptr) s.grammar_state = s.grammar->Advance(s.grammar_state, token);
   s.history.push_back(token);
+}
+
+void RunnerBook::Rollback(Seq& s, int32_t kv_len) const {
+  const size_t keep = static_cast<size_t>((kv_len + block_size_ - 1) / block_size_);
+  if (s.table.size() > keep) s.table.resize(keep);
 }
 
 absl::Status RunnerBook::Finish(const scheduler::StepPlan& plan, scheduler::StepResult& result) {

@@ -83,6 +83,9 @@ class RunnerBook {
   static std::span<const uint64_t> AllowedFor(const Seq& s);
   // Appends a sampled token to the history and advances the grammar.
   static void Record(Seq& s, int32_t token);
+  // Speculative decoding: rejected guesses' slots are gone (the scheduler truncates its table
+  // the same way): keep the blocks holding the first kv_len slots.
+  void Rollback(Seq& s, int32_t kv_len) const;
 
   // Compression rounds of the step's sequences, then the finished / preempted ones dropped.
   absl::Status Finish(const scheduler::StepPlan& plan, scheduler::StepResult& result);

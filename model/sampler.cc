@@ -120,6 +120,19 @@ void Sampler::ApplyPenalties(const SamplingParams& p, std::span<const int32_t> p
 }
 
 int32_t Sampler::SampleFiltered(const SamplingParams& p, SamplerRng& rng) {
+  double total = 0.0;
+  const size_t n = Filter(p, total);
+  if (!(total > 0.0) || !std::isfinite(total)) return order_[0];
+  const double u = rng.Uniform() * total;
+  double acc = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    acc += probs_[i];
+    if (u < acc) return order_[i];
+  }
+  return order_[n - 1];  // rounding: u landed on the very top of the range
+}
+
+size_t Sampler::Filter(const SamplingParams& p, double& total_out) {
   const float inv_t = 1.0f / p.temperature;
   float max_logit = -std::numeric_limits<float>::infinity();
   for (int i = 0; i < vocab_; ++i) {
@@ -164,21 +177,15 @@ int32_t Sampler::SampleFiltered(const SamplingParams& p, SamplerRng& rng) {
     n = keep;
     total = mass;
   }
-  if (!(total > 0.0) || !std::isfinite(total)) return order_[0];
-  const double u = rng.Uniform() * total;
-  double acc = 0.0;
-  for (size_t i = 0; i < n; ++i) {
-    acc += probs_[i];
-    if (u < acc) return order_[i];
-  }
-  return order_[n - 1];  // rounding: u landed on the very top of the range
+  total_out = total;
+  return n;
 }
 
-SampleResult Sampler::Sample(std::span<const float> logits, const SamplingParams& p,
-                             std::span<const int32_t> prompt, std::span<const int32_t> output,
-                             SamplerRng& rng, std::span<const uint64_t> allowed) {
-  KVS_CHECK(static_cast<int>(logits.size()) == vocab_, "logits row of ", logits.size(), " for vocab ", vocab_);
-  SampleResult r;
+void Sampler::Prepare(std::span<const float> logits, const SamplingParams& p,
+                      std::span<const int32_t> prompt, std::span<const int32_t> output,
+                      std::span<const uint64_t> allowed) {
+  KVS_CHECK(static_cast<int>(logits.size()) == vocab_, "logits row of ", logits.size(),
+            " for vocab ", vocab_);
   std::copy(logits.begin(), logits.end(), work_.begin());
   for (const auto& [id, bias] : p.logit_bias) {
     KVS_CHECK(id >= 0 && id < vocab_, "logit_bias token ", id, " outside the vocabulary");
@@ -188,11 +195,74 @@ SampleResult Sampler::Sample(std::span<const float> logits, const SamplingParams
   if (p.has_masks()) ApplyMasks(p, output);
   // Ids past the mask (a model vocabulary padded beyond the tokenizer's) are never allowed.
   if (!allowed.empty()) base::MaskLogits(allowed, work_);
+}
+
+SampleResult Sampler::Sample(std::span<const float> logits, const SamplingParams& p,
+                             std::span<const int32_t> prompt, std::span<const int32_t> output,
+                             SamplerRng& rng, std::span<const uint64_t> allowed) {
+  SampleResult r;
+  Prepare(logits, p, prompt, output, allowed);
   if (p.greedy()) {
     r.token = static_cast<int32_t>(std::max_element(work_.begin(), work_.end()) - work_.begin());
   } else {
     r.token = SampleFiltered(p, rng);
   }
+  Report(logits, p, r);
+  return r;
+}
+
+VerifyResult Sampler::Verify(std::span<const float> logits, const SamplingParams& p,
+                             std::span<const int32_t> prompt, std::span<const int32_t> output,
+                             SamplerRng& rng, int32_t draft, std::span<const uint64_t> allowed) {
+  VerifyResult v;
+  Prepare(logits, p, prompt, output, allowed);
+  if (p.greedy()) {
+    // The target's own choice is deterministic: the guess survives exactly when it is that choice.
+    v.sample.token =
+        static_cast<int32_t>(std::max_element(work_.begin(), work_.end()) - work_.begin());
+    v.accepted = v.sample.token == draft;
+  } else {
+    // Rejection sampling against a point-mass draft q = onehot(draft): accept with probability
+    // min(1, p(d) / q(d)) = p(d); otherwise draw from norm(max(p - q, 0)), which is p with d
+    // removed and renormalised. The emitted token then follows p exactly (docs/speculative.md).
+    double total = 0.0;
+    const size_t n = Filter(p, total);
+    size_t d_at = n;
+    for (size_t i = 0; i < n; ++i) {
+      if (order_[i] == draft) {
+        d_at = i;
+        break;
+      }
+    }
+    const double p_draft = d_at < n ? probs_[d_at] : 0.0;
+    if (!(total > 0.0) || !std::isfinite(total)) {
+      v.sample.token = order_[0];  // degenerate row: as SampleFiltered
+    } else if (rng.Uniform() * total < p_draft) {
+      v.sample.token = draft;
+    } else {
+      if (d_at < n) probs_[d_at] = 0.0;
+      const double rest = total - p_draft;
+      v.sample.token = order_[0];
+      if (rest > 0.0) {
+        const double u = rng.Uniform() * rest;
+        double acc = 0.0;
+        size_t last = n;
+        for (size_t i = 0; i < n; ++i) {
+          if (probs_[i] <= 0.0) continue;
+          last = i;
+          acc += probs_[i];
+          if (u < acc) break;
+        }
+        if (last < n) v.sample.token = order_[last];
+      }
+    }
+    v.accepted = v.sample.token == draft;
+  }
+  Report(logits, p, v.sample);
+  return v;
+}
+
+void Sampler::Report(std::span<const float> logits, const SamplingParams& p, SampleResult& r) {
   r.is_stop = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), r.token) != p.stop_token_ids.end();
 
   if (p.logprobs) {
@@ -218,7 +288,6 @@ SampleResult Sampler::Sample(std::span<const float> logits, const SamplingParams
       }
     }
   }
-  return r;
 }
 
 }  // namespace kvserve::model

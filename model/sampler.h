@@ -77,6 +77,12 @@ struct SampleResult {
   std::vector<TokenLogprob> top_logprobs;  // *params.logprobs entries, best first
 };
 
+// Speculative decoding: the verdict on one guessed token (Sampler::Verify).
+struct VerifyResult {
+  SampleResult sample;    // the token emitted at this position: the guess, or the correction
+  bool accepted = false;  // sample.token is the guess
+};
+
 class Sampler {
  public:
   explicit Sampler(int vocab_size);
@@ -89,9 +95,26 @@ class Sampler {
                       std::span<const int32_t> prompt, std::span<const int32_t> output,
                       SamplerRng& rng, std::span<const uint64_t> allowed = {});
 
+  // Speculative decoding with a point-mass draft (one guessed token, as the n-gram proposer
+  // makes): the same processing as Sample, then greedy: accept iff the guess is the argmax
+  // (else emit the argmax); sampled: accept with probability p(guess) under the processed
+  // distribution, else draw from that distribution with the guess removed. Either way the
+  // emitted token has exactly Sample's distribution. Draws one or two uniforms from `rng`.
+  VerifyResult Verify(std::span<const float> logits, const SamplingParams& params,
+                      std::span<const int32_t> prompt, std::span<const int32_t> output, SamplerRng& rng,
+                      int32_t draft, std::span<const uint64_t> allowed = {});
+
   int vocab_size() const { return vocab_; }
 
  private:
+  // Raw row -> work_: logit_bias, penalties, allowed-token mask.
+  void Prepare(std::span<const float> logits, const SamplingParams& p, std::span<const int32_t> prompt,
+               std::span<const int32_t> output, std::span<const uint64_t> allowed);
+  // Temperature and the min_p / top_k / top_p filters over work_: the candidates are
+  // order_[0, n) with unnormalised masses probs_[0, n) summing to `total`. Returns n.
+  size_t Filter(const SamplingParams& p, double& total);
+  // is_stop and the logprobs of r.token from the raw row.
+  void Report(std::span<const float> logits, const SamplingParams& p, SampleResult& r);
   void ApplyPenalties(const SamplingParams& p, std::span<const int32_t> prompt,
                       std::span<const int32_t> output);
   int32_t SampleFiltered(const SamplingParams& p, SamplerRng& rng);

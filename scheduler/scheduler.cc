@@ -20,6 +20,9 @@ Scheduler::Scheduler(SchedulerOptions options, cache::KvCacheManager& cache)
   counters_.tenant_tokens.assign(n, 0);
   KVS_CHECK(options_.max_num_batched_tokens > 0);
   KVS_CHECK(options_.max_num_seqs > 0);
+  // Sliding-window models release leading blocks after each step; drafts are not combined
+  // with that yet (docs/speculative.md).
+  if (options_.kv_window > 0) options_.speculation = false;
 }
 
 Scheduler::QueueKey Scheduler::queue_key(const SequenceState& s) const {
@@ -161,14 +164,16 @@ int Scheduler::tokens_to_feed(const SequenceState& s, int budget) const {
 }
 
 void Scheduler::emit(SequenceState& s, int num_tokens, const cache::AllocationDelta& delta,
-                     StepPlan& plan) {
+                     StepPlan& plan, std::span<const int32_t> draft) {
   ScheduledSeq q;
   q.seq = s.id;
   q.first_position = s.num_computed;
   q.token_begin = static_cast<int32_t>(plan.token_ids.size());
-  q.num_tokens = num_tokens;
+  q.num_draft = static_cast<int32_t>(draft.size());
+  q.num_tokens = num_tokens + q.num_draft;
   plan.token_ids.insert(plan.token_ids.end(), s.tokens.begin() + s.num_computed,
                         s.tokens.begin() + s.num_computed + num_tokens);
+  plan.token_ids.insert(plan.token_ids.end(), draft.begin(), draft.end());
   q.kv_len_after = static_cast<int32_t>(cache_.num_tokens(s.id));
   q.blocks_begin = static_cast<int32_t>(plan.new_blocks.size());
   if (!s.known_to_runner) {
@@ -191,10 +196,10 @@ void Scheduler::emit(SequenceState& s, int num_tokens, const cache::AllocationDe
   q.sample = s.num_computed + num_tokens == static_cast<int32_t>(s.tokens.size());
   q.num_generated = s.num_generated();
   plan.seqs.push_back(q);
-  plan.total_tokens += num_tokens;
+  plan.total_tokens += q.num_tokens;
   s.last_scheduled_step = step_;
-  vtime_[s.tenant] += num_tokens / options_.tenants[s.tenant].weight;
-  counters_.tenant_tokens[s.tenant] += num_tokens;
+  vtime_[s.tenant] += q.num_tokens / options_.tenants[s.tenant].weight;
+  counters_.tenant_tokens[s.tenant] += static_cast<uint64_t>(q.num_tokens);
 }
 
 SequenceState* Scheduler::pick_victim(const SequenceState& exclude) {
@@ -255,17 +260,43 @@ void Scheduler::grant_tiers(SequenceState& s, StepPlan& plan) {
   }
 }
 
-bool Scheduler::schedule_running(SequenceState& s, int num_tokens, StepPlan& plan) {
+int Scheduler::propose(SequenceState& s, int max_rows) {
+  draft_.clear();
+  if (!options_.speculation || !s.spec.enabled() || s.compressing() || s.pending_children > 0)
+    return 0;
+  const speculative::DraftProposer* proposer = proposers_.For(s.spec.method);
+  if (proposer == nullptr) return 0;
+  // The step emits up to k + 1 tokens: k guesses and the runner's own. Never draft past
+  // max_tokens, and keep every row's position inside the context.
+  int64_t k = std::min(s.spec.num_tokens, max_rows);
+  k = std::min<int64_t>(k, s.stop.max_tokens - s.num_generated() - 1);
+  k = std::min<int64_t>(k, options_.max_model_len - static_cast<int64_t>(s.tokens.size()) - 1);
+  if (k <= 0 || !s.spec_gate.Open()) return 0;
+  proposer->Propose(s.tokens, s.spec, static_cast<int>(k), draft_);
+  return static_cast<int>(draft_.size());
+}
+
+int Scheduler::schedule_running(SequenceState& s, int num_tokens, int budget, StepPlan& plan) {
+  const bool decoding = num_tokens == 1 &&
+                        s.num_computed + 1 == static_cast<int32_t>(s.tokens.size()) &&
+                        s.num_generated() > 0;
+  if (decoding && budget > 1 && propose(s, budget - 1) > 0) {
+    // Drafts only use free room: without it the sequence decodes one token as usual.
+    if (auto delta = cache_.allocate(s.id, 1 + static_cast<int>(draft_.size()))) {
+      emit(s, 1, *delta, plan, draft_);
+      return 1 + static_cast<int>(draft_.size());
+    }
+  }
   while (true) {
     if (auto delta = cache_.allocate(s.id, num_tokens)) {
       emit(s, num_tokens, *delta, plan);
       if (s.compression.demotes()) grant_tiers(s, plan);
-      return true;
+      return num_tokens;
     }
     SequenceState* victim = pick_victim(s);
     if (victim == nullptr) {
       preempt(s, plan);
-      return false;
+      return 0;
     }
     preempt(*victim, plan);
   }
@@ -451,9 +482,9 @@ void Scheduler::Schedule(StepPlan& plan) {
       ++cursor_[best];
       continue;
     }
-    if (schedule_running(s, n, plan)) {
+    if (const int rows = schedule_running(s, n, budget, plan); rows > 0) {
       ++cursor_[best];
-      budget -= n;
+      budget -= rows;
     }
     // Preemption removed entries from running lists: cursors stay valid because victims
     // are never before the cursor (they were not scheduled yet, and lists are ordered
@@ -504,32 +535,70 @@ void Scheduler::Update(const StepPlan& plan, const StepResult& result, std::vect
   }
   size_t next_sample = 0;
   for (const ScheduledSeq& q : plan.seqs) {
-    const SampledToken* sampled = nullptr;
+    // This sequence's samples: one, or 1 + accepted guesses after a draft.
+    std::span<const SampledToken> sampled;
     if (q.sample) {
       KVS_CHECK(next_sample < result.sampled.size(), "runner returned too few samples");
-      sampled = &result.sampled[next_sample++];
-      KVS_CHECK(sampled->seq == q.seq, "sample order mismatch");
+      size_t count = 1;
+      while (count <= static_cast<size_t>(q.num_draft) &&
+             next_sample + count < result.sampled.size() &&
+             result.sampled[next_sample + count].seq == q.seq) {
+        ++count;
+      }
+      sampled = std::span<const SampledToken>(result.sampled).subspan(next_sample, count);
+      next_sample += count;
+      KVS_CHECK(sampled.front().seq == q.seq, "sample order mismatch");
     }
     auto it = seqs_.find(q.seq.value());
     // Aborted while the step ran (future async engines): nothing to update.
     if (it == seqs_.end() || it->second.status != SeqStatus::kRunning) continue;
     SequenceState& s = it->second;
-    s.num_computed += q.num_tokens;
+    const int32_t accepted = sampled.empty() ? 0 : static_cast<int32_t>(sampled.size()) - 1;
+    // Only verified rows keep their KV: the fed tokens up to the draft and its accepted prefix.
+    s.num_computed += q.num_tokens - q.num_draft + accepted;
+    if (q.num_draft > 0) {
+      for (int32_t i = 0; i < accepted; ++i) {
+        KVS_CHECK(
+            sampled[static_cast<size_t>(i)].token_id ==
+                plan.token_ids[static_cast<size_t>(q.token_begin + q.num_tokens - q.num_draft + i)],
+            "sequence ", s.id.value(), ": the runner accepted a token that was not drafted");
+      }
+      // Rejected guesses' slots go; blocks they alone filled return to the pool.
+      cache_.truncate(s.id, s.num_computed);
+      s.spec_gate.Record(q.num_draft, accepted, s.spec.min_acceptance);
+      s.spec_draft_tokens += q.num_draft;
+      s.spec_accepted_tokens += accepted;
+      ++counters_.spec_drafts;
+      counters_.spec_draft_tokens += static_cast<uint64_t>(q.num_draft);
+      counters_.spec_accepted_tokens += static_cast<uint64_t>(accepted);
+      if (counters_.spec_accepted_per_position.size() < static_cast<size_t>(q.num_draft)) {
+        counters_.spec_accepted_per_position.resize(static_cast<size_t>(q.num_draft), 0);
+      }
+      for (int32_t i = 0; i < accepted; ++i)
+        ++counters_.spec_accepted_per_position[static_cast<size_t>(i)];
+    }
+    // Tokens first (accepted guesses are part of what the KV holds), each checked for a stop.
+    bool finished = false;
+    for (const SampledToken& t : sampled) {
+      s.tokens.push_back(t.token_id);
+      SeqUpdate u;
+      u.seq = s.id;
+      u.request_key = s.request_key;
+      u.sample_index = s.sampling.sample_index;
+      u.token = t;
+      u.finish = check_stop(s, t.token_id, u.stop_token);
+      finished = u.finish.has_value();
+      out.push_back(std::move(u));
+      if (finished) break;  // tokens after a stop are dropped
+    }
     if (cache_.prefix_caching_enabled()) {
-      cache_.commit_full_blocks(s.id, std::span<const int32_t>(s.tokens.data(), s.num_computed));
+      // Only verified tokens: num_computed never counts a rejected guess.
+      const size_t n = std::min(static_cast<size_t>(s.num_computed), s.tokens.size());
+      cache_.commit_full_blocks(s.id, std::span<const int32_t>(s.tokens.data(), n));
     }
     // The next row (at index num_computed) attends [num_computed - kv_window + 1, ...].
     if (options_.kv_window > 0) cache_.release_before(s.id, s.num_computed - options_.kv_window + 1);
-    if (sampled == nullptr) continue;
-    s.tokens.push_back(sampled->token_id);
-    SeqUpdate u;
-    u.seq = s.id;
-    u.request_key = s.request_key;
-    u.sample_index = s.sampling.sample_index;
-    u.token = *sampled;
-    u.finish = check_stop(s, sampled->token_id, u.stop_token);
-    out.push_back(std::move(u));
-    if (out.back().finish) {
+    if (finished) {
       release(s);
       seqs_.erase(it);
     }

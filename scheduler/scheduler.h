@@ -38,6 +38,7 @@
 #include <functional>
 #include <optional>
 #include <set>
+#include <span>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -46,6 +47,7 @@
 #include "config/config.h"
 #include "scheduler/sequence.h"
 #include "scheduler/step_plan.h"
+#include "speculative/draft_proposer.h"
 
 namespace kvserve::scheduler {
 
@@ -66,6 +68,9 @@ struct SchedulerOptions {
   // (KvCacheManager::release_before): its KV stays within the window plus a block.
   int32_t kv_window = 0;
   std::vector<int32_t> eos_token_ids;
+  // Whether running sequences whose SpecParams enable it may draft (the runner verifies
+  // drafts; off on backends that cannot, and for sliding-window models).
+  bool speculation = false;
   std::vector<TenantLimits> tenants;  // index = SequenceState::tenant; at least one
 };
 
@@ -93,6 +98,12 @@ struct SchedulerCounters {
   uint64_t preemptions_recompute = 0;
   uint64_t preemptions_swap = 0;
   std::vector<uint64_t> tenant_tokens;  // tokens scheduled per tenant (prefill + decode)
+  // Speculative decoding: drafts verified, their guesses, the guesses accepted, and accepted
+  // per draft position (index i: guesses at position i + 1 that were accepted).
+  uint64_t spec_drafts = 0;
+  uint64_t spec_draft_tokens = 0;
+  uint64_t spec_accepted_tokens = 0;
+  std::vector<uint64_t> spec_accepted_per_position;
 };
 
 class Scheduler {
@@ -144,8 +155,14 @@ class Scheduler {
   void run_forks(StepPlan& plan);
   // Schedules `num_tokens` of running sequence `s` (allocating KV; may preempt others).
   // Returns false if `s` itself was preempted.
-  bool schedule_running(SequenceState& s, int num_tokens, StepPlan& plan);
-  void emit(SequenceState& s, int num_tokens, const cache::AllocationDelta& delta, StepPlan& plan);
+  // A decode step (num_tokens == 1) may add a draft of up to budget - 1 guesses, but only
+  // when the pool has room for it without preempting anyone. Returns the rows scheduled, 0
+  // if `s` itself was preempted.
+  int schedule_running(SequenceState& s, int num_tokens, int budget, StepPlan& plan);
+  // Guesses for a decoding sequence into draft_ (at most max_rows); 0 when it does not draft.
+  int propose(SequenceState& s, int max_rows);
+  void emit(SequenceState& s, int num_tokens, const cache::AllocationDelta& delta, StepPlan& plan,
+            std::span<const int32_t> draft = {});
   // Grants a running demoting sequence the tier blocks its demote_tokens ask for, each tier at
   // once when its pool has room (otherwise tried again next step; until then rounds evict).
   void grant_tiers(SequenceState& s, StepPlan& plan);
@@ -183,6 +200,8 @@ class Scheduler {
   std::vector<RemoteLookup> remote_lookups_;
   int64_t step_ = 0;
   SchedulerCounters counters_;
+  speculative::ProposerSet proposers_;
+  std::vector<int32_t> draft_;  // scratch: this sequence's guesses
 };
 
 }  // namespace kvserve::scheduler

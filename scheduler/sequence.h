@@ -21,6 +21,8 @@
 #include "cache/cache_types.h"
 #include "compression/policy_params.h"
 #include "scheduler/sampling.h"
+#include "speculative/acceptance_gate.h"
+#include "speculative/spec_params.h"
 
 namespace kvserve::scheduler {
 
@@ -74,6 +76,13 @@ struct SequenceState {
   // Demotion tiers granted (bit t: tier t + 1 holds its blocks for compression.demote_tokens[t]);
   // cleared whenever the sequence's KV is freed.
   uint32_t tiers_granted = 0;
+
+  // Speculative decoding (docs/speculative.md): how it drafts (method none: never) and its
+  // adaptive switch-off. Compressing sequences never draft.
+  speculative::SpecParams spec;
+  speculative::AcceptanceGate spec_gate;
+  int64_t spec_draft_tokens = 0;     // guesses verified so far (usage)
+  int64_t spec_accepted_tokens = 0;  // of them, accepted
 
   bool compressing() const { return compression.kind != config::CompressionPolicyKind::kFull; }
 

@@ -51,6 +51,7 @@ std::string StepPlan::ToString() const {
       absl::StrAppend(&s, "]");
     }
     if (q.sample) absl::StrAppend(&s, " sample#", q.num_generated);
+    if (q.num_draft > 0) absl::StrAppend(&s, " draft=", q.num_draft);
     absl::StrAppend(&s, "\n");
   }
   if (!new_seqs.empty()) {

@@ -50,6 +50,12 @@ struct ScheduledSeq {
                                // (copy-on-write replaces the shared tail block)
   bool table_reset = false;    // the table is exactly the new blocks (table_offset == 0)
   bool sample = false;         // last prompt chunk or decode: produce one token
+  // Speculative decoding: the last num_draft of the num_tokens fed are guesses (a decode row
+  // then the draft). The runner wants logits for all 1 + num_draft rows, keeps the longest
+  // verified prefix and samples one token after it: 1 .. num_draft + 1 SampledTokens for this
+  // sequence, consecutive in StepResult::sampled. kv_len_after counts the draft's slots; the
+  // scheduler truncates the rejected ones after the step.
+  int32_t num_draft = 0;
   int32_t num_generated = 0;   // tokens this sequence generated before this step
 };
 
@@ -114,7 +120,9 @@ struct Compaction {
 
 struct StepResult {
   int64_t step_id = 0;
-  std::vector<SampledToken> sampled;  // one per ScheduledSeq with sample == true, in plan order
+  // One per ScheduledSeq with sample == true, in plan order; a drafting one (num_draft > 0)
+  // has 1 + accepted entries: the accepted guesses, then the runner's own token.
+  std::vector<SampledToken> sampled;
   std::vector<Compaction> compactions;  // rounds run after the forward pass, in plan order
   absl::Status status;
 

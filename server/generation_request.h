@@ -71,6 +71,7 @@ struct GenerationRequest {
   ChatOptions chat;                     // chat
   bool skip_special_tokens = true;
   engine::CompressionRequest compression;
+  engine::SpeculativeRequest speculative;  // `speculative` object (docs/speculative.md)
   // Structured outputs (response_format json_object/json_schema, guided_json/regex/choice/
   // grammar): the output is constrained to this grammar. (tool_choice adds its own.)
   std::optional<structured::GrammarSpec> grammar;

@@ -142,6 +142,9 @@ constexpr RequestField kFields[] = {
     {kCH, "vllm_xargs", kOn,
      "{kv_compression: policy, kv_budget: int}: the same through vLLM's extension channel"},
     {kCH, "timeout", kOn, "seconds in (0, 86400]: the request is aborted past it (504)"},
+    {kCH, "speculative", kOn,
+     "{method: none|ngram, num_tokens 1..16, ngram_min, ngram_max 1..64}, each optional (unset: the "
+     "server's speculative.*): per-request speculative decoding, output unchanged (docs/speculative.md)"},
     // ---- Chat message members.
     {kM, "role", kOn, "system, developer (read as system), user, assistant or tool"},
     {kM, "content", kOn, "string, null or text parts [{type: text, text}] (joined with newlines)"},

@@ -14,135 +14,13 @@
 #include "base/check.h"
 #include "config/fields.h"
 #include "server/error_mapping.h"
+#include "server/openai_json_fields.h"
 #include "server/openai_param_support.h"
 
 namespace kvserve::server {
 namespace {
 
-// Ordered: tools, tool-call arguments and chat_template_kwargs reach the chat template in the
-// order the client wrote them (`tojson` prints them so).
-using json = nlohmann::ordered_json;
-
-std::string Path(std::string_view prefix, std::string_view key) {
-  return prefix.empty() ? std::string(key) : absl::StrCat(base::AsAbsl(prefix), ".", base::AsAbsl(key));
-}
-
-absl::Status TypeError(std::string_view field, std::string_view expected, const json& got) {
-  return FieldError(field, absl::StrCat("expected ", base::AsAbsl(expected), ", got ",
-                                        got.type_name()));
-}
-
-// A present, non-null member, or nullptr.
-const json* Member(const json& obj, std::string_view key) {
-  auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-absl::StatusOr<json> ParseObject(std::string_view body) {
-  json doc = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) {
-    return absl::InvalidArgumentError("the request body is not valid JSON");
-  }
-  if (!doc.is_object()) return absl::InvalidArgumentError("the request body must be a JSON object");
-  return doc;
-}
-
-// Integers: JSON integers, or numbers with an integral value (some clients send 16.0).
-absl::StatusOr<int64_t> AsInt(const json& v, std::string_view field) {
-  if (v.is_number_unsigned()) {
-    if (v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      return FieldError(field, "integer out of range");
-    }
-    return static_cast<int64_t>(v.get<uint64_t>());
-  }
-  if (v.is_number_integer()) return v.get<int64_t>();
-  if (v.is_number_float()) {
-    double d = v.get<double>();
-    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e18) return static_cast<int64_t>(d);
-  }
-  return TypeError(field, "an integer", v);
-}
-
-absl::StatusOr<std::optional<int64_t>> GetInt(const json& obj, std::string_view key,
-                                              std::string_view prefix = {}) {
-  const json* v = Member(obj, key);
-  if (v == nullptr) return std::nullopt;
-  KVS_ASSIGN_OR_RETURN(int64_t i, AsInt(*v, Path(prefix, key)));
-  return i;
-}
-
-absl::StatusOr<std::optional<double>> GetNumber(const json& obj, std::string_view key,
-                                                std::string_view prefix = {}) {
-  const json* v = Member(obj, key);
-  if (v == nullptr) return std::nullopt;
-  if (!v->is_number()) return TypeError(Path(prefix, key), "a number", *v);
-  return v->get<double>();
-}
-
-absl::StatusOr<std::optional<bool>> GetBool(const json& obj, std::string_view key,
-                                            std::string_view prefix = {}) {
-  const json* v = Member(obj, key);
-  if (v == nullptr) return std::nullopt;
-  if (!v->is_boolean()) return TypeError(Path(prefix, key), "a boolean", *v);
-  return v->get<bool>();
-}
-
-absl::StatusOr<std::optional<std::string>> GetString(const json& obj, std::string_view key,
-                                                     std::string_view prefix = {}) {
-  const json* v = Member(obj, key);
-  if (v == nullptr) return std::nullopt;
-  if (!v->is_string()) return TypeError(Path(prefix, key), "a string", *v);
-  return v->get<std::string>();
-}
-
-absl::StatusOr<std::vector<int32_t>> AsTokenIds(const json& v, std::string_view field) {
-  if (!v.is_array()) return TypeError(field, "an array of token ids", v);
-  std::vector<int32_t> ids;
-  ids.reserve(v.size());
-  for (const json& e : v) {
-    if (!e.is_number_integer()) return TypeError(field, "an array of integers", e);
-    int64_t id = e.get<int64_t>();
-    if (id < std::numeric_limits<int32_t>::min() || id > std::numeric_limits<int32_t>::max()) {
-      return FieldError(field, absl::StrCat("token id ", id, " out of range"));
-    }
-    ids.push_back(static_cast<int32_t>(id));
-  }
-  return ids;
-}
-
-// A table entry for an optional member copied through when present; an absent member leaves
-// the destination's default. The typed getter does the reading, so a wrong type fails with
-// the getter's message. A null std::string* type-checks the member and drops it.
-struct OptionalField {
-  std::string_view key;
-  std::variant<bool*, int64_t*, std::optional<int64_t>*, float*, std::string*> dst;
-};
-
-// Reads `fields` in order (the first bad one is the error reported).
-absl::Status ReadOptionalFields(const json& obj, std::initializer_list<OptionalField> fields) {
-  for (const OptionalField& f : fields) {
-    if (bool* const* b = std::get_if<bool*>(&f.dst)) {
-      KVS_ASSIGN_OR_RETURN(auto v, GetBool(obj, f.key));
-      if (v) **b = *v;
-    } else if (std::string* const* str = std::get_if<std::string*>(&f.dst)) {
-      KVS_ASSIGN_OR_RETURN(auto v, GetString(obj, f.key));
-      if (v && *str != nullptr) **str = *std::move(v);
-    } else if (float* const* x = std::get_if<float*>(&f.dst)) {
-      KVS_ASSIGN_OR_RETURN(auto v, GetNumber(obj, f.key));
-      if (v) **x = static_cast<float>(*v);
-    } else {
-      KVS_ASSIGN_OR_RETURN(auto v, GetInt(obj, f.key));
-      if (!v) continue;
-      if (int64_t* const* i = std::get_if<int64_t*>(&f.dst)) {
-        **i = *v;
-      } else {
-        *std::get<std::optional<int64_t>*>(f.dst) = *v;
-      }
-    }
-  }
-  return absl::OkStatus();
-}
+using json = OpenAiJson;
 
 absl::StatusOr<config::CompressionPolicyKind> ParsePolicy(const std::string& name,
                                                           std::string_view field) {
@@ -160,6 +38,41 @@ absl::StatusOr<config::KvDtype> ParseDtype(const std::string& name, std::string_
     return FieldError(field, absl::StrCat("unknown KV dtype '", name, "'; expected fp32|fp16|bf16|fp8_e4m3|int8|int4"));
   }
   return *d;
+}
+
+// `speculative`: {"method": "none"|"ngram", "num_tokens", "ngram_min", "ngram_max"}; every
+// member optional (the server's speculative.* fill the rest).
+absl::Status ParseSpeculative(const json& body, engine::SpeculativeRequest& s) {
+  const json* v = Member(body, "speculative");
+  if (v == nullptr) return absl::OkStatus();
+  if (!v->is_object()) return TypeError("speculative", "an object", *v);
+  const std::string_view p = "speculative";
+  KVS_ASSIGN_OR_RETURN(auto method, GetString(*v, "method", p));
+  if (method) {
+    if (*method == "none") {
+      s.method = config::SpeculativeMethod::kNone;
+    } else if (*method == "ngram") {
+      s.method = config::SpeculativeMethod::kNgram;
+    } else {
+      return FieldError("speculative.method",
+                        absl::StrCat("unknown method '", *method, "'; expected none|ngram"));
+    }
+  }
+  auto read = [&](std::string_view name, int lo, int hi, std::optional<int>& dst) -> absl::Status {
+    KVS_ASSIGN_OR_RETURN(auto x, GetInt(*v, name, p));
+    if (!x) return absl::OkStatus();
+    if (*x < lo || *x > hi)
+      return FieldError(Path(p, name), absl::StrCat("must be in [", lo, ",", hi, "]"));
+    dst = static_cast<int>(*x);
+    return absl::OkStatus();
+  };
+  KVS_RETURN_IF_ERROR(read("num_tokens", 1, engine::kMaxDraftTokens, s.num_tokens));
+  KVS_RETURN_IF_ERROR(read("ngram_min", 1, engine::kMaxNgram, s.ngram_min));
+  KVS_RETURN_IF_ERROR(read("ngram_max", 1, engine::kMaxNgram, s.ngram_max));
+  if (s.ngram_min && s.ngram_max && *s.ngram_min > *s.ngram_max) {
+    return FieldError("speculative.ngram_min", "must not exceed speculative.ngram_max");
+  }
+  return absl::OkStatus();
 }
 
 // `kv_compression`: an object, or just the policy name as a string.
@@ -364,6 +277,7 @@ absl::Status ParseCommon(const json& body, HttpGenerationRequest& out) {
                                 {"request_id", &r.caller_request_id},
                                 {"skip_special_tokens", &r.skip_special_tokens}}));
   KVS_RETURN_IF_ERROR(ParseCompression(body, r.compression));
+  KVS_RETURN_IF_ERROR(ParseSpeculative(body, r.speculative));
 
   KVS_ASSIGN_OR_RETURN(auto timeout, GetNumber(body, "timeout"));
   if (timeout) {

@@ -253,6 +253,19 @@ PrometheusMetrics::PrometheusMetrics(PrometheusMetricsOptions options)
   prefix_hits_ = &Build<Counter>(r, m, "kvserve_prefix_cache_hits_total",
                                  "Prompt tokens found in the prefix cache.")->Add({});
   preemptions_ = &Build<Counter>(r, m, "kvserve_num_preemptions_total", "Sequences preempted.")->Add({});
+  spec_drafts_ = &Build<Counter>(r, m, "kvserve_spec_decode_num_drafts_total",
+                                 "Speculative decoding: drafts verified.")
+                      ->Add({});
+  spec_draft_tokens_ = &Build<Counter>(r, m, "kvserve_spec_decode_num_draft_tokens_total",
+                                       "Speculative decoding: guessed tokens verified.")
+                            ->Add({});
+  spec_accepted_tokens_ = &Build<Counter>(r, m, "kvserve_spec_decode_num_accepted_tokens_total",
+                                          "Speculative decoding: guessed tokens accepted.")
+                               ->Add({});
+  spec_accepted_per_pos_ =
+      Build<Counter>(r, m, "kvserve_spec_decode_num_accepted_tokens_per_pos_total",
+                     "Speculative decoding: guesses accepted, by position in their draft "
+                     "(0: the first guess).");
   step_duration_ = &Build<Histogram>(r, m, "kvserve_engine_step_duration_seconds",
                                      "Duration of one engine step (schedule + execute + update).")
                         ->Add({}, StepBuckets());
@@ -409,6 +422,15 @@ void PrometheusMetrics::OnStep(const engine::StepStats& step) {
     }
   }
   if (step.preemptions > 0) preemptions_->Increment(step.preemptions);
+  if (step.spec_drafts > 0) {
+    spec_drafts_->Increment(step.spec_drafts);
+    spec_draft_tokens_->Increment(step.spec_draft_tokens);
+    spec_accepted_tokens_->Increment(step.spec_accepted_tokens);
+    for (size_t i = 0; i < step.spec_accepted_per_position.size(); ++i) {
+      spec_accepted_per_pos_->Add({{"position", std::to_string(i)}})
+          .Increment(static_cast<double>(step.spec_accepted_per_position[i]));
+    }
+  }
   if (step.ran_batch) {
     step_duration_->Observe(Seconds(step.duration_ns));
     step_tokens_->Observe(step.num_prefill_tokens + step.num_decode_tokens);

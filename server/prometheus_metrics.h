@@ -148,6 +148,10 @@ class PrometheusMetrics final : public engine::EngineObserver {
   prometheus::Counter* prefix_queries_;
   prometheus::Counter* prefix_hits_;
   prometheus::Counter* preemptions_;
+  prometheus::Counter* spec_drafts_;
+  prometheus::Counter* spec_draft_tokens_;
+  prometheus::Counter* spec_accepted_tokens_;
+  prometheus::Family<prometheus::Counter>* spec_accepted_per_pos_;
   prometheus::Histogram* step_duration_;
   prometheus::Histogram* step_tokens_;
   prometheus::Histogram* step_seqs_;

@@ -211,6 +211,7 @@ absl::StatusOr<std::vector<PreparedPrompt>> BuildRequests(const GenerationReques
   base.ignore_eos = r.ignore_eos;
   base.priority = static_cast<int>(r.priority.value_or(tenant != nullptr ? tenant->priority : 0));
   base.compression = r.compression;
+  base.speculative = r.speculative;
   // Prefix-cache isolation: the tenant's group (default: its own name) salts every block
   // hash, so tenants only share cached prefixes when the config says they may.
   if (tenant != nullptr) {

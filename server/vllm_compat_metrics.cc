@@ -70,6 +70,17 @@ VllmCompatMetrics::VllmCompatMetrics(prometheus::Registry& r, const std::string&
   prefix_queries_ = Counter(r, l, "vllm:prefix_cache_queries_total", "Prefix cache queries, in tokens.");
   prefix_hits_ = Counter(r, l, "vllm:prefix_cache_hits_total", "Prefix cache hits, in tokens.");
   preemptions_ = Counter(r, l, "vllm:num_preemptions_total", "Cumulative number of preemptions.");
+  spec_drafts_ =
+      Counter(r, l, "vllm:spec_decode_num_drafts_total", "Number of spec decoding drafts.");
+  spec_draft_tokens_ =
+      Counter(r, l, "vllm:spec_decode_num_draft_tokens_total", "Number of draft tokens.");
+  spec_accepted_tokens_ =
+      Counter(r, l, "vllm:spec_decode_num_accepted_tokens_total", "Number of accepted tokens.");
+  spec_accepted_per_pos_ = &prometheus::BuildCounter()
+                                .Name("vllm:spec_decode_num_accepted_tokens_per_pos_total")
+                                .Help("Accepted tokens per draft position.")
+                                .Labels(l)
+                                .Register(r);
   prompt_tokens_ = Counter(r, l, "vllm:prompt_tokens_total", "Number of prefill tokens processed.");
   generation_tokens_ = Counter(r, l, "vllm:generation_tokens_total", "Number of generation tokens processed.");
   success_ = &prometheus::BuildCounter()
@@ -140,6 +151,15 @@ void VllmCompatMetrics::OnStep(const engine::StepStats& s, int64_t prefix_querie
   if (prefix_queries > 0) prefix_queries_->Increment(static_cast<double>(prefix_queries));
   if (prefix_hits > 0) prefix_hits_->Increment(static_cast<double>(prefix_hits));
   if (s.preemptions > 0) preemptions_->Increment(s.preemptions);
+  if (s.spec_drafts > 0) {
+    spec_drafts_->Increment(s.spec_drafts);
+    spec_draft_tokens_->Increment(s.spec_draft_tokens);
+    spec_accepted_tokens_->Increment(s.spec_accepted_tokens);
+    for (size_t i = 0; i < s.spec_accepted_per_position.size(); ++i) {
+      spec_accepted_per_pos_->Add({{"position", std::to_string(i)}})
+          .Increment(static_cast<double>(s.spec_accepted_per_position[i]));
+    }
+  }
   const int tokens = s.num_prefill_tokens + s.num_decode_tokens;
   if (s.ran_batch && tokens > 0) iteration_tokens_->Observe(tokens);
 }

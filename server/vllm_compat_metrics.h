@@ -41,6 +41,10 @@ class VllmCompatMetrics {
   prometheus::Counter* prefix_queries_;
   prometheus::Counter* prefix_hits_;
   prometheus::Counter* preemptions_;
+  prometheus::Counter* spec_drafts_;
+  prometheus::Counter* spec_draft_tokens_;
+  prometheus::Counter* spec_accepted_tokens_;
+  prometheus::Family<prometheus::Counter>* spec_accepted_per_pos_;  // label position (0-based)
   prometheus::Counter* prompt_tokens_;
   prometheus::Counter* generation_tokens_;
   prometheus::Family<prometheus::Counter>* success_;

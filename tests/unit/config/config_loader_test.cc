@@ -458,6 +458,26 @@ TEST(ConfigLoader, CrossFieldWatermarks) {
   EXPECT_THAT(std::string(cfg.status().message()), HasSubstr("compression.auto_low_watermark=0.95"));
 }
 
+TEST(ConfigLoader, SpeculativeSettings) {
+  ConfigSources s;
+  s.overrides = {{"speculative.method", "ngram"},
+                 {"speculative.num_tokens", "6"},
+                 {"speculative.ngram_min", "1"}};
+  auto cfg = LoadConfig(s);
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(cfg->speculative.method, SpeculativeMethod::kNgram);
+  EXPECT_EQ(cfg->speculative.num_tokens, 6);
+  EXPECT_EQ(cfg->speculative.ngram_min, 1);
+  s.overrides = {{"speculative.ngram_min", "5"}};  // above the default ngram_max of 4
+  cfg = LoadConfig(s);
+  ASSERT_FALSE(cfg.ok());
+  EXPECT_THAT(std::string(cfg.status().message()), HasSubstr("speculative.ngram_min=5"));
+  s.overrides = {{"speculative.method", "eagle"}};
+  EXPECT_FALSE(LoadConfig(s).ok());
+  s.overrides = {{"speculative.num_tokens", "0"}};
+  EXPECT_FALSE(LoadConfig(s).ok());
+}
+
 TEST(ConfigLoader, DemotionTiersAreBelowThePoolAndPartOfItsBytes) {
   auto load = [](std::vector<std::pair<std::string, std::string>> o) {
     ConfigSources s;

@@ -72,6 +72,7 @@ class Harness {
       s.compression = compression;
       s.compression.prompt_len = prompt_len;
       s.max_chunk = compression.kind == config::CompressionPolicyKind::kFull ? 0 : max_chunk;
+      s.spec = spec;
       sched_->Add(std::move(s));
     }
     return first;
@@ -136,6 +137,8 @@ class Harness {
   // Compression settings of the sequences Add creates from now on (prompt_len is filled in).
   compression::PolicyParams compression;
   int max_chunk = 0;
+  // Speculative decoding of the sequences Add creates from now on (needs sched.speculation).
+  speculative::SpecParams spec;
 
   Scheduler& sched() { return *sched_; }
   cache::KvCacheManager& cache() { return *cache_; }

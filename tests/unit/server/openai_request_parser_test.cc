@@ -112,15 +112,27 @@ TEST(CompletionParserTest, WrongTypesNameTheField) {
       {R"({"prompt": "x", "kv_compression": {"k_dtype": 4}})", "kv_compression.k_dtype"},
       {R"({"prompt": "x", "kv_compression": {"v_dtype": "fp4"}})", "kv_compression.v_dtype"},
       {R"({"prompt": "x", "kv_compression": {"demote": 5}})", "kv_compression.demote"},
-      {R"({"prompt": "x", "kv_compression": {"demote": {"int2": 64}}})", "kv_compression.demote.int2"},
-      {R"({"prompt": "x", "kv_compression": {"demote": {"int8": "lots"}}})", "kv_compression.demote.int8"},
-      {R"({"prompt": "x", "kv_compression": {"demote": {"int4": -1}}})", "kv_compression.demote.int4"},
-      {R"({"prompt": "x", "kv_compression": {"demote": {"lowrank": -3}}})", "kv_compression.demote.lowrank"},
-      {R"({"prompt": "x", "kv_compression": {"demote": {"lowrank": "all"}}})", "kv_compression.demote.lowrank"},
+      {R"({"prompt": "x", "kv_compression": {"demote": {"int2": 64}}})",
+       "kv_compression.demote.int2"},
+      {R"({"prompt": "x", "kv_compression": {"demote": {"int8": "lots"}}})",
+       "kv_compression.demote.int8"},
+      {R"({"prompt": "x", "kv_compression": {"demote": {"int4": -1}}})",
+       "kv_compression.demote.int4"},
+      {R"({"prompt": "x", "kv_compression": {"demote": {"lowrank": -3}}})",
+       "kv_compression.demote.lowrank"},
+      {R"({"prompt": "x", "kv_compression": {"demote": {"lowrank": "all"}}})",
+       "kv_compression.demote.lowrank"},
       {R"({"prompt": "x", "stream_options": {"include_usage": true}})", "stream_options"},
       {R"({"prompt": "x", "stream": true, "stream_options": {"include_usage": 1}})",
        "stream_options.include_usage"},
       {R"({"prompt": "x", "suffix": "tail"})", "suffix"},
+      {R"({"prompt": "x", "speculative": "ngram"})", "speculative"},
+      {R"({"prompt": "x", "speculative": {"method": "eagle"}})", "speculative.method"},
+      {R"({"prompt": "x", "speculative": {"num_tokens": 0}})", "speculative.num_tokens"},
+      {R"({"prompt": "x", "speculative": {"num_tokens": 17}})", "speculative.num_tokens"},
+      {R"({"prompt": "x", "speculative": {"ngram_max": "4"}})", "speculative.ngram_max"},
+      {R"({"prompt": "x", "speculative": {"ngram_min": 5, "ngram_max": 3}})",
+       "speculative.ngram_min"},
   };
   for (const auto& [body, param] : cases) {
     EXPECT_EQ(ParamOf(ParseCompletionRequest(body)), param) << body;
@@ -134,6 +146,23 @@ TEST(CompletionParserTest, NullsAndIntegralFloatsAreAccepted) {
   EXPECT_EQ(r->request.max_tokens, 16);
   EXPECT_FLOAT_EQ(r->request.sampling.temperature, 1.0f);
   EXPECT_FALSE(r->request.return_logprobs);
+}
+
+TEST(CompletionParserTest, SpeculativeObject) {
+  auto r = ParseCompletionRequest(
+      R"({"prompt": "x", "speculative": {"method": "ngram", "num_tokens": 6, "ngram_min": 1, "ngram_max": 5}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->request.speculative.method, config::SpeculativeMethod::kNgram);
+  EXPECT_EQ(r->request.speculative.num_tokens, 6);
+  EXPECT_EQ(r->request.speculative.ngram_min, 1);
+  EXPECT_EQ(r->request.speculative.ngram_max, 5);
+  auto off = ParseCompletionRequest(R"({"prompt": "x", "speculative": {"method": "none"}})");
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(off->request.speculative.method, config::SpeculativeMethod::kNone);
+  EXPECT_FALSE(off->request.speculative.num_tokens.has_value());
+  auto absent = ParseCompletionRequest(R"({"prompt": "x"})");
+  ASSERT_TRUE(absent.ok());
+  EXPECT_FALSE(absent->request.speculative.method.has_value());
 }
 
 TEST(CompletionParserTest, KvCompressionPrecision) {

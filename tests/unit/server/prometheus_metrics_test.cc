@@ -171,7 +171,15 @@ TEST(PrometheusMetricsTest, StepGaugesAndCumulativePrefixCounters) {
   // Demotion tiers report too: an int4-values tier and a low-rank key tier (bf16 coefficients).
   const engine::KvTierPrecision tiers[] = {{"int8", "int8", 416, 416}, {"bf16_rank24", "int4", 384, 272}};
   s.demote_tiers = tiers;
+  // Speculative decoding: 3 drafts of 4 guesses, 5 accepted (3 at position 0, 2 at 1).
+  const int64_t per_pos[] = {3, 2, 0, 0};
+  s.spec_drafts = 3;
+  s.spec_draft_tokens = 12;
+  s.spec_accepted_tokens = 5;
+  s.spec_accepted_per_position = per_pos;
   m.OnStep(s);
+  s.spec_drafts = s.spec_draft_tokens = s.spec_accepted_tokens = 0;
+  s.spec_accepted_per_position = {};
   s.prefix_queries_tokens = 96;  // cumulative: +32
   s.prefix_hits_tokens = 32;     // +16
   s.running = 1;
@@ -196,6 +204,11 @@ TEST(PrometheusMetricsTest, StepGaugesAndCumulativePrefixCounters) {
   EXPECT_EQ(e.Sum("kvserve_prefix_cache_queries_total"), 96);
   EXPECT_EQ(e.Sum("kvserve_prefix_cache_hits_total"), 32);
   EXPECT_EQ(e.Sum("kvserve_num_preemptions_total"), 2);
+  EXPECT_EQ(e.Sum("kvserve_spec_decode_num_drafts_total"), 3);
+  EXPECT_EQ(e.Sum("kvserve_spec_decode_num_draft_tokens_total"), 12);
+  EXPECT_EQ(e.Sum("kvserve_spec_decode_num_accepted_tokens_total"), 5);
+  EXPECT_EQ(e.Sum("kvserve_spec_decode_num_accepted_tokens_per_pos_total", {{"position", "0"}}), 3);
+  EXPECT_EQ(e.Sum("kvserve_spec_decode_num_accepted_tokens_per_pos_total", {{"position", "1"}}), 2);
   EXPECT_EQ(e.Sum("kvserve_engine_step_duration_seconds_count"), 2);
   EXPECT_NEAR(*e.Sum("kvserve_engine_step_duration_seconds_sum"), 0.006, 1e-12);
   EXPECT_EQ(e.Sum("kvserve_engine_step_tokens_sum"), 22);
@@ -399,6 +412,11 @@ TEST(PrometheusMetricsTest, VllmCompatNamesOnlyWhenAsked) {
   s.prefix_queries_tokens = 32;
   s.prefix_hits_tokens = 16;
   s.num_prefill_tokens = 12;
+  const int64_t per_pos[] = {2, 1};
+  s.spec_drafts = 2;
+  s.spec_draft_tokens = 4;
+  s.spec_accepted_tokens = 3;
+  s.spec_accepted_per_position = per_pos;
   m.OnStep(s);
   m.OnTokens({"alpha", "full"}, 1, 0);
   m.OnTokens({"alpha", "full"}, 1, 20 * kMs);
@@ -412,6 +430,12 @@ TEST(PrometheusMetricsTest, VllmCompatNamesOnlyWhenAsked) {
   EXPECT_EQ(e.Sum("vllm:prefix_cache_queries_total", l), 32);
   EXPECT_EQ(e.Sum("vllm:prefix_cache_hits_total", l), 16);
   EXPECT_EQ(e.Sum("vllm:num_preemptions_total", l), 1);
+  EXPECT_EQ(e.Sum("vllm:spec_decode_num_drafts_total", l), 2);
+  EXPECT_EQ(e.Sum("vllm:spec_decode_num_draft_tokens_total", l), 4);
+  EXPECT_EQ(e.Sum("vllm:spec_decode_num_accepted_tokens_total", l), 3);
+  EXPECT_EQ(e.Sum("vllm:spec_decode_num_accepted_tokens_per_pos_total",
+                  {{"model_name", "kvs-tiny"}, {"engine", "0"}, {"position", "1"}}),
+            1);
   EXPECT_EQ(e.Sum("vllm:generation_tokens_total", l), 2);
   EXPECT_EQ(e.Sum("vllm:prompt_tokens_total", l), 7);
   EXPECT_EQ(e.Sum("vllm:request_success_total", {{"finished_reason", "stop"}}), 1);

@@ -186,6 +186,12 @@ const std::map<std::string, Case>& Cases() {
           EXPECT_EQ(r.request.compression.budget, 32);
         }}},
       {"timeout", {"2.5", [](auto& r) { EXPECT_EQ(r.timeout_seconds, 2.5); }}},
+      {"speculative",
+       {R"({"method": "ngram", "num_tokens": 3})",
+        [](auto& r) {
+          EXPECT_EQ(r.request.speculative.method, config::SpeculativeMethod::kNgram);
+          EXPECT_EQ(r.request.speculative.num_tokens, 3);
+        }}},
       // Message members (on messages[0], an assistant message unless `extra` says otherwise).
       {"m:role",
        {R"("developer")", [](auto& r) { EXPECT_EQ(r.request.messages[0].role, "system"); }}},

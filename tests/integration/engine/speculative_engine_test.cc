@@ -1,0 +1,255 @@
+// Speculative decoding (n-gram) through the whole engine on real CPU models: greedy output
+// with drafts equals greedy output without, token for token and logprob for logprob, alone,
+// in a batch, on prefix-cache hits and under preemption (recompute and swap), and no KV
+// block leaks after rejected drafts. Runs on the random-weight fixture and on kvs-tiny (a
+// trained model, whose greedy continuations of a repetitive prompt copy it: high acceptance).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "engine/engine_factory.h"
+#include "model/model_config.h"
+#include "structured/compiled_grammar.h"
+#include "structured/grammar_cache.h"
+#include "tests/integration/engine/engine_test_util.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvserve::engine {
+namespace {
+
+// Adds the engine's speculative decoding figures to the counting observer.
+class SpecObserver : public CountingObserver {
+ public:
+  void OnStep(const StepStats& s) override {
+    CountingObserver::OnStep(s);
+    drafts += s.spec_drafts;
+    draft_tokens += s.spec_draft_tokens;
+    accepted += s.spec_accepted_tokens;
+  }
+  std::atomic<int64_t> drafts{0}, draft_tokens{0}, accepted{0};
+};
+
+struct Output {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  bool operator==(const Output& o) const = default;
+};
+
+Output CollectWithLogprobs(TokenStream& stream) {
+  Output out;
+  while (!stream.done()) {
+    auto e = stream.pop_wait(std::chrono::milliseconds(200));
+    if (!e) continue;
+    out.tokens.insert(out.tokens.end(), e->token_ids.begin(), e->token_ids.end());
+    for (const auto& lp : e->logprobs) out.logprobs.push_back(lp.logprob);
+  }
+  return out;
+}
+
+// A prompt that repeats a 12-token phrase: copy-heavy, the proposer's best case.
+std::vector<int32_t> Repetitive(int len, int salt, int vocab) {
+  std::vector<int32_t> p{1};
+  for (int i = 1; i < len; ++i) p.push_back(3 + ((i % 12) * 37 + salt * 101) % (vocab - 3));
+  return p;
+}
+
+class SpeculativeEngine : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    dir_ = std::string(KVSERVE_SOURCE_DIR) + "/" + GetParam();
+    ASSERT_TRUE(std::filesystem::exists(dir_ + "/model.safetensors"))
+        << "model not present: " << dir_;
+  }
+  std::unique_ptr<ServingEngine> Make(config::Config cfg, EngineObserver* obs) {
+    cfg.engine.threads = 1;
+    EngineDeps deps;
+    deps.observer = obs;
+    auto e = CreateEngine(cfg, dir_, std::move(deps));
+    EXPECT_TRUE(e.ok()) << e.status();
+    return e.ok() ? std::move(*e) : nullptr;
+  }
+  static RequestSpec Probe(const std::string& id, std::vector<int32_t> prompt, int max_tokens) {
+    RequestSpec r = Greedy(id, std::move(prompt), max_tokens);
+    r.sampling.logprobs = 1;
+    return r;
+  }
+  std::string dir_;
+};
+
+TEST_P(SpeculativeEngine, GreedyOutputEqualsPlainDecoding) {
+  constexpr int kVocab = 256;
+  config::Config plain_cfg;
+  plain_cfg.cache.kv_bytes = 64ull << 20;
+  config::Config spec_cfg = plain_cfg;
+  spec_cfg.speculative.method = config::SpeculativeMethod::kNgram;
+  spec_cfg.speculative.num_tokens = 4;
+  spec_cfg.speculative.ngram_min = 1;
+  spec_cfg.speculative.min_acceptance = 0.0;  // draft every step: the worst case for exactness
+  const std::vector<RequestSpec> probes = {Probe("copy", Repetitive(60, 0, kVocab), 40),
+                                           Probe("free", Prompt(50, 3, kVocab), 24)};
+
+  std::vector<Output> want;
+  {
+    CountingObserver obs;
+    auto engine = Make(plain_cfg, &obs);
+    ASSERT_NE(engine, nullptr);
+    for (const auto& p : probes) {
+      auto s = engine->Submit(p);
+      ASSERT_TRUE(s.ok()) << s.status();
+      want.push_back(CollectWithLogprobs(**s));
+      ASSERT_EQ(want.back().tokens.size(), static_cast<size_t>(p.max_tokens));
+    }
+  }
+  // Alone, one after the other: the second "copy" run is a prefix-cache hit.
+  {
+    SpecObserver obs;
+    auto engine = Make(spec_cfg, &obs);
+    ASSERT_NE(engine, nullptr);
+    for (int round = 0; round < 2; ++round) {
+      for (size_t i = 0; i < probes.size(); ++i) {
+        RequestSpec p = probes[i];
+        p.request_id += std::to_string(round);
+        auto s = engine->Submit(p);
+        ASSERT_TRUE(s.ok()) << s.status();
+        EXPECT_EQ(CollectWithLogprobs(**s), want[i]) << p.request_id;
+      }
+    }
+    EXPECT_GT(obs.drafts.load(), 0);
+    EXPECT_GT(obs.accepted.load(), 0) << "the copy-heavy probe accepted nothing";
+    EXPECT_LT(obs.accepted.load(), obs.draft_tokens.load()) << "no draft was ever rejected";
+    ExpectNoBlocksLeaked(engine, obs, "alone");
+  }
+  // In a batch of 8, others sampling at temperature 0.8 with speculation too.
+  {
+    SpecObserver obs;
+    obs.Hold();
+    auto engine = Make(spec_cfg, &obs);
+    ASSERT_NE(engine, nullptr);
+    std::vector<std::shared_ptr<TokenStream>> others;
+    for (int i = 0; i < 6; ++i) {
+      RequestSpec o =
+          Greedy("o" + std::to_string(i), Repetitive(20 + 7 * i, i + 1, kVocab), 20 + i);
+      o.sampling.temperature = (i % 2) ? 0.8f : 0.0f;
+      o.sampling.seed = 100 + i;
+      auto st = engine->Submit(o);
+      ASSERT_TRUE(st.ok());
+      others.push_back(*st);
+    }
+    std::vector<std::shared_ptr<TokenStream>> mine;
+    for (const auto& p : probes) {
+      auto s = engine->Submit(p);
+      ASSERT_TRUE(s.ok());
+      mine.push_back(*s);
+    }
+    obs.Release();
+    for (size_t i = 0; i < probes.size(); ++i)
+      EXPECT_EQ(CollectWithLogprobs(*mine[i]), want[i]) << "in a batch";
+    for (size_t i = 0; i < others.size(); ++i) EXPECT_EQ(Collect(*others[i]).size(), 20u + i);
+    EXPECT_GE(obs.max_batch.load(), 8);
+    ExpectNoBlocksLeaked(engine, obs, "batch of 8");
+  }
+}
+
+TEST_P(SpeculativeEngine, RejectedDraftsLeakNothingUnderPreemption) {
+  constexpr int kVocab = 256;
+  auto mc = model::LoadModelConfig(dir_);
+  ASSERT_TRUE(mc.ok()) << mc.status();
+  const uint64_t bytes_per_block = static_cast<uint64_t>(mc->num_layers) * 2 * mc->num_kv_heads *
+                                   16 * mc->head_dim * sizeof(float);
+  const RequestSpec probe = Probe("probe", Repetitive(60, 0, kVocab), 24);
+  Output want;
+  {
+    config::Config cfg;
+    CountingObserver obs;
+    auto engine = Make(cfg, &obs);
+    ASSERT_NE(engine, nullptr);
+    auto s = engine->Submit(probe);
+    ASSERT_TRUE(s.ok());
+    want = CollectWithLogprobs(**s);
+  }
+  for (auto mode : {config::PreemptionMode::kRecompute, config::PreemptionMode::kSwap}) {
+    config::Config cfg;
+    cfg.speculative.method = config::SpeculativeMethod::kNgram;
+    cfg.speculative.ngram_min = 1;
+    cfg.speculative.min_acceptance = 0.0;
+    cfg.scheduler.preemption_mode = mode;
+    cfg.cache.block_size = 16;
+    cfg.cache.kv_bytes = 12 * bytes_per_block;  // two of these requests at a time, not seven
+    cfg.cache.host_swap_bytes = 64 * bytes_per_block;
+    SpecObserver obs;
+    obs.Hold();
+    auto engine = Make(cfg, &obs);
+    ASSERT_NE(engine, nullptr);
+    auto ps = engine->Submit(probe);
+    ASSERT_TRUE(ps.ok()) << ps.status();
+    std::vector<std::shared_ptr<TokenStream>> streams;
+    for (int i = 0; i < 6; ++i) {
+      auto st = engine->Submit(Greedy("p" + std::to_string(i), Prompt(60, i + 7, kVocab), 24));
+      ASSERT_TRUE(st.ok());
+      streams.push_back(*st);
+    }
+    obs.Release();
+    EXPECT_EQ(CollectWithLogprobs(**ps), want) << "preemption mode " << static_cast<int>(mode);
+    for (auto& st : streams) EXPECT_EQ(Collect(*st).size(), 24u);
+    EXPECT_GT(obs.preemptions.load(), 0) << "the pool was meant to force preemption";
+    EXPECT_GT(obs.drafts.load(), 0);
+    ExpectNoBlocksLeaked(engine, obs, mode == config::PreemptionMode::kSwap ? "swap" : "recompute");
+  }
+}
+
+// Structured outputs: guesses are checked under the grammar's mask row by row, so the
+// constrained greedy output is the same with and without drafts (kvs-tiny: it has a tokenizer).
+TEST(SpeculativeEngineStructured, GrammarConstrainedGreedyOutputIsUnchanged) {
+  const std::string dir = std::string(KVSERVE_SOURCE_DIR) + "/models/kvs-tiny";
+  auto tok = tokenizer::LoadTokenizerDir(dir);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const tokenizer::Tokenizer& t = **tok;
+  std::vector<std::string> bytes(static_cast<size_t>(t.vocab_size()));
+  std::vector<int32_t> excluded;
+  for (int32_t id = 0; id < t.vocab_size(); ++id) {
+    bytes[static_cast<size_t>(id)] = std::string(t.token_decoder().bytes(id));
+    if (t.is_special(id)) excluded.push_back(id);
+  }
+  if (auto bos = t.bos_id()) excluded.push_back(*bos);
+  for (int32_t id : t.eos_ids()) excluded.push_back(id);
+  structured::GrammarCache grammars(
+      std::make_shared<structured::TokenTrie>(bytes, excluded, t.eos_id().value_or(-1)));
+  auto regex = grammars.Get(
+      {structured::GrammarSpec::Kind::kRegex, "([a-z]+ ){4,40}[a-z]+\\.", {}, "guided_regex"});
+  ASSERT_TRUE(regex.ok()) << regex.status();
+  RequestSpec r = Greedy("g", Repetitive(40, 2, 256), 48);
+  r.ignore_eos = false;
+  r.sampling.grammar = *regex;
+  auto run = [&](bool speculate, SpecObserver& obs) {
+    config::Config cfg;
+    cfg.engine.threads = 1;
+    if (speculate) {
+      cfg.speculative.method = config::SpeculativeMethod::kNgram;
+      cfg.speculative.ngram_min = 1;
+      cfg.speculative.min_acceptance = 0.0;
+    }
+    EngineDeps deps;
+    deps.observer = &obs;
+    auto e = CreateEngine(cfg, dir, std::move(deps));
+    EXPECT_TRUE(e.ok()) << e.status();
+    if (!e.ok()) return std::vector<int32_t>{};
+    auto s = (*e)->Submit(r);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? Collect(**s) : std::vector<int32_t>{};
+  };
+  SpecObserver plain_obs, spec_obs;
+  const std::vector<int32_t> plain = run(false, plain_obs);
+  ASSERT_FALSE(plain.empty());
+  EXPECT_EQ(run(true, spec_obs), plain);
+  EXPECT_GT(spec_obs.drafts.load(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, SpeculativeEngine,
+                         ::testing::Values("tests/fixtures/model/llama_f32", "models/kvs-tiny"),
+                         [](const auto& p) {
+                           return p.index == 0 ? std::string("random_llama")
+                                               : std::string("kvs_tiny");
+                         });
+
+}  // namespace
+}  // namespace kvserve::engine
