@@ -12,11 +12,6 @@ constexpr int kThreads = 256;
 unsigned GridFor(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 int LastError() { return static_cast<int>(cudaGetLastError()); }
 
-__device__ __forceinline__ void Store(float* p, int64_t i, float v) { p[i] = v; }
-__device__ __forceinline__ void Store(uint16_t* p, int64_t i, float v) {
-  p[i] = FloatToBf16Code(v);
-}
-
 // As the CPU: gelu_tanh(g) = g / (1 + e^{-2z}), z = sqrt(2/pi) (g + 0.044715 g^3), with
 // e^{-2|z|} so nothing overflows.
 template <typename Out>
@@ -32,7 +27,7 @@ __global__ void GeluTanhMulKernel(const float* gate_up, int64_t rows, int inter,
   const float z2 = __fmul_rn(2.0f * kSqrt2OverPi, __fadd_rn(g, g3));
   const float t = expf(z2 < 0.0f ? z2 : -z2);
   const float gelu = __fdiv_rn(z2 < 0.0f ? __fmul_rn(g, t) : g, __fadd_rn(1.0f, t));
-  Store(out, i, __fmul_rn(gelu, u));
+  StoreAs(out, i, __fmul_rn(gelu, u));
 }
 
 __global__ void ScaleRowsKernel(float* x, int64_t x_stride, int64_t rows, int cols, float s) {

@@ -92,6 +92,12 @@ __device__ __forceinline__ uint16_t FloatToBf16Code(float x) {
   return static_cast<uint16_t>((f + 0x7fffu + ((f >> 16) & 1u)) >> 16);
 }
 
+// Stores of an fp32 result (float) or of its bf16 code (uint16_t: the value ToBf16 gives), so a
+// bf16 GEMM's input is written by the kernel that makes it, without a ToBf16 pass. Shared by
+// the element-wise kernels of llama_kernels.cu, gemma_kernels.cu and moe_kernels.cu.
+__device__ __forceinline__ void StoreAs(float* p, int64_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void StoreAs(uint16_t* p, int64_t i, float v) { p[i] = FloatToBf16Code(v); }
+
 // OCP E4M3 "fn", round to nearest even, saturating at 448 (FloatToFp8E4M3).
 __device__ __forceinline__ uint8_t FloatToFp8E4M3Code(float x) {
   uint32_t f = __float_as_uint(x);

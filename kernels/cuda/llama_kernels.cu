@@ -30,10 +30,7 @@ __global__ void EmbeddingKernel(const float* embed, int dim, const int32_t* toke
 
 constexpr int kNormThreads = 256;
 
-// Stores of the fp32 result (float) or of its bf16 code (uint16_t: the value ToBf16 gives), so
-// a bf16 GEMM's input is written by the kernel that makes it, without a ToBf16 pass.
-__device__ __forceinline__ void StoreAs(float* p, int64_t i, float v) { p[i] = v; }
-__device__ __forceinline__ void StoreAs(uint16_t* p, int64_t i, float v) { p[i] = FloatToBf16Code(v); }
+// StoreAs (kv_codes.cuh): fp32 results, or their bf16 codes for a bf16 GEMM's input.
 
 // 1 / sqrt(mean(xr^2) + eps) over one row of `dim` floats, the same in every thread of the
 // block (kNormThreads threads). As the CPU: each step rounded (no FMA).

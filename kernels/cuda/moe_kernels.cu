@@ -35,11 +35,6 @@ __global__ void MoeCombineKernel(const float* y, int cols, const int32_t* slot_r
   x[t * x_stride + c] = __fadd_rn(x[t * x_stride + c], acc);
 }
 
-__device__ __forceinline__ void Store(float* p, int64_t i, float v) { p[i] = v; }
-__device__ __forceinline__ void Store(uint16_t* p, int64_t i, float v) {
-  p[i] = FloatToBf16Code(v);
-}
-
 template <typename Out>
 __global__ void ClampedSwigluKernel(const float* gate_up, int64_t rows, int inter, float limit,
                                     float alpha, Out* out) {
@@ -52,7 +47,7 @@ __global__ void ClampedSwigluKernel(const float* gate_up, int64_t rows, int inte
   const float u = fminf(fmaxf(gu[inter + c], -limit), limit);
   // As the CPU: (u + 1) * (g / (1 + exp(-alpha g))), each step rounded.
   const float sig = __fdiv_rn(g, __fadd_rn(1.0f, expf(__fmul_rn(-alpha, g))));
-  Store(out, i, __fmul_rn(__fadd_rn(u, 1.0f), sig));
+  StoreAs(out, i, __fmul_rn(__fadd_rn(u, 1.0f), sig));
 }
 
 unsigned GridFor(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
