@@ -30,55 +30,19 @@ namespace kvserve::cuda {
 namespace {
 
 using testing::hf::FixtureDir;
-using testing::hf::FixtureSpec;
 
 constexpr double kLogprobTol = 1e-4;
 constexpr int kBlock = 4;
 
-struct Case {
-  std::string name;
-  FixtureSpec spec;
-  int greedy_prompt = 6;  // past longrope's original context: Hugging Face picks factors per call
-};
+using Case = testing::hf::AgreementFixture;
 
+// The CPU agreement fixtures (hf_test_util.h) with fp32 weights: bf16 ones run bf16 GEMMs with
+// bf16 activations on the device, which the float64 definition does not model.
 std::vector<Case> Cases() {
-  using namespace testing::hf;  // NOLINT(build/namespaces): the preset builders
   std::vector<Case> v;
-  v.push_back({"llama", LlamaPreset()});
-  FixtureSpec s = LlamaPreset();
-  s.attention_bias = true;
-  v.push_back({"llama_attention_bias", s});
-  s = LlamaPreset();
-  s.rope_scaling = Llama3Rope(8.0, 32);
-  v.push_back({"llama_llama3", s});
-  s = LlamaPreset();
-  s.tie_word_embeddings = true;
-  s.num_shards = 2;
-  v.push_back({"llama_tied_sharded", s});
-  v.push_back({"qwen2", Qwen2Preset()});
-  v.push_back({"qwen3", Qwen3Preset()});             // per-head q/k norms (HeadRmsNorm)
-  v.push_back({"llama_yarn", YarnLlama()});          // cos and sin carry yarn's attention factor
-  v.push_back({"phi3_longrope", Phi3Preset(), 20});  // fused qkv / gate_up, longrope's factor
-  // GeGLU, (1 + w) sandwich norms, softcaps 50 / 30, even layers windowed (8).
-  v.push_back({"gemma2", Gemma2Preset()});
-  // 5 local (window 8, local RoPE base) : 1 global, q/k norms, query_pre_attn_scalar.
-  v.push_back({"gemma3", Gemma3Preset()});
-  v.push_back({"phi4mini", Phi4MiniPreset(), 20});  // partial rotary (12 of 16 dims)
-  v.push_back({"mixtral", MixtralPreset()});        // experts (CudaMoeLayer), top-2 of 4
-  v.push_back({"qwen3_moe", Qwen3MoePreset()});     // q/k norms, a dense layer among MoE ones
-  // gpt-oss: sinks, window 8 on even layers, yarn, experts with biases and the clamped SwiGLU;
-  // dequantised and MXFP4 experts (unpacked to bf16 at load: the device sees bf16).
-  v.push_back({"gpt_oss", GptOssPreset()});
-  s = GptOssPreset();
-  s.expert_format = ExpertFormat::kMxfp4;
-  v.push_back({"gpt_oss_mxfp4", s});
-  // Sliding windows shorter than the prompt: every layer (Mistral) and from layer 1 (Qwen2).
-  v.push_back({"mistral_window8", MistralPreset(8)});
-  s = Qwen2Preset();
-  s.sliding_window = 8;
-  s.use_sliding_window = true;
-  s.max_window_layers = 1;
-  v.push_back({"qwen2_window8", s});
+  for (Case& c : testing::hf::AgreementFixtures()) {
+    if (c.spec.dtype != testing::hf::WeightDtype::kBf16) v.push_back(std::move(c));
+  }
   return v;
 }
 
@@ -109,6 +73,7 @@ TEST_P(CudaHfAgreement, LogprobsAndGreedyMatchTheFloat64Reference) {
   model::ModelOptions mo;
   mo.threads = 1;
   mo.max_tokens_per_step = 64;
+  mo.max_context = c.max_context;
   auto cpu = model::LlamaModel::Load(dir.path(), mo);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   CudaModelOptions co;

@@ -60,6 +60,97 @@ inline std::vector<std::pair<std::string, FixtureSpec>> AllPresets() {
   return v;
 }
 
+// The fixtures every backend's forward is checked on against the float64 reference: the CPU's
+// KvserveAgreementTest (tests/unit/hf_models) and the CUDA model's CudaHfAgreement
+// (tests/unit/cuda, its fp32 ones).
+struct AgreementFixture {
+  std::string name;
+  FixtureSpec spec;
+  int64_t max_context = 0;  // ModelOptions::max_context (the served length fixes dynamic/longrope)
+  int greedy_prompt = 6;    // prompt tokens of the greedy run
+};
+
+inline std::vector<AgreementFixture> AgreementFixtures() {
+  std::vector<AgreementFixture> v;
+  v.push_back({"llama", LlamaPreset()});
+  FixtureSpec s = LlamaPreset();
+  s.attention_bias = true;
+  v.push_back({"llama_attention_bias", s});
+  s = LlamaPreset();
+  s.rope_scaling = LinearRope(4.0);
+  v.push_back({"llama_linear", s});
+  s = LlamaPreset();
+  s.rope_scaling = Llama3Rope(8.0, 32);  // L0 32: the bands fall inside head_dim 16's range
+  v.push_back({"llama_llama3", s});
+  s = LlamaPreset();
+  s.tie_word_embeddings = true;
+  s.num_shards = 2;
+  v.push_back({"llama_tied_sharded", s});
+  v.push_back({"qwen2", Qwen2Preset()});
+  s = Qwen2Preset();
+  s.dtype = WeightDtype::kBf16;
+  v.push_back({"qwen2_bf16", s});
+  v.push_back({"mistral", MistralPreset(0)});
+  // A window no shorter than the 40-token prompts: kvserve runs it as full attention.
+  v.push_back({"mistral_window64", MistralPreset(64)});
+  v.push_back({"qwen3", Qwen3Preset()});
+  s = Qwen3Preset();
+  s.dtype = WeightDtype::kBf16;
+  v.push_back({"qwen3_bf16", s});
+  // Fused qkv_proj / gate_up_proj, longrope past its 16-token original context (the
+  // 40-token prompts use the long factors in Hugging Face and in kvserve's served table).
+  // The greedy run starts past L0 too: Hugging Face picks the factors by the length of each
+  // forward, kvserve once by the served context (docs/models.md).
+  v.push_back({"phi3_longrope", Phi3Preset(), 0, 20});
+  // partial_rotary_factor 0.75: 12 of 16 dims rotate, pairs (f, f + 6).
+  v.push_back({"phi4mini", Phi4MiniPreset(), 0, 20});
+  v.push_back({"llama_yarn", YarnLlama()});
+  // Dynamic NTK equals Hugging Face exactly while the served context stays within
+  // max_position_embeddings (model/rope_table.h).
+  s = LlamaPreset();
+  s.rope_scaling = DynamicRope(2.0);
+  s.max_position_embeddings = 64;
+  v.push_back({"llama_dynamic", s, 64});
+  // Sliding windows shorter than the 40-token prompts and the 14-token greedy run: the
+  // prefill tiles and the decode rows both mask exactly.
+  v.push_back({"mistral_window8", MistralPreset(8)});
+  s = Qwen2Preset();
+  s.sliding_window = 8;
+  s.use_sliding_window = true;
+  s.max_window_layers = 1;  // layer 0 full, layer 1 windowed
+  v.push_back({"qwen2_window8", s});
+  // GeGLU, (1 + w) sandwich norms, softcaps 50 / 30, even layers windowed (8).
+  v.push_back({"gemma2", Gemma2Preset()});
+  // 5 local (window 8, local RoPE base) : 1 global, q/k norms, query_pre_attn_scalar.
+  v.push_back({"gemma3", Gemma3Preset()});
+  s = Gemma3Preset();
+  s.dtype = WeightDtype::kBf16;
+  v.push_back({"gemma3_bf16", s});
+  // Mixture of experts (model/moe_layer.h): softmax, top-2 of 4, renormalised.
+  v.push_back({"mixtral", MixtralPreset()});
+  s = MixtralPreset();
+  s.dtype = WeightDtype::kBf16;
+  v.push_back({"mixtral_bf16", s});
+  // Layer 1 of 3 is the dense MLP (mlp_only_layers), with its own intermediate size.
+  v.push_back({"qwen3_moe", Qwen3MoePreset()});
+  s = Qwen3MoePreset();
+  s.dtype = WeightDtype::kBf16;
+  v.push_back({"qwen3_moe_bf16", s});
+  // No renormalisation, and decoder_sparse_step 2 makes layer 1 the only sparse one.
+  s = Qwen3MoePreset();
+  s.norm_topk_prob = false;
+  s.decoder_sparse_step = 2;
+  s.mlp_only_layers = {};
+  v.push_back({"qwen3_moe_step2_unnormalised", s});
+  // gpt-oss: learned sinks, window 8 on even layers, yarn, experts with biases and the
+  // clamped SwiGLU; dequantised and MXFP4 experts.
+  v.push_back({"gpt_oss", GptOssPreset()});
+  s = GptOssPreset();
+  s.expert_format = ExpertFormat::kMxfp4;
+  v.push_back({"gpt_oss_mxfp4", s});
+  return v;
+}
+
 // Token ids spread over the vocab, deterministic.
 inline std::vector<int32_t> TestIds(int n, int vocab, int salt = 0) {
   std::vector<int32_t> ids;
