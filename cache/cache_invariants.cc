@@ -129,7 +129,7 @@ absl::Status CheckCacheInvariants(const KvCacheManager& m) {
     if (!st.ok()) return;
     const std::string who = absl::StrCat("sequence ", id.value(), ": ");
     if (s.swapped) {
-      if (!s.table.empty() || s.table.num_tokens() != 0) {
+      if (!s.table.empty() || s.table.num_tokens() != 0 || s.holds_window_blocks()) {
         st = Violation(who + "swapped out but holds device blocks");
         return;
       }
@@ -169,6 +169,26 @@ absl::Status CheckCacheInvariants(const KvCacheManager& m) {
           return;
         }
         if (b != kNullBlock) ++refs[b.value()];
+      }
+      // Window tables (layer groups): same length, exactly the released front null.
+      for (const BlockTable& w : s.window) {
+        if (w.num_tokens() != s.window[0].num_tokens() ||
+            w.num_blocks() != w.BlocksFor(w.num_tokens()) ||
+            s.window_released_front > w.num_blocks()) {
+          st = Violation(absl::StrCat(who, "window table of ", w.num_blocks(), " blocks for ",
+                                      w.num_tokens(), " tokens, ", s.window_released_front,
+                                      " released"));
+          return;
+        }
+        for (int32_t i = 0; i < w.num_blocks(); ++i) {
+          const BlockId b = w[i];
+          if (i < s.window_released_front ? b != kNullBlock : b.value() <= 0 || b.value() >= n) {
+            st = Violation(absl::StrCat(who, "window entry ", i, " = ", b.value(),
+                                        " out of range or misplaced"));
+            return;
+          }
+          if (b != kNullBlock) ++refs[b.value()];
+        }
       }
     }
     const int64_t tokens = s.num_tokens();

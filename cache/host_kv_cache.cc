@@ -31,7 +31,7 @@ std::string DemoteTierName(const config::CacheConfig& cfg, int t) {
 }
 
 absl::StatusOr<HostKvCache> MakeHostKvCache(const config::CacheConfig& cfg, KvLayout model_dims,
-                                            base::Logger logger) {
+                                            base::Logger logger, const LayerGroups* groups) {
   if (cfg.block_size < 8 || cfg.block_size > 128 ||
       !std::has_single_bit(static_cast<unsigned>(cfg.block_size))) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -42,8 +42,22 @@ absl::StatusOr<HostKvCache> MakeHostKvCache(const config::CacheConfig& cfg, KvLa
         "kv cache: bad model dimensions (layers=", model_dims.num_layers, " kv_heads=",
         model_dims.num_kv_heads, " head_dim=", model_dims.head_dim, ")"));
   }
+  const bool grouped = groups != nullptr && groups->enabled();
+  if (grouped && !cfg.remote_kv_url.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cache.remote_kv_url: the remote tier needs prefix caching, which layer "
+                     "groups turn off for this "
+                     "hybrid model (",
+                     groups->ToString(), "); set cache.layer_groups=false to use it"));
+  }
+  if (grouped && cfg.demote_kv_bytes > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cache.demote_kv_bytes=", cfg.demote_kv_bytes,
+        ": demotion does not run on hybrid models (sliding-window layers); set it to 0"));
+  }
   KvLayout layout = model_dims;
   layout.block_size = cfg.block_size;
+  if (grouped) layout.layer_slots = groups->group_size;
   layout = WithPrecision(layout, config::EffectiveKDtype(cfg), config::EffectiveVDtype(cfg), cfg.kv_int4_group);
 
   const uint64_t demote_bytes = cfg.demote_kv_bytes < cfg.kv_bytes ? cfg.demote_kv_bytes : 0;
@@ -58,7 +72,10 @@ absl::StatusOr<HostKvCache> MakeHostKvCache(const config::CacheConfig& cfg, KvLa
   if (static_cast<int64_t>(swap_blocks) + cache_blocks > (int64_t{1} << 30)) {
     return absl::InvalidArgumentError("cache.host_swap_bytes + cache.host_cache_bytes: too many host blocks");
   }
-  const int32_t host_blocks = swap_blocks + cache_blocks;  // one pool (kv_cache_manager.h)
+  // Layer groups: a sequence holding window tables is recomputed, never swapped, and the
+  // prefix tier needs prefix caching: no host pool.
+  const int32_t host_blocks =
+      grouped ? 0 : swap_blocks + cache_blocks;  // one pool (kv_cache_manager.h)
 
   HostKvCache cache;
   KVS_ASSIGN_OR_RETURN(cache.storage, HostKvStorage::Create(layout, usable + 1));
@@ -86,11 +103,19 @@ absl::StatusOr<HostKvCache> MakeHostKvCache(const config::CacheConfig& cfg, KvLa
   opts.layout = layout;
   opts.num_blocks = usable + 1;
   opts.num_host_blocks = host_blocks;
-  opts.host_cache_blocks = cache_blocks;
+  opts.host_cache_blocks = grouped ? 0 : cache_blocks;
   if (!cfg.remote_kv_url.empty()) {
     opts.remote_writes = cfg.remote_kv_write_back ? RemoteWrites::kWriteBack : RemoteWrites::kWriteThrough;
   }
-  opts.enable_prefix_caching = cfg.enable_prefix_caching;
+  opts.enable_prefix_caching = cfg.enable_prefix_caching && !grouped;
+  if (grouped) {
+    opts.num_window_groups = groups->num_window_groups;
+    opts.group_window = groups->window;
+    logger.info(
+        "kv cache: layer groups for a hybrid model: %s; prefix caching and swap are off for it "
+        "(cache.layer_groups=false keeps one table)",
+        groups->ToString());
+  }
   cache.manager = std::make_unique<KvCacheManager>(opts, std::move(logger));
   return cache;
 }

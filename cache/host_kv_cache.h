@@ -23,6 +23,7 @@
 #include "cache/host_kv_storage.h"
 #include "cache/kv_cache_manager.h"
 #include "cache/kv_layout.h"
+#include "cache/layer_groups.h"
 #include "config/config.h"
 
 namespace kvserve::cache {
@@ -57,7 +58,10 @@ inline constexpr const char* kLowRankTierName = "lowrank";
 // `model_dims` gives num_layers, num_kv_heads and head_dim; block_size and dtype come from
 // `cfg`. InvalidArgument when the config or the dimensions are unusable (the budget must
 // buy at least one block); ResourceExhausted when the memory cannot be allocated.
+// `groups` (may be null or disabled): a hybrid model's layer groups; the pool's blocks then
+// hold group_size slot arrays and every sequence gets window tables (kv_cache_manager.h).
 absl::StatusOr<HostKvCache> MakeHostKvCache(const config::CacheConfig& cfg, KvLayout model_dims,
-                                            base::Logger logger);
+                                            base::Logger logger,
+                                            const LayerGroups* groups = nullptr);
 
 }  // namespace kvserve::cache

@@ -35,7 +35,7 @@ absl::StatusOr<std::unique_ptr<HostKvStorage>> HostKvStorage::Create(const KvLay
   std::unique_ptr<HostKvStorage> s(new HostKvStorage(layout, num_blocks, allocator));
   const size_t data_bytes = RoundUp(num_blocks * layout.block_data_bytes());
   const size_t scale_bytes = RoundUp(num_blocks * layout.block_scales() * sizeof(float));
-  const size_t layers = static_cast<size_t>(layout.num_layers);
+  const size_t layers = static_cast<size_t>(layout.slots());
   const size_t total = layers * (data_bytes + scale_bytes);
   absl::StatusOr<void*> raw = s->allocator_->Allocate(total);
   if (!raw.ok()) {
@@ -83,7 +83,7 @@ void HostKvStorage::CopyHostBlocks(const KvStorage& src, KvStorage& dst, std::sp
   const size_t block_bytes = layout.block_data_bytes();
   const size_t scale_count = layout.block_scales();
   const bool same = &src == &dst;
-  for (int l = 0; l < layout.num_layers; ++l) {
+  for (int l = 0; l < layout.slots(); ++l) {
     const std::byte* src_data = src.layer_data(l);
     std::byte* dst_data = dst.layer_data(l);
     for (const BlockCopy& c : copies) {
@@ -109,7 +109,7 @@ absl::Status HostKvStorage::zero_blocks(std::span<const BlockId> blocks) {
   }
   const size_t block_bytes = layout_.block_data_bytes();
   const size_t scale_count = layout_.block_scales();
-  for (int l = 0; l < layout_.num_layers; ++l) {
+  for (int l = 0; l < layout_.slots(); ++l) {
     for (BlockId b : blocks) {
       std::memset(data_[l] + b.value() * block_bytes, 0, block_bytes);
       if (scale_count) std::memset(scales_[l] + b.value() * scale_count, 0, scale_count * sizeof(float));
@@ -157,12 +157,12 @@ void ForEachBlockRun(Storage& storage, BlockId block, F&& f) {
   const size_t data_bytes = l.block_data_bytes();
   const size_t scale_bytes = l.block_scales() * sizeof(float);
   size_t off = 0;
-  for (int layer = 0; layer < l.num_layers; ++layer) {
+  for (int layer = 0; layer < l.slots(); ++layer) {
     f(off, storage.layer_data(layer) + static_cast<size_t>(block.value()) * data_bytes, data_bytes);
     off += data_bytes;
   }
   if (scale_bytes == 0) return;
-  for (int layer = 0; layer < l.num_layers; ++layer) {
+  for (int layer = 0; layer < l.slots(); ++layer) {
     auto* base = reinterpret_cast<decltype(storage.layer_data(0))>(storage.layer_scales(layer));
     f(off, base + static_cast<size_t>(block.value()) * scale_bytes, scale_bytes);
     off += scale_bytes;

@@ -15,6 +15,8 @@ KvCacheManager::KvCacheManager(const KvCacheManagerOptions& options, base::Logge
       bytes_per_block_(options.layout.block_size > 0 ? options.layout.bytes_per_block() : 0),
       layout_(options.layout),
       enable_prefix_caching_(options.enable_prefix_caching),
+      num_window_groups_(options.num_window_groups),
+      group_window_(options.group_window),
       logger_(std::move(logger)),
       pool_(options.num_blocks),
       hasher_(options.hash_seed),
@@ -26,6 +28,8 @@ KvCacheManager::KvCacheManager(const KvCacheManagerOptions& options, base::Logge
       device_remote_ok_(static_cast<size_t>(options.num_blocks), 0) {
   KVS_CHECK(block_size_ > 0 && (block_size_ & (block_size_ - 1)) == 0,
             "block_size must be a power of two, got ", block_size_);
+  KVS_CHECK(num_window_groups_ == 0 || (group_window_ > 0 && !enable_prefix_caching_),
+            "layer groups need a window and prefix caching off");
   slots_.reserve(options.expected_sequences);
   free_slots_.reserve(options.expected_sequences);
   seq_index_.reserve(options.expected_sequences);
@@ -70,6 +74,8 @@ SequenceKvState& KvCacheManager::create(SeqId seq) {
   KVS_CHECK(inserted, "sequence ", seq.value(), " already exists");
   SequenceKvState& s = slots_[slot];
   s.reset();
+  while (s.window.size() < static_cast<size_t>(num_window_groups_))
+    s.window.emplace_back(block_size_);
   return s;
 }
 
@@ -97,6 +103,7 @@ void KvCacheManager::release_table_tail_first(SequenceKvState& s) {
   }
   s.table.clear();
   s.released_front = 0;
+  shrink_windows(s, 0);
 }
 
 // ------------------------------------------------------------------ prefix cache
@@ -205,13 +212,75 @@ int32_t KvCacheManager::blocks_needed(const SequenceKvState& s, int num_new_toke
   int32_t need = s.table.BlocksFor(s.table.num_tokens() + num_new_tokens) - s.table.num_blocks();
   // A partially filled tail block shared with another sequence is copied before writing.
   if (num_new_tokens > 0 && s.table.tail_fill() != 0 && pool_.refcount(s.table.back()) > 1) ++need;
+  return need + window_blocks_needed(s, num_new_tokens);
+}
+
+int32_t KvCacheManager::window_blocks_needed(const SequenceKvState& s, int num_new_tokens) const {
+  int32_t need = 0;
+  for (const BlockTable& w : s.window) {
+    need += w.BlocksFor(w.num_tokens() + num_new_tokens) - w.num_blocks();
+    if (num_new_tokens > 0 && w.tail_fill() != 0 && pool_.refcount(w.back()) > 1) ++need;
+  }
   return need;
+}
+
+void KvCacheManager::grow_windows(SequenceKvState& s, int num_new_tokens, AllocationDelta& d) {
+  if (s.window.empty()) return;
+  const int32_t first = s.window[0].num_blocks();
+  d.window_first_block = first;
+  for (BlockTable& w : s.window) {
+    KVS_DCHECK(w.num_blocks() == first && w.num_tokens() == s.window[0].num_tokens(),
+               "window tables differ");
+    if (num_new_tokens > 0 && w.tail_fill() != 0 && pool_.refcount(w.back()) > 1) {
+      // Shared by a fork: the tail is copied before new rows land in it (as the main table).
+      const BlockId tail = w.back();
+      const BlockId copy = *allocate_device_block();
+      pool_.release(tail);
+      w.replace_block(w.num_blocks() - 1, copy);
+      d.window_first_block = first - 1;
+      d.window_blocks.push_back(copy);
+      d.window_cow.push_back(BlockCopy{tail, copy});
+      ++cow_copies_;
+      ++allocated_blocks_;
+    }
+    const int32_t target = w.BlocksFor(w.num_tokens() + num_new_tokens);
+    while (w.num_blocks() < target) {
+      const BlockId b = *allocate_device_block();
+      w.append_block(b);
+      d.window_blocks.push_back(b);
+      ++allocated_blocks_;
+    }
+    w.set_num_tokens(w.num_tokens() + num_new_tokens);
+  }
+  // Forks share every window table alike, so either all tails were copied or none.
+  KVS_CHECK(d.window_cow.empty() || d.window_cow.size() == s.window.size(),
+            "window tables shared unevenly");
+}
+
+int32_t KvCacheManager::shrink_windows(SequenceKvState& s, int64_t new_num_tokens) {
+  int32_t released = 0;
+  for (BlockTable& w : s.window) {
+    if (new_num_tokens >= w.num_tokens()) continue;
+    const int32_t keep = w.BlocksFor(new_num_tokens);
+    while (w.num_blocks() > keep) {
+      const BlockId b = w.pop_block();  // tail first, as the main table
+      if (b == kNullBlock) continue;
+      pool_.release(b);
+      ++released;
+    }
+    w.set_num_tokens(new_num_tokens);
+  }
+  if (!s.window.empty())
+    s.window_released_front = std::min(s.window_released_front, s.window[0].num_blocks());
+  return released;
 }
 
 int32_t KvCacheManager::blocks_needed(SeqId seq, int num_new_tokens) const {
   KVS_CHECK(num_new_tokens >= 0, "negative token count ", num_new_tokens);
   const SequenceKvState* s = find(seq);
-  if (s == nullptr) return static_cast<int32_t>((num_new_tokens + block_size_ - 1) / block_size_);
+  if (s == nullptr)
+    return static_cast<int32_t>((num_new_tokens + block_size_ - 1) / block_size_) *
+           (1 + num_window_groups_);
   KVS_CHECK(!s->swapped, "blocks_needed on swapped-out sequence ", seq.value());
   return blocks_needed(*s, num_new_tokens);
 }
@@ -227,8 +296,10 @@ std::optional<AllocationDelta> KvCacheManager::allocate(SeqId seq, int num_new_t
   SequenceKvState* existing = find(seq);
   KVS_CHECK(existing == nullptr || !existing->swapped, "allocate on swapped-out sequence ",
             seq.value());
-  const int32_t need = existing ? blocks_needed(*existing, num_new_tokens)
-                                : static_cast<int32_t>((num_new_tokens + block_size_ - 1) / block_size_);
+  const int32_t need =
+      existing ? blocks_needed(*existing, num_new_tokens)
+               : static_cast<int32_t>((num_new_tokens + block_size_ - 1) / block_size_) *
+                     (1 + num_window_groups_);
   if (need > pool_.num_free()) return std::nullopt;
   SequenceKvState& s = existing ? *existing : create(seq);
   BlockTable& t = s.table;
@@ -266,6 +337,7 @@ std::optional<AllocationDelta> KvCacheManager::allocate(SeqId seq, int num_new_t
     ++allocated_blocks_;
   }
   t.set_num_tokens(t.num_tokens() + num_new_tokens);
+  grow_windows(s, num_new_tokens, d);
   return d;
 }
 
@@ -282,11 +354,34 @@ void KvCacheManager::fork(SeqId parent, SeqId child) {
   for (BlockId b : c.table.blocks()) {
     if (b != kNullBlock) pool_.retain(b);
   }
+  for (size_t j = 0; j < c.window.size(); ++j) {
+    c.window[j].assign(p.window[j]);
+    for (BlockId b : c.window[j].blocks()) {
+      if (b != kNullBlock) pool_.retain(b);
+    }
+  }
+  c.window_released_front = p.window_released_front;
 }
 
 int32_t KvCacheManager::release_before(SeqId seq, int64_t first_needed) {
   SequenceKvState* s = find(seq);
   KVS_CHECK(s != nullptr && !s->swapped, "release_before on unknown or swapped-out sequence ", seq.value());
+  if (!s->window.empty()) {
+    // Window blocks are private and never published: release every block wholly before.
+    const int32_t wend = static_cast<int32_t>(std::min<int64_t>(
+        std::max<int64_t>(first_needed, 0) / block_size_, s->window[0].num_full_blocks()));
+    int32_t released = 0;
+    for (BlockTable& w : s->window) {
+      for (int32_t i = s->window_released_front; i < wend; ++i) {
+        pool_.release(w[i]);
+        w.replace_block(i, kNullBlock);
+        ++released;
+      }
+    }
+    s->window_released_front = std::max(s->window_released_front, wend);
+    window_released_blocks_ += released;
+    return released;
+  }
   int32_t end = static_cast<int32_t>(std::min<int64_t>(std::max<int64_t>(first_needed, 0) / block_size_,
                                                        s->table.num_full_blocks()));
   if (enable_prefix_caching_ && s->root != kNoHash) end = std::min(end, s->num_committed_blocks());
@@ -322,6 +417,11 @@ int32_t KvCacheManager::truncate(SeqId seq, int64_t new_num_tokens) {
   return released;
 }
 
+int32_t KvCacheManager::rollback(SeqId seq, int64_t new_num_tokens) {
+  int32_t released = truncate(seq, new_num_tokens);
+  return released + shrink_windows(*find(seq), new_num_tokens);
+}
+
 int32_t KvCacheManager::free(SeqId seq) {
   SequenceKvState* s = find(seq);
   if (s == nullptr) return 0;
@@ -331,6 +431,7 @@ int32_t KvCacheManager::free(SeqId seq) {
     for (BlockId h : s->host_blocks) release_host(h);
   } else {
     released = s->table.num_blocks() - s->released_front;
+    for (const BlockTable& w : s->window) released += w.num_blocks() - s->window_released_front;
     release_table_tail_first(*s);
   }
   release_tier_blocks(*s);
@@ -360,7 +461,9 @@ int64_t KvCacheManager::kv_bytes_held(SeqId seq) const {
   if (s == nullptr) return 0;
   const int64_t blocks =
       s->swapped ? static_cast<int64_t>(s->host_blocks.size()) : s->table.num_blocks() - s->released_front;
-  int64_t bytes = blocks * static_cast<int64_t>(bytes_per_block_);
+  int64_t window_blocks = 0;
+  for (const BlockTable& w : s->window) window_blocks += w.num_blocks() - s->window_released_front;
+  int64_t bytes = (blocks + window_blocks) * static_cast<int64_t>(bytes_per_block_);
   for (size_t t = 0; t < s->tier_blocks.size(); ++t) {
     bytes += static_cast<int64_t>(s->tier_blocks[t].size() * tier_block_bytes_[t]);
   }
@@ -380,6 +483,7 @@ bool KvCacheManager::can_swap_out(SeqId seq) const {
   // them yield; entries busy this step cannot, and then swap_out answers nullopt).
   const SequenceKvState* s = find(seq);
   return s != nullptr && !s->swapped && !s->holds_tier_blocks() && s->released_front == 0 &&
+         !s->holds_window_blocks() &&
          s->table.num_blocks() <= swap_.num_free() + host_cache_.size() && swap_.num_blocks() > 0;
 }
 
@@ -609,6 +713,12 @@ std::span<const BlockId> KvCacheManager::block_table(SeqId seq) const {
   const SequenceKvState* s = find(seq);
   if (s == nullptr) return {};
   return s->table.blocks();
+}
+
+std::span<const BlockId> KvCacheManager::window_table(SeqId seq, int group) const {
+  const SequenceKvState* s = find(seq);
+  if (s == nullptr || group < 0 || static_cast<size_t>(group) >= s->window.size()) return {};
+  return s->window[static_cast<size_t>(group)].blocks();
 }
 
 int64_t KvCacheManager::num_tokens(SeqId seq) const {

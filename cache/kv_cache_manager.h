@@ -122,6 +122,11 @@ struct KvCacheManagerOptions {
   std::vector<int32_t> demote_tier_blocks;
   std::vector<size_t> demote_tier_block_bytes;  // bytes per block of each tier (kv_layout.h)
   uint64_t hash_seed = BlockHasher::kDefaultSeed;
+  // Layer groups (cache/layer_groups.h): window tables per sequence and the window they
+  // keep; 0: one table. Needs enable_prefix_caching = false (a hit would lack the window
+  // layers' KV before it).
+  int32_t num_window_groups = 0;
+  int32_t group_window = 0;
   int32_t expected_sequences = 256;  // capacity reserved up front (not a limit)
 };
 
@@ -144,6 +149,12 @@ struct AllocationDelta {
   absl::InlinedVector<BlockId, 4> blocks;
   // Copy-on-write: copy cow->src into cow->dst (== blocks[0]) before writing new tokens.
   std::optional<BlockCopy> cow;
+  // Layer groups: the same for the window tables (indexed by absolute position), group-major:
+  // window_blocks[j * k + i] is the new entry window_first_block + i of group j's table,
+  // k = window_blocks.size() / num_window_groups; window_cow holds the tail copies.
+  int32_t window_first_block = 0;
+  absl::InlinedVector<BlockId, 4> window_blocks;
+  absl::InlinedVector<BlockCopy, 1> window_cow;
 };
 
 class KvCacheManager {
@@ -203,10 +214,16 @@ class KvCacheManager {
   // slot mapping and logical indices are unchanged. With prefix caching on, only committed
   // blocks are released (a block is published before it leaves). A sequence holding
   // released entries is preempted by recompute, never swapped. Returns blocks released.
+  // With layer groups it releases the window tables' front instead (every window group; the
+  // main table keeps every block); `first_needed` is then an absolute position.
   int32_t release_before(SeqId seq, int64_t first_needed);
-  // Shrinks `seq` to its first `new_num_tokens` tokens, freeing trailing blocks (tail
-  // first). Returns the number of blocks released.
+  // Shrinks `seq`'s main table to its first `new_num_tokens` tokens, freeing trailing blocks
+  // (tail first); window tables are untouched (a compaction rewrites global layers only).
+  // Returns the number of blocks released.
   int32_t truncate(SeqId seq, int64_t new_num_tokens);
+  // Speculative decoding: rejected guesses leave every table. truncate(), plus the window
+  // tables shrunk to `new_num_tokens` positions. Returns the blocks released.
+  int32_t rollback(SeqId seq, int64_t new_num_tokens);
   // Releases everything `seq` holds (device blocks tail first, or host blocks) and forgets
   // it. Idempotent: unknown sequences are a no-op. Returns the blocks released.
   int32_t free(SeqId seq);
@@ -240,6 +257,10 @@ class KvCacheManager {
   bool is_swapped(SeqId seq) const;
   // Empty for unknown or swapped-out sequences.
   std::span<const BlockId> block_table(SeqId seq) const;
+  // Window table of window group `group` (layer groups); empty when off or unknown.
+  std::span<const BlockId> window_table(SeqId seq, int group) const;
+  int num_window_groups() const { return num_window_groups_; }
+  int32_t group_window() const { return group_window_; }
   int64_t num_tokens(SeqId seq) const;
   int32_t num_committed_blocks(SeqId seq) const;
   // Physical slot of token position `pos` / of a run of positions (the slot mapping).
@@ -281,6 +302,10 @@ class KvCacheManager {
   SequenceKvState& create(SeqId seq);
   void erase(SeqId seq);
   int32_t blocks_needed(const SequenceKvState& s, int num_new_tokens) const;
+  int32_t window_blocks_needed(const SequenceKvState& s, int num_new_tokens) const;
+  // allocate()'s window half: every window table grows by num_new_tokens positions.
+  void grow_windows(SequenceKvState& s, int num_new_tokens, AllocationDelta& d);
+  int32_t shrink_windows(SequenceKvState& s, int64_t new_num_tokens);
   void release_table_tail_first(SequenceKvState& s);
   void release_tier_blocks(SequenceKvState& s);
   // pool_.allocate(), offloading the evicted content to the host tier first.
@@ -298,6 +323,8 @@ class KvCacheManager {
   const size_t bytes_per_block_;
   const KvLayout layout_;
   const bool enable_prefix_caching_;
+  const int32_t num_window_groups_;
+  const int32_t group_window_;
   base::Logger logger_;
   BlockPool pool_;
   std::vector<BlockPool> tier_pools_;  // demotion tiers; refcount 1 while granted

@@ -80,6 +80,11 @@ struct KvLayout {
   std::optional<config::KvDtype> v_dtype_split;  // V's dtype when it differs from K's
   int int4_group = 32;  // int4 V: elements per (step, min) group along head_dim
   int key_rank = 0;     // > 0: keys stored as this many low-rank coefficients (see above)
+  // Slot arrays of the storage when they differ from num_layers: a hybrid model's layer
+  // groups (cache/layer_groups.h) put group_size layers in each block. 0: one per layer.
+  int layer_slots = 0;
+
+  int slots() const { return layer_slots > 0 ? layer_slots : num_layers; }
 
   config::KvDtype k_dtype() const { return dtype; }
   config::KvDtype v_dtype() const { return v_dtype_split.value_or(dtype); }
@@ -122,16 +127,18 @@ struct KvLayout {
   bool has_scales() const { return KvDtypeHasScales(k_dtype()) || KvDtypeHasScales(v_dtype()); }
   // Scale entries of one block of one layer.
   size_t block_scales() const { return static_cast<size_t>(num_kv_heads) * (run_scales(0) + run_scales(1)); }
-  // Bytes one block occupies across all layers (data + scales): the pool's unit of memory.
+  // Bytes one block occupies across its slot arrays (data + scales): the pool's unit of memory.
   size_t bytes_per_block() const {
-    return static_cast<size_t>(num_layers) * (block_data_bytes() + block_scales() * sizeof(float));
+    return static_cast<size_t>(slots()) * (block_data_bytes() + block_scales() * sizeof(float));
   }
   // Bytes one token occupies across all layers, scales included.
   double bytes_per_token() const { return static_cast<double>(bytes_per_block()) / block_size; }
   // The K (kv = 0) or V (kv = 1) share of bytes_per_token.
   double side_bytes_per_token(int kv) const {
-    return static_cast<double>(num_layers) * num_kv_heads *
-           (static_cast<double>(run_bytes(kv)) + static_cast<double>(run_scales(kv)) * sizeof(float)) / block_size;
+    return static_cast<double>(slots()) * num_kv_heads *
+           (static_cast<double>(run_bytes(kv)) +
+            static_cast<double>(run_scales(kv)) * sizeof(float)) /
+           block_size;
   }
 
   // ---- element addressing of uniform layouts (see above)
@@ -162,7 +169,8 @@ inline KvLayout WithPrecision(KvLayout l, config::KvDtype k, config::KvDtype v, 
 
 // Same geometry and precision: blocks of one can be copied into the other byte for byte.
 inline bool SameKvLayout(const KvLayout& a, const KvLayout& b) {
-  return a.num_layers == b.num_layers && a.num_kv_heads == b.num_kv_heads && a.head_dim == b.head_dim &&
+  return a.num_layers == b.num_layers && a.slots() == b.slots() &&
+         a.num_kv_heads == b.num_kv_heads && a.head_dim == b.head_dim &&
          a.block_size == b.block_size && a.k_dtype() == b.k_dtype() && a.v_dtype() == b.v_dtype() &&
          a.int4_group == b.int4_group && a.key_rank == b.key_rank;
 }

@@ -16,6 +16,11 @@
 //
 //   table:     [null][null][b6][b2]      released_front = 2
 //
+// Layer groups (hybrid models, cache/layer_groups.h): `window` holds one table per window
+// group, indexed by absolute position (never compacted), all of the same length; their first
+// `window_released_front` entries are kNullBlock (left every window layer's view). Private:
+// never published or swapped (such a sequence is recomputed); shared only by fork.
+//
 // Demotion tiers (issue 18): tier_blocks[t] are the blocks of demotion tier pool t that the
 // sequence was granted (KvCacheManager::reserve_tier_blocks); the runner keeps its demoted
 // tokens there. Never shared, never published, never swapped (such a sequence is recomputed).
@@ -45,7 +50,11 @@ struct SequenceKvState {
     swapped_num_tokens = 0;
     released_front = 0;
     for (auto& t : tier_blocks) t.clear();
+    for (auto& w : window) w.clear();
+    window_released_front = 0;
   }
+
+  bool holds_window_blocks() const { return !window.empty() && !window[0].empty(); }
 
   bool holds_tier_blocks() const {
     for (const auto& t : tier_blocks) {
@@ -67,6 +76,8 @@ struct SequenceKvState {
   std::vector<BlockId> host_blocks;
   int32_t released_front = 0;  // leading table entries released to the pool (kNullBlock)
   std::vector<std::vector<BlockId>> tier_blocks;  // [demotion tier]; sized on first grant
+  std::vector<BlockTable> window;     // [window group]; sized at creation when groups are on
+  int32_t window_released_front = 0;  // leading entries of every window table released
 };
 
 }  // namespace kvserve::cache

@@ -161,6 +161,7 @@ absl::Status CheckWindowBudget(const PolicyParams& params, const PolicyContext& 
         "kv_compression.demote: demotion tiers are not available on models with sliding-window "
         "layers");
   }
+  if (context.window_tables) return absl::OkStatus();
   const int64_t lo = FirstEvictableSlot(params);
   if (params.budget - lo >= context.binding_window - 1) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(

@@ -83,6 +83,9 @@ struct PolicyContext {
   // (KvCacheManager::release_before), which a compaction would contradict. Partial rotary
   // embeddings: the policies' RoPE analysis covers every dim of a head.
   const char* full_only_reason = nullptr;
+  // Layer groups (CPU backend, cache/layer_groups.h): the window layers' KV lives in tables of
+  // its own that rounds never touch, so any budget keeps their masks exact.
+  bool window_tables = false;
 
   bool windowed(int layer) const {
     if (layer_window.empty()) return false;
@@ -99,8 +102,8 @@ struct PolicyContext {
 // A compressing policy on a model with window layers: InvalidArgument naming
 // kv_compression.budget unless every round keeps at least binding_window - 1 slots after the
 // pinned prefix (budget - first evictable slot), so the window layers' physical window never
-// reaches back into the pinned prefix and their masks stay exact. OK for `full`, and for
-// models without window layers.
+// reaches back into the pinned prefix and their masks stay exact. OK for `full`, for models
+// without window layers, and with layer groups (window_tables).
 absl::Status CheckWindowBudget(const PolicyParams& params, const PolicyContext& context);
 
 // What a policy needs from the forward pass of the steps of its sequences.

@@ -21,6 +21,8 @@ void HostKvAccess::ReadRows(std::span<const int32_t> table, int layer, int kv, i
   const cache::KvLayout& l = layout_;
   KVS_DCHECK(static_cast<int64_t>(table.size()) * l.block_size >= end);
   const std::byte* data = layer_data_[static_cast<size_t>(layer)];
+  KVS_CHECK(data != nullptr, "HostKvAccess: layer ", layer,
+            " is a window layer of a layer group: not in this table");
   const float* scales = l.has_scales() ? layer_scales_[static_cast<size_t>(layer)] : nullptr;
   const bool scaled = cache::KvDtypeHasScales(l.side_dtype(kv));
   // One DequantizeRun call per run of consecutive slots inside a block.

@@ -71,6 +71,10 @@ struct CacheConfig {
   // false, plain PCA of the keys (least key reconstruction error).
   bool lowrank_query_aware = true;
   bool enable_prefix_caching = true;
+  // Hybrid models (global and sliding-window layers: Gemma 2/3, gpt-oss): window layers keep
+  // their KV in tables of their own that stop growing past the window (cache/layer_groups.h).
+  // Prefix caching, swap and the host/remote tiers are then off for such a model (CPU backend).
+  bool layer_groups = true;
   uint64_t host_swap_bytes = 256ull << 20;      // host swap tier; 0 disables swapping
   uint64_t host_cache_bytes = 0;                // host prefix tier (evicted prefix blocks); 0: off
   // Remote KV tier shared by replicas (redis://HOST[:PORT][/DB]); empty: off.

@@ -314,6 +314,12 @@ std::vector<Field<Config>> BuildConfigFields() {
                            [](C& c) -> auto& { return c.cache.lowrank_v_dtype; }, kKvDtypes));
   f.push_back(BoolField<C>("cache.enable_prefix_caching", "reuse KV blocks of shared prompt prefixes",
                            [](C& c) -> auto& { return c.cache.enable_prefix_caching; }));
+  f.push_back(BoolField<C>(
+      "cache.layer_groups",
+      "hybrid models (global + sliding-window layers): window layers' KV in tables of "
+      "their own, released past the window; turns prefix caching and swap off for such "
+      "a model (CPU backend). false: one table for every layer",
+      [](C & c) -> auto& { return c.cache.layer_groups; }));
   f.push_back(IntField<C>("cache.host_swap_bytes", "host swap tier size in bytes; 0 disables swap",
                           [](C& c) -> auto& { return c.cache.host_swap_bytes; }, 0, kMaxBytes, true));
   f.push_back(IntField<C>("cache.host_cache_bytes",

@@ -69,6 +69,11 @@ absl::Status CudaReadsKvPrecision(const config::CacheConfig& c) {
   return absl::OkStatus();
 }
 
+cache::LayerGroups LayerGroupsFor(const config::Config& config, const model::ModelConfig& model) {
+  if (!config.cache.layer_groups) return cache::PlanLayerGroups({}, 0);
+  return cache::PlanLayerGroups(model.layer_window, model.max_context());
+}
+
 cache::KvLayout ConfiguredKvLayout(const config::CacheConfig& c, const model::LlamaModel& model) {
   return cache::WithPrecision(model.KvLayoutFor(c.block_size, c.kv_dtype), config::EffectiveKDtype(c),
                               config::EffectiveVDtype(c), c.kv_int4_group);
@@ -82,7 +87,10 @@ absl::StatusOr<Backend> MakeCpuBackend(const config::Config& config, model::Llam
         "cache.lowrank_key_rank=", config.cache.lowrank_key_rank,
         ": needs the model's low-rank key basis (compression.key_basis_path; write it with `kvserve calibrate`)"));
   }
-  KVS_ASSIGN_OR_RETURN(cache::HostKvCache kv, cache::MakeHostKvCache(config.cache, layout, logger.child("cache")));
+  const cache::LayerGroups groups = LayerGroupsFor(config, model.config());
+  KVS_ASSIGN_OR_RETURN(
+      cache::HostKvCache kv,
+      cache::MakeHostKvCache(config.cache, layout, logger.child("cache"), &groups));
   Backend b;
   b.kind = config::Backend::kCpu;
   b.storage = std::move(kv.storage);
@@ -104,7 +112,8 @@ absl::StatusOr<Backend> MakeCpuBackend(const config::Config& config, model::Llam
     }
     b.key_basis = std::make_unique<compression::PackedKeyBasis>(std::move(*packed));
   }
-  b.runner = std::make_unique<CpuModelRunner>(model, *b.storage, b.swap.get(), compression, tiers, b.key_basis.get());
+  b.runner = std::make_unique<CpuModelRunner>(model, *b.storage, b.swap.get(), compression, tiers,
+                                              b.key_basis.get(), groups);
   return b;
 }
 

@@ -28,6 +28,7 @@
 #include "base/logger.h"
 #include "cache/kv_cache_manager.h"
 #include "cache/kv_storage.h"
+#include "cache/layer_groups.h"
 #include "compression/compression_policy.h"
 #include "compression/key_basis.h"
 #include "config/config.h"
@@ -70,6 +71,9 @@ absl::Status CudaReadsKvPrecision(const config::CacheConfig& cache);
 // The KV pool's layout for `model` under cache.* (block size, K and V dtypes, int4 group):
 // the CPU's and the CUDA backend's (every dtype pair the cache supports runs on both).
 cache::KvLayout ConfiguredKvLayout(const config::CacheConfig& cache, const model::LlamaModel& model);
+// The CPU backend's layer groups for `model` (cache/layer_groups.h; off with
+// cache.layer_groups=false, and for models that are not hybrid). The CUDA backend keeps one table.
+cache::LayerGroups LayerGroupsFor(const config::Config& config, const model::ModelConfig& model);
 
 // Builds a CUDA backend for `model` (cuda::MakeCudaBackend in builds with CUDA).
 using CudaBackendFactory = std::function<absl::StatusOr<Backend>(

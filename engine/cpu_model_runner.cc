@@ -6,19 +6,27 @@
 namespace kvserve::engine {
 
 CpuModelRunner::CpuModelRunner(model::LlamaModel& model, cache::KvStorage& storage,
-                               cache::KvStorage* swap, const compression::PolicyContext* compression,
+                               cache::KvStorage* swap,
+                               const compression::PolicyContext* compression,
                                std::span<cache::KvStorage* const> demote_tiers,
-                               const compression::PackedKeyBasis* key_basis)
-    : model_(model),
-      storage_(storage),
-      swap_(swap),
-      sampler_(model.config().vocab_size) {
+                               const compression::PackedKeyBasis* key_basis,
+                               const cache::LayerGroups& groups)
+    : model_(model), storage_(storage), swap_(swap), sampler_(model.config().vocab_size) {
   const auto& layout = storage_.layout();
   KVS_CHECK(storage_.host_addressable(), "the CPU runner needs host-addressable KV storage");
+  const bool grouped = groups.enabled();
+  KVS_CHECK(
+      !grouped || (groups.num_layers() == layout.num_layers && groups.group_size == layout.slots()),
+      "layer groups do not match the KV layout");
   for (int l = 0; l < layout.num_layers; ++l) {
-    layer_data_.push_back(storage_.layer_data(l));
-    layer_scales_.push_back(storage_.layer_scales(l));
+    const int slot = grouped ? groups.slot[static_cast<size_t>(l)] : l;
+    const bool main_table = !grouped || groups.group[static_cast<size_t>(l)] < 0;
+    layer_data_.push_back(storage_.layer_data(slot));
+    layer_scales_.push_back(storage_.layer_scales(slot));
+    compact_data_.push_back(main_table ? storage_.layer_data(slot) : nullptr);
+    compact_scales_.push_back(main_table ? storage_.layer_scales(slot) : nullptr);
   }
+  if (grouped) layer_group_ = groups.group;
   tier_data_.resize(demote_tiers.size());
   tier_scales_.resize(demote_tiers.size());
   for (size_t t = 0; t < demote_tiers.size(); ++t) {
@@ -39,9 +47,10 @@ CpuModelRunner::CpuModelRunner(model::LlamaModel& model, cache::KvStorage& stora
     tiers_.push_back({tl, tier_data_[t].data(), tl.has_scales() ? tier_scales_[t].data() : nullptr,
                       demote_tiers[t]->num_blocks(), basis});
   }
-  kv_access_ = std::make_unique<compression::HostKvAccess>(layout, layer_data_, layer_scales_);
+  kv_access_ = std::make_unique<compression::HostKvAccess>(layout, compact_data_, compact_scales_);
   compressor_ = std::make_unique<compression::KvCompressor>(compression, *kv_access_, tiers_);
-  book_ = std::make_unique<RunnerBook>(layout.block_size, *compressor_);
+  book_ = std::make_unique<RunnerBook>(layout.block_size, *compressor_,
+                                       grouped ? groups.num_window_groups : 0);
 }
 
 absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan, scheduler::StepResult& result) {
@@ -61,6 +70,7 @@ absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan, scheduler:
     view.layer_data = layer_data_;
     if (view.layout.has_scales()) view.layer_scales = layer_scales_;
     view.lower_tiers = tiers_;
+    view.layer_group = layer_group_;
     // Side outputs only for the policies that read them (snapkv: queries, h2o: mass).
     const model::ForwardObservers* observers = compressor_->PrepareObservers(book_->batch_seqs(), batch.positions);
     KVS_RETURN_IF_ERROR(model_.Forward(batch, view, logits_, observers));

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cache/host_kv_storage.h"
+#include "cache/layer_groups.h"
 #include "compression/compression_policy.h"
 #include "compression/host_kv_access.h"
 #include "compression/key_basis.h"
@@ -35,11 +36,13 @@ class CpuModelRunner final : public ModelRunner {
   // sequences run. `demote_tiers`: the demotion tier pools (host memory; tier t + 1 at index
   // t), whose blocks a sequence's table may mix with the pool's (TieredBlock entries).
   // `key_basis`: the low-rank tier's basis (layout.key_rank > 0), required when there is one.
-  // All must outlive the runner.
+  // `groups`: the hybrid model's layer groups when `storage` holds group_size slot arrays
+  // (cache/layer_groups.h); default: one array per layer. All must outlive the runner.
   CpuModelRunner(model::LlamaModel& model, cache::KvStorage& storage, cache::KvStorage* swap,
                  const compression::PolicyContext* compression = nullptr,
                  std::span<cache::KvStorage* const> demote_tiers = {},
-                 const compression::PackedKeyBasis* key_basis = nullptr);
+                 const compression::PackedKeyBasis* key_basis = nullptr,
+                 const cache::LayerGroups& groups = {});
 
   absl::Status Execute(const scheduler::StepPlan& plan, scheduler::StepResult& result) override;
   int vocab_size() const override { return model_.config().vocab_size; }
@@ -50,8 +53,12 @@ class CpuModelRunner final : public ModelRunner {
   cache::KvStorage& storage_;
   cache::KvStorage* swap_;
   model::Sampler sampler_;
-  std::vector<std::byte*> layer_data_;
+  std::vector<std::byte*> layer_data_;  // [num_layers]: the layer's slot array
   std::vector<float*> layer_scales_;
+  std::vector<int16_t> layer_group_;  // layer groups: [num_layers]; empty without
+  // What compaction rewrites: the main table's layers (null for window layers).
+  std::vector<std::byte*> compact_data_;
+  std::vector<float*> compact_scales_;
   // Demotion tiers: per tier its layer pointer arrays, and the view kernels and rounds read.
   std::vector<std::vector<std::byte*>> tier_data_;
   std::vector<std::vector<float*>> tier_scales_;

@@ -157,6 +157,13 @@ absl::StatusOr<ResolvedCompression> Engine::ResolvePolicy(const RequestSpec& spe
     // partial block (Scheduler releases the rest after each step).
     need = std::min<int64_t>(need, model_.kv_window + config_.scheduler.max_num_batched_tokens + cache_.block_size());
   }
+  if (cache_.num_window_groups() > 0) {
+    // Layer groups: each window table holds up to the window, one step's rows and a block.
+    need +=
+        cache_.num_window_groups() *
+        std::min<int64_t>(need, cache_.group_window() + config_.scheduler.max_num_batched_tokens +
+                                    cache_.block_size());
+  }
   if (need > cache_.max_tokens()) {
     return Invalid("max_tokens", absl::StrCat("the request can hold ", need,
                                               " KV tokens, more than the KV pool (", cache_.max_tokens(),

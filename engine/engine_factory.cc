@@ -204,6 +204,8 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config
   local->compression.key_basis = local->key_basis.get();
   deps.compression = &local->compression;
 
+  local->compression.window_tables =
+      kind == config::Backend::kCpu && LayerGroupsFor(config, mc).enabled();
   if (kind == config::Backend::kCuda) {
     KVS_ASSIGN_OR_RETURN(local->backend,
                          deps.make_cuda_backend(config, *local->model, &local->compression, deps.logger));

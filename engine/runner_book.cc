@@ -20,8 +20,11 @@ absl::Status ApplyCopies(const scheduler::StepPlan& plan, cache::KvStorage& stor
   return storage.copy_blocks(plan.copies);
 }
 
-RunnerBook::RunnerBook(int block_size, compression::KvCompressor& compressor)
-    : compressor_(compressor), block_size_(block_size), builder_(block_size) {}
+RunnerBook::RunnerBook(int block_size, compression::KvCompressor& compressor, int window_groups)
+    : compressor_(compressor),
+      block_size_(block_size),
+      window_groups_(window_groups),
+      builder_(block_size) {}
 
 absl::Status RunnerBook::Begin(const scheduler::StepPlan& plan) {
   for (const auto& n : plan.new_seqs) {
@@ -71,6 +74,20 @@ absl::Status RunnerBook::Begin(const scheduler::StepPlan& plan) {
       s.table[static_cast<size_t>(q.table_offset + i)] =
           plan.new_blocks[static_cast<size_t>(q.blocks_begin + i)].value();
     }
+    if (window_groups_ > 0) {
+      if (q.table_reset) s.window.clear();
+      s.window.resize(static_cast<size_t>(window_groups_));
+      const int32_t k = q.num_window_blocks / window_groups_;
+      for (int j = 0; j < window_groups_; ++j) {
+        std::vector<int32_t>& w = s.window[static_cast<size_t>(j)];
+        if (w.size() < static_cast<size_t>(q.window_table_offset + k))
+          w.resize(static_cast<size_t>(q.window_table_offset + k));
+        for (int32_t i = 0; i < k; ++i) {
+          w[static_cast<size_t>(q.window_table_offset + i)] =
+              plan.window_blocks[static_cast<size_t>(q.window_blocks_begin + j * k + i)].value();
+        }
+      }
+    }
     // New rows append at the sequence's physical end, also after a compaction; positions
     // stay logical.
     const int32_t first_row = static_cast<int32_t>(builder_.num_tokens());
@@ -104,6 +121,7 @@ absl::Status RunnerBook::Begin(const scheduler::StepPlan& plan) {
         q.num_draft > 0 ? model::LogitsWanted::kAll
         : q.sample      ? model::LogitsWanted::kLast
                         : model::LogitsWanted::kNone);
+    if (window_groups_ > 0) builder_.AddWindowTables(s.window);
     if (q.sample) sampling_seqs_.push_back(&s);
   }
   return absl::OkStatus();

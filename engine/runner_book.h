@@ -59,6 +59,8 @@ class RunnerBook {
     // The table attention reads when the sequence holds demoted tokens: the filled blocks of
     // each tier (TieredBlock entries) in front of `table`.
     std::vector<int32_t> attn_table;
+    // Layer groups: one window table per group (indexed by position; see step_plan.h).
+    std::vector<std::vector<int32_t>> window;
 
     std::span<const int32_t> prompt() const { return {history.data(), static_cast<size_t>(num_prompt)}; }
     std::span<const int32_t> output() const {
@@ -66,8 +68,9 @@ class RunnerBook {
     }
   };
 
-  // `compressor` must outlive the book.
-  RunnerBook(int block_size, compression::KvCompressor& compressor);
+  // `compressor` must outlive the book. `window_groups`: window tables per sequence (layer
+  // groups, cache/layer_groups.h), 0 without.
+  RunnerBook(int block_size, compression::KvCompressor& compressor, int window_groups = 0);
 
   // Registers the plan's new sequences and builds the step's batch (see the picture above).
   // InternalError when the plan names a sequence the runner never received.
@@ -93,6 +96,7 @@ class RunnerBook {
  private:
   compression::KvCompressor& compressor_;
   int block_size_;
+  int window_groups_;
   absl::flat_hash_map<int64_t, Seq> seqs_;
   model::BatchBuilder builder_;
   std::vector<Seq*> sampling_seqs_;

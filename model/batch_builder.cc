@@ -13,6 +13,9 @@ void BatchBuilder::Clear() {
   logits_rows_.clear();
   seq_starts_.assign(1, 0);
   table_offsets_.assign(1, 0);
+  window_kv_lens_.clear();
+  window_tables_.clear();
+  window_offsets_.assign(1, 0);
 }
 
 int BatchBuilder::AddSequence(std::span<const int32_t> tokens, int32_t first_position, int32_t kv_len_before,
@@ -40,6 +43,20 @@ int BatchBuilder::AddSequence(std::span<const int32_t> tokens, int32_t first_pos
   return static_cast<int>(kv_lens_.size()) - 1;
 }
 
+void BatchBuilder::AddWindowTables(std::span<const std::vector<int32_t>> tables) {
+  const size_t s = window_kv_lens_.size();
+  KVS_CHECK(s + 1 == kv_lens_.size(), "window tables for sequence ", s, " of ", kv_lens_.size());
+  const int64_t end =
+      static_cast<int64_t>(positions_[static_cast<size_t>(seq_starts_[s + 1]) - 1]) + 1;
+  for (const auto& t : tables) {
+    KVS_CHECK(t.size() == tables[0].size() && end <= static_cast<int64_t>(t.size()) * block_size_,
+              "window table of ", t.size(), " blocks cannot hold position ", end - 1);
+    window_tables_.insert(window_tables_.end(), t.begin(), t.end());
+  }
+  window_kv_lens_.push_back(static_cast<int32_t>(end));
+  window_offsets_.push_back(static_cast<int32_t>(window_tables_.size()));
+}
+
 ForwardBatch BatchBuilder::batch() const {
   ForwardBatch b;
   b.token_ids = token_ids_;
@@ -50,6 +67,11 @@ ForwardBatch BatchBuilder::batch() const {
   b.block_table_offsets = table_offsets_;
   b.block_tables = tables_;
   b.logits_rows = logits_rows_;
+  if (!window_kv_lens_.empty()) {
+    b.window_kv_lens = window_kv_lens_;
+    b.window_table_offsets = window_offsets_;
+    b.window_block_tables = window_tables_;
+  }
   return b;
 }
 

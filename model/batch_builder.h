@@ -29,6 +29,10 @@ class BatchBuilder {
   int AddSequence(std::span<const int32_t> tokens, int32_t first_position, int32_t kv_len_before,
                   std::span<const int32_t> block_table, LogitsWanted logits);
 
+  // Layer groups: the window tables of the sequence added last (`tables`: one per group, of
+  // equal length, covering its positions so far). Every sequence of a batch has them or none.
+  void AddWindowTables(std::span<const std::vector<int32_t>> tables);
+
   // Views into this builder's arrays; valid until the next AddSequence/Clear.
   ForwardBatch batch() const;
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids_.size()); }
@@ -38,6 +42,7 @@ class BatchBuilder {
   int block_size_;
   std::vector<int32_t> token_ids_, positions_, seq_starts_, kv_lens_, table_offsets_, tables_, logits_rows_;
   std::vector<int64_t> slot_mapping_;
+  std::vector<int32_t> window_kv_lens_, window_offsets_, window_tables_;
 };
 
 }  // namespace kvserve::model

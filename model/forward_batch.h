@@ -32,6 +32,15 @@ struct ForwardBatch {
   std::span<const int32_t> block_table_offsets;  // [S + 1] into block_tables
   std::span<const int32_t> block_tables;         // block ids, sequences concatenated
   std::span<const int32_t> logits_rows;          // rows of [0, T) whose logits are wanted
+  // Layer groups (KvCacheView::layer_group set; cache/layer_groups.h): window layers keep
+  // their KV in per-group tables indexed by position, so a row at position p writes slot p
+  // of its group's table and attends positions [p - window + 1, p] there. Sequence s's
+  // tables sit in window_block_tables[window_table_offsets[s], window_table_offsets[s+1]),
+  // one per group, each (that range / groups) entries long; window_kv_lens[s] is its last
+  // row's position + 1. Empty without layer groups.
+  std::span<const int32_t> window_kv_lens;        // [S]
+  std::span<const int32_t> window_table_offsets;  // [S + 1]
+  std::span<const int32_t> window_block_tables;
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   int num_seqs() const { return seq_starts.empty() ? 0 : static_cast<int>(seq_starts.size()) - 1; }
@@ -43,6 +52,9 @@ struct KvCacheView {
   int64_t num_blocks = 0;
   std::span<std::byte* const> layer_data;  // [num_layers]
   std::span<float* const> layer_scales;    // [num_layers]; empty unless layout.has_scales()
+  // Layer groups: [num_layers], -1 for a layer of the main table, else the layer's window
+  // group (its layer_data is that group's slot array). Empty: every layer reads the main table.
+  std::span<const int16_t> layer_group;
   // Demotion tiers (CPU only): block table entries tagged TieredBlock(t, b) with t >= 1 read
   // block b of lower_tiers[t - 1] (kernels/cpu/paged_attention.h); new rows are always
   // written to the pool above. Empty: every entry is a plain block of the pool.

@@ -104,6 +104,41 @@ absl::Status ValidateKvView(const KvCacheView& kv) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateWindowTables(const ForwardBatch& b, const KvCacheView& kv) {
+  if (kv.layer_group.empty()) {
+    if (!b.window_kv_lens.empty()) return BatchError("window tables without layer groups");
+    return absl::OkStatus();
+  }
+  if (static_cast<int>(kv.layer_group.size()) != kv.layout.num_layers) {
+    return BatchError("KV view needs one layer group per layer");
+  }
+  int groups = 0;
+  for (int16_t g : kv.layer_group) groups = std::max(groups, g + 1);
+  const int num_seqs = b.num_seqs();
+  if (groups == 0 || static_cast<int>(b.window_kv_lens.size()) != num_seqs ||
+      static_cast<int>(b.window_table_offsets.size()) != num_seqs + 1 ||
+      b.window_table_offsets[0] != 0 ||
+      static_cast<size_t>(b.window_table_offsets[num_seqs]) != b.window_block_tables.size()) {
+    return BatchError("layer groups need window tables for every sequence");
+  }
+  for (int s = 0; s < num_seqs; ++s) {
+    const int32_t n = b.window_table_offsets[s + 1] - b.window_table_offsets[s];
+    const int32_t last = b.seq_starts[s + 1] - 1;
+    if (n < 0 || n % groups != 0 || last < b.seq_starts[s] ||
+        b.window_kv_lens[s] != b.positions[static_cast<size_t>(last)] + 1 ||
+        static_cast<int64_t>(b.window_kv_lens[s]) >
+            static_cast<int64_t>(n / groups) * kv.layout.block_size) {
+      return BatchError(
+          absl::StrCat("window tables of sequence ", s, " do not cover its positions"));
+    }
+  }
+  for (int32_t entry : b.window_block_tables) {
+    if (entry < 0 || entry >= kv.num_blocks)
+      return BatchError(absl::StrCat("window block id ", entry, " out of range"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateObservers(const ModelConfig& config, const ForwardBatch& b, const ForwardObservers* observers) {
   if (observers == nullptr) return absl::OkStatus();
   if (!observers->attention_mass.empty()) {

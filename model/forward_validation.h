@@ -24,6 +24,9 @@ absl::Status ValidateForwardBatch(const ModelConfig& config, int max_tokens, con
 // One data (and, for scaled dtypes, scale) pointer per layer.
 absl::Status ValidateKvView(const KvCacheView& kv);
 
+// Layer groups: the window tables cover every row's position and name blocks of the pool.
+absl::Status ValidateWindowTables(const ForwardBatch& b, const KvCacheView& kv);
+
 // The side-output buffers `observers` asks for are large enough for `batch` (null: none).
 absl::Status ValidateObservers(const ModelConfig& config, const ForwardBatch& batch,
                                const ForwardObservers* observers);

@@ -146,10 +146,39 @@ absl::Status LlamaModel::Validate(const ForwardBatch& b, const KvCacheView& kv, 
                                   const ForwardObservers* observers) const {
   KVS_RETURN_IF_ERROR(ValidateForwardBatch(config_, max_tokens_, b, kv.layout, kv.num_blocks, kv.lower_tiers));
   KVS_RETURN_IF_ERROR(ValidateKvView(kv));
+  KVS_RETURN_IF_ERROR(ValidateWindowTables(b, kv));
   if (logits.size() < b.logits_rows.size() * static_cast<size_t>(config_.vocab_size)) {
     return BatchError("logits buffer too small");
   }
   return ValidateObservers(config_, b, observers);
+}
+
+int LlamaModel::PrepareWindowGroups(const ForwardBatch& b, const KvCacheView& kv) {
+  if (kv.layer_group.empty()) return 0;
+  int groups = 0;
+  for (int16_t g : kv.layer_group) groups = std::max(groups, g + 1);
+  const int num_seqs = b.num_seqs();
+  const int64_t t = b.num_tokens();
+  const int bs = kv.layout.block_size;
+  window_offsets_.resize(static_cast<size_t>(groups) * (num_seqs + 1));
+  window_slots_.resize(static_cast<size_t>(groups) * static_cast<size_t>(t));
+  for (int j = 0; j < groups; ++j) {
+    int32_t* offsets = window_offsets_.data() + static_cast<size_t>(j) * (num_seqs + 1);
+    int64_t* slots = window_slots_.data() + static_cast<size_t>(j) * static_cast<size_t>(t);
+    for (int s = 0; s < num_seqs; ++s) {
+      // Only the starts are read: group j's table of sequence s is the j-th of its equal parts.
+      const int32_t per_group =
+          (b.window_table_offsets[s + 1] - b.window_table_offsets[s]) / groups;
+      offsets[s] = b.window_table_offsets[s] + j * per_group;
+      const int32_t* table = b.window_block_tables.data() + offsets[s];
+      for (int32_t r = b.seq_starts[s]; r < b.seq_starts[s + 1]; ++r) {
+        const int32_t p = b.positions[static_cast<size_t>(r)];
+        slots[r] = static_cast<int64_t>(table[p / bs]) * bs + p % bs;
+      }
+    }
+    offsets[num_seqs] = b.window_table_offsets[num_seqs];
+  }
+  return groups;
 }
 
 absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, std::span<float> logits,
@@ -178,6 +207,7 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
   }
   const kernels::cpu::PagedSeqs seqs{b.num_seqs(), b.seq_starts.data(), b.kv_lens.data(),
                                      b.block_table_offsets.data(), b.block_tables.data()};
+  const int groups = PrepareWindowGroups(b, kv);
 
   weights_.EmbedRows(b.token_ids.data(), t, x_.data());
   if (c.scale_embedding) {
@@ -191,6 +221,16 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
     const LayerWeights& w = weights_.layer(layer);
     std::byte* data = kv.layer_data[layer];
     float* scales = kv.layout.has_scales() ? kv.layer_scales[layer] : nullptr;
+    // A window layer of a layer group reads and writes its group's window tables.
+    const int group = groups > 0 ? kv.layer_group[static_cast<size_t>(layer)] : -1;
+    const kernels::cpu::PagedSeqs layer_seqs =
+        group < 0 ? seqs
+                  : kernels::cpu::PagedSeqs{
+                        b.num_seqs(), b.seq_starts.data(), b.window_kv_lens.data(),
+                        window_offsets_.data() + static_cast<size_t>(group) * (b.num_seqs() + 1),
+                        b.window_block_tables.data()};
+    const int64_t* slot_mapping =
+        group < 0 ? b.slot_mapping.data() : window_slots_.data() + static_cast<size_t>(group) * t;
 
     kernels::cpu::RmsNorm(x_.data(), d, w.input_norm, h_.data(), d, t, d, c.rms_norm_eps);
     Project(h_.data(), d, w.qkv, w.qkv_bias, qkv_.data(), qkv_stride, t, d, qkv_stride, false);
@@ -211,7 +251,7 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
                               : cos_sin_.data();
     kernels::cpu::ApplyRope(q, t, c.num_heads, c.head_dim, c.rotary_dim, qkv_stride, angles);
     kernels::cpu::ApplyRope(k, t, c.num_kv_heads, c.head_dim, c.rotary_dim, qkv_stride, angles);
-    kernels::cpu::WriteKv(kv.layout, data, scales, k, v, qkv_stride, b.slot_mapping.data(), t);
+    kernels::cpu::WriteKv(kv.layout, data, scales, k, v, qkv_stride, slot_mapping, t);
     // The pool is tier 0; demotion tiers follow (a table without tier tags reads only the pool).
     kernels::cpu::KvTierView tiers[kernels::cpu::kMaxKvTiers];
     tiers[0] = {kv.layout, data, scales};
@@ -224,10 +264,12 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
     const std::span<const kernels::cpu::KvTierView> tier_views(tiers, num_tiers);
     const kernels::cpu::AttentionVariant variant{c.layer_window[static_cast<size_t>(layer)],
                                                  static_cast<float>(c.attn_logit_softcap), w.sinks};
-    kernels::cpu::PagedAttentionTiered(tier_views, seqs, q, qkv_stride, c.num_heads, scale, attn_.data(), q_size,
-                                       want_mass ? lse_.data() : nullptr, attn_workspace_.data(),
-                                       attn_workspace_.size(), variant);
-    if (want_mass) {
+    // Window layers' rows are not scored (compression_policy.h), so their mass is not taken.
+    const bool layer_mass = want_mass && group < 0;
+    kernels::cpu::PagedAttentionTiered(tier_views, layer_seqs, q, qkv_stride, c.num_heads, scale,
+                                       attn_.data(), q_size, layer_mass ? lse_.data() : nullptr,
+                                       attn_workspace_.data(), attn_workspace_.size(), variant);
+    if (layer_mass) {
       float* mass = observers->attention_mass.data() +
                     static_cast<int64_t>(layer) * b.num_seqs() * c.num_kv_heads * observers->mass_stride;
       kernels::cpu::AttentionMassTiered(tier_views, seqs, q, qkv_stride, c.num_heads, scale, lse_.data(), mass,

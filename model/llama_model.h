@@ -76,6 +76,9 @@ class LlamaModel final : public ForwardModel {
 
  private:
   LlamaModel(ModelConfig config, LlamaWeights weights, const ModelOptions& options);
+  // Layer groups: fills window_offsets_ / window_slots_ for the batch; returns the number of
+  // window groups (0 without layer groups).
+  int PrepareWindowGroups(const ForwardBatch& b, const KvCacheView& kv);
   absl::Status Validate(const ForwardBatch& batch, const KvCacheView& kv, std::span<float> logits,
                         const ForwardObservers* observers) const;
 
@@ -89,6 +92,9 @@ class LlamaModel final : public ForwardModel {
 
   // Scratch, [max_tokens_][...] each (see Forward for the roles).
   std::vector<float> x_, h_, qkv_, attn_, gate_up_, act_, cos_sin_, cos_sin_local_, branch_, lse_, attn_workspace_;
+  // Layer groups: per window group, the table starts of each sequence and the rows' slots.
+  std::vector<int32_t> window_offsets_;
+  std::vector<int64_t> window_slots_;
   std::unique_ptr<MoeLayer> moe_;  // scratch and kernels of the MoE layers; null for a dense model
 };
 

@@ -193,6 +193,7 @@ void Scheduler::emit(SequenceState& s, int num_tokens, const cache::AllocationDe
     q.table_offset = delta.first_changed_block;
   }
   if (delta.cow) plan.copies.push_back(*delta.cow);
+  emit_window(s.id, delta, q, plan);
   q.sample = s.num_computed + num_tokens == static_cast<int32_t>(s.tokens.size());
   q.num_generated = s.num_generated();
   plan.seqs.push_back(q);
@@ -200,6 +201,26 @@ void Scheduler::emit(SequenceState& s, int num_tokens, const cache::AllocationDe
   s.last_scheduled_step = step_;
   vtime_[s.tenant] += q.num_tokens / options_.tenants[s.tenant].weight;
   counters_.tenant_tokens[s.tenant] += static_cast<uint64_t>(q.num_tokens);
+}
+
+void Scheduler::emit_window(cache::SeqId id, const cache::AllocationDelta& delta, ScheduledSeq& q,
+                            StepPlan& plan) {
+  const int groups = cache_.num_window_groups();
+  if (groups == 0) return;
+  q.window_blocks_begin = static_cast<int32_t>(plan.window_blocks.size());
+  if (q.table_reset) {
+    for (int j = 0; j < groups; ++j) {
+      auto table = cache_.window_table(id, j);
+      plan.window_blocks.insert(plan.window_blocks.end(), table.begin(), table.end());
+    }
+    q.window_table_offset = 0;
+  } else {
+    plan.window_blocks.insert(plan.window_blocks.end(), delta.window_blocks.begin(),
+                              delta.window_blocks.end());
+    q.window_table_offset = delta.window_first_block;
+  }
+  q.num_window_blocks = static_cast<int32_t>(plan.window_blocks.size()) - q.window_blocks_begin;
+  plan.copies.insert(plan.copies.end(), delta.window_cow.begin(), delta.window_cow.end());
 }
 
 SequenceState* Scheduler::pick_victim(const SequenceState& exclude) {
@@ -563,8 +584,8 @@ void Scheduler::Update(const StepPlan& plan, const StepResult& result, std::vect
                 plan.token_ids[static_cast<size_t>(q.token_begin + q.num_tokens - q.num_draft + i)],
             "sequence ", s.id.value(), ": the runner accepted a token that was not drafted");
       }
-      // Rejected guesses' slots go; blocks they alone filled return to the pool.
-      cache_.truncate(s.id, s.num_computed);
+      // Rejected guesses' slots go (every table); blocks they alone filled return to the pool.
+      cache_.rollback(s.id, s.num_computed);
       s.spec_gate.Record(q.num_draft, accepted, s.spec.min_acceptance);
       s.spec_draft_tokens += q.num_draft;
       s.spec_accepted_tokens += accepted;
@@ -596,8 +617,10 @@ void Scheduler::Update(const StepPlan& plan, const StepResult& result, std::vect
       const size_t n = std::min(static_cast<size_t>(s.num_computed), s.tokens.size());
       cache_.commit_full_blocks(s.id, std::span<const int32_t>(s.tokens.data(), n));
     }
-    // The next row (at index num_computed) attends [num_computed - kv_window + 1, ...].
-    if (options_.kv_window > 0) cache_.release_before(s.id, s.num_computed - options_.kv_window + 1);
+    // The next row (at index num_computed) attends [num_computed - window + 1, ...]: every
+    // layer's (kv_window), or the window layers' (layer groups, window tables).
+    const int32_t window = options_.kv_window > 0 ? options_.kv_window : cache_.group_window();
+    if (window > 0) cache_.release_before(s.id, s.num_computed - window + 1);
     if (finished) {
       release(s);
       seqs_.erase(it);

@@ -161,6 +161,9 @@ class Scheduler {
   int schedule_running(SequenceState& s, int num_tokens, int budget, StepPlan& plan);
   // Guesses for a decoding sequence into draft_ (at most max_rows); 0 when it does not draft.
   int propose(SequenceState& s, int max_rows);
+  // The window tables' part of an allocation (layer groups), into q and the plan.
+  void emit_window(cache::SeqId id, const cache::AllocationDelta& delta, ScheduledSeq& q,
+                   StepPlan& plan);
   void emit(SequenceState& s, int num_tokens, const cache::AllocationDelta& delta, StepPlan& plan,
             std::span<const int32_t> draft = {});
   // Grants a running demoting sequence the tier blocks its demote_tokens ask for, each tier at

@@ -26,6 +26,7 @@ void StepPlan::clear() {
   seqs.clear();
   token_ids.clear();
   new_blocks.clear();
+  window_blocks.clear();
   swap_out.clear();
   swap_in.clear();
   copies.clear();
@@ -47,6 +48,13 @@ std::string StepPlan::ToString() const {
       absl::StrAppend(&s, q.table_reset ? " table=[" : absl::StrCat(" table@", q.table_offset, "+=["));
       for (int i = 0; i < q.num_new_blocks; ++i) {
         absl::StrAppend(&s, i ? "," : "", new_blocks[q.blocks_begin + i].value());
+      }
+      absl::StrAppend(&s, "]");
+    }
+    if (q.num_window_blocks > 0) {
+      absl::StrAppend(&s, " window@", q.window_table_offset, "=[");
+      for (int i = 0; i < q.num_window_blocks; ++i) {
+        absl::StrAppend(&s, i ? "," : "", window_blocks[q.window_blocks_begin + i].value());
       }
       absl::StrAppend(&s, "]");
     }

@@ -57,6 +57,13 @@ struct ScheduledSeq {
   // scheduler truncates the rejected ones after the step.
   int32_t num_draft = 0;
   int32_t num_generated = 0;   // tokens this sequence generated before this step
+  // Layer groups (cache/layer_groups.h): the window tables' new entries, group-major, in
+  // StepPlan::window_blocks[window_blocks_begin, + num_window_blocks): group j's entries
+  // [window_table_offset, + num_window_blocks / groups). With table_reset they are the whole
+  // tables (their released front as kNullBlock). Window tables are indexed by position.
+  int32_t window_blocks_begin = 0;
+  int32_t num_window_blocks = 0;
+  int32_t window_table_offset = 0;
 };
 
 // Demotion tier blocks granted to a sequence this step (KvCacheManager::reserve_tier_blocks):
@@ -76,6 +83,7 @@ struct StepPlan {
   std::vector<ScheduledSeq> seqs;
   std::vector<int32_t> token_ids;         // inputs of all scheduled sequences
   std::vector<cache::BlockId> new_blocks; // appended table entries of all sequences
+  std::vector<cache::BlockId> window_blocks;  // window table entries (layer groups)
   std::vector<cache::BlockCopy> swap_out; // device src -> host dst
   std::vector<cache::BlockCopy> swap_in;  // host src -> device dst
   std::vector<cache::BlockCopy> copies;   // copy-on-write inside the device pool

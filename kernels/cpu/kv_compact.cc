@@ -132,6 +132,7 @@ CompactStats CompactKv(const cache::KvLayout& layout, std::byte* const* layer_da
   const bool int4_keys = layout.k_dtype() == config::KvDtype::kInt4;
   const int64_t tail = plan.phys_len - plan.scored_end;
   for (int layer = 0; layer < layout.num_layers; ++layer) {
+    if (layer_data[layer] == nullptr) continue;  // not in this table (layer groups' window layers)
     for (int head = 0; head < layout.num_kv_heads; ++head) {
       const int64_t row = static_cast<int64_t>(layer) * layout.num_kv_heads + head;
       const RowMover mover{layout,

@@ -70,7 +70,8 @@ struct CompactStats {
 // K for all rows, strictly ascending keep lists, and that the table covers phys_len.
 absl::Status ValidateKeepPlan(const cache::KvLayout& layout, int64_t table_len, const KeepPlan& plan);
 
-// layer_data:   [num_layers] base pointers in the cache/kv_layout.h layout
+// layer_data:   [num_layers] base pointers in the cache/kv_layout.h layout; a null one is a
+//               layer the table does not hold (a layer group's window layer), left alone
 // layer_scales: [num_layers] scale base pointers; may be null when !layout.has_scales()
 // block_table:  the sequence's block ids; covers at least plan.phys_len slots
 // side:         [num_side] side arrays moved with the rows (may be null when num_side == 0)

@@ -1,8 +1,9 @@
 // Every KV compression policy on the architectures beyond Llama (issue 27), through the whole
 // engine on random-weight Hugging Face fixtures calibrated at test time: a budget that covers
 // the sequence equals no compression bit for bit (tokens and logprobs), a small budget runs
-// rounds that evict, and nothing leaks. On hybrid models a budget that would cut into the
-// window layers' window is refused (and `auto` runs full).
+// rounds that evict, and nothing leaks. Hybrid models run with layer groups (window tables,
+// cache/layer_groups.h) and equal the one-table layout bit for bit with less KV; with one
+// table a budget that would cut into the window layers' window is refused (`auto`: full).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -44,8 +45,13 @@ Outcome Collect(TokenStream& stream) {
 
 class UsedBlocks : public EngineObserver {
  public:
-  void OnStep(const StepStats& s) override { used = s.blocks_total - s.blocks_free; }
+  void OnStep(const StepStats& s) override {
+    used = s.blocks_total - s.blocks_free;
+    // KV bytes held (over block_size, equal for both layouts) at the last step with any.
+    if (used > 0) held = static_cast<double>(used) * (s.k_bytes_per_token + s.v_bytes_per_token);
+  }
   std::atomic<int64_t> used{-1};
+  std::atomic<double> held{0.0};
 };
 
 class CompressionArchitectures : public ::testing::TestWithParam<std::string> {};
@@ -98,6 +104,7 @@ TEST_P(CompressionArchitectures, EveryPolicyRunsAndACoveringBudgetEqualsFull) {
   };
   const Outcome ref = submit(plain);
   ASSERT_EQ(ref.tokens.size(), 48u);
+  const double grouped_held = obs.held.load();  // the plain request's last step
   for (auto kind : {CompressionPolicyKind::kFull, CompressionPolicyKind::kTriAttention,
                     CompressionPolicyKind::kSnapKv, CompressionPolicyKind::kH2O,
                     CompressionPolicyKind::kStreamingLlm, CompressionPolicyKind::kAuto}) {
@@ -125,20 +132,59 @@ TEST_P(CompressionArchitectures, EveryPolicyRunsAndACoveringBudgetEqualsFull) {
     EXPECT_EQ(squeezed.compression.compressed_layers, global_layers) << what;
   }
   if (spec.sliding_window > 0) {
-    // Hybrid: the window layers keep their latest tokens in every round, so a named policy
-    // must keep the window (8) after its pinned prefix (4 sinks); `auto` then runs full.
+    // Hybrid, with layer groups (the CPU default): the window layers' KV lives in tables of
+    // its own that rounds never touch, so even a budget inside the window (8) runs.
     RequestSpec s = plain;
     s.compression.policy = CompressionPolicyKind::kStreamingLlm;
     s.compression.protect_prompt = false;
     s.compression.budget = 10;
-    auto refused = (*engine)->Submit(s);
+    const Outcome tight = submit(s);
+    EXPECT_TRUE(tight.error.empty()) << tight.error;
+    EXPECT_EQ(tight.tokens.size(), 48u);
+    EXPECT_GT(tight.compression.evicted_tokens, 0);
+
+    // One table for every layer (cache.layer_groups=false): the same tokens and logprobs,
+    // bit for bit, for more KV; there a round must keep the window after its pinned prefix
+    // (4 sinks), so the budget of 10 is refused and `auto` runs full.
+    config::Config one_table = cfg;
+    one_table.cache.layer_groups = false;
+    UsedBlocks obs1;
+    EngineDeps deps1;
+    deps1.observer = &obs1;
+    auto engine1 = CreateEngine(one_table, dir.path(), std::move(deps1));
+    ASSERT_TRUE(engine1.ok()) << engine1.status();
+    auto submit1 = [&](const RequestSpec& r) {
+      auto st = (*engine1)->Submit(r);
+      EXPECT_TRUE(st.ok()) << st.status();
+      return st.ok() ? Collect(**st) : Outcome{};
+    };
+    const Outcome ref1 = submit1(plain);
+    EXPECT_EQ(ref1.tokens, ref.tokens);
+    EXPECT_EQ(ref1.logprobs, ref.logprobs);  // bitwise
+    // 148 tokens, window 8: the grouped layout holds the global layers' blocks and, per
+    // window group, the blocks of one window plus one (cache/layer_groups.h).
+    const int layers = spec.num_hidden_layers;
+    const int global = 1;  // both hybrid fixtures: one global layer
+    const int window_groups = (layers - global + global - 1) / global;
+    const int bs = cfg.cache.block_size;
+    const int seq_blocks = (148 + bs - 1) / bs;
+    const int window_blocks = (*spec.sliding_window + bs - 1) / bs + 1;
+    const double expected =
+        static_cast<double>(global * seq_blocks + window_groups * global * window_blocks) /
+        static_cast<double>(layers * seq_blocks);
+    const double one_table_held = obs1.held.load();
+    EXPECT_LE(grouped_held, expected * one_table_held) << grouped_held << " vs " << one_table_held;
+    EXPECT_LT(expected, layers == 2 ? 0.61 : 0.34);  // gptoss 2 layers, gemma3 6
+    auto refused = (*engine1)->Submit(s);
     ASSERT_FALSE(refused.ok());
     EXPECT_NE(refused.status().message().find("sliding window"), std::string::npos)
         << refused.status();
     s.compression.policy = CompressionPolicyKind::kAuto;
-    const Outcome fallback = submit(s);
+    const Outcome fallback = submit1(s);
     EXPECT_EQ(fallback.tokens, ref.tokens);
     EXPECT_EQ(fallback.compression.rounds, 0);
+    engine1->reset();
+    EXPECT_EQ(obs1.used.load(), 0) << "KV blocks still used after every request ended";
   }
   engine->reset();
   EXPECT_EQ(obs.used.load(), 0) << "KV blocks still used after every request ended";

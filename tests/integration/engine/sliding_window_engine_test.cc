@@ -127,5 +127,78 @@ TEST_F(SlidingWindowEngine, CompressingPoliciesAreRefusedAndAutoRunsFull) {
   EXPECT_EQ(Collect(**full).size(), 4u);
 }
 
+// A hybrid model with layer groups (Gemma 3: 5 window layers of 8 tokens to 1 global): greedy
+// tokens past 8x the window equal the float64 reference's, each sequence's window tables stay
+// within the window, preemption (swap falls back to recompute: window tables are never
+// swapped) keeps the tokens, n > 1 forks the window tables, and nothing leaks.
+TEST(HybridLayerGroupsEngine, TokensMatchTheReferenceThroughPreemptionAndForks) {
+  testing::hf::FixtureDir dir("gemma3_groups");
+  ASSERT_TRUE(testing::hf::WriteRandomCheckpoint(testing::hf::Gemma3Preset(), dir.path()).ok());
+  auto mc = model::LoadModelConfig(dir.path());
+  ASSERT_TRUE(mc.ok()) << mc.status();
+  // One slot array per block (1 global layer): a block is one layer's KV of kBlock tokens.
+  const uint64_t block_bytes = 2ull * mc->num_kv_heads * kBlock * mc->head_dim * 4;
+  auto make = [&](config::Config cfg, EngineObserver* obs) -> std::unique_ptr<ServingEngine> {
+    cfg.engine.threads = 1;
+    cfg.cache.block_size = kBlock;
+    cfg.scheduler.max_num_batched_tokens = 16;
+    EngineDeps deps;
+    deps.observer = obs;
+    auto e = CreateEngine(cfg, dir.path(), std::move(deps));
+    EXPECT_TRUE(e.ok()) << e.status();
+    return e.ok() ? std::move(*e) : nullptr;
+  };
+  const int generate = 64;  // 8x the window
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 3; ++i) prompts.push_back(Prompt(6 + 3 * i, i + 1, mc->vocab_size));
+  auto want = testing::hf::Greedy(dir.path(), prompts[0], generate);
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (auto mode : {config::PreemptionMode::kRecompute, config::PreemptionMode::kSwap}) {
+    config::Config cfg;
+    cfg.scheduler.preemption_mode = mode;
+    // Near its end a sequence holds 10 main blocks + 5 window tables x 2-3 blocks: 40 blocks
+    // hold one, not two.
+    cfg.cache.kv_bytes = 40 * block_bytes;
+    CountingObserver obs;
+    obs.Hold();
+    auto engine = make(cfg, &obs);
+    ASSERT_NE(engine, nullptr);
+    std::vector<std::shared_ptr<TokenStream>> streams;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      auto s = engine->Submit(Greedy("p" + std::to_string(i), prompts[i], generate));
+      ASSERT_TRUE(s.ok()) << s.status();
+      streams.push_back(*s);
+    }
+    obs.Release();
+    std::vector<std::vector<int32_t>> got;
+    for (auto& s : streams) got.push_back(Collect(*s));
+    EXPECT_EQ(got[0], *want);
+    EXPECT_GT(obs.preemptions.load(), 0) << "the pool was meant to force preemption";
+    if (mode == config::PreemptionMode::kSwap) {
+      ExpectNoBlocksLeaked(engine, obs, "swap");
+      continue;
+    }
+    // Alone, each prompt gives the same tokens as under preemption; n = 2 greedy samples fork
+    // the tables (copy-on-write of the window tails) and both equal it.
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      RequestSpec r = Greedy("n2-" + std::to_string(i), prompts[i], generate);
+      r.n = 2;
+      auto s = engine->Submit(r);
+      ASSERT_TRUE(s.ok()) << s.status();
+      std::vector<int32_t> per_sample[2];
+      while (!(*s)->done()) {
+        auto e = (*s)->pop_wait(std::chrono::milliseconds(200));
+        if (!e) continue;
+        ASSERT_TRUE(e->sample_index == 0 || e->sample_index == 1);
+        auto& out = per_sample[e->sample_index];
+        out.insert(out.end(), e->token_ids.begin(), e->token_ids.end());
+      }
+      EXPECT_EQ(per_sample[0], got[i]) << "request " << i;
+      EXPECT_EQ(per_sample[1], got[i]) << "request " << i;
+    }
+    ExpectNoBlocksLeaked(engine, obs, "recompute, then n = 2");
+  }
+}
+
 }  // namespace
 }  // namespace kvserve::engine
