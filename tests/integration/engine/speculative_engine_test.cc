@@ -35,11 +35,13 @@ struct Output {
   bool operator==(const Output& o) const = default;
 };
 
-Output CollectWithLogprobs(TokenStream& stream) {
+// `usage`, when given, gets the request's usage (its last event's).
+Output CollectWithLogprobs(TokenStream& stream, RequestUsage* usage = nullptr) {
   Output out;
   while (!stream.done()) {
     auto e = stream.pop_wait(std::chrono::milliseconds(200));
     if (!e) continue;
+    if (usage != nullptr && e->usage) *usage = *e->usage;
     out.tokens.insert(out.tokens.end(), e->token_ids.begin(), e->token_ids.end());
     for (const auto& lp : e->logprobs) out.logprobs.push_back(lp.logprob);
   }
@@ -105,19 +107,29 @@ TEST_P(SpeculativeEngine, GreedyOutputEqualsPlainDecoding) {
     SpecObserver obs;
     auto engine = Make(spec_cfg, &obs);
     ASSERT_NE(engine, nullptr);
+    int64_t usage_drafted = 0, usage_accepted = 0;
     for (int round = 0; round < 2; ++round) {
       for (size_t i = 0; i < probes.size(); ++i) {
         RequestSpec p = probes[i];
         p.request_id += std::to_string(round);
         auto s = engine->Submit(p);
         ASSERT_TRUE(s.ok()) << s.status();
-        EXPECT_EQ(CollectWithLogprobs(**s), want[i]) << p.request_id;
+        RequestUsage usage;
+        EXPECT_EQ(CollectWithLogprobs(**s, &usage), want[i]) << p.request_id;
+        EXPECT_LE(usage.spec_accepted_tokens, usage.spec_draft_tokens) << p.request_id;
+        EXPECT_LE(usage.spec_accepted_tokens, usage.completion_tokens) << p.request_id;
+        usage_drafted += usage.spec_draft_tokens;
+        usage_accepted += usage.spec_accepted_tokens;
       }
     }
     EXPECT_GT(obs.drafts.load(), 0);
     EXPECT_GT(obs.accepted.load(), 0) << "the copy-heavy probe accepted nothing";
     EXPECT_LT(obs.accepted.load(), obs.draft_tokens.load()) << "no draft was ever rejected";
     ExpectNoBlocksLeaked(engine, obs, "alone");
+    // The requests' usage adds up to what the engine's metrics counted (the engine is gone, so
+    // every step was reported).
+    EXPECT_EQ(usage_drafted, obs.draft_tokens.load());
+    EXPECT_EQ(usage_accepted, obs.accepted.load());
   }
   // In a batch of 8, others sampling at temperature 0.8 with speculation too.
   {
