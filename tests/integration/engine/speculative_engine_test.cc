@@ -256,6 +256,48 @@ TEST(SpeculativeEngineStructured, GrammarConstrainedGreedyOutputIsUnchanged) {
   EXPECT_GT(spec_obs.drafts.load(), 0);
 }
 
+// KV compression and drafts are not combined (docs/speculative.md, composition rules): a
+// compressing sequence asking for speculation decodes without drafts, its rounds run as without
+// speculation and its output is unchanged, while a full-KV sequence beside it drafts.
+TEST_P(SpeculativeEngine, CompressingSequencesDecodeWithoutDrafts) {
+  constexpr int kVocab = 256;
+  RequestSpec squeezed = Probe("squeezed", Repetitive(60, 0, kVocab), 40);
+  squeezed.compression.policy = config::CompressionPolicyKind::kStreamingLlm;
+  squeezed.compression.budget = 40;
+  squeezed.compression.protect_prompt = false;
+  config::Config cfg;
+  cfg.compression.divide_length = 16;
+  Output want;
+  RequestUsage want_usage;
+  {
+    CountingObserver obs;
+    auto engine = Make(cfg, &obs);
+    ASSERT_NE(engine, nullptr);
+    auto s = engine->Submit(squeezed);
+    ASSERT_TRUE(s.ok()) << s.status();
+    want = CollectWithLogprobs(**s, &want_usage);
+  }
+  ASSERT_GT(want_usage.compression.rounds, 0) << "no compression round ran";
+  cfg.speculative.method = config::SpeculativeMethod::kNgram;
+  cfg.speculative.ngram_min = 1;
+  cfg.speculative.min_acceptance = 0.0;
+  SpecObserver obs;
+  auto engine = Make(cfg, &obs);
+  ASSERT_NE(engine, nullptr);
+  auto s = engine->Submit(squeezed);
+  ASSERT_TRUE(s.ok()) << s.status();
+  RequestUsage usage;
+  EXPECT_EQ(CollectWithLogprobs(**s, &usage), want);
+  EXPECT_EQ(usage.compression.rounds, want_usage.compression.rounds);
+  EXPECT_EQ(usage.spec_draft_tokens, 0);
+  auto full = engine->Submit(Probe("full", Repetitive(60, 0, kVocab), 24));
+  ASSERT_TRUE(full.ok()) << full.status();
+  RequestUsage full_usage;
+  CollectWithLogprobs(**full, &full_usage);
+  EXPECT_GT(full_usage.spec_draft_tokens, 0) << "the full-KV request beside it drafts";
+  ExpectNoBlocksLeaked(engine, obs, "compression");
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, SpeculativeEngine,
                          ::testing::Values("tests/fixtures/model/llama_f32", "models/kvs-tiny"),
                          [](const auto& p) {
