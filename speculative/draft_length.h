@@ -34,7 +34,7 @@ class DraftLength {
 
   // A verified draft: `drafted` guesses, the first `accepted` of them matched.
   void Record(int drafted, int accepted);
-  // The estimated per-guess acceptance p, in (0, 1].
+  // The estimated per-guess acceptance p, in [0, 1].
   double acceptance() const { return accepted_ / trials_; }
   int Size(int max_k, int batch_seqs, double row_cost) const {
     return SizeDraft(acceptance(), max_k, batch_seqs, row_cost);
