@@ -9,7 +9,9 @@
 //         this measures what speculation costs where it cannot pay (the adaptive switch-off).
 //
 //   speculative_bench [--model DIR] [--threads N] [--tokens T] [--repeats R] [--num-tokens K]
-//                     [--work copy|free|both]
+//                     [--work copy|free|both] [--batch 1|8]
+//
+// --num-tokens is the most guesses per draft (the adaptive draft length picks k up to it).
 //
 // Decode tokens/s counts the tokens after each request's first one over the time from the
 // last first token to the end (prefill excluded), per wall second and per second of process
@@ -28,6 +30,7 @@
 #include <vector>
 
 #include "engine/engine_factory.h"
+#include "speculative/spec_params.h"
 
 namespace kvserve {
 namespace {
@@ -55,6 +58,7 @@ struct Figures {
   double tok_cpu_s = 0;  // per second of process CPU time (what an idle core would do, 1 thread)
   double acceptance = 0;
   double drafts_per_token = 0;
+  double guesses_per_draft = 0;  // the adaptive draft length's mean k
 };
 
 std::vector<int32_t> CopyPrompt(int salt) {
@@ -116,6 +120,8 @@ Figures RunOnce(engine::ServingEngine& e, SpecCounter& c, bool copy, int batch, 
   f.tok_cpu_s = static_cast<double>(decoded) / cpu_secs;
   const int64_t dt = c.draft_tokens - t0;
   f.acceptance = dt > 0 ? static_cast<double>(c.accepted - a0) / static_cast<double>(dt) : 0.0;
+  f.guesses_per_draft =
+      static_cast<double>(dt) / static_cast<double>(std::max<int64_t>(1, c.drafts - d0));
   f.drafts_per_token =
       static_cast<double>(c.drafts - d0) / static_cast<double>(std::max<int64_t>(1, decoded));
   return f;
@@ -123,7 +129,7 @@ Figures RunOnce(engine::ServingEngine& e, SpecCounter& c, bool copy, int batch, 
 
 int Main(int argc, char** argv) {
   std::string model = "/tmp/spec_llama125m";
-  int threads = 0, tokens = 128, repeats = 3, k = 4;
+  int threads = 0, tokens = 128, repeats = 3, k = 4, only_batch = 0;
   std::string work = "both";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
@@ -139,16 +145,19 @@ int Main(int argc, char** argv) {
       k = std::atoi(argv[i + 1]);
     else if (a == "--work")
       work = argv[i + 1];
+    else if (a == "--batch")
+      only_batch = std::atoi(argv[i + 1]);
   }
-  std::printf("model %s, threads %d, %d tokens per request, median of %d, k = %d\n", model.c_str(),
-              threads, tokens, repeats, k);
-  std::printf("%-5s %5s | %12s %12s %8s | %12s %12s %8s | %10s %12s\n", "work", "batch",
+  std::printf("model %s, threads %d, %d tokens per request, median of %d, k <= %d, row_cost %g\n",
+              model.c_str(), threads, tokens, repeats, k, speculative::kDefaultRowCost);
+  std::printf("%-5s %5s | %12s %12s %8s | %12s %12s %8s | %10s %12s %13s\n", "work", "batch",
               "plain tok/s", "ngram tok/s", "speedup", "plain tok/cs", "ngram tok/cs", "speedup",
-              "acceptance", "drafts/token");
+              "acceptance", "drafts/token", "guesses/draft");
   for (const bool copy : {true, false}) {
     if (work != "both" && work != (copy ? "copy" : "free")) continue;
     for (const int batch : {1, 8}) {
-      std::vector<double> plain, spec, plain_cpu, spec_cpu, acc, dpt;
+      if (only_batch != 0 && batch != only_batch) continue;
+      std::vector<double> plain, spec, plain_cpu, spec_cpu, acc, dpt, gpd;
       for (const bool speculate : {false, true}) {
         config::Config cfg;
         cfg.engine.threads = threads;
@@ -174,6 +183,7 @@ int Main(int argc, char** argv) {
           if (speculate) {
             acc.push_back(f.acceptance);
             dpt.push_back(f.drafts_per_token);
+            gpd.push_back(f.guesses_per_draft);
           }
         }
       }
@@ -181,10 +191,10 @@ int Main(int argc, char** argv) {
         std::sort(v.begin(), v.end());
         return v[v.size() / 2];
       };
-      std::printf("%-5s %5d | %12.1f %12.1f %7.2fx | %12.1f %12.1f %7.2fx | %10.2f %12.2f\n",
+      std::printf("%-5s %5d | %12.1f %12.1f %7.2fx | %12.1f %12.1f %7.2fx | %10.2f %12.2f %13.2f\n",
                   copy ? "copy" : "free", batch, median(plain), median(spec),
                   median(spec) / median(plain), median(plain_cpu), median(spec_cpu),
-                  median(spec_cpu) / median(plain_cpu), median(acc), median(dpt));
+                  median(spec_cpu) / median(plain_cpu), median(acc), median(dpt), median(gpd));
       std::fflush(stdout);
     }
   }

@@ -481,6 +481,8 @@ void Engine::FinishSample(Request& r, uint64_t key, int sample, FinishReason rea
     for (int64_t g : r.generated) usage.completion_tokens += g;
     usage.cached_prompt_tokens = r.timeline.cached_prompt_tokens;
     usage.compression = r.compression.Summary();
+    usage.spec_draft_tokens = r.spec_draft_tokens;
+    usage.spec_accepted_tokens = r.spec_accepted_tokens;
     r.timeline.generation_tokens = usage.completion_tokens;
     r.timeline.compression = usage.compression;
     event.usage = std::move(usage);
@@ -646,6 +648,11 @@ void Engine::CountSpeculation(const scheduler::StepPlan& plan,
     ++spec_drafts_;
     spec_draft_tokens_ += q.num_draft;
     spec_accepted_tokens_ += static_cast<int>(count) - 1;
+    if (auto owner = seq_owner_.find(q.seq.value()); owner != seq_owner_.end()) {
+      Request& r = requests_.at(owner->second.first);
+      r.spec_draft_tokens += q.num_draft;
+      r.spec_accepted_tokens += static_cast<int64_t>(count) - 1;
+    }
     if (spec_accepted_per_position_.size() < static_cast<size_t>(q.num_draft)) {
       spec_accepted_per_position_.resize(static_cast<size_t>(q.num_draft), 0);
     }

@@ -99,6 +99,8 @@ class Engine final : public ServingEngine {
     base::Nanos last_token = 0;
     std::vector<int64_t> generated;       // per sample
     CompressionAccount compression;       // sample 0's rounds, peak, audit
+    int64_t spec_draft_tokens = 0;        // all samples' verified guesses (usage)
+    int64_t spec_accepted_tokens = 0;     // of them, accepted
 
     explicit Request(const ResolvedCompression& c) : compression(c) {}
   };

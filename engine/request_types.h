@@ -55,6 +55,10 @@ struct RequestUsage {
   int64_t completion_tokens = 0;       // summed over the n samples
   int64_t cached_prompt_tokens = 0;    // prefix-cache hit
   CompressionSummary compression;      // of sample 0 (all samples share the policy)
+  // Speculative decoding, summed over the n samples: guesses verified, and of them accepted
+  // (docs/speculative.md). Both 0 when the request did not speculate.
+  int64_t spec_draft_tokens = 0;
+  int64_t spec_accepted_tokens = 0;
 };
 
 // Engine → consumer. Events of the n samples of one request interleave, each tagged

@@ -289,7 +289,11 @@ int Scheduler::propose(SequenceState& s, int max_rows) {
   if (proposer == nullptr) return 0;
   // The step emits up to k + 1 tokens: k guesses and the runner's own. Never draft past
   // max_tokens, and keep every row's position inside the context.
-  int64_t k = std::min(s.spec.num_tokens, max_rows);
+  // k: sized from this sequence's acceptance history and the batch (DraftLength).
+  int batch_seqs = 0;
+  for (int n : tenant_running_) batch_seqs += n;
+  int64_t k =
+      std::min(s.spec_length.Size(s.spec.num_tokens, batch_seqs, s.spec.row_cost), max_rows);
   k = std::min<int64_t>(k, s.stop.max_tokens - s.num_generated() - 1);
   k = std::min<int64_t>(k, options_.max_model_len - static_cast<int64_t>(s.tokens.size()) - 1);
   if (k <= 0 || !s.spec_gate.Open()) return 0;
@@ -587,6 +591,7 @@ void Scheduler::Update(const StepPlan& plan, const StepResult& result, std::vect
       // Rejected guesses' slots go (every table); blocks they alone filled return to the pool.
       cache_.rollback(s.id, s.num_computed);
       s.spec_gate.Record(q.num_draft, accepted, s.spec.min_acceptance);
+      s.spec_length.Record(q.num_draft, accepted);
       s.spec_draft_tokens += q.num_draft;
       s.spec_accepted_tokens += accepted;
       ++counters_.spec_drafts;

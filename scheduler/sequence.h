@@ -22,6 +22,7 @@
 #include "compression/policy_params.h"
 #include "scheduler/sampling.h"
 #include "speculative/acceptance_gate.h"
+#include "speculative/draft_length.h"
 #include "speculative/spec_params.h"
 
 namespace kvserve::scheduler {
@@ -81,6 +82,7 @@ struct SequenceState {
   // adaptive switch-off. Compressing sequences never draft.
   speculative::SpecParams spec;
   speculative::AcceptanceGate spec_gate;
+  speculative::DraftLength spec_length;  // guesses per draft, from acceptance and the batch
   int64_t spec_draft_tokens = 0;     // guesses verified so far (usage)
   int64_t spec_accepted_tokens = 0;  // of them, accepted
 

@@ -105,6 +105,8 @@ UsageSummary Generation::usage() const {
     total.prompt_tokens += u.prompt_tokens;
     total.completion_tokens += u.completion_tokens;
     total.cached_prompt_tokens += u.cached_prompt_tokens;
+    total.spec_draft_tokens += u.spec_draft_tokens;
+    total.spec_accepted_tokens += u.spec_accepted_tokens;
     if (i == 0) total.compression = std::move(u.compression);
   }
   return total;

@@ -61,6 +61,8 @@ struct UsageSummary {
   int64_t completion_tokens = 0;
   int64_t cached_prompt_tokens = 0;
   engine::CompressionSummary compression;
+  int64_t spec_draft_tokens = 0;     // speculative decoding: guesses verified
+  int64_t spec_accepted_tokens = 0;  // of them, accepted
   int64_t total_tokens() const { return prompt_tokens + completion_tokens; }
 };
 

@@ -77,6 +77,22 @@ absl::Status ApplySampling(const v1::SamplingParams& p, GenerationRequest& r) {
   return absl::OkStatus();
 }
 
+// The ranges are checked by the engine (INVALID_ARGUMENT naming speculative.<field>).
+absl::Status ApplySpeculative(const v1::Speculative& s, engine::SpeculativeRequest& out) {
+  if (s.method() == "none") {
+    out.method = config::SpeculativeMethod::kNone;
+  } else if (s.method() == "ngram") {
+    out.method = config::SpeculativeMethod::kNgram;
+  } else if (!s.method().empty()) {
+    return FieldError("speculative.method",
+                      absl::StrCat("unknown method '", s.method(), "'; expected none|ngram"));
+  }
+  if (s.has_num_tokens()) out.num_tokens = s.num_tokens();
+  if (s.has_ngram_min()) out.ngram_min = s.ngram_min();
+  if (s.has_ngram_max()) out.ngram_max = s.ngram_max();
+  return absl::OkStatus();
+}
+
 absl::Status ApplyCompression(const v1::KvCompression& c, engine::CompressionRequest& out) {
   if (!c.policy().empty()) {
     auto policy = config::ParseCompressionPolicy(c.policy());
@@ -193,6 +209,7 @@ absl::StatusOr<GenerationRequest> FromProto(const v1::GenerateRequest& request) 
   }
   KVS_RETURN_IF_ERROR(ApplySampling(request.sampling(), r));
   KVS_RETURN_IF_ERROR(ApplyCompression(request.kv_compression(), r.compression));
+  KVS_RETURN_IF_ERROR(ApplySpeculative(request.speculative(), r.speculative));
   if (request.priority() != 0) r.priority = request.priority();
   r.cache_salt = request.cache_salt();
   r.caller_request_id = request.request_id();
@@ -206,6 +223,7 @@ absl::StatusOr<GenerationRequest> FromProto(const v1::ChatRequest& request) {
   KVS_RETURN_IF_ERROR(ApplyChatTools(request, r));  // messages, tools, tool_choice
   KVS_RETURN_IF_ERROR(ApplySampling(request.sampling(), r));
   KVS_RETURN_IF_ERROR(ApplyCompression(request.kv_compression(), r.compression));
+  KVS_RETURN_IF_ERROR(ApplySpeculative(request.speculative(), r.speculative));
   if (request.priority() != 0) r.priority = request.priority();
   r.cache_salt = request.cache_salt();
   r.caller_request_id = request.request_id();
@@ -250,6 +268,8 @@ void ToProto(const UsageSummary& u, v1::Usage* out) {
   out->set_completion_tokens(u.completion_tokens);
   out->set_total_tokens(u.total_tokens());
   out->set_cached_prompt_tokens(u.cached_prompt_tokens);
+  out->set_speculative_draft_tokens(u.spec_draft_tokens);
+  out->set_speculative_accepted_tokens(u.spec_accepted_tokens);
   v1::CompressionSummary* c = out->mutable_kv_compression();
   c->set_policy(u.compression.policy);
   c->set_budget(u.compression.budget);

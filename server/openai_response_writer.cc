@@ -53,11 +53,20 @@ json CompressionJson(const engine::CompressionSummary& c) {
   return j;
 }
 
+// Speculative decoding is reported twice: in OpenAI's own slots for guessed-ahead tokens (the
+// Predicted Outputs counts the SDKs type: accepted guesses, rejected guesses; unlike OpenAI's,
+// rejected guesses are not billed as completion tokens here) and as kvserve's `speculative`
+// object with the guesses verified and accepted (docs/speculative.md).
 json UsageJson(const UsageSummary& u) {
   return {{"prompt_tokens", u.prompt_tokens},
           {"completion_tokens", u.completion_tokens},
           {"total_tokens", u.total_tokens()},
           {"prompt_tokens_details", {{"cached_tokens", u.cached_prompt_tokens}}},
+          {"completion_tokens_details",
+           {{"accepted_prediction_tokens", u.spec_accepted_tokens},
+            {"rejected_prediction_tokens", u.spec_draft_tokens - u.spec_accepted_tokens}}},
+          {"speculative",
+           {{"draft_tokens", u.spec_draft_tokens}, {"accepted_tokens", u.spec_accepted_tokens}}},
           {"kv_compression", CompressionJson(u.compression)}};
 }
 

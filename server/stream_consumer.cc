@@ -204,6 +204,8 @@ UsageSummary StreamConsumer::usage() const {
   if (engine_usage_) {
     u.cached_prompt_tokens = engine_usage_->cached_prompt_tokens;
     u.compression = engine_usage_->compression;
+    u.spec_draft_tokens = engine_usage_->spec_draft_tokens;
+    u.spec_accepted_tokens = engine_usage_->spec_accepted_tokens;
   }
   return u;
 }

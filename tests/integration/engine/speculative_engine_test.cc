@@ -35,11 +35,13 @@ struct Output {
   bool operator==(const Output& o) const = default;
 };
 
-Output CollectWithLogprobs(TokenStream& stream) {
+// `usage`, when given, gets the request's usage (its last event's).
+Output CollectWithLogprobs(TokenStream& stream, RequestUsage* usage = nullptr) {
   Output out;
   while (!stream.done()) {
     auto e = stream.pop_wait(std::chrono::milliseconds(200));
     if (!e) continue;
+    if (usage != nullptr && e->usage) *usage = *e->usage;
     out.tokens.insert(out.tokens.end(), e->token_ids.begin(), e->token_ids.end());
     for (const auto& lp : e->logprobs) out.logprobs.push_back(lp.logprob);
   }
@@ -105,19 +107,29 @@ TEST_P(SpeculativeEngine, GreedyOutputEqualsPlainDecoding) {
     SpecObserver obs;
     auto engine = Make(spec_cfg, &obs);
     ASSERT_NE(engine, nullptr);
+    int64_t usage_drafted = 0, usage_accepted = 0;
     for (int round = 0; round < 2; ++round) {
       for (size_t i = 0; i < probes.size(); ++i) {
         RequestSpec p = probes[i];
         p.request_id += std::to_string(round);
         auto s = engine->Submit(p);
         ASSERT_TRUE(s.ok()) << s.status();
-        EXPECT_EQ(CollectWithLogprobs(**s), want[i]) << p.request_id;
+        RequestUsage usage;
+        EXPECT_EQ(CollectWithLogprobs(**s, &usage), want[i]) << p.request_id;
+        EXPECT_LE(usage.spec_accepted_tokens, usage.spec_draft_tokens) << p.request_id;
+        EXPECT_LE(usage.spec_accepted_tokens, usage.completion_tokens) << p.request_id;
+        usage_drafted += usage.spec_draft_tokens;
+        usage_accepted += usage.spec_accepted_tokens;
       }
     }
     EXPECT_GT(obs.drafts.load(), 0);
     EXPECT_GT(obs.accepted.load(), 0) << "the copy-heavy probe accepted nothing";
     EXPECT_LT(obs.accepted.load(), obs.draft_tokens.load()) << "no draft was ever rejected";
     ExpectNoBlocksLeaked(engine, obs, "alone");
+    // The requests' usage adds up to what the engine's metrics counted (the engine is gone, so
+    // every step was reported).
+    EXPECT_EQ(usage_drafted, obs.draft_tokens.load());
+    EXPECT_EQ(usage_accepted, obs.accepted.load());
   }
   // In a batch of 8, others sampling at temperature 0.8 with speculation too.
   {
@@ -242,6 +254,48 @@ TEST(SpeculativeEngineStructured, GrammarConstrainedGreedyOutputIsUnchanged) {
   ASSERT_FALSE(plain.empty());
   EXPECT_EQ(run(true, spec_obs), plain);
   EXPECT_GT(spec_obs.drafts.load(), 0);
+}
+
+// KV compression and drafts are not combined (docs/speculative.md, composition rules): a
+// compressing sequence asking for speculation decodes without drafts, its rounds run as without
+// speculation and its output is unchanged, while a full-KV sequence beside it drafts.
+TEST_P(SpeculativeEngine, CompressingSequencesDecodeWithoutDrafts) {
+  constexpr int kVocab = 256;
+  RequestSpec squeezed = Probe("squeezed", Repetitive(60, 0, kVocab), 40);
+  squeezed.compression.policy = config::CompressionPolicyKind::kStreamingLlm;
+  squeezed.compression.budget = 40;
+  squeezed.compression.protect_prompt = false;
+  config::Config cfg;
+  cfg.compression.divide_length = 16;
+  Output want;
+  RequestUsage want_usage;
+  {
+    CountingObserver obs;
+    auto engine = Make(cfg, &obs);
+    ASSERT_NE(engine, nullptr);
+    auto s = engine->Submit(squeezed);
+    ASSERT_TRUE(s.ok()) << s.status();
+    want = CollectWithLogprobs(**s, &want_usage);
+  }
+  ASSERT_GT(want_usage.compression.rounds, 0) << "no compression round ran";
+  cfg.speculative.method = config::SpeculativeMethod::kNgram;
+  cfg.speculative.ngram_min = 1;
+  cfg.speculative.min_acceptance = 0.0;
+  SpecObserver obs;
+  auto engine = Make(cfg, &obs);
+  ASSERT_NE(engine, nullptr);
+  auto s = engine->Submit(squeezed);
+  ASSERT_TRUE(s.ok()) << s.status();
+  RequestUsage usage;
+  EXPECT_EQ(CollectWithLogprobs(**s, &usage), want);
+  EXPECT_EQ(usage.compression.rounds, want_usage.compression.rounds);
+  EXPECT_EQ(usage.spec_draft_tokens, 0);
+  auto full = engine->Submit(Probe("full", Repetitive(60, 0, kVocab), 24));
+  ASSERT_TRUE(full.ok()) << full.status();
+  RequestUsage full_usage;
+  CollectWithLogprobs(**full, &full_usage);
+  EXPECT_GT(full_usage.spec_draft_tokens, 0) << "the full-KV request beside it drafts";
+  ExpectNoBlocksLeaked(engine, obs, "compression");
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, SpeculativeEngine,

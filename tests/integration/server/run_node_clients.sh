@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs node/clients_test.mjs (OpenAI Node SDK + @grpc/grpc-js) against a server command.
+# Runs node/clients_test.mjs, then node/speculative_clients_test.mjs (OpenAI Node SDK +
+# @grpc/grpc-js) against a server command.
 # Installs the client packages itself into a temporary directory with npm.
 #   run_node_clients.sh PROTO_FILE KV_POLICY SERVER_CMD...
 # KV_POLICY is the kv_compression policy the requests ask for (and usage must report).
@@ -16,4 +17,8 @@ if ! npm install --prefix "$tmp" --no-audit --no-fund --loglevel=error \
   cat "$tmp/npm.log"
   exit 1
 fi
-exec node "$here/node/clients_test.mjs" --modules "$tmp/node_modules" --proto "$proto" --policy "$policy" -- "$@"
+status=0
+node "$here/node/clients_test.mjs" --modules "$tmp/node_modules" --proto "$proto" --policy "$policy" -- "$@" || status=1
+# Speculative decoding requests (one more short server run, sharing the npm install).
+node "$here/node/speculative_clients_test.mjs" --modules "$tmp/node_modules" --proto "$proto" -- "$@" || status=1
+exit $status

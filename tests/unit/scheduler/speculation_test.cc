@@ -141,5 +141,31 @@ TEST(SchedulerSpeculation, LowAcceptanceSwitchesDraftingOffForAWhile) {
   EXPECT_LT(gated, always / 4);
 }
 
+// The adaptive draft length (speculative/draft_length.h) in the scheduler: the same sequences
+// draft fewer guesses per draft in a batch of 8 than alone, sizing off (row cost 0) drafts the
+// most, and the outputs stay max_tokens long.
+TEST(SchedulerSpeculation, DraftsShortenAsTheBatchGrows) {
+  auto guesses_per_draft = [](int batch, double row_cost) {
+    Harness h(Options(512, 1024, true));
+    h.spec = Ngram(8);
+    h.spec.row_cost = row_cost;
+    std::vector<cache::SeqId> ids;
+    for (int i = 0; i < batch; ++i) ids.push_back(h.Add(12, 60, 0, 0, 5 + i));
+    h.RunUntilIdle();
+    for (cache::SeqId id : ids) EXPECT_EQ(h.output(id).size(), 60u);
+    h.ExpectAllFree();
+    const SchedulerCounters& c = h.sched().counters();
+    EXPECT_GT(c.spec_drafts, 0u);
+    return static_cast<double>(c.spec_draft_tokens) /
+           static_cast<double>(std::max<uint64_t>(c.spec_drafts, 1));
+  };
+  const double alone = guesses_per_draft(1, 0.1);
+  const double batch8 = guesses_per_draft(8, 0.1);
+  const double unsized = guesses_per_draft(8, 0.0);
+  EXPECT_LT(batch8, alone);
+  EXPECT_LT(batch8, unsized);
+  EXPECT_GT(unsized, 6.0);  // 8 guesses but where max_tokens cuts a draft short
+}
+
 }  // namespace
 }  // namespace kvserve::scheduler

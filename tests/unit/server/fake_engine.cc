@@ -268,6 +268,12 @@ bool FakeEngine::Step(Request& r) {
             config::CompressionPolicyKind::kFull)));
         u.compression.budget = spec.compression.budget.value_or(0);
         if (spec.compression.audit) u.compression.audit.push_back({1, 8, {1, 2}, 0xfeedfacecafebeefull});
+        // A request asking for n-gram speculation reports one guess per token, half accepted
+        // (fixed numbers the front-end tests can assert on; the real counts are the engine's).
+        if (spec.speculative.method == config::SpeculativeMethod::kNgram) {
+          u.spec_draft_tokens = r.completion_tokens;
+          u.spec_accepted_tokens = r.completion_tokens / 2;
+        }
         e.usage = std::move(u);
       }
     }

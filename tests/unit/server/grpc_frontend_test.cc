@@ -227,6 +227,43 @@ TEST_F(GrpcFrontendTest, VllmExtrasReachTheEngine) {
   EXPECT_EQ(streamed.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_TRUE(streamed.error_message().starts_with("best_of")) << streamed.error_message();
 
+  // Speculation: the per-request settings reach the engine, usage reports the counts (the
+  // fake engine: one guess per token, half accepted), an unknown method names the field.
+  v1::GenerateRequest spec_req = Prompt("x", 10);
+  spec_req.mutable_speculative()->set_method("ngram");
+  spec_req.mutable_speculative()->set_num_tokens(6);
+  spec_req.mutable_speculative()->set_ngram_min(1);
+  spec_req.mutable_speculative()->set_ngram_max(3);
+  auto [spec_chunks, spec_status] = Generate(spec_req);
+  ASSERT_TRUE(spec_status.ok()) << spec_status.error_message();
+  ASSERT_TRUE(spec_chunks.back().has_usage());
+  EXPECT_EQ(spec_chunks.back().usage().speculative_draft_tokens(), 10);
+  EXPECT_EQ(spec_chunks.back().usage().speculative_accepted_tokens(), 5);
+  const engine::SpeculativeRequest sr = engine().submitted().back().speculative;
+  EXPECT_EQ(sr.method, config::SpeculativeMethod::kNgram);
+  EXPECT_EQ(sr.num_tokens, 6);
+  EXPECT_EQ(sr.ngram_min, 1);
+  EXPECT_EQ(sr.ngram_max, 3);
+  v1::ChatRequest chat_spec;
+  auto* m = chat_spec.add_messages();
+  m->set_role("user");
+  m->set_content("hi");
+  chat_spec.mutable_sampling()->set_max_tokens(2);
+  chat_spec.mutable_speculative()->set_method("none");
+  auto chat_ctx = Context();
+  auto chat_reader = stub_->Chat(chat_ctx.get(), chat_spec);
+  v1::GenerateChunk chat_chunk, read;
+  while (chat_reader->Read(&read)) chat_chunk = read;
+  ASSERT_TRUE(chat_reader->Finish().ok());
+  EXPECT_EQ(engine().submitted().back().speculative.method, config::SpeculativeMethod::kNone);
+  EXPECT_EQ(chat_chunk.usage().speculative_draft_tokens(), 0);
+  v1::GenerateRequest bad_spec = Prompt("x", 4);
+  bad_spec.mutable_speculative()->set_method("eagle");
+  auto [bad_chunks, bad_status] = Generate(bad_spec);
+  EXPECT_EQ(bad_status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(bad_status.error_message().starts_with("speculative.method"))
+      << bad_status.error_message();
+
   v1::GenerateRequest bad = Prompt("x", 4);
   bad.mutable_sampling()->set_truncate_prompt_tokens(0);
   auto ctx2 = Context();

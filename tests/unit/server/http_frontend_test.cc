@@ -137,8 +137,10 @@ TEST_F(HttpFrontendTest, StreamingRequestTimeoutEndsInBand) {
 
 TEST_F(HttpFrontendTest, StreamingCompletionIsSseEndingWithDone) {
   Start();
-  auto res = Post("/v1/completions", R"({"prompt": "x", "max_tokens": 12, "temperature": 0, "stream": true,
-                                        "stream_options": {"include_usage": true}})");
+  auto res =
+      Post("/v1/completions", R"({"prompt": "x", "max_tokens": 12, "temperature": 0, "stream": true,
+                                        "stream_options": {"include_usage": true},
+                                        "speculative": {"method": "ngram"}})");
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
   EXPECT_EQ(res->get_header_value("Content-Type"), "text/event-stream");
@@ -149,6 +151,11 @@ TEST_F(HttpFrontendTest, StreamingCompletionIsSseEndingWithDone) {
   EXPECT_TRUE(usage["choices"].empty());
   EXPECT_EQ(usage["usage"]["completion_tokens"], 12);
   EXPECT_EQ(usage["usage"]["kv_compression"]["policy"], "full");
+  // The fake engine reports one guess per token, half accepted, for an ngram request.
+  EXPECT_EQ(usage["usage"]["speculative"]["draft_tokens"], 12);
+  EXPECT_EQ(usage["usage"]["speculative"]["accepted_tokens"], 6);
+  EXPECT_EQ(usage["usage"]["completion_tokens_details"]["accepted_prediction_tokens"], 6);
+  EXPECT_EQ(usage["usage"]["completion_tokens_details"]["rejected_prediction_tokens"], 6);
   std::string text;
   int finishes = 0;
   for (size_t i = 0; i + 2 < events.size(); ++i) {
@@ -221,6 +228,8 @@ TEST_F(HttpFrontendTest, EchoLogprobsAndSeveralPrompts) {
   EXPECT_EQ(lp["top_logprobs"][0].size(), 2u);
   EXPECT_EQ(j["usage"]["prompt_tokens"], 8);
   EXPECT_EQ(j["usage"]["completion_tokens"], 6);
+  EXPECT_EQ(j["usage"]["speculative"]["draft_tokens"], 0) << "no speculation asked";
+  EXPECT_EQ(j["usage"]["completion_tokens_details"]["accepted_prediction_tokens"], 0);
 }
 
 TEST_F(HttpFrontendTest, RequestFieldsReachTheEngine) {

@@ -20,6 +20,8 @@ UsageSummary Usage() {
   u.compression.budget = 64;
   u.compression.rounds = 1;
   u.compression.audit.push_back({1, 10, {0, 3}, 0xfeedfacecafebeefull});
+  u.spec_draft_tokens = 7;
+  u.spec_accepted_tokens = 2;
   return u;
 }
 
@@ -40,6 +42,11 @@ TEST(OpenAiWriterTest, CompletionResponseShape) {
   EXPECT_TRUE(j["choices"][0]["logprobs"].is_null());
   EXPECT_EQ(j["usage"]["total_tokens"], 8);
   EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 2);
+  // Speculation: OpenAI's Predicted Outputs slots and kvserve's own object.
+  EXPECT_EQ(j["usage"]["completion_tokens_details"]["accepted_prediction_tokens"], 2);
+  EXPECT_EQ(j["usage"]["completion_tokens_details"]["rejected_prediction_tokens"], 5);
+  EXPECT_EQ(j["usage"]["speculative"]["draft_tokens"], 7);
+  EXPECT_EQ(j["usage"]["speculative"]["accepted_tokens"], 2);
   EXPECT_EQ(j["usage"]["kv_compression"]["policy"], "triattention");
   EXPECT_EQ(j["usage"]["kv_compression"]["audit"][0]["token_ids_hash"], "feedfacecafebeef");
 }

@@ -1,0 +1,159 @@
+// Speculative decoding through independent clients (issue 29): the official OpenAI Node SDK
+// and @grpc/grpc-js ask for n-gram speculation per request; greedy output (text, and with the
+// SDK the token logprobs) must equal the same request without it, and usage must carry the
+// drafted / accepted counts (docs/api.md). Same arguments and server contract as
+// clients_test.mjs (run by run_node_clients.sh after it):
+//
+//   node speculative_clients_test.mjs --modules DIR/node_modules --proto FILE -- SERVER_CMD...
+import { spawn } from 'node:child_process';
+import { createRequire } from 'node:module';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import assert from 'node:assert/strict';
+
+const argv = process.argv.slice(2);
+const sep = argv.indexOf('--');
+const opts = {};
+for (let i = 0; i < sep; i += 2) opts[argv[i].replace(/^--/, '')] = argv[i + 1];
+const serverCmd = argv.slice(sep + 1);
+if (sep < 0 || !opts.modules || !opts.proto || serverCmd.length === 0) {
+  console.error('usage: speculative_clients_test.mjs --modules DIR --proto FILE -- SERVER_CMD...');
+  process.exit(2);
+}
+const require = createRequire(path.join(opts.modules, 'noop.js'));
+const { OpenAI } = require('openai');
+const grpc = require('@grpc/grpc-js');
+const protoLoader = require('@grpc/proto-loader');
+// The real daemon really drafts; the fake engine reports one guess per token, half accepted.
+const realEngine = serverCmd[serverCmd.length - 1] === 'serve';
+
+const KEY = 'sk-node-spec';
+const dir = mkdtempSync(path.join(tmpdir(), 'kvserve-node-spec-'));
+const configPath = path.join(dir, 'kvserve.json');
+writeFileSync(configPath, JSON.stringify({
+  logging: { level: 'warn' },
+  server: { host: '127.0.0.1', http_port: 0, grpc_port: 0, drain_timeout_seconds: 2 },
+  tenants: [{ name: 'node', api_keys: [KEY] }],
+}));
+
+const server = await new Promise((resolve, reject) => {
+  const child = spawn(serverCmd[0], [...serverCmd.slice(1), '--config', configPath],
+                      { stdio: ['ignore', 'pipe', 'inherit'] });
+  let out = '';
+  const timer = setTimeout(() => reject(new Error(`no listening line; stdout: ${out}`)), 120000);
+  child.on('exit', (code) => reject(new Error(`server exited early with ${code}; stdout: ${out}`)));
+  child.stdout.on('data', (d) => {
+    out += d;
+    const m = out.match(/kvserve listening http=([^ :]+):(\d+) grpc=([^ :]+):(\d+)\n/);
+    if (m) {
+      clearTimeout(timer);
+      child.removeAllListeners('exit');
+      resolve({ child, host: m[1], httpPort: Number(m[2]), grpcPort: Number(m[4]) });
+    }
+  });
+});
+
+const results = [];
+async function check(name, fn) {
+  try {
+    await fn();
+    results.push([name, null]);
+    console.log(`ok   ${name}`);
+  } catch (e) {
+    results.push([name, e]);
+    console.log(`FAIL ${name}: ${e.stack ?? e}`);
+  }
+}
+
+const openai = new OpenAI({ baseURL: `http://${server.host}:${server.httpPort}/v1`, apiKey: KEY, maxRetries: 0 });
+const pkgDef = protoLoader.loadSync(opts.proto, { keepCase: true, longs: Number, defaults: true, oneofs: true });
+const kvserve = grpc.loadPackageDefinition(pkgDef).kvserve.v1;
+const stub = new kvserve.KvServe(`${server.host}:${server.grpcPort}`, grpc.credentials.createInsecure());
+const md = new grpc.Metadata();
+md.add('authorization', `Bearer ${KEY}`);
+
+// Copy-heavy: the continuation of a repeated phrase is where n-gram guesses are right.
+const prompt = 'the cat sat on the mat. the cat sat on the mat. the cat sat on the mat. the cat';
+const ngram = { method: 'ngram', num_tokens: 4, ngram_min: 1, ngram_max: 3 };
+const MAX = 24;
+
+// Usage of a speculating request: the counts are consistent, and the real daemon drafted.
+function checkSpecUsage(drafted, accepted, completion) {
+  assert.ok(accepted <= drafted, `accepted ${accepted} > drafted ${drafted}`);
+  assert.ok(accepted <= completion, `accepted ${accepted} > completion ${completion}`);
+  if (realEngine) assert.ok(drafted > 0, 'the daemon made no draft on a copy-heavy prompt');
+  else assert.deepEqual([drafted, accepted], [completion, Math.floor(completion / 2)]);
+}
+
+await check('openai: completions with speculative ngram equal greedy without', async () => {
+  const req = { model: '', prompt, max_tokens: MAX, temperature: 0, ignore_eos: true, logprobs: 1 };
+  req.model = (await openai.models.list()).data[0].id;
+  const plain = await openai.completions.create(req);
+  const spec = await openai.completions.create({ ...req, speculative: ngram });
+  assert.equal(spec.choices[0].text, plain.choices[0].text);
+  assert.deepEqual(spec.choices[0].logprobs.tokens, plain.choices[0].logprobs.tokens);
+  assert.deepEqual(spec.choices[0].logprobs.token_logprobs, plain.choices[0].logprobs.token_logprobs);
+  assert.equal(spec.usage.completion_tokens, MAX);
+  assert.equal(plain.usage.speculative.draft_tokens, 0);
+  assert.equal(plain.usage.completion_tokens_details.accepted_prediction_tokens, 0);
+  const { draft_tokens: drafted, accepted_tokens: accepted } = spec.usage.speculative;
+  checkSpecUsage(drafted, accepted, spec.usage.completion_tokens);
+  assert.equal(spec.usage.completion_tokens_details.accepted_prediction_tokens, accepted);
+  assert.equal(spec.usage.completion_tokens_details.rejected_prediction_tokens, drafted - accepted);
+});
+
+await check('openai: streamed chat with speculative ngram equals greedy without', async () => {
+  const model = (await openai.models.list()).data[0].id;
+  const req = { model, messages: [{ role: 'user', content: prompt }], max_tokens: MAX, temperature: 0,
+                ignore_eos: true, stream: true, stream_options: { include_usage: true } };
+  const run = async (extra) => {
+    let text = '';
+    let usage = null;
+    for await (const chunk of await openai.chat.completions.create({ ...req, ...extra })) {
+      if (chunk.usage) usage = chunk.usage;
+      for (const c of chunk.choices) text += c.delta.content ?? '';
+    }
+    return { text, usage };
+  };
+  const plain = await run({});
+  const spec = await run({ speculative: ngram });
+  assert.equal(spec.text, plain.text);
+  checkSpecUsage(spec.usage.speculative.draft_tokens, spec.usage.speculative.accepted_tokens,
+                 spec.usage.completion_tokens);
+});
+
+await check('grpc: Generate and Complete with speculative ngram equal greedy without', async () => {
+  const req = { prompt, sampling: { max_tokens: MAX, temperature: 0, ignore_eos: true } };
+  const complete = (r) => new Promise((resolve, reject) =>
+    stub.Complete(r, md, (err, res) => (err ? reject(err) : resolve(res))));
+  const plain = await complete(req);
+  const spec = await complete({ ...req, speculative: ngram });
+  assert.deepEqual(spec.choices[0].token_ids, plain.choices[0].token_ids);
+  assert.equal(plain.usage.speculative_draft_tokens, 0);
+  checkSpecUsage(spec.usage.speculative_draft_tokens, spec.usage.speculative_accepted_tokens,
+                 spec.usage.completion_tokens);
+  const chunks = await new Promise((resolve, reject) => {
+    const got = [];
+    const call = stub.Generate({ ...req, speculative: ngram }, md);
+    call.on('data', (c) => got.push(c));
+    call.on('error', reject);
+    call.on('end', () => resolve(got));
+  });
+  assert.deepEqual(chunks.flatMap((c) => c.token_ids), plain.choices[0].token_ids);
+  const usage = chunks[chunks.length - 1].usage;
+  checkSpecUsage(usage.speculative_draft_tokens, usage.speculative_accepted_tokens, usage.completion_tokens);
+  await assert.rejects(complete({ ...req, speculative: { method: 'eagle' } }),
+                       (e) => e.code === grpc.status.INVALID_ARGUMENT && e.details.includes('speculative.method'));
+});
+
+stub.close();
+const exitCode = await new Promise((resolve) => {
+  server.child.on('exit', (code) => resolve(code));
+  server.child.kill('SIGTERM');
+});
+await check('server exits 0 on SIGTERM', async () => assert.equal(exitCode, 0));
+
+const failed = results.filter(([, e]) => e);
+console.log(`${results.length - failed.length}/${results.length} passed`);
+process.exit(failed.length ? 1 : 0);
