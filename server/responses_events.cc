@@ -30,7 +30,15 @@ ResponsesEventWriter::ResponsesEventWriter(ResponseHeader header) : header_(std:
 namespace {
 
 // Kind names for ItemJson (Kind's order: reasoning, message, function call).
-std::string_view KindName(int kind) { return kind == 0 ? "reasoning" : kind == 1 ? "message" : "function_call"; }
+std::string_view KindName(int kind) {
+  return kind == 0 ? "reasoning" : kind == 1 ? "message" : "function_call";
+}
+
+// The one content part of a reasoning or message item.
+json PartJson(bool reasoning, const std::string& text) {
+  if (reasoning) return {{"type", "reasoning_text"}, {"text", text}};
+  return {{"type", "output_text"}, {"text", text}, {"annotations", json::array()}};
+}
 
 json ItemJson(std::string_view kind, const std::string& id, const std::string& text,
               const std::string& call_id, const std::string& name, const std::string& arguments,
@@ -39,16 +47,28 @@ json ItemJson(std::string_view kind, const std::string& id, const std::string& t
   if (kind == "reasoning") {
     json content = json::array();
     if (done) content.push_back({{"type", "reasoning_text"}, {"text", text}});
-    return {{"type", "reasoning"}, {"id", id}, {"summary", json::array()}, {"content", content},
+    return {{"type", "reasoning"},
+            {"id", id},
+            {"summary", json::array()},
+            {"content", content},
             {"status", status}};
   }
   if (kind == "message") {
     json content = json::array();
-    if (done) content.push_back({{"type", "output_text"}, {"text", text}, {"annotations", json::array()}});
-    return {{"type", "message"}, {"id", id}, {"status", status}, {"role", "assistant"}, {"content", content}};
+    if (done)
+      content.push_back({{"type", "output_text"}, {"text", text}, {"annotations", json::array()}});
+    return {{"type", "message"},
+            {"id", id},
+            {"status", status},
+            {"role", "assistant"},
+            {"content", content}};
   }
-  return {{"type", "function_call"}, {"id", id},           {"call_id", call_id},
-          {"name", name},            {"arguments", done ? arguments : std::string()}, {"status", status}};
+  return {{"type", "function_call"},
+          {"id", id},
+          {"call_id", call_id},
+          {"name", name},
+          {"arguments", done ? arguments : std::string()},
+          {"status", status}};
 }
 
 }  // namespace
@@ -63,8 +83,12 @@ void ResponsesEventWriter::Open(Kind kind, std::string* out) {
   CloseOpen(out);
   Item item;
   item.kind = kind;
-  const std::string suffix = absl::StrCat(header_.id.substr(header_.id.find('_') + 1), "_", next_item_++);
-  item.id = absl::StrCat(kind == Kind::kReasoning ? "rs_" : kind == Kind::kMessage ? "msg_" : "fc_", suffix);
+  const std::string suffix =
+      absl::StrCat(header_.id.substr(header_.id.find('_') + 1), "_", next_item_++);
+  item.id = absl::StrCat(kind == Kind::kReasoning ? "rs_"
+                         : kind == Kind::kMessage ? "msg_"
+                                                  : "fc_",
+                         suffix);
   items_.push_back(std::move(item));
   open_ = items_.size() - 1;
   if (out == nullptr) return;
@@ -72,14 +96,15 @@ void ResponsesEventWriter::Open(Kind kind, std::string* out) {
   const int64_t index = static_cast<int64_t>(*open_);
   AppendEvent("response.output_item.added",
               {{"output_index", index},
-               {"item", ItemJson(KindName(static_cast<int>(kind)), it.id, "", it.call_id, it.name, "", false)}},
+               {"item", ItemJson(KindName(static_cast<int>(kind)), it.id, "", it.call_id, it.name,
+                                 "", false)}},
               sequence_, *out);
-  if (kind == Kind::kMessage) {
+  if (kind != Kind::kFunctionCall) {
     AppendEvent("response.content_part.added",
                 {{"item_id", it.id},
                  {"output_index", index},
                  {"content_index", 0},
-                 {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}}}},
+                 {"part", PartJson(kind == Kind::kReasoning, "")}},
                 sequence_, *out);
   }
 }
@@ -92,29 +117,43 @@ void ResponsesEventWriter::CloseOpen(std::string* out) {
   it.done = true;
   if (out == nullptr) return;
   if (it.kind == Kind::kReasoning) {
-    AppendEvent("response.reasoning_text.done",
-                {{"item_id", it.id}, {"output_index", index}, {"content_index", 0}, {"text", it.text}}, sequence_,
-                *out);
-  } else if (it.kind == Kind::kMessage) {
-    AppendEvent("response.output_text.done",
-                {{"item_id", it.id}, {"output_index", index}, {"content_index", 0}, {"text", it.text},
-                 {"logprobs", json::array()}},
-                sequence_, *out);
+    AppendEvent(
+        "response.reasoning_text.done",
+        {{"item_id", it.id}, {"output_index", index}, {"content_index", 0}, {"text", it.text}},
+        sequence_, *out);
     AppendEvent("response.content_part.done",
                 {{"item_id", it.id},
                  {"output_index", index},
                  {"content_index", 0},
-                 {"part", {{"type", "output_text"}, {"text", it.text}, {"annotations", json::array()}}}},
+                 {"part", PartJson(it.kind == Kind::kReasoning, it.text)}},
                 sequence_, *out);
+  } else if (it.kind == Kind::kMessage) {
+    AppendEvent("response.output_text.done",
+                {{"item_id", it.id},
+                 {"output_index", index},
+                 {"content_index", 0},
+                 {"text", it.text},
+                 {"logprobs", json::array()}},
+                sequence_, *out);
+    AppendEvent(
+        "response.content_part.done",
+        {{"item_id", it.id},
+         {"output_index", index},
+         {"content_index", 0},
+         {"part", {{"type", "output_text"}, {"text", it.text}, {"annotations", json::array()}}}},
+        sequence_, *out);
   } else {
     AppendEvent("response.function_call_arguments.done",
-                {{"item_id", it.id}, {"output_index", index}, {"name", it.name}, {"arguments", it.arguments}},
+                {{"item_id", it.id},
+                 {"output_index", index},
+                 {"name", it.name},
+                 {"arguments", it.arguments}},
                 sequence_, *out);
   }
   AppendEvent("response.output_item.done",
               {{"output_index", index},
-               {"item", ItemJson(KindName(static_cast<int>(it.kind)), it.id, it.text, it.call_id, it.name,
-                                 it.arguments, true)}},
+               {"item", ItemJson(KindName(static_cast<int>(it.kind)), it.id, it.text, it.call_id,
+                                 it.name, it.arguments, true)}},
               sequence_, *out);
 }
 
@@ -126,7 +165,10 @@ void ResponsesEventWriter::Add(const ChoiceDelta& delta, std::string* out) {
     it.text += delta.reasoning;
     if (out != nullptr) {
       AppendEvent("response.reasoning_text.delta",
-                  {{"item_id", it.id}, {"output_index", *open_}, {"content_index", 0}, {"delta", delta.reasoning}},
+                  {{"item_id", it.id},
+                   {"output_index", *open_},
+                   {"content_index", 0},
+                   {"delta", delta.reasoning}},
                   sequence_, *out);
     }
   }
@@ -153,22 +195,23 @@ void ResponsesEventWriter::Add(const ChoiceDelta& delta, std::string* out) {
     if (out != nullptr) {
       // The call arrives whole (the parser sees it once complete): one delta carries it.
       AppendEvent("response.function_call_arguments.delta",
-                  {{"item_id", it.id}, {"output_index", *open_}, {"delta", call.arguments}}, sequence_, *out);
+                  {{"item_id", it.id}, {"output_index", *open_}, {"delta", call.arguments}},
+                  sequence_, *out);
     }
   }
   if (delta.finish) finish_ = delta.finish;
 }
 
 std::string ResponsesEventWriter::Finish(const UsageSummary& usage, std::string* out) {
-  const bool any_text_or_call = std::any_of(items_.begin(), items_.end(),
-                                            [](const Item& i) { return i.kind != Kind::kReasoning; });
+  const bool any_text_or_call = std::any_of(
+      items_.begin(), items_.end(), [](const Item& i) { return i.kind != Kind::kReasoning; });
   if (!any_text_or_call) Open(Kind::kMessage, out);
   CloseOpen(out);
   const bool cut = finish_ == engine::FinishReason::kLength;
   std::string r = ResponseJson(cut ? "incomplete" : "completed", &usage, {});
   if (out != nullptr) {
-    AppendEvent(cut ? "response.incomplete" : "response.completed", {{"response", json::parse(r)}}, sequence_,
-                *out);
+    AppendEvent(cut ? "response.incomplete" : "response.completed", {{"response", json::parse(r)}},
+                sequence_, *out);
   }
   return r;
 }
@@ -176,21 +219,22 @@ std::string ResponsesEventWriter::Finish(const UsageSummary& usage, std::string*
 std::string ResponsesEventWriter::Fail(const std::string& message, std::string* out) {
   CloseOpen(out);
   std::string r = ResponseJson("failed", nullptr, message);
-  if (out != nullptr) AppendEvent("response.failed", {{"response", json::parse(r)}}, sequence_, *out);
+  if (out != nullptr)
+    AppendEvent("response.failed", {{"response", json::parse(r)}}, sequence_, *out);
   return r;
 }
 
 std::string ResponsesEventWriter::ResponseJson(std::string_view status, const UsageSummary* usage,
                                                std::string_view error_message) const {
-  json r = {{"id", header_.id},   {"object", "response"}, {"created_at", header_.created_at},
-            {"status", status},   {"error", nullptr},     {"incomplete_details", nullptr},
+  json r = {{"id", header_.id},      {"object", "response"}, {"created_at", header_.created_at},
+            {"status", status},      {"error", nullptr},     {"incomplete_details", nullptr},
             {"model", header_.model}};
   if (!error_message.empty()) r["error"] = {{"code", "server_error"}, {"message", error_message}};
   if (status == "incomplete") r["incomplete_details"] = {{"reason", "max_output_tokens"}};
   json output = json::array();
   for (const Item& it : items_) {
-    output.push_back(ItemJson(KindName(static_cast<int>(it.kind)), it.id, it.text, it.call_id, it.name,
-                              it.arguments, it.done));
+    output.push_back(ItemJson(KindName(static_cast<int>(it.kind)), it.id, it.text, it.call_id,
+                              it.name, it.arguments, it.done));
   }
   r["output"] = std::move(output);
   const json echo = json::parse(header_.echo_json, nullptr, false);

@@ -4,11 +4,12 @@
 //
 // Streaming event order (every event carries sequence_number 0, 1, 2, ...):
 //   response.created, response.in_progress
-//   per reasoning item:  output_item.added, reasoning_text.delta*, reasoning_text.done, output_item.done
-//   per message item:    output_item.added, content_part.added, output_text.delta*,
-//                        output_text.done, content_part.done, output_item.done
-//   per function call:   output_item.added, function_call_arguments.delta,
-//                        function_call_arguments.done, output_item.done
+//   per reasoning item: output_item.added, content_part.added, reasoning_text.delta*,
+//     reasoning_text.done, content_part.done, output_item.done
+//   per message item: output_item.added, content_part.added, output_text.delta*,
+//     output_text.done, content_part.done, output_item.done
+//   per function call: output_item.added, function_call_arguments.delta,
+//     function_call_arguments.done, output_item.done
 //   response.completed | response.incomplete (max_output_tokens) | response.failed
 // The chat output parser sends reasoning before content and tool calls with the final delta,
 // so items open in that order and an open item is closed before the next one opens. A
@@ -28,7 +29,7 @@ struct ResponseHeader {
   std::string id;          // "resp_..."
   int64_t created_at = 0;  // Unix seconds
   std::string model;
-  std::string echo_json;   // ResponsesRequest::echo_json
+  std::string echo_json;  // ResponsesRequest::echo_json
 };
 
 class ResponsesEventWriter {
@@ -54,8 +55,8 @@ class ResponsesEventWriter {
   struct Item {
     Kind kind = Kind::kMessage;
     std::string id;
-    std::string text;       // reasoning or output text
-    std::string call_id;    // function calls
+    std::string text;     // reasoning or output text
+    std::string call_id;  // function calls
     std::string name;
     std::string arguments;
     bool done = false;

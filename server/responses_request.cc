@@ -38,7 +38,8 @@ absl::Status CheckMembers(const json& body) {
 // A message's content: a string, or parts input_text / output_text (→ chat text parts).
 absl::StatusOr<json> Content(const json& content, const std::string& field) {
   if (content.is_string()) return content;
-  if (!content.is_array()) return TypeError(field, "a string or an array of content parts", content);
+  if (!content.is_array())
+    return TypeError(field, "a string or an array of content parts", content);
   json parts = json::array();
   for (size_t j = 0; j < content.size(); ++j) {
     const json& p = content[j];
@@ -79,8 +80,9 @@ absl::Status AppendInput(const json& input, json& messages) {
       KVS_ASSIGN_OR_RETURN(auto role, GetString(item, "role", field));
       if (!role) return FieldError(Path(field, "role"), "is required");
       if (*role != "user" && *role != "assistant" && *role != "system" && *role != "developer") {
-        return FieldError(Path(field, "role"),
-                          absl::StrCat("'", *role, "' is not a role (user, assistant, system or developer)"));
+        return FieldError(
+            Path(field, "role"),
+            absl::StrCat("'", *role, "' is not a role (user, assistant, system or developer)"));
       }
       const json* content = Member(item, "content");
       if (content == nullptr) return FieldError(Path(field, "content"), "is required");
@@ -96,14 +98,16 @@ absl::Status AppendInput(const json& input, json& messages) {
       KVS_ASSIGN_OR_RETURN(auto name, GetString(item, "name", field));
       KVS_ASSIGN_OR_RETURN(auto arguments, GetString(item, "arguments", field));
       if (!call_id || !name || !arguments) {
-        return FieldError(field, "a function_call item needs call_id, name and arguments (strings)");
+        return FieldError(field,
+                          "a function_call item needs call_id, name and arguments (strings)");
       }
       json call = {{"id", *call_id},
                    {"type", "function"},
                    {"function", {{"name", *name}, {"arguments", *arguments}}}};
       if (!last_is_call_turn) {
         json m = {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", json::array()}};
-        if (pending_reasoning) m["reasoning_content"] = *std::exchange(pending_reasoning, std::nullopt);
+        if (pending_reasoning)
+          m["reasoning_content"] = *std::exchange(pending_reasoning, std::nullopt);
         messages.push_back(std::move(m));
       }
       messages.back()["tool_calls"].push_back(std::move(call));
@@ -132,10 +136,11 @@ absl::Status AppendInput(const json& input, json& messages) {
       }
       pending_reasoning = std::move(text);
     } else {
-      return FieldError(Path(field, "type"),
-                        absl::StrCat("'", t,
-                                     "' is not supported (message, function_call, function_call_output "
-                                     "and reasoning items are)"));
+      return FieldError(
+          Path(field, "type"),
+          absl::StrCat("'", t,
+                       "' is not supported (message, function_call, function_call_output "
+                       "and reasoning items are)"));
     }
   }
   return absl::OkStatus();
@@ -151,18 +156,21 @@ absl::StatusOr<json> Tools(const json& tools) {
     if (!t.is_object()) return TypeError(field, "an object", t);
     KVS_ASSIGN_OR_RETURN(auto type, GetString(t, "type", field));
     if (type.value_or("") != "function") {
-      return FieldError(Path(field, "type"),
-                        absl::StrCat("'", type.value_or(""),
-                                     "' is not supported: only function tools (built-in tools such as "
-                                     "web_search or file_search are not implemented)"));
+      return FieldError(
+          Path(field, "type"),
+          absl::StrCat("'", type.value_or(""),
+                       "' is not supported: only function tools (built-in tools such as "
+                       "web_search or file_search are not implemented)"));
     }
     KVS_ASSIGN_OR_RETURN(auto name, GetString(t, "name", field));
-    if (!name || name->empty()) return FieldError(Path(field, "name"), "is required (a non-empty string)");
+    if (!name || name->empty())
+      return FieldError(Path(field, "name"), "is required (a non-empty string)");
     json fn = {{"name", *name}};
     KVS_ASSIGN_OR_RETURN(auto description, GetString(t, "description", field));
     if (description) fn["description"] = *description;
     if (const json* params = Member(t, "parameters")) {
-      if (!params->is_object()) return TypeError(Path(field, "parameters"), "an object (a JSON schema)", *params);
+      if (!params->is_object())
+        return TypeError(Path(field, "parameters"), "an object (a JSON schema)", *params);
       fn["parameters"] = *params;
     }
     // strict: the arguments follow the schema whenever a call is constrained (tool_choice
@@ -179,7 +187,8 @@ absl::StatusOr<json> ToolChoice(const json& v) {
   if (!v.is_object()) return TypeError("tool_choice", "a string or an object", v);
   KVS_ASSIGN_OR_RETURN(auto type, GetString(v, "type", "tool_choice"));
   if (type.value_or("") != "function") {
-    return FieldError("tool_choice.type", "only {type: function, name} is supported (or none, auto, required)");
+    return FieldError("tool_choice.type",
+                      "only {type: function, name} is supported (or none, auto, required)");
   }
   KVS_ASSIGN_OR_RETURN(auto name, GetString(v, "name", "tool_choice"));
   if (!name) return FieldError("tool_choice.name", "is required");
@@ -200,7 +209,8 @@ absl::StatusOr<std::optional<json>> ResponseFormat(const json& text) {
   KVS_ASSIGN_OR_RETURN(auto type, GetString(*format, "type", "text.format"));
   if (!type) return FieldError("text.format.type", "is required");
   if (*type == "text" || *type == "json_object") return json{{"type", *type}};
-  if (*type != "json_schema") return FieldError("text.format.type", "must be text, json_object or json_schema");
+  if (*type != "json_schema")
+    return FieldError("text.format.type", "must be text, json_object or json_schema");
   const json* schema = Member(*format, "schema");
   if (schema == nullptr || !schema->is_object()) {
     return FieldError("text.format.schema", "is required (a JSON schema object)");
@@ -214,7 +224,8 @@ absl::StatusOr<std::optional<json>> ResponseFormat(const json& text) {
 
 }  // namespace
 
-absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body, const ConversationLookup& lookup) {
+absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body,
+                                                       const ConversationLookup& lookup) {
   KVS_ASSIGN_OR_RETURN(json req, ParseObject(body));
   KVS_RETURN_IF_ERROR(CheckMembers(req));
   ResponsesRequest out;
@@ -244,7 +255,8 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body, co
     out.previous_response_id = *previous;
   }
   const json* input = Member(req, "input");
-  if (input == nullptr) return FieldError("input", "is required (a string or an array of input items)");
+  if (input == nullptr)
+    return FieldError("input", "is required (a string or an array of input items)");
   KVS_RETURN_IF_ERROR(AppendInput(*input, conversation));
   if (conversation.empty()) return FieldError("input", "must not be empty");
 
@@ -303,7 +315,9 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body, co
   echo["reasoning"] = {{"effort", nullptr}, {"summary", nullptr}};
   echo["truncation"] = "disabled";
 
-  const auto dump = [](const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); };
+  const auto dump = [](const json& j) {
+    return j.dump(-1, ' ', false, json::error_handler_t::replace);
+  };
   out.chat_body = dump(chat);
   out.conversation_json = dump(conversation);
   out.echo_json = dump(echo);
@@ -317,8 +331,11 @@ absl::Status ToResponsesError(const absl::Status& chat_error) {
       {"max_tokens", "max_output_tokens"},
       {"response_format.json_schema", "text.format"},
       {"response_format", "text.format"},
-      {"messages", "input"},
   };
+  // Message indexes do not match input indexes (instructions and earlier turns come first).
+  if (std::string_view(param).starts_with("messages")) {
+    return FieldError("input", base::AsStd(chat_error.message()));
+  }
   for (const auto& [from, to] : kRenames) {
     if (!std::string_view(param).starts_with(from)) continue;
     std::string renamed = absl::StrCat(base::AsAbsl(to), param.substr(from.size()));

@@ -24,7 +24,7 @@
 namespace kvserve::server {
 
 struct ResponsesRequest {
-  std::string chat_body;      // a chat completions request (JSON object text)
+  std::string chat_body;  // a chat completions request (JSON object text)
   // The conversation this request continues and adds (chat messages, JSON array text),
   // without `instructions`: what a stored response keeps for previous_response_id.
   std::string conversation_json;

@@ -25,7 +25,9 @@ namespace {
 
 using std::chrono::milliseconds;
 
-HttpResponse StatusResponse(const absl::Status& status) { return ErrorResponse(ToHttpError(status)); }
+HttpResponse StatusResponse(const absl::Status& status) {
+  return ErrorResponse(ToHttpError(status));
+}
 
 HttpResponse JsonResponse(std::string body) {
   HttpResponse r;
@@ -33,7 +35,9 @@ HttpResponse JsonResponse(std::string body) {
   return r;
 }
 
-std::string TenantName(const config::TenantConfig* tenant) { return tenant == nullptr ? "" : tenant->name; }
+std::string TenantName(const config::TenantConfig* tenant) {
+  return tenant == nullptr ? "" : tenant->name;
+}
 
 // The id in "/v1/responses/{id}" or "/v1/responses/{id}/cancel".
 std::string PathId(const std::string& path) {
@@ -72,7 +76,8 @@ void Store(const StorePlan& plan, const std::string& id, const ResponsesEventWri
   if (!conversation.is_array() || !output.is_array()) return;
   for (auto& m : output) conversation.push_back(std::move(m));
   plan.store->Put(id, {std::move(response_json),
-                       conversation.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), plan.tenant});
+                       conversation.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                       plan.tenant});
 }
 
 // One streaming response: Responses events over SSE. Only the connection's thread calls
@@ -81,8 +86,8 @@ void Store(const StorePlan& plan, const std::string& id, const ResponsesEventWri
 // be watched, to notice a client that left).
 class ResponsesSseStream {
  public:
-  ResponsesSseStream(std::unique_ptr<Generation> generation, std::optional<int> socket_fd, ResponseHeader header,
-                     StorePlan plan, const ResponsesRoutesOptions& options)
+  ResponsesSseStream(std::unique_ptr<Generation> generation, std::optional<int> socket_fd,
+                     ResponseHeader header, StorePlan plan, const ResponsesRoutesOptions& options)
       : waiter_(socket_fd),
         generation_(std::move(generation)),
         binding_(std::make_unique<WakeupBinding>(*generation_, waiter_)),
@@ -101,9 +106,11 @@ class ResponsesSseStream {
     deltas_.clear();
     generation_->Poll(milliseconds(0), deltas_);
     if (deltas_.empty() && !generation_->done() && out.empty()) {
-      const base::Nanos wait_ns = std::max<base::Nanos>(0, next_keepalive_ns_ - options_.clock->now_ns());
+      const base::Nanos wait_ns =
+          std::max<base::Nanos>(0, next_keepalive_ns_ - options_.clock->now_ns());
       const auto wait = std::chrono::duration_cast<milliseconds>(std::chrono::nanoseconds(wait_ns));
-      if (waiter_.Wait(wait + milliseconds(wait_ns > 0 ? 1 : 0)) == ConnectionWaiter::Wake::kPeerClosed) {
+      if (waiter_.Wait(wait + milliseconds(wait_ns > 0 ? 1 : 0)) ==
+          ConnectionWaiter::Wake::kPeerClosed) {
         generation_->Abort();
         return StreamStep::kCancel;
       }
@@ -148,7 +155,8 @@ class ResponsesSseStream {
   static constexpr base::Nanos kProbeIntervalNs = 30'000'000;
   base::Nanos SilenceNs() const {
     return waiter_.watches_peer()
-               ? std::chrono::duration_cast<std::chrono::nanoseconds>(options_.keepalive_interval).count()
+               ? std::chrono::duration_cast<std::chrono::nanoseconds>(options_.keepalive_interval)
+                     .count()
                : kProbeIntervalNs;
   }
 
@@ -176,15 +184,18 @@ class ResponsesRoutes {
   static void Register(HttpServer& http, std::shared_ptr<ResponsesRoutes> self) {
     http.Post("/v1/responses", [self](const HttpRequest& r) { return self->Create(r); });
     constexpr char kId[] = "/v1/responses/([A-Za-z0-9_.:-]+)";
-    http.Route("GET", kId, "/v1/responses/{id}", [self](const HttpRequest& r) { return self->Retrieve(r); });
-    http.Route("DELETE", kId, "/v1/responses/{id}", [self](const HttpRequest& r) { return self->Delete(r); });
+    http.Route("GET", kId, "/v1/responses/{id}",
+               [self](const HttpRequest& r) { return self->Retrieve(r); });
+    http.Route("DELETE", kId, "/v1/responses/{id}",
+               [self](const HttpRequest& r) { return self->Delete(r); });
     http.Route("POST", absl::StrCat(kId, "/cancel"), "/v1/responses/{id}/cancel",
                [self](const HttpRequest& r) { return self->Cancel(r); });
   }
 
  private:
   absl::StatusOr<const config::TenantConfig*> Admit(const HttpRequest& req) {
-    KVS_ASSIGN_OR_RETURN(const config::TenantConfig* tenant, frontend_.Authenticate(req.header("Authorization")));
+    KVS_ASSIGN_OR_RETURN(const config::TenantConfig* tenant,
+                         frontend_.Authenticate(req.header("Authorization")));
     KVS_RETURN_IF_ERROR(frontend_.CheckAccepting());
     return tenant;
   }
@@ -193,9 +204,9 @@ class ResponsesRoutes {
   absl::StatusOr<StoredResponse> Find(const std::string& id, const config::TenantConfig* tenant) {
     std::optional<StoredResponse> s = store_.Get(id);
     if (!s || s->tenant != TenantName(tenant)) {
-      return absl::NotFoundError(
-          absl::StrCat("no stored response '", id, "' (never stored, deleted, or expired after ",
-                       store_.options().ttl_ns / 1'000'000'000, " s)"));
+      return absl::NotFoundError(absl::StrCat("no stored response '", id,
+                                              "' (never stored, deleted, or expired after ",
+                                              store_.options().ttl_ns / 1'000'000'000, " s)"));
     }
     return *s;
   }
@@ -215,16 +226,18 @@ class ResponsesRoutes {
     auto parsed = ParseResponsesRequest(req.body, lookup);
     if (!parsed.ok()) return StatusResponse(parsed.status());
     if (parsed->store_requested && !store_.enabled()) {
-      return StatusResponse(FieldError("store", "the response store is off (server.responses_store_max_entries is 0)"));
+      return StatusResponse(FieldError(
+          "store", "the response store is off (server.responses_store_max_entries is 0)"));
     }
     auto chat = ParseChatRequest(parsed->chat_body);
     if (!chat.ok()) return StatusResponse(ToResponsesError(chat.status()));
     auto generation = frontend_.Generate(chat->request, *tenant);
     if (!generation.ok()) return StatusResponse(ToResponsesError(generation.status()));
 
-    ResponseHeader header{absl::StrCat("resp_", absl::StripPrefix((*generation)->id(), "chatcmpl-")),
-                          options_.wall_clock->now_ns() / 1'000'000'000, frontend_.options().model_name,
-                          parsed->echo_json};
+    ResponseHeader header{
+        absl::StrCat("resp_", absl::StripPrefix((*generation)->id(), "chatcmpl-")),
+        options_.wall_clock->now_ns() / 1'000'000'000, frontend_.options().model_name,
+        parsed->echo_json};
     StorePlan plan;
     if (parsed->store && store_.enabled()) plan = {&store_, tenant_name, parsed->conversation_json};
     const RateLimitState rate_limit = (*generation)->rate_limit();
@@ -235,8 +248,8 @@ class ResponsesRoutes {
     r.headers.emplace_back("X-Request-Id", header.id);
     for (auto& h : RateLimitHeaders(rate_limit)) r.headers.push_back(std::move(h));
     if (parsed->stream) {
-      auto stream = std::make_shared<ResponsesSseStream>(std::move(*generation), socket_fd, std::move(header),
-                                                         std::move(plan), options_);
+      auto stream = std::make_shared<ResponsesSseStream>(
+          std::move(*generation), socket_fd, std::move(header), std::move(plan), options_);
       r.content_type = "text/event-stream";
       r.headers.emplace_back("Cache-Control", "no-cache");
       r.next_chunk = [stream](std::string& out) { return stream->Next(out); };
@@ -260,7 +273,8 @@ class ResponsesRoutes {
         writer.Add(d, nullptr);
       }
       if (gen.done()) break;
-      if (deltas.empty() && waiter.Wait(milliseconds(1000)) == ConnectionWaiter::Wake::kPeerClosed) {
+      if (deltas.empty() &&
+          waiter.Wait(milliseconds(1000)) == ConnectionWaiter::Wake::kPeerClosed) {
         gen.Abort();
         return ErrorResponse(MakeHttpError(499, "client closed the connection"));
       }
@@ -296,9 +310,10 @@ class ResponsesRoutes {
     auto s = Find(id, *tenant);
     if (!s.ok()) return StatusResponse(s.status());
     return ErrorResponse(MakeHttpError(
-        400, absl::StrCat("response '", id,
-                          "' cannot be cancelled: only background responses can be, and background is not "
-                          "implemented (a stored response has already finished)")));
+        400, absl::StrCat(
+                 "response '", id,
+                 "' cannot be cancelled: only background responses can be, and background is not "
+                 "implemented (a stored response has already finished)")));
   }
 
   Frontend& frontend_;

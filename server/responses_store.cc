@@ -30,7 +30,8 @@ void ResponseStore::EvictLocked(base::Nanos now) {
     auto& [id, generation] = order_.front();
     auto it = entries_.find(id);
     const bool live = it != entries_.end() && it->second.generation == generation;
-    if (live && it->second.expires_ns > now && static_cast<int64_t>(entries_.size()) <= options_.max_entries) {
+    if (live && it->second.expires_ns > now &&
+        static_cast<int64_t>(entries_.size()) <= options_.max_entries) {
       break;
     }
     if (live) entries_.erase(it);

@@ -3,6 +3,8 @@
 # Installs the client packages itself into a temporary directory with npm.
 #   run_node_clients.sh PROTO_FILE KV_POLICY SERVER_CMD...
 # KV_POLICY is the kv_compression policy the requests ask for (and usage must report).
+# KVSERVE_NODE_SCRIPT names another script of node/ taking the same arguments (default
+# clients_test.mjs).
 set -u
 here="$(cd "$(dirname "$0")" && pwd)"
 proto="$1"; policy="$2"; shift 2
@@ -16,4 +18,4 @@ if ! npm install --prefix "$tmp" --no-audit --no-fund --loglevel=error \
   cat "$tmp/npm.log"
   exit 1
 fi
-exec node "$here/node/clients_test.mjs" --modules "$tmp/node_modules" --proto "$proto" --policy "$policy" -- "$@"
+exec node "$here/node/${KVSERVE_NODE_SCRIPT:-clients_test.mjs}" --modules "$tmp/node_modules" --proto "$proto" --policy "$policy" -- "$@"

@@ -104,7 +104,9 @@ std::vector<std::string> EventData(const std::string& body) {
   return out;
 }
 
-std::string Scripted(const std::string& reply) { return "Weather? <<reply>>" + reply + "<</reply>>"; }
+std::string Scripted(const std::string& reply) {
+  return "Weather? <<reply>>" + reply + "<</reply>>";
+}
 
 TEST_F(ResponsesHttpTest, CreateReturnsAResponseWithReasoningTextAndUsage) {
   Start();
@@ -129,7 +131,8 @@ TEST_F(ResponsesHttpTest, CreateReturnsAResponseWithReasoningTextAndUsage) {
   const json& u = r["usage"];
   EXPECT_GT(u["input_tokens"].get<int64_t>(), 0);
   EXPECT_GT(u["output_tokens"].get<int64_t>(), 0);
-  EXPECT_EQ(u["total_tokens"], u["input_tokens"].get<int64_t>() + u["output_tokens"].get<int64_t>());
+  EXPECT_EQ(u["total_tokens"],
+            u["input_tokens"].get<int64_t>() + u["output_tokens"].get<int64_t>());
   // instructions are a system message ahead of the input.
   const std::string prompt = LastPrompt();
   EXPECT_LT(prompt.find("system\nBe brief."), prompt.find("user\nWeather?")) << prompt;
@@ -144,7 +147,8 @@ TEST_F(ResponsesHttpTest, CreateReturnsAResponseWithReasoningTextAndUsage) {
 
 TEST_F(ResponsesHttpTest, StreamingSendsTheEventSequenceInOrder) {
   Start();
-  auto res = Post("/v1/responses", {{"input", Scripted("<think>hm</think>Sunny today.")}, {"stream", true}});
+  auto res = Post("/v1/responses",
+                  {{"input", Scripted("<think>hm</think>Sunny today.")}, {"stream", true}});
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
   EXPECT_EQ(res->get_header_value("Content-Type").rfind("text/event-stream", 0), 0u);
@@ -163,12 +167,21 @@ TEST_F(ResponsesHttpTest, StreamingSendsTheEventSequenceInOrder) {
   }
   // Every data line has its `event:` line.
   EXPECT_NE(res->body.find("event: response.created\ndata: "), std::string::npos);
-  const std::vector<std::string> expected = {
-      "response.created",           "response.in_progress",       "response.output_item.added",
-      "response.reasoning_text.delta", "response.reasoning_text.done", "response.output_item.done",
-      "response.output_item.added", "response.content_part.added", "response.output_text.delta",
-      "response.output_text.done",  "response.content_part.done", "response.output_item.done",
-      "response.completed"};
+  const std::vector<std::string> expected = {"response.created",
+                                             "response.in_progress",
+                                             "response.output_item.added",
+                                             "response.content_part.added",
+                                             "response.reasoning_text.delta",
+                                             "response.reasoning_text.done",
+                                             "response.content_part.done",
+                                             "response.output_item.done",
+                                             "response.output_item.added",
+                                             "response.content_part.added",
+                                             "response.output_text.delta",
+                                             "response.output_text.done",
+                                             "response.content_part.done",
+                                             "response.output_item.done",
+                                             "response.completed"};
   EXPECT_EQ(types, expected);
   EXPECT_EQ(text, "Sunny today.");
   EXPECT_EQ(reasoning, "hm");
@@ -191,7 +204,8 @@ TEST_F(ResponsesHttpTest, FunctionCallsRoundTripThroughInputItems) {
   EXPECT_NE(LastPrompt().find("\"name\":\"get_weather\""), std::string::npos) << LastPrompt();
 
   // Streaming: the call is an item with its arguments events.
-  auto s = Post("/v1/responses", {{"input", Scripted(kToolReply)}, {"tools", {kWeatherTool}}, {"stream", true}});
+  auto s = Post("/v1/responses",
+                {{"input", Scripted(kToolReply)}, {"tools", {kWeatherTool}}, {"stream", true}});
   ASSERT_TRUE(s);
   std::string args_done;
   for (const std::string& data : EventData(s->body)) {
@@ -201,16 +215,20 @@ TEST_F(ResponsesHttpTest, FunctionCallsRoundTripThroughInputItems) {
   EXPECT_EQ(json::parse(args_done)["city"], "Paris");
 
   // The call and its output go back as items: an assistant tool call and a tool message.
-  json next = Create({{"input",
-                       {{{"role", "user"}, {"content", "Weather?"}},
-                        {{"type", "function_call"}, {"call_id", "call_9"}, {"name", "get_weather"},
-                         {"arguments", "{\"city\":\"Paris\"}"}},
-                        {{"type", "function_call_output"}, {"call_id", "call_9"}, {"output", "21 C"}},
-                        {{"type", "message"}, {"role", "user"},
-                         {"content", {{{"type", "input_text"}, {"text", "Thanks"}}}}}}},
-                      {"tools", {kWeatherTool}},
-                      {"tool_choice", "none"},
-                      {"max_output_tokens", 4}});
+  json next =
+      Create({{"input",
+               {{{"role", "user"}, {"content", "Weather?"}},
+                {{"type", "function_call"},
+                 {"call_id", "call_9"},
+                 {"name", "get_weather"},
+                 {"arguments", "{\"city\":\"Paris\"}"}},
+                {{"type", "function_call_output"}, {"call_id", "call_9"}, {"output", "21 C"}},
+                {{"type", "message"},
+                 {"role", "user"},
+                 {"content", {{{"type", "input_text"}, {"text", "Thanks"}}}}}}},
+              {"tools", {kWeatherTool}},
+              {"tool_choice", "none"},
+              {"max_output_tokens", 4}});
   EXPECT_EQ(next["output"][0]["type"], "message") << next.dump();
   const std::string prompt = LastPrompt();
   EXPECT_NE(prompt.find("<tool_call>[{\"id\":\"call_9\""), std::string::npos) << prompt;
@@ -220,13 +238,17 @@ TEST_F(ResponsesHttpTest, FunctionCallsRoundTripThroughInputItems) {
 
 TEST_F(ResponsesHttpTest, TextFormatJsonSchemaConstrainsTheOutput) {
   Start();
-  const json schema = {{"type", "object"}, {"properties", {{"ok", {{"type", "boolean"}}}}}, {"required", {"ok"}}};
-  json r = Create({{"input", "Answer"},
-                   {"text", {{"format", {{"type", "json_schema"}, {"name", "answer"}, {"schema", schema}}}}}});
+  const json schema = {
+      {"type", "object"}, {"properties", {{"ok", {{"type", "boolean"}}}}}, {"required", {"ok"}}};
+  json r = Create(
+      {{"input", "Answer"},
+       {"text", {{"format", {{"type", "json_schema"}, {"name", "answer"}, {"schema", schema}}}}}});
   EXPECT_EQ(r["text"]["format"]["type"], "json_schema");
   ASSERT_FALSE(engine().submitted().empty());
-  EXPECT_TRUE(engine().submitted().back().sampling.grammar != nullptr) << "no structured-output grammar reached the engine";
-  auto bad = Post("/v1/responses", {{"input", "x"}, {"text", {{"format", {{"type", "json_schema"}}}}}});
+  EXPECT_TRUE(engine().submitted().back().sampling.grammar != nullptr)
+      << "no structured-output grammar reached the engine";
+  auto bad =
+      Post("/v1/responses", {{"input", "x"}, {"text", {{"format", {{"type", "json_schema"}}}}}});
   EXPECT_EQ(ExpectOpenAiError(bad, 400)["param"], "text.format.schema");
 }
 
@@ -234,7 +256,8 @@ TEST_F(ResponsesHttpTest, StoredResponsesAreRetrievedContinuedDeletedPerTenant) 
   TestServerOptions o;
   o.tenants = {MakeTenant("a", {"sk-a"}), MakeTenant("b", {"sk-b"})};
   Start(std::move(o));
-  json first = Create({{"input", Scripted("Paris is sunny.")}, {"instructions", "Old rules."}}, "sk-a");
+  json first =
+      Create({{"input", Scripted("Paris is sunny.")}, {"instructions", "Old rules."}}, "sk-a");
   const std::string id = first["id"];
   auto got = Client().Get(("/v1/responses/" + id).c_str(), BearerHeaders("sk-a"));
   ASSERT_TRUE(got);
@@ -242,7 +265,8 @@ TEST_F(ResponsesHttpTest, StoredResponsesAreRetrievedContinuedDeletedPerTenant) 
   EXPECT_EQ(json::parse(got->body), first);
   // Another tenant sees nothing, continues nothing, deletes nothing.
   ExpectOpenAiError(Client().Get(("/v1/responses/" + id).c_str(), BearerHeaders("sk-b")), 404);
-  ExpectOpenAiError(Post("/v1/responses", {{"input", "more"}, {"previous_response_id", id}}, "sk-b"), 404);
+  ExpectOpenAiError(
+      Post("/v1/responses", {{"input", "more"}, {"previous_response_id", id}}, "sk-b"), 404);
   ExpectOpenAiError(Client().Delete(("/v1/responses/" + id).c_str(), BearerHeaders("sk-b")), 404);
 
   // previous_response_id: the earlier input and output come first; old instructions do not.
@@ -256,7 +280,8 @@ TEST_F(ResponsesHttpTest, StoredResponsesAreRetrievedContinuedDeletedPerTenant) 
 
   // store false: not kept.
   json unstored = Create({{"input", "x"}, {"store", false}, {"max_output_tokens", 2}}, "sk-a");
-  ExpectOpenAiError(Client().Get(("/v1/responses/" + unstored["id"].get<std::string>()).c_str(), BearerHeaders("sk-a")),
+  ExpectOpenAiError(Client().Get(("/v1/responses/" + unstored["id"].get<std::string>()).c_str(),
+                                 BearerHeaders("sk-a")),
                     404);
 
   // cancel: a clear 400 (nothing runs in the background); unknown ids are 404.
@@ -294,17 +319,22 @@ TEST_F(ResponsesHttpTest, MembersOutsideTheTableOrRefusedAre400sNamingThem) {
     EXPECT_EQ(ok->status, 200) << name << ": " << ok->body;
   }
   EXPECT_GE(refused, 5);
-  EXPECT_EQ(ExpectOpenAiError(Post("/v1/responses", {{"input", "x"}, {"seed", 1}}), 400)["param"], "seed");
-  EXPECT_EQ(ExpectOpenAiError(Post("/v1/responses", {{"input", "x"}, {"max_output_tokens", 0}}), 400)["param"],
-            "max_output_tokens");
-  EXPECT_EQ(ExpectOpenAiError(Post("/v1/responses", {{"input", "x"}, {"tools", {{{"type", "web_search"}}}}}), 400)
-                ["param"],
-            "tools[0].type");
-  EXPECT_EQ(ExpectOpenAiError(Post("/v1/responses", {{"input", {{{"role", "user"},
-                                                                   {"content", {{{"type", "input_image"}}}}}}}}),
+  EXPECT_EQ(ExpectOpenAiError(Post("/v1/responses", {{"input", "x"}, {"seed", 1}}), 400)["param"],
+            "seed");
+  EXPECT_EQ(ExpectOpenAiError(Post("/v1/responses", {{"input", "x"}, {"max_output_tokens", 0}}),
                               400)["param"],
+            "max_output_tokens");
+  EXPECT_EQ(ExpectOpenAiError(
+                Post("/v1/responses", {{"input", "x"}, {"tools", {{{"type", "web_search"}}}}}),
+                400)["param"],
+            "tools[0].type");
+  EXPECT_EQ(ExpectOpenAiError(
+                Post("/v1/responses",
+                     {{"input", {{{"role", "user"}, {"content", {{{"type", "input_image"}}}}}}}}),
+                400)["param"],
             "input[0].content[0].type");
-  EXPECT_EQ(ExpectOpenAiError(Post("/v1/responses", {{"max_output_tokens", 1}}), 400)["param"], "input");
+  EXPECT_EQ(ExpectOpenAiError(Post("/v1/responses", {{"max_output_tokens", 1}}), 400)["param"],
+            "input");
   ExpectOpenAiError(Post("/v1/responses", {{"input", "x"}, {"model", "other"}}), 404);
 }
 
