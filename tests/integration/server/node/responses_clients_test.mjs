@@ -176,6 +176,9 @@ await check('responses: unsupported members are a 400 naming them', async () => 
                        (e) => e.status === 400 && e.param === 'tools[0].type');
 });
 
+// Close the SDK's idle keep-alive connections (Node's fetch pool) first: the server's stop
+// otherwise waits for them to time out (~3 s).
+await globalThis[Symbol.for('undici.globalDispatcher.1')]?.close?.();
 const exitCode = await new Promise((resolve) => {
   server.child.on('exit', (code) => resolve(code));
   server.child.kill('SIGTERM');
