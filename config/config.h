@@ -141,6 +141,10 @@ struct ServerConfig {
   double drain_timeout_seconds = 30.0;
   int http_max_connections = 512;
   double http_request_timeout_seconds = 30.0;  // whole request (headers + body) per connection
+  // /v1/responses' in-memory store (store, previous_response_id): at most this many
+  // responses, each kept this long. 0 entries: nothing is stored.
+  int64_t responses_store_max_entries = 1000;
+  double responses_store_ttl_seconds = 3600.0;
   RequestLimits limits;
   // TLS for both listeners when tls_cert_path is set (PEM files); tls_client_ca_path adds
   // mutual TLS on both (clients must present a certificate that CA signed).

@@ -449,6 +449,11 @@ std::vector<Field<Config>> BuildConfigFields() {
                              "(0.5 s while all connection threads are busy)",
                              [](C& c) -> auto& { return c.server.http_request_timeout_seconds; }, 0.1,
                              3600.0));
+  f.push_back(IntField<C>("server.responses_store_max_entries",
+                          "/v1/responses kept in memory for GET and previous_response_id (oldest evicted); 0: none",
+                          [](C& c) -> auto& { return c.server.responses_store_max_entries; }, 0, 1000000));
+  f.push_back(DoubleField<C>("server.responses_store_ttl_seconds", "a stored /v1/responses response is dropped after this",
+                             [](C& c) -> auto& { return c.server.responses_store_ttl_seconds; }, 1.0, 604800.0));
   f.push_back(StringField<C>("server.tls_cert_path", "PEM certificate chain: HTTPS and gRPC over TLS; empty: plain",
                              [](C& c) -> auto& { return c.server.tls_cert_path; }));
   f.push_back(StringField<C>("server.tls_key_path", "PEM private key of tls_cert_path",

@@ -10,10 +10,13 @@
 #include <cctype>
 #include <mutex>
 #include <optional>
+#include <regex>
 #include <thread>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "base/check.h"
 #include "server/connection_sockets.h"
 #include "server/request_deadlines.h"
 #include "server/worker_pool.h"
@@ -163,6 +166,16 @@ struct HttpServer::Impl {
   std::once_flag stopped;
   // Registered paths (filled before Start, read-only after): the bounded route label.
   absl::flat_hash_set<std::string> routes;
+  // Routes with path parameters and their labels (filled before Start, read-only after).
+  std::vector<std::pair<std::regex, std::string>> pattern_routes;
+
+  std::string_view RouteLabel(const std::string& path) const {
+    if (routes.contains(path)) return path;
+    for (const auto& [re, label] : pattern_routes) {
+      if (std::regex_match(path, re)) return label;
+    }
+    return "unmatched";
+  }
 
   httplib::Server::Handler Wrap(HttpHandler handler) {
     return [this, handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
@@ -232,8 +245,10 @@ HttpServer::HttpServer(HttpServerOptions options, base::Logger logger)
     // The response is out: the next request's clock starts.
     impl->deadlines->MarkReading(req.remote_addr, req.remote_port);
     if (impl->options.on_response) {
-      const bool matched = res.status != 404 && impl->routes.contains(req.path);
-      impl->options.on_response(matched ? std::string_view(req.path) : std::string_view("unmatched"), res.status);
+      // A 404 from a pattern route (an unknown id) keeps its label: the set stays bounded.
+      const std::string_view label = impl->RouteLabel(req.path);
+      const bool matched = label != "unmatched" && (res.status != 404 || label != req.path);
+      impl->options.on_response(matched ? label : std::string_view("unmatched"), res.status);
     }
     if (impl->logger.enabled(base::LogLevel::kDebug)) {
       impl->logger.debug("%s %s -> %d", req.method, req.path, res.status);
@@ -251,6 +266,20 @@ void HttpServer::Get(const std::string& path, HttpHandler handler) {
 void HttpServer::Post(const std::string& path, HttpHandler handler) {
   impl_->routes.insert(path);
   impl_->server->Post(path, impl_->Wrap(std::move(handler)));
+}
+
+void HttpServer::Route(std::string_view method, const std::string& pattern, const std::string& label,
+                       HttpHandler handler) {
+  impl_->pattern_routes.emplace_back(std::regex(pattern), label);
+  httplib::Server::Handler h = impl_->Wrap(std::move(handler));
+  if (method == "GET") {
+    impl_->server->Get(pattern, std::move(h));
+  } else if (method == "POST") {
+    impl_->server->Post(pattern, std::move(h));
+  } else {
+    KVS_CHECK(method == "DELETE", "unsupported route method");
+    impl_->server->Delete(pattern, std::move(h));
+  }
 }
 
 absl::StatusOr<int> HttpServer::Start() {

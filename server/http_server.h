@@ -96,6 +96,11 @@ class HttpServer {
   // Exact-path routes; register before Start.
   void Get(const std::string& path, HttpHandler handler);
   void Post(const std::string& path, HttpHandler handler);
+  // A route whose path has parameters: `method` GET, POST or DELETE, `pattern` a regex that
+  // must match the whole path (handlers read the parameters from HttpRequest::path), `label`
+  // its route name for on_response ("/v1/responses/{id}").
+  void Route(std::string_view method, const std::string& pattern, const std::string& label,
+             HttpHandler handler);
 
   // Binds and starts accepting; returns the bound port.
   absl::StatusOr<int> Start();

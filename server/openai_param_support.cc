@@ -14,6 +14,7 @@ constexpr uint8_t kH = static_cast<uint8_t>(ParamScope::kChat);
 constexpr uint8_t kCH = kCompletionAndChat;
 constexpr uint8_t kM = static_cast<uint8_t>(ParamScope::kMessage);
 constexpr uint8_t kG = static_cast<uint8_t>(ParamScope::kGrpc);
+constexpr uint8_t kR = static_cast<uint8_t>(ParamScope::kResponses);
 constexpr FieldStatus kOn = FieldStatus::kHonoured;
 constexpr FieldStatus kNo = FieldStatus::kRefused;
 constexpr FieldStatus kHint = FieldStatus::kHint;
@@ -235,6 +236,38 @@ constexpr RequestField kFields[] = {
     {kG, "ToolCall.id", kOn, "the call's id"},
     {kG, "ToolCall.name", kOn, "the function called"},
     {kG, "ToolCall.arguments", kOn, "JSON text of an object"},
+    // ---- /v1/responses (server/responses_request.h): every member is a row; others are a 400.
+    {kR, "input", kOn,
+     "string, or items: message (roles user, assistant, system, developer; input_text / "
+     "output_text parts), function_call, function_call_output, reasoning"},
+    {kR, "model", kOn, "as model"},
+    {kR, "instructions", kOn, "a system message first; not carried over by previous_response_id"},
+    {kR, "max_output_tokens", kOn, "as max_tokens"},
+    {kR, "temperature", kOn, "as temperature"},
+    {kR, "top_p", kOn, "as top_p"},
+    {kR, "tools", kOn, "[{type: function, name, description, parameters, strict}]: as chat tools"},
+    {kR, "tool_choice", kOn, "none | auto | required | {type: function, name}: as chat tool_choice"},
+    {kR, "parallel_tool_calls", kOn, "as parallel_tool_calls"},
+    {kR, "text", kOn, "{format: {type: text | json_object | json_schema, name, schema, strict}}: structured outputs"},
+    {kR, "stream", kOn, "bool: Responses streaming events (response.created ... response.completed)"},
+    {kR, "store", kOn,
+     "bool, default true: kept in memory for GET and previous_response_id (server.responses_store_*)"},
+    {kR, "previous_response_id", kOn, "continue a stored response's conversation (404 if unknown or expired)"},
+    {kR, "metadata", kHint, "accepted, echoed on the response"},
+    {kR, "user", kHint, "accepted, unused"},
+    {kR, "safety_identifier", kHint, "accepted, unused"},
+    {kR, "prompt_cache_key", kHint, "accepted, unused (prefix caching is automatic)"},
+    {kR, "service_tier", kHint, "accepted, unused"},
+    {kR, "reasoning", kNo, "the served model has no reasoning-effort or summary control",
+     "{\"effort\":null,\"summary\":null}"},
+    {kR, "background", kNo, "background responses are not implemented", "false"},
+    {kR, "include", kNo, "no extra output data (encrypted reasoning, logprobs, sources) is implemented"},
+    {kR, "truncation", kNo, "the input is never truncated (a longer one is a 400)", "\"disabled\""},
+    {kR, "top_logprobs", kNo, "logprobs are not implemented on /v1/responses", "0"},
+    {kR, "max_tool_calls", kNo, "use parallel_tool_calls false for one call"},
+    {kR, "prompt", kNo, "prompt templates are not implemented"},
+    {kR, "conversation", kNo, "conversations are not implemented; use previous_response_id"},
+    {kR, "stream_options", kNo, "no stream options are implemented"},
 };
 
 constexpr std::array<RefusedRole, 1> kRefusedRoles = {{
@@ -255,6 +288,7 @@ std::string ScopeNames(uint8_t scopes) {
   add(ParamScope::kChat, "chat");
   add(ParamScope::kMessage, "chat message");
   add(ParamScope::kGrpc, "gRPC");
+  add(ParamScope::kResponses, "responses");
   return out;
 }
 

@@ -26,7 +26,8 @@
 namespace kvserve::server {
 
 // Where a field lives. kGrpc rows are named "<Message>.<field>" (kvserve.v1).
-enum class ParamScope : uint8_t { kCompletion = 1, kChat = 2, kMessage = 4, kGrpc = 8 };
+// kResponses: /v1/responses top-level members, a closed set (a member in no row is a 400 there).
+enum class ParamScope : uint8_t { kCompletion = 1, kChat = 2, kMessage = 4, kGrpc = 8, kResponses = 16 };
 inline constexpr uint8_t kCompletionAndChat = 1 | 2;
 
 enum class FieldStatus { kHonoured, kRefused, kHint };

@@ -5,6 +5,7 @@
 #include "server/grpc_server.h"
 #include "server/http_server.h"
 #include "server/openai_routes.h"
+#include "server/responses_routes.h"
 
 namespace kvserve::server {
 
@@ -54,6 +55,14 @@ ServerApp::ServerApp(ServerAppOptions options, ServerAppDeps deps)
   ro.metrics_text = options_.metrics_text;
   if (!options_.server.metrics_api_key.empty()) ro.metrics_key.emplace(options_.server.metrics_api_key);
   RegisterOpenAiRoutes(*http_, *frontend_, std::move(ro));
+  ResponsesRoutesOptions rso;  // /v1/responses (responses_routes.h)
+  rso.keepalive_interval = options_.keepalive_interval;
+  rso.watch_connections = options_.watch_connections;
+  rso.clock = deps_.clock;
+  rso.wall_clock = deps_.wall_clock;
+  rso.store.max_entries = options_.server.responses_store_max_entries;
+  rso.store.ttl_ns = static_cast<base::Nanos>(options_.server.responses_store_ttl_seconds * 1e9);
+  RegisterResponsesRoutes(*http_, *frontend_, std::move(rso));
 
   GrpcServerOptions go;
   go.host = options_.server.host;
