@@ -2,6 +2,7 @@
 
 #include "base/check.h"
 #include "engine/draft_verifier.h"
+#include "engine/prompt_logprobs.h"
 
 namespace kvserve::engine {
 
@@ -66,15 +67,27 @@ absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan, scheduler:
     KVS_RETURN_IF_ERROR(model_.Forward(batch, view, logits_, observers));
     if (observers != nullptr) compressor_->FinishObservers();
 
-    // Logits rows: one per sampling sequence, 1 + num_draft for a drafting one (plan order).
+    // Logits rows, in plan order: 1 + num_draft for a sampling sequence, every row of a chunk
+    // that scores prompt tokens (its last row is the sampling row when it samples), else none.
     size_t row = 0;
     size_t seq_index = 0;
     const size_t v = static_cast<size_t>(vocab);
-    for (const auto& q : plan.seqs) {
-      if (!q.sample) continue;
+    for (size_t i = 0; i < plan.seqs.size(); ++i) {
+      const scheduler::ScheduledSeq& q = plan.seqs[i];
+      const size_t all_rows = static_cast<size_t>(book_->logits_rows(i));
+      if (book_->scores_prompt(i)) {
+        const RunnerBook::Seq& ps = book_->plan_seq(i);
+        ScorePromptRows(q.seq, ps.prompt(), q.first_position,
+                        std::span<const float>(logits_.data() + row * v, all_rows * v), vocab,
+                        ps.prompt_logprobs, prompt_order_, result.prompt_logprobs);
+      }
+      if (!q.sample) {
+        row += all_rows;
+        continue;
+      }
       RunnerBook::Seq& s = *book_->sampling_seqs()[seq_index++];
       const size_t rows = 1 + static_cast<size_t>(q.num_draft);
-      std::span<const float> logits(logits_.data() + row * v, rows * v);
+      std::span<const float> logits(logits_.data() + (row + all_rows - rows) * v, rows * v);
       if (q.num_draft == 0) {
         SampleNext(sampler_, s, q.seq, logits, q.num_generated, result.sampled);
       } else {
@@ -86,7 +99,7 @@ absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan, scheduler:
             VerifyDraft(sampler_, s, q.seq, logits, vocab, draft, q.num_generated, result.sampled);
         book_->Rollback(s, q.kv_len_after - (q.num_draft - accepted));
       }
-      row += rows;
+      row += all_rows;
     }
   }
   return book_->Finish(plan, result);

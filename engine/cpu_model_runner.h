@@ -44,6 +44,7 @@ class CpuModelRunner final : public ModelRunner {
   absl::Status Execute(const scheduler::StepPlan& plan, scheduler::StepResult& result) override;
   int vocab_size() const override { return model_.config().vocab_size; }
   bool verifies_drafts() const override { return true; }
+  bool scores_prompts() const override { return true; }
 
  private:
   model::LlamaModel& model_;
@@ -62,6 +63,7 @@ class CpuModelRunner final : public ModelRunner {
 
   // Per-step scratch, reused.
   std::vector<float> logits_;
+  std::vector<int32_t> prompt_order_;  // prompt logprobs' top-N scratch
 };
 
 }  // namespace kvserve::engine

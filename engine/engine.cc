@@ -180,6 +180,10 @@ absl::Status Engine::Validate(const RequestSpec& spec) const {
   }
   if (spec.n < 1 || spec.n > kMaxSamples) return Invalid("n", absl::StrCat("must be in [1,", kMaxSamples, "]"));
   KVS_RETURN_IF_ERROR(ValidateSampling(spec, model_.vocab_size));
+  if (spec.sampling.prompt_logprobs >= 0 && !runner_.scores_prompts()) {
+    return Invalid("prompt_logprobs",
+                   "this backend does not compute prompt logprobs (the CPU backend does)");
+  }
   KVS_RETURN_IF_ERROR(ValidateSpeculative(spec.speculative));
   int64_t prompt = static_cast<int64_t>(spec.prompt_tokens.size());
   if (prompt >= model_.max_model_len) {
@@ -382,7 +386,12 @@ void Engine::AddRequest(Command& cmd) {
   for (const auto& t : config_.tenants) {
     if (t.name == group && !t.prefix_cache_group.empty()) group = t.prefix_cache_group;
   }
-  cache::PrefixKey prefix_key = cache::MakePrefixKey(model_.name, group, spec.cache_salt);
+  // Prompt logprobs need every prompt row computed: a scoring request shares no prefix blocks
+  // (its own key; after a preemption it may hit its own blocks, whose rows it already scored).
+  const bool scores = spec.sampling.prompt_logprobs >= 0;
+  cache::PrefixKey prefix_key = cache::MakePrefixKey(
+      model_.name, group,
+      scores ? absl::StrCat(spec.cache_salt, "\x1fscore:", key) : spec.cache_salt);
   cache::SeqId first{next_seq_};
   for (int k = 0; k < spec.n; ++k) {
     scheduler::SequenceState s;
@@ -413,6 +422,9 @@ void Engine::AddRequest(Command& cmd) {
     s.compression = cmd.compression.params;
     s.compression_auto = cmd.compression.auto_mode;
     s.max_chunk = cmd.compression.max_chunk;
+    if (scores)
+      s.max_chunk =
+          s.max_chunk > 0 ? std::min(s.max_chunk, kPromptScoringChunk) : kPromptScoringChunk;
     s.spec = ResolveSpeculative(config_.speculative, spec.speculative);
     if (k > 0) s.fork_parent = first;
     r.seqs.push_back(s.id);
@@ -515,6 +527,7 @@ void Engine::Publish(const std::vector<scheduler::SeqUpdate>& updates) {
     Request& r = requests_.at(key);
     TokenEvent e;
     e.sample_index = sample;
+    e.prompt_logprobs = r.prompt_logprobs.Take();  // the first event only
     if (u.token) {
       e.token_ids.push_back(u.token->token_id);
       if (!u.token->top_logprobs.empty() || u.token->logprob != 0.0f) {
@@ -612,6 +625,10 @@ void Engine::Step() {
     return;
   }
   if (!result_.compactions.empty()) OnCompactions(result_);
+  for (const scheduler::PromptLogprob& p : result_.prompt_logprobs) {
+    auto owner = seq_owner_.find(p.seq.value());
+    if (owner != seq_owner_.end()) requests_.at(owner->second.first).prompt_logprobs.Add(p);
+  }
   CountSpeculation(plan_, result_);
   updates_.clear();
   scheduler_.Update(plan_, result_, updates_);

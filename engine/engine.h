@@ -33,6 +33,7 @@
 #include "engine/engine_factory.h"
 #include "engine/kv_tier_bridge.h"
 #include "engine/model_runner.h"
+#include "engine/prompt_logprobs.h"
 #include "engine/request_compression.h"
 #include "engine/stream_wakeups.h"
 #include "scheduler/scheduler.h"
@@ -99,6 +100,7 @@ class Engine final : public ServingEngine {
     base::Nanos last_token = 0;
     std::vector<int64_t> generated;       // per sample
     CompressionAccount compression;       // sample 0's rounds, peak, audit
+    PromptLogprobsBook prompt_logprobs;   // prompt_logprobs requests (sample 0's prefill)
 
     explicit Request(const ResolvedCompression& c) : compression(c) {}
   };

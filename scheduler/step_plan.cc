@@ -78,6 +78,7 @@ void StepResult::clear() {
   step_id = 0;
   sampled.clear();
   compactions.clear();
+  prompt_logprobs.clear();
   status = absl::OkStatus();
 }
 

@@ -207,11 +207,49 @@ TEST_F(HttpFrontendTest, EchoLogprobsAndSeveralPrompts) {
   EXPECT_EQ(j["choices"][0]["text"], "Q1 The");
   EXPECT_EQ(j["choices"][1]["text"], "Q2 The");
   EXPECT_EQ(j["choices"][1]["index"], 1);
-  // echo with logprobs would owe the prompt's logprobs, which kvserve does not compute.
-  auto both = Post("/v1/completions", R"({"prompt": "Q1 ", "echo": true, "logprobs": 2})");
+  // echo with logprobs: the prompt's tokens lead, the first with null logprob and alternatives.
+  auto both =
+      Post("/v1/completions", R"({"prompt": "Q1 ", "echo": true, "logprobs": 2, "max_tokens": 2,
+                                          "temperature": 0})");
   ASSERT_TRUE(both);
-  EXPECT_EQ(both->status, 400);
-  EXPECT_EQ(json::parse(both->body)["error"]["param"], "echo");
+  ASSERT_EQ(both->status, 200) << both->body;
+  const json both_json = json::parse(both->body);
+  const json& elp = both_json["choices"][0]["logprobs"];
+  ASSERT_EQ(elp["tokens"].size(), 6u) << elp;  // BOS, Q, 1, space, then 2 generated
+  EXPECT_EQ(elp["tokens"][1], "Q");
+  EXPECT_TRUE(elp["token_logprobs"][0].is_null());
+  EXPECT_TRUE(elp["top_logprobs"][0].is_null());
+  EXPECT_FLOAT_EQ(elp["token_logprobs"][2].get<float>(), -0.5f);
+  EXPECT_EQ(elp["top_logprobs"][1].size(), 2u);
+  EXPECT_FLOAT_EQ(elp["token_logprobs"][4].get<float>(), -0.5f);
+  EXPECT_EQ(json::parse(both->body)["choices"][0]["text"], "Q1 Th");
+  // vLLM's prompt_logprobs: per choice on completions, at the top level on chat.
+  auto plp = Post("/v1/completions", R"({"prompt": "Q1 ", "prompt_logprobs": 1, "max_tokens": 1})");
+  ASSERT_EQ(plp->status, 200) << plp->body;
+  const json plp_json = json::parse(plp->body);
+  const json& pl = plp_json["choices"][0]["prompt_logprobs"];
+  ASSERT_EQ(pl.size(), 4u) << pl;
+  EXPECT_TRUE(pl[0].is_null());
+  ASSERT_EQ(pl[1].size(), 2u) << pl[1];  // the token itself and one alternative
+  bool found_own = false;
+  for (const auto& [id, entry] : pl[3].items()) {
+    if (entry["decoded_token"] != " ") continue;
+    found_own = true;
+    EXPECT_FLOAT_EQ(entry["logprob"].get<float>(), -0.75f);
+    EXPECT_EQ(entry["rank"], 3);
+  }
+  EXPECT_TRUE(found_own) << pl[3];
+  auto chat = Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "Hi"}],
+                                               "prompt_logprobs": 0, "max_tokens": 1})");
+  ASSERT_EQ(chat->status, 200) << chat->body;
+  const json cj = json::parse(chat->body);
+  ASSERT_TRUE(cj.contains("prompt_logprobs")) << chat->body;
+  EXPECT_TRUE(cj["prompt_logprobs"][0].is_null());
+  EXPECT_EQ(cj["prompt_logprobs"][1].size(), 1u);
+  auto streamed =
+      Post("/v1/completions", R"({"prompt": "Q", "prompt_logprobs": 1, "stream": true})");
+  EXPECT_EQ(streamed->status, 400);
+  EXPECT_EQ(json::parse(streamed->body)["error"]["param"], "prompt_logprobs");
   res = Post("/v1/completions",
              R"({"prompt": ["Q1 ", "Q2 "], "max_tokens": 3, "temperature": 0, "logprobs": 2})");
   ASSERT_EQ(res->status, 200) << res->body;
