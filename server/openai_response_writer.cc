@@ -139,9 +139,10 @@ json ToolCallsJson(const std::vector<chat::ToolCall>& calls, bool with_index) {
 }
 
 // "tool_calls" when the choice called tools (and was not cut off by an error or abort).
+// A reply cut by max_tokens stays "length" even with the calls that completed before the cut:
+// the client learns it was cut (and the calls it got are whole).
 json ChatFinishReasonJson(const std::optional<engine::FinishReason>& finish, bool called_tools) {
-  if (finish && called_tools &&
-      (*finish == engine::FinishReason::kStop || *finish == engine::FinishReason::kLength)) {
+  if (finish && called_tools && *finish == engine::FinishReason::kStop) {
     return "tool_calls";
   }
   return FinishReasonJson(finish);
