@@ -47,6 +47,11 @@ class CpuModelRunner final : public ModelRunner {
   bool scores_prompts() const override { return true; }
 
  private:
+  // Embedding sequences: the prompt rows of this step's chunk (logits rows [row, row + rows)),
+  // summed (mean pooling) or the last prompt token's (last pooling), into `out`.
+  void PoolPromptRows(const scheduler::ScheduledSeq& q, const RunnerBook::Seq& s, size_t row,
+                      size_t rows, std::vector<scheduler::HiddenPart>& out) const;
+
   model::LlamaModel& model_;
   cache::KvStorage& storage_;
   cache::KvStorage* swap_;

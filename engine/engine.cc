@@ -180,7 +180,10 @@ absl::Status Engine::Validate(const RequestSpec& spec) const {
   }
   if (spec.n < 1 || spec.n > kMaxSamples) return Invalid("n", absl::StrCat("must be in [1,", kMaxSamples, "]"));
   KVS_RETURN_IF_ERROR(ValidateSampling(spec, model_.vocab_size));
-  if (spec.sampling.prompt_logprobs >= 0 && !runner_.scores_prompts()) {
+  if (!runner_.scores_prompts() && spec.sampling.embed != scheduler::Pooling::kNone) {
+    return Invalid("input", "this backend does not compute embeddings (the CPU backend does)");
+  }
+  if (!runner_.scores_prompts() && spec.sampling.prompt_logprobs >= 0) {
     return Invalid("prompt_logprobs",
                    "this backend does not compute prompt logprobs (the CPU backend does)");
   }
@@ -366,6 +369,7 @@ void Engine::AddRequest(Command& cmd) {
   r.stream = cmd.stream;
   r.unfinished = spec.n;
   r.generated.assign(spec.n, 0);
+  r.embedding.set_pooling(spec.sampling.embed);
   r.timeline.labels = {tenant_names_[cmd.tenant], std::string(config::Name(cmd.compression.requested))};
   r.timeline.arrival = cmd.arrival;
   r.timeline.prompt_tokens = static_cast<int64_t>(spec.prompt_tokens.size());
@@ -388,7 +392,8 @@ void Engine::AddRequest(Command& cmd) {
   }
   // Prompt logprobs need every prompt row computed: a scoring request shares no prefix blocks
   // (its own key; after a preemption it may hit its own blocks, whose rows it already scored).
-  const bool scores = spec.sampling.prompt_logprobs >= 0;
+  const bool scores =
+      spec.sampling.prompt_logprobs >= 0 || spec.sampling.embed == scheduler::Pooling::kMean;
   cache::PrefixKey prefix_key = cache::MakePrefixKey(
       model_.name, group,
       scores ? absl::StrCat(spec.cache_salt, "\x1fscore:", key) : spec.cache_salt);
@@ -528,6 +533,7 @@ void Engine::Publish(const std::vector<scheduler::SeqUpdate>& updates) {
     TokenEvent e;
     e.sample_index = sample;
     e.prompt_logprobs = r.prompt_logprobs.Take();  // the first event only
+    e.embedding = r.embedding.Take();
     if (u.token) {
       e.token_ids.push_back(u.token->token_id);
       if (!u.token->top_logprobs.empty() || u.token->logprob != 0.0f) {
@@ -628,6 +634,10 @@ void Engine::Step() {
   for (const scheduler::PromptLogprob& p : result_.prompt_logprobs) {
     auto owner = seq_owner_.find(p.seq.value());
     if (owner != seq_owner_.end()) requests_.at(owner->second.first).prompt_logprobs.Add(p);
+  }
+  for (const scheduler::HiddenPart& p : result_.hidden) {
+    auto owner = seq_owner_.find(p.seq.value());
+    if (owner != seq_owner_.end()) requests_.at(owner->second.first).embedding.Add(p);
   }
   CountSpeculation(plan_, result_);
   updates_.clear();

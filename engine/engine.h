@@ -30,6 +30,7 @@
 #include "base/logger.h"
 #include "cache/kv_cache_manager.h"
 #include "config/config.h"
+#include "engine/embedding_pool.h"
 #include "engine/engine_factory.h"
 #include "engine/kv_tier_bridge.h"
 #include "engine/model_runner.h"
@@ -101,6 +102,7 @@ class Engine final : public ServingEngine {
     std::vector<int64_t> generated;       // per sample
     CompressionAccount compression;       // sample 0's rounds, peak, audit
     PromptLogprobsBook prompt_logprobs;   // prompt_logprobs requests (sample 0's prefill)
+    EmbeddingPool embedding;              // embedding requests
 
     explicit Request(const ResolvedCompression& c) : compression(c) {}
   };

@@ -68,6 +68,8 @@ struct TokenEvent {
   // prompt_logprobs: on the request's first event (any sample), the prompt tokens' logprobs
   // from position 1 on (the first prompt token has none).
   std::vector<TokenLogprobs> prompt_logprobs;
+  // Embedding requests: the pooled prompt hidden states, on the request's first event.
+  std::vector<float> embedding;
   std::optional<FinishReason> finish;
   std::optional<int32_t> stop_token_id;    // the stop token id that finished the sample, if any
   std::optional<RequestUsage> usage;       // on the request's last event

@@ -32,6 +32,7 @@ absl::Status RunnerBook::Begin(const scheduler::StepPlan& plan) {
     s.seed = n.sampling.seed.value_or(0);
     s.sample_index = n.sampling.sample_index;
     s.prompt_logprobs = n.sampling.prompt_logprobs;
+    s.embed = n.sampling.embed;
     if (n.sampling.grammar != nullptr) {
       // A resumed sequence (after preemption) replays its generated tokens through the grammar.
       s.grammar = n.sampling.grammar;
@@ -102,8 +103,8 @@ absl::Status RunnerBook::Begin(const scheduler::StepPlan& plan) {
     batch_seqs_.push_back({q.seq, first_row, q.num_tokens, q.kv_len_after + demoted});
     // Prompt scoring: a row at position p predicts the token at p + 1 (a prompt token while
     // p + 1 < num_prompt). Prefill rows never carry a draft.
-    const bool scores = s.prompt_logprobs >= 0 && q.num_draft == 0 && q.num_tokens > 0 &&
-                        q.first_position + 1 < s.num_prompt;
+    const bool scores = (s.prompt_logprobs >= 0 || s.embed == scheduler::Pooling::kMean) &&
+                        q.num_draft == 0 && q.num_tokens > 0 && q.first_position + 1 < s.num_prompt;
     plan_seqs_.push_back(&s);
     scores_prompt_.push_back(scores ? 1 : 0);
     logits_rows_.push_back(scores ? q.num_tokens : q.sample ? 1 + q.num_draft : 0);

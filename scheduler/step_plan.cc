@@ -79,6 +79,7 @@ void StepResult::clear() {
   sampled.clear();
   compactions.clear();
   prompt_logprobs.clear();
+  hidden.clear();
   status = absl::OkStatus();
 }
 

@@ -115,6 +115,16 @@ struct PromptLogprob {
   std::vector<std::pair<int32_t, float>> top_logprobs;  // prompt_logprobs entries, best first
 };
 
+// Prompt hidden states of an embedding sequence (SamplingParams::embed) from one prefill chunk:
+// the sum of the rows at positions [first_position, first_position + num_rows) (mean pooling),
+// or the last prompt token's row (last pooling: num_rows 1). Recomputed chunks come again.
+struct HiddenPart {
+  cache::SeqId seq;
+  int32_t first_position = 0;
+  int32_t num_rows = 0;
+  std::vector<float> values;  // [hidden_size]
+};
+
 // One compression round the runner ran after a step's forward pass. The scheduler
 // truncates the sequence's blocks to new_phys_len; the engine reports the rest.
 struct Compaction {
@@ -137,6 +147,7 @@ struct StepResult {
   std::vector<SampledToken> sampled;
   std::vector<Compaction> compactions;  // rounds run after the forward pass, in plan order
   std::vector<PromptLogprob> prompt_logprobs;  // prefill rows of prompt_logprobs sequences
+  std::vector<HiddenPart> hidden;              // prefill rows of embedding sequences
   absl::Status status;
 
   void clear();
