@@ -41,6 +41,7 @@ struct ChoiceDelta {
   std::vector<LogprobEntry> logprobs;        // parallel to token_ids when requested
   // prompt_logprobs: every prompt token, the first with no_logprob (once per choice).
   std::vector<LogprobEntry> prompt_logprobs;
+  std::vector<float> embedding;  // embedding requests: the pooled vector (once)
   std::optional<engine::FinishReason> finish;
   std::optional<std::string> stop_string;    // the stop string that ended the choice
   std::optional<int32_t> stop_token_id;      // the stop token id that ended it
@@ -55,6 +56,7 @@ struct ChoiceResult {
   std::vector<int32_t> token_ids;
   std::vector<LogprobEntry> logprobs;
   std::vector<LogprobEntry> prompt_logprobs;
+  std::vector<float> embedding;
   engine::FinishReason finish = engine::FinishReason::kStop;
   std::optional<std::string> stop_string;
   std::optional<int32_t> stop_token_id;

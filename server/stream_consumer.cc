@@ -147,6 +147,7 @@ void StreamConsumer::OnEvent(engine::TokenEvent& event, std::vector<ChoiceDelta>
 
   ChoiceDelta d;
   d.index = options_.first_choice_index + event.sample_index;
+  d.embedding = std::move(event.embedding);
   for (size_t i = 0; i < event.token_ids.size(); ++i) {
     const int32_t id = event.token_ids[i];
     ++sample.tokens;

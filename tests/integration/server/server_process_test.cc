@@ -323,6 +323,30 @@ TEST_F(KVSERVE_SERVER_SUITE, VllmExtrasShapeTheOutput) {
   }
   const json plp = complete({{"prompt_logprobs", 0}});
   EXPECT_EQ(plp["choices"][0]["prompt_logprobs"].size(), prompt_len) << plp;
+  // /v1/embeddings (one input per request: this fixture queues one request at a time): the
+  // text and its token ids give the same normalised vector of the hidden size.
+  auto embed = [&](const json& input) {
+    auto r = Post("/v1/embeddings", json{{"input", input}}.dump());
+    EXPECT_EQ(r->status, 200) << r->body;
+    return r->status == 200 ? json::parse(r->body) : json::object();
+  };
+  const json by_text = embed("Once upon a time");
+  const json by_ids =
+      embed(std::vector<int>(scored.begin(), scored.begin() + static_cast<long>(prompt_len)));
+  ASSERT_EQ(by_text["data"].size(), 1u);
+  const std::vector<float> tv = by_text["data"][0]["embedding"],
+                           iv = by_ids["data"][0]["embedding"];
+  ASSERT_EQ(tv.size(), 192u) << "kvs-tiny's hidden size";
+  ASSERT_EQ(iv.size(), tv.size());
+  double sq = 0.0;
+  for (size_t k = 0; k < tv.size(); ++k) {
+    sq += static_cast<double>(tv[k]) * tv[k];
+    EXPECT_NEAR(tv[k], iv[k], 1e-5) << k;
+  }
+  EXPECT_NEAR(sq, 1.0, 1e-4);
+  EXPECT_EQ(by_ids["usage"]["prompt_tokens"], static_cast<int>(prompt_len));
+  EXPECT_EQ(Error(Post("/v1/embeddings", R"({"input": "x", "dimensions": 4})"), 400)["param"],
+            "dimensions");
   // Refused fields name themselves.
   auto beam = Post("/v1/completions", R"({"prompt": "x", "use_beam_search": true})");
   EXPECT_EQ(beam->status, 400);

@@ -243,6 +243,11 @@ bool FakeEngine::Step(Request& r) {
           options_.script[(ScriptOffset(spec, s) + k) % options_.script.size()]));
     }
     e.token_ids.push_back(token);
+    if (k == 0 && s == 0 && spec.sampling.embed != scheduler::Pooling::kNone) {
+      // (3, 4) x prompt length: normalised, (0.6, 0.8).
+      const float len = static_cast<float>(spec.prompt_tokens.size());
+      e.embedding = {3.0f * len, 4.0f * len};
+    }
     if (k == 0 && s == 0 && spec.sampling.prompt_logprobs >= 0) {
       // Prompt token p scores -0.25 p with rank p; alternatives are byte tokens 1, 2, ...
       for (size_t p = 1; p < spec.prompt_tokens.size(); ++p) {

@@ -8,8 +8,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <thread>
+
+#include "absl/strings/escaping.h"
 
 #include "tests/unit/server/http_test_client.h"
 #include "tests/unit/server/test_server.h"
@@ -261,6 +264,44 @@ TEST_F(HttpFrontendTest, EchoLogprobsAndSeveralPrompts) {
   EXPECT_EQ(j["usage"]["completion_tokens"], 6);
 }
 
+TEST_F(HttpFrontendTest, EmbeddingsBatchedTextAndTokenIds) {
+  Start();
+  auto res = Post("/v1/embeddings", R"({"input": ["Q1 ", "Q22"], "encoding_format": "float"})");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const json j = json::parse(res->body);
+  EXPECT_EQ(j["object"], "list");
+  ASSERT_EQ(j["data"].size(), 2u);
+  EXPECT_EQ(j["data"][1]["index"], 1);
+  EXPECT_EQ(j["data"][0]["object"], "embedding");
+  EXPECT_FLOAT_EQ(j["data"][0]["embedding"][0].get<float>(), 0.6f);  // normalised
+  EXPECT_FLOAT_EQ(j["data"][0]["embedding"][1].get<float>(), 0.8f);
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 8);
+  EXPECT_EQ(j["usage"]["total_tokens"], 8);
+  const std::vector<engine::RequestSpec> specs = engine().submitted();
+  ASSERT_EQ(specs.size(), 2u);
+  EXPECT_EQ(specs[0].sampling.embed, scheduler::Pooling::kLast);
+  EXPECT_EQ(specs[0].max_tokens, 1);
+  auto ids = Post("/v1/embeddings", R"({"input": [5, 6, 7], "encoding_format": "base64"})");
+  ASSERT_EQ(ids->status, 200) << ids->body;
+  const json ij = json::parse(ids->body);
+  ASSERT_EQ(ij["data"].size(), 1u);
+  EXPECT_EQ(ij["usage"]["prompt_tokens"], 3);
+  std::string bytes(2 * sizeof(float), '\0');
+  const float want[2] = {0.6f, 0.8f};
+  std::memcpy(bytes.data(), want, bytes.size());
+  EXPECT_EQ(ij["data"][0]["embedding"], absl::Base64Escape(bytes));
+  for (const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"input": "x", "dimensions": 8})", "dimensions"},
+           {R"({"input": "x", "encoding_format": "int8"})", "encoding_format"},
+           {R"({"input": []})", "input"},
+           {R"({"input": "x", "temperature": 0})", "temperature"}}) {
+    auto bad = Post("/v1/embeddings", body);
+    ASSERT_EQ(bad->status, 400) << body;
+    EXPECT_EQ(json::parse(bad->body)["error"]["param"], param) << body;
+  }
+}
+
 TEST_F(HttpFrontendTest, RequestFieldsReachTheEngine) {
   Start();
   auto res = Post("/v1/completions", R"({"prompt": [5, 6], "max_tokens": 2, "top_k": 7, "min_p": 0.1,
@@ -341,6 +382,8 @@ TEST_F(HttpFrontendTest, PublicEndpointsNeedNoKey) {
   EXPECT_TRUE(metrics->get_header_value("Content-Type").starts_with("text/plain"));
   EXPECT_NE(metrics->body.find("kvserve_test_up 1"), std::string::npos);
   ExpectError(Get("/v1/models"), 401);  // guarded
+  ExpectError(Post("/v1/embeddings", R"({"input": "x"})"), 401);
+  EXPECT_EQ(Post("/v1/embeddings", R"({"input": "x"})", "sk-alpha")->status, 200);
 
   engine().SetAlive(false);
   EXPECT_EQ(Get("/health")->status, 503);
@@ -428,7 +471,8 @@ TEST_F(HttpFrontendTest, UnknownModelAndRouteAre404) {
   EXPECT_NE(e["message"].get<std::string>().find("gpt-9"), std::string::npos);
   e = ExpectError(Get("/v1/nothing"), 404);
   EXPECT_NE(e["message"].get<std::string>().find("/v1/nothing"), std::string::npos);
-  ExpectError(Post("/v1/embeddings", "{}"), 404);
+  ExpectError(Post("/v1/audio/speech", "{}"), 404);
+  ExpectError(Post("/v1/embeddings", "{}"), 400);  // served: "input is required"
 }
 
 TEST_F(HttpFrontendTest, BodyOverTheLimitIs413) {
