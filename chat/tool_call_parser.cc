@@ -72,9 +72,14 @@ class HermesSyntax final : public ToolCallSyntax {
       const std::string_view inner =
           Trim(section.substr(body, close == std::string_view::npos ? std::string_view::npos : close - body));
       auto obj = ParseJson(inner);
-      if (!obj) return std::nullopt;
-      auto call = CallFromObject(*obj);
-      if (!call) return std::nullopt;
+      std::optional<ToolCall> call;
+      if (obj) call = CallFromObject(*obj);
+      if (!call) {
+        // An unclosed last call that does not parse was cut off (max_tokens): the calls that
+        // completed before it stand. Anything else malformed makes the section content.
+        if (close == std::string_view::npos && !calls.empty()) break;
+        return std::nullopt;
+      }
       calls.push_back(*std::move(call));
       if (close == std::string_view::npos) break;
       pos = close + kHermesClose.size();

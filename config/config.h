@@ -133,6 +133,13 @@ struct RequestLimits {
   int max_logit_bias = 300;          // logit_bias entries (OpenAI's cap)
 };
 
+// /v1/embeddings (server/embeddings_api.h): how the prompt's final hidden states are pooled.
+enum class EmbeddingPooling { kLast, kMean };
+struct EmbeddingConfig {
+  EmbeddingPooling pooling = EmbeddingPooling::kLast;  // the last prompt token's, or the mean
+  bool normalize = true;                               // L2-normalise the vector
+};
+
 struct ServerConfig {
   std::string host = "127.0.0.1";
   int http_port = 8000;   // 0: pick a free port
@@ -146,6 +153,7 @@ struct ServerConfig {
   int64_t responses_store_max_entries = 1000;
   double responses_store_ttl_seconds = 3600.0;
   RequestLimits limits;
+  EmbeddingConfig embedding;
   // TLS for both listeners when tls_cert_path is set (PEM files); tls_client_ca_path adds
   // mutual TLS on both (clients must present a certificate that CA signed).
   std::string tls_cert_path;

@@ -29,6 +29,8 @@ constexpr std::array<EnumName<LogLevel>, 6> kLogLevels{{{LogLevel::kTrace, "trac
                                                         {LogLevel::kWarn, "warn"},
                                                         {LogLevel::kError, "error"},
                                                         {LogLevel::kOff, "off"}}};
+constexpr std::array<EnumName<EmbeddingPooling>, 2> kEmbeddingPoolings{
+    {{EmbeddingPooling::kLast, "last"}, {EmbeddingPooling::kMean, "mean"}}};
 constexpr std::array<EnumName<LogFormat>, 2> kLogFormats{{{LogFormat::kText, "text"},
                                                           {LogFormat::kJson, "json"}}};
 constexpr std::array<EnumName<Backend>, 3> kBackends{
@@ -430,6 +432,12 @@ std::vector<Field<Config>> BuildConfigFields() {
                           [](C& c) -> auto& { return c.server.limits.max_prompts; }, 1, 65536));
   f.push_back(IntField<C>("server.max_messages_per_chat", "chat: messages in one request",
                           [](C& c) -> auto& { return c.server.limits.max_messages; }, 1, 1 << 20));
+  f.push_back(EnumField<C>(
+      "server.embedding_pooling", "/v1/embeddings: last token or mean of the prompt",
+      [](C & c) -> auto& { return c.server.embedding.pooling; }, kEmbeddingPoolings));
+  f.push_back(BoolField<C>(
+      "server.embedding_normalize", "/v1/embeddings: L2-normalise the vectors",
+      [](C & c) -> auto& { return c.server.embedding.normalize; }));
   f.push_back(IntField<C>("server.max_n", "samples per prompt (n)",
                           [](C& c) -> auto& { return c.server.limits.max_n; }, 1, 128));
   f.push_back(IntField<C>("server.max_stop_strings", "stop strings in one request",

@@ -2,6 +2,7 @@
 
 #include "base/check.h"
 #include "engine/draft_verifier.h"
+#include "engine/prompt_logprobs.h"
 
 namespace kvserve::engine {
 
@@ -76,15 +77,30 @@ absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan, scheduler:
     KVS_RETURN_IF_ERROR(model_.Forward(batch, view, logits_, observers));
     if (observers != nullptr) compressor_->FinishObservers();
 
-    // Logits rows: one per sampling sequence, 1 + num_draft for a drafting one (plan order).
+    // Logits rows, in plan order: 1 + num_draft for a sampling sequence, every row of a chunk
+    // that scores prompt tokens (its last row is the sampling row when it samples), else none.
     size_t row = 0;
     size_t seq_index = 0;
     const size_t v = static_cast<size_t>(vocab);
-    for (const auto& q : plan.seqs) {
-      if (!q.sample) continue;
+    for (size_t i = 0; i < plan.seqs.size(); ++i) {
+      const scheduler::ScheduledSeq& q = plan.seqs[i];
+      const size_t all_rows = static_cast<size_t>(book_->logits_rows(i));
+      const RunnerBook::Seq& ps = book_->plan_seq(i);
+      if (ps.embed != scheduler::Pooling::kNone) {
+        PoolPromptRows(q, ps, row, all_rows, result.hidden);
+      }
+      if (book_->scores_prompt(i) && ps.prompt_logprobs >= 0) {
+        ScorePromptRows(q.seq, ps.prompt(), q.first_position,
+                        std::span<const float>(logits_.data() + row * v, all_rows * v), vocab,
+                        ps.prompt_logprobs, prompt_order_, result.prompt_logprobs);
+      }
+      if (!q.sample) {
+        row += all_rows;
+        continue;
+      }
       RunnerBook::Seq& s = *book_->sampling_seqs()[seq_index++];
       const size_t rows = 1 + static_cast<size_t>(q.num_draft);
-      std::span<const float> logits(logits_.data() + row * v, rows * v);
+      std::span<const float> logits(logits_.data() + (row + all_rows - rows) * v, rows * v);
       if (q.num_draft == 0) {
         SampleNext(sampler_, s, q.seq, logits, q.num_generated, result.sampled);
       } else {
@@ -96,10 +112,41 @@ absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan, scheduler:
             VerifyDraft(sampler_, s, q.seq, logits, vocab, draft, q.num_generated, result.sampled);
         book_->Rollback(s, q.kv_len_after - (q.num_draft - accepted));
       }
-      row += rows;
+      row += all_rows;
     }
   }
   return book_->Finish(plan, result);
+}
+
+void CpuModelRunner::PoolPromptRows(const scheduler::ScheduledSeq& q, const RunnerBook::Seq& s,
+                                    size_t row, size_t rows,
+                                    std::vector<scheduler::HiddenPart>& out) const {
+  // The rows at hand: the whole chunk (mean pooling asks for every prefill row), else the
+  // sampling row only (the chunk's last).
+  const int64_t chunk_end = q.first_position + q.num_tokens;
+  const int64_t first = chunk_end - static_cast<int64_t>(rows);
+  const int64_t end = std::min<int64_t>(chunk_end, s.num_prompt);
+  if (rows == 0 || first >= end) return;
+  const size_t d = static_cast<size_t>(model_.config().hidden_size);
+  std::span<const float> hidden = model_.final_hidden_rows();
+  scheduler::HiddenPart part;
+  part.seq = q.seq;
+  part.values.assign(d, 0.0f);
+  if (s.embed == scheduler::Pooling::kLast) {
+    if (chunk_end != s.num_prompt) return;  // not the chunk with the last prompt token
+    const float* r = hidden.data() + (row + rows - 1) * d;
+    std::copy(r, r + d, part.values.begin());
+    part.first_position = s.num_prompt - 1;
+    part.num_rows = 1;
+  } else {
+    for (int64_t p = first; p < end; ++p) {
+      const float* r = hidden.data() + (row + static_cast<size_t>(p - first)) * d;
+      for (size_t k = 0; k < d; ++k) part.values[k] += r[k];
+    }
+    part.first_position = static_cast<int32_t>(first);
+    part.num_rows = static_cast<int32_t>(end - first);
+  }
+  out.push_back(std::move(part));
 }
 
 }  // namespace kvserve::engine

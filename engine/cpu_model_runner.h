@@ -47,8 +47,14 @@ class CpuModelRunner final : public ModelRunner {
   absl::Status Execute(const scheduler::StepPlan& plan, scheduler::StepResult& result) override;
   int vocab_size() const override { return model_.config().vocab_size; }
   bool verifies_drafts() const override { return true; }
+  bool scores_prompts() const override { return true; }
 
  private:
+  // Embedding sequences: the prompt rows of this step's chunk (logits rows [row, row + rows)),
+  // summed (mean pooling) or the last prompt token's (last pooling), into `out`.
+  void PoolPromptRows(const scheduler::ScheduledSeq& q, const RunnerBook::Seq& s, size_t row,
+                      size_t rows, std::vector<scheduler::HiddenPart>& out) const;
+
   model::LlamaModel& model_;
   cache::KvStorage& storage_;
   cache::KvStorage* swap_;
@@ -69,6 +75,7 @@ class CpuModelRunner final : public ModelRunner {
 
   // Per-step scratch, reused.
   std::vector<float> logits_;
+  std::vector<int32_t> prompt_order_;  // prompt logprobs' top-N scratch
 };
 
 }  // namespace kvserve::engine

@@ -187,6 +187,13 @@ absl::Status Engine::Validate(const RequestSpec& spec) const {
   }
   if (spec.n < 1 || spec.n > kMaxSamples) return Invalid("n", absl::StrCat("must be in [1,", kMaxSamples, "]"));
   KVS_RETURN_IF_ERROR(ValidateSampling(spec, model_.vocab_size));
+  if (!runner_.scores_prompts() && spec.sampling.embed != scheduler::Pooling::kNone) {
+    return Invalid("input", "this backend does not compute embeddings (the CPU backend does)");
+  }
+  if (!runner_.scores_prompts() && spec.sampling.prompt_logprobs >= 0) {
+    return Invalid("prompt_logprobs",
+                   "this backend does not compute prompt logprobs (the CPU backend does)");
+  }
   KVS_RETURN_IF_ERROR(ValidateSpeculative(spec.speculative));
   int64_t prompt = static_cast<int64_t>(spec.prompt_tokens.size());
   if (prompt >= model_.max_model_len) {
@@ -369,6 +376,7 @@ void Engine::AddRequest(Command& cmd) {
   r.stream = cmd.stream;
   r.unfinished = spec.n;
   r.generated.assign(spec.n, 0);
+  r.embedding.set_pooling(spec.sampling.embed);
   r.timeline.labels = {tenant_names_[cmd.tenant], std::string(config::Name(cmd.compression.requested))};
   r.timeline.arrival = cmd.arrival;
   r.timeline.prompt_tokens = static_cast<int64_t>(spec.prompt_tokens.size());
@@ -389,7 +397,13 @@ void Engine::AddRequest(Command& cmd) {
   for (const auto& t : config_.tenants) {
     if (t.name == group && !t.prefix_cache_group.empty()) group = t.prefix_cache_group;
   }
-  cache::PrefixKey prefix_key = cache::MakePrefixKey(model_.name, group, spec.cache_salt);
+  // Prompt logprobs need every prompt row computed: a scoring request shares no prefix blocks
+  // (its own key; after a preemption it may hit its own blocks, whose rows it already scored).
+  const bool scores =
+      spec.sampling.prompt_logprobs >= 0 || spec.sampling.embed == scheduler::Pooling::kMean;
+  cache::PrefixKey prefix_key = cache::MakePrefixKey(
+      model_.name, group,
+      scores ? absl::StrCat(spec.cache_salt, "\x1fscore:", key) : spec.cache_salt);
   cache::SeqId first{next_seq_};
   for (int k = 0; k < spec.n; ++k) {
     scheduler::SequenceState s;
@@ -420,6 +434,9 @@ void Engine::AddRequest(Command& cmd) {
     s.compression = cmd.compression.params;
     s.compression_auto = cmd.compression.auto_mode;
     s.max_chunk = cmd.compression.max_chunk;
+    if (scores)
+      s.max_chunk =
+          s.max_chunk > 0 ? std::min(s.max_chunk, kPromptScoringChunk) : kPromptScoringChunk;
     s.spec = ResolveSpeculative(config_.speculative, spec.speculative);
     if (k > 0) s.fork_parent = first;
     r.seqs.push_back(s.id);
@@ -524,6 +541,8 @@ void Engine::Publish(const std::vector<scheduler::SeqUpdate>& updates) {
     Request& r = requests_.at(key);
     TokenEvent e;
     e.sample_index = sample;
+    e.prompt_logprobs = r.prompt_logprobs.Take();  // the first event only
+    e.embedding = r.embedding.Take();
     if (u.token) {
       e.token_ids.push_back(u.token->token_id);
       if (!u.token->top_logprobs.empty() || u.token->logprob != 0.0f) {
@@ -621,6 +640,14 @@ void Engine::Step() {
     return;
   }
   if (!result_.compactions.empty()) OnCompactions(result_);
+  for (const scheduler::PromptLogprob& p : result_.prompt_logprobs) {
+    auto owner = seq_owner_.find(p.seq.value());
+    if (owner != seq_owner_.end()) requests_.at(owner->second.first).prompt_logprobs.Add(p);
+  }
+  for (const scheduler::HiddenPart& p : result_.hidden) {
+    auto owner = seq_owner_.find(p.seq.value());
+    if (owner != seq_owner_.end()) requests_.at(owner->second.first).embedding.Add(p);
+  }
   CountSpeculation(plan_, result_);
   updates_.clear();
   scheduler_.Update(plan_, result_, updates_);
@@ -699,88 +726,6 @@ void Engine::UpdatePressure(double kv_usage) {
   if (before != auto_pressure_) {
     logger_.debug("auto compression %s at KV pool usage %.3f", auto_pressure_ ? "on" : "off", kv_usage);
   }
-}
-
-void Engine::ReportStep(base::Nanos started, const scheduler::StepPlan& plan) {
-  cache::CacheUsage usage = cache_.usage();
-  UpdatePressure(usage.usage_ratio());
-  stat_running_.store(scheduler_.num_running());
-  stat_waiting_.store(scheduler_.num_waiting());
-  stat_swapped_.store(scheduler_.num_swapped());
-  stat_kv_usage_.store(usage.usage_ratio());
-  if (observer_ == nullptr) return;
-  StepStats s;
-  s.duration_ns = clock_->now_ns() - started;
-  s.ran_batch = !plan.seqs.empty() || plan.moves_kv();
-  s.num_seqs = static_cast<int>(plan.seqs.size());
-  for (const auto& q : plan.seqs) {
-    if (q.sample && q.num_tokens - q.num_draft == 1 && q.first_position > 0 && !q.table_reset) {
-      s.num_decode_tokens += q.num_tokens;  // the decode row and its draft's verify rows
-    } else {
-      s.num_prefill_tokens += q.num_tokens;
-    }
-  }
-  s.running = scheduler_.num_running();
-  s.waiting = scheduler_.num_waiting();
-  s.swapped = scheduler_.num_swapped();
-  s.preemptions = static_cast<int>(plan.preempted.size());
-  s.blocks_total = usage.total_blocks;
-  s.blocks_free = usage.free_blocks;
-  s.kv_usage = usage.usage_ratio();
-  s.host_blocks_total = usage.swap_total_blocks;
-  s.host_blocks_used = usage.swap_used_blocks;
-  s.demote_blocks_total = usage.demote_total_blocks;
-  s.demote_blocks_used = usage.demote_used_blocks;
-  s.prefix_queries_tokens = static_cast<int64_t>(usage.prefix_query_tokens);
-  s.prefix_hits_tokens = static_cast<int64_t>(usage.prefix_hit_tokens);
-  s.live_logical_tokens = scheduler_.live_logical_tokens();
-  s.live_physical_tokens = scheduler_.live_physical_tokens();
-  if (s.ran_batch) {
-    s.spec_drafts = spec_drafts_;
-    s.spec_draft_tokens = spec_draft_tokens_;
-    s.spec_accepted_tokens = spec_accepted_tokens_;
-    s.spec_accepted_per_position = spec_accepted_per_position_;
-  }
-  const cache::KvLayout& layout = cache_.layout();
-  if (layout.block_size > 0 && layout.num_layers > 0) {
-    s.k_dtype = layout.k_dtype();
-    s.v_dtype = layout.v_dtype();
-    s.k_bytes_per_token = layout.side_bytes_per_token(0);
-    s.v_bytes_per_token = layout.side_bytes_per_token(1);
-  }
-  s.demote_tiers = tier_precisions_;
-  observer_->OnStep(s);
-  if (tiers_ != nullptr || usage.host_cache_capacity_blocks > 0) ReportTiers(usage);
-}
-
-void Engine::ReportTiers(const cache::CacheUsage& usage) {
-  KvTierStats t;
-  const uint64_t bpb = cache_.bytes_per_block();
-  t.block_size = usage.block_size;
-  t.lookup_blocks[KvTierStats::kDevice] = usage.prefix_query_blocks;
-  t.hit_blocks[KvTierStats::kDevice] = usage.prefix_hit_blocks - usage.host_hit_blocks;
-  t.lookup_blocks[KvTierStats::kHost] = usage.host_query_blocks;
-  t.hit_blocks[KvTierStats::kHost] = usage.host_hit_blocks - usage.remote_hit_blocks;
-  t.hit_blocks[KvTierStats::kRemote] = usage.remote_hit_blocks;
-  t.read_bytes[KvTierStats::kHost] = usage.host_hit_blocks * bpb;
-  t.written_bytes[KvTierStats::kHost] = usage.offloaded_blocks * bpb;
-  t.host_dropped_blocks = usage.offload_skipped_blocks;
-  t.host_blocks = usage.host_cache_blocks;
-  t.host_capacity_blocks = usage.host_cache_capacity_blocks;
-  if (tiers_ != nullptr) {
-    const cache::RemoteKvTierStats r = tiers_->remote_stats();
-    t.remote_enabled = true;
-    t.remote_up = r.available;
-    t.lookup_blocks[KvTierStats::kRemote] = r.lookup_blocks;
-    t.read_bytes[KvTierStats::kRemote] = r.bytes_read;
-    t.written_bytes[KvTierStats::kRemote] = r.bytes_written;
-    t.remote_errors = r.errors;
-    t.remote_rejected_blocks = r.rejected_blocks;
-    t.remote_dropped_writes = r.dropped_writes;
-    t.remote_load_seconds = tiers_->TakeLatencies();
-    reported_remote_up_ = r.available;
-  }
-  observer_->OnKvTiers(t);
 }
 
 }  // namespace kvserve::engine

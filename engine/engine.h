@@ -30,9 +30,11 @@
 #include "base/logger.h"
 #include "cache/kv_cache_manager.h"
 #include "config/config.h"
+#include "engine/embedding_pool.h"
 #include "engine/engine_factory.h"
 #include "engine/kv_tier_bridge.h"
 #include "engine/model_runner.h"
+#include "engine/prompt_logprobs.h"
 #include "engine/request_compression.h"
 #include "engine/stream_wakeups.h"
 #include "scheduler/scheduler.h"
@@ -101,6 +103,8 @@ class Engine final : public ServingEngine {
     CompressionAccount compression;       // sample 0's rounds, peak, audit
     int64_t spec_draft_tokens = 0;        // all samples' verified guesses (usage)
     int64_t spec_accepted_tokens = 0;     // of them, accepted
+    PromptLogprobsBook prompt_logprobs;   // prompt_logprobs requests (sample 0's prefill)
+    EmbeddingPool embedding;              // embedding requests
 
     explicit Request(const ResolvedCompression& c) : compression(c) {}
   };

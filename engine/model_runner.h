@@ -18,6 +18,9 @@ class ModelRunner {
   // Whether Execute verifies drafts (ScheduledSeq::num_draft > 0, docs/speculative.md). The
   // scheduler drafts only for runners that do.
   virtual bool verifies_drafts() const { return false; }
+  // Whether Execute reports StepResult::prompt_logprobs for sequences that ask
+  // (SamplingParams::prompt_logprobs >= 0). The engine refuses such requests otherwise.
+  virtual bool scores_prompts() const { return false; }
 };
 
 }  // namespace kvserve::engine

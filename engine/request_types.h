@@ -23,6 +23,7 @@ struct TokenLogprobs {
   int32_t token_id = 0;
   float logprob = 0.0f;
   std::vector<TopLogprob> top;  // top-N alternatives, best first
+  int32_t rank = 0;             // prompt logprobs: 1 + tokens with a higher logit (0: unset)
 };
 
 // One eviction round of one sequence, for the audit record.
@@ -68,6 +69,11 @@ struct TokenEvent {
   int sample_index = 0;
   std::vector<int32_t> token_ids;          // newly generated ids (may be empty in a final event)
   std::vector<TokenLogprobs> logprobs;     // parallel to token_ids when requested
+  // prompt_logprobs: on the request's first event (any sample), the prompt tokens' logprobs
+  // from position 1 on (the first prompt token has none).
+  std::vector<TokenLogprobs> prompt_logprobs;
+  // Embedding requests: the pooled prompt hidden states, on the request's first event.
+  std::vector<float> embedding;
   std::optional<FinishReason> finish;
   std::optional<int32_t> stop_token_id;    // the stop token id that finished the sample, if any
   std::optional<RequestUsage> usage;       // on the request's last event

@@ -26,6 +26,8 @@ absl::Status ValidateSampling(const RequestSpec& spec, int vocab_size) {
     return Invalid("repetition_penalty", "must be in (0,10]");
   }
   if (s.logprobs < 0 || s.logprobs > 20) return Invalid("logprobs", "must be in [0,20]");
+  if (s.prompt_logprobs < -1 || s.prompt_logprobs > 20)
+    return Invalid("prompt_logprobs", "must be in [0,20]");
   if (s.logit_bias.size() > static_cast<size_t>(scheduler::kMaxLogitBias)) {
     return Invalid("logit_bias", absl::StrCat("at most ", scheduler::kMaxLogitBias, " entries"));
   }

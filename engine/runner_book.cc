@@ -34,6 +34,8 @@ absl::Status RunnerBook::Begin(const scheduler::StepPlan& plan) {
     s.sampling = ToModelParams(n.sampling);
     s.seed = n.sampling.seed.value_or(0);
     s.sample_index = n.sampling.sample_index;
+    s.prompt_logprobs = n.sampling.prompt_logprobs;
+    s.embed = n.sampling.embed;
     if (n.sampling.grammar != nullptr) {
       // A resumed sequence (after preemption) replays its generated tokens through the grammar.
       s.grammar = n.sampling.grammar;
@@ -61,6 +63,9 @@ absl::Status RunnerBook::Begin(const scheduler::StepPlan& plan) {
   builder_.Clear();
   sampling_seqs_.clear();
   batch_seqs_.clear();
+  plan_seqs_.clear();
+  scores_prompt_.clear();
+  logits_rows_.clear();
   for (const auto& q : plan.seqs) {
     auto it = seqs_.find(q.seq.value());
     if (it == seqs_.end()) {
@@ -113,14 +118,21 @@ absl::Status RunnerBook::Begin(const scheduler::StepPlan& plan) {
       attn_table = s.attn_table;
     }
     batch_seqs_.push_back({q.seq, first_row, q.num_tokens, q.kv_len_after + demoted});
+    // Prompt scoring: a row at position p predicts the token at p + 1 (a prompt token while
+    // p + 1 < num_prompt). Prefill rows never carry a draft.
+    const bool scores = (s.prompt_logprobs >= 0 || s.embed == scheduler::Pooling::kMean) &&
+                        q.num_draft == 0 && q.num_tokens > 0 && q.first_position + 1 < s.num_prompt;
+    plan_seqs_.push_back(&s);
+    scores_prompt_.push_back(scores ? 1 : 0);
+    logits_rows_.push_back(scores ? q.num_tokens : q.sample ? 1 + q.num_draft : 0);
     builder_.AddSequence(
         std::span<const int32_t>(plan.token_ids)
             .subspan(static_cast<size_t>(q.token_begin), static_cast<size_t>(q.num_tokens)),
         static_cast<int32_t>(q.first_position),
         static_cast<int32_t>(q.kv_len_after - q.num_tokens + demoted), attn_table,
-        q.num_draft > 0 ? model::LogitsWanted::kAll
-        : q.sample      ? model::LogitsWanted::kLast
-                        : model::LogitsWanted::kNone);
+        q.num_draft > 0 || scores ? model::LogitsWanted::kAll
+        : q.sample                ? model::LogitsWanted::kLast
+                                  : model::LogitsWanted::kNone);
     if (window_groups_ > 0) builder_.AddWindowTables(s.window);
     if (q.sample) sampling_seqs_.push_back(&s);
   }

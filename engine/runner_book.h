@@ -51,6 +51,8 @@ class RunnerBook {
     model::SamplingParams sampling;
     uint64_t seed = 0;
     int sample_index = 0;
+    int prompt_logprobs = -1;  // scheduler::SamplingParams::prompt_logprobs
+    scheduler::Pooling embed = scheduler::Pooling::kNone;
     // Structured outputs: the grammar and its automaton state after the generated tokens.
     std::shared_ptr<const structured::CompiledGrammar> grammar;
     int32_t grammar_state = 0;
@@ -80,6 +82,14 @@ class RunnerBook {
   // The sequences sampled this step, in the order of plan.seqs with q.sample set (= logits rows).
   std::span<Seq* const> sampling_seqs() const { return sampling_seqs_; }
   std::span<const compression::BatchSeq> batch_seqs() const { return batch_seqs_; }
+  // prompt_logprobs or mean-pooled embeddings: plan.seqs[i] feeds prompt tokens whose
+  // successors are prompt tokens, so all its rows have logits (num_tokens of them; the last is also
+  // the sampling row when q.sample). Only such sequences: other requests pay nothing.
+  bool scores_prompt(size_t i) const { return scores_prompt_[i] != 0; }
+  // The logits rows of plan.seqs[i]: num_tokens when scores_prompt, 1 + num_draft when
+  // sampling, else 0.
+  int32_t logits_rows(size_t i) const { return logits_rows_[i]; }
+  Seq& plan_seq(size_t i) const { return *plan_seqs_[i]; }
 
   // The grammar's allowed-token mask for the sequence's next token; empty when unconstrained
   // (or the automaton is dead, which a correctly masked sampler never reaches).
@@ -100,6 +110,9 @@ class RunnerBook {
   absl::flat_hash_map<int64_t, Seq> seqs_;
   model::BatchBuilder builder_;
   std::vector<Seq*> sampling_seqs_;
+  std::vector<Seq*> plan_seqs_;         // per plan.seqs entry
+  std::vector<uint8_t> scores_prompt_;  // per plan.seqs entry
+  std::vector<int32_t> logits_rows_;    // per plan.seqs entry
   std::vector<compression::BatchSeq> batch_seqs_;
 };
 

@@ -311,6 +311,7 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
     std::memcpy(h_.data() + r * d, x_.data() + static_cast<int64_t>(b.logits_rows[r]) * d, d * sizeof(float));
   }
   kernels::cpu::RmsNorm(h_.data(), d, weights_.final_norm(), h_.data(), d, rows, d, c.rms_norm_eps);
+  last_logits_rows_ = rows;
   Project(h_.data(), d, weights_.lm_head(), nullptr, logits.data(), c.vocab_size, rows, d,
                        c.vocab_size, false);
   if (c.final_logit_softcap > 0) {

@@ -73,6 +73,12 @@ class LlamaModel final : public ForwardModel {
   // batch is an InvalidArgument naming the field and leaves the cache untouched.
   absl::Status Forward(const ForwardBatch& batch, const KvCacheView& kv, std::span<float> logits,
                        const ForwardObservers* observers = nullptr) override;
+  // The last Forward's logits rows after the final norm, [logits_rows][hidden_size] (the
+  // final hidden states embeddings pool); valid until the next Forward.
+  std::span<const float> final_hidden_rows() const {
+    return {h_.data(),
+            static_cast<size_t>(last_logits_rows_) * static_cast<size_t>(config_.hidden_size)};
+  }
 
  private:
   LlamaModel(ModelConfig config, LlamaWeights weights, const ModelOptions& options);
@@ -91,6 +97,7 @@ class LlamaModel final : public ForwardModel {
   base::Logger logger_;
 
   // Scratch, [max_tokens_][...] each (see Forward for the roles).
+  int64_t last_logits_rows_ = 0;
   std::vector<float> x_, h_, qkv_, attn_, gate_up_, act_, cos_sin_, cos_sin_local_, branch_, lse_, attn_workspace_;
   // Layer groups: per window group, the table starts of each sequence and the rows' slots.
   std::vector<int32_t> window_offsets_;

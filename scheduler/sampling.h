@@ -23,6 +23,10 @@ struct LogitBias {
   float bias = 0.0f;  // [-100, 100]: -100 bans the token, +100 all but forces it
 };
 
+// Embeddings (/v1/embeddings): the prompt's final hidden states (after the final norm), pooled
+// by the engine: the last prompt token's, or the mean over every prompt token.
+enum class Pooling : uint8_t { kNone, kLast, kMean };
+
 struct SamplingParams {
   float temperature = 1.0f;         // 0: greedy
   float top_p = 1.0f;               // (0, 1]
@@ -33,6 +37,11 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;   // [-2, 2]
   float repetition_penalty = 1.0f;  // > 0; 1: off
   int logprobs = 0;                 // top-N alternatives per generated token; 0: none
+  // vLLM's prompt_logprobs (and completions' echo with logprobs): -1 off; N >= 0: the runner
+  // reports each prompt token's logprob (from position 1: the first has no context) with N
+  // alternatives, from the prefill's logits (StepResult::prompt_logprobs).
+  int prompt_logprobs = -1;
+  Pooling embed = Pooling::kNone;     // not none: the runner reports prompt hidden states
   std::vector<LogitBias> logit_bias;  // distinct tokens, checked against the vocabulary
   int sample_index = 0;             // which of the request's n samples (seeds differ per sample)
   // vLLM's min_tokens: while fewer than min_tokens tokens were generated, these ids (EOS unless

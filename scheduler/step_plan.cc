@@ -86,6 +86,8 @@ void StepResult::clear() {
   step_id = 0;
   sampled.clear();
   compactions.clear();
+  prompt_logprobs.clear();
+  hidden.clear();
   status = absl::OkStatus();
 }
 

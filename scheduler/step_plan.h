@@ -111,6 +111,28 @@ struct SampledToken {
   std::vector<std::pair<int32_t, float>> top_logprobs;  // only when requested
 };
 
+// The logprob of one prompt token under the prefill's logits of the position before it
+// (SamplingParams::prompt_logprobs). A recomputed prefill (preemption) reports its positions
+// again: the engine keeps the first report of each position.
+struct PromptLogprob {
+  cache::SeqId seq;
+  int32_t position = 0;  // of the scored token, in [1, num_prompt_tokens)
+  int32_t token_id = -1;
+  float logprob = 0.0f;
+  int32_t rank = 1;  // 1 + the number of tokens with a strictly higher logit
+  std::vector<std::pair<int32_t, float>> top_logprobs;  // prompt_logprobs entries, best first
+};
+
+// Prompt hidden states of an embedding sequence (SamplingParams::embed) from one prefill chunk:
+// the sum of the rows at positions [first_position, first_position + num_rows) (mean pooling),
+// or the last prompt token's row (last pooling: num_rows 1). Recomputed chunks come again.
+struct HiddenPart {
+  cache::SeqId seq;
+  int32_t first_position = 0;
+  int32_t num_rows = 0;
+  std::vector<float> values;  // [hidden_size]
+};
+
 // One compression round the runner ran after a step's forward pass. The scheduler
 // truncates the sequence's blocks to new_phys_len; the engine reports the rest.
 struct Compaction {
@@ -132,6 +154,8 @@ struct StepResult {
   // has 1 + accepted entries: the accepted guesses, then the runner's own token.
   std::vector<SampledToken> sampled;
   std::vector<Compaction> compactions;  // rounds run after the forward pass, in plan order
+  std::vector<PromptLogprob> prompt_logprobs;  // prefill rows of prompt_logprobs sequences
+  std::vector<HiddenPart> hidden;              // prefill rows of embedding sequences
   absl::Status status;
 
   void clear();

@@ -118,6 +118,8 @@ absl::StatusOr<std::unique_ptr<Generation>> Frontend::Generate(const GenerationR
     opts.top_logprobs = request.sampling.logprobs;
     opts.skip_special_tokens = request.skip_special_tokens;
     opts.echo_text = std::move(p.echo_text);
+    opts.echo_logprobs = request.echo && logprobs;
+    opts.prompt_logprobs = static_cast<int>(request.prompt_logprobs.value_or(-1));
     opts.prompt_ids = p.spec.prompt_tokens;
     opts.at_text_start = request.kind == RequestKind::kChat;
     const bool named_tool = request.chat.tool_choice == ToolChoice::kNamed;

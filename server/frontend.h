@@ -36,6 +36,7 @@ struct FrontendOptions {
   std::string version;         // kvserve version for /version
   uint64_t id_seed = 0;        // keys request ids
   config::RequestLimits limits;  // per-request limits (server.max_*)
+  config::EmbeddingConfig embedding;  // /v1/embeddings pooling and normalisation
   chat::ChatFormats chat_formats;  // the served model's reasoning and tool-call formats
 };
 

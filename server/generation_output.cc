@@ -17,6 +17,8 @@ void ChoiceAccumulator::Add(ChoiceDelta delta) {
   for (auto& call : delta.tool_calls) r.tool_calls.push_back(std::move(call));
   r.token_ids.insert(r.token_ids.end(), delta.token_ids.begin(), delta.token_ids.end());
   for (auto& lp : delta.logprobs) r.logprobs.push_back(std::move(lp));
+  for (auto& lp : delta.prompt_logprobs) r.prompt_logprobs.push_back(std::move(lp));
+  if (!delta.embedding.empty()) r.embedding = std::move(delta.embedding);
   if (delta.finish) {
     r.finish = *delta.finish;
     r.stop_string = std::move(delta.stop_string);

@@ -25,6 +25,8 @@ struct LogprobEntry {
   std::string token;
   float logprob = 0.0f;
   std::vector<TopLogprobEntry> top;
+  int32_t rank = 0;         // prompt logprobs: 1 + tokens with a higher logit
+  bool no_logprob = false;  // the first prompt token (no context): written as null
 };
 
 // New output of one choice. Choice index = prompt index * n + sample index.
@@ -37,6 +39,9 @@ struct ChoiceDelta {
   std::vector<chat::ToolCall> tool_calls;
   std::vector<int32_t> token_ids;
   std::vector<LogprobEntry> logprobs;        // parallel to token_ids when requested
+  // prompt_logprobs: every prompt token, the first with no_logprob (once per choice).
+  std::vector<LogprobEntry> prompt_logprobs;
+  std::vector<float> embedding;  // embedding requests: the pooled vector (once)
   std::optional<engine::FinishReason> finish;
   std::optional<std::string> stop_string;    // the stop string that ended the choice
   std::optional<int32_t> stop_token_id;      // the stop token id that ended it
@@ -50,6 +55,8 @@ struct ChoiceResult {
   std::vector<chat::ToolCall> tool_calls;
   std::vector<int32_t> token_ids;
   std::vector<LogprobEntry> logprobs;
+  std::vector<LogprobEntry> prompt_logprobs;
+  std::vector<float> embedding;
   engine::FinishReason finish = engine::FinishReason::kStop;
   std::optional<std::string> stop_string;
   std::optional<int32_t> stop_token_id;

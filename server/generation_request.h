@@ -63,6 +63,7 @@ struct GenerationRequest {
   bool include_stop_str_in_output = false;  // vLLM: the matched stop string stays in the text
   std::vector<std::string> bad_words;  // vLLM: tokenized by request_builder into sampling.bad_words
   std::optional<int64_t> truncate_prompt_tokens;  // vLLM: keep only the last N prompt tokens
+  std::optional<int64_t> prompt_logprobs;  // vLLM: the prompt tokens' logprobs, N alternatives each
   std::optional<int64_t> priority;      // none: the tenant's default
   std::string cache_salt;
   std::string caller_request_id;        // gRPC request_id / vLLM request_id; empty: generated

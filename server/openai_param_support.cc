@@ -48,7 +48,9 @@ constexpr RequestField kFields[] = {
     {kH, "logprobs", kOn, "bool: the sampled tokens' logprobs"},
     {kH, "top_logprobs", kOn, "int [0, 20]: alternatives per token; needs logprobs true"},
     {kC, "top_logprobs", kNo, "a chat completions member; completions take the count in logprobs"},
-    {kC, "echo", kOn, "bool: the prompt is prepended to the text"},
+    {kC, "echo", kOn,
+     "bool: the prompt is prepended to the text; with logprobs, its tokens' logprobs lead "
+     "(the first: null)"},
     {kH, "echo", kNo, "echo is a completions member", "false"},
     {kC, "suffix", kNo, "insertion (fill-in-the-middle) is not implemented", "\"\""},
     {kC, "best_of", kOn,
@@ -129,7 +131,9 @@ constexpr RequestField kFields[] = {
      "its other tokens"},
     {kCH, "truncate_prompt_tokens", kOn,
      "int >= 1: only the last N prompt tokens are used (usage counts those)"},
-    {kCH, "prompt_logprobs", kNo, "prompt logprobs are not implemented"},
+    {kCH, "prompt_logprobs", kOn,
+     "int [0, 20]: each prompt token's logprob (the first: null), rank and that many alternatives, "
+     "from the prefill (no prefix-cache reuse for the request); not with stream; CPU backend"},
     {kH, "best_of", kNo, "generate n samples instead (only best_of = 1)", "1"},
     {kCH, "use_beam_search", kNo, "beam search is not implemented; use n samples", "false"},
     {kCH, "length_penalty", kNo, "applies to beam search, which is not implemented", "1"},
@@ -144,8 +148,10 @@ constexpr RequestField kFields[] = {
      "{kv_compression: policy, kv_budget: int}: the same through vLLM's extension channel"},
     {kCH, "timeout", kOn, "seconds in (0, 86400]: the request is aborted past it (504)"},
     {kCH, "speculative", kOn,
-     "{method: none|ngram, num_tokens 1..16, ngram_min, ngram_max 1..64}, each optional (unset: the "
-     "server's speculative.*): per-request speculative decoding, output unchanged (docs/speculative.md)"},
+     "{method: none|ngram, num_tokens 1..16, ngram_min, ngram_max 1..64}, each optional (unset: "
+     "the "
+     "server's speculative.*): per-request speculative decoding, output unchanged "
+     "(docs/speculative.md)"},
     // ---- Chat message members.
     {kM, "role", kOn, "system, developer (read as system), user, assistant or tool"},
     {kM, "content", kOn, "string, null or text parts [{type: text, text}] (joined with newlines)"},

@@ -296,6 +296,15 @@ absl::Status ParseCommon(const json& body, HttpGenerationRequest& out) {
     out.include_usage = include_usage.value_or(false);
     out.continuous_usage = continuous.value_or(false);
   }
+  KVS_ASSIGN_OR_RETURN(r.prompt_logprobs, GetInt(body, "prompt_logprobs"));
+  if (r.prompt_logprobs) {
+    if (*r.prompt_logprobs < 0 || *r.prompt_logprobs > 20)
+      return FieldError("prompt_logprobs", "must be in [0, 20]");
+    if (out.stream) {
+      return FieldError("prompt_logprobs",
+                        "is not supported with stream (completions: use echo with logprobs)");
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -597,11 +606,6 @@ absl::StatusOr<HttpGenerationRequest> ParseCompletionRequest(std::string_view te
   if (r.best_of && *r.best_of > r.n && out.stream) {
     return FieldError(
         "best_of", "cannot be streamed: the best samples are known only at the end (best_of > n)");
-  }
-  if (r.echo && r.return_logprobs) {
-    // OpenAI then returns the prompt tokens' logprobs too; kvserve does not compute them.
-    return FieldError("echo",
-                      "cannot be combined with logprobs: prompt logprobs are not supported");
   }
   KVS_RETURN_IF_ERROR(ParseStructuredOutputs(body, /*chat=*/false, r.grammar));
   KVS_ASSIGN_OR_RETURN(auto suffix, GetString(body, "suffix"));

@@ -81,14 +81,42 @@ json CompletionLogprobs(const std::vector<LogprobEntry>& entries, int64_t text_o
   json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
   for (const auto& e : entries) {
     tokens.push_back(e.token);
-    lps.push_back(e.logprob);
-    json top = json::object();
-    for (const auto& t : e.top) top[t.token] = t.logprob;
-    tops.push_back(std::move(top));
+    // Echo with logprobs: the first prompt token has no context, hence no logprob (OpenAI: null).
+    if (e.no_logprob) {
+      lps.push_back(nullptr);
+      tops.push_back(nullptr);
+    } else {
+      lps.push_back(e.logprob);
+      json top = json::object();
+      for (const auto& t : e.top) top[t.token] = t.logprob;
+      tops.push_back(std::move(top));
+    }
     offsets.push_back(text_offset);
     text_offset += static_cast<int64_t>(e.token.size());
   }
   return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+// vLLM's prompt_logprobs: [null, {"<token id>": {"logprob", "rank", "decoded_token"}, ...}, ...]:
+// per prompt token its own entry and the top alternatives (rank 1, 2, ...).
+json PromptLogprobsJson(const std::vector<LogprobEntry>& entries) {
+  json arr = json::array();
+  for (const auto& e : entries) {
+    if (e.no_logprob) {
+      arr.push_back(nullptr);
+      continue;
+    }
+    json m = json::object();
+    for (size_t i = 0; i < e.top.size(); ++i) {
+      const auto& t = e.top[i];
+      m[std::to_string(t.token_id)] = {
+          {"logprob", t.logprob}, {"rank", static_cast<int>(i) + 1}, {"decoded_token", t.token}};
+    }
+    m[std::to_string(e.token_id)] = {
+        {"logprob", e.logprob}, {"rank", e.rank}, {"decoded_token", e.token}};
+    arr.push_back(std::move(m));
+  }
+  return arr;
 }
 
 // Chat: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}.
@@ -120,9 +148,10 @@ json ToolCallsJson(const std::vector<chat::ToolCall>& calls, bool with_index) {
 }
 
 // "tool_calls" when the choice called tools (and was not cut off by an error or abort).
+// A reply cut by max_tokens stays "length" even with the calls that completed before the cut:
+// the client learns it was cut (and the calls it got are whole).
 json ChatFinishReasonJson(const std::optional<engine::FinishReason>& finish, bool called_tools) {
-  if (finish && called_tools &&
-      (*finish == engine::FinishReason::kStop || *finish == engine::FinishReason::kLength)) {
+  if (finish && called_tools && *finish == engine::FinishReason::kStop) {
     return "tool_calls";
   }
   return FinishReasonJson(finish);
@@ -155,6 +184,8 @@ std::string CompletionResponseJson(const ResponseMeta& meta, const std::vector<C
                    {"finish_reason", FinishReasonJson(c.finish)},
                    {"stop_reason", StopReasonJson(c.stop_string, c.stop_token_id)}});
     if (meta.return_token_ids) arr.back()["token_ids"] = c.token_ids;
+    if (!c.prompt_logprobs.empty())
+      arr.back()["prompt_logprobs"] = PromptLogprobsJson(c.prompt_logprobs);
   }
   j["choices"] = std::move(arr);
   j["usage"] = UsageJson(usage);
@@ -165,6 +196,13 @@ std::string ChatResponseJson(const ResponseMeta& meta, const std::vector<ChoiceR
                              const UsageSummary& usage, bool logprobs) {
   json j = Envelope(meta, "chat.completion");
   json arr = json::array();
+  // vLLM: chat's prompt_logprobs are the request's (one prompt), at the top level.
+  for (const auto& c : choices) {
+    if (!c.prompt_logprobs.empty()) {
+      j["prompt_logprobs"] = PromptLogprobsJson(c.prompt_logprobs);
+      break;
+    }
+  }
   for (const auto& c : choices) {
     json message = {{"role", "assistant"}};
     // With tool calls and nothing else to say, content is null (as OpenAI and vLLM write it).

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
 #include "server/connection_watch.h"
+#include "server/embeddings_api.h"
 #include "server/generation_output.h"
 #include "server/openai_request_parser.h"
 #include "server/openai_response_writer.h"
@@ -186,6 +187,7 @@ class Routes {
     http.Post("/v1/completions", [self](const HttpRequest& r) { return self->Generate(r, false); });
     http.Post("/v1/chat/completions", [self](const HttpRequest& r) { return self->Generate(r, true); });
     http.Get("/v1/models", [self](const HttpRequest& r) { return self->Models(r); });
+    http.Post("/v1/embeddings", [self](const HttpRequest& r) { return self->Embeddings(r); });
     http.Post("/tokenize", [self](const HttpRequest& r) { return self->Tokenize(r); });
     http.Post("/detokenize", [self](const HttpRequest& r) { return self->Detokenize(r); });
     http.Get("/health", [self](const HttpRequest&) { return self->Health(); });
@@ -272,6 +274,36 @@ class Routes {
                                             : CompletionResponseJson(meta, acc.results(), usage, logprobs));
     r.headers.emplace_back("X-Request-Id", request_id);
     for (auto& h : RateLimitHeaders(rate_limit)) r.headers.push_back(std::move(h));
+    return r;
+  }
+
+  // /v1/embeddings (embeddings_api.h): one engine request per input, run to the end.
+  HttpResponse Embeddings(const HttpRequest& req) {
+    auto tenant = Admit(req);
+    if (!tenant.ok()) return StatusResponse(tenant.status());
+    auto parsed = ParseEmbeddingsRequest(req.body, frontend_.options().embedding);
+    if (!parsed.ok()) return StatusResponse(parsed.status());
+    auto generation = frontend_.Generate(parsed->request, *tenant);
+    if (!generation.ok()) return StatusResponse(generation.status());
+    Generation& gen = **generation;
+    ChoiceAccumulator acc(gen.num_choices());
+    std::vector<ChoiceDelta> deltas;
+    while (!gen.done()) {
+      deltas.clear();
+      gen.Poll(milliseconds(100), deltas);
+      for (auto& d : deltas) acc.Add(std::move(d));
+    }
+    for (const ChoiceResult& c : acc.results()) {
+      if (c.finish == engine::FinishReason::kError || c.embedding.empty()) {
+        return ErrorResponse(
+            MakeHttpError(500, c.error.empty() ? "the embedding was not computed" : c.error));
+      }
+    }
+    HttpResponse r = JsonResponse(
+        200, EmbeddingsResponseJson(frontend_.options().model_name, acc.results(), gen.usage(),
+                                    parsed->base64, frontend_.options().embedding.normalize));
+    r.headers.emplace_back("X-Request-Id", gen.id());
+    for (auto& h : RateLimitHeaders(gen.rate_limit())) r.headers.push_back(std::move(h));
     return r;
   }
 

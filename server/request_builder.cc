@@ -203,6 +203,11 @@ absl::StatusOr<std::vector<PreparedPrompt>> BuildRequests(const GenerationReques
   // The engine reports logprobs when asked for alternatives; the sampled token's own
   // logprob alone is asked for as one alternative, which the consumer then drops.
   if (r.return_logprobs && base.sampling.logprobs == 0) base.sampling.logprobs = 1;
+  // Prompt logprobs: vLLM's prompt_logprobs, and the prompt part of echo with logprobs.
+  if (r.prompt_logprobs) base.sampling.prompt_logprobs = static_cast<int>(*r.prompt_logprobs);
+  if (r.echo && r.return_logprobs) {
+    base.sampling.prompt_logprobs = std::max(base.sampling.prompt_logprobs, r.sampling.logprobs);
+  }
   base.min_tokens = static_cast<int>(r.min_tokens);
   base.n = static_cast<int>(r.best_of.value_or(r.n));
   // best_of ranks samples by cumulative logprob: the engine must report the sampled tokens'.

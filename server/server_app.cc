@@ -17,6 +17,7 @@ ServerApp::ServerApp(ServerAppOptions options, ServerAppDeps deps)
   fo.model_name = options_.model_name;
   fo.max_model_len = deps_.engine->max_model_len();
   fo.limits = options_.server.limits;
+  fo.embedding = options_.server.embedding;
   fo.created_unix = deps_.wall_clock->now_ns() / 1'000'000'000;
   fo.version = options_.version;
   fo.chat_formats = options_.chat_formats;

@@ -33,22 +33,12 @@ StreamConsumer::StreamConsumer(const TextCodec& codec, engine::EngineClient& eng
 
 bool StreamConsumer::Drain(std::vector<ChoiceDelta>& out) {
   const size_t before = out.size();
-  if (!echo_sent_) {
-    echo_sent_ = true;
-    if (!options_.echo_text.empty()) {
-      for (int s = 0; s < num_choices(); ++s) {
-        ChoiceDelta d;
-        d.index = options_.first_choice_index + s;
-        d.text = options_.echo_text;
-        out.push_back(std::move(d));
-      }
-    }
-  }
-  if (done_) return out.size() > before;
+  if (done_) return false;
   // best_of: deltas are held until every sample finished.
   std::vector<ChoiceDelta>& sink = best_of() ? held_ : out;
   // Everything queued, under one lock; the buffer keeps its capacity between calls.
   stream_->pop_all(events_);
+  EmitPromptParts(out, sink);
   for (engine::TokenEvent& event : events_) OnEvent(event, sink);
   events_.clear();
   // The request's last event carries usage and comes after every sample's final event;
@@ -75,6 +65,56 @@ bool StreamConsumer::Drain(std::vector<ChoiceDelta>& out) {
   }
   if (done_ && best_of()) EmitBest(out);
   return out.size() > before;
+}
+
+std::vector<LogprobEntry> StreamConsumer::PromptEntries(
+    const std::vector<engine::TokenLogprobs>& lps, int top) const {
+  std::vector<LogprobEntry> entries;
+  if (options_.prompt_ids.empty()) return entries;
+  LogprobEntry first{options_.prompt_ids[0], codec_.TokenText(options_.prompt_ids[0]), 0.0f, {}};
+  first.no_logprob = true;
+  entries.push_back(std::move(first));
+  for (const engine::TokenLogprobs& lp : lps) {
+    LogprobEntry e{lp.token_id, codec_.TokenText(lp.token_id), lp.logprob, {}};
+    e.rank = lp.rank;
+    for (const auto& t : lp.top) {
+      if (static_cast<int>(e.top.size()) >= top) break;
+      e.top.push_back(TopLogprobEntry{t.token_id, codec_.TokenText(t.token_id), t.logprob});
+    }
+    entries.push_back(std::move(e));
+  }
+  return entries;
+}
+
+void StreamConsumer::EmitPromptParts(std::vector<ChoiceDelta>& out,
+                                     std::vector<ChoiceDelta>& sink) {
+  if (echo_sent_) return;
+  const engine::TokenEvent* carrier = nullptr;
+  for (const engine::TokenEvent& e : events_) {
+    if (!e.prompt_logprobs.empty()) carrier = &e;
+  }
+  const bool waits = options_.echo_logprobs || options_.prompt_logprobs >= 0;
+  if (waits && carrier == nullptr && events_.empty() && !stream_->done()) return;
+  echo_sent_ = true;
+  if (!options_.echo_text.empty()) {
+    for (int s = 0; s < num_choices(); ++s) {
+      ChoiceDelta d;
+      d.index = options_.first_choice_index + s;
+      d.text = options_.echo_text;
+      if (options_.echo_logprobs && carrier != nullptr) {
+        d.logprobs = PromptEntries(carrier->prompt_logprobs, options_.top_logprobs);
+      }
+      out.push_back(std::move(d));
+    }
+  }
+  if (options_.prompt_logprobs >= 0 && carrier != nullptr) {
+    for (int s = 0; s < options_.n; ++s) {
+      ChoiceDelta d;
+      d.index = options_.first_choice_index + s;
+      d.prompt_logprobs = PromptEntries(carrier->prompt_logprobs, options_.prompt_logprobs);
+      sink.push_back(std::move(d));
+    }
+  }
 }
 
 void StreamConsumer::EmitBest(std::vector<ChoiceDelta>& out) {
@@ -107,6 +147,7 @@ void StreamConsumer::OnEvent(engine::TokenEvent& event, std::vector<ChoiceDelta>
 
   ChoiceDelta d;
   d.index = options_.first_choice_index + event.sample_index;
+  d.embedding = std::move(event.embedding);
   for (size_t i = 0; i < event.token_ids.size(); ++i) {
     const int32_t id = event.token_ids[i];
     ++sample.tokens;

@@ -47,6 +47,8 @@ class StreamConsumer {
     int top_logprobs = 0;             // alternatives kept per entry
     bool skip_special_tokens = true;
     std::string echo_text{};          // emitted first in every choice (completions echo)
+    bool echo_logprobs = false;       // echo with logprobs: the echo carries the prompt's entries
+    int prompt_logprobs = -1;         // >= 0: each sample's first delta carries prompt_logprobs
     std::vector<int32_t> prompt_ids{};  // its size is usage.prompt_tokens
     bool at_text_start = false;       // chat replies start a text; completions continue the prompt
     // Chat: reasoning and tool calls are read out of each sample's text (after stop strings).
@@ -89,6 +91,12 @@ class StreamConsumer {
   void EmitBest(std::vector<ChoiceDelta>& out);
 
   void OnEvent(engine::TokenEvent& event, std::vector<ChoiceDelta>& out);
+  // The echo and the prompt logprobs, once: with prompt logprobs asked for, when the engine's
+  // first event (which carries them) is in events_ or the stream ended without it.
+  void EmitPromptParts(std::vector<ChoiceDelta>& out, std::vector<ChoiceDelta>& sink);
+  // The prompt's entries (first token: no logprob), `top` alternatives each.
+  std::vector<LogprobEntry> PromptEntries(const std::vector<engine::TokenLogprobs>& lps,
+                                          int top) const;
   // Position and length of the earliest stop string in `text`.
   std::optional<std::pair<size_t, size_t>> FindStop(std::string_view text) const;
   // Moves the emittable part of `pending` into `delta.text`.

@@ -24,9 +24,9 @@ import sentencepiece as spm
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import DATA, MODEL_DIR, SPECIAL_USER, ensure  # noqa: E402
 
-CHAT_TEMPLATE = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
-                 "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
-                 "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+# chatml; with tools, a Hermes-style tool-call format (<tool_call> JSON </tool_call>), so the server
+# detects it and tool_choice auto/required work out of the box.
+CHAT_TEMPLATE = '{% if tools %}{{ \'<|im_start|>system\\n\' }}{% if messages[0][\'role\'] == \'system\' %}{{ messages[0][\'content\'] + \'\\n\\n\' }}{% endif %}{{ \'# Tools\\n\\nTo call a function, write <tool_call>\\n{"name": <function-name>, "arguments": <args-json-object>}\\n</tool_call>\\n\\n<tools>\' }}{% for tool in tools %}{{ \'\\n\' }}{{ tool | tojson }}{% endfor %}{{ \'\\n</tools><|im_end|>\\n\' }}{% endif %}{% for message in messages %}{% if tools and loop.first and message[\'role\'] == \'system\' %}{% elif message[\'role\'] == \'assistant\' and message[\'tool_calls\'] %}{{ \'<|im_start|>assistant\\n\' }}{% if message[\'content\'] %}{{ message[\'content\'] }}{% endif %}{% for call in message[\'tool_calls\'] %}{{ \'<tool_call>\\n{"name": "\' + call[\'function\'][\'name\'] + \'", "arguments": \' + (call[\'function\'][\'arguments\'] | tojson) + \'}\\n</tool_call>\' }}{% endfor %}{{ \'<|im_end|>\\n\' }}{% elif message[\'role\'] == \'tool\' %}{{ \'<|im_start|>user\\n<tool_response>\\n\' + message[\'content\'] + \'\\n</tool_response><|im_end|>\\n\' }}{% else %}{{\'<|im_start|>\' + message[\'role\'] + \'\\n\' + message[\'content\'] + \'<|im_end|>\' + \'\\n\'}}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ \'<|im_start|>assistant\\n\' }}{% endif %}'
 
 
 def train(input_path, prefix, vocab_size, threads=2):

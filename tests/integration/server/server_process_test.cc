@@ -304,6 +304,49 @@ TEST_F(KVSERVE_SERVER_SUITE, VllmExtrasShapeTheOutput) {
   ASSERT_EQ(best["choices"].size(), 1u);
   EXPECT_EQ(best["choices"][0]["text"], best_text);
   EXPECT_EQ(best["usage"]["completion_tokens"], 24);
+  // echo with logprobs: the logprobs the prefill gives the prompt's tokens are the ones decoding
+  // gave them. Prompt = the prompt's ids then 4 greedy tokens; their echoed logprobs match.
+  const json lp8 = complete({{"ignore_eos", true}, {"logprobs", 0}});
+  auto tok = Post("/tokenize", json{{"prompt", "Once upon a time"}}.dump());
+  std::vector<int> scored = json::parse(tok->body)["tokens"].get<std::vector<int>>();
+  const size_t prompt_len = scored.size();
+  scored.insert(scored.end(), ids.begin(), ids.begin() + 4);
+  const json echoed =
+      complete({{"prompt", scored}, {"echo", true}, {"logprobs", 1}, {"max_tokens", 1}});
+  const json& elp = echoed["choices"][0]["logprobs"];
+  ASSERT_EQ(elp["token_logprobs"].size(), scored.size() + 1) << echoed;
+  EXPECT_TRUE(elp["token_logprobs"][0].is_null());
+  for (size_t k = 0; k < 4; ++k) {
+    EXPECT_NEAR(elp["token_logprobs"][prompt_len + k].get<double>(),
+                lp8["choices"][0]["logprobs"]["token_logprobs"][k].get<double>(), 1e-3)
+        << k;
+  }
+  const json plp = complete({{"prompt_logprobs", 0}});
+  EXPECT_EQ(plp["choices"][0]["prompt_logprobs"].size(), prompt_len) << plp;
+  // /v1/embeddings (one input per request: this fixture queues one request at a time): the
+  // text and its token ids give the same normalised vector of the hidden size.
+  auto embed = [&](const json& input) {
+    auto r = Post("/v1/embeddings", json{{"input", input}}.dump());
+    EXPECT_EQ(r->status, 200) << r->body;
+    return r->status == 200 ? json::parse(r->body) : json::object();
+  };
+  const json by_text = embed("Once upon a time");
+  const json by_ids =
+      embed(std::vector<int>(scored.begin(), scored.begin() + static_cast<long>(prompt_len)));
+  ASSERT_EQ(by_text["data"].size(), 1u);
+  const std::vector<float> tv = by_text["data"][0]["embedding"],
+                           iv = by_ids["data"][0]["embedding"];
+  ASSERT_EQ(tv.size(), 192u) << "kvs-tiny's hidden size";
+  ASSERT_EQ(iv.size(), tv.size());
+  double sq = 0.0;
+  for (size_t k = 0; k < tv.size(); ++k) {
+    sq += static_cast<double>(tv[k]) * tv[k];
+    EXPECT_NEAR(tv[k], iv[k], 1e-5) << k;
+  }
+  EXPECT_NEAR(sq, 1.0, 1e-4);
+  EXPECT_EQ(by_ids["usage"]["prompt_tokens"], static_cast<int>(prompt_len));
+  EXPECT_EQ(Error(Post("/v1/embeddings", R"({"input": "x", "dimensions": 4})"), 400)["param"],
+            "dimensions");
   // Refused fields name themselves.
   auto beam = Post("/v1/completions", R"({"prompt": "x", "use_beam_search": true})");
   EXPECT_EQ(beam->status, 400);
@@ -405,10 +448,23 @@ TEST_F(KVSERVE_SERVER_SUITE, HttpErrors) {
   EXPECT_EQ(Error(Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}],
       "guided_grammar": "root ::= \"x\" item"})"), 400)["param"], "guided_grammar");  // undefined rule
 #ifdef KVSERVE_REAL_ENGINE
-  // The bundled model's template shows no tool-call format: "required" cannot be written.
-  EXPECT_EQ(Error(Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}],
-      "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required"})"), 400)["param"],
-            "tool_choice");
+  // The bundled model's template has a Hermes-style tool-call format: "required" works out of
+  // the box, and ends after one call when parallel_tool_calls is false.
+  {
+    auto res = Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}],
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+        "properties": {"city": {"enum": ["Paris", "Rome"]}}, "required": ["city"]}}}],
+        "tool_choice": "required", "parallel_tool_calls": false, "max_tokens": 200})");
+    ASSERT_TRUE(res);
+    ASSERT_EQ(res->status, 200) << res->body;
+    const json j = json::parse(res->body);
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls") << res->body;
+    ASSERT_EQ(j["choices"][0]["message"]["tool_calls"].size(), 1u) << res->body;
+    EXPECT_EQ(j["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "f");
+    const json args = json::parse(
+        j["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>());
+    EXPECT_TRUE(args["city"] == "Paris" || args["city"] == "Rome") << args;
+  }
 #else
   // The fake template is Hermes-style: "required" is accepted (and its reply parsed as calls).
   {

@@ -46,6 +46,23 @@ TEST(ToolCallParser, HermesAcceptsAnUnclosedLastCallAndRejectsBadJson) {
   EXPECT_FALSE(syntax->Parse("<tool_call>{\"name\": \"f\", \"arguments\": [1]}</tool_call>"));
 }
 
+TEST(ToolCallParser, HermesKeepsTheCallsCompletedBeforeACut) {
+  auto syntax = MakeToolCallSyntax(ToolCallFormat::kHermes);
+  const std::string whole =
+      "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>";
+  // max_tokens cut the second call anywhere: the first stands.
+  for (const std::string cut :
+       {"\n<tool_call>", "\n<tool_call>\n{\"name\": \"g\", \"argu", "\n<tool_call>\n{\"name\""}) {
+    auto calls = syntax->Parse(whole + cut);
+    ASSERT_TRUE(calls.has_value()) << cut;
+    ASSERT_EQ(calls->size(), 1u) << cut;
+    EXPECT_EQ((*calls)[0].arguments, "{\"a\":1}");
+  }
+  // A lone cut call is not a call; a closed malformed one still makes the section content.
+  EXPECT_FALSE(syntax->Parse("<tool_call>\n{\"name\": \"f\", \"argu"));
+  EXPECT_FALSE(syntax->Parse(whole + "\n<tool_call>{\"name\": 1}</tool_call>"));
+}
+
 TEST(ToolCallParser, HermesFindsTheSectionAndHoldsBackPartialMarkers) {
   auto syntax = MakeToolCallSyntax(ToolCallFormat::kHermes);
   size_t hold = 99;

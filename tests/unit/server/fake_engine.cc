@@ -243,6 +243,22 @@ bool FakeEngine::Step(Request& r) {
           options_.script[(ScriptOffset(spec, s) + k) % options_.script.size()]));
     }
     e.token_ids.push_back(token);
+    if (k == 0 && s == 0 && spec.sampling.embed != scheduler::Pooling::kNone) {
+      // (3, 4) x prompt length: normalised, (0.6, 0.8).
+      const float len = static_cast<float>(spec.prompt_tokens.size());
+      e.embedding = {3.0f * len, 4.0f * len};
+    }
+    if (k == 0 && s == 0 && spec.sampling.prompt_logprobs >= 0) {
+      // Prompt token p scores -0.25 p with rank p; alternatives are byte tokens 1, 2, ...
+      for (size_t p = 1; p < spec.prompt_tokens.size(); ++p) {
+        engine::TokenLogprobs lp{spec.prompt_tokens[p], -0.25f * static_cast<float>(p), {}};
+        lp.rank = static_cast<int32_t>(p);
+        for (int t = 0; t < spec.sampling.prompt_logprobs; ++t) {
+          lp.top.push_back({kFakeByteOffset + 1 + t, -0.1f - static_cast<float>(t)});
+        }
+        e.prompt_logprobs.push_back(std::move(lp));
+      }
+    }
     if (spec.sampling.logprobs > 0) {
       engine::TokenLogprobs lp{token, -0.5f, {}};
       for (int t = 0; t < spec.sampling.logprobs; ++t) {

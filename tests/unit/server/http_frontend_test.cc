@@ -8,8 +8,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <thread>
+
+#include "absl/strings/escaping.h"
 
 #include "tests/unit/server/http_test_client.h"
 #include "tests/unit/server/test_server.h"
@@ -214,11 +217,49 @@ TEST_F(HttpFrontendTest, EchoLogprobsAndSeveralPrompts) {
   EXPECT_EQ(j["choices"][0]["text"], "Q1 The");
   EXPECT_EQ(j["choices"][1]["text"], "Q2 The");
   EXPECT_EQ(j["choices"][1]["index"], 1);
-  // echo with logprobs would owe the prompt's logprobs, which kvserve does not compute.
-  auto both = Post("/v1/completions", R"({"prompt": "Q1 ", "echo": true, "logprobs": 2})");
+  // echo with logprobs: the prompt's tokens lead, the first with null logprob and alternatives.
+  auto both =
+      Post("/v1/completions", R"({"prompt": "Q1 ", "echo": true, "logprobs": 2, "max_tokens": 2,
+                                          "temperature": 0})");
   ASSERT_TRUE(both);
-  EXPECT_EQ(both->status, 400);
-  EXPECT_EQ(json::parse(both->body)["error"]["param"], "echo");
+  ASSERT_EQ(both->status, 200) << both->body;
+  const json both_json = json::parse(both->body);
+  const json& elp = both_json["choices"][0]["logprobs"];
+  ASSERT_EQ(elp["tokens"].size(), 6u) << elp;  // BOS, Q, 1, space, then 2 generated
+  EXPECT_EQ(elp["tokens"][1], "Q");
+  EXPECT_TRUE(elp["token_logprobs"][0].is_null());
+  EXPECT_TRUE(elp["top_logprobs"][0].is_null());
+  EXPECT_FLOAT_EQ(elp["token_logprobs"][2].get<float>(), -0.5f);
+  EXPECT_EQ(elp["top_logprobs"][1].size(), 2u);
+  EXPECT_FLOAT_EQ(elp["token_logprobs"][4].get<float>(), -0.5f);
+  EXPECT_EQ(json::parse(both->body)["choices"][0]["text"], "Q1 Th");
+  // vLLM's prompt_logprobs: per choice on completions, at the top level on chat.
+  auto plp = Post("/v1/completions", R"({"prompt": "Q1 ", "prompt_logprobs": 1, "max_tokens": 1})");
+  ASSERT_EQ(plp->status, 200) << plp->body;
+  const json plp_json = json::parse(plp->body);
+  const json& pl = plp_json["choices"][0]["prompt_logprobs"];
+  ASSERT_EQ(pl.size(), 4u) << pl;
+  EXPECT_TRUE(pl[0].is_null());
+  ASSERT_EQ(pl[1].size(), 2u) << pl[1];  // the token itself and one alternative
+  bool found_own = false;
+  for (const auto& [id, entry] : pl[3].items()) {
+    if (entry["decoded_token"] != " ") continue;
+    found_own = true;
+    EXPECT_FLOAT_EQ(entry["logprob"].get<float>(), -0.75f);
+    EXPECT_EQ(entry["rank"], 3);
+  }
+  EXPECT_TRUE(found_own) << pl[3];
+  auto chat = Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "Hi"}],
+                                               "prompt_logprobs": 0, "max_tokens": 1})");
+  ASSERT_EQ(chat->status, 200) << chat->body;
+  const json cj = json::parse(chat->body);
+  ASSERT_TRUE(cj.contains("prompt_logprobs")) << chat->body;
+  EXPECT_TRUE(cj["prompt_logprobs"][0].is_null());
+  EXPECT_EQ(cj["prompt_logprobs"][1].size(), 1u);
+  auto streamed =
+      Post("/v1/completions", R"({"prompt": "Q", "prompt_logprobs": 1, "stream": true})");
+  EXPECT_EQ(streamed->status, 400);
+  EXPECT_EQ(json::parse(streamed->body)["error"]["param"], "prompt_logprobs");
   res = Post("/v1/completions",
              R"({"prompt": ["Q1 ", "Q2 "], "max_tokens": 3, "temperature": 0, "logprobs": 2})");
   ASSERT_EQ(res->status, 200) << res->body;
@@ -230,6 +271,44 @@ TEST_F(HttpFrontendTest, EchoLogprobsAndSeveralPrompts) {
   EXPECT_EQ(j["usage"]["completion_tokens"], 6);
   EXPECT_EQ(j["usage"]["speculative"]["draft_tokens"], 0) << "no speculation asked";
   EXPECT_EQ(j["usage"]["completion_tokens_details"]["accepted_prediction_tokens"], 0);
+}
+
+TEST_F(HttpFrontendTest, EmbeddingsBatchedTextAndTokenIds) {
+  Start();
+  auto res = Post("/v1/embeddings", R"({"input": ["Q1 ", "Q22"], "encoding_format": "float"})");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const json j = json::parse(res->body);
+  EXPECT_EQ(j["object"], "list");
+  ASSERT_EQ(j["data"].size(), 2u);
+  EXPECT_EQ(j["data"][1]["index"], 1);
+  EXPECT_EQ(j["data"][0]["object"], "embedding");
+  EXPECT_FLOAT_EQ(j["data"][0]["embedding"][0].get<float>(), 0.6f);  // normalised
+  EXPECT_FLOAT_EQ(j["data"][0]["embedding"][1].get<float>(), 0.8f);
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 8);
+  EXPECT_EQ(j["usage"]["total_tokens"], 8);
+  const std::vector<engine::RequestSpec> specs = engine().submitted();
+  ASSERT_EQ(specs.size(), 2u);
+  EXPECT_EQ(specs[0].sampling.embed, scheduler::Pooling::kLast);
+  EXPECT_EQ(specs[0].max_tokens, 1);
+  auto ids = Post("/v1/embeddings", R"({"input": [5, 6, 7], "encoding_format": "base64"})");
+  ASSERT_EQ(ids->status, 200) << ids->body;
+  const json ij = json::parse(ids->body);
+  ASSERT_EQ(ij["data"].size(), 1u);
+  EXPECT_EQ(ij["usage"]["prompt_tokens"], 3);
+  std::string bytes(2 * sizeof(float), '\0');
+  const float want[2] = {0.6f, 0.8f};
+  std::memcpy(bytes.data(), want, bytes.size());
+  EXPECT_EQ(ij["data"][0]["embedding"], absl::Base64Escape(bytes));
+  for (const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"input": "x", "dimensions": 8})", "dimensions"},
+           {R"({"input": "x", "encoding_format": "int8"})", "encoding_format"},
+           {R"({"input": []})", "input"},
+           {R"({"input": "x", "temperature": 0})", "temperature"}}) {
+    auto bad = Post("/v1/embeddings", body);
+    ASSERT_EQ(bad->status, 400) << body;
+    EXPECT_EQ(json::parse(bad->body)["error"]["param"], param) << body;
+  }
 }
 
 TEST_F(HttpFrontendTest, RequestFieldsReachTheEngine) {
@@ -312,6 +391,8 @@ TEST_F(HttpFrontendTest, PublicEndpointsNeedNoKey) {
   EXPECT_TRUE(metrics->get_header_value("Content-Type").starts_with("text/plain"));
   EXPECT_NE(metrics->body.find("kvserve_test_up 1"), std::string::npos);
   ExpectError(Get("/v1/models"), 401);  // guarded
+  ExpectError(Post("/v1/embeddings", R"({"input": "x"})"), 401);
+  EXPECT_EQ(Post("/v1/embeddings", R"({"input": "x"})", "sk-alpha")->status, 200);
 
   engine().SetAlive(false);
   EXPECT_EQ(Get("/health")->status, 503);
@@ -399,7 +480,8 @@ TEST_F(HttpFrontendTest, UnknownModelAndRouteAre404) {
   EXPECT_NE(e["message"].get<std::string>().find("gpt-9"), std::string::npos);
   e = ExpectError(Get("/v1/nothing"), 404);
   EXPECT_NE(e["message"].get<std::string>().find("/v1/nothing"), std::string::npos);
-  ExpectError(Post("/v1/embeddings", "{}"), 404);
+  ExpectError(Post("/v1/audio/speech", "{}"), 404);
+  ExpectError(Post("/v1/embeddings", "{}"), 400);  // served: "input is required"
 }
 
 TEST_F(HttpFrontendTest, BodyOverTheLimitIs413) {

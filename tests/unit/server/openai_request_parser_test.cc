@@ -259,8 +259,9 @@ TEST(UnsupportedParamsTest, DefaultsNullsAndEmptiesAndHintsAreAccepted) {
   EXPECT_TRUE(ParseCompletionRequest(R"({"prompt": "p", "best_of": 1, "user": "u"})").ok());
   EXPECT_EQ(ParamOf(ParseCompletionRequest(R"({"prompt": "p", "best_of": 3, "stream": true})")),
             "best_of");
-  EXPECT_EQ(ParamOf(ParseCompletionRequest(R"({"prompt": "p", "echo": true, "logprobs": 1})")),
-            "echo");
+  EXPECT_TRUE(ParseCompletionRequest(R"({"prompt": "p", "echo": true, "logprobs": 1})").ok());
+  EXPECT_EQ(ParamOf(ParseCompletionRequest(R"({"prompt": "p", "prompt_logprobs": 21})")),
+            "prompt_logprobs");
   const std::string chat = R"({"messages": [{"role": "user", "content": "x"}], )";
   for (const std::string extra :
        {R"("tools": [])", R"("tools": null)", R"("tool_choice": "none")",

@@ -154,6 +154,11 @@ TEST(OpenAiWriterTest, ChatReasoningAndToolCalls) {
   EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], "{\"city\":\"Paris\"}");
   EXPECT_FALSE(m["tool_calls"][0].contains("index"));
   EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+  // Cut by max_tokens: the calls that completed come back, and the reason says it was cut.
+  c.finish = engine::FinishReason::kLength;
+  j = json::parse(ChatResponseJson(Meta(), {c}, Usage(), false));
+  EXPECT_EQ(j["choices"][0]["message"]["tool_calls"].size(), 1u);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
 
   ChoiceResult plain;
   plain.text = "hi";

@@ -76,6 +76,7 @@ const std::map<std::string, Case>& Cases() {
        {"4", [](auto& r) { EXPECT_EQ(r.request.sampling.logprobs, 4); }, R"({"logprobs": true})"}},
       {"c:best_of", {"3", [](auto& r) { EXPECT_EQ(r.request.best_of, 3); }}},
       {"c:echo", {"true", [](auto& r) { EXPECT_TRUE(r.request.echo); }}},
+      {"prompt_logprobs", {"2", [](auto& r) { EXPECT_EQ(r.request.prompt_logprobs, 2); }}},
       {"stream", {"true", [](auto& r) { EXPECT_TRUE(r.stream); }}},
       {"stream_options",
        {R"({"include_usage": true, "continuous_usage_stats": true})",

@@ -79,6 +79,44 @@ TEST(KvsTinyTokenizer, DirectoryConfigAndChatTemplate) {
   EXPECT_EQ(std::count(ids.begin(), ids.end(), 4), 1);
 }
 
+// With tools the template writes a Hermes-style tool-call format (the server detects it by
+// "<tool_call>"): the tools header, earlier calls and tool results; without tools it is chatml.
+TEST(KvsTinyTokenizer, ChatTemplateWritesHermesToolCalls) {
+  auto tok = LoadBundled();
+  ASSERT_NE(tok, nullptr);
+  EXPECT_NE(tok->chat_template().find("<tool_call>"), std::string::npos);
+  auto tmpl = SelectChatTemplate("auto", tok->chat_template(),
+                                 {.bos = tok->bos_token(), .eos = tok->eos_token()});
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+  std::vector<ChatMessage> messages{
+      {"system", "Be brief."}, {"user", "Weather?"}, {"assistant", ""}, {"tool", "sunny"}};
+  messages[2].tool_calls_json =
+      R"([{"id": "c0", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}])";
+  messages[3].tool_call_id = "c0";
+  ChatRenderOptions options;
+  options.tools_json = R"([{"type": "function", "function": {"name": "get_weather"}}])";
+  auto prompt = (*tmpl)->Render(messages, options);
+  ASSERT_TRUE(prompt.ok()) << prompt.status();
+  EXPECT_EQ(
+      *prompt,
+      "<|im_start|>system\nBe brief.\n\n# Tools\n\nTo call a function, write <tool_call>\n"
+      "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>\n\n<tools>\n"
+      "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}}\n</tools><|im_end|>\n"
+      "<|im_start|>user\nWeather?<|im_end|>\n"
+      "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+      "\"Paris\"}}\n"
+      "</tool_call><|im_end|>\n"
+      "<|im_start|>user\n<tool_response>\nsunny\n</"
+      "tool_response><|im_end|>\n<|im_start|>assistant\n");
+  // Without tools: chatml, the system message included.
+  messages.resize(2);
+  auto plain = (*tmpl)->Render(messages, ChatRenderOptions{});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(*plain,
+            "<|im_start|>system\nBe "
+            "brief.<|im_end|>\n<|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\n");
+}
+
 TEST(KvsTinyTokenizer, RoundTripsOneMebibyte) {
   auto tok = LoadBundled();
   ASSERT_NE(tok, nullptr);

@@ -213,10 +213,10 @@ const scripted = (reply) => [{ role: 'user', content: `What is the weather in Pa
 const toolReply = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>';
 
 if (realEngine) {
-  await check('openai: tools without a detectable tool-call format are a 400 naming tool_choice', async () => {
-    await assert.rejects(openai.chat.completions.create({ model, messages: [{ role: 'user', content: 'Hi' }],
-                                                          tools: [weatherTool], max_tokens: 4 }),
-                         (e) => e.status === 400 && e.param === 'tool_choice');
+  await check('openai: the bundled model serves tools (its template is Hermes-style): required, none', async () => {
+    const city = { type: 'function', function: { name: 'city', parameters: { type: 'object', properties: { c: { enum: ['Paris', 'Rome'] } }, required: ['c'] } } };
+    const r = await openai.chat.completions.create({ model, messages: [{ role: 'user', content: 'Hi' }], tools: [city], tool_choice: 'required', parallel_tool_calls: false, max_tokens: 200 });
+    assert.ok(r.choices[0].finish_reason === 'tool_calls' && r.choices[0].message.tool_calls[0].function.name === 'city', JSON.stringify(r.choices[0]));
     const none = await openai.chat.completions.create({ model, messages: [{ role: 'user', content: 'Hi' }],
                                                         tools: [weatherTool], tool_choice: 'none', max_tokens: 4 });
     assert.equal(none.choices[0].message.tool_calls, undefined);
