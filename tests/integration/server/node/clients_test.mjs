@@ -6,24 +6,13 @@
 // SERVER_CMD is started with `--config <tmp>.json` appended (ephemeral ports, one API key),
 // must print "kvserve listening http=H:P grpc=H:P", and must exit 0 on SIGTERM. It is
 // `kvserve serve` or the fake-engine server; assertions hold for any engine.
-import { spawn } from 'node:child_process';
-import { createRequire } from 'node:module';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import assert from 'node:assert/strict';
+import { baseConfig, check, finish, parseArgs, startServer as start, writeConfig } from './harness.mjs';
 
-const argv = process.argv.slice(2);
-const sep = argv.indexOf('--');
-const opts = {};
-for (let i = 0; i < sep; i += 2) opts[argv[i].replace(/^--/, '')] = argv[i + 1];
-const serverCmd = argv.slice(sep + 1);
-if (sep < 0 || !opts.modules || !opts.proto || serverCmd.length === 0) {
-  console.error('usage: clients_test.mjs --modules DIR --proto FILE [--policy NAME] -- SERVER_CMD...');
-  process.exit(2);
-}
+const { opts, serverCmd, realEngine, require } = parseArgs('clients_test.mjs', ['modules', 'proto']);
 const policy = opts.policy ?? 'streamingllm';
-const require = createRequire(path.join(opts.modules, 'noop.js'));
 const { OpenAI } = require('openai');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
@@ -31,48 +20,11 @@ const protoLoader = require('@grpc/proto-loader');
 // The fake-engine server replies with exactly TEXT to a prompt holding <<reply>>TEXT<</reply>>
 // (tests/unit/server/fake_engine.h), which is how tool calls and reasoning are scripted; the
 // bundled model writes neither by itself, so those checks run on the fake engine only.
-const realEngine = serverCmd[serverCmd.length - 1] === 'serve';
 
 const KEY = 'sk-node-test';
-const dir = mkdtempSync(path.join(tmpdir(), 'kvserve-node-'));
-const configPath = path.join(dir, 'kvserve.json');
-const baseConfig = {
-  logging: { level: 'warn' },
-  server: { host: '127.0.0.1', http_port: 0, grpc_port: 0, drain_timeout_seconds: 2 },
-  tenants: [{ name: 'node', api_keys: [KEY] }],
-};
-writeFileSync(configPath, JSON.stringify(baseConfig));
-
-function startServer(config = configPath) {
-  return new Promise((resolve, reject) => {
-    const child = spawn(serverCmd[0], [...serverCmd.slice(1), '--config', config],
-                        { stdio: ['ignore', 'pipe', 'inherit'] });
-    let out = '';
-    const timer = setTimeout(() => reject(new Error(`no listening line; stdout: ${out}`)), 120000);
-    child.on('exit', (code) => reject(new Error(`server exited early with ${code}; stdout: ${out}`)));
-    child.stdout.on('data', (d) => {
-      out += d;
-      const m = out.match(/kvserve listening http=([^ :]+):(\d+) grpc=([^ :]+):(\d+)\n/);
-      if (m) {
-        clearTimeout(timer);
-        child.removeAllListeners('exit');
-        resolve({ child, host: m[1], httpPort: Number(m[2]), grpcPort: Number(m[4]) });
-      }
-    });
-  });
-}
-
-const results = [];
-async function check(name, fn) {
-  try {
-    await fn();
-    results.push([name, null]);
-    console.log(`ok   ${name}`);
-  } catch (e) {
-    results.push([name, e]);
-    console.log(`FAIL ${name}: ${e.stack ?? e}`);
-  }
-}
+const configPath = writeConfig('node', baseConfig(KEY));
+const dir = path.dirname(configPath);
+const startServer = (config = configPath) => start(serverCmd, config);
 
 const server = await startServer();
 const openai = new OpenAI({ baseURL: `http://${server.host}:${server.httpPort}/v1`, apiKey: KEY, maxRetries: 0 });
@@ -318,7 +270,7 @@ if (realEngine) {
 // are the whole text).
 await check('openai: configured reasoning markers split greedy output', async () => {
   const cfg2 = path.join(dir, 'reasoning.json');
-  writeFileSync(cfg2, JSON.stringify({ ...baseConfig, model: { reasoning_parser: 'think', reasoning_end: ' the' } }));
+  writeFileSync(cfg2, JSON.stringify({ ...baseConfig(KEY), model: { reasoning_parser: 'think', reasoning_end: ' the' } }));
   const second = await startServer(cfg2);
   try {
     const client = new OpenAI({ baseURL: `http://${second.host}:${second.httpPort}/v1`, apiKey: KEY, maxRetries: 0 });
@@ -514,7 +466,7 @@ if (realEngine) {
     }
   };
   const cfgTools = path.join(dir, 'tools.json');
-  writeFileSync(cfgTools, JSON.stringify({ ...baseConfig, model: { tool_call_parser: 'hermes' } }));
+  writeFileSync(cfgTools, JSON.stringify({ ...baseConfig(KEY), model: { tool_call_parser: 'hermes' } }));
   const toolServer = await startServer(cfgTools);
   try {
     const client = new OpenAI({ baseURL: `http://${toolServer.host}:${toolServer.httpPort}/v1`, apiKey: KEY, maxRetries: 0 });
@@ -667,12 +619,4 @@ await check('grpc: status codes', async () => {
 });
 
 stub.close();
-const exitCode = await new Promise((resolve) => {
-  server.child.on('exit', (code) => resolve(code));
-  server.child.kill('SIGTERM');
-});
-await check('server exits 0 on SIGTERM', async () => assert.equal(exitCode, 0));
-
-const failed = results.filter(([, e]) => e);
-console.log(`${results.length - failed.length}/${results.length} passed`);
-process.exit(failed.length ? 1 : 0);
+await finish(server);

@@ -9,64 +9,19 @@
 // file): SERVER_CMD gets `--config <tmp>.json` appended and prints its listening line. On the
 // fake-engine server replies are scripted (<<reply>>TEXT<</reply>>); on `kvserve serve` the
 // bundled model writes (greedy), and tool_choice required / the schema constrain what it writes.
-import { spawn } from 'node:child_process';
-import { createRequire } from 'node:module';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
 import assert from 'node:assert/strict';
+import { baseConfig, check, finish, parseArgs, startServer, writeConfig } from './harness.mjs';
 
-const argv = process.argv.slice(2);
-const sep = argv.indexOf('--');
-const opts = {};
-for (let i = 0; i < sep; i += 2) opts[argv[i].replace(/^--/, '')] = argv[i + 1];
-const serverCmd = argv.slice(sep + 1);
-if (sep < 0 || !opts.modules || serverCmd.length === 0) {
-  console.error('usage: responses_clients_test.mjs --modules DIR [--proto FILE --policy NAME] -- SERVER_CMD...');
-  process.exit(2);
-}
-const require = createRequire(path.join(opts.modules, 'noop.js'));
+const { serverCmd, realEngine, require } = parseArgs('responses_clients_test.mjs', ['modules']);
 const { OpenAI } = require('openai');
-const realEngine = serverCmd[serverCmd.length - 1] === 'serve';
 
 const KEY = 'sk-node-responses';
-const dir = mkdtempSync(path.join(tmpdir(), 'kvserve-node-responses-'));
-const configPath = path.join(dir, 'kvserve.json');
-writeFileSync(configPath, JSON.stringify({
-  logging: { level: 'warn' },
-  server: { host: '127.0.0.1', http_port: 0, grpc_port: 0, drain_timeout_seconds: 0 },
-  tenants: [{ name: 'node', api_keys: [KEY] }],
+const config = baseConfig(KEY, {
   // The fake engine's scripted replies carry <think> and <tool_call> markup.
   model: realEngine ? { tool_call_parser: 'hermes' } : { tool_call_parser: 'hermes', reasoning_parser: 'think' },
-}));
-
-const server = await new Promise((resolve, reject) => {
-  const child = spawn(serverCmd[0], [...serverCmd.slice(1), '--config', configPath], { stdio: ['ignore', 'pipe', 'inherit'] });
-  let out = '';
-  const timer = setTimeout(() => reject(new Error(`no listening line; stdout: ${out}`)), 120000);
-  child.on('exit', (code) => reject(new Error(`server exited early with ${code}; stdout: ${out}`)));
-  child.stdout.on('data', (d) => {
-    out += d;
-    const m = out.match(/kvserve listening http=([^ :]+):(\d+) grpc=/);
-    if (m) {
-      clearTimeout(timer);
-      child.removeAllListeners('exit');
-      resolve({ child, host: m[1], httpPort: Number(m[2]) });
-    }
-  });
 });
-
-const results = [];
-async function check(name, fn) {
-  try {
-    await fn();
-    results.push([name, null]);
-    console.log(`ok   ${name}`);
-  } catch (e) {
-    results.push([name, e]);
-    console.log(`FAIL ${name}: ${e.stack ?? e}`);
-  }
-}
+config.server.drain_timeout_seconds = 0;
+const server = await startServer(serverCmd, writeConfig('node-responses', config));
 
 const openai = new OpenAI({ baseURL: `http://${server.host}:${server.httpPort}/v1`, apiKey: KEY, maxRetries: 0 });
 const model = (await openai.models.list()).data[0].id;
@@ -176,14 +131,4 @@ await check('responses: unsupported members are a 400 naming them', async () => 
                        (e) => e.status === 400 && e.param === 'tools[0].type');
 });
 
-// Close the SDK's idle keep-alive connections (Node's fetch pool) first: the server's stop
-// otherwise waits for them to time out (~3 s).
-await globalThis[Symbol.for('undici.globalDispatcher.1')]?.close?.();
-const exitCode = await new Promise((resolve) => {
-  server.child.on('exit', (code) => resolve(code));
-  server.child.kill('SIGTERM');
-});
-await check('server exits 0 on SIGTERM', async () => assert.equal(exitCode, 0));
-const failed = results.filter(([, e]) => e);
-console.log(`${results.length - failed.length}/${results.length} passed`);
-process.exit(failed.length ? 1 : 0);
+await finish(server);

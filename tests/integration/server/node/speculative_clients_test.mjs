@@ -5,66 +5,17 @@
 // clients_test.mjs (run by run_node_clients.sh after it):
 //
 //   node speculative_clients_test.mjs --modules DIR/node_modules --proto FILE -- SERVER_CMD...
-import { spawn } from 'node:child_process';
-import { createRequire } from 'node:module';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
 import assert from 'node:assert/strict';
+import { baseConfig, check, finish, parseArgs, startServer, writeConfig } from './harness.mjs';
 
-const argv = process.argv.slice(2);
-const sep = argv.indexOf('--');
-const opts = {};
-for (let i = 0; i < sep; i += 2) opts[argv[i].replace(/^--/, '')] = argv[i + 1];
-const serverCmd = argv.slice(sep + 1);
-if (sep < 0 || !opts.modules || !opts.proto || serverCmd.length === 0) {
-  console.error('usage: speculative_clients_test.mjs --modules DIR --proto FILE -- SERVER_CMD...');
-  process.exit(2);
-}
-const require = createRequire(path.join(opts.modules, 'noop.js'));
+const { opts, serverCmd, realEngine, require } = parseArgs('speculative_clients_test.mjs', ['modules', 'proto']);
 const { OpenAI } = require('openai');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
 // The real daemon really drafts; the fake engine reports one guess per token, half accepted.
-const realEngine = serverCmd[serverCmd.length - 1] === 'serve';
 
 const KEY = 'sk-node-spec';
-const dir = mkdtempSync(path.join(tmpdir(), 'kvserve-node-spec-'));
-const configPath = path.join(dir, 'kvserve.json');
-writeFileSync(configPath, JSON.stringify({
-  logging: { level: 'warn' },
-  server: { host: '127.0.0.1', http_port: 0, grpc_port: 0, drain_timeout_seconds: 2 },
-  tenants: [{ name: 'node', api_keys: [KEY] }],
-}));
-
-const server = await new Promise((resolve, reject) => {
-  const child = spawn(serverCmd[0], [...serverCmd.slice(1), '--config', configPath],
-                      { stdio: ['ignore', 'pipe', 'inherit'] });
-  let out = '';
-  const timer = setTimeout(() => reject(new Error(`no listening line; stdout: ${out}`)), 120000);
-  child.on('exit', (code) => reject(new Error(`server exited early with ${code}; stdout: ${out}`)));
-  child.stdout.on('data', (d) => {
-    out += d;
-    const m = out.match(/kvserve listening http=([^ :]+):(\d+) grpc=([^ :]+):(\d+)\n/);
-    if (m) {
-      clearTimeout(timer);
-      child.removeAllListeners('exit');
-      resolve({ child, host: m[1], httpPort: Number(m[2]), grpcPort: Number(m[4]) });
-    }
-  });
-});
-
-const results = [];
-async function check(name, fn) {
-  try {
-    await fn();
-    results.push([name, null]);
-    console.log(`ok   ${name}`);
-  } catch (e) {
-    results.push([name, e]);
-    console.log(`FAIL ${name}: ${e.stack ?? e}`);
-  }
-}
+const server = await startServer(serverCmd, writeConfig('node-spec', baseConfig(KEY)));
 
 const openai = new OpenAI({ baseURL: `http://${server.host}:${server.httpPort}/v1`, apiKey: KEY, maxRetries: 0 });
 const pkgDef = protoLoader.loadSync(opts.proto, { keepCase: true, longs: Number, defaults: true, oneofs: true });
@@ -148,12 +99,4 @@ await check('grpc: Generate and Complete with speculative ngram equal greedy wit
 });
 
 stub.close();
-const exitCode = await new Promise((resolve) => {
-  server.child.on('exit', (code) => resolve(code));
-  server.child.kill('SIGTERM');
-});
-await check('server exits 0 on SIGTERM', async () => assert.equal(exitCode, 0));
-
-const failed = results.filter(([, e]) => e);
-console.log(`${results.length - failed.length}/${results.length} passed`);
-process.exit(failed.length ? 1 : 0);
+await finish(server);
