@@ -12,6 +12,7 @@
 #include "server/openai_request_parser.h"
 #include "server/openai_response_writer.h"
 #include "server/sse.h"
+#include "server/wakeup_binding.h"
 
 namespace kvserve::server {
 namespace {
@@ -32,20 +33,6 @@ HttpResponse StatusResponse(const absl::Status& status) { return ErrorResponse(T
 int64_t UnixSeconds(const base::Clock& wall) { return wall.now_ns() / 1'000'000'000; }
 
 base::Nanos Ns(milliseconds d) { return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count(); }
-
-// Keeps a generation's wake-ups pointed at a ConnectionWaiter while it is in scope.
-class WakeupBinding {
- public:
-  WakeupBinding(Generation& generation, ConnectionWaiter& waiter) : generation_(generation) {
-    generation_.SetWakeup([&waiter] { waiter.Notify(); });
-  }
-  ~WakeupBinding() { generation_.SetWakeup(nullptr); }
-  WakeupBinding(const WakeupBinding&) = delete;
-  WakeupBinding& operator=(const WakeupBinding&) = delete;
-
- private:
-  Generation& generation_;
-};
 
 // Streams one generation as SSE. Lives as long as the HTTP response (shared by the
 // content provider and its end callback); only the connection's thread calls Next().

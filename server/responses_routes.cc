@@ -19,6 +19,7 @@
 #include "server/responses_events.h"
 #include "server/responses_request.h"
 #include "server/sse.h"
+#include "server/wakeup_binding.h"
 
 namespace kvserve::server {
 namespace {
@@ -46,20 +47,6 @@ std::string PathId(const std::string& path) {
   if (rest.starts_with(kPrefix)) rest.remove_prefix(kPrefix.size());
   return std::string(rest.substr(0, rest.find('/')));
 }
-
-// Points a generation's wake-ups at a ConnectionWaiter while in scope.
-class WakeupBinding {
- public:
-  WakeupBinding(Generation& generation, ConnectionWaiter& waiter) : generation_(generation) {
-    generation_.SetWakeup([&waiter] { waiter.Notify(); });
-  }
-  ~WakeupBinding() { generation_.SetWakeup(nullptr); }
-  WakeupBinding(const WakeupBinding&) = delete;
-  WakeupBinding& operator=(const WakeupBinding&) = delete;
-
- private:
-  Generation& generation_;
-};
 
 // What a finished response leaves in the store (when the request asked for it).
 struct StorePlan {
