@@ -37,7 +37,8 @@ struct CompressionRequest {
 
 // Per-request speculative decoding (docs/speculative.md); unset fields take the server's
 // speculative.* settings. A method other than none on a backend or sequence that cannot
-// draft (CUDA, compressing, sliding window) decodes normally: output is the same either way.
+// draft (CUDA, compressing, every layer windowed) decodes normally: output is the same either
+// way. Hybrid models with layer groups draft: a rollback shrinks their window tables too.
 struct SpeculativeRequest {
   std::optional<config::SpeculativeMethod> method;
   std::optional<int> num_tokens;  // [1, kMaxDraftTokens]

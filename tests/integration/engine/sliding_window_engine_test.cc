@@ -130,7 +130,8 @@ TEST_F(SlidingWindowEngine, CompressingPoliciesAreRefusedAndAutoRunsFull) {
 // A hybrid model with layer groups (Gemma 3: 5 window layers of 8 tokens to 1 global): greedy
 // tokens past 8x the window equal the float64 reference's, each sequence's window tables stay
 // within the window, preemption (swap falls back to recompute: window tables are never
-// swapped) keeps the tokens, n > 1 forks the window tables, and nothing leaks.
+// swapped) keeps the tokens, n > 1 forks the window tables, speculative drafts roll them back,
+// and nothing leaks.
 TEST(HybridLayerGroupsEngine, TokensMatchTheReferenceThroughPreemptionAndForks) {
   testing::hf::FixtureDir dir("gemma3_groups");
   ASSERT_TRUE(testing::hf::WriteRandomCheckpoint(testing::hf::Gemma3Preset(), dir.path()).ok());
@@ -156,6 +157,7 @@ TEST(HybridLayerGroupsEngine, TokensMatchTheReferenceThroughPreemptionAndForks) 
   for (auto mode : {config::PreemptionMode::kRecompute, config::PreemptionMode::kSwap}) {
     config::Config cfg;
     cfg.scheduler.preemption_mode = mode;
+    cfg.speculative.min_acceptance = 0.0;  // a request asking for drafts drafts every step
     // Near its end a sequence holds 10 main blocks + 5 window tables x 2-3 blocks: 40 blocks
     // hold one, not two.
     cfg.cache.kv_bytes = 40 * block_bytes;
@@ -177,6 +179,27 @@ TEST(HybridLayerGroupsEngine, TokensMatchTheReferenceThroughPreemptionAndForks) 
     if (mode == config::PreemptionMode::kSwap) {
       ExpectNoBlocksLeaked(engine, obs, "swap");
       continue;
+    }
+    // N-gram speculation drafting every step: rejected guesses leave the window tables too
+    // (KvCacheManager::rollback), and greedy output is unchanged.
+    {
+      RequestSpec r = Greedy("spec", prompts[0], generate);
+      r.speculative.method = config::SpeculativeMethod::kNgram;
+      r.speculative.num_tokens = 4;
+      r.speculative.ngram_min = 1;
+      auto s = engine->Submit(r);
+      ASSERT_TRUE(s.ok()) << s.status();
+      RequestUsage usage;
+      std::vector<int32_t> tokens;
+      while (!(*s)->done()) {
+        auto e = (*s)->pop_wait(std::chrono::milliseconds(200));
+        if (!e) continue;
+        if (e->usage) usage = *e->usage;
+        tokens.insert(tokens.end(), e->token_ids.begin(), e->token_ids.end());
+      }
+      EXPECT_EQ(tokens, *want);
+      EXPECT_GT(usage.spec_draft_tokens, 0);
+      EXPECT_LT(usage.spec_accepted_tokens, usage.spec_draft_tokens) << "no guess was ever rejected";
     }
     // Alone, each prompt gives the same tokens as under preemption; n = 2 greedy samples fork
     // the tables (copy-on-write of the window tails) and both equal it.
