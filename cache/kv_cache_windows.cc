@@ -71,7 +71,11 @@ int32_t KvCacheManager::shrink_windows(SequenceKvState& s, int64_t new_num_token
 
 int32_t KvCacheManager::rollback(SeqId seq, int64_t new_num_tokens) {
   int32_t released = truncate(seq, new_num_tokens);
-  return released + shrink_windows(*find(seq), new_num_tokens);
+  SequenceKvState& s = *find(seq);
+  // Guesses come after every released position: the release ran on the verified length.
+  KVS_CHECK(static_cast<int64_t>(s.window_released_front) * block_size_ <= new_num_tokens, "rollback of sequence ",
+            seq.value(), " to ", new_num_tokens, " positions, before its released window front");
+  return released + shrink_windows(s, new_num_tokens);
 }
 
 std::span<const BlockId> KvCacheManager::window_table(SeqId seq, int group) const {
