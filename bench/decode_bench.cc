@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/cpu_clock.h"
 #include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/paged_attention.h"
 #include "model/batch_builder.h"
@@ -40,11 +41,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double CpuNow() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
+double CpuNow() { return bench::ProcessCpuSeconds(); }
 
 // Wall and process-CPU seconds of one timed region.
 struct Elapsed {

@@ -22,6 +22,7 @@
 #include <immintrin.h>
 #endif
 
+#include "bench/cpu_clock.h"
 #include "kernels/cpu/compute_pool.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/packed_linear.h"
@@ -31,11 +32,7 @@ namespace {
 using kvserve::kernels::cpu::Linear;
 using kvserve::kernels::cpu::PackedLinear;
 
-double CpuSeconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
+double CpuSeconds() { return kvserve::bench::ProcessCpuSeconds(); }
 double WallSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }

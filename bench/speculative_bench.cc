@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/cpu_clock.h"
 #include "engine/engine_factory.h"
 #include "speculative/spec_params.h"
 
@@ -37,11 +38,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double CpuNow() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
+double CpuNow() { return bench::ProcessCpuSeconds(); }
 
 class SpecCounter : public engine::EngineObserver {
  public:
