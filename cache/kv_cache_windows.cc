@@ -21,10 +21,10 @@ int32_t KvCacheManager::window_blocks_needed(const SequenceKvState& s, int num_n
 void KvCacheManager::grow_windows(SequenceKvState& s, int num_new_tokens, AllocationDelta& d) {
   if (s.window.empty()) return;
   const int32_t first = s.window[0].num_blocks();
+  const int64_t tokens = s.window[0].num_tokens();  // before group 0 grows below
   d.window_first_block = first;
   for (BlockTable& w : s.window) {
-    KVS_DCHECK(w.num_blocks() == first && w.num_tokens() == s.window[0].num_tokens(),
-               "window tables differ");
+    KVS_DCHECK(w.num_blocks() == first && w.num_tokens() == tokens, "window tables differ");
     if (num_new_tokens > 0 && w.tail_fill() != 0 && pool_.refcount(w.back()) > 1) {
       // Shared by a fork: the tail is copied before new rows land in it (as the main table).
       const BlockId tail = w.back();
