@@ -28,8 +28,8 @@ KvCacheManager::KvCacheManager(const KvCacheManagerOptions& options, base::Logge
       device_remote_ok_(static_cast<size_t>(options.num_blocks), 0) {
   KVS_CHECK(block_size_ > 0 && (block_size_ & (block_size_ - 1)) == 0,
             "block_size must be a power of two, got ", block_size_);
-  KVS_CHECK(num_window_groups_ == 0 || (group_window_ > 0 && !enable_prefix_caching_),
-            "layer groups need a window and prefix caching off");
+  KVS_CHECK(num_window_groups_ == 0 || (group_window_ > 0 && !host_cache_.enabled()),
+            "layer groups need a window and no host prefix tier");
   slots_.reserve(options.expected_sequences);
   free_slots_.reserve(options.expected_sequences);
   seq_index_.reserve(options.expected_sequences);
@@ -112,8 +112,8 @@ PrefixMatch KvCacheManager::match_prefix(SeqId seq, std::span<const int32_t> pro
                                          const PrefixKey& key) {
   SequenceKvState* existing = find(seq);
   SequenceKvState& s = existing ? *existing : create(seq);
-  KVS_CHECK(!s.swapped && s.table.empty() && s.table.num_tokens() == 0,
-            "match_prefix on sequence ", seq.value(), " that already holds KV");
+  KVS_CHECK(!s.swapped && s.table.empty() && s.table.num_tokens() == 0, "match_prefix on sequence ",
+            seq.value(), " that already holds KV");
   s.root = hasher_.root(key);
   s.tenant_salt = TenantSalt(key);
   s.hashes.clear();
@@ -137,6 +137,8 @@ PrefixMatch KvCacheManager::match_prefix(SeqId seq, std::span<const int32_t> pro
     s.hashes.push_back(h);
     parent = h;
   }
+  // Layer groups: the hit ends where every window group also holds the window before it.
+  if (num_window_groups_ > 0) n = match_windows(s, n);
   // The host tier continues the chain: each hit takes a fresh device block and a copy.
   int32_t host_hits = 0, remote_hits = 0;
   if (host_cache_.enabled()) host_query_blocks_ += max_blocks - n;
@@ -179,8 +181,8 @@ void KvCacheManager::commit_full_blocks(SeqId seq, std::span<const int32_t> toke
   const int32_t limit_blocks = static_cast<int32_t>(limit_tokens / block_size_);
   for (int32_t i = s->num_committed_blocks(); i < limit_blocks; ++i) {
     const BlockHash parent = i == 0 ? s->root : s->hashes[i - 1];
-    const BlockHash h = hasher_.chain(
-        parent, tokens.subspan(static_cast<size_t>(i) * block_size_, block_size_));
+    const BlockHash h =
+        hasher_.chain(parent, tokens.subspan(static_cast<size_t>(i) * block_size_, block_size_));
     const BlockId b = s->table[i];
     const BlockHash current = pool_.hash(b);
     if (current == kNoHash) {
@@ -198,6 +200,7 @@ void KvCacheManager::commit_full_blocks(SeqId seq, std::span<const int32_t> toke
     }
     s->hashes.push_back(h);
   }
+  if (num_window_groups_ > 0) commit_windows(*s);
 }
 
 void KvCacheManager::set_publish_limit(SeqId seq, int64_t max_tokens) {
@@ -301,13 +304,16 @@ void KvCacheManager::fork(SeqId parent, SeqId child) {
     }
   }
   c.window_released_front = p.window_released_front;
+  c.window_committed = p.window_committed;
 }
 
 int32_t KvCacheManager::release_before(SeqId seq, int64_t first_needed) {
   SequenceKvState* s = find(seq);
-  KVS_CHECK(s != nullptr && !s->swapped, "release_before on unknown or swapped-out sequence ", seq.value());
+  KVS_CHECK(s != nullptr && !s->swapped, "release_before on unknown or swapped-out sequence ",
+            seq.value());
   if (!s->window.empty()) {
-    // Window blocks are private and never published: release every block wholly before.
+    // Every window block wholly before goes (prefix caching published the full ones in
+    // commit_full_blocks, which the scheduler runs first: they stay cached until evicted).
     const int32_t wend = static_cast<int32_t>(std::min<int64_t>(
         std::max<int64_t>(first_needed, 0) / block_size_, s->window[0].num_full_blocks()));
     int32_t released = 0;
@@ -322,8 +328,8 @@ int32_t KvCacheManager::release_before(SeqId seq, int64_t first_needed) {
     window_released_blocks_ += released;
     return released;
   }
-  int32_t end = static_cast<int32_t>(std::min<int64_t>(std::max<int64_t>(first_needed, 0) / block_size_,
-                                                       s->table.num_full_blocks()));
+  int32_t end = static_cast<int32_t>(std::min<int64_t>(
+      std::max<int64_t>(first_needed, 0) / block_size_, s->table.num_full_blocks()));
   if (enable_prefix_caching_ && s->root != kNoHash) end = std::min(end, s->num_committed_blocks());
   int32_t released = 0;
   for (int32_t i = s->released_front; i < end; ++i) {
@@ -377,11 +383,12 @@ int32_t KvCacheManager::free(SeqId seq) {
 // ------------------------------------------------------------------ demotion tiers
 
 std::optional<std::span<const BlockId>> KvCacheManager::reserve_tier_blocks(SeqId seq, int tier,
-                                                                             int32_t num_blocks) {
+                                                                            int32_t num_blocks) {
   SequenceKvState* s = find(seq);
-  KVS_CHECK(s != nullptr && !s->swapped, "reserve_tier_blocks on unknown or swapped-out sequence ", seq.value());
-  KVS_CHECK(tier >= 0 && tier < num_demote_tiers() && num_blocks >= 0, "reserve_tier_blocks: tier ", tier, ", ",
-            num_blocks, " blocks");
+  KVS_CHECK(s != nullptr && !s->swapped, "reserve_tier_blocks on unknown or swapped-out sequence ",
+            seq.value());
+  KVS_CHECK(tier >= 0 && tier < num_demote_tiers() && num_blocks >= 0, "reserve_tier_blocks: tier ",
+            tier, ", ", num_blocks, " blocks");
   BlockPool& pool = tier_pools_[static_cast<size_t>(tier)];
   if (num_blocks > pool.num_free()) return std::nullopt;
   if (s->tier_blocks.size() < tier_pools_.size()) s->tier_blocks.resize(tier_pools_.size());
@@ -394,8 +401,8 @@ std::optional<std::span<const BlockId>> KvCacheManager::reserve_tier_blocks(SeqI
 int64_t KvCacheManager::kv_bytes_held(SeqId seq) const {
   const SequenceKvState* s = find(seq);
   if (s == nullptr) return 0;
-  const int64_t blocks =
-      s->swapped ? static_cast<int64_t>(s->host_blocks.size()) : s->table.num_blocks() - s->released_front;
+  const int64_t blocks = s->swapped ? static_cast<int64_t>(s->host_blocks.size())
+                                    : s->table.num_blocks() - s->released_front;
   int64_t window_blocks = 0;
   for (const BlockTable& w : s->window) window_blocks += w.num_blocks() - s->window_released_front;
   int64_t bytes = (blocks + window_blocks) * static_cast<int64_t>(bytes_per_block_);
@@ -574,7 +581,8 @@ void KvCacheManager::begin_step() {
   quarantine_.clear();
 }
 
-void KvCacheManager::take_tier_copies(std::vector<BlockCopy>& to_host, std::vector<BlockCopy>& to_device) {
+void KvCacheManager::take_tier_copies(std::vector<BlockCopy>& to_host,
+                                      std::vector<BlockCopy>& to_device) {
   to_host.insert(to_host.end(), tier_to_host_.begin(), tier_to_host_.end());
   to_device.insert(to_device.end(), tier_to_device_.begin(), tier_to_device_.end());
   tier_to_host_.clear();
@@ -586,27 +594,30 @@ void KvCacheManager::take_remote_writes(std::vector<RemoteWrite>& out) {
   remote_writes_.clear();
 }
 
-PrefixProbe KvCacheManager::probe_prefix(std::span<const int32_t> prompt_tokens, const PrefixKey& key) const {
+PrefixProbe KvCacheManager::probe_prefix(std::span<const int32_t> prompt_tokens,
+                                         const PrefixKey& key) const {
   PrefixProbe p;
   if (!enable_prefix_caching_ || prompt_tokens.empty()) return p;
   p.eligible_blocks = static_cast<int32_t>((prompt_tokens.size() - 1) / block_size_);
   BlockHash parent = hasher_.root(key);
   for (; p.cached_blocks < p.eligible_blocks; ++p.cached_blocks) {
     const BlockHash h = hasher_.chain(
-        parent, prompt_tokens.subspan(static_cast<size_t>(p.cached_blocks) * block_size_, block_size_));
+        parent,
+        prompt_tokens.subspan(static_cast<size_t>(p.cached_blocks) * block_size_, block_size_));
     if (!pool_.find_cached(h) && !host_cache_.find(h)) break;
     parent = h;
   }
   return p;
 }
 
-void KvCacheManager::prefix_hashes(std::span<const int32_t> tokens, const PrefixKey& key, int32_t from,
-                                   int32_t to, std::vector<BlockHash>& out) const {
+void KvCacheManager::prefix_hashes(std::span<const int32_t> tokens, const PrefixKey& key,
+                                   int32_t from, int32_t to, std::vector<BlockHash>& out) const {
   KVS_CHECK(from >= 0 && to >= from && static_cast<size_t>(to) * block_size_ <= tokens.size(),
             "prefix_hashes of blocks [", from, ",", to, ") of ", tokens.size(), " tokens");
   BlockHash parent = hasher_.root(key);
   for (int32_t i = 0; i < to; ++i) {
-    parent = hasher_.chain(parent, tokens.subspan(static_cast<size_t>(i) * block_size_, block_size_));
+    parent =
+        hasher_.chain(parent, tokens.subspan(static_cast<size_t>(i) * block_size_, block_size_));
     if (i >= from) out.push_back(parent);
   }
 }
@@ -617,7 +628,8 @@ std::optional<BlockId> KvCacheManager::insert_remote_block(BlockHash hash, uint6
     const std::optional<BlockId> victim = host_cache_.lru();
     const bool quarantined = victim && remote_writes_mode_ == RemoteWrites::kWriteBack &&
                              host_cache_.info(*victim).remote_ok;
-    if ((quarantined && swap_.num_free() == 0) || !evict_host_lru(/*for_swap=*/false)) return std::nullopt;
+    if ((quarantined && swap_.num_free() == 0) || !evict_host_lru(/*for_swap=*/false))
+      return std::nullopt;
   }
   host_scratch_.clear();
   if (!swap_.allocate(1, host_scratch_)) return std::nullopt;

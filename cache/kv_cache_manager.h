@@ -123,8 +123,8 @@ struct KvCacheManagerOptions {
   std::vector<size_t> demote_tier_block_bytes;  // bytes per block of each tier (kv_layout.h)
   uint64_t hash_seed = BlockHasher::kDefaultSeed;
   // Layer groups (cache/layer_groups.h): window tables per sequence and the window they
-  // keep; 0: one table. Needs enable_prefix_caching = false (a hit would lack the window
-  // layers' KV before it).
+  // keep; 0: one table. Needs host_cache_blocks = 0 (the host prefix tier would have to hold
+  // window blocks too); device prefix hits work (match_prefix).
   int32_t num_window_groups = 0;
   int32_t group_window = 0;
   int32_t expected_sequences = 256;  // capacity reserved up front (not a limit)
@@ -308,6 +308,17 @@ class KvCacheManager {
   // allocate()'s window half: every window table grows by num_new_tokens positions.
   void grow_windows(SequenceKvState& s, int num_new_tokens, AllocationDelta& d);
   int32_t shrink_windows(SequenceKvState& s, int64_t new_num_tokens);
+  // Prefix caching with layer groups. A window block is published under window_hash(main
+  // chain hash of the same block index, group). A hit of m blocks (m * block_size positions)
+  // needs every group's blocks holding positions [m * block_size - window + 1, m *
+  // block_size): the next row's window. match_windows shortens the main table's hit of n
+  // blocks to the longest m <= n for which all are cached, and fills the window tables
+  // (kNullBlock before the first needed block). commit_windows publishes every window table's
+  // blocks up to the main table's committed count.
+  BlockHash window_hash(BlockHash main, int group) const;
+  int32_t first_window_block(int32_t num_blocks) const;
+  int32_t match_windows(SequenceKvState& s, int32_t n);
+  void commit_windows(SequenceKvState& s);
   void release_table_tail_first(SequenceKvState& s);
   void release_tier_blocks(SequenceKvState& s);
   // pool_.allocate(), offloading the evicted content to the host tier first.

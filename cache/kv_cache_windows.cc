@@ -1,7 +1,7 @@
 // KvCacheManager's window tables (layer groups, cache/layer_groups.h): the members that grow,
-// shrink and expose them, apart from the main-table code in kv_cache_manager.cc. Window
-// tables are private to their sequence (shared only by fork), never published or swapped,
-// and indexed by absolute position; every one of a sequence's tables has the same length.
+// shrink, publish, match and expose them, apart from the main-table code in
+// kv_cache_manager.cc. Window tables are indexed by absolute position; every one of a
+// sequence's tables has the same length. Shared by fork and by prefix hits; never swapped.
 #include <algorithm>
 
 #include "base/check.h"
@@ -82,6 +82,70 @@ int32_t KvCacheManager::rollback(SeqId seq, int64_t num_rejected) {
             "rollback of sequence ", seq.value(), " to ", positions,
             " positions, before its released window front");
   return released + shrink_windows(s, positions);
+}
+
+BlockHash KvCacheManager::window_hash(BlockHash main, int group) const {
+  // A one-token "block" whose token is never an id: a hash space apart from the main chain.
+  const int32_t tag = -1 - group;
+  return hasher_.chain(main, std::span<const int32_t>(&tag, 1));
+}
+
+int32_t KvCacheManager::first_window_block(int32_t num_blocks) const {
+  const int64_t first = static_cast<int64_t>(num_blocks) * block_size_ - group_window_ + 1;
+  return static_cast<int32_t>(std::max<int64_t>(0, first) / block_size_);
+}
+
+int32_t KvCacheManager::match_windows(SequenceKvState& s, int32_t n) {
+  int32_t m = n;
+  for (; m > 0; --m) {
+    bool cached = true;
+    for (int g = 0; g < num_window_groups_ && cached; ++g) {
+      for (int32_t i = first_window_block(m); i < m && cached; ++i) {
+        cached = pool_.find_cached(window_hash(s.hashes[static_cast<size_t>(i)], g)).has_value();
+      }
+    }
+    if (cached) break;
+  }
+  while (s.table.num_blocks() > m) pool_.release(s.table.pop_block());  // tail first
+  s.hashes.resize(static_cast<size_t>(m));
+  const int32_t first = first_window_block(m);
+  for (int g = 0; g < num_window_groups_; ++g) {
+    BlockTable& w = s.window[static_cast<size_t>(g)];
+    KVS_CHECK(w.empty(), "window match on a sequence holding window blocks");
+    for (int32_t i = 0; i < m; ++i) {
+      if (i < first) {
+        w.append_block(kNullBlock);
+        continue;
+      }
+      const BlockId b = *pool_.find_cached(window_hash(s.hashes[static_cast<size_t>(i)], g));
+      pool_.retain(b);
+      w.append_block(b);
+    }
+    w.set_num_tokens(static_cast<int64_t>(m) * block_size_);
+  }
+  s.window_released_front = first;
+  s.window_committed = m;
+  return m;
+}
+
+void KvCacheManager::commit_windows(SequenceKvState& s) {
+  const int32_t limit =
+      std::min(s.num_committed_blocks(), s.window.empty() ? 0 : s.window[0].num_full_blocks());
+  for (int32_t i = s.window_committed; i < limit; ++i) {
+    for (size_t g = 0; g < s.window.size(); ++g) {
+      const BlockId b = s.window[g][i];
+      if (b == kNullBlock) continue;  // never held (a hit's front) or already released
+      const BlockHash h = window_hash(s.hashes[static_cast<size_t>(i)], static_cast<int>(g));
+      if (pool_.hash(b) == kNoHash) {
+        publish_device(b, h, s.tenant_salt, /*remote_ok=*/false);
+      } else {
+        // Shared with a fork sibling that committed it first: same tokens, same hash.
+        KVS_DCHECK(pool_.hash(b) == h, "window block ", b.value(),
+                   " already published with different content");
+      }
+    }
+  }
+  s.window_committed = std::max(s.window_committed, limit);
 }
 
 std::span<const BlockId> KvCacheManager::window_table(SeqId seq, int group) const {

@@ -18,8 +18,10 @@
 //
 // Layer groups (hybrid models, cache/layer_groups.h): `window` holds one table per window
 // group, indexed by absolute position (never compacted), all of the same length; their first
-// `window_released_front` entries are kNullBlock (left every window layer's view). Private:
-// never published or swapped (such a sequence is recomputed); shared only by fork.
+// `window_released_front` entries are kNullBlock (left every window layer's view, or, after a
+// prefix hit, never needed). Never swapped (such a sequence is recomputed); shared by fork.
+// Their full blocks are published for prefix hits under group-tagged hashes of the main
+// chain (KvCacheManager::window_hash); `window_committed` counts the blocks done so far.
 //
 // Demotion tiers (issue 18): tier_blocks[t] are the blocks of demotion tier pool t that the
 // sequence was granted (KvCacheManager::reserve_tier_blocks); the runner keeps its demoted
@@ -52,6 +54,7 @@ struct SequenceKvState {
     for (auto& t : tier_blocks) t.clear();
     for (auto& w : window) w.clear();
     window_released_front = 0;
+    window_committed = 0;
   }
 
   bool holds_window_blocks() const { return !window.empty() && !window[0].empty(); }
@@ -78,6 +81,7 @@ struct SequenceKvState {
   std::vector<std::vector<BlockId>> tier_blocks;  // [demotion tier]; sized on first grant
   std::vector<BlockTable> window;     // [window group]; sized at creation when groups are on
   int32_t window_released_front = 0;  // leading entries of every window table released
+  int32_t window_committed = 0;       // leading window-table blocks published (or hit)
 };
 
 }  // namespace kvserve::cache

@@ -26,11 +26,13 @@ constexpr int kBlock = 8;
 class SlidingWindowEngine : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(testing::hf::WriteRandomCheckpoint(testing::hf::MistralPreset(kWindow), dir_.path()).ok());
+    ASSERT_TRUE(
+        testing::hf::WriteRandomCheckpoint(testing::hf::MistralPreset(kWindow), dir_.path()).ok());
     auto mc = model::LoadModelConfig(dir_.path());
     ASSERT_TRUE(mc.ok()) << mc.status();
     ASSERT_EQ(mc->kv_window(), kWindow);
-    bytes_per_block_ = static_cast<uint64_t>(mc->num_layers) * 2 * mc->num_kv_heads * kBlock * mc->head_dim * 4;
+    bytes_per_block_ =
+        static_cast<uint64_t>(mc->num_layers) * 2 * mc->num_kv_heads * kBlock * mc->head_dim * 4;
   }
 
   std::unique_ptr<ServingEngine> Make(config::Config cfg, EngineObserver* obs) {
@@ -102,7 +104,8 @@ TEST_F(SlidingWindowEngine, PreemptionKeepsTokensAndLeaksNothing) {
       streams.push_back(*s);
     }
     obs.Release();
-    for (size_t i = 0; i < streams.size(); ++i) EXPECT_EQ(Collect(*streams[i]), alone[i]) << "request " << i;
+    for (size_t i = 0; i < streams.size(); ++i)
+      EXPECT_EQ(Collect(*streams[i]), alone[i]) << "request " << i;
     EXPECT_GT(obs.preemptions.load(), 0) << "the pool was meant to force preemption";
     ExpectNoBlocksLeaked(engine, obs, mode == config::PreemptionMode::kSwap ? "swap" : "recompute");
   }
@@ -120,7 +123,8 @@ TEST_F(SlidingWindowEngine, CompressingPoliciesAreRefusedAndAutoRunsFull) {
   auto refused = engine->Submit(spec);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(std::string(refused.status().message()).find("sliding window"), std::string::npos) << refused.status();
+  EXPECT_NE(std::string(refused.status().message()).find("sliding window"), std::string::npos)
+      << refused.status();
   spec.compression.policy = config::CompressionPolicyKind::kAuto;
   auto full = engine->Submit(spec);
   ASSERT_TRUE(full.ok()) << full.status();
@@ -131,7 +135,7 @@ TEST_F(SlidingWindowEngine, CompressingPoliciesAreRefusedAndAutoRunsFull) {
 // tokens past 8x the window equal the float64 reference's, each sequence's window tables stay
 // within the window, preemption (swap falls back to recompute: window tables are never
 // swapped) keeps the tokens, n > 1 forks the window tables, speculative drafts roll them back,
-// and nothing leaks.
+// a prefix hit starts with the window before it, and nothing leaks.
 TEST(HybridLayerGroupsEngine, TokensMatchTheReferenceThroughPreemptionAndForks) {
   testing::hf::FixtureDir dir("gemma3_groups");
   ASSERT_TRUE(testing::hf::WriteRandomCheckpoint(testing::hf::Gemma3Preset(), dir.path()).ok());
@@ -199,7 +203,31 @@ TEST(HybridLayerGroupsEngine, TokensMatchTheReferenceThroughPreemptionAndForks) 
       }
       EXPECT_EQ(tokens, *want);
       EXPECT_GT(usage.spec_draft_tokens, 0);
-      EXPECT_LT(usage.spec_accepted_tokens, usage.spec_draft_tokens) << "no guess was ever rejected";
+      EXPECT_LT(usage.spec_accepted_tokens, usage.spec_draft_tokens)
+          << "no guess was ever rejected";
+    }
+    // Prefix caching: a prompt of 4.5x the window computed, then hit. The hit's window tables
+    // hold the window before it (KvCacheManager::match_windows) and the tokens go on as the
+    // reference's.
+    {
+      std::vector<int32_t> long_prompt = prompts[0];
+      long_prompt.insert(long_prompt.end(), want->begin(), want->begin() + 30);
+      const std::vector<int32_t> rest(want->begin() + 30, want->begin() + 46);
+      for (int round = 0; round < 2; ++round) {
+        auto s = engine->Submit(Greedy("long" + std::to_string(round), long_prompt, 16));
+        ASSERT_TRUE(s.ok()) << s.status();
+        RequestUsage usage;
+        std::vector<int32_t> tokens;
+        while (!(*s)->done()) {
+          auto e = (*s)->pop_wait(std::chrono::milliseconds(200));
+          if (!e) continue;
+          if (e->usage) usage = *e->usage;
+          tokens.insert(tokens.end(), e->token_ids.begin(), e->token_ids.end());
+        }
+        EXPECT_EQ(tokens, rest) << "round " << round;
+        // Every full block but the one holding the last prompt token.
+        if (round == 1) EXPECT_EQ(usage.cached_prompt_tokens, (36 - 1) / kBlock * kBlock);
+      }
     }
     // Alone, each prompt gives the same tokens as under preemption; n = 2 greedy samples fork
     // the tables (copy-on-write of the window tails) and both equal it.

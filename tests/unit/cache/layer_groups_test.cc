@@ -54,12 +54,13 @@ TEST(LayerGroups, PlanCutsWindowLayersIntoGroupsOfTheGlobalLayersSize) {
   EXPECT_EQ(PlanLayerGroups({}, 0).num_slots(), 0);
 }
 
-std::unique_ptr<KvCacheManager> GroupedManager(int32_t num_blocks, int groups, int32_t window) {
+std::unique_ptr<KvCacheManager> GroupedManager(int32_t num_blocks, int groups, int32_t window,
+                                               bool prefix_caching = false) {
   KvCacheManagerOptions o;
   o.layout = testing::SmallLayout(config::KvDtype::kFp32, /*block_size=*/4);
   o.layout.layer_slots = 1;
   o.num_blocks = num_blocks + 1;
-  o.enable_prefix_caching = false;
+  o.enable_prefix_caching = prefix_caching;
   o.num_window_groups = groups;
   o.group_window = window;
   return std::make_unique<KvCacheManager>(o, base::Logger());
@@ -127,16 +128,29 @@ TEST(LayerGroups, WindowTablesGrowReleaseRollBackForkAndFree) {
 }
 
 // Random allocate / rollback / release / fork / free on a grouped manager, as the scheduler
-// drives it (guesses rolled back before the step's release): after every operation the invariant
-// checker passes, every window table still holds every position of the window (release_before never
-// drops one a layer reads), and at the end every block is back in the pool.
-TEST(LayerGroups, RandomOperationsKeepInvariantsAndTheWindow) {
+// drives it (guesses rolled back before the step's commit and release): after every operation
+// the invariant checker passes, every window table still holds every position of the window
+// (release_before never drops one a layer reads, and a prefix hit never starts without it), and
+// at the end every block is back in the pool. With prefix caching, every sequence follows one
+// of three token streams, so new ones hit what others published (and eviction cut).
+void RunRandomGroupedOperations(bool prefix_caching) {
   constexpr int32_t kWindow = 7;
   constexpr int kGroups = 3;
-  auto m = GroupedManager(/*num_blocks=*/120, kGroups, kWindow);
+  auto m = GroupedManager(/*num_blocks=*/120, kGroups, kWindow, prefix_caching);
   std::mt19937 rng(7);
-  std::map<int64_t, int64_t> seqs;  // id -> positions written (all tables: no compaction here)
+  struct Seq {
+    int64_t len = 0;  // positions written (all tables: no compaction here)
+    int stream = 0;
+  };
+  std::map<int64_t, Seq> seqs;
   int64_t next_id = 1;
+  int64_t hits = 0;
+  auto tokens = [](int stream, int64_t len) {
+    std::vector<int32_t> t(static_cast<size_t>(len));
+    for (int64_t p = 0; p < len; ++p)
+      t[static_cast<size_t>(p)] = 3 + static_cast<int32_t>((p * 7 + stream * 13) % 50);
+    return t;
+  };
   auto pick = [&]() {
     auto it = seqs.begin();
     std::advance(it, static_cast<long>(rng() % seqs.size()));
@@ -146,7 +160,17 @@ TEST(LayerGroups, RandomOperationsKeepInvariantsAndTheWindow) {
     const int r = static_cast<int>(rng() % 100);
     if (seqs.empty() || r < 15) {
       const SeqId id{next_id++};
-      if (m->allocate(id, 1 + static_cast<int>(rng() % 20))) seqs[id.value()] = m->num_tokens(id);
+      const int stream = static_cast<int>(rng() % 3);
+      const int64_t prompt = 1 + static_cast<int64_t>(rng() % 40);
+      const PrefixMatch hit = m->match_prefix(id, tokens(stream, prompt), PrefixKey{});
+      hits += hit.num_tokens;
+      if (m->allocate(id, static_cast<int>(prompt - hit.num_tokens))) {
+        seqs[id.value()] = {m->num_tokens(id), stream};
+        m->commit_full_blocks(id, tokens(stream, prompt));
+        m->release_before(id, prompt - kWindow + 1);
+      } else {
+        m->free(id);
+      }
     } else if (r < 70) {  // a step: rows (some of them guesses, a few rejected), then the release
       auto it = pick();
       const SeqId id{it->first};
@@ -154,9 +178,10 @@ TEST(LayerGroups, RandomOperationsKeepInvariantsAndTheWindow) {
       const int draft = static_cast<int>(rng() % 4);
       if (!m->allocate(id, n + draft)) continue;
       const int accepted = draft == 0 ? 0 : static_cast<int>(rng() % (draft + 1));
-      it->second += n + accepted;
+      it->second.len += n + accepted;
       m->rollback(id, draft - accepted);
-      m->release_before(id, it->second - kWindow + 1);
+      m->commit_full_blocks(id, tokens(it->second.stream, it->second.len));
+      m->release_before(id, it->second.len - kWindow + 1);
     } else if (r < 78) {
       auto it = pick();
       const SeqId child{next_id++};
@@ -169,7 +194,9 @@ TEST(LayerGroups, RandomOperationsKeepInvariantsAndTheWindow) {
     }
     ASSERT_TRUE(CheckCacheInvariants(*m).ok())
         << "step " << step << ": " << CheckCacheInvariants(*m);
-    for (const auto& [id, len] : seqs) {
+    for (const auto& [id, q] : seqs) {
+      const int64_t len = q.len;
+      ASSERT_EQ(m->num_tokens(SeqId{id}), len);
       for (int g = 0; g < kGroups; ++g) {
         const auto table = m->window_table(SeqId{id}, g);
         ASSERT_EQ(static_cast<int64_t>(table.size()), (len + 3) / 4) << "step " << step;
@@ -181,7 +208,80 @@ TEST(LayerGroups, RandomOperationsKeepInvariantsAndTheWindow) {
       }
     }
   }
-  for (const auto& [id, len] : seqs) m->free(SeqId{id});
+  for (const auto& [id, q] : seqs) m->free(SeqId{id});
+  EXPECT_EQ(m->usage().used_blocks, 0);
+  EXPECT_INVARIANTS(*m);
+  if (prefix_caching) {
+    EXPECT_GT(hits, 0) << "no prefix hit in 3000 operations";
+  } else {
+    EXPECT_EQ(hits, 0);
+  }
+}
+
+TEST(LayerGroups, RandomOperationsKeepInvariantsAndTheWindow) { RunRandomGroupedOperations(false); }
+
+TEST(LayerGroups, RandomOperationsWithPrefixHitsKeepInvariantsAndTheWindow) {
+  RunRandomGroupedOperations(true);
+}
+
+// A prefix hit on a grouped manager needs every window group's blocks of the window before
+// it: the hit's window tables hold kNullBlock before that window and the cached blocks in it.
+// When eviction took the window blocks a short prompt needs, its main-table blocks alone do not
+// make a hit, while a longer prompt, whose window blocks are still cached, hits in full.
+TEST(LayerGroups, PrefixHitsNeedTheWindowBeforeThem) {
+  constexpr int32_t kWindow = 8;
+  auto m = GroupedManager(/*num_blocks=*/64, /*groups=*/2, kWindow, /*prefix_caching=*/true);
+  std::vector<int32_t> prompt(40);
+  for (int i = 0; i < 40; ++i) prompt[static_cast<size_t>(i)] = 100 + i;
+  // A computes 40 tokens a block per step, publishing and releasing behind the window.
+  const SeqId a{1};
+  EXPECT_EQ(m->match_prefix(a, prompt, PrefixKey{}).num_blocks, 0);
+  for (int64_t len = 4; len <= 40; len += 4) {
+    ASSERT_TRUE(m->allocate(a, 4).has_value());
+    m->commit_full_blocks(a, std::span<const int32_t>(prompt).first(static_cast<size_t>(len)));
+    m->release_before(a, len - kWindow + 1);
+  }
+  EXPECT_INVARIANTS(*m);
+  m->free(a);
+
+  // The same 40 tokens and one more: a hit of 10 blocks; the next row (position 40) attends
+  // [33, 40], so each window table holds blocks 8 and 9 only.
+  std::vector<int32_t> longer = prompt;
+  longer.push_back(7);
+  const SeqId b{2};
+  const PrefixMatch hit = m->match_prefix(b, longer, PrefixKey{});
+  EXPECT_EQ(hit.num_blocks, 10);
+  EXPECT_EQ(m->num_tokens(b), 40);
+  for (int g = 0; g < 2; ++g) {
+    const auto w = m->window_table(b, g);
+    ASSERT_EQ(w.size(), 10u);
+    for (int i = 0; i < 8; ++i) EXPECT_EQ(w[static_cast<size_t>(i)], kNullBlock) << g << " " << i;
+    EXPECT_NE(w[8], kNullBlock);
+    EXPECT_NE(w[9], kNullBlock);
+  }
+  EXPECT_INVARIANTS(*m);
+  ASSERT_TRUE(m->allocate(b, 1).has_value());
+  EXPECT_EQ(m->window_table(b, 0).size(), 11u);
+  m->free(b);
+  EXPECT_INVARIANTS(*m);
+
+  // Eviction takes the least recently released blocks first. Never used so far: 64 - 30 (A's
+  // 10 main and 2 x 10 window blocks) - 3 (B's growth) = 31. Then come A's window blocks 0-7,
+  // released block by block (group 0, group 1) while A ran. C takes 36 blocks (48 tokens, 3
+  // blocks per 4): window blocks 0 and 1 of both groups and block 2 of group 0 are evicted.
+  const SeqId c{3};
+  ASSERT_TRUE(m->allocate(c, 48).has_value());
+  // 9 tokens: the main table still caches blocks 0 and 1, but a hit of m blocks needs the
+  // window blocks from (4m - 7) / 4 on, and blocks 0 and 1 are gone.
+  const SeqId d{4};
+  EXPECT_EQ(m->match_prefix(d, std::span<const int32_t>(prompt).first(9), PrefixKey{}).num_blocks,
+            0);
+  EXPECT_EQ(m->window_table(d, 0).size(), 0u);
+  EXPECT_INVARIANTS(*m);
+  const SeqId e{5};
+  EXPECT_EQ(m->match_prefix(e, longer, PrefixKey{}).num_blocks, 10);
+  EXPECT_INVARIANTS(*m);
+  for (SeqId id : {c, d, e}) m->free(id);
   EXPECT_EQ(m->usage().used_blocks, 0);
   EXPECT_INVARIANTS(*m);
 }
