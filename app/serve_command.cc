@@ -14,11 +14,11 @@
 #include "chat/chat_formats.h"
 #include "config/config_loader.h"
 #include "engine/cuda_backend_loader.h"
-#include "server/prometheus_metrics.h"
+#include "server/core/tokenizer_text_codec.h"
+#include "server/core/wall_clock.h"
+#include "server/metrics/prometheus_metrics.h"
 #include "server/server_app.h"
 #include "server/signals.h"
-#include "server/tokenizer_text_codec.h"
-#include "server/wall_clock.h"
 
 namespace kvserve::app {
 namespace {

@@ -18,7 +18,7 @@
 #include "app/cli.h"
 #include "config/config.h"
 #include "engine/engine_factory.h"
-#include "server/text_codec.h"
+#include "server/core/text_codec.h"
 
 namespace kvserve::app {
 

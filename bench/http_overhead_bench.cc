@@ -56,10 +56,10 @@
 #include "base/logger.h"
 #include "config/config.h"
 #include "engine/engine_factory.h"
-#include "server/prometheus_metrics.h"
+#include "server/core/tokenizer_text_codec.h"
+#include "server/core/wall_clock.h"
+#include "server/metrics/prometheus_metrics.h"
 #include "server/server_app.h"
-#include "server/tokenizer_text_codec.h"
-#include "server/wall_clock.h"
 
 namespace {
 

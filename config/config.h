@@ -133,7 +133,7 @@ struct RequestLimits {
   int max_logit_bias = 300;          // logit_bias entries (OpenAI's cap)
 };
 
-// /v1/embeddings (server/embeddings_api.h): how the prompt's final hidden states are pooled.
+// /v1/embeddings (server/openai/embeddings_api.h): how the prompt's final hidden states are pooled.
 enum class EmbeddingPooling { kLast, kMean };
 struct EmbeddingConfig {
   EmbeddingPooling pooling = EmbeddingPooling::kLast;  // the last prompt token's, or the mean
@@ -179,7 +179,7 @@ struct TenantConfig {
   int priority = 0;                    // default request priority (lower runs first)
   int max_running = 0;                 // 0: no per-tenant limit
   int max_queued = 0;                  // 0: no per-tenant limit
-  // Token-bucket rate limits (server/tenant_rate_limiter.h); 0: unlimited. Input tokens count
+  // Token-bucket rate limits (server/auth/tenant_rate_limiter.h); 0: unlimited. Input tokens count
   // at admission, output tokens when the request ends.
   int64_t requests_per_minute = 0;
   int64_t tokens_per_minute = 0;

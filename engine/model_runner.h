@@ -1,6 +1,6 @@
-// ModelRunner: turns a StepPlan into a StepResult. Implementations: CpuModelRunner (the
-// real model on the CPU backend), FakeModelRunner (deterministic tokens, for scheduler and
-// engine tests), and later a CUDA runner. Called only from the engine thread.
+// ModelRunner: turns a StepPlan into a StepResult. Implementations: CpuModelRunner (the real
+// model on the CPU backend), FakeModelRunner (tests/support/engine: deterministic tokens, for
+// scheduler and engine tests), later a CUDA runner. Called only from the engine thread.
 #pragma once
 
 #include "absl/status/status.h"

@@ -2,10 +2,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
-#include "server/grpc_server.h"
-#include "server/http_server.h"
-#include "server/openai_routes.h"
-#include "server/responses_routes.h"
+#include "server/grpc/grpc_server.h"
+#include "server/http/http_server.h"
+#include "server/openai/openai_routes.h"
+#include "server/openai/responses_routes.h"
 
 namespace kvserve::server {
 
@@ -48,8 +48,11 @@ ServerApp::ServerApp(ServerAppOptions options, ServerAppDeps deps)
     return ErrorResponse(MakeHttpError(status, std::move(message)));
   };
   http_ = std::make_unique<HttpServer>(std::move(ho), deps_.logger.child("http"));
+  // One set of SSE intervals for the chat/completions and the Responses streams.
+  SseLivenessOptions sse;
+  sse.keepalive_interval = options_.keepalive_interval;
   OpenAiRoutesOptions ro;
-  ro.keepalive_interval = options_.keepalive_interval;
+  ro.sse = sse;
   ro.watch_connections = options_.watch_connections;
   ro.clock = deps_.clock;
   ro.wall_clock = deps_.wall_clock;
@@ -57,7 +60,7 @@ ServerApp::ServerApp(ServerAppOptions options, ServerAppDeps deps)
   if (!options_.server.metrics_api_key.empty()) ro.metrics_key.emplace(options_.server.metrics_api_key);
   RegisterOpenAiRoutes(*http_, *frontend_, std::move(ro));
   ResponsesRoutesOptions rso;  // /v1/responses (responses_routes.h)
-  rso.keepalive_interval = options_.keepalive_interval;
+  rso.sse = sse;
   rso.watch_connections = options_.watch_connections;
   rso.clock = deps_.clock;
   rso.wall_clock = deps_.wall_clock;

@@ -20,8 +20,8 @@
 #include "base/logger.h"
 #include "config/config.h"
 #include "engine/engine_factory.h"
-#include "server/frontend.h"
-#include "server/text_codec.h"
+#include "server/core/frontend.h"
+#include "server/core/text_codec.h"
 
 namespace kvserve::server {
 

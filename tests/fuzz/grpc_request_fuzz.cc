@@ -14,9 +14,9 @@
 #include <google/protobuf/stubs/logging.h>
 
 #include "kvserve/v1/kvserve.pb.h"
-#include "server/grpc_convert.h"
-#include "server/request_builder.h"
-#include "server/text_codec.h"
+#include "server/core/request_builder.h"
+#include "server/core/text_codec.h"
+#include "server/grpc/grpc_convert.h"
 
 namespace {
 

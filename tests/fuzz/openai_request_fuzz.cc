@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <string_view>
 
-#include "server/openai_request_parser.h"
-#include "server/responses_request.h"
+#include "server/openai/openai_request_parser.h"
+#include "server/openai/responses_request.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view body(reinterpret_cast<const char*>(data), size);

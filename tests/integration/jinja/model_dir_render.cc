@@ -11,8 +11,8 @@
 #include <sstream>
 
 #include "nlohmann/json.hpp"
-#include "server/openai_request_parser.h"
-#include "server/tokenizer_text_codec.h"
+#include "server/core/tokenizer_text_codec.h"
+#include "server/openai/openai_request_parser.h"
 
 int main(int argc, char** argv) {
   using namespace kvserve;

@@ -467,7 +467,7 @@ TEST_F(SoakTest, ManyMixedRequestsUnderFaultsLoseAndLeakNothing) {
   // Connection threads and sockets wind down once the clients are gone.
   ProcStats after = ReadProc(server_->pid());
   // The HTTP connection pool shrinks back after the burst (idle threads beyond 2 exit after
-  // 5 s, server/worker_pool.h), so the thread count returns to the baseline; the slack is
+  // 5 s, server/http/worker_pool.h), so the thread count returns to the baseline; the slack is
   // for gRPC's pollers, which its own policy keeps between a minimum and a maximum.
   const int thread_bound = baseline.threads + 6;
   const int fd_bound = baseline.fds + 4;

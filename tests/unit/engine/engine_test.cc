@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "cache/cache_invariants.h"
-#include "engine/fake_model_runner.h"
+#include "tests/support/engine/fake_model_runner.h"
 
 namespace kvserve::engine {
 namespace {

@@ -15,8 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "cache/cache_invariants.h"
 #include "cache/kv_cache_manager.h"
-#include "engine/fake_model_runner.h"
 #include "scheduler/scheduler.h"
+#include "tests/support/engine/fake_model_runner.h"
 
 namespace kvserve::scheduler::testing {
 

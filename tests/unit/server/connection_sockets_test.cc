@@ -1,5 +1,5 @@
 // ConnectionSockets on its own, and HttpServer letting each handler find its connection's socket.
-#include "server/connection_sockets.h"
+#include "server/http/connection_sockets.h"
 
 #include <httplib.h>
 #include <netinet/in.h>
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "base/logger.h"
-#include "server/http_server.h"
+#include "server/http/http_server.h"
 
 namespace kvserve::server {
 namespace {

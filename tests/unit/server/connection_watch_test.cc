@@ -1,4 +1,4 @@
-#include "server/connection_watch.h"
+#include "server/http/connection_watch.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -9,10 +9,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "kvserve/v1/kvserve.grpc.pb.h"
-#include "server/grpc_status_interceptor.h"
-#include "server/prometheus_metrics.h"
+#include "server/core/wall_clock.h"
+#include "server/grpc/grpc_status_interceptor.h"
+#include "server/metrics/prometheus_metrics.h"
 #include "server/server_app.h"
-#include "server/wall_clock.h"
 #include "tests/unit/server/exposition_parser.h"
 #include "tests/unit/server/fake_engine.h"
 #include "tests/unit/server/fake_text_codec.h"

@@ -1,4 +1,4 @@
-#include "server/error_mapping.h"
+#include "server/errors/error_mapping.h"
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 
 #include "structured/token_trie.h"
 
-#include "server/error_mapping.h"
+#include "server/errors/error_mapping.h"
 
 namespace kvserve::server::testing {
 namespace {

@@ -3,7 +3,7 @@
 // 259 <|im_start|>, 260 <|im_end|>; chat messages render ChatML-style.
 #pragma once
 
-#include "server/text_codec.h"
+#include "server/core/text_codec.h"
 
 namespace kvserve::server::testing {
 

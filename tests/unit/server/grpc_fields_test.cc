@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "kvserve/v1/kvserve.pb.h"
-#include "server/openai_param_support.h"
+#include "server/openai/openai_param_support.h"
 
 namespace kvserve::server {
 namespace {
@@ -35,7 +35,7 @@ TEST(GrpcRequestFieldsTest, EveryProtoFieldIsARowAndBack) {
   for (const std::string& f : proto_fields) {
     const RequestField* row = FindRequestField(ParamScope::kGrpc, f);
     ASSERT_NE(row, nullptr)
-        << f << " is not in the request field table (server/openai_param_support.cc)";
+        << f << " is not in the request field table (server/openai/openai_param_support.cc)";
     EXPECT_NE(row->status, FieldStatus::kHint) << f;
   }
   for (const RequestField& row : RequestFields()) {

@@ -546,8 +546,9 @@ TEST_F(HttpFrontendTest, DrainRefusesNewRequestsAndAbortsLeftoversAfterTheTimeou
 
 // Opens `body` as a POST to /v1/completions on a raw socket, reads the response head if
 // `head`, closes the socket and returns the request id and the time of the close.
-std::pair<std::string, std::chrono::steady_clock::time_point> SendAndHangUp(int port, const std::string& body,
-                                                                            FakeEngine& engine, bool head) {
+std::pair<std::string, std::chrono::steady_clock::time_point> SendAndHangUp(
+    int port, const std::string& body, FakeEngine& engine, bool head,
+    const std::string& path = "/v1/completions") {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   EXPECT_GE(fd, 0);
   sockaddr_in addr{};
@@ -555,7 +556,7 @@ std::pair<std::string, std::chrono::steady_clock::time_point> SendAndHangUp(int 
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+  const std::string request = "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                               "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
   EXPECT_EQ(send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
   std::string id;
@@ -607,6 +608,19 @@ TEST_F(HttpFrontendTest, DisconnectIsAlsoNoticedByKeepAliveProbes) {
   engine().SetPaused(true);
   auto [id, closed] = SendAndHangUp(server_->http_port(), R"({"prompt": "x", "max_tokens": 50, "stream": true})",
                                     engine(), /*head=*/true);
+  auto aborted = engine().WaitForAbort(id, milliseconds(5000));
+  ASSERT_TRUE(aborted.has_value());
+  EXPECT_LT(*aborted - closed, milliseconds(100));
+}
+
+// The Responses stream probes liveness the same way (the shared SseLiveness and intervals).
+TEST_F(HttpFrontendTest, ResponsesStreamDisconnectIsAlsoNoticedByKeepAliveProbes) {
+  TestServerOptions o;
+  o.watch_connections = false;
+  Start(o);
+  engine().SetPaused(true);
+  auto [id, closed] = SendAndHangUp(server_->http_port(), R"({"input": "x", "max_output_tokens": 50, "stream": true})",
+                                    engine(), /*head=*/false, "/v1/responses");
   auto aborted = engine().WaitForAbort(id, milliseconds(5000));
   ASSERT_TRUE(aborted.has_value());
   EXPECT_LT(*aborted - closed, milliseconds(100));

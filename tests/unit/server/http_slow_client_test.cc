@@ -18,7 +18,7 @@
 
 #include <gtest/gtest.h>
 
-#include "server/http_server.h"
+#include "server/http/http_server.h"
 
 namespace kvserve::server {
 namespace {

@@ -1,9 +1,9 @@
-#include "server/openai_request_parser.h"
+#include "server/openai/openai_request_parser.h"
 
 #include <gtest/gtest.h>
 
-#include "server/error_mapping.h"
-#include "server/openai_param_support.h"
+#include "server/errors/error_mapping.h"
+#include "server/openai/openai_param_support.h"
 
 namespace kvserve::server {
 namespace {

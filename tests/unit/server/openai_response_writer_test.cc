@@ -1,4 +1,4 @@
-#include "server/openai_response_writer.h"
+#include "server/openai/openai_response_writer.h"
 
 #include <gtest/gtest.h>
 

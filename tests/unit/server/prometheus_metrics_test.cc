@@ -1,6 +1,6 @@
 // PrometheusMetrics driven with synthetic engine events; every assertion reads the
 // exposition text that /metrics serves, parsed back.
-#include "server/prometheus_metrics.h"
+#include "server/metrics/prometheus_metrics.h"
 
 #include <gtest/gtest.h>
 

@@ -1,10 +1,10 @@
-#include "server/request_builder.h"
+#include "server/core/request_builder.h"
 
 #include <gtest/gtest.h>
 
 #include <functional>
 
-#include "server/error_mapping.h"
+#include "server/errors/error_mapping.h"
 #include "tests/unit/server/fake_text_codec.h"
 
 namespace kvserve::server {

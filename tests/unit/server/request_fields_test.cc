@@ -11,9 +11,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "server/error_mapping.h"
-#include "server/openai_param_support.h"
-#include "server/openai_request_parser.h"
+#include "server/errors/error_mapping.h"
+#include "server/openai/openai_param_support.h"
+#include "server/openai/openai_request_parser.h"
 
 namespace kvserve::server {
 namespace {

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "base/clock.h"
-#include "server/openai_param_support.h"
-#include "server/responses_store.h"
+#include "server/openai/openai_param_support.h"
+#include "server/openai/responses_store.h"
 #include "tests/unit/server/fake_text_codec.h"
 #include "tests/unit/server/http_test_client.h"
 #include "tests/unit/server/test_server.h"

@@ -1,8 +1,8 @@
-#include "server/stream_consumer.h"
+#include "server/core/stream_consumer.h"
 
 #include <gtest/gtest.h>
 
-#include "server/generation_output.h"
+#include "server/core/generation_output.h"
 #include "tests/unit/server/fake_text_codec.h"
 
 namespace kvserve::server {

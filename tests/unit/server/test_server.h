@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "server/core/wall_clock.h"
 #include "server/server_app.h"
-#include "server/wall_clock.h"
 #include "tests/unit/server/fake_engine.h"
 #include "tests/unit/server/fake_text_codec.h"
 

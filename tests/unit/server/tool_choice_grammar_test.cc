@@ -1,9 +1,9 @@
-#include "server/tool_choice_grammar.h"
+#include "server/core/tool_choice_grammar.h"
 
 #include <gtest/gtest.h>
 
-#include "server/error_mapping.h"
-#include "server/openai_request_parser.h"
+#include "server/errors/error_mapping.h"
+#include "server/openai/openai_request_parser.h"
 #include "structured/byte_dfa.h"
 #include "structured/grammar_spec.h"
 #include "structured/tool_call_grammar.h"

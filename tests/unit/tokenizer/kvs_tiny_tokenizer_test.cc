@@ -6,14 +6,18 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "chat/chat_template.h"
 #include "nlohmann/json.hpp"
 #include "tests/unit/tokenizer/test_corpus.h"
 #include "tests/unit/tokenizer/test_util.h"
-#include "tokenizer/chat_template.h"
 #include "tokenizer/incremental_detokenizer.h"
 
 namespace kvserve::tokenizer {
 namespace {
+
+using chat::ChatMessage;
+using chat::ChatRenderOptions;
+using chat::SelectChatTemplate;
 
 using testing::ReadFileOrDie;
 
