@@ -60,12 +60,14 @@ class CountingObserver : public EngineObserver {
 
 // Destroys the engine (joining its loop, so its last step has been reported) once every
 // request's stream is done, then checks that no KV block is still held.
-inline void ExpectNoBlocksLeaked(std::unique_ptr<ServingEngine>& engine, const CountingObserver& obs,
-                          const std::string& where) {
+inline void ExpectNoBlocksLeaked(std::unique_ptr<ServingEngine>& engine,
+                                 const CountingObserver& obs, const std::string& where) {
   ASSERT_NE(engine, nullptr);
   engine.reset();
-  ASSERT_GT(obs.peak_used_blocks.load(), 0) << where << ": the step reports never showed a used block";
-  EXPECT_EQ(obs.used_blocks.load(), 0) << where << ": KV blocks still used after every request ended";
+  ASSERT_GT(obs.peak_used_blocks.load(), 0)
+      << where << ": the step reports never showed a used block";
+  EXPECT_EQ(obs.used_blocks.load(), 0)
+      << where << ": KV blocks still used after every request ended";
   EXPECT_EQ(obs.host_used_blocks.load(), 0) << where << ": host swap blocks still used";
 }
 
@@ -85,13 +87,16 @@ inline RequestSpec Greedy(const std::string& id, std::vector<int32_t> prompt, in
   return s;
 }
 
-inline std::vector<int32_t> Collect(TokenStream& stream, FinishReason* finish = nullptr) {
+// The stream's tokens; `finish` and `usage`, when given, get the last ones the events carry.
+inline std::vector<int32_t> Collect(TokenStream& stream, FinishReason* finish = nullptr,
+                                    RequestUsage* usage = nullptr) {
   std::vector<int32_t> out;
   while (!stream.done()) {
     auto e = stream.pop_wait(std::chrono::milliseconds(200));
     if (!e) continue;
     out.insert(out.end(), e->token_ids.begin(), e->token_ids.end());
     if (e->finish && finish != nullptr) *finish = *e->finish;
+    if (e->usage && usage != nullptr) *usage = *e->usage;
   }
   return out;
 }

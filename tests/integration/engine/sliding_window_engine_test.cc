@@ -194,14 +194,7 @@ TEST(HybridLayerGroupsEngine, TokensMatchTheReferenceThroughPreemptionAndForks) 
       auto s = engine->Submit(r);
       ASSERT_TRUE(s.ok()) << s.status();
       RequestUsage usage;
-      std::vector<int32_t> tokens;
-      while (!(*s)->done()) {
-        auto e = (*s)->pop_wait(std::chrono::milliseconds(200));
-        if (!e) continue;
-        if (e->usage) usage = *e->usage;
-        tokens.insert(tokens.end(), e->token_ids.begin(), e->token_ids.end());
-      }
-      EXPECT_EQ(tokens, *want);
+      EXPECT_EQ(Collect(**s, nullptr, &usage), *want);
       EXPECT_GT(usage.spec_draft_tokens, 0);
       EXPECT_LT(usage.spec_accepted_tokens, usage.spec_draft_tokens)
           << "no guess was ever rejected";
@@ -217,14 +210,7 @@ TEST(HybridLayerGroupsEngine, TokensMatchTheReferenceThroughPreemptionAndForks) 
         auto s = engine->Submit(Greedy("long" + std::to_string(round), long_prompt, 16));
         ASSERT_TRUE(s.ok()) << s.status();
         RequestUsage usage;
-        std::vector<int32_t> tokens;
-        while (!(*s)->done()) {
-          auto e = (*s)->pop_wait(std::chrono::milliseconds(200));
-          if (!e) continue;
-          if (e->usage) usage = *e->usage;
-          tokens.insert(tokens.end(), e->token_ids.begin(), e->token_ids.end());
-        }
-        EXPECT_EQ(tokens, rest) << "round " << round;
+        EXPECT_EQ(Collect(**s, nullptr, &usage), rest) << "round " << round;
         // Every full block but the one holding the last prompt token.
         if (round == 1) EXPECT_EQ(usage.cached_prompt_tokens, (36 - 1) / kBlock * kBlock);
       }
