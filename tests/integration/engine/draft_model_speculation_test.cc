@@ -2,9 +2,10 @@
 // truncation after a rejection, release, no room), the start-up tokenizer check, and through
 // the engine greedy output equal to plain decoding token for token and logprob for logprob,
 // alone and batched, with both KV pools empty after the requests, under preemption too.
-// kvs-tiny drafts for itself here: its greedy guesses are then exactly the target's, so every
-// guess is accepted (that proves the proposer's KV bookkeeping; kvs-tiny-draft's acceptance is
-// a benchmark figure, docs/benchmarks.md).
+// kvs-tiny mostly drafts for itself here: its greedy guesses are then exactly the target's, so
+// every guess is accepted (that proves the proposer's KV bookkeeping); the bundled
+// models/kvs-tiny-draft, whose guesses are often wrong, checks exactness under rejections (its
+// acceptance is a benchmark figure, docs/benchmarks.md).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -233,6 +234,24 @@ TEST(DraftModelEngine, GreedyOutputEqualsPlainDecodingAloneAndBatched) {
     ExpectNoBlocksLeaked(engine, obs, "alone");
     EXPECT_EQ(draft->blocks_in_use(), 0) << "draft KV blocks still used";
     EXPECT_EQ(draft->num_sequences(), 0);
+  }
+  // The bundled draft, loaded by CreateEngine from speculative.draft_model (tokenizer checked):
+  // its guesses are often wrong, the output is still the target's.
+  {
+    config::Config real = cfg;
+    real.speculative.draft_model = std::string(KVSERVE_SOURCE_DIR) + "/models/kvs-tiny-draft";
+    real.speculative.min_acceptance = 0.0;  // draft every step: the worst case for exactness
+    DraftObserver obs;
+    auto engine = MakeEngine(real, &obs, nullptr);
+    ASSERT_NE(engine, nullptr);
+    for (size_t i = 0; i < probes.size(); ++i) {
+      auto s = engine->Submit(probes[i]);
+      ASSERT_TRUE(s.ok()) << s.status();
+      EXPECT_EQ(Drain(**s), want[i]) << probes[i].request_id << " (kvs-tiny-draft)";
+    }
+    EXPECT_GT(obs.accepted.load(), 0) << "kvs-tiny-draft never guessed right";
+    EXPECT_LT(obs.accepted.load(), obs.draft_tokens.load()) << "kvs-tiny-draft never guessed wrong";
+    ExpectNoBlocksLeaked(engine, obs, "kvs-tiny-draft");
   }
   // Batched, and per request on a server whose default is none.
   {
