@@ -83,11 +83,9 @@ TEST(ConfigLoader, OutOfRangeNamesFieldValueAndRange) {
   Config cfg;
   auto st = ApplyText("server.http_port", "70000", "command line", cfg);
   ASSERT_FALSE(st.ok());
-  EXPECT_THAT(std::string(st.message()),
-              HasSubstr("server.http_port=70000: must be an integer in [0,65535]"));
+  EXPECT_THAT(std::string(st.message()), HasSubstr("server.http_port=70000: must be an integer in [0,65535]"));
   st = ApplyText("cache.gpu_memory_utilization", "0", "command line", cfg);
-  EXPECT_THAT(std::string(st.message()),
-              HasSubstr("cache.gpu_memory_utilization=0: must be a number in (0,1]"));
+  EXPECT_THAT(std::string(st.message()), HasSubstr("cache.gpu_memory_utilization=0: must be a number in (0,1]"));
   st = ApplyText("cache.kv_dtype", "fp4", "command line", cfg);
   EXPECT_THAT(std::string(st.message()),
               HasSubstr("cache.kv_dtype=fp4: must be one of fp32|fp16|bf16|fp8_e4m3|int8|int4"));
@@ -115,8 +113,7 @@ TEST(ConfigLoader, WrongJsonTypeNamesField) {
   ASSERT_FALSE(st.ok());
   EXPECT_THAT(std::string(st.message()), HasSubstr("scheduler.max_num_seqs=\"many\""));
   st = ApplyJson(R"({"cache": {"enable_prefix_caching": 1}})", "f.json", cfg);
-  EXPECT_THAT(std::string(st.message()),
-              HasSubstr("cache.enable_prefix_caching=1: must be true or false"));
+  EXPECT_THAT(std::string(st.message()), HasSubstr("cache.enable_prefix_caching=1: must be true or false"));
 }
 
 TEST(ConfigLoader, UnknownKeyGetsDidYouMean) {
@@ -143,8 +140,7 @@ TEST(ConfigLoader, UnknownEnvironmentVariableIsAnError) {
 // named kvserve-server, whose prefix is a real section), with two named ports each.
 KeyValues ServiceLinkEnvironment() {
   KeyValues env;
-  auto service = [&env](const std::string& svc, const std::string& ip,
-                        std::vector<std::pair<std::string, int>> ports) {
+  auto service = [&env](const std::string& svc, const std::string& ip, std::vector<std::pair<std::string, int>> ports) {
     env.emplace_back(svc + "_SERVICE_HOST", ip);
     env.emplace_back(svc + "_SERVICE_PORT", std::to_string(ports[0].second));
     env.emplace_back(svc + "_PORT", "tcp://" + ip + ":" + std::to_string(ports[0].second));
@@ -167,7 +163,7 @@ TEST(ConfigLoader, KubernetesServiceLinkVariablesAreIgnored) {
   ConfigSources s;
   s.env = ServiceLinkEnvironment();
   const size_t links = s.env.size();
-  s.env.emplace_back("KVSERVE_HOME", "/opt/kvserve");    // a wrapper script's own variable
+  s.env.emplace_back("KVSERVE_HOME", "/opt/kvserve");  // a wrapper script's own variable
   s.env.emplace_back("KVSERVE_CACHE_BLOCK_SIZE", "32");  // a real field still applies
   auto cfg = LoadConfig(s);
   ASSERT_TRUE(cfg.ok()) << cfg.status();
@@ -232,8 +228,7 @@ TEST(ConfigLoader, SplitKvDtypes) {
   EXPECT_EQ(d->cache.kv_int4_group, 32);
 
   ConfigSources s;
-  s.overrides = {
-      {"cache.kv_dtype", "bf16"}, {"cache.v_dtype", "int4"}, {"cache.kv_int4_group", "64"}};
+  s.overrides = {{"cache.kv_dtype", "bf16"}, {"cache.v_dtype", "int4"}, {"cache.kv_int4_group", "64"}};
   auto c = LoadConfig(s);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(EffectiveKDtype(c->cache), KvDtype::kBf16);
@@ -248,17 +243,13 @@ TEST(ConfigLoader, SplitKvDtypes) {
 
   Config cfg;
   auto st = ApplyText("cache.k_dtype", "int2", "command line", cfg);
-  EXPECT_THAT(
-      std::string(st.message()),
-      HasSubstr("cache.k_dtype=int2: must be one of auto|fp32|fp16|bf16|fp8_e4m3|int8|int4"));
-  st = ApplyText("cache.kv_int4_group", "48", "command line", cfg);
   EXPECT_THAT(std::string(st.message()),
-              HasSubstr("cache.kv_int4_group=48: must be a power of two"));
-  st = ApplyJson(R"({"tenants": [{"name": "t", "allowed_kv_dtypes": ["fp32", "int4"]}]})", "f.json",
-                 cfg);
+              HasSubstr("cache.k_dtype=int2: must be one of auto|fp32|fp16|bf16|fp8_e4m3|int8|int4"));
+  st = ApplyText("cache.kv_int4_group", "48", "command line", cfg);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("cache.kv_int4_group=48: must be a power of two"));
+  st = ApplyJson(R"({"tenants": [{"name": "t", "allowed_kv_dtypes": ["fp32", "int4"]}]})", "f.json", cfg);
   ASSERT_TRUE(st.ok()) << st;
-  EXPECT_EQ(cfg.tenants[0].allowed_kv_dtypes,
-            (std::vector<KvDtype>{KvDtype::kFp32, KvDtype::kInt4}));
+  EXPECT_EQ(cfg.tenants[0].allowed_kv_dtypes, (std::vector<KvDtype>{KvDtype::kFp32, KvDtype::kInt4}));
   st = ApplyJson(R"({"tenants": [{"name": "t", "allowed_kv_dtypes": ["fp4"]}]})", "f.json", cfg);
   EXPECT_THAT(std::string(st.message()), HasSubstr("allowed_kv_dtypes"));
 }
@@ -281,12 +272,10 @@ TEST(ConfigLoader, TenantsParseAndValidate) {
   EXPECT_THAT(std::string(Validate(cfg).message()), HasSubstr("tenants[1].api_keys"));
   cfg.tenants[1].api_keys = {"k2"};
   cfg.tenants[1].name = "gold";
-  EXPECT_THAT(std::string(Validate(cfg).message()),
-              HasSubstr("tenants[1].name=\"gold\": must be unique"));
+  EXPECT_THAT(std::string(Validate(cfg).message()), HasSubstr("tenants[1].name=\"gold\": must be unique"));
   cfg.tenants[1].name = "free";
   cfg.tenants[0].allowed_policies = {CompressionPolicyKind::kFull};
-  EXPECT_THAT(std::string(Validate(cfg).message()),
-              HasSubstr("tenants[0].default_policy=triattention"));
+  EXPECT_THAT(std::string(Validate(cfg).message()), HasSubstr("tenants[0].default_policy=triattention"));
 }
 
 // Keys can come from a file (a mounted secret); errors name the file, never a key.
@@ -295,31 +284,20 @@ TEST(ConfigLoader, ApiKeysFromAFile) {
   const std::string keys = dir + "/alpha.keys";
   { std::ofstream(keys) << "sk-file-1\n\n  sk-file-2  \n"; }
   const std::string cfg_path = dir + "/kvserve_keys.json";
-  {
-    std::ofstream(cfg_path)
-        << R"({"tenants": [{"name": "a", "api_keys": ["sk-inline"], "api_keys_file": ")" << keys
-        << R"("}]})";
-  }
+  { std::ofstream(cfg_path) << R"({"tenants": [{"name": "a", "api_keys": ["sk-inline"], "api_keys_file": ")" << keys << R"("}]})"; }
   ConfigSources sources;
   sources.file_path = cfg_path;
   auto cfg = LoadConfig(sources);
   ASSERT_TRUE(cfg.ok()) << cfg.status();
-  EXPECT_EQ(cfg->tenants[0].api_keys,
-            (std::vector<std::string>{"sk-inline", "sk-file-1", "sk-file-2"}));
+  EXPECT_EQ(cfg->tenants[0].api_keys, (std::vector<std::string>{"sk-inline", "sk-file-1", "sk-file-2"}));
   EXPECT_EQ(DumpJson(*cfg).find("sk-file"), std::string::npos) << "keys are never dumped";
 
-  {
-    std::ofstream(cfg_path) << R"({"tenants": [{"name": "a", "api_keys_file": "/no/such/file"}]})";
-  }
+  { std::ofstream(cfg_path) << R"({"tenants": [{"name": "a", "api_keys_file": "/no/such/file"}]})"; }
   auto missing = LoadConfig(sources);
   ASSERT_FALSE(missing.ok());
-  EXPECT_THAT(std::string(missing.status().message()),
-              HasSubstr("tenants[0].api_keys_file=/no/such/file"));
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("tenants[0].api_keys_file=/no/such/file"));
   { std::ofstream(keys) << "\n   \n"; }
-  {
-    std::ofstream(cfg_path) << R"({"tenants": [{"name": "a", "api_keys_file": ")" << keys
-                            << R"("}]})";
-  }
+  { std::ofstream(cfg_path) << R"({"tenants": [{"name": "a", "api_keys_file": ")" << keys << R"("}]})"; }
   auto empty = LoadConfig(sources);
   ASSERT_FALSE(empty.ok());
   EXPECT_THAT(std::string(empty.status().message()), HasSubstr("holds no key"));
@@ -330,10 +308,7 @@ TEST(ConfigLoader, ApiKeysFromAFile) {
 TEST(ConfigLoader, ApiKeysFromAnEnvironmentVariable) {
   const std::string dir = ::testing::TempDir();
   const std::string cfg_path = dir + "/kvserve_env_keys.json";
-  {
-    std::ofstream(cfg_path)
-        << R"({"tenants": [{"name": "a", "api_keys": ["sk-inline"], "api_keys_env": "TENANT_A_KEYS"}]})";
-  }
+  { std::ofstream(cfg_path) << R"({"tenants": [{"name": "a", "api_keys": ["sk-inline"], "api_keys_env": "TENANT_A_KEYS"}]})"; }
   ConfigSources sources;
   sources.file_path = cfg_path;
   std::map<std::string, std::string> env = {{"TENANT_A_KEYS", " sk-env-1,sk-env-2\nsk-env-3 "}};
@@ -343,18 +318,15 @@ TEST(ConfigLoader, ApiKeysFromAnEnvironmentVariable) {
   };
   auto cfg = LoadConfig(sources);
   ASSERT_TRUE(cfg.ok()) << cfg.status();
-  EXPECT_EQ(cfg->tenants[0].api_keys,
-            (std::vector<std::string>{"sk-inline", "sk-env-1", "sk-env-2", "sk-env-3"}));
+  EXPECT_EQ(cfg->tenants[0].api_keys, (std::vector<std::string>{"sk-inline", "sk-env-1", "sk-env-2", "sk-env-3"}));
   EXPECT_EQ(DumpJson(*cfg).find("sk-env"), std::string::npos) << "keys are never dumped";
-  EXPECT_NE(DumpJson(*cfg).find("TENANT_A_KEYS"), std::string::npos)
-      << "the variable's name is not secret";
+  EXPECT_NE(DumpJson(*cfg).find("TENANT_A_KEYS"), std::string::npos) << "the variable's name is not secret";
 
   env.erase("TENANT_A_KEYS");
   auto unset = LoadConfig(sources);
   ASSERT_FALSE(unset.ok());
-  EXPECT_THAT(
-      std::string(unset.status().message()),
-      HasSubstr("tenants[0].api_keys_env=TENANT_A_KEYS: the environment variable is not set"));
+  EXPECT_THAT(std::string(unset.status().message()),
+              HasSubstr("tenants[0].api_keys_env=TENANT_A_KEYS: the environment variable is not set"));
   env["TENANT_A_KEYS"] = " , \n";
   auto empty = LoadConfig(sources);
   ASSERT_FALSE(empty.ok());
@@ -399,9 +371,8 @@ TEST(ConfigLoader, TenantWithoutDefaultPolicyInheritsTheServers) {
   EXPECT_EQ(EffectiveDefaultPolicy(cfg, nullptr), CompressionPolicyKind::kSnapKv);
   // The inherited policy must be one the tenant may use.
   cfg.tenants[0].allowed_policies = {CompressionPolicyKind::kFull};
-  EXPECT_THAT(
-      std::string(Validate(cfg).message()),
-      HasSubstr("tenants[0].default_policy=snapkv (inherited from compression.default_policy)"));
+  EXPECT_THAT(std::string(Validate(cfg).message()),
+              HasSubstr("tenants[0].default_policy=snapkv (inherited from compression.default_policy)"));
   // A dump does not turn the inherited policy into an explicit one.
   cfg.tenants[0].allowed_policies.clear();
   Config again;
@@ -437,19 +408,16 @@ TEST(ConfigLoader, TenantRateLimitsAndCompressionDefaults) {
   bad = cfg;
   bad.tenants[1].window = 600;
   EXPECT_THAT(std::string(Validate(bad).message()),
-              HasSubstr("tenants[1].budget=512 (inherited from compression.budget): must hold the "
-                        "tenant's window"));
+              HasSubstr("tenants[1].budget=512 (inherited from compression.budget): must hold the tenant's window"));
   bad = cfg;
   bad.tenants[0].k_dtype = KvDtype::kInt8;
   EXPECT_THAT(std::string(Validate(bad).message()),
               HasSubstr("tenants[0].k_dtype=int8: this server's KV pool stores keys as fp32"));
   bad = cfg;
   bad.tenants[0].allowed_kv_dtypes = {KvDtype::kInt8};
-  EXPECT_THAT(std::string(Validate(bad).message()),
-              HasSubstr("tenants[0].k_dtype=fp32: must be one of"));
+  EXPECT_THAT(std::string(Validate(bad).message()), HasSubstr("tenants[0].k_dtype=fp32: must be one of"));
   Config negative;
-  EXPECT_THAT(std::string(ApplyJson(R"({"tenants": [{"name": "a", "tokens_per_minute": -1}]})",
-                                    "f.json", negative)
+  EXPECT_THAT(std::string(ApplyJson(R"({"tenants": [{"name": "a", "tokens_per_minute": -1}]})", "f.json", negative)
                               .message()),
               HasSubstr("tenants[0].tokens_per_minute=-1"));
   // A dump loads back to the same tenants.
@@ -464,14 +432,12 @@ TEST(ConfigLoader, TenantRateLimitsAndCompressionDefaults) {
 // and the derivation is noted for the log. An explicit size is kept.
 TEST(ConfigLoader, RemoteKvTierGetsAHostPrefixTierByDefault) {
   ConfigSources sources;
-  sources.overrides = {{"cache.remote_kv_url", "redis://127.0.0.1:6379"},
-                       {"cache.kv_bytes", "64MiB"}};
+  sources.overrides = {{"cache.remote_kv_url", "redis://127.0.0.1:6379"}, {"cache.kv_bytes", "64MiB"}};
   auto cfg = LoadConfig(sources);
   ASSERT_TRUE(cfg.ok()) << cfg.status();
   EXPECT_EQ(cfg->cache.host_cache_bytes, 64ull << 20);
   ASSERT_EQ(cfg->derived.size(), 1u);
-  EXPECT_THAT(cfg->derived[0],
-              HasSubstr("cache.host_cache_bytes=67108864 (64 MiB, as cache.kv_bytes)"));
+  EXPECT_THAT(cfg->derived[0], HasSubstr("cache.host_cache_bytes=67108864 (64 MiB, as cache.kv_bytes)"));
 
   sources.overrides.push_back({"cache.host_cache_bytes", "1GiB"});
   cfg = LoadConfig(sources);
@@ -489,8 +455,7 @@ TEST(ConfigLoader, CrossFieldWatermarks) {
   s.overrides = {{"compression.auto_low_watermark", "0.95"}};
   auto cfg = LoadConfig(s);
   ASSERT_FALSE(cfg.ok());
-  EXPECT_THAT(std::string(cfg.status().message()),
-              HasSubstr("compression.auto_low_watermark=0.95"));
+  EXPECT_THAT(std::string(cfg.status().message()), HasSubstr("compression.auto_low_watermark=0.95"));
 }
 
 TEST(ConfigLoader, SpeculativeSettings) {
@@ -538,13 +503,9 @@ TEST(ConfigLoader, DemotionTiersAreBelowThePoolAndPartOfItsBytes) {
   // Off by default: no tier is checked.
   EXPECT_TRUE(load({{"cache.demote_dtypes", "fp32"}}).ok());
   const std::pair<std::vector<std::pair<std::string, std::string>>, std::string> bad[] = {
-      {{{"cache.demote_kv_bytes", "1073741824"}, {"cache.kv_bytes", "1048576"}},
-       "must be below cache.kv_bytes"},
-      {{{"cache.demote_kv_bytes", "1048576"}, {"cache.demote_dtypes", "int4,int8"}},
-       "int8 must have fewer bits"},
-      {{{"cache.demote_kv_bytes", "1048576"},
-        {"cache.kv_dtype", "int8"},
-        {"cache.demote_dtypes", "int8"}},
+      {{{"cache.demote_kv_bytes", "1073741824"}, {"cache.kv_bytes", "1048576"}}, "must be below cache.kv_bytes"},
+      {{{"cache.demote_kv_bytes", "1048576"}, {"cache.demote_dtypes", "int4,int8"}}, "int8 must have fewer bits"},
+      {{{"cache.demote_kv_bytes", "1048576"}, {"cache.kv_dtype", "int8"}, {"cache.demote_dtypes", "int8"}},
        "int8 must have fewer bits than the pool's K and V (8)"},
   };
   for (const auto& [overrides, what] : bad) {
@@ -562,10 +523,8 @@ TEST(ConfigLoader, LowRankKeyTierIsADemotionTier) {
     s.overrides = std::move(o);
     return LoadConfig(s);
   };
-  auto ok = load({{"cache.demote_kv_bytes", "1048576"},
-                  {"cache.lowrank_key_rank", "16"},
-                  {"cache.lowrank_k_dtype", "int8"},
-                  {"cache.lowrank_v_dtype", "int4"}});
+  auto ok = load({{"cache.demote_kv_bytes", "1048576"}, {"cache.lowrank_key_rank", "16"},
+                  {"cache.lowrank_k_dtype", "int8"}, {"cache.lowrank_v_dtype", "int4"}});
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->cache.lowrank_key_rank, 16);
   EXPECT_EQ(ok->cache.lowrank_k_dtype, KvDtype::kInt8);

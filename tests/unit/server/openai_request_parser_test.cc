@@ -199,8 +199,7 @@ TEST(CompletionParserTest, KvCompressionDemoteSchedule) {
   EXPECT_EQ(d[0], (std::pair<config::KvDtype, int64_t>{config::KvDtype::kInt8, 1024}));
   EXPECT_EQ(d[1], (std::pair<config::KvDtype, int64_t>{config::KvDtype::kInt4, 2048}));
   EXPECT_FALSE(r->request.compression.demote_lowrank.has_value());
-  auto none =
-      ParseCompletionRequest(R"({"prompt": "x", "kv_compression": {"policy": "triattention"}})");
+  auto none = ParseCompletionRequest(R"({"prompt": "x", "kv_compression": {"policy": "triattention"}})");
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE(none->request.compression.demote.empty());
   // "lowrank" names the low-rank key tier, beside the dtype tiers.
@@ -208,8 +207,7 @@ TEST(CompletionParserTest, KvCompressionDemoteSchedule) {
       R"({"prompt": "x", "kv_compression": {"policy": "triattention", "demote": {"int8": 64, "lowrank": 4096}}})");
   ASSERT_TRUE(lr.ok()) << lr.status();
   ASSERT_EQ(lr->request.compression.demote.size(), 1u);
-  EXPECT_EQ(lr->request.compression.demote[0],
-            (std::pair<config::KvDtype, int64_t>{config::KvDtype::kInt8, 64}));
+  EXPECT_EQ(lr->request.compression.demote[0], (std::pair<config::KvDtype, int64_t>{config::KvDtype::kInt8, 64}));
   EXPECT_EQ(lr->request.compression.demote_lowrank, 4096);
 }
 
@@ -257,8 +255,7 @@ TEST(ChatParserTest, BadMessagesNameTheField) {
   EXPECT_EQ(ParamOf(ParseChatRequest(
                 R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})")),
             "messages[0].content[0].type");
-  EXPECT_EQ(ParamOf(ParseChatRequest(
-                R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})")),
+  EXPECT_EQ(ParamOf(ParseChatRequest(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})")),
             "top_logprobs");
   EXPECT_EQ(ParamOf(ParseChatRequest(
                 R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 0})")),
@@ -286,12 +283,10 @@ TEST(UnsupportedParamsTest, DefaultsNullsAndEmptiesAndHintsAreAccepted) {
   EXPECT_EQ(grammar->request.grammar->kind, structured::GrammarSpec::Kind::kGrammar);
   EXPECT_EQ(grammar->request.grammar->source, R"(root ::= "a")");
   EXPECT_EQ(ParamOf(ParseChatRequest(chat + R"("guided_grammar": 3})")), "guided_grammar");
-  EXPECT_EQ(ParamOf(ParseChatRequest(
-                chat + R"("guided_grammar": "root ::= \"a\"", "guided_regex": "a"})")),
+  EXPECT_EQ(ParamOf(ParseChatRequest(chat + R"("guided_grammar": "root ::= \"a\"", "guided_regex": "a"})")),
             "guided_grammar");
-  EXPECT_EQ(
-      ParamOf(ParseCompletionRequest(R"({"prompt": "p", "structured_outputs": {"regex": "a"}})")),
-      "structured_outputs");
+  EXPECT_EQ(ParamOf(ParseCompletionRequest(R"({"prompt": "p", "structured_outputs": {"regex": "a"}})")),
+            "structured_outputs");
   EXPECT_EQ(ParamOf(ParseChatRequest(chat + R"("functions": [{"name": "f"}]})")), "functions");
   // Completions refuse chat-only members that ask for something (issue 30: no silent ignores).
   EXPECT_EQ(ParamOf(ParseCompletionRequest(
@@ -312,11 +307,9 @@ TEST(ChatParserTest, StructuredOutputs) {
       {"name": "p", "strict": true, "schema": {"type": "object", "properties": {"b": {"type": "integer"}}}}}})");
   ASSERT_TRUE(schema.ok()) << schema.status();
   EXPECT_EQ(schema->request.grammar->kind, Kind::kJsonSchema);
-  EXPECT_EQ(schema->request.grammar->source,
-            R"({"type":"object","properties":{"b":{"type":"integer"}}})");
+  EXPECT_EQ(schema->request.grammar->source, R"({"type":"object","properties":{"b":{"type":"integer"}}})");
   EXPECT_EQ(schema->request.grammar->field, "response_format.json_schema.schema");
-  EXPECT_FALSE(ParseChatRequest(chat + R"("response_format": {"type": "text"}})")
-                   ->request.grammar.has_value());
+  EXPECT_FALSE(ParseChatRequest(chat + R"("response_format": {"type": "text"}})")->request.grammar.has_value());
   auto regex = ParseCompletionRequest(R"({"prompt": "p", "guided_regex": "[0-9]+"})");
   ASSERT_TRUE(regex.ok());
   EXPECT_EQ(regex->request.grammar->kind, Kind::kRegex);
@@ -328,10 +321,8 @@ TEST(ChatParserTest, StructuredOutputs) {
   EXPECT_EQ(gj->request.grammar->source, R"({"type": "boolean"})");
   EXPECT_EQ(ParamOf(ParseChatRequest(chat + R"("response_format": {"type": "json_schema"}})")),
             "response_format.json_schema");
-  EXPECT_EQ(ParamOf(ParseChatRequest(chat + R"("response_format": {"type": "xml"}})")),
-            "response_format.type");
-  EXPECT_EQ(ParamOf(ParseChatRequest(chat + R"("guided_regex": "a", "guided_choice": ["a"]})")),
-            "guided_choice");
+  EXPECT_EQ(ParamOf(ParseChatRequest(chat + R"("response_format": {"type": "xml"}})")), "response_format.type");
+  EXPECT_EQ(ParamOf(ParseChatRequest(chat + R"("guided_regex": "a", "guided_choice": ["a"]})")), "guided_choice");
   EXPECT_EQ(ParamOf(ParseChatRequest(chat + R"("guided_choice": []})")), "guided_choice");
   // A named tool_choice keeps the tools' parameters; the front end makes them the grammar
   // (tool_choice_grammar_test).
@@ -343,8 +334,7 @@ TEST(ChatParserTest, StructuredOutputs) {
   EXPECT_FALSE(named->request.grammar.has_value());
   ASSERT_EQ(named->request.chat.tool_parameters.size(), 1u);
   EXPECT_EQ(named->request.chat.tool_parameters[0].first, "f");
-  EXPECT_EQ(named->request.chat.tool_parameters[0].second,
-            R"({"type":"object","properties":{"q":{"type":"string"}}})");
+  EXPECT_EQ(named->request.chat.tool_parameters[0].second, R"({"type":"object","properties":{"q":{"type":"string"}}})");
 }
 
 TEST(ChatParserTest, RolesAreCheckedAndDeveloperIsSystem) {
@@ -379,9 +369,8 @@ TEST(ChatParserTest, ToolsToolCallsAndToolResults) {
   EXPECT_EQ(g.chat.prompt.tools_json,
             R"([{"type":"function","function":{"name":"get_weather","description":"Weather",)"
             R"("parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}])");
-  EXPECT_EQ(
-      g.messages[1].tool_calls_json,
-      R"([{"id":"c1","type":"function","function":{"name":"get_weather","arguments":{"unit":"c","city":"Paris"}}}])");
+  EXPECT_EQ(g.messages[1].tool_calls_json,
+            R"([{"id":"c1","type":"function","function":{"name":"get_weather","arguments":{"unit":"c","city":"Paris"}}}])");
   EXPECT_EQ(g.messages[1].reasoning_content, "need a tool");
   EXPECT_EQ(g.messages[2].role, "tool");
   EXPECT_EQ(g.messages[2].tool_call_id, "c1");
@@ -392,37 +381,30 @@ TEST(ChatParserTest, ToolsToolCallsAndToolResults) {
   auto none = ParseChatRequest(user + tools + R"(, "tool_choice": "none"})");
   ASSERT_TRUE(none.ok()) << none.status();
   EXPECT_EQ(none->request.chat.tool_choice, ToolChoice::kNone);
-  EXPECT_EQ(ParseChatRequest(user + R"("tool_choice": "none"})")->request.chat.tool_choice,
-            ToolChoice::kNone);
-  EXPECT_EQ(ParamOf(ParseChatRequest(user + R"("tool_choice": "auto"})")),
-            "tool_choice");  // no tools
-  EXPECT_EQ(ParamOf(ParseChatRequest(user + tools + R"(, "tool_choice": "sometimes"})")),
-            "tool_choice");
-  EXPECT_EQ(
-      ParseChatRequest(user + tools + R"(, "tool_choice": "required"})")->request.chat.tool_choice,
-      ToolChoice::kRequired);
-  EXPECT_EQ(
-      ParamOf(ParseChatRequest(
-          user + tools + R"(, "tool_choice": {"type": "function", "function": {"name": "g"}}})")),
-      "tool_choice.function.name");
+  EXPECT_EQ(ParseChatRequest(user + R"("tool_choice": "none"})")->request.chat.tool_choice, ToolChoice::kNone);
+  EXPECT_EQ(ParamOf(ParseChatRequest(user + R"("tool_choice": "auto"})")), "tool_choice");  // no tools
+  EXPECT_EQ(ParamOf(ParseChatRequest(user + tools + R"(, "tool_choice": "sometimes"})")), "tool_choice");
+  EXPECT_EQ(ParseChatRequest(user + tools + R"(, "tool_choice": "required"})")->request.chat.tool_choice,
+            ToolChoice::kRequired);
+  EXPECT_EQ(ParamOf(ParseChatRequest(
+                user + tools + R"(, "tool_choice": {"type": "function", "function": {"name": "g"}}})")),
+            "tool_choice.function.name");
   EXPECT_EQ(ParamOf(ParseChatRequest(user + R"("tools": [{"type": "function", "function": {}}]})")),
             "tools[0].function.name");
-  EXPECT_EQ(ParamOf(ParseChatRequest(user + R"("tools": [{"type": "retrieval"}]})")),
-            "tools[0].type");
-  EXPECT_EQ(ParamOf(ParseChatRequest(R"({"messages": [{"role": "tool", "content": "21"}]})")),
+  EXPECT_EQ(ParamOf(ParseChatRequest(user + R"("tools": [{"type": "retrieval"}]})")), "tools[0].type");
+  EXPECT_EQ(ParamOf(ParseChatRequest(
+                R"({"messages": [{"role": "tool", "content": "21"}]})")),
             "messages[0].tool_call_id");
-  EXPECT_EQ(
-      ParamOf(ParseChatRequest(
-          R"({"messages": [{"role": "user", "content": "x", "tool_calls": [{"function": {"name": "f"}}]}]})")),
-      "messages[0].tool_calls");
+  EXPECT_EQ(ParamOf(ParseChatRequest(
+                R"({"messages": [{"role": "user", "content": "x", "tool_calls": [{"function": {"name": "f"}}]}]})")),
+            "messages[0].tool_calls");
   EXPECT_EQ(ParamOf(ParseChatRequest(R"({"messages": [{"role": "assistant", "tool_calls": [)"
                                      R"({"function": {"name": "f", "arguments": "{oops"}}]}]})")),
             "messages[0].tool_calls[0].function.arguments");
 }
 
 TEST(ChatParserTest, TemplateOptions) {
-  auto r = ParseChatRequest(
-      R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "Sure"}],
+  auto r = ParseChatRequest(R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "Sure"}],
     "add_generation_prompt": false, "continue_final_message": true,
     "chat_template_kwargs": {"enable_thinking": false, "date_string": "1 Jan"}, "include_reasoning": false})");
   ASSERT_TRUE(r.ok()) << r.status();
@@ -432,14 +414,12 @@ TEST(ChatParserTest, TemplateOptions) {
   EXPECT_EQ(o.template_kwargs_json, R"({"enable_thinking":false,"date_string":"1 Jan"})");
   EXPECT_FALSE(r->request.chat.include_reasoning);
   // add_generation_prompt defaults to true, which continue_final_message contradicts.
-  EXPECT_EQ(
-      ParamOf(ParseChatRequest(
-          R"({"messages": [{"role": "user", "content": "x"}], "continue_final_message": true})")),
-      "continue_final_message");
-  EXPECT_EQ(
-      ParamOf(ParseChatRequest(
-          R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": [1]})")),
-      "chat_template_kwargs");
+  EXPECT_EQ(ParamOf(ParseChatRequest(
+                R"({"messages": [{"role": "user", "content": "x"}], "continue_final_message": true})")),
+            "continue_final_message");
+  EXPECT_EQ(ParamOf(ParseChatRequest(
+                R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": [1]})")),
+            "chat_template_kwargs");
   auto tok = ParseTokenizeRequest(R"({"messages": [{"role": "user", "content": "x"}],
     "add_generation_prompt": false, "chat_template_kwargs": {"k": 1}})");
   ASSERT_TRUE(tok.ok()) << tok.status();
@@ -458,30 +438,23 @@ TEST(CompletionParserTest, LogitBias) {
   EXPECT_EQ(b[1].token, 12);
   EXPECT_FLOAT_EQ(b[1].bias, 3.5f);
 
-  EXPECT_EQ(ParamOf(ParseCompletionRequest(R"({"prompt": "p", "logit_bias": [1, 2]})")),
-            "logit_bias");
-  EXPECT_EQ(ParamOf(ParseCompletionRequest(R"({"prompt": "p", "logit_bias": {"a": 1}})")),
-            "logit_bias");
-  EXPECT_EQ(ParamOf(ParseCompletionRequest(R"({"prompt": "p", "logit_bias": {"-1": 1}})")),
-            "logit_bias");
+  EXPECT_EQ(ParamOf(ParseCompletionRequest(R"({"prompt": "p", "logit_bias": [1, 2]})")), "logit_bias");
+  EXPECT_EQ(ParamOf(ParseCompletionRequest(R"({"prompt": "p", "logit_bias": {"a": 1}})")), "logit_bias");
+  EXPECT_EQ(ParamOf(ParseCompletionRequest(R"({"prompt": "p", "logit_bias": {"-1": 1}})")), "logit_bias");
   EXPECT_EQ(ParamOf(ParseCompletionRequest(R"({"prompt": "p", "logit_bias": {"99999999999": 1}})")),
             "logit_bias");
-  EXPECT_EQ(ParamOf(ParseCompletionRequest(R"({"prompt": "p", "logit_bias": {"5": "x"}})")),
-            "logit_bias.5");
-  EXPECT_EQ(ParamOf(ParseCompletionRequest(R"({"prompt": "p", "logit_bias": {"5": 101}})")),
-            "logit_bias.5");
+  EXPECT_EQ(ParamOf(ParseCompletionRequest(R"({"prompt": "p", "logit_bias": {"5": "x"}})")), "logit_bias.5");
+  EXPECT_EQ(ParamOf(ParseCompletionRequest(R"({"prompt": "p", "logit_bias": {"5": 101}})")), "logit_bias.5");
   std::string many = R"({"prompt": "p", "logit_bias": {)";
   for (int i = 0; i <= 300; ++i) many += (i ? "," : "") + ("\"" + std::to_string(i) + "\": 1");
   EXPECT_EQ(ParamOf(ParseCompletionRequest(many + "}}")), "logit_bias");
-  auto chat = ParseChatRequest(
-      R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"3": 1}})");
+  auto chat = ParseChatRequest(R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"3": 1}})");
   ASSERT_TRUE(chat.ok()) << chat.status();
   EXPECT_EQ(chat->request.sampling.logit_bias.size(), 1u);
 }
 
 TEST(TokenizerEndpointsParserTest, TokenizeAndDetokenize) {
-  auto t = ParseTokenizeRequest(
-      R"({"prompt": "abc", "add_special_tokens": false, "return_token_strs": true})");
+  auto t = ParseTokenizeRequest(R"({"prompt": "abc", "add_special_tokens": false, "return_token_strs": true})");
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(t->prompt, "abc");
   EXPECT_FALSE(t->add_special_tokens);
