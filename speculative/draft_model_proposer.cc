@@ -111,6 +111,9 @@ void DraftModelProposer::Propose(int64_t seq, std::span<const int32_t> tokens,
   (void)params;
   out.clear();
   if (max_tokens <= 0 || tokens.empty()) return;
+  // Past the draft model's own context its positions are out of range: no guesses (the target
+  // may serve longer sequences than its draft).
+  if (static_cast<int64_t>(tokens.size()) + max_tokens > model_->config().max_context()) return;
   const cache::SeqId id(seq);
   std::vector<int32_t>& fed = fed_[seq];
   // 1. Keep what still matches the verified tokens (never the last one: its row's logits
