@@ -82,9 +82,9 @@
 #include "cache/block_pool.h"
 #include "cache/cache_types.h"
 #include "cache/cache_usage.h"
+#include "cache/host_prefix_cache.h"
 #include "cache/kv_layout.h"
 #include "cache/sequence_kv_state.h"
-#include "cache/host_prefix_cache.h"
 #include "cache/swap_space.h"
 
 namespace kvserve::cache {
@@ -112,10 +112,10 @@ struct PrefixProbe {
 };
 
 struct KvCacheManagerOptions {
-  KvLayout layout;                 // block_size and the bytes per block (for the log)
-  int32_t num_blocks = 0;          // device pool, including the null block (>= 2)
-  int32_t num_host_blocks = 0;     // host pool (swap + prefix tier); 0: no host tier
-  int32_t host_cache_blocks = 0;   // most blocks the host prefix tier holds; 0: off
+  KvLayout layout;                // block_size and the bytes per block (for the log)
+  int32_t num_blocks = 0;         // device pool, including the null block (>= 2)
+  int32_t num_host_blocks = 0;    // host pool (swap + prefix tier); 0: no host tier
+  int32_t host_cache_blocks = 0;  // most blocks the host prefix tier holds; 0: off
   RemoteWrites remote_writes = RemoteWrites::kNone;  // what to hand the remote tier
   bool enable_prefix_caching = true;
   // Usable blocks (without the null block) of each demotion tier pool; empty: no tiers.
@@ -169,8 +169,7 @@ class KvCacheManager {
   // takes a reference on each hit block and starts `seq`'s table with them. Also records
   // `key` as the sequence's extra keys for commit_full_blocks. `seq` must hold no KV yet
   // (new, or freed after preemption). With prefix caching off it only records the key.
-  PrefixMatch match_prefix(SeqId seq, std::span<const int32_t> prompt_tokens,
-                           const PrefixKey& key);
+  PrefixMatch match_prefix(SeqId seq, std::span<const int32_t> prompt_tokens, const PrefixKey& key);
   // Hashes the full blocks filled since the last call and publishes them for prefix hits.
   // `tokens` are all tokens of the sequence so far (prompt + output) whose KV is stored.
   // Blocks reaching past the publish limit are not published; sequences that never went
@@ -191,8 +190,8 @@ class KvCacheManager {
   void take_remote_writes(std::vector<RemoteWrite>& out);
   PrefixProbe probe_prefix(std::span<const int32_t> prompt_tokens, const PrefixKey& key) const;
   // Chain hashes of full blocks [from, to) of `tokens` under `key` (appended to `out`).
-  void prefix_hashes(std::span<const int32_t> tokens, const PrefixKey& key, int32_t from, int32_t to,
-                     std::vector<BlockHash>& out) const;
+  void prefix_hashes(std::span<const int32_t> tokens, const PrefixKey& key, int32_t from,
+                     int32_t to, std::vector<BlockHash>& out) const;
   // A host block for a block fetched from the remote tier, held by the prefix tier under
   // `hash` (evicting its LRU entry if full); nullopt when the tier is off, already holds the
   // hash, or has no free block. The caller fills its bytes before the next Schedule.
@@ -221,9 +220,11 @@ class KvCacheManager {
   // (tail first); window tables are untouched (a compaction rewrites global layers only).
   // Returns the number of blocks released.
   int32_t truncate(SeqId seq, int64_t new_num_tokens);
-  // Speculative decoding: rejected guesses leave every table. truncate(), plus the window
-  // tables shrunk to `new_num_tokens` positions. Returns the blocks released.
-  int32_t rollback(SeqId seq, int64_t new_num_tokens);
+  // Speculative decoding: the last `num_rejected` slots of every table (rejected guesses, the
+  // step's trailing rows) go. The main table may be shorter than the window tables (it is
+  // physical and compression compacts it; window tables are indexed by position), so both
+  // drop the same count, not to the same length. Returns the blocks released.
+  int32_t rollback(SeqId seq, int64_t num_rejected);
   // Releases everything `seq` holds (device blocks tail first, or host blocks) and forgets
   // it. Idempotent: unknown sequences are a no-op. Returns the blocks released.
   int32_t free(SeqId seq);
@@ -233,7 +234,8 @@ class KvCacheManager {
   // Grants `seq` (must be resident) num_blocks more blocks of demotion tier `tier`, all or
   // nothing: the granted ids (the tail of its tier table), or nullopt with no change when the
   // tier pool has fewer free blocks.
-  std::optional<std::span<const BlockId>> reserve_tier_blocks(SeqId seq, int tier, int32_t num_blocks);
+  std::optional<std::span<const BlockId>> reserve_tier_blocks(SeqId seq, int tier,
+                                                              int32_t num_blocks);
   // Empty for unknown sequences or tiers never granted.
   std::span<const BlockId> tier_blocks(SeqId seq, int tier) const;
   const BlockPool& tier_pool(int tier) const { return tier_pools_[static_cast<size_t>(tier)]; }
@@ -334,7 +336,7 @@ class KvCacheManager {
   HostPrefixCache host_cache_;
   const RemoteWrites remote_writes_mode_;
   int64_t step_ = 0;
-  std::vector<int64_t> host_busy_step_;     // per host block: last step a copy read it
+  std::vector<int64_t> host_busy_step_;  // per host block: last step a copy read it
   std::vector<BlockId> quarantine_;
   std::vector<BlockId> host_scratch_;
   std::vector<BlockCopy> tier_to_host_;

@@ -69,13 +69,19 @@ int32_t KvCacheManager::shrink_windows(SequenceKvState& s, int64_t new_num_token
   return released;
 }
 
-int32_t KvCacheManager::rollback(SeqId seq, int64_t new_num_tokens) {
-  int32_t released = truncate(seq, new_num_tokens);
+int32_t KvCacheManager::rollback(SeqId seq, int64_t num_rejected) {
+  KVS_CHECK(num_rejected >= 0 && num_rejected <= num_tokens(seq), "rollback of sequence ",
+            seq.value(), " by ", num_rejected, " slots, it holds ", num_tokens(seq));
+  if (num_rejected == 0) return 0;
+  int32_t released = truncate(seq, num_tokens(seq) - num_rejected);
   SequenceKvState& s = *find(seq);
+  if (s.window.empty()) return released;
+  const int64_t positions = s.window[0].num_tokens() - num_rejected;
   // Guesses come after every released position: the release ran on the verified length.
-  KVS_CHECK(static_cast<int64_t>(s.window_released_front) * block_size_ <= new_num_tokens, "rollback of sequence ",
-            seq.value(), " to ", new_num_tokens, " positions, before its released window front");
-  return released + shrink_windows(s, new_num_tokens);
+  KVS_CHECK(static_cast<int64_t>(s.window_released_front) * block_size_ <= positions,
+            "rollback of sequence ", seq.value(), " to ", positions,
+            " positions, before its released window front");
+  return released + shrink_windows(s, positions);
 }
 
 std::span<const BlockId> KvCacheManager::window_table(SeqId seq, int group) const {

@@ -11,8 +11,8 @@ namespace kvserve::compression {
 KvCompressor::KvCompressor(const PolicyContext* context, KvAccess& kv,
                            std::span<const kernels::cpu::KvTierStorage> tiers)
     : context_(context), kv_(kv), layout_(kv.layout()), tier_storages_(tiers.begin(), tiers.end()) {
-  KVS_CHECK(tier_storages_.size() <= static_cast<size_t>(kMaxDemoteTiers), "KvCompressor: ", tier_storages_.size(),
-            " demotion tiers");
+  KVS_CHECK(tier_storages_.size() <= static_cast<size_t>(kMaxDemoteTiers),
+            "KvCompressor: ", tier_storages_.size(), " demotion tiers");
 }
 
 KvCompressor::State* KvCompressor::find(cache::SeqId seq) {
@@ -33,7 +33,8 @@ absl::Status KvCompressor::Track(cache::SeqId seq, const PolicyParams& params, b
   if (params.kind == config::CompressionPolicyKind::kFull) return absl::OkStatus();
   if (context_ == nullptr) {
     return absl::FailedPreconditionError(
-        absl::StrCat("sequence ", seq.value(), " asks for KV compression, but the runner has no policy context"));
+        absl::StrCat("sequence ", seq.value(),
+                     " asks for KV compression, but the runner has no policy context"));
   }
   KVS_ASSIGN_OR_RETURN(auto policy, CreatePolicy(params, *context_));
   State st;
@@ -59,7 +60,8 @@ void KvCompressor::Forget(cache::SeqId seq) {
   parked_.erase(seq.value());
 }
 
-void KvCompressor::BeginStep(cache::SeqId seq, int64_t first_position, int32_t num_tokens, int64_t kv_len_after) {
+void KvCompressor::BeginStep(cache::SeqId seq, int64_t first_position, int32_t num_tokens,
+                             int64_t kv_len_after) {
   State* st = find(seq);
   if (st == nullptr) return;
   const int64_t first_slot = kv_len_after - num_tokens;
@@ -75,7 +77,7 @@ void KvCompressor::BeginStep(cache::SeqId seq, int64_t first_position, int32_t n
 }
 
 const model::ForwardObservers* KvCompressor::PrepareObservers(std::span<const BatchSeq> batch,
-                                                             std::span<const int32_t> positions) {
+                                                              std::span<const int32_t> positions) {
   observing_.clear();
   query_rows_ = 0;
   bool want_queries = false, want_mass = false;
@@ -85,7 +87,7 @@ const model::ForwardObservers* KvCompressor::PrepareObservers(std::span<const Ba
     if (st == nullptr) continue;
     const ObserverNeeds needs = st->policy->needs();
     if (!needs.pre_rope_queries && !needs.attention_mass) continue;
-    observing_.emplace_back(static_cast<int>(i), st);
+    observing_.push_back({static_cast<int>(i), st, 0});
     want_queries |= needs.pre_rope_queries;
     want_mass |= needs.attention_mass;
   }
@@ -95,36 +97,54 @@ const model::ForwardObservers* KvCompressor::PrepareObservers(std::span<const Ba
   observers_ = model::ForwardObservers{};
   if (want_mass) {
     for (const BatchSeq& b : batch) mass_stride_ = std::max(mass_stride_, b.kv_len);
-    mass_.resize(static_cast<size_t>(layout_.num_layers) * batch.size() * layout_.num_kv_heads * mass_stride_);
+    mass_.resize(static_cast<size_t>(layout_.num_layers) * batch.size() * layout_.num_kv_heads *
+                 mass_stride_);
     observers_.attention_mass = mass_;
     observers_.mass_stride = mass_stride_;
   }
   if (want_queries) {
     query_rows_ = static_cast<int64_t>(positions.size());
     const size_t q_size = static_cast<size_t>(context_->num_q_heads) * context_->head_dim;
-    const size_t need = static_cast<size_t>(layout_.num_layers) * static_cast<size_t>(query_rows_) * q_size;
+    const size_t need =
+        static_cast<size_t>(layout_.num_layers) * static_cast<size_t>(query_rows_) * q_size;
     if (queries_.size() < need) queries_.resize(need);
     observers_.pre_rope_queries = std::span<float>(queries_.data(), need);
   }
   return &observers_;
 }
 
+void KvCompressor::DropRejected(cache::SeqId seq, int32_t num_rejected) {
+  State* st = find(seq);
+  if (st == nullptr || num_rejected == 0) return;
+  KVS_CHECK(!st->policy->needs().attention_mass, "sequence ", seq.value(),
+            " drafted under a policy that reads attention mass");
+  KVS_CHECK(num_rejected > 0 && num_rejected <= st->slots.size(), "sequence ", seq.value(),
+            " rejects ", num_rejected, " of ", st->slots.size(), " slots");
+  st->slots.Shrink(st->slots.size() - num_rejected);
+  for (Observing& o : observing_) {
+    if (o.state == st) o.rejected = num_rejected;
+  }
+}
+
 void KvCompressor::FinishObservers() {
   if (query_rows_ > 0) {
     const int64_t q_size = static_cast<int64_t>(context_->num_q_heads) * context_->head_dim;
-    for (auto [i, st] : observing_) {
-      if (!st->policy->needs().pre_rope_queries) continue;
-      const BatchSeq& b = batch_[i];
-      st->policy->ObserveQueries(st->slots, QueryView::FromObservers(queries_, query_rows_, q_size, positions_.data(),
-                                                                     b.row_begin, b.num_rows));
+    for (const Observing& o : observing_) {
+      if (!o.state->policy->needs().pre_rope_queries) continue;
+      const BatchSeq& b = batch_[static_cast<size_t>(o.index)];
+      o.state->policy->ObserveQueries(
+          o.state->slots, QueryView::FromObservers(queries_, query_rows_, q_size, positions_.data(),
+                                                   b.row_begin, b.num_rows - o.rejected));
     }
   }
   if (mass_stride_ > 0) {
-    for (auto [i, st] : observing_) {
+    for (const Observing& o : observing_) {
+      const int i = o.index;
+      State* st = o.state;
       if (!st->policy->needs().attention_mass) continue;
       st->policy->ObserveAttentionMass(
-          st->slots, MassView::FromObservers(mass_, mass_stride_, static_cast<int>(batch_.size()), i,
-                                             layout_.num_kv_heads, batch_[i].kv_len));
+          st->slots, MassView::FromObservers(mass_, mass_stride_, static_cast<int>(batch_.size()),
+                                             i, layout_.num_kv_heads, batch_[i].kv_len));
     }
   }
   observing_.clear();
@@ -132,9 +152,9 @@ void KvCompressor::FinishObservers() {
   query_rows_ = 0;
 }
 
-absl::StatusOr<std::optional<RoundResult>> KvCompressor::EndStep(cache::SeqId seq, int64_t next_position,
-                                                                 bool pressure, std::vector<int32_t>& table,
-                                                                 std::span<const std::vector<int32_t>> tier_tables) {
+absl::StatusOr<std::optional<RoundResult>> KvCompressor::EndStep(
+    cache::SeqId seq, int64_t next_position, bool pressure, std::vector<int32_t>& table,
+    std::span<const std::vector<int32_t>> tier_tables) {
   State* st = find(seq);
   if (st == nullptr) return std::nullopt;
   const int64_t n = st->slots.size();
@@ -153,7 +173,8 @@ absl::StatusOr<std::optional<RoundResult>> KvCompressor::EndStep(cache::SeqId se
   bool granted = false;
   const PolicyParams& p = st->policy->params();
   if (p.demotes()) {
-    num_tiers = std::min(static_cast<int>(tier_storages_.size()), static_cast<int>(tier_tables.size()));
+    num_tiers =
+        std::min(static_cast<int>(tier_storages_.size()), static_cast<int>(tier_tables.size()));
     for (int t = 0; t < num_tiers; ++t) {
       TierRound& tr = tiers[static_cast<size_t>(t)];
       tr.storage = &tier_storages_[static_cast<size_t>(t)];
@@ -166,7 +187,8 @@ absl::StatusOr<std::optional<RoundResult>> KvCompressor::EndStep(cache::SeqId se
   }
   RoundResult r;
   if (granted) {
-    KVS_ASSIGN_OR_RETURN(r, st->policy->RunDemoting(in, std::span<const TierRound>(tiers.data(), num_tiers)));
+    KVS_ASSIGN_OR_RETURN(
+        r, st->policy->RunDemoting(in, std::span<const TierRound>(tiers.data(), num_tiers)));
   } else {
     KVS_ASSIGN_OR_RETURN(r, st->policy->Run(in));
   }

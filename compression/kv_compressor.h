@@ -8,7 +8,8 @@
 //   before forward ──► BeginStep(seq, ...)        slots appended for this step's writes
 //                  ──► PrepareObservers(batch)    side outputs, only if a policy reads them
 //   forward (fills the compressor-owned side-output buffers: pre-RoPE queries, mass)
-//   after forward  ──► FinishObservers()          queries and mass handed to the policies,
+//   after forward  ──► DropRejected(seq, n)       speculative decoding: rejected guesses' slots
+//                  ──► FinishObservers()          queries and mass handed to the policies,
 //                                                 once per step for all layers
 //                  ──► EndStep(seq, ...)          Due? ─► Run ─► table shrunk, RoundResult
 //   preempted      ──► Park (swap: KV comes back as it was) or Forget (recompute)
@@ -32,9 +33,9 @@
 #include "absl/status/statusor.h"
 #include "cache/cache_types.h"
 #include "cache/kv_layout.h"
+#include "compression/compression_policy.h"
 #include "compression/demotion_round.h"
 #include "compression/kv_access.h"
-#include "compression/compression_policy.h"
 #include "compression/policy_params.h"
 #include "compression/slot_state.h"
 #include "model/forward_batch.h"
@@ -55,7 +56,8 @@ class KvCompressor {
   // `context` may be null: then only `full` sequences can be tracked (Track fails otherwise).
   // `kv` (the runner's storage, host or device) must outlive the compressor. `tiers`: the
   // demotion tier pools (host memory), tier t + 1 at index t; empty when the server has none.
-  KvCompressor(const PolicyContext* context, KvAccess& kv, std::span<const kernels::cpu::KvTierStorage> tiers = {});
+  KvCompressor(const PolicyContext* context, KvAccess& kv,
+               std::span<const kernels::cpu::KvTierStorage> tiers = {});
 
   // A sequence the runner starts (or resumes). `full` is not tracked. With resume, the state
   // parked at preemption is reused (its KV comes back from the host tier unchanged).
@@ -73,15 +75,22 @@ class KvCompressor {
   // Before the forward pass: the step writes num_tokens slots at [kv_len_after - num_tokens,
   // kv_len_after) for positions first_position + j. Slots before that which the state has not
   // seen (a prefix-cache hit, a fork's shared prompt) hold positions 0.. in order.
-  void BeginStep(cache::SeqId seq, int64_t first_position, int32_t num_tokens, int64_t kv_len_after);
+  void BeginStep(cache::SeqId seq, int64_t first_position, int32_t num_tokens,
+                 int64_t kv_len_after);
 
   // Side outputs for the sequences of `batch` whose policies read them; null when none does
   // (the forward pass then costs nothing extra). The buffers are the compressor's, sized for
   // the batch (grown, never shrunk). `positions` are the batch's row positions. The spans
   // must stay valid until FinishObservers.
-  const model::ForwardObservers* PrepareObservers(std::span<const BatchSeq> batch, std::span<const int32_t> positions);
-  // After the forward pass: hands each observing sequence its slice of the step's queries
-  // and attention mass (one call per policy input, all layers at once).
+  const model::ForwardObservers* PrepareObservers(std::span<const BatchSeq> batch,
+                                                  std::span<const int32_t> positions);
+  // Speculative decoding, after the forward pass and the verification: the step's last
+  // `num_rejected` slots held rejected guesses. They leave the slot state, and their query rows
+  // are not observed (call it before FinishObservers). The scheduler never drafts for a policy
+  // that reads attention mass (DraftRoom): mass arrives summed over the step's rows.
+  void DropRejected(cache::SeqId seq, int32_t num_rejected);
+  // After the forward pass (and DropRejected): hands each observing sequence its slice of the
+  // step's queries and attention mass (one call per policy input, all layers at once).
   void FinishObservers();
 
   // After the forward pass: runs a round when one is due (auto sequences only under
@@ -89,9 +98,9 @@ class KvCompressor {
   // round; nullopt when nothing ran or nothing was evicted. tier_tables[t]: the blocks of
   // demotion tier t + 1 granted to the sequence (may be fewer than the tiers; a sequence
   // asking for demotion demotes once some are granted, and only evicts before).
-  absl::StatusOr<std::optional<RoundResult>> EndStep(cache::SeqId seq, int64_t next_position, bool pressure,
-                                                     std::vector<int32_t>& table,
-                                                     std::span<const std::vector<int32_t>> tier_tables = {});
+  absl::StatusOr<std::optional<RoundResult>> EndStep(
+      cache::SeqId seq, int64_t next_position, bool pressure, std::vector<int32_t>& table,
+      std::span<const std::vector<int32_t>> tier_tables = {});
   // Tokens the sequence holds in demotion tier tier + 1 (0 when untracked): the first
   // tokens / block_size blocks of its tier table are in use (attention reads them).
   int64_t tier_tokens(cache::SeqId seq, int tier) const {
@@ -125,11 +134,16 @@ class KvCompressor {
   model::ForwardObservers observers_;
   std::span<const BatchSeq> batch_;
   std::span<const int32_t> positions_;
-  std::vector<std::pair<int, State*>> observing_;  // (batch index, state)
-  std::vector<float> mass_;        // [num_layers][num_seqs][num_kv_heads][mass_stride_]
+  struct Observing {
+    int index = 0;  // in batch_
+    State* state = nullptr;
+    int32_t rejected = 0;  // trailing rows not observed (DropRejected)
+  };
+  std::vector<Observing> observing_;
+  std::vector<float> mass_;  // [num_layers][num_seqs][num_kv_heads][mass_stride_]
   int64_t mass_stride_ = 0;
-  std::vector<float> queries_;     // [num_layers][num_tokens][q_size]
-  int64_t query_rows_ = 0;         // num_tokens of the batch when queries are observed, else 0
+  std::vector<float> queries_;  // [num_layers][num_tokens][q_size]
+  int64_t query_rows_ = 0;      // num_tokens of the batch when queries are observed, else 0
 };
 
 }  // namespace kvserve::compression

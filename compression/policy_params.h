@@ -39,10 +39,10 @@ enum class TriSelection {
   kPerLayer,    // a separate kept set per (layer, KV head) (reference per-layer mode)
 };
 enum class TriScoreTerms { kBoth, kTrigOnly, kNormOnly };  // which terms of the score count
-enum class TriOffsetPool { kMean, kMax };                   // aggregation over future offsets
+enum class TriOffsetPool { kMean, kMax };                  // aggregation over future offsets
 
-inline constexpr int64_t kDefaultSlackCap = 128;          // the reference's divide_length
-inline constexpr int64_t kDefaultTriRecentWindow = 128;   // the vLLM port's recent window
+inline constexpr int64_t kDefaultSlackCap = 128;         // the reference's divide_length
+inline constexpr int64_t kDefaultTriRecentWindow = 128;  // the vLLM port's recent window
 inline constexpr int64_t kDefaultSnapKvWindow = 64;
 // Lower-precision tiers a request may demote into (tier 0, the pool itself, is full precision;
 // kernels/cpu/paged_attention.h carries up to 8 tiers in a table entry).
@@ -50,20 +50,20 @@ inline constexpr int kMaxDemoteTiers = 7;
 
 struct PolicyParams {
   config::CompressionPolicyKind kind = config::CompressionPolicyKind::kFull;
-  int64_t budget = 2048;        // B
-  int64_t divide_length = 0;    // slack beta; 0: SlackLength's budget-scaled default
-  int64_t window = -1;          // -1: the policy's default (see RecentWindow); snapkv: observation
-                                // window; triattention: recent window always kept
-  int64_t sinks = 4;            // streamingllm, and triattention with an unprotected prompt
+  int64_t budget = 2048;      // B
+  int64_t divide_length = 0;  // slack beta; 0: SlackLength's budget-scaled default
+  int64_t window = -1;        // -1: the policy's default (see RecentWindow); snapkv: observation
+                              // window; triattention: recent window always kept
+  int64_t sinks = 4;          // streamingllm, and triattention with an unprotected prompt
   bool protect_prompt = true;
-  int64_t prompt_len = 0;       // P
-  bool compress_prefill = false;  // also run rounds between prefill chunks
+  int64_t prompt_len = 0;                  // P
+  bool compress_prefill = false;           // also run rounds between prefill chunks
   bool h2o_normalize_by_lifetime = false;  // h2o: rank by mass / (t - position) instead of mass
   // triattention
   TriSelection tri_selection = TriSelection::kCrossLayer;
   TriScoreTerms tri_terms = TriScoreTerms::kBoth;
   TriOffsetPool tri_offset_pool = TriOffsetPool::kMean;
-  int64_t tri_max_offset = 0;   // largest future offset 2^k used; 0: the model's context length
+  int64_t tri_max_offset = 0;  // largest future offset 2^k used; 0: the model's context length
   // Importance-aware mixed precision (demotion_round.h): demote_tokens[t] tokens are held in
   // the server's demotion tier t + 1 (cache.demote_dtypes[t]) after a round; 0: tier unused.
   // Rounded down to whole blocks when a round runs.
@@ -79,8 +79,8 @@ struct PolicyParams {
 
 // The server-wide defaults for one policy kind and prompt; the engine then applies the
 // tenant's and the request's overrides field by field.
-PolicyParams ParamsFromConfig(const config::CompressionConfig& config, config::CompressionPolicyKind kind,
-                              int64_t prompt_len);
+PolicyParams ParamsFromConfig(const config::CompressionConfig& config,
+                              config::CompressionPolicyKind kind, int64_t prompt_len);
 
 // Range checks and "budget leaves room to evict": InvalidArgument naming the request field
 // (kv_compression.budget, kv_compression.window, ...). `auto` must be resolved first.
@@ -97,5 +97,13 @@ int64_t SlackLength(const PolicyParams& params);
 // B - sinks (so small budgets still select), with a protected prompt 0 (the paper);
 // streamingllm B - lo; 0 otherwise.
 int64_t RecentWindow(const PolicyParams& params);
+
+// Speculative decoding (docs/speculative.md): the most guesses a step of a sequence holding
+// `phys_len` KV slots may draft, so that its greedy output stays what plain decoding gives.
+// Rounds run after a step, once the step's slots reach TargetLength + SlackLength; rows past
+// that length would attend KV that plain decoding compacts first, so the step's 1 + k rows end
+// where a round falls due. Unbounded for `full`; 0 for h2o, whose attention mass arrives
+// summed over a step's rows, rejected guesses' rows included.
+int64_t DraftRoom(const PolicyParams& params, int64_t phys_len);
 
 }  // namespace kvserve::compression

@@ -42,7 +42,8 @@ CpuModelRunner::CpuModelRunner(model::LlamaModel& model, cache::KvStorage& stora
     const cache::KvLayout& tl = demote_tiers[t]->layout();
     const float* const* basis = nullptr;
     if (tl.key_rank > 0) {
-      KVS_CHECK(key_basis != nullptr && key_basis->rank() == tl.key_rank, "low-rank tier without its key basis");
+      KVS_CHECK(key_basis != nullptr && key_basis->rank() == tl.key_rank,
+                "low-rank tier without its key basis");
       basis = key_basis->layers();
     }
     tiers_.push_back({tl, tier_data_[t].data(), tl.has_scales() ? tier_scales_[t].data() : nullptr,
@@ -54,7 +55,8 @@ CpuModelRunner::CpuModelRunner(model::LlamaModel& model, cache::KvStorage& stora
                                        grouped ? groups.num_window_groups : 0);
 }
 
-absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan, scheduler::StepResult& result) {
+absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan,
+                                     scheduler::StepResult& result) {
   result.clear();
   result.step_id = plan.step_id;
   KVS_RETURN_IF_ERROR(ApplyCopies(plan, storage_, swap_));
@@ -73,9 +75,9 @@ absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan, scheduler:
     view.lower_tiers = tiers_;
     view.layer_group = layer_group_;
     // Side outputs only for the policies that read them (snapkv: queries, h2o: mass).
-    const model::ForwardObservers* observers = compressor_->PrepareObservers(book_->batch_seqs(), batch.positions);
+    const model::ForwardObservers* observers =
+        compressor_->PrepareObservers(book_->batch_seqs(), batch.positions);
     KVS_RETURN_IF_ERROR(model_.Forward(batch, view, logits_, observers));
-    if (observers != nullptr) compressor_->FinishObservers();
 
     // Logits rows, in plan order: 1 + num_draft for a sampling sequence, every row of a chunk
     // that scores prompt tokens (its last row is the sampling row when it samples), else none.
@@ -110,10 +112,12 @@ absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan, scheduler:
                          static_cast<size_t>(q.num_draft));
         const int32_t accepted =
             VerifyDraft(sampler_, s, q.seq, logits, vocab, draft, q.num_generated, result.sampled);
-        book_->Rollback(s, q.kv_len_after - (q.num_draft - accepted));
+        book_->RejectGuesses(i, q, q.num_draft - accepted);
       }
       row += all_rows;
     }
+    // After verification: rejected guesses' query rows are not observed (RejectGuesses).
+    if (observers != nullptr) compressor_->FinishObservers();
   }
   return book_->Finish(plan, result);
 }

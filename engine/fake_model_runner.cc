@@ -21,11 +21,13 @@ uint64_t Mix(uint64_t x) {
 }  // namespace
 
 FakeModelRunner::FakeModelRunner(FakeModelRunnerOptions options) : options_(options) {
-  device_slots_.assign(static_cast<size_t>(options_.num_device_blocks) * options_.block_size, kEmpty);
+  device_slots_.assign(static_cast<size_t>(options_.num_device_blocks) * options_.block_size,
+                       kEmpty);
   host_slots_.assign(static_cast<size_t>(options_.num_host_blocks) * options_.block_size, kEmpty);
 }
 
-int32_t FakeModelRunner::NextToken(const std::vector<int32_t>& history, uint64_t seed, int vocab_size) {
+int32_t FakeModelRunner::NextToken(const std::vector<int32_t>& history, uint64_t seed,
+                                   int vocab_size) {
   // Depends on the last three tokens, the length and the seed: varied but reproducible.
   uint64_t h = Mix(seed + 0x9e3779b97f4a7c15ULL * (history.size() + 1));
   for (size_t i = history.size() >= 3 ? history.size() - 3 : 0; i < history.size(); ++i) {
@@ -34,14 +36,16 @@ int32_t FakeModelRunner::NextToken(const std::vector<int32_t>& history, uint64_t
   return static_cast<int32_t>(h % static_cast<uint64_t>(vocab_size));
 }
 
-absl::Status FakeModelRunner::Execute(const scheduler::StepPlan& plan, scheduler::StepResult& result) {
+absl::Status FakeModelRunner::Execute(const scheduler::StepPlan& plan,
+                                      scheduler::StepResult& result) {
   if (options_.before_step) options_.before_step(plan.step_id);
   result.clear();
   result.step_id = plan.step_id;
   ++steps_;
   if (plan.seqs.empty() && !plan.swap_in.empty()) ++swap_in_only_steps_;
   const int bs = options_.block_size;
-  auto copy = [bs](const std::vector<int32_t>& from, std::vector<int32_t>& to, const cache::BlockCopy& c) {
+  auto copy = [bs](const std::vector<int32_t>& from, std::vector<int32_t>& to,
+                   const cache::BlockCopy& c) {
     std::copy_n(from.begin() + static_cast<ptrdiff_t>(c.src.value()) * bs, bs,
                 to.begin() + static_cast<ptrdiff_t>(c.dst.value()) * bs);
   };
@@ -82,8 +86,9 @@ absl::Status FakeModelRunner::Execute(const scheduler::StepPlan& plan, scheduler
       s.slot_pos.push_back(static_cast<int64_t>(s.slot_pos.size()));
     }
     if (static_cast<int64_t>(s.slot_pos.size()) != first_slot_index) {
-      return absl::InternalError(absl::StrCat("step ", plan.step_id, ": seq ", q.seq.value(), " holds ",
-                                              s.slot_pos.size(), " slots but writes from slot ", first_slot_index));
+      return absl::InternalError(absl::StrCat("step ", plan.step_id, ": seq ", q.seq.value(),
+                                              " holds ", s.slot_pos.size(),
+                                              " slots but writes from slot ", first_slot_index));
     }
     for (int j = 0; j < q.num_tokens; ++j) s.slot_pos.push_back(q.first_position + j);
     const int fed = q.num_tokens - q.num_draft;  // the rest are guesses, not history yet
@@ -145,8 +150,11 @@ absl::Status FakeModelRunner::Execute(const scheduler::StepPlan& plan, scheduler
     if (s.compression.kind == config::CompressionPolicyKind::kFull) continue;
     if (s.compression_auto && !plan.compress_auto) continue;
     const int64_t target = compression::TargetLength(s.compression);
-    if (q.kv_len_after < target + compression::SlackLength(s.compression)) continue;
-    absl::Status st = Compact(s, q.seq, q.first_position + q.num_tokens, result);
+    // Verified slots only: rejected guesses left slot_pos above.
+    const int64_t kept = static_cast<int64_t>(s.slot_pos.size());
+    if (kept < target + compression::SlackLength(s.compression)) continue;
+    absl::Status st =
+        Compact(s, q.seq, q.first_position + q.num_tokens - (q.kv_len_after - kept), result);
     if (!st.ok()) return st;
   }
   for (cache::SeqId id : plan.finished) {

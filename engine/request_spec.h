@@ -16,7 +16,7 @@ namespace kvserve::engine {
 struct CompressionRequest {
   std::optional<config::CompressionPolicyKind> policy;
   std::optional<int> budget;
-  std::optional<double> ratio;         // keep this fraction of the prompt (alternative to budget)
+  std::optional<double> ratio;  // keep this fraction of the prompt (alternative to budget)
   std::optional<int> divide_length;
   std::optional<int> window;
   std::optional<int> sinks;
@@ -37,7 +37,7 @@ struct CompressionRequest {
 
 // Per-request speculative decoding (docs/speculative.md); unset fields take the server's
 // speculative.* settings. A method other than none on a backend or sequence that cannot
-// draft (CUDA, compressing, every layer windowed) decodes normally: output is the same either
+// draft (CUDA, h2o compression, every layer windowed) decodes normally: output is the same either
 // way. Hybrid models with layer groups draft: a rollback shrinks their window tables too.
 struct SpeculativeRequest {
   std::optional<config::SpeculativeMethod> method;
@@ -58,8 +58,8 @@ struct RequestSpec {
   int n = 1;                           // parallel samples sharing the prompt's KV blocks
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
-  int priority = 0;                    // lower runs first (queue_policy=priority)
-  std::string cache_salt;              // per-request prefix-cache isolation
+  int priority = 0;        // lower runs first (queue_policy=priority)
+  std::string cache_salt;  // per-request prefix-cache isolation
   CompressionRequest compression;
   SpeculativeRequest speculative;
 };

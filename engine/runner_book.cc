@@ -10,7 +10,8 @@
 
 namespace kvserve::engine {
 
-absl::Status ApplyCopies(const scheduler::StepPlan& plan, cache::KvStorage& storage, cache::KvStorage* swap) {
+absl::Status ApplyCopies(const scheduler::StepPlan& plan, cache::KvStorage& storage,
+                         cache::KvStorage* swap) {
   if (!plan.swap_out.empty() || !plan.swap_in.empty()) {
     if (swap == nullptr) return absl::InternalError("swap requested but no host swap tier exists");
     // The same two calls for any pair of memory spaces (cache/kv_storage.h).
@@ -50,13 +51,15 @@ absl::Status RunnerBook::Begin(const scheduler::StepPlan& plan) {
   for (const scheduler::TierGrant& g : plan.tier_grants) {
     auto it = seqs_.find(g.seq.value());
     if (it == seqs_.end() || g.tier < 0 || g.tier >= compressor_.num_tiers()) {
-      return absl::InternalError(absl::StrCat("tier grant for sequence ", g.seq.value(), " tier ", g.tier + 1,
-                                              " the runner cannot place"));
+      return absl::InternalError(absl::StrCat("tier grant for sequence ", g.seq.value(), " tier ",
+                                              g.tier + 1, " the runner cannot place"));
     }
     auto& tables = it->second.tier_tables;
-    if (tables.size() < static_cast<size_t>(compressor_.num_tiers())) tables.resize(compressor_.num_tiers());
+    if (tables.size() < static_cast<size_t>(compressor_.num_tiers()))
+      tables.resize(compressor_.num_tiers());
     for (int i = 0; i < g.num_blocks; ++i) {
-      tables[static_cast<size_t>(g.tier)].push_back(plan.tier_blocks[static_cast<size_t>(g.blocks_begin + i)].value());
+      tables[static_cast<size_t>(g.tier)].push_back(
+          plan.tier_blocks[static_cast<size_t>(g.blocks_begin + i)].value());
     }
   }
 
@@ -66,10 +69,12 @@ absl::Status RunnerBook::Begin(const scheduler::StepPlan& plan) {
   plan_seqs_.clear();
   scores_prompt_.clear();
   logits_rows_.clear();
+  rejected_.assign(plan.seqs.size(), 0);
   for (const auto& q : plan.seqs) {
     auto it = seqs_.find(q.seq.value());
     if (it == seqs_.end()) {
-      return absl::InternalError(absl::StrCat("sequence ", q.seq.value(), " was never sent to the runner"));
+      return absl::InternalError(
+          absl::StrCat("sequence ", q.seq.value(), " was never sent to the runner"));
     }
     Seq& s = it->second;
     if (q.table_reset) s.table.clear();
@@ -149,19 +154,33 @@ void RunnerBook::Record(Seq& s, int32_t token) {
   s.history.push_back(token);
 }
 
-void RunnerBook::Rollback(Seq& s, int32_t kv_len) const {
+void RunnerBook::RejectGuesses(size_t i, const scheduler::ScheduledSeq& q, int32_t num_rejected) {
+  KVS_CHECK(num_rejected >= 0 && num_rejected <= q.num_draft, "sequence ", q.seq.value(),
+            " rejects ", num_rejected, " of ", q.num_draft, " guesses");
+  Seq& s = *plan_seqs_[i];
+  const int32_t kv_len = q.kv_len_after - num_rejected;
   const size_t keep = static_cast<size_t>((kv_len + block_size_ - 1) / block_size_);
   if (s.table.size() > keep) s.table.resize(keep);
+  for (std::vector<int32_t>& w : s.window) {
+    // Window tables are indexed by position: the rejected rows' positions end them.
+    const int64_t positions = q.first_position + q.num_tokens - num_rejected;
+    const size_t wkeep = static_cast<size_t>((positions + block_size_ - 1) / block_size_);
+    if (w.size() > wkeep) w.resize(wkeep);
+  }
+  compressor_.DropRejected(q.seq, num_rejected);
+  rejected_[i] = num_rejected;
 }
 
 absl::Status RunnerBook::Finish(const scheduler::StepPlan& plan, scheduler::StepResult& result) {
   // Compression rounds, after every KV write of the step and before the next step reads.
-  for (const auto& q : plan.seqs) {
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const scheduler::ScheduledSeq& q = plan.seqs[i];
     if (!compressor_.tracking(q.seq)) continue;
     Seq& s = seqs_.at(q.seq.value());
-    const int64_t next_position = q.first_position + q.num_tokens;
-    KVS_ASSIGN_OR_RETURN(std::optional<compression::RoundResult> r,
-                         compressor_.EndStep(q.seq, next_position, plan.compress_auto, s.table, s.tier_tables));
+    const int64_t next_position = q.first_position + q.num_tokens - rejected_[i];
+    KVS_ASSIGN_OR_RETURN(
+        std::optional<compression::RoundResult> r,
+        compressor_.EndStep(q.seq, next_position, plan.compress_auto, s.table, s.tier_tables));
     if (r) result.compactions.push_back(ToCompaction(q.seq, next_position, std::move(*r)));
   }
   for (cache::SeqId id : plan.finished) {

@@ -40,7 +40,8 @@ namespace kvserve::engine {
 // Swap-outs, swap-ins (both directions through the same two storage calls whatever the memory
 // spaces) and copy-on-write copies of `plan`, queued on `storage`. `swap` may be null when the
 // plan moves nothing to or from the host tier.
-absl::Status ApplyCopies(const scheduler::StepPlan& plan, cache::KvStorage& storage, cache::KvStorage* swap);
+absl::Status ApplyCopies(const scheduler::StepPlan& plan, cache::KvStorage& storage,
+                         cache::KvStorage* swap);
 
 class RunnerBook {
  public:
@@ -64,7 +65,9 @@ class RunnerBook {
     // Layer groups: one window table per group (indexed by position; see step_plan.h).
     std::vector<std::vector<int32_t>> window;
 
-    std::span<const int32_t> prompt() const { return {history.data(), static_cast<size_t>(num_prompt)}; }
+    std::span<const int32_t> prompt() const {
+      return {history.data(), static_cast<size_t>(num_prompt)};
+    }
     std::span<const int32_t> output() const {
       return {history.data() + num_prompt, history.size() - static_cast<size_t>(num_prompt)};
     }
@@ -96,9 +99,11 @@ class RunnerBook {
   static std::span<const uint64_t> AllowedFor(const Seq& s);
   // Appends a sampled token to the history and advances the grammar.
   static void Record(Seq& s, int32_t token);
-  // Speculative decoding: rejected guesses' slots are gone (the scheduler truncates its table
-  // the same way): keep the blocks holding the first kv_len slots.
-  void Rollback(Seq& s, int32_t kv_len) const;
+  // Speculative decoding, after plan.seqs[i]'s verification: its last num_rejected slots held
+  // rejected guesses. They leave the block table (the scheduler rolls its tables back the same
+  // way) and the compressor's slot state, and the step's compression round (Finish) sees the
+  // verified slots and positions only. Call it before the compressor's FinishObservers.
+  void RejectGuesses(size_t i, const scheduler::ScheduledSeq& q, int32_t num_rejected);
 
   // Compression rounds of the step's sequences, then the finished / preempted ones dropped.
   absl::Status Finish(const scheduler::StepPlan& plan, scheduler::StepResult& result);
@@ -113,6 +118,7 @@ class RunnerBook {
   std::vector<Seq*> plan_seqs_;         // per plan.seqs entry
   std::vector<uint8_t> scores_prompt_;  // per plan.seqs entry
   std::vector<int32_t> logits_rows_;    // per plan.seqs entry
+  std::vector<int32_t> rejected_;       // per plan.seqs entry: rejected guesses (RejectGuesses)
   std::vector<compression::BatchSeq> batch_seqs_;
 };
 

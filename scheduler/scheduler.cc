@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "base/check.h"
+#include "compression/policy_params.h"
 
 namespace kvserve::scheduler {
 
@@ -89,9 +90,9 @@ void Scheduler::remote_lookup_done(cache::SeqId seq) {
 void Scheduler::add_running(SequenceState& s) {
   auto& list = running_[s.tenant];
   QueueKey key = queue_key(s);
-  auto pos = std::lower_bound(list.begin(), list.end(), key, [&](cache::SeqId id, const QueueKey& k) {
-    return queue_key(seqs_.at(id.value())) < k;
-  });
+  auto pos = std::lower_bound(
+      list.begin(), list.end(), key,
+      [&](cache::SeqId id, const QueueKey& k) { return queue_key(seqs_.at(id.value())) < k; });
   list.insert(pos, s.id);
   s.status = SeqStatus::kRunning;
   ++running_count_;
@@ -116,7 +117,8 @@ void Scheduler::release(SequenceState& s) {
       if (s.fork_parent) {
         auto it = std::find(pending_forks_.begin(), pending_forks_.end(), s.id);
         if (it != pending_forks_.end()) pending_forks_.erase(it);
-        if (auto p = seqs_.find(s.fork_parent->value()); p != seqs_.end()) p->second.pending_children--;
+        if (auto p = seqs_.find(s.fork_parent->value()); p != seqs_.end())
+          p->second.pending_children--;
       } else {
         waiting_[s.tenant].erase({queue_key(s), s.id});
       }
@@ -154,7 +156,8 @@ void Scheduler::Abort(cache::SeqId seq) {
 // one chunk) is what admission counts on.
 int Scheduler::tokens_to_feed(const SequenceState& s, int budget) const {
   int remaining = static_cast<int>(s.tokens.size()) - s.num_computed;
-  if (s.pending_children > 0) remaining = std::min(remaining, s.num_prompt_tokens - 1 - s.num_computed);
+  if (s.pending_children > 0)
+    remaining = std::min(remaining, s.num_prompt_tokens - 1 - s.num_computed);
   if (remaining <= 0) return 0;
   bool may_chunk = options_.enable_chunked_prefill;
   if (s.max_chunk > 0 && s.max_chunk < budget) {
@@ -184,9 +187,8 @@ void Scheduler::emit(SequenceState& s, int num_tokens, const cache::AllocationDe
     q.num_new_blocks = static_cast<int32_t>(table.size());
     q.table_offset = 0;
     q.table_reset = true;
-    plan.new_seqs.push_back(
-        NewSeq{s.id, s.sampling, s.num_prompt_tokens, s.tokens, s.compression, s.compression_auto,
-               s.runner_keeps_state});
+    plan.new_seqs.push_back(NewSeq{s.id, s.sampling, s.num_prompt_tokens, s.tokens, s.compression,
+                                   s.compression_auto, s.runner_keeps_state});
     s.known_to_runner = true;
     s.runner_keeps_state = false;
   } else {
@@ -275,7 +277,8 @@ void Scheduler::grant_tiers(SequenceState& s, StepPlan& plan) {
   for (int t = 0; t < tiers; ++t) {
     const int64_t want = s.compression.demote_tokens[static_cast<size_t>(t)] / bs;
     if (want <= 0 || (s.tiers_granted >> t & 1u) != 0) continue;
-    const int32_t blocks = static_cast<int32_t>(std::min<int64_t>(want, cache_.tier_pool(t).num_usable()));
+    const int32_t blocks =
+        static_cast<int32_t>(std::min<int64_t>(want, cache_.tier_pool(t).num_usable()));
     const auto granted = cache_.reserve_tier_blocks(s.id, t, blocks);
     if (!granted) continue;  // no room in the tier now: a normal answer, try next step
     s.tiers_granted |= 1u << t;
@@ -286,8 +289,7 @@ void Scheduler::grant_tiers(SequenceState& s, StepPlan& plan) {
 
 int Scheduler::propose(SequenceState& s, int max_rows) {
   draft_.clear();
-  if (!options_.speculation || !s.spec.enabled() || s.compressing() || s.pending_children > 0)
-    return 0;
+  if (!options_.speculation || !s.spec.enabled() || s.pending_children > 0) return 0;
   speculative::DraftProposer* proposer = proposers_.For(s.spec.method);
   if (proposer == nullptr) return 0;
   // The step emits up to k + 1 tokens: k guesses and the runner's own. Never draft past
@@ -299,6 +301,8 @@ int Scheduler::propose(SequenceState& s, int max_rows) {
       std::min(s.spec_length.Size(s.spec.num_tokens, batch_seqs, s.spec.row_cost), max_rows);
   k = std::min<int64_t>(k, s.stop.max_tokens - s.num_generated() - 1);
   k = std::min<int64_t>(k, options_.max_model_len - static_cast<int64_t>(s.tokens.size()) - 1);
+  // A compressing sequence's step ends where a round falls due, as plain decoding's would.
+  k = std::min<int64_t>(k, compression::DraftRoom(s.compression, cache_.num_tokens(s.id)));
   if (k <= 0 || !s.spec_gate.Open()) return 0;
   proposer->Propose(s.id.value(), s.tokens, s.spec, static_cast<int>(k), draft_);
   return static_cast<int>(draft_.size());
@@ -349,7 +353,8 @@ void Scheduler::run_forks(StepPlan& plan) {
     // computes nothing until its children fork). Such children compute their prompt
     // themselves (the prefix cache still shares the parent's full blocks).
     bool parent_needs_none = parent.num_prompt_tokens == 1 || options_.max_num_seqs == 1;
-    if (!parent_needs_none && (!ready || static_cast<int>(running_count_) >= options_.max_num_seqs)) {
+    if (!parent_needs_none &&
+        (!ready || static_cast<int>(running_count_) >= options_.max_num_seqs)) {
       ++i;
       continue;
     }
@@ -427,7 +432,8 @@ void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
       continue;
     }
     SequenceState& s = seqs_.at(waiting_[best].begin()->second.value());
-    if (remote_lookups_enabled_ && !s.remote_checked && !s.compressing() && !cache_.contains(s.id)) {
+    if (remote_lookups_enabled_ && !s.remote_checked && !s.compressing() &&
+        !cache_.contains(s.id)) {
       // NOTE: compressing sequences never use the remote tier (they are never published to
       // it either): only exact prefix KV crosses replicas.
       s.remote_checked = true;
@@ -437,7 +443,8 @@ void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
         l.seq = s.id;
         l.tenant_salt = cache::TenantSalt(s.prefix_key);
         l.first_block = probe.cached_blocks;
-        cache_.prefix_hashes(s.tokens, s.prefix_key, probe.cached_blocks, probe.eligible_blocks, l.hashes);
+        cache_.prefix_hashes(s.tokens, s.prefix_key, probe.cached_blocks, probe.eligible_blocks,
+                             l.hashes);
         remote_lookups_.push_back(std::move(l));
         waiting_[best].erase(waiting_[best].begin());
         s.status = SeqStatus::kWaitingForRemote;
@@ -452,7 +459,8 @@ void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
         // Only blocks wholly before the first evictable slot may be shared: a round moves
         // everything after it. (match_prefix keeps the last looked-up token uncached.)
         lo = compression::FirstEvictableSlot(s.compression);
-        lookup = lookup.first(static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(lookup.size()), lo + 1)));
+        lookup = lookup.first(
+            static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(lookup.size()), lo + 1)));
       }
       cache::PrefixMatch hit = cache_.match_prefix(s.id, lookup, s.prefix_key);
       s.num_computed = static_cast<int32_t>(hit.num_tokens);
@@ -534,8 +542,9 @@ std::optional<SeqFinish> Scheduler::check_stop(const SequenceState& s, int32_t t
                                                std::optional<int32_t>& stop_token) const {
   int generated = s.num_generated();
   if (generated >= s.stop.min_tokens) {
-    if (!s.stop.ignore_eos && std::find(options_.eos_token_ids.begin(), options_.eos_token_ids.end(),
-                                        token) != options_.eos_token_ids.end()) {
+    if (!s.stop.ignore_eos &&
+        std::find(options_.eos_token_ids.begin(), options_.eos_token_ids.end(), token) !=
+            options_.eos_token_ids.end()) {
       stop_token = token;
       return SeqFinish::kEos;
     }
@@ -546,37 +555,59 @@ std::optional<SeqFinish> Scheduler::check_stop(const SequenceState& s, int32_t t
     }
   }
   if (generated >= s.stop.max_tokens) return SeqFinish::kLength;
-  if (static_cast<int64_t>(s.tokens.size()) >= options_.max_model_len) return SeqFinish::kMaxModelLen;
+  if (static_cast<int64_t>(s.tokens.size()) >= options_.max_model_len)
+    return SeqFinish::kMaxModelLen;
   return std::nullopt;
 }
 
-void Scheduler::Update(const StepPlan& plan, const StepResult& result, std::vector<SeqUpdate>& out) {
-  // Compression rounds first: the runner already compacted the KV and shrank its table.
+void Scheduler::Update(const StepPlan& plan, const StepResult& result,
+                       std::vector<SeqUpdate>& out) {
+  // Each plan entry's samples: one, or 1 + accepted guesses after a draft.
+  step_samples_.clear();
+  size_t next_sample = 0;
+  for (const ScheduledSeq& q : plan.seqs) {
+    if (!q.sample) {
+      step_samples_.push_back({next_sample, 0});
+      continue;
+    }
+    KVS_CHECK(next_sample < result.sampled.size(), "runner returned too few samples");
+    size_t count = 1;
+    while (count <= static_cast<size_t>(q.num_draft) &&
+           next_sample + count < result.sampled.size() &&
+           result.sampled[next_sample + count].seq == q.seq) {
+      ++count;
+    }
+    KVS_CHECK(result.sampled[next_sample].seq == q.seq, "sample order mismatch");
+    step_samples_.push_back({next_sample, count});
+    next_sample += count;
+  }
+  // Rejected guesses leave every table first: the runner rolled its tables back before its
+  // compression rounds, whose lengths below count verified slots only.
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const ScheduledSeq& q = plan.seqs[i];
+    if (q.num_draft == 0 || step_samples_[i].second == 0) continue;
+    auto it = seqs_.find(q.seq.value());
+    if (it == seqs_.end() || it->second.status != SeqStatus::kRunning) continue;
+    const int64_t rejected = q.num_draft - (static_cast<int64_t>(step_samples_[i].second) - 1);
+    // Blocks only rejected guesses filled return to the pool.
+    cache_.rollback(q.seq, rejected);
+  }
+  // Compression rounds next: the runner already compacted the KV and shrank its table.
   for (const Compaction& c : result.compactions) {
     auto it = seqs_.find(c.seq.value());
     if (it == seqs_.end() || it->second.status != SeqStatus::kRunning) continue;
-    KVS_CHECK(cache_.num_tokens(c.seq) == c.phys_len_before, "compaction of sequence ", c.seq.value(),
-              " from ", c.phys_len_before, " slots, the cache holds ", cache_.num_tokens(c.seq));
+    KVS_CHECK(cache_.num_tokens(c.seq) == c.phys_len_before, "compaction of sequence ",
+              c.seq.value(), " from ", c.phys_len_before, " slots, the cache holds ",
+              cache_.num_tokens(c.seq));
     const int32_t released = cache_.truncate(c.seq, c.new_phys_len);
-    KVS_CHECK(released == c.blocks_freed, "compaction of sequence ", c.seq.value(), " freed ", released,
-              " blocks, the runner expected ", c.blocks_freed);
+    KVS_CHECK(released == c.blocks_freed, "compaction of sequence ", c.seq.value(), " freed ",
+              released, " blocks, the runner expected ", c.blocks_freed);
   }
-  size_t next_sample = 0;
-  for (const ScheduledSeq& q : plan.seqs) {
-    // This sequence's samples: one, or 1 + accepted guesses after a draft.
-    std::span<const SampledToken> sampled;
-    if (q.sample) {
-      KVS_CHECK(next_sample < result.sampled.size(), "runner returned too few samples");
-      size_t count = 1;
-      while (count <= static_cast<size_t>(q.num_draft) &&
-             next_sample + count < result.sampled.size() &&
-             result.sampled[next_sample + count].seq == q.seq) {
-        ++count;
-      }
-      sampled = std::span<const SampledToken>(result.sampled).subspan(next_sample, count);
-      next_sample += count;
-      KVS_CHECK(sampled.front().seq == q.seq, "sample order mismatch");
-    }
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const ScheduledSeq& q = plan.seqs[i];
+    const std::span<const SampledToken> sampled =
+        std::span<const SampledToken>(result.sampled)
+            .subspan(step_samples_[i].first, step_samples_[i].second);
     auto it = seqs_.find(q.seq.value());
     // Aborted while the step ran (future async engines): nothing to update.
     if (it == seqs_.end() || it->second.status != SeqStatus::kRunning) continue;
@@ -591,8 +622,6 @@ void Scheduler::Update(const StepPlan& plan, const StepResult& result, std::vect
                 plan.token_ids[static_cast<size_t>(q.token_begin + q.num_tokens - q.num_draft + i)],
             "sequence ", s.id.value(), ": the runner accepted a token that was not drafted");
       }
-      // Rejected guesses' slots go (every table); blocks they alone filled return to the pool.
-      cache_.rollback(s.id, s.num_computed);
       s.spec_gate.Record(q.num_draft, accepted, s.spec.min_acceptance);
       s.spec_length.Record(q.num_draft, accepted);
       s.spec_draft_tokens += q.num_draft;

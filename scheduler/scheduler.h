@@ -39,6 +39,7 @@
 #include <optional>
 #include <set>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -179,7 +180,8 @@ class Scheduler {
   void admit_swapped(StepPlan& plan, int& budget);
   void admit_waiting(StepPlan& plan, int& budget);
   void refresh_virtual_times();
-  std::optional<SeqFinish> check_stop(const SequenceState& s, int32_t token, std::optional<int32_t>& stop_token) const;
+  std::optional<SeqFinish> check_stop(const SequenceState& s, int32_t token,
+                                      std::optional<int32_t>& stop_token) const;
   void release(SequenceState& s);
 
   SchedulerOptions options_;
@@ -207,6 +209,8 @@ class Scheduler {
   SchedulerCounters counters_;
   speculative::ProposerSet proposers_;
   std::vector<int32_t> draft_;  // scratch: this sequence's guesses
+  // Scratch of Update: per plan entry, its samples in result.sampled (first, count).
+  std::vector<std::pair<size_t, size_t>> step_samples_;
 };
 
 }  // namespace kvserve::scheduler

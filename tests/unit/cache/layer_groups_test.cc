@@ -92,12 +92,12 @@ TEST(LayerGroups, WindowTablesGrowReleaseRollBackForkAndFree) {
   EXPECT_FALSE(m->can_swap_out(s));  // recomputed on preemption
   EXPECT_INVARIANTS(*m);
 
-  // A draft of 4 rows (positions 10-13), 1 accepted: rollback to 11 positions everywhere.
+  // A draft of 4 rows (positions 10-13), 1 accepted: 3 rejected, 11 positions left everywhere.
   d = m->allocate(s, 4);
   ASSERT_TRUE(d.has_value());
   EXPECT_EQ(d->window_first_block, 3);
   EXPECT_EQ(d->window_blocks.size(), 2u);
-  EXPECT_EQ(m->rollback(s, 11), 3);
+  EXPECT_EQ(m->rollback(s, 3), 3);
   EXPECT_EQ(m->num_tokens(s), 11);
   EXPECT_EQ(m->window_table(s, 0).size(), 3u);
   EXPECT_INVARIANTS(*m);
@@ -127,9 +127,9 @@ TEST(LayerGroups, WindowTablesGrowReleaseRollBackForkAndFree) {
 }
 
 // Random allocate / rollback / release / fork / free on a grouped manager, as the scheduler
-// drives it (guesses rolled back before the step's release): after every operation the invariant checker passes, every window table
-// still holds every position of the window (release_before never drops one a layer reads),
-// and at the end every block is back in the pool.
+// drives it (guesses rolled back before the step's release): after every operation the invariant
+// checker passes, every window table still holds every position of the window (release_before never
+// drops one a layer reads), and at the end every block is back in the pool.
 TEST(LayerGroups, RandomOperationsKeepInvariantsAndTheWindow) {
   constexpr int32_t kWindow = 7;
   constexpr int kGroups = 3;
@@ -155,7 +155,7 @@ TEST(LayerGroups, RandomOperationsKeepInvariantsAndTheWindow) {
       if (!m->allocate(id, n + draft)) continue;
       const int accepted = draft == 0 ? 0 : static_cast<int>(rng() % (draft + 1));
       it->second += n + accepted;
-      m->rollback(id, it->second);
+      m->rollback(id, draft - accepted);
       m->release_before(id, it->second - kWindow + 1);
     } else if (r < 78) {
       auto it = pick();
@@ -167,14 +167,16 @@ TEST(LayerGroups, RandomOperationsKeepInvariantsAndTheWindow) {
       m->free(SeqId{it->first});
       seqs.erase(it);
     }
-    ASSERT_TRUE(CheckCacheInvariants(*m).ok()) << "step " << step << ": " << CheckCacheInvariants(*m);
+    ASSERT_TRUE(CheckCacheInvariants(*m).ok())
+        << "step " << step << ": " << CheckCacheInvariants(*m);
     for (const auto& [id, len] : seqs) {
       for (int g = 0; g < kGroups; ++g) {
         const auto table = m->window_table(SeqId{id}, g);
         ASSERT_EQ(static_cast<int64_t>(table.size()), (len + 3) / 4) << "step " << step;
         // The next row (position len) attends [len - window + 1, len].
         for (int64_t p = std::max<int64_t>(0, len - kWindow + 1); p < len; ++p) {
-          ASSERT_NE(table[static_cast<size_t>(p / 4)], kNullBlock) << "step " << step << " seq " << id << " pos " << p;
+          ASSERT_NE(table[static_cast<size_t>(p / 4)], kNullBlock)
+              << "step " << step << " seq " << id << " pos " << p;
         }
       }
     }
