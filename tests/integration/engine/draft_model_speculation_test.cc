@@ -278,6 +278,42 @@ TEST(DraftModelEngine, GreedyOutputEqualsPlainDecodingAloneAndBatched) {
   }
 }
 
+// Compressing sequences draft with the draft model too (rounds after verification; the
+// draft's own KV keeps the whole history): output and rounds as without speculation.
+TEST(DraftModelEngine, CompressingSequenceDraftsWithUnchangedOutputAndRounds) {
+  RequestSpec r = Probe("squeezed", 60, 4, 40);
+  r.compression.policy = config::CompressionPolicyKind::kStreamingLlm;
+  r.compression.budget = 40;
+  r.compression.protect_prompt = false;
+  config::Config cfg;
+  cfg.compression.divide_length = 16;
+  Output want;
+  RequestUsage want_usage;
+  {
+    CountingObserver obs;
+    auto engine = MakeEngine(cfg, &obs, nullptr);
+    ASSERT_NE(engine, nullptr);
+    auto s = engine->Submit(r);
+    ASSERT_TRUE(s.ok()) << s.status();
+    want = Drain(**s, &want_usage);
+  }
+  ASSERT_GT(want_usage.compression.rounds, 0) << "no compression round ran";
+  cfg.speculative.method = config::SpeculativeMethod::kDraft;
+  auto draft = LoadDraft(8ull << 20);
+  ASSERT_NE(draft, nullptr);
+  DraftObserver obs;
+  auto engine = MakeEngine(cfg, &obs, draft.get());
+  ASSERT_NE(engine, nullptr);
+  auto s = engine->Submit(r);
+  ASSERT_TRUE(s.ok()) << s.status();
+  RequestUsage usage;
+  EXPECT_EQ(Drain(**s, &usage), want);
+  EXPECT_EQ(usage.compression.rounds, want_usage.compression.rounds);
+  EXPECT_GT(usage.spec_draft_tokens, 0);
+  ExpectNoBlocksLeaked(engine, obs, "compression");
+  EXPECT_EQ(draft->blocks_in_use(), 0);
+}
+
 // A target pool that forces preemption (recompute and swap) and a draft pool too small for
 // every sequence at once: output unchanged, both pools empty at the end.
 TEST(DraftModelEngine, BothPoolsEmptyAfterPreemptionAndNoRoomInTheDraftPool) {
