@@ -1,6 +1,6 @@
 // Speculative decoding benchmark (not a test: it prints figures). Decode tokens/s through the
-// whole engine (scheduler, runner, sampling) with and without n-gram speculation, at batch 1
-// and batch 8, on two workloads:
+// whole engine (scheduler, runner, sampling) with and without speculation (n-gram, or a draft
+// model with --draft-model), at batch 1 and batch 8, on these workloads:
 //
 //   copy  greedy continuations of a prompt that repeats a 32-token phrase four times: the
 //         work n-gram speculation is for (and a random-weight model's greedy output settles
@@ -32,6 +32,7 @@
 #include "bench/cpu_clock.h"
 #include "engine/engine_factory.h"
 #include "speculative/spec_params.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kvserve {
 namespace {
@@ -69,14 +70,29 @@ std::vector<int32_t> CopyPrompt(int salt) {
   return p;
 }
 
-Figures RunOnce(engine::ServingEngine& e, SpecCounter& c, bool copy, int batch, int tokens,
-                int run) {
+enum class Work { kCopy, kFree, kText };
+
+// Window `index` (48 tokens after a BOS) of the held-out text's token ids.
+std::vector<int32_t> TextPrompt(const std::vector<int32_t>& text, int index) {
+  constexpr size_t kLen = 48;
+  std::vector<int32_t> p{1};
+  const size_t windows = text.size() / kLen;
+  const size_t start = (static_cast<size_t>(index) * 7 % windows) * kLen;
+  p.insert(p.end(), text.begin() + static_cast<std::ptrdiff_t>(start),
+           text.begin() + static_cast<std::ptrdiff_t>(start + kLen));
+  return p;
+}
+
+Figures RunOnce(engine::ServingEngine& e, SpecCounter& c, Work work,
+                const std::vector<int32_t>& text, int batch, int tokens, int run) {
+  const bool copy = work != Work::kFree;  // greedy
   const int64_t d0 = c.drafts, t0 = c.draft_tokens, a0 = c.accepted;
   std::vector<std::shared_ptr<engine::TokenStream>> streams;
   for (int b = 0; b < batch; ++b) {
     engine::RequestSpec r;
     r.request_id = "r" + std::to_string(run) + "_" + std::to_string(b);
-    r.prompt_tokens = CopyPrompt(b + 1000 * run);
+    r.prompt_tokens =
+        work == Work::kText ? TextPrompt(text, b + 8 * (run + 1)) : CopyPrompt(b + 1000 * run);
     r.max_tokens = tokens;
     r.ignore_eos = true;
     r.sampling.temperature = copy ? 0.0f : 1.0f;
@@ -127,7 +143,7 @@ Figures RunOnce(engine::ServingEngine& e, SpecCounter& c, bool copy, int batch, 
 int Main(int argc, char** argv) {
   std::string model = "/tmp/spec_llama125m";
   int threads = 0, tokens = 128, repeats = 3, k = 4, only_batch = 0;
-  std::string work = "both";
+  std::string work = "both", draft_model, text_file;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--model")
@@ -144,14 +160,40 @@ int Main(int argc, char** argv) {
       work = argv[i + 1];
     else if (a == "--batch")
       only_batch = std::atoi(argv[i + 1]);
+    else if (a == "--draft-model")
+      draft_model = argv[i + 1];
+    else if (a == "--text")
+      text_file = argv[i + 1];
   }
-  std::printf("model %s, threads %d, %d tokens per request, median of %d, k <= %d, row_cost %g\n",
-              model.c_str(), threads, tokens, repeats, k, speculative::kDefaultRowCost);
-  std::printf("%-5s %5s | %12s %12s %8s | %12s %12s %8s | %10s %12s %13s\n", "work", "batch",
-              "plain tok/s", "ngram tok/s", "speedup", "plain tok/cs", "ngram tok/cs", "speedup",
+  std::vector<int32_t> text;
+  if (work == "text") {
+    auto tok = tokenizer::LoadTokenizerDir(model);
+    std::FILE* f = std::fopen(text_file.c_str(), "rb");
+    if (!tok.ok() || f == nullptr) {
+      std::fprintf(stderr, "--work text needs --text FILE and a model with a tokenizer\n");
+      return 1;
+    }
+    std::string body;
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) body.append(buf, n);
+    std::fclose(f);
+    text = (*tok)->encode(body, /*add_special=*/false);
+    if (text.size() < 48) {
+      std::fprintf(stderr, "--text: fewer than 48 tokens\n");
+      return 1;
+    }
+  }
+  const char* method = draft_model.empty() ? "ngram" : "draft";
+  std::printf(
+      "model %s, threads %d, %d tokens per request, median of %d, k <= %d, row_cost %g, %s%s\n",
+      model.c_str(), threads, tokens, repeats, k, speculative::kDefaultRowCost, method,
+      draft_model.empty() ? "" : (" " + draft_model).c_str());
+  std::printf("%-5s %5s | %12s %8s tok/s %8s | %12s %8s tok/cs %8s | %10s %12s %13s\n", "work",
+              "batch", "plain tok/s", method, "speedup", "plain tok/cs", method, "speedup",
               "acceptance", "drafts/token", "guesses/draft");
-  for (const bool copy : {true, false}) {
-    if (work != "both" && work != (copy ? "copy" : "free")) continue;
+  for (const Work w : {Work::kCopy, Work::kFree, Work::kText}) {
+    const char* name = w == Work::kCopy ? "copy" : w == Work::kFree ? "free" : "text";
+    if (!(work == name || (work == "both" && w != Work::kText))) continue;
     for (const int batch : {1, 8}) {
       if (only_batch != 0 && batch != only_batch) continue;
       std::vector<double> plain, spec, plain_cpu, spec_cpu, acc, dpt, gpd;
@@ -161,7 +203,9 @@ int Main(int argc, char** argv) {
         cfg.cache.kv_bytes = 512ull << 20;
         cfg.cache.enable_prefix_caching = false;  // every run computes its prompt
         if (speculate) {
-          cfg.speculative.method = config::SpeculativeMethod::kNgram;
+          cfg.speculative.method = draft_model.empty() ? config::SpeculativeMethod::kNgram
+                                                       : config::SpeculativeMethod::kDraft;
+          cfg.speculative.draft_model = draft_model;
           cfg.speculative.num_tokens = k;
         }
         SpecCounter counter;
@@ -172,9 +216,9 @@ int Main(int argc, char** argv) {
           std::fprintf(stderr, "engine: %s\n", std::string(e.status().message()).c_str());
           return 1;
         }
-        RunOnce(**e, counter, copy, batch, 16, -1);  // warm-up
+        RunOnce(**e, counter, w, text, batch, 16, -1);  // warm-up
         for (int r = 0; r < repeats; ++r) {
-          const Figures f = RunOnce(**e, counter, copy, batch, tokens, r);
+          const Figures f = RunOnce(**e, counter, w, text, batch, tokens, r);
           (speculate ? spec : plain).push_back(f.tok_s);
           (speculate ? spec_cpu : plain_cpu).push_back(f.tok_cpu_s);
           if (speculate) {
@@ -189,9 +233,9 @@ int Main(int argc, char** argv) {
         return v[v.size() / 2];
       };
       std::printf("%-5s %5d | %12.1f %12.1f %7.2fx | %12.1f %12.1f %7.2fx | %10.2f %12.2f %13.2f\n",
-                  copy ? "copy" : "free", batch, median(plain), median(spec),
-                  median(spec) / median(plain), median(plain_cpu), median(spec_cpu),
-                  median(spec_cpu) / median(plain_cpu), median(acc), median(dpt), median(gpd));
+                  name, batch, median(plain), median(spec), median(spec) / median(plain),
+                  median(plain_cpu), median(spec_cpu), median(spec_cpu) / median(plain_cpu),
+                  median(acc), median(dpt), median(gpd));
       std::fflush(stdout);
     }
   }

@@ -22,7 +22,7 @@ enum class QueuePolicy { kFcfs, kPriority };
 enum class PreemptionMode { kRecompute, kSwap };
 enum class CompressionPolicyKind { kFull, kTriAttention, kStreamingLlm, kSnapKv, kH2O, kAuto };
 enum class MetricsCompat { kNone, kVllm };
-enum class SpeculativeMethod { kNone, kNgram };
+enum class SpeculativeMethod { kNone, kNgram, kDraft };
 
 struct LoggingConfig {
   LogLevel level = LogLevel::kInfo;
@@ -103,6 +103,10 @@ struct SpeculativeConfig {
   // Adaptive switch-off: a sequence whose recent acceptance rate falls below this stops
   // drafting for a while (backing off), so text that does not repeat itself pays nothing.
   double min_acceptance = 0.3;
+  // Draft-model speculation (method draft): a smaller model directory sharing the target's
+  // tokenizer, loaded at start-up (CPU backend), with a KV pool of its own of this many bytes.
+  std::string draft_model;
+  uint64_t draft_kv_bytes = 32ull << 20;
 };
 
 struct CompressionConfig {

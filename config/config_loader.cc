@@ -362,6 +362,9 @@ absl::Status Validate(const Config& cfg) {
     return err("speculative.ngram_min=", cfg.speculative.ngram_min,
                ": must not exceed speculative.ngram_max=", cfg.speculative.ngram_max);
   }
+  if (cfg.speculative.method == SpeculativeMethod::kDraft && cfg.speculative.draft_model.empty()) {
+    return err("speculative.method=draft: needs speculative.draft_model (a draft model directory)");
+  }
   if (cfg.cache.lowrank_key_rank > 0 && cfg.cache.demote_kv_bytes == 0) {
     return err("cache.lowrank_key_rank=", cfg.cache.lowrank_key_rank,
                ": the low-rank key tier is a demotion tier and needs cache.demote_kv_bytes > 0");

@@ -52,8 +52,10 @@ constexpr std::array<EnumName<CompressionPolicyKind>, 6> kPolicies{
      {CompressionPolicyKind::kSnapKv, "snapkv"},
      {CompressionPolicyKind::kH2O, "h2o"},
      {CompressionPolicyKind::kAuto, "auto"}}};
-constexpr std::array<EnumName<SpeculativeMethod>, 2> kSpeculativeMethods{
-    {{SpeculativeMethod::kNone, "none"}, {SpeculativeMethod::kNgram, "ngram"}}};
+constexpr std::array<EnumName<SpeculativeMethod>, 3> kSpeculativeMethods{
+    {{SpeculativeMethod::kNone, "none"},
+     {SpeculativeMethod::kNgram, "ngram"},
+     {SpeculativeMethod::kDraft, "draft"}}};
 constexpr std::array<EnumName<MetricsCompat>, 2> kMetricsCompat{
     {{MetricsCompat::kNone, "none"}, {MetricsCompat::kVllm, "vllm"}}};
 
@@ -447,7 +449,9 @@ std::vector<Field<Config>> BuildConfigFields() {
   // speculative decoding
   f.push_back(EnumField<C>(
       "speculative.method",
-      "speculative decoding default: none, or ngram (prompt lookup; CPU backend)",
+      "speculative decoding default: none, ngram (prompt lookup) or draft "
+      "(speculative.draft_model); "
+      "CPU backend",
       [](C & c) -> auto& { return c.speculative.method; }, kSpeculativeMethods));
   f.push_back(IntField<C>(
       "speculative.num_tokens", "draft tokens proposed per step (verify rows: 1 + this)",
@@ -463,6 +467,14 @@ std::vector<Field<Config>> BuildConfigFields() {
       "a sequence whose recent draft acceptance falls below this stops drafting "
       "for a while (0: never)",
       [](C & c) -> auto& { return c.speculative.min_acceptance; }, 0.0, 1.0));
+  f.push_back(StringField<C>(
+      "speculative.draft_model",
+      "draft model directory (a smaller model with the target's tokenizer); empty: none, and "
+      "method draft is refused",
+      [](C & c) -> auto& { return c.speculative.draft_model; }));
+  f.push_back(IntField<C>(
+      "speculative.draft_kv_bytes", "the draft model's own KV pool in bytes (CPU backend)",
+      [](C & c) -> auto& { return c.speculative.draft_kv_bytes; }, 1 << 16, kMaxBytes, true));
   f.push_back(StringField<C>(
       "compression.stats_path",
       "TriAttention statistics file; empty: <model>/triattention_stats.bin",

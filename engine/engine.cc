@@ -96,7 +96,9 @@ Engine::Engine(const config::Config& config, ModelInfo model, cache::KvCacheMana
       compression_(deps.compression),
       clock_(deps.clock ? deps.clock : std::make_shared<base::SteadyClock>()),
       tenant_names_(TenantNames(config)),
-      scheduler_(MakeSchedulerOptions(config, model_, runner.verifies_drafts()), cache) {
+      draft_model_loaded_(deps.draft_proposer != nullptr),
+      scheduler_(MakeSchedulerOptions(config, model_, runner.verifies_drafts()), cache,
+                 deps.draft_proposer) {
   tenant_queued_ = std::make_unique<std::atomic<int>[]>(tenant_names_.size());
   for (size_t i = 0; i < tenant_names_.size(); ++i) tenant_queued_[i] = 0;
   // Demotion tiers' precisions for the bytes-per-token metric, computed once (the backend
@@ -194,7 +196,7 @@ absl::Status Engine::Validate(const RequestSpec& spec) const {
     return Invalid("prompt_logprobs",
                    "this backend does not compute prompt logprobs (the CPU backend does)");
   }
-  KVS_RETURN_IF_ERROR(ValidateSpeculative(spec.speculative));
+  KVS_RETURN_IF_ERROR(ValidateSpeculative(spec.speculative, draft_model_loaded_));
   int64_t prompt = static_cast<int64_t>(spec.prompt_tokens.size());
   if (prompt >= model_.max_model_len) {
     return Invalid("prompt", absl::StrCat("is ", prompt, " tokens; the model's context is ",

@@ -162,6 +162,8 @@ class Engine final : public ServingEngine {
   std::atomic<int> stat_running_{0}, stat_waiting_{0}, stat_swapped_{0};
   std::atomic<double> stat_kv_usage_{0.0};
 
+  const bool draft_model_loaded_;  // method draft is accepted (EngineDeps::draft_proposer)
+
   // ---- engine thread only
   scheduler::Scheduler scheduler_;
   absl::flat_hash_map<uint64_t, Request> requests_;

@@ -18,6 +18,8 @@
 #include "config/fields.h"
 #include "kernels/device_probe.h"
 #include "model/llama_model.h"
+#include "speculative/draft_model_check.h"
+#include "speculative/draft_model_proposer.h"
 
 namespace kvserve::engine {
 namespace {
@@ -29,6 +31,7 @@ class LocalEngine final : public ServingEngine {
   std::unique_ptr<model::LlamaModel> model;
   std::unique_ptr<compression::TriAttentionStats> stats;  // null: triattention unavailable
   std::unique_ptr<compression::KeyBasis> key_basis;      // null: no low-rank key tier
+  std::unique_ptr<speculative::DraftModelProposer> draft;  // null: no draft model
   compression::PolicyContext compression;
   base::SteadyClock clock;                                 // compression phase timings
   Backend backend;
@@ -153,6 +156,42 @@ absl::StatusOr<std::unique_ptr<KvTierBridge>> MakeRemoteTier(const config::Confi
   return std::make_unique<KvTierBridge>(*backend.storage, *backend.swap, std::move(remote), logger.child("kv-tier"));
 }
 
+// The draft model of speculative.draft_model (CPU backend only), checked against the target's
+// tokenizer; null when none is configured or the backend verifies no drafts.
+absl::StatusOr<std::unique_ptr<speculative::DraftModelProposer>> LoadDraftModel(
+    const config::Config& config, const std::string& model_dir, const model::LlamaModel& target,
+    config::Backend kind, const base::Logger& logger) {
+  const config::SpeculativeConfig& sc = config.speculative;
+  if (sc.draft_model.empty()) return std::unique_ptr<speculative::DraftModelProposer>();
+  if (kind != config::Backend::kCpu) {
+    logger.warn("speculative.draft_model=%s not loaded: the %s backend verifies no drafts "
+                "(requests asking for method draft are refused)",
+                sc.draft_model, std::string(config::Name(kind)));
+    return std::unique_ptr<speculative::DraftModelProposer>();
+  }
+  auto draft_config = model::LoadModelConfig(sc.draft_model);
+  if (!draft_config.ok()) {
+    return absl::Status(draft_config.status().code(),
+                        absl::StrCat("speculative.draft_model=", sc.draft_model, ": ",
+                                     draft_config.status().message()));
+  }
+  KVS_RETURN_IF_ERROR(speculative::CheckDraftCompatible(model_dir, target.config().vocab_size,
+                                                        sc.draft_model, draft_config->vocab_size));
+  speculative::DraftModelOptions o;
+  o.block_size = config.cache.block_size;
+  o.kv_bytes = sc.draft_kv_bytes;
+  o.threads = config.engine.threads;
+  o.max_tokens_per_step = config.scheduler.max_num_batched_tokens;
+  o.max_context = config.model.max_model_len;
+  KVS_ASSIGN_OR_RETURN(auto draft, speculative::DraftModelProposer::Load(
+                                       sc.draft_model, target.config().vocab_size, o,
+                                       logger.child("draft")));
+  logger.info("draft model %s loaded: %d layers, hidden %d, its own KV pool of %d MiB",
+              sc.draft_model, draft->model_config().num_layers, draft->model_config().hidden_size,
+              static_cast<int>(sc.draft_kv_bytes >> 20));
+  return draft;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config& config,
@@ -228,6 +267,10 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config
                                                       &local->clock, deps.logger));
     deps.kv_tiers = local->tiers.get();
   }
+  KVS_ASSIGN_OR_RETURN(local->draft,
+                       LoadDraftModel(config, model_dir, *local->model, kind, deps.logger));
+  // A proposer the caller injected (tests, benchmarks) stays when no draft model is configured.
+  if (local->draft) deps.draft_proposer = local->draft.get();
   local->engine = std::make_unique<Engine>(config, info, *local->backend.manager, *local->backend.runner,
                                            std::move(deps));
   local->wake_target.store(local->engine.get());

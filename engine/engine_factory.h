@@ -14,6 +14,7 @@
 #include "engine/backend.h"
 #include "engine/engine_client.h"
 #include "engine/engine_observer.h"
+#include "speculative/draft_proposer.h"
 
 namespace kvserve::engine {
 
@@ -50,6 +51,11 @@ struct EngineDeps {
   std::function<absl::StatusOr<CudaBackendFactory>()> load_cuda_backend;
   // The remote KV tier's engine-side bridge; null: no remote tier. Must outlive the engine.
   KvTierBridge* kv_tiers = nullptr;
+  // Draft-model speculation (speculative.method draft): the proposer, null when no draft model
+  // is loaded (requests asking for method draft are then refused). CreateEngine sets it from
+  // speculative.draft_model; a caller may inject one instead (tests, benchmarks), kept when
+  // speculative.draft_model is empty. Must outlive the engine.
+  speculative::DraftProposer* draft_proposer = nullptr;
 };
 
 absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config& config,

@@ -13,7 +13,11 @@ absl::Status Invalid(const char* field, const std::string& why) {
 
 }  // namespace
 
-absl::Status ValidateSpeculative(const SpeculativeRequest& r) {
+absl::Status ValidateSpeculative(const SpeculativeRequest& r, bool draft_model_loaded) {
+  if (r.method == config::SpeculativeMethod::kDraft && !draft_model_loaded) {
+    return Invalid("method", "'draft' needs a draft model and this server has none loaded "
+                             "(start it with speculative.draft_model on the CPU backend)");
+  }
   if (r.num_tokens && (*r.num_tokens < 1 || *r.num_tokens > kMaxDraftTokens)) {
     return Invalid("num_tokens", absl::StrCat("must be in [1,", kMaxDraftTokens, "]"));
   }

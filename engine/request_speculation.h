@@ -10,7 +10,8 @@
 namespace kvserve::engine {
 
 // InvalidArgument naming the field ("speculative.num_tokens: ...") when a value is out of range.
-absl::Status ValidateSpeculative(const SpeculativeRequest& r);
+// Method draft is refused (naming speculative.method) unless `draft_model_loaded`.
+absl::Status ValidateSpeculative(const SpeculativeRequest& r, bool draft_model_loaded = false);
 // Request fields over the server default. The resolved n-gram sizes keep min <= max.
 speculative::SpecParams ResolveSpeculative(const config::SpeculativeConfig& server,
                                            const SpeculativeRequest& r);

@@ -8,8 +8,9 @@
 
 namespace kvserve::scheduler {
 
-Scheduler::Scheduler(SchedulerOptions options, cache::KvCacheManager& cache)
-    : options_(std::move(options)), cache_(cache) {
+Scheduler::Scheduler(SchedulerOptions options, cache::KvCacheManager& cache,
+                     speculative::DraftProposer* draft)
+    : options_(std::move(options)), cache_(cache), proposers_(draft) {
   if (options_.tenants.empty()) options_.tenants.push_back(TenantLimits{});
   size_t n = options_.tenants.size();
   running_.resize(n);
@@ -132,6 +133,7 @@ void Scheduler::release(SequenceState& s) {
       break;
   }
   cache_.free(s.id);
+  proposers_.Release(s.id.value());
   s.tiers_granted = 0;
   // A swapped-out sequence is unknown to the runner except for its parked compression state.
   if (s.known_to_runner || s.runner_keeps_state) forget_next_.push_back(s.id);
@@ -241,6 +243,7 @@ SequenceState* Scheduler::pick_victim(const SequenceState& exclude) {
 
 void Scheduler::preempt(SequenceState& victim, StepPlan& plan) {
   preempted_this_step_ = true;
+  proposers_.Release(victim.id.value());  // a proposer's own KV (draft model) goes too
   remove_running(victim);
   ++victim.num_preemptions;
   const bool was_known = victim.known_to_runner;
@@ -287,7 +290,7 @@ void Scheduler::grant_tiers(SequenceState& s, StepPlan& plan) {
 int Scheduler::propose(SequenceState& s, int max_rows) {
   draft_.clear();
   if (!options_.speculation || !s.spec.enabled() || s.pending_children > 0) return 0;
-  const speculative::DraftProposer* proposer = proposers_.For(s.spec.method);
+  speculative::DraftProposer* proposer = proposers_.For(s.spec.method);
   if (proposer == nullptr) return 0;
   // The step emits up to k + 1 tokens: k guesses and the runner's own. Never draft past
   // max_tokens, and keep every row's position inside the context.
@@ -301,7 +304,7 @@ int Scheduler::propose(SequenceState& s, int max_rows) {
   // A compressing sequence's step ends where a round falls due, as plain decoding's would.
   k = std::min<int64_t>(k, compression::DraftRoom(s.compression, cache_.num_tokens(s.id)));
   if (k <= 0 || !s.spec_gate.Open()) return 0;
-  proposer->Propose(s.tokens, s.spec, static_cast<int>(k), draft_);
+  proposer->Propose(s.id.value(), s.tokens, s.spec, static_cast<int>(k), draft_);
   return static_cast<int>(draft_.size());
 }
 

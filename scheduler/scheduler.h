@@ -109,7 +109,9 @@ struct SchedulerCounters {
 
 class Scheduler {
  public:
-  Scheduler(SchedulerOptions options, cache::KvCacheManager& cache);
+  // `draft` (may be null): the draft-model proposer for method draft; must outlive this.
+  Scheduler(SchedulerOptions options, cache::KvCacheManager& cache,
+            speculative::DraftProposer* draft = nullptr);
 
   // Adds a sequence (status waiting; or pending fork when fork_parent is set). The caller
   // assigns unique ids and fills tokens, num_prompt_tokens, sampling (seed resolved), stop,

@@ -4,17 +4,25 @@
 
 namespace kvserve::speculative {
 
-ProposerSet::ProposerSet() : ngram_(std::make_unique<NgramProposer>()) {}
+ProposerSet::ProposerSet(DraftProposer* draft)
+    : ngram_(std::make_unique<NgramProposer>()), draft_(draft) {}
 ProposerSet::~ProposerSet() = default;
 
-const DraftProposer* ProposerSet::For(config::SpeculativeMethod method) const {
+DraftProposer* ProposerSet::For(config::SpeculativeMethod method) const {
   switch (method) {
     case config::SpeculativeMethod::kNgram:
       return ngram_.get();
+    case config::SpeculativeMethod::kDraft:
+      return draft_;
     case config::SpeculativeMethod::kNone:
       return nullptr;
   }
   return nullptr;
+}
+
+void ProposerSet::Release(int64_t seq) const {
+  ngram_->Release(seq);
+  if (draft_ != nullptr) draft_->Release(seq);
 }
 
 }  // namespace kvserve::speculative

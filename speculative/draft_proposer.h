@@ -2,9 +2,11 @@
 // The scheduler asks it once per decode step of a speculating sequence; the model runner then
 // verifies the guesses against the target model in one forward pass (docs/speculative.md).
 //
-// Proposers see only the sequence's tokens (prompt then generated, all verified): a draft is
-// a guess, never state, so a wrong one costs compute but no correctness. They must not
-// allocate in steady state beyond `out`'s capacity.
+// Proposers see the sequence's tokens (prompt then generated, all verified): a draft is a
+// guess, never state the target reads, so a wrong one costs compute but no correctness. A
+// proposer may keep per-sequence state of its own (the draft model's KV: DraftModelProposer),
+// keyed by the sequence id; the scheduler calls Release when a sequence stops holding KV
+// (finished, aborted, preempted), and state never outlives that.
 #pragma once
 
 #include <cstdint>
@@ -19,22 +21,31 @@ namespace kvserve::speculative {
 class DraftProposer {
  public:
   virtual ~DraftProposer() = default;
-  // Appends at most `max_tokens` guesses that continue `tokens` to `out` (cleared first).
-  // Zero guesses is a normal answer (no idea: the sequence decodes one token as usual).
-  virtual void Propose(std::span<const int32_t> tokens, const SpecParams& params, int max_tokens,
-                       std::vector<int32_t>& out) const = 0;
+  // Appends at most `max_tokens` guesses that continue `tokens` (sequence `seq`) to `out`
+  // (cleared first). Zero guesses is a normal answer (no idea, or no room: the sequence
+  // decodes one token as usual).
+  virtual void Propose(int64_t seq, std::span<const int32_t> tokens, const SpecParams& params,
+                       int max_tokens, std::vector<int32_t>& out) = 0;
+  // Sequence `seq` is finished, aborted or preempted: drop what is kept for it. Unknown ids
+  // are a no-op. Stateless proposers ignore it.
+  virtual void Release(int64_t seq) { (void)seq; }
 };
 
 // One proposer per method, built once (the scheduler's strategy table).
+// The draft-model proposer is built outside (it loads a model) and only referred to here.
 class ProposerSet {
  public:
-  ProposerSet();
+  // `draft` (may be null: method draft proposes nothing) must outlive the set.
+  explicit ProposerSet(DraftProposer* draft = nullptr);
   ~ProposerSet();
-  // Null for kNone (and for methods not built into this binary).
-  const DraftProposer* For(config::SpeculativeMethod method) const;
+  // Null for kNone, and for kDraft without a draft model.
+  DraftProposer* For(config::SpeculativeMethod method) const;
+  // Every proposer forgets `seq` (DraftProposer::Release).
+  void Release(int64_t seq) const;
 
  private:
   std::unique_ptr<DraftProposer> ngram_;
+  DraftProposer* draft_ = nullptr;
 };
 
 }  // namespace kvserve::speculative

@@ -4,8 +4,8 @@
 
 namespace kvserve::speculative {
 
-void NgramProposer::Propose(std::span<const int32_t> tokens, const SpecParams& params,
-                            int max_tokens, std::vector<int32_t>& out) const {
+void NgramProposer::Guess(std::span<const int32_t> tokens, const SpecParams& params, int max_tokens,
+                          std::vector<int32_t>& out) const {
   out.clear();
   const int64_t len = static_cast<int64_t>(tokens.size());
   if (max_tokens <= 0) return;

@@ -16,8 +16,14 @@ namespace kvserve::speculative {
 
 class NgramProposer final : public DraftProposer {
  public:
-  void Propose(std::span<const int32_t> tokens, const SpecParams& params, int max_tokens,
-               std::vector<int32_t>& out) const override;
+  void Propose(int64_t seq, std::span<const int32_t> tokens, const SpecParams& params,
+               int max_tokens, std::vector<int32_t>& out) override {
+    (void)seq;
+    Guess(tokens, params, max_tokens, out);
+  }
+  // The guesses themselves (stateless).
+  void Guess(std::span<const int32_t> tokens, const SpecParams& params, int max_tokens,
+             std::vector<int32_t>& out) const;
 };
 
 }  // namespace kvserve::speculative

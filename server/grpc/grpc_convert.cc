@@ -83,9 +83,11 @@ absl::Status ApplySpeculative(const v1::Speculative& s, engine::SpeculativeReque
     out.method = config::SpeculativeMethod::kNone;
   } else if (s.method() == "ngram") {
     out.method = config::SpeculativeMethod::kNgram;
+  } else if (s.method() == "draft") {
+    out.method = config::SpeculativeMethod::kDraft;  // the engine refuses it without a draft model
   } else if (!s.method().empty()) {
     return FieldError("speculative.method",
-                      absl::StrCat("unknown method '", s.method(), "'; expected none|ngram"));
+                      absl::StrCat("unknown method '", s.method(), "'; expected none|ngram|draft"));
   }
   if (s.has_num_tokens()) out.num_tokens = s.num_tokens();
   if (s.has_ngram_min()) out.ngram_min = s.ngram_min();

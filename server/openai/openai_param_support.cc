@@ -148,7 +148,7 @@ constexpr RequestField kFields[] = {
      "{kv_compression: policy, kv_budget: int}: the same through vLLM's extension channel"},
     {kCH, "timeout", kOn, "seconds in (0, 86400]: the request is aborted past it (504)"},
     {kCH, "speculative", kOn,
-     "{method: none|ngram, num_tokens 1..16, ngram_min, ngram_max 1..64}, each optional (unset: "
+     "{method: none|ngram|draft (draft: the server's speculative.draft_model), num_tokens 1..16, ngram_min, ngram_max 1..64}, each optional (unset: "
      "the "
      "server's speculative.*): per-request speculative decoding, output unchanged "
      "(docs/speculative.md)"},

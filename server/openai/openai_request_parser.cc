@@ -40,7 +40,7 @@ absl::StatusOr<config::KvDtype> ParseDtype(const std::string& name, std::string_
   return *d;
 }
 
-// `speculative`: {"method": "none"|"ngram", "num_tokens", "ngram_min", "ngram_max"}; every
+// `speculative`: {"method": "none"|"ngram"|"draft", "num_tokens", "ngram_min", "ngram_max"}; every
 // member optional (the server's speculative.* fill the rest).
 absl::Status ParseSpeculative(const json& body, engine::SpeculativeRequest& s) {
   const json* v = Member(body, "speculative");
@@ -53,9 +53,11 @@ absl::Status ParseSpeculative(const json& body, engine::SpeculativeRequest& s) {
       s.method = config::SpeculativeMethod::kNone;
     } else if (*method == "ngram") {
       s.method = config::SpeculativeMethod::kNgram;
+    } else if (*method == "draft") {
+      s.method = config::SpeculativeMethod::kDraft;  // the engine refuses it without a draft model
     } else {
       return FieldError("speculative.method",
-                        absl::StrCat("unknown method '", *method, "'; expected none|ngram"));
+                        absl::StrCat("unknown method '", *method, "'; expected none|ngram|draft"));
     }
   }
   auto read = [&](std::string_view name, int lo, int hi, std::optional<int>& dst) -> absl::Status {

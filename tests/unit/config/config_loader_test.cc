@@ -476,6 +476,19 @@ TEST(ConfigLoader, SpeculativeSettings) {
   EXPECT_FALSE(LoadConfig(s).ok());
   s.overrides = {{"speculative.num_tokens", "0"}};
   EXPECT_FALSE(LoadConfig(s).ok());
+  // method draft needs a draft model directory.
+  s.overrides = {{"speculative.method", "draft"}};
+  cfg = LoadConfig(s);
+  ASSERT_FALSE(cfg.ok());
+  EXPECT_THAT(std::string(cfg.status().message()), HasSubstr("speculative.draft_model"));
+  s.overrides = {{"speculative.method", "draft"},
+                 {"speculative.draft_model", "/models/draft"},
+                 {"speculative.draft_kv_bytes", "8388608"}};
+  cfg = LoadConfig(s);
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(cfg->speculative.method, SpeculativeMethod::kDraft);
+  EXPECT_EQ(cfg->speculative.draft_model, "/models/draft");
+  EXPECT_EQ(cfg->speculative.draft_kv_bytes, 8ull << 20);
 }
 
 TEST(ConfigLoader, DemotionTiersAreBelowThePoolAndPartOfItsBytes) {

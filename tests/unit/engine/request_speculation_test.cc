@@ -31,6 +31,18 @@ TEST(RequestSpeculation, RequestFieldsOverrideTheServerDefault) {
   EXPECT_EQ(p.ngram_max, 1);
 }
 
+TEST(RequestSpeculation, MethodDraftNeedsALoadedDraftModel) {
+  SpeculativeRequest r;
+  r.method = config::SpeculativeMethod::kDraft;
+  const absl::Status refused = ValidateSpeculative(r, /*draft_model_loaded=*/false);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("speculative.method"), std::string::npos) << refused;
+  EXPECT_NE(refused.message().find("none loaded"), std::string::npos) << refused;
+  EXPECT_TRUE(ValidateSpeculative(r, /*draft_model_loaded=*/true).ok());
+  r.method = config::SpeculativeMethod::kNgram;
+  EXPECT_TRUE(ValidateSpeculative(r, /*draft_model_loaded=*/false).ok());
+}
+
 TEST(RequestSpeculation, OutOfRangeValuesNameTheField) {
   SpeculativeRequest r;
   r.num_tokens = kMaxDraftTokens + 1;

@@ -263,6 +263,11 @@ TEST_F(GrpcFrontendTest, VllmExtrasReachTheEngine) {
   EXPECT_EQ(bad_status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_TRUE(bad_status.error_message().starts_with("speculative.method"))
       << bad_status.error_message();
+  v1::GenerateRequest draft_spec = Prompt("x", 4);
+  draft_spec.mutable_speculative()->set_method("draft");
+  auto [draft_chunks, draft_status] = Generate(draft_spec);
+  ASSERT_TRUE(draft_status.ok()) << draft_status.error_message();
+  EXPECT_EQ(engine().submitted().back().speculative.method, config::SpeculativeMethod::kDraft);
 
   v1::GenerateRequest bad = Prompt("x", 4);
   bad.mutable_sampling()->set_truncate_prompt_tokens(0);

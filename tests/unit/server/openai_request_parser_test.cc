@@ -163,6 +163,14 @@ TEST(CompletionParserTest, SpeculativeObject) {
   auto absent = ParseCompletionRequest(R"({"prompt": "x"})");
   ASSERT_TRUE(absent.ok());
   EXPECT_FALSE(absent->request.speculative.method.has_value());
+  // method draft parses (the engine refuses it when no draft model is loaded).
+  auto draft = ParseCompletionRequest(R"({"prompt": "x", "speculative": {"method": "draft"}})");
+  ASSERT_TRUE(draft.ok()) << draft.status();
+  EXPECT_EQ(draft->request.speculative.method, config::SpeculativeMethod::kDraft);
+  auto unknown = ParseCompletionRequest(R"({"prompt": "x", "speculative": {"method": "eagle"}})");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("speculative.method"), std::string::npos);
+  EXPECT_NE(unknown.status().message().find("none|ngram|draft"), std::string::npos);
 }
 
 TEST(CompletionParserTest, KvCompressionPrecision) {
