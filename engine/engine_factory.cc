@@ -183,12 +183,15 @@ absl::StatusOr<std::unique_ptr<speculative::DraftModelProposer>> LoadDraftModel(
   o.threads = config.engine.threads;
   o.max_tokens_per_step = config.scheduler.max_num_batched_tokens;
   o.max_context = config.model.max_model_len;
+  o.guess_cost = static_cast<double>(draft_config->num_active_parameters()) /
+                 static_cast<double>(std::max<int64_t>(1, target.config().num_active_parameters()));
   KVS_ASSIGN_OR_RETURN(auto draft, speculative::DraftModelProposer::Load(
                                        sc.draft_model, target.config().vocab_size, o,
                                        logger.child("draft")));
-  logger.info("draft model %s loaded: %d layers, hidden %d, its own KV pool of %d MiB",
+  logger.info("draft model %s loaded: %d layers, hidden %d, its own KV pool of %d MiB, a guess costs %.2f of a "
+              "target step",
               sc.draft_model, draft->model_config().num_layers, draft->model_config().hidden_size,
-              static_cast<int>(sc.draft_kv_bytes >> 20));
+              static_cast<int>(sc.draft_kv_bytes >> 20), o.guess_cost);
   return draft;
 }
 

@@ -297,8 +297,9 @@ int Scheduler::propose(SequenceState& s, int max_rows) {
   // k: sized from this sequence's acceptance history and the batch (DraftLength).
   int batch_seqs = 0;
   for (int n : tenant_running_) batch_seqs += n;
-  int64_t k =
-      std::min(s.spec_length.Size(s.spec.num_tokens, batch_seqs, s.spec.row_cost), max_rows);
+  int64_t k = std::min(
+      s.spec_length.Size(s.spec.num_tokens, batch_seqs, s.spec.row_cost, proposer->guess_cost()),
+      max_rows);
   k = std::min<int64_t>(k, s.stop.max_tokens - s.num_generated() - 1);
   k = std::min<int64_t>(k, options_.max_model_len - static_cast<int64_t>(s.tokens.size()) - 1);
   // A compressing sequence's step ends where a round falls due, as plain decoding's would.

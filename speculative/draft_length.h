@@ -13,7 +13,11 @@
 //        p^i >= theta(N) = c N / (1 + c N),
 //    and the draft is the longest k <= max_k with p^k >= theta. At batch 1 theta is small and
 //    long drafts pay; at batch 8 only sequences whose guesses keep being right draft long.
-// row_cost 0 switches sizing off (every draft is max_k guesses).
+// A draft model also spends g (its forward pass, in units of F: `guess_cost`) on every guess,
+// so a guess then costs c + g and pays iff p^i >= (c + g) N / (1 + c N); with g > 0 a sequence
+// whose first guess does not pay drafts none (a lookup's guesses cost nothing to propose, so
+// with g = 0 at least one is drafted and the AcceptanceGate decides).
+// row_cost 0 and guess_cost 0 switch sizing off (every draft is max_k guesses).
 // A plain value kept in the scheduler's SequenceState; the rule itself is a pure function.
 #pragma once
 
@@ -22,9 +26,10 @@
 namespace kvserve::speculative {
 
 // Guesses worth drafting for per-guess acceptance `p` in a step of `batch_seqs` sequences:
-// the longest k in [1, max_k] with p^k >= theta(batch_seqs) (at least 1: a sequence that
-// would draft none is left to the AcceptanceGate), max_k when row_cost <= 0.
-int SizeDraft(double p, int max_k, int batch_seqs, double row_cost);
+// the longest k in [1, max_k] with p^k >= theta(batch_seqs) (at least 1 when guess_cost is 0:
+// a sequence that would draft none is left to the AcceptanceGate; 0 when guess_cost > 0 and
+// p < theta), max_k when row_cost and guess_cost are both <= 0.
+int SizeDraft(double p, int max_k, int batch_seqs, double row_cost, double guess_cost = 0.0);
 
 class DraftLength {
  public:
@@ -36,8 +41,8 @@ class DraftLength {
   void Record(int drafted, int accepted);
   // The estimated per-guess acceptance p, in [0, 1].
   double acceptance() const { return accepted_ / trials_; }
-  int Size(int max_k, int batch_seqs, double row_cost) const {
-    return SizeDraft(acceptance(), max_k, batch_seqs, row_cost);
+  int Size(int max_k, int batch_seqs, double row_cost, double guess_cost = 0.0) const {
+    return SizeDraft(acceptance(), max_k, batch_seqs, row_cost, guess_cost);
   }
 
  private:

@@ -48,6 +48,9 @@ struct DraftModelOptions {
   int threads = 1;                  // the draft model's compute team
   int max_tokens_per_step = 512;    // rows per draft forward; longer catch-ups are chunked
   int64_t max_context = 0;          // model.max_model_len (0: the draft model's own)
+  // guess_cost(): one draft forward relative to one target decode step. Decode streams the
+  // weights, so the factory sets the ratio of active parameters (draft / target).
+  double guess_cost = 0.0;
 };
 
 class DraftModelProposer final : public DraftProposer {
@@ -67,6 +70,7 @@ class DraftModelProposer final : public DraftProposer {
   void Propose(int64_t seq, std::span<const int32_t> tokens, const SpecParams& params,
                int max_tokens, std::vector<int32_t>& out) override;
   void Release(int64_t seq) override;
+  double guess_cost() const override { return options_.guess_cost; }
 
   // Introspection (leak checks, metrics): blocks of the draft pool in use, sequences known.
   int32_t blocks_in_use() const;

@@ -29,6 +29,10 @@ class DraftProposer {
   // Sequence `seq` is finished, aborted or preempted: drop what is kept for it. Unknown ids
   // are a no-op. Stateless proposers ignore it.
   virtual void Release(int64_t seq) { (void)seq; }
+  // What proposing one guess costs, in units of one target decode step (streaming the target's
+  // weights once): the draft model's forward pass for a draft model, ~0 for a lookup. The
+  // adaptive draft length charges it to every guess (DraftLength).
+  virtual double guess_cost() const { return 0.0; }
 };
 
 // One proposer per method, built once (the scheduler's strategy table).

@@ -1,5 +1,5 @@
 // The adaptive draft length rule (speculative/draft_length.h): longest k with p^k >= theta(N),
-// theta(N) = cN / (1 + cN), and the per-sequence acceptance estimate behind p.
+// theta(N) = (c + g)N / (1 + cN), and the per-sequence acceptance estimate behind p.
 #include "speculative/draft_length.h"
 
 #include <gtest/gtest.h>
@@ -31,6 +31,26 @@ TEST(DraftLengthTest, SizeIsTheLongestDraftWhoseLastGuessStillPays) {
   EXPECT_EQ(SizeDraft(0.05, 8, 8, kCost), 1);
   EXPECT_EQ(SizeDraft(0.05, 8, 8, 0.0), 8);
   EXPECT_EQ(SizeDraft(0.9, 1, 1, kCost), 1);
+}
+
+// A draft model's guesses cost its forward pass g too: theta = (c + g) N / (1 + c N), and a
+// sequence whose first guess does not pay drafts none (kvs-tiny-draft: g = 0.3 of kvs-tiny).
+TEST(DraftLengthTest, ADraftModelsPassIsChargedToEveryGuess) {
+  constexpr double kCost = 0.1;
+  constexpr double kPass = 0.3;
+  // Batch 1: theta = 0.4 / 1.1 = 0.364; 0.75^3 = 0.42 pays, 0.75^4 = 0.32 does not.
+  EXPECT_EQ(SizeDraft(0.75, 8, 1, kCost, kPass), 3);
+  EXPECT_LT(SizeDraft(0.75, 8, 1, kCost, kPass), SizeDraft(0.75, 8, 1, kCost));
+  // Batch 8: theta = 3.2 / 1.8 > 1: no guess pays for its pass, even a certain one.
+  EXPECT_EQ(SizeDraft(1.0, 8, 8, kCost, kPass), 0);
+  // Batch 2: theta = 0.8 / 1.2 = 0.667: a sequence below it drafts none, one above it drafts.
+  EXPECT_EQ(SizeDraft(0.6, 8, 2, kCost, kPass), 0);
+  EXPECT_EQ(SizeDraft(0.9, 8, 2, kCost, kPass), 3);  // 0.9^3 = 0.729 >= 0.667 > 0.9^4 = 0.656
+  // A free proposer keeps the old rule (at least one guess).
+  EXPECT_EQ(SizeDraft(0.05, 8, 8, kCost, 0.0), 1);
+  DraftLength d;  // p = 0.75
+  EXPECT_EQ(d.Size(8, 1, kCost, kPass), 3);
+  EXPECT_EQ(d.Size(8, 8, kCost, kPass), 0);
 }
 
 TEST(DraftLengthTest, AcceptanceFollowsTheSequencesDrafts) {
