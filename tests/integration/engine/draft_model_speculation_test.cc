@@ -25,34 +25,8 @@ const std::string kTiny = std::string(KVSERVE_SOURCE_DIR) + "/models/kvs-tiny";
 const std::string kRandom = std::string(KVSERVE_SOURCE_DIR) + "/tests/fixtures/model/llama_f32";
 constexpr int kVocab = 2048;
 
-class DraftObserver : public CountingObserver {
- public:
-  void OnStep(const StepStats& s) override {
-    CountingObserver::OnStep(s);
-    drafts += s.spec_drafts;
-    draft_tokens += s.spec_draft_tokens;
-    accepted += s.spec_accepted_tokens;
-  }
-  std::atomic<int64_t> drafts{0}, draft_tokens{0}, accepted{0};
-};
-
-struct Output {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-  bool operator==(const Output& o) const = default;
-};
-
-Output Drain(TokenStream& stream, RequestUsage* usage = nullptr) {
-  Output out;
-  while (!stream.done()) {
-    auto e = stream.pop_wait(std::chrono::milliseconds(200));
-    if (!e) continue;
-    if (usage != nullptr && e->usage) *usage = *e->usage;
-    out.tokens.insert(out.tokens.end(), e->token_ids.begin(), e->token_ids.end());
-    for (const auto& lp : e->logprobs) out.logprobs.push_back(lp.logprob);
-  }
-  return out;
-}
+using Output = TokensAndLogprobs;
+using DraftObserver = SpecObserver;
 
 RequestSpec Probe(const std::string& id, int len, int salt, int max_tokens) {
   RequestSpec r = Greedy(id, Prompt(len, salt, kVocab), max_tokens);
@@ -209,7 +183,7 @@ TEST(DraftModelEngine, GreedyOutputEqualsPlainDecodingAloneAndBatched) {
     for (const auto& p : probes) {
       auto s = engine->Submit(p);
       ASSERT_TRUE(s.ok()) << s.status();
-      want.push_back(Drain(**s));
+      want.push_back(CollectWithLogprobs(**s));
     }
   }
   config::Config cfg;
@@ -226,7 +200,7 @@ TEST(DraftModelEngine, GreedyOutputEqualsPlainDecodingAloneAndBatched) {
       auto s = engine->Submit(probes[i]);
       ASSERT_TRUE(s.ok()) << s.status();
       RequestUsage usage;
-      EXPECT_EQ(Drain(**s, &usage), want[i]) << probes[i].request_id;
+      EXPECT_EQ(CollectWithLogprobs(**s, &usage), want[i]) << probes[i].request_id;
       EXPECT_GT(usage.spec_draft_tokens, 0) << probes[i].request_id;
     }
     EXPECT_GT(obs.draft_tokens.load(), 0);
@@ -247,7 +221,7 @@ TEST(DraftModelEngine, GreedyOutputEqualsPlainDecodingAloneAndBatched) {
     for (size_t i = 0; i < probes.size(); ++i) {
       auto s = engine->Submit(probes[i]);
       ASSERT_TRUE(s.ok()) << s.status();
-      EXPECT_EQ(Drain(**s), want[i]) << probes[i].request_id << " (kvs-tiny-draft)";
+      EXPECT_EQ(CollectWithLogprobs(**s), want[i]) << probes[i].request_id << " (kvs-tiny-draft)";
     }
     EXPECT_GT(obs.accepted.load(), 0) << "kvs-tiny-draft never guessed right";
     EXPECT_LT(obs.accepted.load(), obs.draft_tokens.load()) << "kvs-tiny-draft never guessed wrong";
@@ -270,7 +244,7 @@ TEST(DraftModelEngine, GreedyOutputEqualsPlainDecodingAloneAndBatched) {
       streams.push_back(*s);
     }
     obs.Release();
-    for (size_t i = 0; i < probes.size(); ++i) EXPECT_EQ(Drain(*streams[i]), want[i]) << "batched";
+    for (size_t i = 0; i < probes.size(); ++i) EXPECT_EQ(CollectWithLogprobs(*streams[i]), want[i]) << "batched";
     EXPECT_GE(obs.max_batch.load(), 3);
     EXPECT_GT(obs.accepted.load(), 0);
     ExpectNoBlocksLeaked(engine, obs, "batched");
@@ -295,7 +269,7 @@ TEST(DraftModelEngine, CompressingSequenceDraftsWithUnchangedOutputAndRounds) {
     ASSERT_NE(engine, nullptr);
     auto s = engine->Submit(r);
     ASSERT_TRUE(s.ok()) << s.status();
-    want = Drain(**s, &want_usage);
+    want = CollectWithLogprobs(**s, &want_usage);
   }
   ASSERT_GT(want_usage.compression.rounds, 0) << "no compression round ran";
   cfg.speculative.method = config::SpeculativeMethod::kDraft;
@@ -307,7 +281,7 @@ TEST(DraftModelEngine, CompressingSequenceDraftsWithUnchangedOutputAndRounds) {
   auto s = engine->Submit(r);
   ASSERT_TRUE(s.ok()) << s.status();
   RequestUsage usage;
-  EXPECT_EQ(Drain(**s, &usage), want);
+  EXPECT_EQ(CollectWithLogprobs(**s, &usage), want);
   EXPECT_EQ(usage.compression.rounds, want_usage.compression.rounds);
   EXPECT_GT(usage.spec_draft_tokens, 0);
   ExpectNoBlocksLeaked(engine, obs, "compression");
@@ -329,7 +303,7 @@ TEST(DraftModelEngine, BothPoolsEmptyAfterPreemptionAndNoRoomInTheDraftPool) {
     ASSERT_NE(engine, nullptr);
     auto s = engine->Submit(probe);
     ASSERT_TRUE(s.ok());
-    want = Drain(**s);
+    want = CollectWithLogprobs(**s);
   }
   for (auto mode : {config::PreemptionMode::kRecompute, config::PreemptionMode::kSwap}) {
     config::Config cfg;
@@ -354,7 +328,7 @@ TEST(DraftModelEngine, BothPoolsEmptyAfterPreemptionAndNoRoomInTheDraftPool) {
     }
     obs.Release();
     const char* where = mode == config::PreemptionMode::kSwap ? "swap" : "recompute";
-    EXPECT_EQ(Drain(**ps), want) << where;
+    EXPECT_EQ(CollectWithLogprobs(**ps), want) << where;
     for (auto& st : streams) EXPECT_EQ(Collect(*st).size(), 40u) << where;
     EXPECT_GT(obs.preemptions.load(), 0)
         << where << ": the pool was meant to force preemption (batch " << obs.max_batch.load()

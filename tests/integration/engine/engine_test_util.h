@@ -101,4 +101,36 @@ inline std::vector<int32_t> Collect(TokenStream& stream, FinishReason* finish = 
   return out;
 }
 
+// Adds the engine's speculative decoding figures to the counting observer.
+class SpecObserver : public CountingObserver {
+ public:
+  void OnStep(const StepStats& s) override {
+    CountingObserver::OnStep(s);
+    drafts += s.spec_drafts;
+    draft_tokens += s.spec_draft_tokens;
+    accepted += s.spec_accepted_tokens;
+  }
+  std::atomic<int64_t> drafts{0}, draft_tokens{0}, accepted{0};
+};
+
+// A stream's tokens and their logprobs (exactness checks compare both).
+struct TokensAndLogprobs {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  bool operator==(const TokensAndLogprobs& o) const = default;
+};
+
+// `usage`, when given, gets the request's usage (its last event's).
+inline TokensAndLogprobs CollectWithLogprobs(TokenStream& stream, RequestUsage* usage = nullptr) {
+  TokensAndLogprobs out;
+  while (!stream.done()) {
+    auto e = stream.pop_wait(std::chrono::milliseconds(200));
+    if (!e) continue;
+    if (usage != nullptr && e->usage) *usage = *e->usage;
+    out.tokens.insert(out.tokens.end(), e->token_ids.begin(), e->token_ids.end());
+    for (const auto& lp : e->logprobs) out.logprobs.push_back(lp.logprob);
+  }
+  return out;
+}
+
 }  // namespace kvserve::engine

@@ -17,36 +17,7 @@
 namespace kvserve::engine {
 namespace {
 
-// Adds the engine's speculative decoding figures to the counting observer.
-class SpecObserver : public CountingObserver {
- public:
-  void OnStep(const StepStats& s) override {
-    CountingObserver::OnStep(s);
-    drafts += s.spec_drafts;
-    draft_tokens += s.spec_draft_tokens;
-    accepted += s.spec_accepted_tokens;
-  }
-  std::atomic<int64_t> drafts{0}, draft_tokens{0}, accepted{0};
-};
-
-struct Output {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-  bool operator==(const Output& o) const = default;
-};
-
-// `usage`, when given, gets the request's usage (its last event's).
-Output CollectWithLogprobs(TokenStream& stream, RequestUsage* usage = nullptr) {
-  Output out;
-  while (!stream.done()) {
-    auto e = stream.pop_wait(std::chrono::milliseconds(200));
-    if (!e) continue;
-    if (usage != nullptr && e->usage) *usage = *e->usage;
-    out.tokens.insert(out.tokens.end(), e->token_ids.begin(), e->token_ids.end());
-    for (const auto& lp : e->logprobs) out.logprobs.push_back(lp.logprob);
-  }
-  return out;
-}
+using Output = TokensAndLogprobs;
 
 // A prompt that repeats a 12-token phrase: copy-heavy, the proposer's best case.
 std::vector<int32_t> Repetitive(int len, int salt, int vocab) {
