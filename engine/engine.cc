@@ -593,6 +593,7 @@ void Engine::Step() {
   base::Nanos started = clock_->now_ns();
   // While the remote tier is down nobody waits for it (local tiers only).
   if (tiers_ != nullptr) scheduler_.set_remote_lookups(tiers_->remote_available());
+  scheduler_.set_compress_auto(auto_pressure_);
   scheduler_.Schedule(plan_);
   if (tiers_ != nullptr) tiers_->SendLookups(scheduler_);
   // A plan that moves KV (swap-in of a sequence that runs from the next step on, copies) must
@@ -626,7 +627,6 @@ void Engine::Step() {
     if (owner != seq_owner_.end()) ++requests_.at(owner->second.first).timeline.num_preemptions;
   }
   OnScheduled(plan_);
-  plan_.compress_auto = auto_pressure_;
   absl::Status st = runner_.Execute(plan_, result_);
   if (!st.ok()) {
     logger_.error("model runner failed at step %d: %s", static_cast<int>(plan_.step_id),

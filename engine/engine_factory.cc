@@ -28,12 +28,12 @@ namespace {
 // Members are declared in dependency order so destruction stops the loop first.
 class LocalEngine final : public ServingEngine {
  public:
+  base::SteadyClock clock;  // compression phase timings (the draft model's rounds too)
   std::unique_ptr<model::LlamaModel> model;
   std::unique_ptr<compression::TriAttentionStats> stats;  // null: triattention unavailable
   std::unique_ptr<compression::KeyBasis> key_basis;      // null: no low-rank key tier
   std::unique_ptr<speculative::DraftModelProposer> draft;  // null: no draft model
   compression::PolicyContext compression;
-  base::SteadyClock clock;                                 // compression phase timings
   Backend backend;
   std::unique_ptr<Engine> engine;
   // Declared after the engine: destroyed first, so its I/O thread never sees a dead engine.
@@ -160,7 +160,7 @@ absl::StatusOr<std::unique_ptr<KvTierBridge>> MakeRemoteTier(const config::Confi
 // tokenizer; null when none is configured or the backend verifies no drafts.
 absl::StatusOr<std::unique_ptr<speculative::DraftModelProposer>> LoadDraftModel(
     const config::Config& config, const std::string& model_dir, const model::LlamaModel& target,
-    config::Backend kind, const base::Logger& logger) {
+    config::Backend kind, const base::Clock* clock, const base::Logger& logger) {
   const config::SpeculativeConfig& sc = config.speculative;
   if (sc.draft_model.empty()) return std::unique_ptr<speculative::DraftModelProposer>();
   if (kind != config::Backend::kCpu) {
@@ -185,6 +185,7 @@ absl::StatusOr<std::unique_ptr<speculative::DraftModelProposer>> LoadDraftModel(
   o.max_context = config.model.max_model_len;
   o.guess_cost = static_cast<double>(draft_config->num_active_parameters()) /
                  static_cast<double>(std::max<int64_t>(1, target.config().num_active_parameters()));
+  o.clock = clock;
   KVS_ASSIGN_OR_RETURN(auto draft, speculative::DraftModelProposer::Load(
                                        sc.draft_model, target.config().vocab_size, o,
                                        logger.child("draft")));
@@ -193,6 +194,25 @@ absl::StatusOr<std::unique_ptr<speculative::DraftModelProposer>> LoadDraftModel(
               sc.draft_model, draft->model_config().num_layers, draft->model_config().hidden_size,
               static_cast<int>(sc.draft_kv_bytes >> 20), o.guess_cost);
   return draft;
+}
+
+// The draft model's KV pool comes out of cache.kv_bytes, as the demotion tiers' pools do: the
+// server's KV memory is what the operator configured, and admission sizes the target's pool
+// with the draft's KV already counted. Returns the configuration the target's pool is built
+// from (the same as `config` without a draft model).
+absl::StatusOr<config::Config> CarveDraftPool(const config::Config& config, config::Backend kind) {
+  config::Config c = config;
+  if (config.speculative.draft_model.empty() || kind != config::Backend::kCpu) return c;
+  const uint64_t draft = config.speculative.draft_kv_bytes;
+  const uint64_t demote = config.cache.demote_kv_bytes < config.cache.kv_bytes ? config.cache.demote_kv_bytes : 0;
+  if (draft >= config.cache.kv_bytes - demote) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "speculative.draft_kv_bytes=", draft, ": must be below cache.kv_bytes=", config.cache.kv_bytes,
+        demote > 0 ? " less cache.demote_kv_bytes" : "",
+        " (the draft model's KV pool comes out of the KV budget)"));
+  }
+  c.cache.kv_bytes -= draft;
+  return c;
 }
 
 }  // namespace
@@ -252,7 +272,8 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config
     KVS_ASSIGN_OR_RETURN(local->backend,
                          deps.make_cuda_backend(config, *local->model, &local->compression, deps.logger));
   } else {
-    KVS_ASSIGN_OR_RETURN(local->backend, MakeCpuBackend(config, *local->model, &local->compression, deps.logger));
+    KVS_ASSIGN_OR_RETURN(config::Config target_config, CarveDraftPool(config, kind));
+    KVS_ASSIGN_OR_RETURN(local->backend, MakeCpuBackend(target_config, *local->model, &local->compression, deps.logger));
   }
 
   ModelInfo info;
@@ -271,7 +292,7 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config
     deps.kv_tiers = local->tiers.get();
   }
   KVS_ASSIGN_OR_RETURN(local->draft,
-                       LoadDraftModel(config, model_dir, *local->model, kind, deps.logger));
+                       LoadDraftModel(config, model_dir, *local->model, kind, &local->clock, deps.logger));
   // A proposer the caller injected (tests, benchmarks) stays when no draft model is configured.
   if (local->draft) deps.draft_proposer = local->draft.get();
   local->engine = std::make_unique<Engine>(config, info, *local->backend.manager, *local->backend.runner,

@@ -305,7 +305,10 @@ int Scheduler::propose(SequenceState& s, int max_rows) {
   // A compressing sequence's step ends where a round falls due, as plain decoding's would.
   k = std::min<int64_t>(k, compression::DraftRoom(s.compression, cache_.num_tokens(s.id)));
   if (k <= 0 || !s.spec_gate.Open()) return 0;
-  proposer->Propose(s.id.value(), s.tokens, s.spec, static_cast<int>(k), draft_);
+  draft_kv_.params = s.compression;
+  draft_kv_.auto_mode = s.compression_auto;
+  draft_kv_.pressure = compress_auto_;
+  proposer->Propose(s.id.value(), s.tokens, s.spec, draft_kv_, static_cast<int>(k), draft_);
   return static_cast<int>(draft_.size());
 }
 
@@ -491,6 +494,7 @@ void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
 
 void Scheduler::Schedule(StepPlan& plan) {
   plan.clear();
+  plan.compress_auto = compress_auto_;
   cache_.begin_step();
   plan.step_id = ++step_;
   ++counters_.steps;

@@ -124,6 +124,9 @@ class Scheduler {
   // Builds the next step into `plan` (cleared first). An empty plan means there is nothing
   // to run (or nothing fits: then the caller waits for new requests or aborts).
   void Schedule(StepPlan& plan);
+  // The engine's KV pool is above its `auto` watermark: `auto` sequences compress in the steps
+  // scheduled from now on (StepPlan::compress_auto), and so does their draft model's KV.
+  void set_compress_auto(bool on) { compress_auto_ = on; }
   // Applies the runner's result: advances computed counts, appends sampled tokens, checks
   // stop conditions, publishes full blocks, frees finished sequences. Appends to `out`.
   void Update(const StepPlan& plan, const StepResult& result, std::vector<SeqUpdate>& out);
@@ -202,13 +205,15 @@ class Scheduler {
   std::vector<size_t> cursor_;  // scratch: phase A position per tenant
   std::vector<char> scratch_blocked_;
   bool preempted_this_step_ = false;
+  bool compress_auto_ = false;
   bool remote_lookups_enabled_ = false;
   int num_remote_waiting_ = 0;
   std::vector<RemoteLookup> remote_lookups_;
   int64_t step_ = 0;
   SchedulerCounters counters_;
   speculative::ProposerSet proposers_;
-  std::vector<int32_t> draft_;  // scratch: this sequence's guesses
+  std::vector<int32_t> draft_;     // scratch: this sequence's guesses
+  speculative::DraftKv draft_kv_;  // scratch: this sequence's compression, for its proposer
   // Scratch of Update: per plan entry, its samples in result.sampled (first, count).
   std::vector<std::pair<size_t, size_t>> step_samples_;
 };

@@ -22,8 +22,24 @@
 //   tokens: [ p0 p1 ... pn | t1 t2 | g1 x  ]      target accepted g1, then emitted x
 //   keep:   [ p0 ... t2 g1 ]  truncate, feed [x] (logits -> g1'), then g1' .. g3' one by one
 //
-// Release (finished, aborted, preempted) frees the sequence's draft KV. Not thread-safe: the
-// scheduler's (engine) thread owns it.
+// Compressing sequences (the request's kv_compression, DraftKv): the draft's KV is held to
+// the same policy and budget as the target's, by a KvCompressor of its own over the draft
+// pool (the draft model's shape and TriAttention statistics, <draft>/triattention_stats.bin).
+// Only verified tokens enter its slot state: step 1 drops every guess slot (accepted ones
+// too), step 2 feeds the verified tokens since the last draft with the policy observing
+// their rows, and a round runs after each such forward when one is due (as the target's
+// after its steps; `auto` only under the engine's pressure); the guesses of step 3 sit past
+// the slot state until the next draft.
+//
+//   slots:  [ compacted verified KV (SlotState: positions) | guess slots (temporary) ]
+//            ^ rounds only ever see this part                 ^ truncated at the next draft
+//
+// A policy the draft cannot run (triattention without draft statistics; h2o never drafts)
+// gives that sequence no guesses rather than an uncompressed draft KV. Demotion has no tier
+// pools here: the draft's rounds only evict.
+//
+// Release (finished, aborted, preempted) frees the sequence's draft KV and its compression
+// state. Not thread-safe: the scheduler's (engine) thread owns it.
 #pragma once
 
 #include <cstdint>
@@ -34,8 +50,13 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "base/clock.h"
 #include "base/logger.h"
 #include "cache/host_kv_cache.h"
+#include "compression/compression_policy.h"
+#include "compression/host_kv_access.h"
+#include "compression/kv_compressor.h"
+#include "compression/triattention_stats.h"
 #include "model/batch_builder.h"
 #include "model/llama_model.h"
 #include "speculative/draft_proposer.h"
@@ -51,38 +72,58 @@ struct DraftModelOptions {
   // guess_cost(): one draft forward relative to one target decode step. Decode streams the
   // weights, so the factory sets the ratio of active parameters (draft / target).
   double guess_cost = 0.0;
+  // Round timings of the draft's own compression; must outlive the proposer. Required.
+  const base::Clock* clock = nullptr;
 };
 
 class DraftModelProposer final : public DraftProposer {
  public:
   // Loads the draft model from `model_dir` and allocates its KV pool. The tokenizer check is
   // the caller's (CheckDraftCompatible): this only needs the vocabulary size to match.
+  // <model_dir>/triattention_stats.bin, when present, must match the draft model.
   static absl::StatusOr<std::unique_ptr<DraftModelProposer>> Load(const std::string& model_dir,
                                                                   int32_t target_vocab_size,
                                                                   const DraftModelOptions& options,
                                                                   base::Logger logger);
-  // Over an already built model (tests, benchmarks).
+  // Over an already built model (tests, benchmarks); `stats` may be null (no triattention).
   static absl::StatusOr<std::unique_ptr<DraftModelProposer>> Create(
       std::unique_ptr<model::LlamaModel> model, const DraftModelOptions& options,
-      base::Logger logger);
+      base::Logger logger, std::unique_ptr<compression::TriAttentionStats> stats = nullptr);
   ~DraftModelProposer() override;
 
   void Propose(int64_t seq, std::span<const int32_t> tokens, const SpecParams& params,
-               int max_tokens, std::vector<int32_t>& out) override;
+               const DraftKv& kv, int max_tokens, std::vector<int32_t>& out) override;
   void Release(int64_t seq) override;
   double guess_cost() const override { return options_.guess_cost; }
 
   // Introspection (leak checks, metrics): blocks of the draft pool in use, sequences known.
   int32_t blocks_in_use() const;
-  int32_t num_sequences() const { return static_cast<int32_t>(fed_.size()); }
+  int32_t num_sequences() const { return static_cast<int32_t>(seqs_.size()); }
+  // Compression rounds run on the draft pool, and the most blocks it ever held at once.
+  int64_t rounds() const { return rounds_; }
+  int32_t peak_blocks_in_use() const { return peak_blocks_; }
   const model::ModelConfig& model_config() const { return model_->config(); }
 
  private:
+  struct Seq {
+    std::vector<int32_t> fed;  // tokens of positions [0, fed.size()) in its KV, guesses last
+    bool compressing = false;  // its KvCompressor state holds the verified tokens' slots
+    bool refused = false;      // a policy the draft cannot run: no guesses for it
+    int64_t verified = 0;      // compressing: fed tokens that were verified (no guesses)
+  };
   DraftModelProposer(std::unique_ptr<model::LlamaModel> model, cache::HostKvCache kv,
+                     std::unique_ptr<compression::TriAttentionStats> stats,
                      const DraftModelOptions& options, base::Logger logger);
-  // One forward over `rows` (appended after `kv_len_before` slots of `seq`); the last row's
+  // One forward over `rows` at positions [position, position + rows), appended after
+  // `kv_len_before` slots of `seq`; observed by the compressor when `observe`. The last row's
   // argmax, or -1 when the forward failed (logged; the draft then proposes nothing).
-  int32_t Step(int64_t seq, std::span<const int32_t> rows, int32_t kv_len_before, bool want_logits);
+  int32_t Step(int64_t seq, std::span<const int32_t> rows, int64_t position, int64_t kv_len_before,
+               bool want_logits, bool observe);
+  // Compressing: starts tracking (false: the policy cannot run here, the sequence is refused).
+  bool Track(int64_t seq, Seq& s, const DraftKv& kv);
+  // Step 2 for a compressing sequence: a round after the forward when one is due.
+  bool RoundAfterCatchUp(int64_t seq, int64_t next_position, bool pressure);
+  void NotePeak();
 
   std::unique_ptr<model::LlamaModel> model_;
   cache::HostKvCache kv_;
@@ -93,8 +134,13 @@ class DraftModelProposer final : public DraftProposer {
   std::vector<float*> layer_scales_;
   std::vector<float> logits_;  // [vocab]: the last row's
   std::vector<int32_t> table_scratch_;
-  // Per sequence: the tokens whose KV the draft pool holds, in order.
-  absl::flat_hash_map<int64_t, std::vector<int32_t>> fed_;
+  std::unique_ptr<compression::TriAttentionStats> stats_;
+  compression::PolicyContext policy_context_;
+  std::unique_ptr<compression::HostKvAccess> kv_access_;
+  std::unique_ptr<compression::KvCompressor> compressor_;
+  int64_t rounds_ = 0;
+  int32_t peak_blocks_ = 0;
+  absl::flat_hash_map<int64_t, Seq> seqs_;
 };
 
 }  // namespace kvserve::speculative

@@ -14,18 +14,28 @@
 #include <span>
 #include <vector>
 
+#include "compression/policy_params.h"
 #include "speculative/spec_params.h"
 
 namespace kvserve::speculative {
+
+// The sequence's KV compression as the engine resolved it, for a proposer that holds KV of
+// its own (the draft model), which keeps that KV to the request's policy too. Stateless
+// proposers ignore it.
+struct DraftKv {
+  compression::PolicyParams params;  // kind full: the request keeps every token
+  bool auto_mode = false;            // `auto`: rounds only while `pressure`
+  bool pressure = false;             // the engine's KV pool is above its auto watermark
+};
 
 class DraftProposer {
  public:
   virtual ~DraftProposer() = default;
   // Appends at most `max_tokens` guesses that continue `tokens` (sequence `seq`) to `out`
   // (cleared first). Zero guesses is a normal answer (no idea, or no room: the sequence
-  // decodes one token as usual).
+  // decodes one token as usual). `kv`: the sequence's KV compression.
   virtual void Propose(int64_t seq, std::span<const int32_t> tokens, const SpecParams& params,
-                       int max_tokens, std::vector<int32_t>& out) = 0;
+                       const DraftKv& kv, int max_tokens, std::vector<int32_t>& out) = 0;
   // Sequence `seq` is finished, aborted or preempted: drop what is kept for it. Unknown ids
   // are a no-op. Stateless proposers ignore it.
   virtual void Release(int64_t seq) { (void)seq; }

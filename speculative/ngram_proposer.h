@@ -17,8 +17,9 @@ namespace kvserve::speculative {
 class NgramProposer final : public DraftProposer {
  public:
   void Propose(int64_t seq, std::span<const int32_t> tokens, const SpecParams& params,
-               int max_tokens, std::vector<int32_t>& out) override {
+               const DraftKv& kv, int max_tokens, std::vector<int32_t>& out) override {
     (void)seq;
+    (void)kv;  // holds no KV
     Guess(tokens, params, max_tokens, out);
   }
   // The guesses themselves (stateless).

@@ -12,7 +12,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "compression/compression_policy.h"
+#include "config/fields.h"
 #include "engine/engine_factory.h"
+#include "model/llama_model.h"
 #include "model/model_config.h"
 #include "speculative/draft_model_check.h"
 #include "speculative/draft_model_proposer.h"
@@ -40,6 +43,8 @@ std::unique_ptr<speculative::DraftModelProposer> LoadDraft(uint64_t kv_bytes, in
   o.kv_bytes = kv_bytes;
   o.threads = 1;
   o.max_tokens_per_step = 64;  // a 100-token prompt catches up in two forwards
+  static base::SteadyClock clock;
+  o.clock = &clock;
   auto d = speculative::DraftModelProposer::Load(kTiny, kVocab, o, base::Logger());
   EXPECT_TRUE(d.ok()) << d.status();
   return d.ok() ? std::move(*d) : nullptr;
@@ -64,7 +69,7 @@ TEST(DraftModelProposer, CatchesUpTruncatesReleasesAndRunsOutOfRoomQuietly) {
   speculative::SpecParams params;
   std::vector<int32_t> tokens = Prompt(100, 3, kVocab);
   std::vector<int32_t> g;
-  draft->Propose(7, tokens, params, 4, g);
+  draft->Propose(7, tokens, params, speculative::DraftKv{}, 4, g);
   ASSERT_EQ(g.size(), 4u);
   EXPECT_GT(draft->blocks_in_use(), 0);
   // The same model decoding one token at a time gives the same tokens.
@@ -72,7 +77,7 @@ TEST(DraftModelProposer, CatchesUpTruncatesReleasesAndRunsOutOfRoomQuietly) {
   ASSERT_NE(second, nullptr);
   std::vector<int32_t> grown = tokens, one;
   for (int i = 0; i < 4; ++i) {
-    second->Propose(1, grown, params, 1, one);
+    second->Propose(1, grown, params, speculative::DraftKv{}, 1, one);
     ASSERT_EQ(one.size(), 1u);
     EXPECT_EQ(one[0], g[static_cast<size_t>(i)]) << "guess " << i;
     grown.push_back(one[0]);
@@ -81,12 +86,12 @@ TEST(DraftModelProposer, CatchesUpTruncatesReleasesAndRunsOutOfRoomQuietly) {
   tokens.push_back(g[0]);
   tokens.push_back(g[1] == 5 ? 6 : 5);
   std::vector<int32_t> h;
-  draft->Propose(7, tokens, params, 3, h);
+  draft->Propose(7, tokens, params, speculative::DraftKv{}, 3, h);
   EXPECT_EQ(h.size(), 3u);
   std::vector<int32_t> fresh;
   second->Release(1);
   EXPECT_EQ(second->blocks_in_use(), 0);
-  second->Propose(1, tokens, params, 3, fresh);
+  second->Propose(1, tokens, params, speculative::DraftKv{}, 3, fresh);
   EXPECT_EQ(h, fresh) << "a truncated draft KV must guess what a fresh one does";
   draft->Release(7);
   draft->Release(7);  // idempotent
@@ -96,13 +101,115 @@ TEST(DraftModelProposer, CatchesUpTruncatesReleasesAndRunsOutOfRoomQuietly) {
   // A pool of 2 blocks of 16 slots: a 100-token prompt never fits, a 10-token one does.
   auto small = LoadDraft(2 * 4ull * 2 * 2 * 16 * 48 * sizeof(float));
   ASSERT_NE(small, nullptr);
-  small->Propose(1, Prompt(100, 1, kVocab), params, 4, g);
+  small->Propose(1, Prompt(100, 1, kVocab), params, speculative::DraftKv{}, 4, g);
   EXPECT_TRUE(g.empty());
-  small->Propose(2, Prompt(10, 1, kVocab), params, 4, g);
+  small->Propose(2, Prompt(10, 1, kVocab), params, speculative::DraftKv{}, 4, g);
   EXPECT_EQ(g.size(), 4u);
   small->Release(1);
   small->Release(2);
   EXPECT_EQ(small->blocks_in_use(), 0);
+}
+
+// A compressing sequence's draft KV is held to the request's policy (the draft's own
+// KvCompressor): it stays within the budget plus the slack and the guesses, while a full
+// one grows with the sequence; `auto` compresses only under pressure; a policy the draft
+// cannot run (triattention without the draft's statistics) gives no guesses at all.
+TEST(DraftModelProposer, HoldsACompressingSequencesKvToItsPolicy) {
+  constexpr int kK = 4;
+  constexpr int kPrompt = 40;
+  speculative::DraftKv squeeze;
+  squeeze.params.kind = config::CompressionPolicyKind::kStreamingLlm;
+  squeeze.params.budget = 32;
+  squeeze.params.divide_length = 8;  // a round is due at 40 slots
+  squeeze.params.protect_prompt = false;
+  squeeze.params.prompt_len = kPrompt;
+  // The target's side, simulated: each step accepts two guesses and then rejects the third
+  // (emits another token), so accepted and rejected guess slots both come and go.
+  struct Run {
+    int32_t peak_blocks = 0;
+    int64_t guesses = 0;
+    int64_t rounds = 0;
+  };
+  auto run = [](speculative::DraftModelProposer& d, const speculative::DraftKv& kv, int vocab,
+                int steps) {
+    Run r;
+    const int64_t rounds_before = d.rounds();
+    std::vector<int32_t> tokens = Prompt(kPrompt, 5, vocab);
+    tokens.push_back(7);  // the first generated token
+    std::vector<int32_t> g;
+    for (int i = 0; i < steps; ++i) {
+      d.Propose(3, tokens, speculative::SpecParams{}, kv, kK, g);
+      r.guesses += static_cast<int64_t>(g.size());
+      r.peak_blocks = std::max(r.peak_blocks, d.blocks_in_use());
+      if (g.size() >= 3) {
+        tokens.insert(tokens.end(), g.begin(), g.begin() + 2);
+        tokens.push_back(g[2] == 11 ? 12 : 11);
+      } else {
+        tokens.push_back(11 + i % 2);
+      }
+    }
+    d.Release(3);
+    EXPECT_EQ(d.blocks_in_use(), 0);
+    EXPECT_EQ(d.num_sequences(), 0);
+    r.rounds = d.rounds() - rounds_before;
+    return r;
+  };
+  auto draft = LoadDraft(8ull << 20);
+  ASSERT_NE(draft, nullptr);
+  constexpr int kSteps = 60;  // about 220 tokens: 14 blocks of 16 when nothing is evicted
+  // After a draft the KV holds under budget + slack verified slots and k - 1 guesses.
+  const int32_t bound = static_cast<int32_t>(compression::BlocksFor(32 + 8 - 1 + kK - 1, 16));
+  const Run full = run(*draft, speculative::DraftKv{}, kVocab, kSteps);
+  EXPECT_GE(full.peak_blocks, compression::BlocksFor(200, 16));
+  EXPECT_EQ(full.rounds, 0);
+  const Run streaming = run(*draft, squeeze, kVocab, kSteps);
+  EXPECT_GT(streaming.rounds, 0);
+  EXPECT_LE(streaming.peak_blocks, bound);
+  EXPECT_GT(streaming.guesses, kSteps * 3) << "a compressing sequence must still draft";
+  speculative::DraftKv tri = squeeze;
+  tri.params.kind = config::CompressionPolicyKind::kTriAttention;
+  const Run triattention = run(*draft, tri, kVocab, kSteps);  // kvs-tiny ships its statistics
+  EXPECT_GT(triattention.rounds, 0);
+  EXPECT_LE(triattention.peak_blocks, bound);
+  speculative::DraftKv snap = squeeze;
+  snap.params.kind = config::CompressionPolicyKind::kSnapKv;  // observes the catch-up queries
+  snap.params.window = 8;
+  const Run snapkv = run(*draft, snap, kVocab, kSteps);
+  EXPECT_GT(snapkv.rounds, 0);
+  EXPECT_LE(snapkv.peak_blocks, bound);
+  // auto: rounds only while the engine reports pressure.
+  speculative::DraftKv calm = tri;
+  calm.auto_mode = true;
+  EXPECT_EQ(run(*draft, calm, kVocab, kSteps).rounds, 0);
+  speculative::DraftKv pressed = calm;
+  pressed.pressure = true;
+  const Run under_pressure = run(*draft, pressed, kVocab, kSteps);
+  EXPECT_GT(under_pressure.rounds, 0);
+  EXPECT_LE(under_pressure.peak_blocks, bound);
+  EXPECT_LE(draft->peak_blocks_in_use(), full.peak_blocks);
+
+  // A draft model without TriAttention statistics: no guesses for triattention, guesses for
+  // the policies that need none.
+  model::ModelOptions mo;
+  mo.threads = 1;
+  auto random = model::LlamaModel::Load(kRandom, mo);
+  ASSERT_TRUE(random.ok()) << random.status();
+  const int random_vocab = (*random)->config().vocab_size;
+  speculative::DraftModelOptions o;
+  o.kv_bytes = 8ull << 20;
+  base::SteadyClock clock;
+  o.clock = &clock;
+  auto bare = speculative::DraftModelProposer::Create(std::move(*random), o, base::Logger());
+  ASSERT_TRUE(bare.ok()) << bare.status();
+  EXPECT_EQ(run(**bare, tri, random_vocab, 4).guesses, 0);
+  EXPECT_GT(run(**bare, squeeze, random_vocab, 4).guesses, 0);
+  o.clock = nullptr;
+  auto random2 = model::LlamaModel::Load(kRandom, mo);
+  ASSERT_TRUE(random2.ok());
+  EXPECT_EQ(speculative::DraftModelProposer::Create(std::move(*random2), o, base::Logger())
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 // Start-up check: a draft must share the target's tokenizer, id for id, not just its size.
@@ -244,7 +351,8 @@ TEST(DraftModelEngine, GreedyOutputEqualsPlainDecodingAloneAndBatched) {
       streams.push_back(*s);
     }
     obs.Release();
-    for (size_t i = 0; i < probes.size(); ++i) EXPECT_EQ(CollectWithLogprobs(*streams[i]), want[i]) << "batched";
+    for (size_t i = 0; i < probes.size(); ++i)
+      EXPECT_EQ(CollectWithLogprobs(*streams[i]), want[i]) << "batched";
     EXPECT_GE(obs.max_batch.load(), 3);
     EXPECT_GT(obs.accepted.load(), 0);
     ExpectNoBlocksLeaked(engine, obs, "batched");
@@ -252,40 +360,93 @@ TEST(DraftModelEngine, GreedyOutputEqualsPlainDecodingAloneAndBatched) {
   }
 }
 
-// Compressing sequences draft with the draft model too (rounds after verification; the
-// draft's own KV keeps the whole history): output and rounds as without speculation.
+// Compressing sequences draft with the draft model too: rounds after verification, output
+// and rounds as without speculation, and the draft's own KV held to the same policy (its
+// rounds run, and it never holds much more than the first catch-up: the prompt and a token,
+// with the k - 1 guesses; without compression it would hold the whole 160-token history).
 TEST(DraftModelEngine, CompressingSequenceDraftsWithUnchangedOutputAndRounds) {
-  RequestSpec r = Probe("squeezed", 60, 4, 40);
-  r.compression.policy = config::CompressionPolicyKind::kStreamingLlm;
-  r.compression.budget = 40;
-  r.compression.protect_prompt = false;
+  for (auto policy :
+       {config::CompressionPolicyKind::kStreamingLlm, config::CompressionPolicyKind::kSnapKv,
+        config::CompressionPolicyKind::kTriAttention}) {
+    const std::string name(config::Name(policy));
+    RequestSpec r = Probe("squeezed", 60, 4, 100);
+    r.compression.policy = policy;
+    r.compression.budget = 40;
+    r.compression.protect_prompt = false;
+    if (policy == config::CompressionPolicyKind::kSnapKv) r.compression.window = 8;
+    config::Config cfg;
+    cfg.compression.divide_length = 16;
+    Output want;
+    RequestUsage want_usage;
+    {
+      CountingObserver obs;
+      auto engine = MakeEngine(cfg, &obs, nullptr);
+      ASSERT_NE(engine, nullptr);
+      auto s = engine->Submit(r);
+      ASSERT_TRUE(s.ok()) << s.status();
+      want = CollectWithLogprobs(**s, &want_usage);
+    }
+    ASSERT_GT(want_usage.compression.rounds, 0) << name << ": no compression round ran";
+    cfg.speculative.method = config::SpeculativeMethod::kDraft;
+    auto draft = LoadDraft(8ull << 20);
+    ASSERT_NE(draft, nullptr);
+    DraftObserver obs;
+    auto engine = MakeEngine(cfg, &obs, draft.get());
+    ASSERT_NE(engine, nullptr);
+    auto s = engine->Submit(r);
+    ASSERT_TRUE(s.ok()) << s.status();
+    RequestUsage usage;
+    EXPECT_EQ(CollectWithLogprobs(**s, &usage), want) << name;
+    EXPECT_EQ(usage.compression.rounds, want_usage.compression.rounds) << name;
+    EXPECT_GT(usage.spec_draft_tokens, 0) << name;
+    EXPECT_GT(usage.spec_accepted_tokens, 0) << name;
+    EXPECT_GT(draft->rounds(), 0) << name << ": the draft's KV was never compressed";
+    EXPECT_LE(draft->peak_blocks_in_use(), compression::BlocksFor(60 + 1 + 4 - 1, 16)) << name;
+    ExpectNoBlocksLeaked(engine, obs, name.c_str());
+    EXPECT_EQ(draft->blocks_in_use(), 0) << name;
+  }
+}
+
+// The draft model's KV pool comes out of cache.kv_bytes: a request that fits the whole budget
+// but not what the draft leaves of it is refused, and a draft pool as large as the budget
+// stops the server from starting.
+TEST(DraftModelEngine, DraftPoolComesOutOfTheKvBudget) {
+  auto mc = model::LoadModelConfig(kTiny);
+  ASSERT_TRUE(mc.ok());
+  const uint64_t bytes_per_block = static_cast<uint64_t>(mc->num_layers) * 2 * mc->num_kv_heads *
+                                   16 * mc->head_dim * sizeof(float);
   config::Config cfg;
-  cfg.compression.divide_length = 16;
-  Output want;
-  RequestUsage want_usage;
+  cfg.cache.block_size = 16;
+  cfg.cache.kv_bytes = 16 * bytes_per_block;
+  const RequestSpec big = Probe("big", 60, 1, 100);  // 160 tokens: 10 blocks
   {
     CountingObserver obs;
     auto engine = MakeEngine(cfg, &obs, nullptr);
     ASSERT_NE(engine, nullptr);
-    auto s = engine->Submit(r);
+    auto s = engine->Submit(big);
     ASSERT_TRUE(s.ok()) << s.status();
-    want = CollectWithLogprobs(**s, &want_usage);
+    Collect(**s);
   }
-  ASSERT_GT(want_usage.compression.rounds, 0) << "no compression round ran";
-  cfg.speculative.method = config::SpeculativeMethod::kDraft;
-  auto draft = LoadDraft(8ull << 20);
-  ASSERT_NE(draft, nullptr);
-  DraftObserver obs;
-  auto engine = MakeEngine(cfg, &obs, draft.get());
-  ASSERT_NE(engine, nullptr);
-  auto s = engine->Submit(r);
-  ASSERT_TRUE(s.ok()) << s.status();
-  RequestUsage usage;
-  EXPECT_EQ(CollectWithLogprobs(**s, &usage), want);
-  EXPECT_EQ(usage.compression.rounds, want_usage.compression.rounds);
-  EXPECT_GT(usage.spec_draft_tokens, 0);
-  ExpectNoBlocksLeaked(engine, obs, "compression");
-  EXPECT_EQ(draft->blocks_in_use(), 0);
+  cfg.speculative.draft_model = std::string(KVSERVE_SOURCE_DIR) + "/models/kvs-tiny-draft";
+  cfg.speculative.draft_kv_bytes = 8 * bytes_per_block;
+  {
+    CountingObserver obs;
+    auto engine = MakeEngine(cfg, &obs, nullptr);
+    ASSERT_NE(engine, nullptr);
+    auto s = engine->Submit(big);
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(s.status().message().find("cache.kv_bytes"), std::string::npos) << s.status();
+    auto small = engine->Submit(Probe("small", 20, 2, 20));
+    ASSERT_TRUE(small.ok()) << small.status();
+    Collect(**small);
+  }
+  cfg.speculative.draft_kv_bytes = cfg.cache.kv_bytes;
+  cfg.engine.threads = 1;
+  auto refused = CreateEngine(cfg, kTiny, EngineDeps{});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("speculative.draft_kv_bytes"), std::string::npos)
+      << refused.status();
 }
 
 // A target pool that forces preemption (recompute and swap) and a draft pool too small for

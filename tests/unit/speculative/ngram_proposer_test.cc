@@ -21,7 +21,7 @@ SpecParams Params(int lo, int hi) {
 std::vector<int32_t> Propose(const std::vector<int32_t>& tokens, SpecParams p, int k) {
   NgramProposer proposer;
   std::vector<int32_t> out = {99};  // cleared by Propose
-  proposer.Propose(/*seq=*/0, tokens, p, k, out);
+  proposer.Propose(/*seq=*/0, tokens, p, DraftKv{}, k, out);
   return out;
 }
 
