@@ -473,7 +473,8 @@ std::vector<Field<Config>> BuildConfigFields() {
       "method draft is refused",
       [](C & c) -> auto& { return c.speculative.draft_model; }));
   f.push_back(IntField<C>(
-      "speculative.draft_kv_bytes", "the draft model's own KV pool in bytes (CPU backend)",
+      "speculative.draft_kv_bytes",
+      "the draft model's own KV pool in bytes, taken out of cache.kv_bytes (CPU backend)",
       [](C & c) -> auto& { return c.speculative.draft_kv_bytes; }, 1 << 16, kMaxBytes, true));
   f.push_back(StringField<C>(
       "compression.stats_path",

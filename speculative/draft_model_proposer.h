@@ -3,9 +3,10 @@
 // forward pass (engine/draft_verifier.h), so the guesses only decide speed, never output.
 //
 // The draft has its own KV pool and its own block tables (a KvCacheManager over a host pool
-// of speculative.draft_kv_bytes), apart from the target's: its blocks never count against the
-// target's admission, and running out of them is a normal answer (no guesses this step; the
-// sequence decodes one token as usual).
+// of speculative.draft_kv_bytes), apart from the target's. The engine factory carves that
+// pool out of cache.kv_bytes, so the target's admission is sized with it counted; a draft
+// never takes a target block, and running out of its own is a normal answer (no guesses this
+// step; the sequence decodes one token as usual).
 //
 // Per sequence it remembers the tokens its KV holds (`fed`). A Propose call:
 //   1. keeps the longest prefix of `fed` that still matches the sequence's verified tokens
