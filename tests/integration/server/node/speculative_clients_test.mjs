@@ -1,11 +1,14 @@
 // Speculative decoding through independent clients (issue 29): the official OpenAI Node SDK
-// and @grpc/grpc-js ask for n-gram speculation per request; greedy output (text, and with the
-// SDK the token logprobs) must equal the same request without it, and usage must carry the
-// drafted / accepted counts (docs/api.md). Same arguments and server contract as
+// and @grpc/grpc-js ask for n-gram speculation per request, and on the real daemon (which
+// loads models/kvs-tiny-draft) for draft-model speculation too; greedy output (text, and with
+// the SDK the token logprobs) must equal the same request without it, and usage must carry
+// the drafted / accepted counts (docs/api.md). Same arguments and server contract as
 // clients_test.mjs (run by run_node_clients.sh after it):
 //
 //   node speculative_clients_test.mjs --modules DIR/node_modules --proto FILE -- SERVER_CMD...
 import assert from 'node:assert/strict';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { baseConfig, check, finish, parseArgs, startServer, writeConfig } from './harness.mjs';
 
 const { opts, serverCmd, realEngine, require } = parseArgs('speculative_clients_test.mjs', ['modules', 'proto']);
@@ -15,7 +18,10 @@ const protoLoader = require('@grpc/proto-loader');
 // The real daemon really drafts; the fake engine reports one guess per token, half accepted.
 
 const KEY = 'sk-node-spec';
-const server = await startServer(serverCmd, writeConfig('node-spec', baseConfig(KEY)));
+// The bundled draft model, for the real daemon only (the fake engine loads no model).
+const DRAFT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../../models/kvs-tiny-draft');
+const extra = realEngine ? { speculative: { draft_model: DRAFT } } : {};
+const server = await startServer(serverCmd, writeConfig('node-spec', baseConfig(KEY, extra)));
 
 const openai = new OpenAI({ baseURL: `http://${server.host}:${server.httpPort}/v1`, apiKey: KEY, maxRetries: 0 });
 const pkgDef = protoLoader.loadSync(opts.proto, { keepCase: true, longs: Number, defaults: true, oneofs: true });
@@ -37,11 +43,14 @@ function checkSpecUsage(drafted, accepted, completion) {
   else assert.deepEqual([drafted, accepted], [completion, Math.floor(completion / 2)]);
 }
 
-await check('openai: completions with speculative ngram equal greedy without', async () => {
+const drafted = { method: 'draft', num_tokens: 3 };
+const methods = realEngine ? [['ngram', ngram], ['draft', drafted]] : [['ngram', ngram]];
+
+for (const [name, speculative] of methods) await check(`openai: completions with speculative ${name} equal greedy without`, async () => {
   const req = { model: '', prompt, max_tokens: MAX, temperature: 0, ignore_eos: true, logprobs: 1 };
   req.model = (await openai.models.list()).data[0].id;
   const plain = await openai.completions.create(req);
-  const spec = await openai.completions.create({ ...req, speculative: ngram });
+  const spec = await openai.completions.create({ ...req, speculative });
   assert.equal(spec.choices[0].text, plain.choices[0].text);
   assert.deepEqual(spec.choices[0].logprobs.tokens, plain.choices[0].logprobs.tokens);
   assert.deepEqual(spec.choices[0].logprobs.token_logprobs, plain.choices[0].logprobs.token_logprobs);
@@ -74,19 +83,19 @@ await check('openai: streamed chat with speculative ngram equals greedy without'
                  spec.usage.completion_tokens);
 });
 
-await check('grpc: Generate and Complete with speculative ngram equal greedy without', async () => {
+for (const [name, speculative] of methods) await check(`grpc: Generate and Complete with speculative ${name} equal greedy without`, async () => {
   const req = { prompt, sampling: { max_tokens: MAX, temperature: 0, ignore_eos: true } };
   const complete = (r) => new Promise((resolve, reject) =>
     stub.Complete(r, md, (err, res) => (err ? reject(err) : resolve(res))));
   const plain = await complete(req);
-  const spec = await complete({ ...req, speculative: ngram });
+  const spec = await complete({ ...req, speculative });
   assert.deepEqual(spec.choices[0].token_ids, plain.choices[0].token_ids);
   assert.equal(plain.usage.speculative_draft_tokens, 0);
   checkSpecUsage(spec.usage.speculative_draft_tokens, spec.usage.speculative_accepted_tokens,
                  spec.usage.completion_tokens);
   const chunks = await new Promise((resolve, reject) => {
     const got = [];
-    const call = stub.Generate({ ...req, speculative: ngram }, md);
+    const call = stub.Generate({ ...req, speculative }, md);
     call.on('data', (c) => got.push(c));
     call.on('error', reject);
     call.on('end', () => resolve(got));
