@@ -9,7 +9,7 @@
 //         this measures what speculation costs where it cannot pay (the adaptive switch-off).
 //
 //   speculative_bench [--model DIR] [--threads N] [--tokens T] [--repeats R] [--num-tokens K]
-//                     [--work copy|free|both] [--batch 1|8]
+//                     [--work copy|free|both] [--batch 1|8] [--only spec|plain]
 //
 // --num-tokens is the most guesses per draft (the adaptive draft length picks k up to it).
 //
@@ -144,6 +144,8 @@ int Main(int argc, char** argv) {
   std::string model = "/tmp/spec_llama125m";
   int threads = 0, tokens = 128, repeats = 3, k = 4, only_batch = 0;
   std::string work = "both", draft_model, text_file;
+  // --only spec|plain: run one side alone (to profile it, e.g. under `perf record`).
+  std::string only;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--model")
@@ -164,6 +166,8 @@ int Main(int argc, char** argv) {
       draft_model = argv[i + 1];
     else if (a == "--text")
       text_file = argv[i + 1];
+    else if (a == "--only")
+      only = argv[i + 1];
   }
   std::vector<int32_t> text;
   if (work == "text") {
@@ -198,6 +202,7 @@ int Main(int argc, char** argv) {
       if (only_batch != 0 && batch != only_batch) continue;
       std::vector<double> plain, spec, plain_cpu, spec_cpu, acc, dpt, gpd;
       for (const bool speculate : {false, true}) {
+        if ((only == "spec" && !speculate) || (only == "plain" && speculate)) continue;
         config::Config cfg;
         cfg.engine.threads = threads;
         cfg.cache.kv_bytes = 512ull << 20;
@@ -230,7 +235,7 @@ int Main(int argc, char** argv) {
       }
       auto median = [](std::vector<double> v) {
         std::sort(v.begin(), v.end());
-        return v[v.size() / 2];
+        return v.empty() ? 0.0 : v[v.size() / 2];
       };
       std::printf("%-5s %5d | %12.1f %12.1f %7.2fx | %12.1f %12.1f %7.2fx | %10.2f %12.2f %13.2f\n",
                   name, batch, median(plain), median(spec), median(spec) / median(plain),
