@@ -181,7 +181,8 @@ TEST_P(SpeculativeEngine, RejectedDraftsLeakNothingUnderPreemption) {
 }
 
 // Structured outputs: guesses are checked under the grammar's mask row by row, so the
-// constrained greedy output is the same with and without drafts (kvs-tiny: it has a tokenizer).
+// constrained greedy output is the same with and without drafts, n-gram or draft model
+// (kvs-tiny and kvs-tiny-draft: they have a tokenizer).
 TEST(SpeculativeEngineStructured, GrammarConstrainedGreedyOutputIsUnchanged) {
   const std::string dir = std::string(KVSERVE_SOURCE_DIR) + "/models/kvs-tiny";
   auto tok = tokenizer::LoadTokenizerDir(dir);
@@ -203,13 +204,14 @@ TEST(SpeculativeEngineStructured, GrammarConstrainedGreedyOutputIsUnchanged) {
   RequestSpec r = Greedy("g", Repetitive(40, 2, 256), 48);
   r.ignore_eos = false;
   r.sampling.grammar = *regex;
-  auto run = [&](bool speculate, SpecObserver& obs) {
+  auto run = [&](config::SpeculativeMethod method, SpecObserver& obs) {
     config::Config cfg;
     cfg.engine.threads = 1;
-    if (speculate) {
-      cfg.speculative.method = config::SpeculativeMethod::kNgram;
-      cfg.speculative.ngram_min = 1;
-      cfg.speculative.min_acceptance = 0.0;
+    cfg.speculative.method = method;
+    cfg.speculative.ngram_min = 1;
+    cfg.speculative.min_acceptance = 0.0;
+    if (method == config::SpeculativeMethod::kDraft) {
+      cfg.speculative.draft_model = std::string(KVSERVE_SOURCE_DIR) + "/models/kvs-tiny-draft";
     }
     EngineDeps deps;
     deps.observer = &obs;
@@ -220,11 +222,15 @@ TEST(SpeculativeEngineStructured, GrammarConstrainedGreedyOutputIsUnchanged) {
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? Collect(**s) : std::vector<int32_t>{};
   };
-  SpecObserver plain_obs, spec_obs;
-  const std::vector<int32_t> plain = run(false, plain_obs);
+  SpecObserver plain_obs, ngram_obs, draft_obs;
+  const std::vector<int32_t> plain = run(config::SpeculativeMethod::kNone, plain_obs);
   ASSERT_FALSE(plain.empty());
-  EXPECT_EQ(run(true, spec_obs), plain);
-  EXPECT_GT(spec_obs.drafts.load(), 0);
+  EXPECT_EQ(run(config::SpeculativeMethod::kNgram, ngram_obs), plain) << "ngram";
+  EXPECT_GT(ngram_obs.drafts.load(), 0);
+  // The draft model guesses without the grammar; the verifier masks each row, so a guess the
+  // grammar forbids is rejected and the constrained output stays the same.
+  EXPECT_EQ(run(config::SpeculativeMethod::kDraft, draft_obs), plain) << "draft model";
+  EXPECT_GT(draft_obs.drafts.load(), 0);
 }
 
 // KV compression with drafts (docs/speculative.md, composition rules): a compressing sequence
