@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 
 #include "engine/engine_factory.h"
 #include "model/model_config.h"
+#include "speculative/draft_model_proposer.h"
 #include "structured/compiled_grammar.h"
 #include "structured/grammar_cache.h"
 #include "tests/integration/engine/engine_test_util.h"
@@ -33,10 +35,12 @@ class SpeculativeEngine : public ::testing::TestWithParam<std::string> {
     ASSERT_TRUE(std::filesystem::exists(dir_ + "/model.safetensors"))
         << "model not present: " << dir_;
   }
-  std::unique_ptr<ServingEngine> Make(config::Config cfg, EngineObserver* obs) {
+  std::unique_ptr<ServingEngine> Make(config::Config cfg, EngineObserver* obs,
+                                      speculative::DraftProposer* draft = nullptr) {
     cfg.engine.threads = 1;
     EngineDeps deps;
     deps.observer = obs;
+    deps.draft_proposer = draft;
     auto e = CreateEngine(cfg, dir_, std::move(deps));
     EXPECT_TRUE(e.ok()) << e.status();
     return e.ok() ? std::move(*e) : nullptr;
@@ -177,6 +181,111 @@ TEST_P(SpeculativeEngine, RejectedDraftsLeakNothingUnderPreemption) {
     EXPECT_GT(obs.preemptions.load(), 0) << "the pool was meant to force preemption";
     EXPECT_GT(obs.drafts.load(), 0);
     ExpectNoBlocksLeaked(engine, obs, mode == config::PreemptionMode::kSwap ? "swap" : "recompute");
+  }
+}
+
+// Per sample: tokens, logprobs and finish reason.
+struct Samples {
+  std::map<int, TokensAndLogprobs> out;
+  std::map<int, FinishReason> finish;
+  bool operator==(const Samples& o) const = default;
+};
+
+Samples CollectSamples(TokenStream& stream) {
+  Samples s;
+  while (!stream.done()) {
+    auto e = stream.pop_wait(std::chrono::milliseconds(200));
+    if (!e) continue;
+    TokensAndLogprobs& o = s.out[e->sample_index];
+    o.tokens.insert(o.tokens.end(), e->token_ids.begin(), e->token_ids.end());
+    for (const auto& lp : e->logprobs) o.logprobs.push_back(lp.logprob);
+    if (e->finish) s.finish[e->sample_index] = *e->finish;
+  }
+  return s;
+}
+
+// Stop token ids, max_tokens, logprobs and n > 1 with drafts of either method (the draft
+// model here is the target itself, so guesses run into the stop token and past max_tokens):
+// every sample ends where and how plain decoding's does, with the same tokens and logprobs.
+TEST_P(SpeculativeEngine, StopsLengthsAndSamplesAsPlainDecoding) {
+  constexpr int kVocab = 256;
+  RequestSpec open = Probe("open", Repetitive(50, 4, kVocab), 40);
+  config::Config plain_cfg;
+  Output reference;
+  {
+    CountingObserver obs;
+    auto engine = Make(plain_cfg, &obs);
+    ASSERT_NE(engine, nullptr);
+    auto s = engine->Submit(open);
+    ASSERT_TRUE(s.ok()) << s.status();
+    reference = CollectWithLogprobs(**s);
+  }
+  ASSERT_EQ(reference.tokens.size(), 40u);
+  // The stop token: the greedy output's 13th token (its first occurrence ends the sample).
+  RequestSpec stopped = open;
+  stopped.request_id = "stopped";
+  stopped.ignore_eos = false;
+  stopped.stop_token_ids = {reference.tokens[12]};
+  stopped.n = 2;
+  RequestSpec cut = open;
+  cut.request_id = "cut";
+  cut.max_tokens = 17;  // ends inside a draft
+  cut.n = 3;
+  const std::vector<RequestSpec> probes = {stopped, cut};
+  std::vector<Samples> want;
+  {
+    CountingObserver obs;
+    auto engine = Make(plain_cfg, &obs);
+    ASSERT_NE(engine, nullptr);
+    for (const auto& p : probes) {
+      auto s = engine->Submit(p);
+      ASSERT_TRUE(s.ok()) << s.status();
+      want.push_back(CollectSamples(**s));
+    }
+  }
+  ASSERT_EQ(want[0].out.size(), 2u);
+  EXPECT_EQ(want[0].finish.at(0), FinishReason::kStop);
+  EXPECT_LE(want[0].out.at(0).tokens.size(), 13u);
+  EXPECT_EQ(want[1].finish.at(2), FinishReason::kLength);
+  for (auto method : {config::SpeculativeMethod::kNgram, config::SpeculativeMethod::kDraft}) {
+    config::Config cfg = plain_cfg;
+    cfg.speculative.method = method;
+    cfg.speculative.num_tokens = 6;
+    cfg.speculative.ngram_min = 1;
+    cfg.speculative.min_acceptance = 0.0;
+    // The target drafting for itself, its guesses charged nothing (guess_cost 0: loaded by
+    // CreateEngine it would cost a whole target step, and the adaptive length never drafts).
+    std::unique_ptr<speculative::DraftModelProposer> draft;
+    base::SteadyClock clock;
+    if (method == config::SpeculativeMethod::kDraft) {
+      auto mc = model::LoadModelConfig(dir_);
+      ASSERT_TRUE(mc.ok());
+      speculative::DraftModelOptions o;
+      o.kv_bytes = 8ull << 20;
+      o.threads = 1;
+      o.clock = &clock;
+      auto d = speculative::DraftModelProposer::Load(dir_, mc->vocab_size, o, base::Logger());
+      ASSERT_TRUE(d.ok()) << d.status();
+      draft = std::move(*d);
+    }
+    const char* name = method == config::SpeculativeMethod::kDraft ? "draft" : "ngram";
+    SpecObserver obs;
+    obs.Hold();
+    auto engine = Make(cfg, &obs, draft.get());
+    ASSERT_NE(engine, nullptr);
+    std::vector<std::shared_ptr<TokenStream>> streams;
+    for (const auto& p : probes) {
+      auto s = engine->Submit(p);
+      ASSERT_TRUE(s.ok()) << s.status();
+      streams.push_back(*s);
+    }
+    obs.Release();
+    for (size_t i = 0; i < probes.size(); ++i) {
+      EXPECT_EQ(CollectSamples(*streams[i]), want[i]) << name << " " << probes[i].request_id;
+    }
+    EXPECT_GT(obs.accepted.load(), 0) << name;
+    ExpectNoBlocksLeaked(engine, obs, name);
+    if (draft) EXPECT_EQ(draft->blocks_in_use(), 0);
   }
 }
 
