@@ -32,18 +32,30 @@
 #define KVS_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #endif
 
+// KVS_SIMD_INLINE: GCC does not inline a function compiled for the default target into a
+// target_clones clone of another arch (arch=x86-64-v3), so the AVX2 clone of a kernel calls
+// the baseline (SSE2) copy of a helper unless the helper is always inlined. SiluMulRow ran
+// out of line that way, at ~8 ns per element instead of ~1.5 (a 2048 x 34 row
+// microbenchmark), 6-7 % of batch-8 decode on the 124.7 M bench model (docs/benchmarks.md,
+// "Profile of the batch-8 miss"). It is elementwise, so where it runs changes no row's
+// dependence on the others. The attention helpers (Dot4, Dot4x2, ExpShiftedInPlace,
+// WeightedRowSum) stay plain `inline` on purpose: the attention paths' batch invariance is
+// tested bit for bit between callers that are clones and callers that are not, and inlined
+// into a clone they would be contracted to FMA there only.
+#define KVS_SIMD_INLINE __attribute__((always_inline)) inline
+
 namespace kvserve::kernels::cpu::simd {
 
 typedef float V8 __attribute__((vector_size(32)));
 typedef int32_t V8i __attribute__((vector_size(32)));
 
-inline V8 Load(const float* p) {
+KVS_SIMD_INLINE V8 Load(const float* p) {
   V8 v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-inline void Store(float* p, const V8& v) { std::memcpy(p, &v, sizeof v); }
-inline V8 Splat(float x) { return V8{x, x, x, x, x, x, x, x}; }
+KVS_SIMD_INLINE void Store(float* p, const V8& v) { std::memcpy(p, &v, sizeof v); }
+KVS_SIMD_INLINE V8 Splat(float x) { return V8{x, x, x, x, x, x, x, x}; }
 inline float Sum(const V8& v) { return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])); }
 
 inline float Dot(const float* a, const float* b, int n) {
@@ -195,7 +207,7 @@ inline void Scale(float alpha, float* y, int n) {
 // exp(x) for x <= 0 (softmax arguments): 2^n * p(r) with x = n ln2 + r, |r| <= ln2/2 and p
 // the degree-6 Taylor polynomial (relative error < 3e-7). Arguments below -87 flush to
 // ~1e-38, as good as 0 next to the running sum (which always holds exp(0) = 1).
-inline V8 ExpNonPositive(const V8& x_in) {
+KVS_SIMD_INLINE V8 ExpNonPositive(const V8& x_in) {
   const V8 lo = Splat(-87.0f);
   const V8 x = x_in < lo ? lo : x_in;
   // Round to nearest by the 1.5 * 2^23 trick (no SSE4.1 roundps needed).
@@ -224,7 +236,7 @@ inline float ExpNonPositive(float x) {
 // The tail runs the same polynomial, so an element's result does not depend on where it
 // sits in the row. A void helper (like Dot4): callers in target_clones functions inline it,
 // and clang rejects V8 return values at call sites in a clone without AVX.
-inline void SiluMulRow(const float* gate, const float* up, float* out, int64_t n) {
+KVS_SIMD_INLINE void SiluMulRow(const float* gate, const float* up, float* out, int64_t n) {
   const V8 zero = Splat(0.0f), one = Splat(1.0f);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
