@@ -22,7 +22,8 @@
 // the same tokens (bf16 verify rows and decode rows take different attention kernels, so a
 // near-tie can flip; the engine's exactness is tested in cuda_engine_test on fp32 kvs-tiny).
 //
-// Usage: cuda_e2e_bench [--prompt 128] [--steps 64] [--chunk 4096] [--repeats 3] [--batches 1,32,256]
+// Usage: cuda_e2e_bench [--prompt 128] [--steps 64] [--chunk 4096] [--repeats 3] [--batches
+// 1,32,256]
 //                       [--speculative 4] [--spec-batches 1,8]
 #include <cuda_runtime.h>
 
@@ -38,8 +39,8 @@
 #include <vector>
 
 #include "cuda/cuda_kv_storage.h"
-#include "cuda_bench_util.h"
 #include "cuda/cuda_llama_model.h"
+#include "cuda_bench_util.h"
 #include "kernels/device_probe.h"
 #include "model/batch_builder.h"
 #include "speculative/ngram_proposer.h"
@@ -134,7 +135,8 @@ bool RunCopyHeavy(CudaLlamaModel& m, int b, int prompt, int steps, int k, SpecFi
   kvserve::model::BatchBuilder builder(16);
   for (int s = 0; s < b; ++s) {
     for (int i = 0; i < per_seq; ++i) tables[static_cast<size_t>(s)].push_back(1 + s * per_seq + i);
-    for (int i = 0; i < prompt; ++i) history[static_cast<size_t>(s)].push_back((s * 131 + (i % 12) * 7919) % vocab);
+    for (int i = 0; i < prompt; ++i)
+      history[static_cast<size_t>(s)].push_back((s * 131 + (i % 12) * 7919) % vocab);
   }
   const int per_chunk = std::max(1, m.max_tokens_per_step() / prompt);
   std::vector<int32_t> next(static_cast<size_t>(b));
@@ -147,11 +149,13 @@ bool RunCopyHeavy(CudaLlamaModel& m, int b, int prompt, int steps, int k, SpecFi
                           kvserve::model::LogitsWanted::kLast);
     }
     if (!Check(m.ForwardDevice(builder.batch(), view), "prefill")) return false;
-    if (!Check(m.SampleGreedy(n, std::span(next).subspan(static_cast<size_t>(s0)), lps), "prefill sampling")) {
+    if (!Check(m.SampleGreedy(n, std::span(next).subspan(static_cast<size_t>(s0)), lps),
+               "prefill sampling")) {
       return false;
     }
   }
-  for (int s = 0; s < b; ++s) history[static_cast<size_t>(s)].push_back(next[static_cast<size_t>(s)]);
+  for (int s = 0; s < b; ++s)
+    history[static_cast<size_t>(s)].push_back(next[static_cast<size_t>(s)]);
   kvserve::speculative::NgramProposer proposer;
   kvserve::speculative::SpecParams params;
   params.method = kvserve::config::SpeculativeMethod::kNgram;
@@ -175,8 +179,9 @@ bool RunCopyHeavy(CudaLlamaModel& m, int b, int prompt, int steps, int k, SpecFi
       if (k > 0 && room > 0) proposer.Guess(h, params, std::min(k, room), guesses);
       f.insert(f.end(), guesses.begin(), guesses.end());
       const int pos = static_cast<int>(h.size()) - 1;
-      builder.AddSequence(f, pos, pos, tables[static_cast<size_t>(s)],
-                          f.size() > 1 ? kvserve::model::LogitsWanted::kAll : kvserve::model::LogitsWanted::kLast);
+      builder.AddSequence(
+          f, pos, pos, tables[static_cast<size_t>(s)],
+          f.size() > 1 ? kvserve::model::LogitsWanted::kAll : kvserve::model::LogitsWanted::kLast);
       rows += static_cast<int>(f.size());
     }
     if (!Check(m.ForwardLayers(builder.batch(), view), "verify step")) return false;
@@ -209,34 +214,43 @@ bool RunCopyHeavy(CudaLlamaModel& m, int b, int prompt, int steps, int k, SpecFi
   const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   out.tokens_per_s = static_cast<double>(b) * steps / sec;
   out.outputs.clear();
-  for (const auto& h : history) out.outputs.emplace_back(h.begin() + prompt, h.begin() + prompt + steps);
+  for (const auto& h : history)
+    out.outputs.emplace_back(h.begin() + prompt, h.begin() + prompt + steps);
   return true;
 }
 
 // The n-gram table (see the header): plain and speculative runs per batch, medians of `repeats`.
-bool PrintSpeculation(CudaLlamaModel& m, const std::vector<int>& batches, int prompt, int steps, int k, int repeats) {
-  std::printf("\n## n-gram speculation, k <= %d: copy-heavy prompts of %d tokens, %d output tokens each\n\n", k,
-              prompt, steps);
-  std::printf("| batch | plain tokens/s | n-gram tokens/s | speed-up | guesses accepted | same tokens |\n"
-              "|---:|---:|---:|---:|---:|---|\n");
+bool PrintSpeculation(CudaLlamaModel& m, const std::vector<int>& batches, int prompt, int steps,
+                      int k, int repeats) {
+  std::printf(
+      "\n## n-gram speculation, k <= %d: copy-heavy prompts of %d tokens, %d output tokens "
+      "each\n\n",
+      k, prompt, steps);
+  std::printf(
+      "| batch | plain tokens/s | n-gram tokens/s | speed-up | guesses accepted | same tokens |\n"
+      "|---:|---:|---:|---:|---:|---|\n");
   for (int b : batches) {
     SpecFigures warm;
     if (!RunCopyHeavy(m, b, prompt, 4, k, warm)) return false;
-    std::vector<SpecFigures> plain(static_cast<size_t>(repeats)), spec(static_cast<size_t>(repeats));
+    std::vector<SpecFigures> plain(static_cast<size_t>(repeats)),
+        spec(static_cast<size_t>(repeats));
     for (int r = 0; r < repeats; ++r) {
       if (!RunCopyHeavy(m, b, prompt, steps, 0, plain[static_cast<size_t>(r)])) return false;
       if (!RunCopyHeavy(m, b, prompt, steps, k, spec[static_cast<size_t>(r)])) return false;
     }
-    auto by_speed = [](const SpecFigures& x, const SpecFigures& y) { return x.tokens_per_s < y.tokens_per_s; };
+    auto by_speed = [](const SpecFigures& x, const SpecFigures& y) {
+      return x.tokens_per_s < y.tokens_per_s;
+    };
     std::sort(plain.begin(), plain.end(), by_speed);
     std::sort(spec.begin(), spec.end(), by_speed);
     const SpecFigures& p = plain[plain.size() / 2];
     const SpecFigures& q = spec[spec.size() / 2];
-    std::printf("| %d | %.0f | %.0f | %.2fx | %.2f (%lld of %lld) | %s |\n", b, p.tokens_per_s, q.tokens_per_s,
-                p.tokens_per_s > 0 ? q.tokens_per_s / p.tokens_per_s : 0.0,
-                q.guesses > 0 ? static_cast<double>(q.accepted) / static_cast<double>(q.guesses) : 0.0,
-                static_cast<long long>(q.accepted), static_cast<long long>(q.guesses),
-                p.outputs == q.outputs ? "yes" : "no");
+    std::printf(
+        "| %d | %.0f | %.0f | %.2fx | %.2f (%lld of %lld) | %s |\n", b, p.tokens_per_s,
+        q.tokens_per_s, p.tokens_per_s > 0 ? q.tokens_per_s / p.tokens_per_s : 0.0,
+        q.guesses > 0 ? static_cast<double>(q.accepted) / static_cast<double>(q.guesses) : 0.0,
+        static_cast<long long>(q.accepted), static_cast<long long>(q.guesses),
+        p.outputs == q.outputs ? "yes" : "no");
   }
   return true;
 }
@@ -267,10 +281,12 @@ int main(int argc, char** argv) {
     else if (a == "--steps") steps = v;
     else if (a == "--chunk") chunk = v;
     else if (a == "--repeats") repeats = v;
-    else if (a == "--speculative") speculative = v;
+    else if (a == "--speculative")
+      speculative = v;
   }
   if (speculative < 0 || speculative > 16) {
-    std::fprintf(stderr, "cuda_e2e_bench: --speculative wants 0 (off) to 16 guesses: %d\n", speculative);
+    std::fprintf(stderr, "cuda_e2e_bench: --speculative wants 0 (off) to 16 guesses: %d\n",
+                 speculative);
     return 2;
   }
   const kvserve::kernels::DeviceProbe probe = kvserve::kernels::ProbeCudaDevice();
@@ -327,6 +343,7 @@ int main(int argc, char** argv) {
     std::printf("| %d | %.0f | %.3f | %.2f | %.1fx |\n", b, med.tokens_per_s, med.ms_per_step,
                 roofline_ms > 0 ? med.ms_per_step / roofline_ms : 0.0, base > 0 ? med.tokens_per_s / base : 0.0);
   }
-  if (speculative > 0 && !PrintSpeculation(**m, spec_batches, prompt, steps, speculative, repeats)) return 1;
+  if (speculative > 0 && !PrintSpeculation(**m, spec_batches, prompt, steps, speculative, repeats))
+    return 1;
   return 0;
 }

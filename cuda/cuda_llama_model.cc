@@ -658,7 +658,8 @@ absl::Status CudaLlamaModel::ForwardDevice(const model::ForwardBatch& b, const m
   return rows > 0 ? ComputeLogits(0, rows) : absl::OkStatus();
 }
 
-absl::Status CudaLlamaModel::ForwardLayers(const model::ForwardBatch& b, const model::KvCacheView& kv,
+absl::Status CudaLlamaModel::ForwardLayers(const model::ForwardBatch& b,
+                                           const model::KvCacheView& kv,
                                            const model::ForwardObservers* observers) {
   last_logits_rows_ = 0;
   return RunLayers(b, kv, observers);
@@ -667,9 +668,9 @@ absl::Status CudaLlamaModel::ForwardLayers(const model::ForwardBatch& b, const m
 absl::Status CudaLlamaModel::ComputeLogits(int begin, int n) {
   last_logits_rows_ = 0;
   if (begin < 0 || n < 1 || n > options_.max_logits_rows || begin + n > packed_.num_logits_rows) {
-    return absl::InvalidArgumentError(absl::StrCat("cuda model: logits rows [", begin, ", ", begin + n,
-                                                   ") outside the step's ", packed_.num_logits_rows,
-                                                   " (at most ", options_.max_logits_rows, " at once)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda model: logits rows [", begin, ", ", begin + n, ") outside the step's ",
+                     packed_.num_logits_rows, " (at most ", options_.max_logits_rows, " at once)"));
   }
   KVS_RETURN_IF_ERROR(LmHead(begin, n));
   last_logits_rows_ = n;
@@ -715,12 +716,13 @@ absl::Status CudaLlamaModel::SampleGreedy(int rows, std::span<int32_t> tokens, s
 
 absl::Status CudaLlamaModel::CopyLogitsRows(int first, int n, std::span<float> out) {
   const size_t vocab = static_cast<size_t>(config_.vocab_size);
-  if (first < 0 || n < 1 || first + n > last_logits_rows_ || out.size() < static_cast<size_t>(n) * vocab) {
+  if (first < 0 || n < 1 || first + n > last_logits_rows_ ||
+      out.size() < static_cast<size_t>(n) * vocab) {
     return absl::InvalidArgumentError("cuda model: logits rows the last step did not compute");
   }
   KVS_CUDA_OK(cudaMemcpyAsync(out.data(), logits_ + static_cast<size_t>(first) * vocab,
-                              static_cast<size_t>(n) * vocab * sizeof(float), cudaMemcpyDeviceToHost,
-                              static_cast<cudaStream_t>(stream_)),
+                              static_cast<size_t>(n) * vocab * sizeof(float),
+                              cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream_)),
               "logits rows to the host");
   return Synchronize();
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "base/check.h"
 #include "engine/draft_verifier.h"
 
@@ -47,6 +48,11 @@ absl::Status CudaModelRunner::Execute(const scheduler::StepPlan& plan, scheduler
     const model::ForwardObservers* observers = compressor_->PrepareObservers(book_->batch_seqs(), batch.positions);
     KVS_RETURN_IF_ERROR(model_.ForwardLayers(batch, view, observers));
     PlanRows(plan);
+    if (row_allowed_.size() != batch.logits_rows.size()) {
+      return absl::InternalError(absl::StrCat("cuda runner: the plan's ", row_allowed_.size(),
+                                              " logits rows but the batch's ",
+                                              batch.logits_rows.size()));
+    }
     KVS_RETURN_IF_ERROR(SampleRows(static_cast<int>(batch.logits_rows.size())));
     VerifyRows(plan, result);
     // After verification: rejected guesses' query rows are not observed (RejectGuesses).
@@ -58,9 +64,11 @@ absl::Status CudaModelRunner::Execute(const scheduler::StepPlan& plan, scheduler
   return storage_.synchronize();
 }
 
-std::span<const int32_t> CudaModelRunner::DraftOf(const scheduler::StepPlan& plan, const scheduler::ScheduledSeq& q) {
+std::span<const int32_t> CudaModelRunner::DraftOf(const scheduler::StepPlan& plan,
+                                                  const scheduler::ScheduledSeq& q) {
   return std::span<const int32_t>(plan.token_ids)
-      .subspan(static_cast<size_t>(q.token_begin + q.num_tokens - q.num_draft), static_cast<size_t>(q.num_draft));
+      .subspan(static_cast<size_t>(q.token_begin + q.num_tokens - q.num_draft),
+               static_cast<size_t>(q.num_draft));
 }
 
 void CudaModelRunner::PlanRows(const scheduler::StepPlan& plan) {
@@ -80,7 +88,8 @@ void CudaModelRunner::PlanRows(const scheduler::StepPlan& plan) {
       const size_t rows = 1 + static_cast<size_t>(q.num_draft);
       const size_t first = row + all_rows - rows;
       if (model::RouteFor(s.sampling) == model::SampleRoute::kDeviceGreedy) {
-        engine::RunnerBook::DraftMasks(s, DraftOf(plan, q), std::span(row_allowed_).subspan(first, rows));
+        engine::RunnerBook::DraftMasks(s, DraftOf(plan, q),
+                                       std::span(row_allowed_).subspan(first, rows));
       } else {
         host_rows_.push_back({static_cast<int>(first), static_cast<int>(rows), host_offset});
         host_offset += rows;
@@ -106,14 +115,16 @@ absl::Status CudaModelRunner::SampleRows(int total) {
       const std::span<const uint64_t> allowed = row_allowed_[static_cast<size_t>(begin + r)];
       if (!allowed.empty()) masks_.Set(r, allowed);
     }
-    KVS_RETURN_IF_ERROR(model_.SampleGreedy(n, std::span(greedy_tokens_).subspan(static_cast<size_t>(begin)),
-                                            std::span(greedy_logprobs_).subspan(static_cast<size_t>(begin)), &masks_));
+    KVS_RETURN_IF_ERROR(model_.SampleGreedy(
+        n, std::span(greedy_tokens_).subspan(static_cast<size_t>(begin)),
+        std::span(greedy_logprobs_).subspan(static_cast<size_t>(begin)), &masks_));
     for (const HostRows& h : host_rows_) {
       const int first = std::max(h.first, begin);
       const int end = std::min(h.first + h.rows, begin + n);
       if (first >= end) continue;
       const size_t at = (h.offset + static_cast<size_t>(first - h.first)) * vocab;
-      KVS_RETURN_IF_ERROR(model_.CopyLogitsRows(first - begin, end - first, std::span(host_logits_).subspan(at)));
+      KVS_RETURN_IF_ERROR(
+          model_.CopyLogitsRows(first - begin, end - first, std::span(host_logits_).subspan(at)));
     }
   }
   return absl::OkStatus();
@@ -136,18 +147,20 @@ void CudaModelRunner::VerifyRows(const scheduler::StepPlan& plan, scheduler::Ste
     const std::span<const int32_t> draft = DraftOf(plan, q);
     int32_t accepted = 0;
     if (model::RouteFor(s.sampling) == model::SampleRoute::kDeviceGreedy) {
-      accepted = engine::AcceptArgmaxes(s, q.seq, std::span<const int32_t>(greedy_tokens_).subspan(first, rows),
-                                        std::span<const float>(greedy_logprobs_).subspan(first, rows), draft,
-                                        result.sampled);
+      accepted = engine::AcceptArgmaxes(
+          s, q.seq, std::span<const int32_t>(greedy_tokens_).subspan(first, rows),
+          std::span<const float>(greedy_logprobs_).subspan(first, rows), draft, result.sampled);
     } else {
       // The CPU runner's host path (its Sampler and per-token RNG) on the copied rows.
       const HostRows& h = host_rows_[host_index++];
       const std::span<const float> logits =
-          std::span<const float>(host_logits_).subspan(h.offset * static_cast<size_t>(vocab), rows * static_cast<size_t>(vocab));
+          std::span<const float>(host_logits_)
+              .subspan(h.offset * static_cast<size_t>(vocab), rows * static_cast<size_t>(vocab));
       if (q.num_draft == 0) {
         engine::SampleNext(sampler_, s, q.seq, logits, q.num_generated, result.sampled);
       } else {
-        accepted = engine::VerifyDraft(sampler_, s, q.seq, logits, vocab, draft, q.num_generated, result.sampled);
+        accepted = engine::VerifyDraft(sampler_, s, q.seq, logits, vocab, draft, q.num_generated,
+                                       result.sampled);
       }
     }
     if (q.num_draft > 0) book_->RejectGuesses(i, q, q.num_draft - accepted);

@@ -10,6 +10,12 @@
 //                    and the argmax runs over its allowed tokens
 //                  host: the row's logits come back and model::Sampler draws (CPU code and RNG),
 //                    with the grammar mask as on the CPU
+//            ──► speculative decoding (n-gram drafts, docs/speculative.md "CUDA backend"): a
+//                drafting sequence's 1 + k rows all have logits, computed window by window
+//                (max_logits_rows at a time); device-greedy rows are masked by the grammar state
+//                after the guesses before them (RunnerBook::DraftMasks) and verified by
+//                engine::AcceptArgmaxes, host rows by engine::VerifyDraft (the CPU runner's);
+//                rejected guesses leave the table and the compressor (RunnerBook::RejectGuesses)
 //
 // Per-sequence state (tables, histories, grammar states, compression) is engine::RunnerBook,
 // the CPU runner's own bookkeeping.
@@ -63,7 +69,8 @@ class CudaModelRunner final : public engine::ModelRunner {
     int rows = 0;
     size_t offset = 0;
   };
-  static std::span<const int32_t> DraftOf(const scheduler::StepPlan& plan, const scheduler::ScheduledSeq& q);
+  static std::span<const int32_t> DraftOf(const scheduler::StepPlan& plan,
+                                          const scheduler::ScheduledSeq& q);
   // Per logits row: the grammar mask of a device-greedy row (row_allowed_), and the host-routed
   // sequences' rows (host_rows_), in plan order.
   void PlanRows(const scheduler::StepPlan& plan);

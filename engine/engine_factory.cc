@@ -165,9 +165,10 @@ absl::StatusOr<std::unique_ptr<speculative::DraftModelProposer>> LoadDraftModel(
   const config::SpeculativeConfig& sc = config.speculative;
   if (sc.draft_model.empty()) return std::unique_ptr<speculative::DraftModelProposer>();
   if (kind != config::Backend::kCpu) {
-    logger.warn("speculative.draft_model=%s not loaded: the draft model runs on the cpu backend "
-                "only, not the %s backend (requests asking for method draft are refused)",
-                sc.draft_model, std::string(config::Name(kind)));
+    logger.warn(
+        "speculative.draft_model=%s not loaded: the draft model runs on the cpu backend "
+        "only, not the %s backend (requests asking for method draft are refused)",
+        sc.draft_model, std::string(config::Name(kind)));
     return std::unique_ptr<speculative::DraftModelProposer>();
   }
   auto draft_config = model::LoadModelConfig(sc.draft_model);

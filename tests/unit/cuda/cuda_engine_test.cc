@@ -85,7 +85,8 @@ class CudaEngine : public testing::Test {
   std::unique_ptr<engine::ServingEngine> Make(config::Backend backend) { return Make(backend, BaseConfig(), 0); }
 
   // cuda_blocks > 0 caps the CUDA pool (CudaBackendOptions::max_kv_blocks).
-  std::unique_ptr<engine::ServingEngine> Make(config::Backend backend, config::Config cfg, int32_t cuda_blocks,
+  std::unique_ptr<engine::ServingEngine> Make(config::Backend backend, config::Config cfg,
+                                              int32_t cuda_blocks,
                                               engine::EngineObserver* observer = nullptr) {
     cfg.engine.backend = backend;
     engine::EngineDeps deps;
@@ -376,13 +377,15 @@ TEST_F(CudaEngine, NgramSpeculationGivesThePlainGreedyTokensAndLogprobs) {
   auto trie = TinyTrie(dir_);
   ASSERT_NE(trie, nullptr);
   structured::GrammarCache grammars(trie);
-  auto regex = grammars.Get({structured::GrammarSpec::Kind::kRegex, "[a-z]+( [a-z]+){3,6}\\.", {}, "guided_regex"});
+  auto regex = grammars.Get(
+      {structured::GrammarSpec::Kind::kRegex, "[a-z]+( [a-z]+){3,6}\\.", {}, "guided_regex"});
   ASSERT_TRUE(regex.ok()) << regex.status();
   // Copy-heavy greedy probes (device route), one with top-2 logprobs (host route: Sampler::Verify
   // on copied rows), one constrained by a grammar (device route with per-row masks) and one on a
   // free prompt.
   std::vector<RequestSpec> specs;
-  for (int i = 0; i < 5; ++i) specs.push_back(Probe("copy" + std::to_string(i), Repetitive(60 + 9 * i, i), 48));
+  for (int i = 0; i < 5; ++i)
+    specs.push_back(Probe("copy" + std::to_string(i), Repetitive(60 + 9 * i, i), 48));
   specs[1].sampling.logprobs = 2;
   RequestSpec constrained = Probe("regex", Repetitive(40, 7), 48);
   constrained.ignore_eos = false;
@@ -430,12 +433,15 @@ TEST_F(CudaEngine, NgramSpeculationGivesThePlainGreedyTokensAndLogprobs) {
     int64_t usage_drafted = 0, usage_accepted = 0, copy_accepted = 0;
     for (size_t r = 0; r < specs.size(); ++r) {
       ExpectSameGreedy(want[r], got[r], specs[r].request_id);
-      EXPECT_LE(got[r].usage.spec_accepted_tokens, got[r].usage.spec_draft_tokens) << specs[r].request_id;
+      EXPECT_LE(got[r].usage.spec_accepted_tokens, got[r].usage.spec_draft_tokens)
+          << specs[r].request_id;
       const size_t emitted = got[r].tokens.count(0) != 0 ? got[r].tokens.at(0).size() : 0;
-      EXPECT_EQ(got[r].usage.completion_tokens, static_cast<int64_t>(emitted)) << specs[r].request_id;
+      EXPECT_EQ(got[r].usage.completion_tokens, static_cast<int64_t>(emitted))
+          << specs[r].request_id;
       usage_drafted += got[r].usage.spec_draft_tokens;
       usage_accepted += got[r].usage.spec_accepted_tokens;
-      if (specs[r].request_id.starts_with("copy")) copy_accepted += got[r].usage.spec_accepted_tokens;
+      if (specs[r].request_id.starts_with("copy"))
+        copy_accepted += got[r].usage.spec_accepted_tokens;
     }
     EXPECT_GT(copy_accepted, 0) << "the copy-heavy probes accepted no guess";
     EXPECT_EQ(usage_drafted, obs.draft_tokens.load());

@@ -23,7 +23,8 @@ std::vector<float> Rows(int rows) {
   std::vector<float> l(static_cast<size_t>(rows * kVocab));
   for (int r = 0; r < rows; ++r) {
     for (int t = 0; t < kVocab; ++t) {
-      l[static_cast<size_t>(r * kVocab + t)] = 0.1f * static_cast<float>((t * 7 + r * 5) % kVocab) - 0.03f * t;
+      l[static_cast<size_t>(r * kVocab + t)] =
+          0.1f * static_cast<float>((t * 7 + r * 5) % kVocab) - 0.03f * t;
     }
   }
   return l;
@@ -95,8 +96,8 @@ TEST(DraftVerifier, AcceptArgmaxesEmitsWhatVerifyDraftEmits) {
 
 TEST(DraftVerifier, DraftMasksFollowTheGuessesThroughTheGrammar) {
   // Tokens: 0 "a", 1 "b", 2 "c", 3 ".", 4 EOS.
-  auto trie = std::make_shared<structured::TokenTrie>(std::vector<std::string>{"a", "b", "c", ".", ""},
-                                                      std::vector<int32_t>{4}, 4);
+  auto trie = std::make_shared<structured::TokenTrie>(
+      std::vector<std::string>{"a", "b", "c", ".", ""}, std::vector<int32_t>{4}, 4);
   structured::GrammarCache grammars(trie);
   auto g = grammars.Get({structured::GrammarSpec::Kind::kRegex, "ab+c\\.", {}, "guided_regex"});
   ASSERT_TRUE(g.ok()) << g.status();
@@ -111,7 +112,8 @@ TEST(DraftVerifier, DraftMasksFollowTheGuessesThroughTheGrammar) {
   for (size_t j = 0; j < 3; ++j) {
     ASSERT_FALSE(masks[j].empty()) << "row " << j;
     const structured::TokenMask& want = s.grammar->MaskFor(state);
-    EXPECT_TRUE(std::equal(want.begin(), want.end(), masks[j].begin(), masks[j].end())) << "row " << j;
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), masks[j].begin(), masks[j].end()))
+        << "row " << j;
     state = s.grammar->Advance(state, draft[j]);
   }
   EXPECT_TRUE(structured::Allowed(s.grammar->MaskFor(start), 0));
