@@ -38,7 +38,8 @@ esac
 # and tiled prefill), Llama kernels (incl. grammar-masked greedy), device compression
 # (TriAttention/SnapKV scores, compaction), the CUDA model and the CUDA engine (greedy, n > 1,
 # compression policies, preemption by recompute and swap, structured outputs, n-gram speculative
-# decoding: CudaEngine.NgramSpeculation*, CudaEngine.SampledRequestsWithNgramSpeculation*).
+# decoding: CudaEngine.*Ngram*: greedy alone/batched/windowed, with compression and preemption,
+# sampled).
 # cuda_kv_bench also prints prefill attention and a device TriAttention round.
 # cuda_module_test loads the CUDA backend from libkvserve_cuda_backend.so, as `kvserve serve`
 # does (the module is shipped beside the binaries: `modules`). cuda_backend_loader_test is a

@@ -13,14 +13,16 @@
 // (n-gram): the CUDA engine's greedy tokens and logprobs with drafts are those it emits without
 // (logprobs within twice cuda_model_test's logits bound: verify rows are attended by the tiled
 // prefill kernel, plain decode rows by the split-KV kernel), alone, in a batch and with more
-// verify rows than the device holds logits for at once; sampled requests with drafts finish with
-// their usage and no KV block leaked. Needs a GPU (label gpu).
+// verify rows than the device holds logits for at once, with compression policies that evict and
+// under preemption by recompute and swap; sampled requests with drafts finish with their usage
+// and no KV block leaked. Needs a GPU (label gpu).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <map>
 
 #include "cache/cache_sizing.h"
@@ -373,6 +375,38 @@ void ExpectSameGreedy(const Output& want, const Output& got, const std::string& 
   }
 }
 
+using EngineMaker = std::function<std::unique_ptr<engine::ServingEngine>(const config::Config&,
+                                                                         engine::EngineObserver*)>;
+
+// Runs `specs` on a fresh engine: `batched` submits them all at once, otherwise each request
+// finishes before the next. With an observer, checks afterwards that no KV block is still held.
+std::vector<Output> RunOutputs(const EngineMaker& make, const config::Config& cfg,
+                               const std::vector<RequestSpec>& specs, bool batched,
+                               SpecStepObserver* obs) {
+  std::vector<Output> out;
+  auto engine = make(cfg, obs);
+  if (engine == nullptr) return out;
+  std::vector<std::shared_ptr<engine::TokenStream>> streams;
+  for (const auto& s : specs) {
+    auto st = engine->Submit(s);
+    EXPECT_TRUE(st.ok()) << st.status();
+    if (!st.ok()) continue;
+    if (batched) {
+      streams.push_back(*st);
+    } else {
+      out.push_back(CollectAll(**st));
+    }
+  }
+  for (auto& s : streams) out.push_back(CollectAll(*s));
+  engine.reset();  // joins the engine loop: its last step has been reported
+  if (obs != nullptr) {
+    EXPECT_GT(obs->peak_used_blocks.load(), 0);
+    EXPECT_EQ(obs->used_blocks.load(), 0) << "KV blocks still used after every request ended";
+    EXPECT_LE(obs->host_used_blocks.load(), 0) << "host swap blocks still used";
+  }
+  return out;
+}
+
 TEST_F(CudaEngine, NgramSpeculationGivesThePlainGreedyTokensAndLogprobs) {
   auto trie = TinyTrie(dir_);
   ASSERT_NE(trie, nullptr);
@@ -393,42 +427,23 @@ TEST_F(CudaEngine, NgramSpeculationGivesThePlainGreedyTokensAndLogprobs) {
   specs.push_back(constrained);
   specs.push_back(Probe("free", Prompt(50, 3), 32));
 
-  auto run = [&](const config::Config& cfg, bool batched, SpecStepObserver* obs) {
-    std::vector<Output> out;
-    auto engine = Make(config::Backend::kCuda, cfg, 0, obs);
-    if (engine == nullptr) return out;
-    std::vector<std::shared_ptr<engine::TokenStream>> streams;
-    for (const auto& s : specs) {
-      auto st = engine->Submit(s);
-      EXPECT_TRUE(st.ok()) << st.status();
-      if (!st.ok()) continue;
-      if (batched) {
-        streams.push_back(*st);
-      } else {
-        out.push_back(CollectAll(**st));  // alone: each request finishes before the next
-      }
-    }
-    for (auto& s : streams) out.push_back(CollectAll(*s));
-    engine.reset();  // joins the engine loop: its last step has been reported
-    if (obs != nullptr) {
-      EXPECT_GT(obs->peak_used_blocks.load(), 0);
-      EXPECT_EQ(obs->used_blocks.load(), 0) << "KV blocks still used after every request ended";
-    }
-    return out;
+  auto make = [&](const config::Config& cfg, engine::EngineObserver* obs) {
+    return Make(config::Backend::kCuda, cfg, 0, obs);
   };
-  const std::vector<Output> want = run(BaseConfig(), false, nullptr);
-  ASSERT_EQ(want.size(), specs.size());
-  config::Config few_rows = NgramConfig(BaseConfig());
+  config::Config few_rows = BaseConfig();
   // 3 sequences' worth of device logits: 1 + k verify rows each come back in several windows.
   few_rows.scheduler.max_num_seqs = 3;
   const std::pair<const char*, std::pair<config::Config, bool>> cases[] = {
-      {"alone", {NgramConfig(BaseConfig()), false}},
-      {"batch", {NgramConfig(BaseConfig()), true}},
+      {"alone", {BaseConfig(), false}},
+      {"batch", {BaseConfig(), true}},
       {"batch, max_num_seqs 3", {few_rows, true}}};
   for (const auto& [name, c] : cases) {
     SCOPED_TRACE(name);
+    // The reference: the same engine configuration without speculation.
+    const std::vector<Output> want = RunOutputs(make, c.first, specs, c.second, nullptr);
+    ASSERT_EQ(want.size(), specs.size());
     SpecStepObserver obs;
-    const std::vector<Output> got = run(c.first, c.second, &obs);
+    const std::vector<Output> got = RunOutputs(make, NgramConfig(c.first), specs, c.second, &obs);
     ASSERT_EQ(got.size(), specs.size());
     int64_t usage_drafted = 0, usage_accepted = 0, copy_accepted = 0;
     for (size_t r = 0; r < specs.size(); ++r) {
@@ -446,6 +461,64 @@ TEST_F(CudaEngine, NgramSpeculationGivesThePlainGreedyTokensAndLogprobs) {
     EXPECT_GT(copy_accepted, 0) << "the copy-heavy probes accepted no guess";
     EXPECT_EQ(usage_drafted, obs.draft_tokens.load());
     EXPECT_EQ(usage_accepted, obs.accepted.load());
+  }
+}
+
+// Drafts with KV compression (rounds after verification: RejectGuesses drops rejected slots
+// from the table and the policy state; h2o never drafts) and under preemption by recompute and
+// by swap (a pool of a few blocks): the greedy tokens and logprobs of the same engine without
+// speculation, guesses accepted, no block leaked.
+TEST_F(CudaEngine, NgramSpeculationWithCompressionAndPreemptionKeepsTheGreedyTokens) {
+  auto mc = model::LoadModelConfig(dir_);
+  ASSERT_TRUE(mc.ok()) << mc.status();
+  struct Case {
+    std::string name;
+    config::Config cfg;
+    int32_t cuda_blocks = 0;
+    std::vector<RequestSpec> specs;
+  };
+  std::vector<Case> cases;
+  for (auto kind :
+       {config::CompressionPolicyKind::kStreamingLlm, config::CompressionPolicyKind::kSnapKv}) {
+    Case c{std::string(config::Name(kind)), BaseConfig(), 0, {}};
+    for (int i = 0; i < 2; ++i) {
+      RequestSpec s = Probe("c" + std::to_string(i), Repetitive(300, 20 + i), 160);
+      s.compression.policy = kind;
+      s.compression.budget = 128;
+      s.compression.protect_prompt = false;  // the 300-token prompt itself is compressed
+      c.specs.push_back(s);
+    }
+    cases.push_back(std::move(c));
+  }
+  for (auto mode : {config::PreemptionMode::kRecompute, config::PreemptionMode::kSwap}) {
+    Case c{mode == config::PreemptionMode::kSwap ? "swap" : "recompute", BaseConfig(), 0, {}};
+    c.cfg.scheduler.preemption_mode = mode;
+    cache::KvLayout layout;
+    layout.num_layers = mc->num_layers;
+    layout.num_kv_heads = mc->num_kv_heads;
+    layout.head_dim = mc->head_dim;
+    layout.block_size = c.cfg.cache.block_size;
+    layout.dtype = c.cfg.cache.kv_dtype;
+    c.cfg.cache.kv_bytes = 48 * layout.bytes_per_block();  // 6 requests x ~21 blocks do not fit
+    c.cuda_blocks = cache::UsableBlocksForBudget(c.cfg.cache.kv_bytes, layout);
+    for (int i = 0; i < 6; ++i) {
+      c.specs.push_back(Probe("p" + std::to_string(i), Repetitive(150 + 13 * i, 60 + i), 160));
+    }
+    cases.push_back(std::move(c));
+  }
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto make = [&](const config::Config& cfg, engine::EngineObserver* obs) {
+      return Make(config::Backend::kCuda, cfg, c.cuda_blocks, obs);
+    };
+    const std::vector<Output> want = RunOutputs(make, c.cfg, c.specs, true, nullptr);
+    ASSERT_EQ(want.size(), c.specs.size());
+    SpecStepObserver obs;
+    const std::vector<Output> got = RunOutputs(make, NgramConfig(c.cfg), c.specs, true, &obs);
+    ASSERT_EQ(got.size(), c.specs.size());
+    for (size_t r = 0; r < c.specs.size(); ++r)
+      ExpectSameGreedy(want[r], got[r], c.specs[r].request_id);
+    EXPECT_GT(obs.accepted.load(), 0) << "no guess accepted";
   }
 }
 
