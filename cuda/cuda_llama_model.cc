@@ -654,10 +654,26 @@ absl::Status CudaLlamaModel::ForwardDevice(const model::ForwardBatch& b, const m
     return absl::InvalidArgumentError(absl::StrCat("forward batch: ", rows, " logits rows exceed max_logits_rows ",
                                                    options_.max_logits_rows));
   }
+  KVS_RETURN_IF_ERROR(ForwardLayers(b, kv, observers));
+  return rows > 0 ? ComputeLogits(0, rows) : absl::OkStatus();
+}
+
+absl::Status CudaLlamaModel::ForwardLayers(const model::ForwardBatch& b,
+                                           const model::KvCacheView& kv,
+                                           const model::ForwardObservers* observers) {
   last_logits_rows_ = 0;
-  KVS_RETURN_IF_ERROR(RunLayers(b, kv, observers));
-  if (rows > 0) KVS_RETURN_IF_ERROR(LmHead(0, rows));
-  last_logits_rows_ = rows;
+  return RunLayers(b, kv, observers);
+}
+
+absl::Status CudaLlamaModel::ComputeLogits(int begin, int n) {
+  last_logits_rows_ = 0;
+  if (begin < 0 || n < 1 || n > options_.max_logits_rows || begin + n > packed_.num_logits_rows) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda model: logits rows [", begin, ", ", begin + n, ") outside the step's ",
+                     packed_.num_logits_rows, " (at most ", options_.max_logits_rows, " at once)"));
+  }
+  KVS_RETURN_IF_ERROR(LmHead(begin, n));
+  last_logits_rows_ = n;
   return absl::OkStatus();
 }
 
@@ -698,14 +714,16 @@ absl::Status CudaLlamaModel::SampleGreedy(int rows, std::span<int32_t> tokens, s
   return Synchronize();
 }
 
-absl::Status CudaLlamaModel::CopyLogitsRow(int row, std::span<float> out) {
+absl::Status CudaLlamaModel::CopyLogitsRows(int first, int n, std::span<float> out) {
   const size_t vocab = static_cast<size_t>(config_.vocab_size);
-  if (row < 0 || row >= last_logits_rows_ || out.size() < vocab) {
-    return absl::InvalidArgumentError("cuda model: logits row the last step did not compute");
+  if (first < 0 || n < 1 || first + n > last_logits_rows_ ||
+      out.size() < static_cast<size_t>(n) * vocab) {
+    return absl::InvalidArgumentError("cuda model: logits rows the last step did not compute");
   }
-  KVS_CUDA_OK(cudaMemcpyAsync(out.data(), logits_ + static_cast<size_t>(row) * vocab, vocab * sizeof(float),
+  KVS_CUDA_OK(cudaMemcpyAsync(out.data(), logits_ + static_cast<size_t>(first) * vocab,
+                              static_cast<size_t>(n) * vocab * sizeof(float),
                               cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream_)),
-              "logits row to the host");
+              "logits rows to the host");
   return Synchronize();
 }
 

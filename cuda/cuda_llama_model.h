@@ -84,6 +84,15 @@ class CudaLlamaModel final : public model::ForwardModel {
   // The runner's path: the same step, logits (at most max_logits_rows rows) left on the device.
   absl::Status ForwardDevice(const model::ForwardBatch& batch, const model::KvCacheView& kv,
                              const model::ForwardObservers* observers = nullptr);
+  // The same step in two halves, for steps with more logits rows than max_logits_rows (drafting
+  // sequences need 1 + k rows each): ForwardLayers runs the layers and computes no logits; then
+  // ComputeLogits puts logits rows [begin, begin + n) of batch.logits_rows (n <= max_logits_rows)
+  // on the device, and SampleGreedy / CopyLogitsRows index that window (row 0 = `begin`) until
+  // the next ComputeLogits or forward pass.
+  absl::Status ForwardLayers(const model::ForwardBatch& batch, const model::KvCacheView& kv,
+                             const model::ForwardObservers* observers = nullptr);
+  absl::Status ComputeLogits(int begin, int n);
+  int max_logits_rows() const { return options_.max_logits_rows; }
   // After ForwardDevice: greedy token and raw log-softmax of it for each of the step's
   // `rows` logits rows (kernels/cuda/llama_kernels.h GreedySample); synchronizes.
   // `masks` (may be null): structured-output masks of the constrained rows
@@ -94,7 +103,9 @@ class CudaLlamaModel final : public model::ForwardModel {
   // 64-bit words of one token mask for this vocabulary.
   int mask_words() const { return (config_.vocab_size + 63) / 64; }
   // After ForwardDevice: logits row `row` (index into batch.logits_rows) to the host; synchronizes.
-  absl::Status CopyLogitsRow(int row, std::span<float> out);
+  absl::Status CopyLogitsRow(int row, std::span<float> out) { return CopyLogitsRows(row, 1, out); }
+  // Rows [first, first + n) of the logits on the device, in one copy; synchronizes.
+  absl::Status CopyLogitsRows(int first, int n, std::span<float> out);
   absl::Status Synchronize();
   // Moves the model onto `stream` (a cudaStream_t that must outlive the model, e.g. the KV
   // storage's), after finishing everything queued on the current one.

@@ -10,6 +10,12 @@
 //                    and the argmax runs over its allowed tokens
 //                  host: the row's logits come back and model::Sampler draws (CPU code and RNG),
 //                    with the grammar mask as on the CPU
+//            ──► speculative decoding (n-gram drafts, docs/speculative.md "CUDA backend"): a
+//                drafting sequence's 1 + k rows all have logits, computed window by window
+//                (max_logits_rows at a time); device-greedy rows are masked by the grammar state
+//                after the guesses before them (RunnerBook::DraftMasks) and verified by
+//                engine::AcceptArgmaxes, host rows by engine::VerifyDraft (the CPU runner's);
+//                rejected guesses leave the table and the compressor (RunnerBook::RejectGuesses)
 //
 // Per-sequence state (tables, histories, grammar states, compression) is engine::RunnerBook,
 // the CPU runner's own bookkeeping.
@@ -21,7 +27,9 @@
 // attention mass) are computed on the device and copied back once per step.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "cache/kv_storage.h"
@@ -49,8 +57,30 @@ class CudaModelRunner final : public engine::ModelRunner {
 
   absl::Status Execute(const scheduler::StepPlan& plan, scheduler::StepResult& result) override;
   int vocab_size() const override { return model_.config().vocab_size; }
+  // n-gram drafts are verified (1 + k logits rows per drafting sequence, see the picture above);
+  // the draft model itself is CPU-only (engine_factory refuses method draft on CUDA).
+  bool verifies_drafts() const override { return true; }
 
  private:
+  // A host-routed sequence's verify rows: logits rows [first, first + rows) of the step, copied
+  // to host_logits_ from row `offset` on.
+  struct HostRows {
+    int first = 0;
+    int rows = 0;
+    size_t offset = 0;
+  };
+  static std::span<const int32_t> DraftOf(const scheduler::StepPlan& plan,
+                                          const scheduler::ScheduledSeq& q);
+  // Per logits row: the grammar mask of a device-greedy row (row_allowed_), and the host-routed
+  // sequences' rows (host_rows_), in plan order.
+  void PlanRows(const scheduler::StepPlan& plan);
+  // After ForwardLayers: logits of the step's `total` rows window by window, device greedy of
+  // every row (greedy_tokens_ / greedy_logprobs_), the host rows' logits copied back.
+  absl::Status SampleRows(int total);
+  // Emits each sampling sequence's tokens (1 + accepted), verifying drafts as the CPU runner
+  // does, and drops rejected guesses (RunnerBook::RejectGuesses).
+  void VerifyRows(const scheduler::StepPlan& plan, scheduler::StepResult& result);
+
   std::unique_ptr<CudaLlamaModel> owned_model_;  // null when the caller owns the model
   CudaLlamaModel& model_;
   CudaKvStorage& storage_;
@@ -66,7 +96,9 @@ class CudaModelRunner final : public engine::ModelRunner {
   model::DeviceMasks masks_;
   std::vector<int32_t> greedy_tokens_;
   std::vector<float> greedy_logprobs_;
-  std::vector<float> row_logits_;
+  std::vector<std::span<const uint64_t>> row_allowed_;  // [logits rows]; empty: unconstrained
+  std::vector<HostRows> host_rows_;
+  std::vector<float> host_logits_;  // host-routed rows, [rows][vocab]
 };
 
 }  // namespace kvserve::cuda

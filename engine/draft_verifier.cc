@@ -1,5 +1,7 @@
 #include "engine/draft_verifier.h"
 
+#include "base/check.h"
+
 namespace kvserve::engine {
 namespace {
 
@@ -44,6 +46,25 @@ int32_t VerifyDraft(model::Sampler& sampler, RunnerBook::Seq& s, cache::SeqId se
   SampleNext(sampler, s, seq, logits.subspan(static_cast<size_t>(k) * v, v), num_generated + k,
              out);
   return k;
+}
+
+int32_t AcceptArgmaxes(RunnerBook::Seq& s, cache::SeqId seq, std::span<const int32_t> argmax,
+                       std::span<const float> logprob, std::span<const int32_t> draft,
+                       std::vector<scheduler::SampledToken>& out) {
+  const size_t k = draft.size();
+  KVS_CHECK(argmax.size() > k && logprob.size() > k, "draft of ", k, " guesses over ",
+            argmax.size(), " rows");
+  size_t accepted = 0;
+  while (accepted < k && draft[accepted] == argmax[accepted]) ++accepted;
+  for (size_t j = 0; j <= accepted; ++j) {
+    scheduler::SampledToken t;
+    t.seq = seq;
+    t.token_id = argmax[j];
+    t.logprob = s.sampling.logprobs ? logprob[j] : 0.0f;
+    RunnerBook::Record(s, t.token_id);
+    out.push_back(std::move(t));
+  }
+  return static_cast<int32_t>(accepted);
 }
 
 }  // namespace kvserve::engine

@@ -26,6 +26,18 @@ int32_t VerifyDraft(model::Sampler& sampler, RunnerBook::Seq& s, cache::SeqId se
                     std::span<const float> logits, int vocab, std::span<const int32_t> draft,
                     int32_t num_generated, std::vector<scheduler::SampledToken>& out);
 
+// The same verification from argmaxes computed elsewhere, for a sequence that
+// model::RouteFor routes to the device (greedy; no logit bias, penalties or top-N logprobs):
+// row j's argmax[j] (over its grammar mask, RunnerBook::DraftMasks) and the raw log-softmax
+// logprob[j] of that token, rows 0..k (k = draft.size()). Verify accepts guess j exactly when it
+// is row j's argmax, so this emits what VerifyDraft emits from the same logits: the accepted
+// guesses, then the argmax of the first mismatching row (the correction) or of row k (the
+// bonus), each Record()ed, with its logprob when the request asks for logprobs (as
+// model::Sampler). Returns the accepted guesses.
+int32_t AcceptArgmaxes(RunnerBook::Seq& s, cache::SeqId seq, std::span<const int32_t> argmax,
+                       std::span<const float> logprob, std::span<const int32_t> draft,
+                       std::vector<scheduler::SampledToken>& out);
+
 // The single-token case (no draft): sample the next token from one logits row.
 void SampleNext(model::Sampler& sampler, RunnerBook::Seq& s, cache::SeqId seq,
                 std::span<const float> logits, int32_t num_generated,

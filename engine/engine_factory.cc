@@ -157,16 +157,18 @@ absl::StatusOr<std::unique_ptr<KvTierBridge>> MakeRemoteTier(const config::Confi
 }
 
 // The draft model of speculative.draft_model (CPU backend only), checked against the target's
-// tokenizer; null when none is configured or the backend verifies no drafts.
+// tokenizer; null when none is configured or the backend is not the CPU's (the CUDA runner
+// verifies n-gram drafts, but the draft model runs on the CPU only).
 absl::StatusOr<std::unique_ptr<speculative::DraftModelProposer>> LoadDraftModel(
     const config::Config& config, const std::string& model_dir, const model::LlamaModel& target,
     config::Backend kind, const base::Clock* clock, const base::Logger& logger) {
   const config::SpeculativeConfig& sc = config.speculative;
   if (sc.draft_model.empty()) return std::unique_ptr<speculative::DraftModelProposer>();
   if (kind != config::Backend::kCpu) {
-    logger.warn("speculative.draft_model=%s not loaded: the %s backend verifies no drafts "
-                "(requests asking for method draft are refused)",
-                sc.draft_model, std::string(config::Name(kind)));
+    logger.warn(
+        "speculative.draft_model=%s not loaded: the draft model runs on the cpu backend "
+        "only, not the %s backend (requests asking for method draft are refused)",
+        sc.draft_model, std::string(config::Name(kind)));
     return std::unique_ptr<speculative::DraftModelProposer>();
   }
   auto draft_config = model::LoadModelConfig(sc.draft_model);

@@ -154,6 +154,21 @@ void RunnerBook::Record(Seq& s, int32_t token) {
   s.history.push_back(token);
 }
 
+void RunnerBook::DraftMasks(const Seq& s, std::span<const int32_t> draft,
+                            std::span<std::span<const uint64_t>> out) {
+  KVS_CHECK(out.size() > draft.size(), "draft masks: ", out.size(), " entries for ", draft.size(),
+            " guesses");
+  int32_t state = s.grammar_state;
+  for (size_t j = 0; j <= draft.size(); ++j) {
+    out[j] = s.grammar == nullptr || state == structured::ByteDfa::kDead
+                 ? std::span<const uint64_t>{}
+                 : std::span<const uint64_t>(s.grammar->MaskFor(state));
+    if (j < draft.size() && s.grammar != nullptr && state != structured::ByteDfa::kDead) {
+      state = s.grammar->Advance(state, draft[j]);
+    }
+  }
+}
+
 void RunnerBook::RejectGuesses(size_t i, const scheduler::ScheduledSeq& q, int32_t num_rejected) {
   KVS_CHECK(num_rejected >= 0 && num_rejected <= q.num_draft, "sequence ", q.seq.value(),
             " rejects ", num_rejected, " of ", q.num_draft, " guesses");

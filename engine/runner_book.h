@@ -99,6 +99,15 @@ class RunnerBook {
   static std::span<const uint64_t> AllowedFor(const Seq& s);
   // Appends a sampled token to the history and advances the grammar.
   static void Record(Seq& s, int32_t token);
+  // The masks of a drafting sequence's 1 + k rows, for a runner that samples every row before
+  // verifying any (the CUDA runner's device greedy): row j's is the grammar state's after the
+  // first j guesses, which is the state Record() will have reached by then exactly when those
+  // guesses are accepted; rows after a rejection are discarded. out[0..k] is filled (k =
+  // draft.size(), out.size() >= k + 1); an entry is empty when unconstrained (no grammar, or a
+  // dead state after a guess the grammar refuses, whose row is never read). The sequence's own
+  // state does not move.
+  static void DraftMasks(const Seq& s, std::span<const int32_t> draft,
+                         std::span<std::span<const uint64_t>> out);
   // Speculative decoding, after plan.seqs[i]'s verification: its last num_rejected slots held
   // rejected guesses. They leave the block table (the scheduler rolls its tables back the same
   // way) and the compressor's slot state, and the step's compression round (Finish) sees the

@@ -37,7 +37,9 @@ esac
 # cuda_backend_test holds every gpu test: KV storage, sampler draws, paged attention (split-KV
 # and tiled prefill), Llama kernels (incl. grammar-masked greedy), device compression
 # (TriAttention/SnapKV scores, compaction), the CUDA model and the CUDA engine (greedy, n > 1,
-# compression policies, preemption by recompute and swap, structured outputs).
+# compression policies, preemption by recompute and swap, structured outputs, n-gram speculative
+# decoding: CudaEngine.*Ngram*: greedy alone/batched/windowed, with compression and preemption,
+# sampled).
 # cuda_kv_bench also prints prefill attention and a device TriAttention round.
 # cuda_module_test loads the CUDA backend from libkvserve_cuda_backend.so, as `kvserve serve`
 # does (the module is shipped beside the binaries: `modules`). cuda_backend_loader_test is a
@@ -46,6 +48,12 @@ esac
 gpu_tests=(cuda_backend_test cuda_module_test cuda_backend_loader_test)
 modules=(libkvserve_cuda_backend.so)
 benches=(cuda_kv_bench cuda_e2e_bench)
+# Per-benchmark arguments: cuda_e2e_bench also prints the n-gram speculation table (batches 1, 8).
+bench_args() {
+  case "$1" in
+    cuda_e2e_bench) echo "--speculative 4" ;;
+  esac
+}
 
 # GPU_CHECK_BUILD_DIR (default build-gpu) and GPU_CHECK_JOBS (default nproc) let a shared
 # build machine pack with its existing build tree and one job.
@@ -73,7 +81,8 @@ run_figures() {
   for b in "${benches[@]}"; do
     echo "[gpu_check] $b"
     SECONDS=0
-    timeout "${GPU_CHECK_TIMEOUT:-240}" "$bin_dir/$b" || failed=1
+    # shellcheck disable=SC2046  # the arguments split on purpose
+    timeout "${GPU_CHECK_TIMEOUT:-240}" "$bin_dir/$b" $(bench_args "$b") || failed=1
     echo "[gpu_check] $b took ${SECONDS}s"
   done
   return "$failed"
@@ -85,7 +94,8 @@ case "$mode" in
     cd "${GPU_CHECK_BUILD_DIR:-$root/build-gpu}"
     echo "[gpu_check] ctest -L gpu"
     ctest -L gpu --output-on-failure
-    for b in "${benches[@]}"; do "$bin/$b"; done
+    # shellcheck disable=SC2046
+    for b in "${benches[@]}"; do "$bin/$b" $(bench_args "$b"); done
     ;;
   pack)
     build_gpu_targets

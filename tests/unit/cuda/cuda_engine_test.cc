@@ -9,11 +9,20 @@
 // which holds when logits agree to ~1e-5 (cuda_model_test) and no two candidates are that close;
 // a failure here prints the first differing position. Structured outputs: the grammar's mask is
 // applied on the CUDA path too (device greedy with the mask uploaded, host sampling with it), so
-// constrained streams match the CPU's and spell what the grammar accepts. Needs a GPU (label gpu).
+// constrained streams match the CPU's and spell what the grammar accepts. Speculative decoding
+// (n-gram): the CUDA engine's greedy tokens and logprobs with drafts are those it emits without
+// (logprobs within twice cuda_model_test's logits bound: verify rows are attended by the tiled
+// prefill kernel, plain decode rows by the split-KV kernel), alone, in a batch and with more
+// verify rows than the device holds logits for at once, with compression policies that evict and
+// under preemption by recompute and swap; sampled requests with drafts finish with their usage
+// and no KV block leaked. Needs a GPU (label gpu).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <map>
 
 #include "cache/cache_sizing.h"
@@ -78,9 +87,12 @@ class CudaEngine : public testing::Test {
   std::unique_ptr<engine::ServingEngine> Make(config::Backend backend) { return Make(backend, BaseConfig(), 0); }
 
   // cuda_blocks > 0 caps the CUDA pool (CudaBackendOptions::max_kv_blocks).
-  std::unique_ptr<engine::ServingEngine> Make(config::Backend backend, config::Config cfg, int32_t cuda_blocks) {
+  std::unique_ptr<engine::ServingEngine> Make(config::Backend backend, config::Config cfg,
+                                              int32_t cuda_blocks,
+                                              engine::EngineObserver* observer = nullptr) {
     cfg.engine.backend = backend;
     engine::EngineDeps deps;
+    deps.observer = observer;
     deps.make_cuda_backend = CudaBackendFactoryWith(CudaBackendOptions{cuda_blocks});
     auto e = engine::CreateEngine(cfg, dir_, std::move(deps));
     EXPECT_TRUE(e.ok()) << e.status();
@@ -280,6 +292,271 @@ TEST_F(CudaEngine, StructuredOutputMasksApplyOnTheDeviceAndHostRoutes) {
       }
     }
   }
+}
+
+// Speculative decoding on the CUDA backend (n-gram drafts, verified by CudaModelRunner).
+
+// A prompt that repeats a 12-token phrase: kvs-tiny's greedy continuation copies it, so n-gram
+// guesses are accepted.
+std::vector<int32_t> Repetitive(int len, int salt) {
+  std::vector<int32_t> p{1};
+  for (int i = 1; i < len; ++i) p.push_back(261 + ((i % 12) * 37 + salt * 101) % 1700);
+  return p;
+}
+
+struct Output {
+  std::map<int, std::vector<int32_t>> tokens;  // by sample index
+  std::map<int, std::vector<float>> logprobs;
+  engine::RequestUsage usage;
+  std::string error;
+};
+
+Output CollectAll(engine::TokenStream& s) {
+  Output out;
+  while (!s.done()) {
+    auto e = s.pop_wait(std::chrono::milliseconds(200));
+    if (!e) continue;
+    auto& t = out.tokens[e->sample_index];
+    t.insert(t.end(), e->token_ids.begin(), e->token_ids.end());
+    for (const auto& lp : e->logprobs) out.logprobs[e->sample_index].push_back(lp.logprob);
+    if (e->usage) out.usage = *e->usage;
+    if (!e->error.empty()) out.error = e->error;
+  }
+  return out;
+}
+
+// KV blocks in use after the latest step, and the engine's speculation counters.
+class SpecStepObserver : public engine::EngineObserver {
+ public:
+  void OnStep(const engine::StepStats& s) override {
+    used_blocks = s.blocks_total - s.blocks_free;
+    peak_used_blocks = std::max(peak_used_blocks.load(), used_blocks.load());
+    host_used_blocks = s.host_blocks_used;
+    draft_tokens += s.spec_draft_tokens;
+    accepted += s.spec_accepted_tokens;
+  }
+  std::atomic<int64_t> used_blocks{-1}, peak_used_blocks{0}, host_used_blocks{-1};
+  std::atomic<int64_t> draft_tokens{0}, accepted{0};
+};
+
+config::Config NgramConfig(config::Config cfg) {
+  cfg.speculative.method = config::SpeculativeMethod::kNgram;
+  cfg.speculative.num_tokens = 4;
+  cfg.speculative.ngram_min = 1;
+  cfg.speculative.min_acceptance = 0.0;  // draft every step: the worst case for exactness
+  return cfg;
+}
+
+// Greedy, with the token logprobs (logprobs 0: still the device route).
+RequestSpec Probe(const std::string& id, std::vector<int32_t> prompt, int max_tokens) {
+  RequestSpec s = Greedy(id, std::move(prompt), max_tokens);
+  s.sampling.logprobs = 0;
+  return s;
+}
+
+// Logprobs of the same tokens from verify rows (tiled prefill attention) and decode rows
+// (split-KV attention): twice the logits' 2e-3 bound of cuda_model_test.
+constexpr float kLogprobTol = 4e-3f;
+
+void ExpectSameGreedy(const Output& want, const Output& got, const std::string& what) {
+  EXPECT_TRUE(got.error.empty()) << what << ": " << got.error;
+  ASSERT_EQ(want.tokens.size(), got.tokens.size()) << what;
+  for (const auto& [sample, toks] : want.tokens) {
+    const auto& g = got.tokens.at(sample);
+    size_t first = 0;
+    while (first < std::min(toks.size(), g.size()) && toks[first] == g[first]) ++first;
+    EXPECT_EQ(toks, g) << what << " sample " << sample << ": first difference at token " << first;
+    const auto& wl = want.logprobs.count(sample) ? want.logprobs.at(sample) : std::vector<float>{};
+    const auto& gl = got.logprobs.count(sample) ? got.logprobs.at(sample) : std::vector<float>{};
+    ASSERT_EQ(wl.size(), gl.size()) << what << " sample " << sample;
+    for (size_t i = 0; i < wl.size(); ++i) {
+      EXPECT_NEAR(wl[i], gl[i], kLogprobTol) << what << " sample " << sample << " token " << i;
+    }
+  }
+}
+
+using EngineMaker = std::function<std::unique_ptr<engine::ServingEngine>(const config::Config&,
+                                                                         engine::EngineObserver*)>;
+
+// Runs `specs` on a fresh engine: `batched` submits them all at once, otherwise each request
+// finishes before the next. With an observer, checks afterwards that no KV block is still held.
+std::vector<Output> RunOutputs(const EngineMaker& make, const config::Config& cfg,
+                               const std::vector<RequestSpec>& specs, bool batched,
+                               SpecStepObserver* obs) {
+  std::vector<Output> out;
+  auto engine = make(cfg, obs);
+  if (engine == nullptr) return out;
+  std::vector<std::shared_ptr<engine::TokenStream>> streams;
+  for (const auto& s : specs) {
+    auto st = engine->Submit(s);
+    EXPECT_TRUE(st.ok()) << st.status();
+    if (!st.ok()) continue;
+    if (batched) {
+      streams.push_back(*st);
+    } else {
+      out.push_back(CollectAll(**st));
+    }
+  }
+  for (auto& s : streams) out.push_back(CollectAll(*s));
+  engine.reset();  // joins the engine loop: its last step has been reported
+  if (obs != nullptr) {
+    EXPECT_GT(obs->peak_used_blocks.load(), 0);
+    EXPECT_EQ(obs->used_blocks.load(), 0) << "KV blocks still used after every request ended";
+    EXPECT_LE(obs->host_used_blocks.load(), 0) << "host swap blocks still used";
+  }
+  return out;
+}
+
+TEST_F(CudaEngine, NgramSpeculationGivesThePlainGreedyTokensAndLogprobs) {
+  auto trie = TinyTrie(dir_);
+  ASSERT_NE(trie, nullptr);
+  structured::GrammarCache grammars(trie);
+  auto regex = grammars.Get(
+      {structured::GrammarSpec::Kind::kRegex, "[a-z]+( [a-z]+){3,6}\\.", {}, "guided_regex"});
+  ASSERT_TRUE(regex.ok()) << regex.status();
+  // Copy-heavy greedy probes (device route), one with top-2 logprobs (host route: Sampler::Verify
+  // on copied rows), one constrained by a grammar (device route with per-row masks) and one on a
+  // free prompt.
+  std::vector<RequestSpec> specs;
+  for (int i = 0; i < 5; ++i)
+    specs.push_back(Probe("copy" + std::to_string(i), Repetitive(60 + 9 * i, i), 48));
+  specs[1].sampling.logprobs = 2;
+  RequestSpec constrained = Probe("regex", Repetitive(40, 7), 48);
+  constrained.ignore_eos = false;
+  constrained.sampling.grammar = *regex;
+  specs.push_back(constrained);
+  specs.push_back(Probe("free", Prompt(50, 3), 32));
+
+  auto make = [&](const config::Config& cfg, engine::EngineObserver* obs) {
+    return Make(config::Backend::kCuda, cfg, 0, obs);
+  };
+  config::Config few_rows = BaseConfig();
+  // 3 sequences' worth of device logits: 1 + k verify rows each come back in several windows.
+  few_rows.scheduler.max_num_seqs = 3;
+  const std::pair<const char*, std::pair<config::Config, bool>> cases[] = {
+      {"alone", {BaseConfig(), false}},
+      {"batch", {BaseConfig(), true}},
+      {"batch, max_num_seqs 3", {few_rows, true}}};
+  for (const auto& [name, c] : cases) {
+    SCOPED_TRACE(name);
+    // The reference: the same engine configuration without speculation.
+    const std::vector<Output> want = RunOutputs(make, c.first, specs, c.second, nullptr);
+    ASSERT_EQ(want.size(), specs.size());
+    SpecStepObserver obs;
+    const std::vector<Output> got = RunOutputs(make, NgramConfig(c.first), specs, c.second, &obs);
+    ASSERT_EQ(got.size(), specs.size());
+    int64_t usage_drafted = 0, usage_accepted = 0, copy_accepted = 0;
+    for (size_t r = 0; r < specs.size(); ++r) {
+      ExpectSameGreedy(want[r], got[r], specs[r].request_id);
+      EXPECT_LE(got[r].usage.spec_accepted_tokens, got[r].usage.spec_draft_tokens)
+          << specs[r].request_id;
+      const size_t emitted = got[r].tokens.count(0) != 0 ? got[r].tokens.at(0).size() : 0;
+      EXPECT_EQ(got[r].usage.completion_tokens, static_cast<int64_t>(emitted))
+          << specs[r].request_id;
+      usage_drafted += got[r].usage.spec_draft_tokens;
+      usage_accepted += got[r].usage.spec_accepted_tokens;
+      if (specs[r].request_id.starts_with("copy"))
+        copy_accepted += got[r].usage.spec_accepted_tokens;
+    }
+    EXPECT_GT(copy_accepted, 0) << "the copy-heavy probes accepted no guess";
+    EXPECT_EQ(usage_drafted, obs.draft_tokens.load());
+    EXPECT_EQ(usage_accepted, obs.accepted.load());
+  }
+}
+
+// Drafts with KV compression (rounds after verification: RejectGuesses drops rejected slots
+// from the table and the policy state; h2o never drafts) and under preemption by recompute and
+// by swap (a pool of a few blocks): the greedy tokens and logprobs of the same engine without
+// speculation, guesses accepted, no block leaked.
+TEST_F(CudaEngine, NgramSpeculationWithCompressionAndPreemptionKeepsTheGreedyTokens) {
+  auto mc = model::LoadModelConfig(dir_);
+  ASSERT_TRUE(mc.ok()) << mc.status();
+  struct Case {
+    std::string name;
+    config::Config cfg;
+    int32_t cuda_blocks = 0;
+    std::vector<RequestSpec> specs;
+  };
+  std::vector<Case> cases;
+  for (auto kind :
+       {config::CompressionPolicyKind::kStreamingLlm, config::CompressionPolicyKind::kSnapKv}) {
+    Case c{std::string(config::Name(kind)), BaseConfig(), 0, {}};
+    for (int i = 0; i < 2; ++i) {
+      RequestSpec s = Probe("c" + std::to_string(i), Repetitive(300, 20 + i), 160);
+      s.compression.policy = kind;
+      s.compression.budget = 128;
+      s.compression.protect_prompt = false;  // the 300-token prompt itself is compressed
+      c.specs.push_back(s);
+    }
+    cases.push_back(std::move(c));
+  }
+  for (auto mode : {config::PreemptionMode::kRecompute, config::PreemptionMode::kSwap}) {
+    Case c{mode == config::PreemptionMode::kSwap ? "swap" : "recompute", BaseConfig(), 0, {}};
+    c.cfg.scheduler.preemption_mode = mode;
+    cache::KvLayout layout;
+    layout.num_layers = mc->num_layers;
+    layout.num_kv_heads = mc->num_kv_heads;
+    layout.head_dim = mc->head_dim;
+    layout.block_size = c.cfg.cache.block_size;
+    layout.dtype = c.cfg.cache.kv_dtype;
+    c.cfg.cache.kv_bytes = 48 * layout.bytes_per_block();  // 6 requests x ~21 blocks do not fit
+    c.cuda_blocks = cache::UsableBlocksForBudget(c.cfg.cache.kv_bytes, layout);
+    for (int i = 0; i < 6; ++i) {
+      c.specs.push_back(Probe("p" + std::to_string(i), Repetitive(150 + 13 * i, 60 + i), 160));
+    }
+    cases.push_back(std::move(c));
+  }
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto make = [&](const config::Config& cfg, engine::EngineObserver* obs) {
+      return Make(config::Backend::kCuda, cfg, c.cuda_blocks, obs);
+    };
+    const std::vector<Output> want = RunOutputs(make, c.cfg, c.specs, true, nullptr);
+    ASSERT_EQ(want.size(), c.specs.size());
+    SpecStepObserver obs;
+    const std::vector<Output> got = RunOutputs(make, NgramConfig(c.cfg), c.specs, true, &obs);
+    ASSERT_EQ(got.size(), c.specs.size());
+    for (size_t r = 0; r < c.specs.size(); ++r)
+      ExpectSameGreedy(want[r], got[r], c.specs[r].request_id);
+    EXPECT_GT(obs.accepted.load(), 0) << "no guess accepted";
+  }
+}
+
+TEST_F(CudaEngine, SampledRequestsWithNgramSpeculationFinishWithTheirUsage) {
+  std::vector<RequestSpec> specs;
+  for (int i = 0; i < 3; ++i) {
+    RequestSpec s = Greedy("s" + std::to_string(i), Repetitive(50 + 11 * i, 10 + i), 48);
+    s.sampling.temperature = 0.8f;
+    s.sampling.top_p = 0.95f;
+    s.sampling.seed = 42 + i;
+    s.n = 2;
+    specs.push_back(s);
+  }
+  SpecStepObserver obs;
+  auto engine = Make(config::Backend::kCuda, NgramConfig(BaseConfig()), 0, &obs);
+  ASSERT_NE(engine, nullptr);
+  std::vector<std::shared_ptr<engine::TokenStream>> streams;
+  for (const auto& s : specs) {
+    auto st = engine->Submit(s);
+    ASSERT_TRUE(st.ok()) << st.status();
+    streams.push_back(*st);
+  }
+  for (size_t r = 0; r < specs.size(); ++r) {
+    const Output out = CollectAll(*streams[r]);
+    EXPECT_TRUE(out.error.empty()) << out.error;
+    ASSERT_EQ(out.tokens.size(), 2u) << "request " << r;
+    for (const auto& [sample, toks] : out.tokens) {
+      EXPECT_EQ(toks.size(), 48u) << "request " << r << " sample " << sample;
+    }
+    EXPECT_EQ(out.usage.prompt_tokens, static_cast<int64_t>(specs[r].prompt_tokens.size()));
+    EXPECT_EQ(out.usage.completion_tokens, 96);
+    EXPECT_LE(out.usage.spec_accepted_tokens, out.usage.spec_draft_tokens);
+  }
+  engine.reset();
+  EXPECT_GT(obs.draft_tokens.load(), 0) << "no sampled sequence drafted";
+  EXPECT_GT(obs.peak_used_blocks.load(), 0);
+  EXPECT_EQ(obs.used_blocks.load(), 0) << "KV blocks still used after every request ended";
+  EXPECT_LE(obs.host_used_blocks.load(), 0) << "host swap blocks still used";
 }
 
 }  // namespace
