@@ -287,14 +287,18 @@ void Scheduler::grant_tiers(SequenceState& s, StepPlan& plan) {
   }
 }
 
-int Scheduler::propose(SequenceState& s, int max_rows) {
-  draft_.clear();
+int64_t Scheduler::draft_length(SequenceState& s, speculative::DraftProposer*& proposer,
+                                int max_rows) {
+  proposer = nullptr;
   if (!options_.speculation || !s.spec.enabled() || s.pending_children > 0) return 0;
-  speculative::DraftProposer* proposer = proposers_.For(s.spec.method);
+  proposer = proposers_.For(s.spec.method);
   if (proposer == nullptr) return 0;
   // The step emits up to k + 1 tokens: k guesses and the runner's own. Never draft past
   // max_tokens, and keep every row's position inside the context.
-  // k: sized from this sequence's acceptance history and the batch (DraftLength).
+  // k: sized from this sequence's acceptance history and the batch (DraftLength). Each guess
+  // is charged a whole draft forward even when a batching proposer shares its forwards across
+  // the step's sequences: on the bundled pair a forward's rows cost about as much as its fixed
+  // part (kvs-tiny-draft at batch 8 drafted at a loss, 0.75x, when charged 1/N of it).
   int batch_seqs = 0;
   for (int n : tenant_running_) batch_seqs += n;
   int64_t k = std::min(
@@ -305,17 +309,76 @@ int Scheduler::propose(SequenceState& s, int max_rows) {
   // A compressing sequence's step ends where a round falls due, as plain decoding's would.
   k = std::min<int64_t>(k, compression::DraftRoom(s.compression, cache_.num_tokens(s.id)));
   if (k <= 0 || !s.spec_gate.Open()) return 0;
+  return k;
+}
+
+void Scheduler::fill_draft_kv(const SequenceState& s) {
   draft_kv_.params = s.compression;
   draft_kv_.auto_mode = s.compression_auto;
   draft_kv_.pressure = compress_auto_;
+}
+
+bool Scheduler::is_decoding(const SequenceState& s) {
+  return s.num_computed + 1 == static_cast<int32_t>(s.tokens.size()) && s.num_generated() > 0;
+}
+
+void Scheduler::prepare_batched_drafts() {
+  prepared_.clear();
+  draft_tasks_.clear();
+  speculative::DraftProposer* batching = proposers_.For(config::SpeculativeMethod::kDraft);
+  if (batching == nullptr || !batching->batches() || !options_.speculation) return;
+  for (const auto& list : running_) {
+    for (cache::SeqId id : list) {
+      SequenceState& s = seqs_.at(id.value());
+      if (s.spec.method != config::SpeculativeMethod::kDraft || !is_decoding(s)) continue;
+      speculative::DraftProposer* proposer = nullptr;
+      // The step's budget is not known yet: propose() caps these guesses by it when packing.
+      const int64_t k = draft_length(s, proposer, options_.max_num_batched_tokens - 1);
+      if (k <= 0 || proposer != batching) continue;
+      fill_draft_kv(s);
+      speculative::DraftTask t;
+      t.seq = id.value();
+      t.tokens = s.tokens;
+      t.params = &s.spec;
+      t.kv = draft_kv_;
+      t.max_tokens = static_cast<int>(k);
+      draft_tasks_.push_back(t);
+    }
+  }
+  if (draft_tasks_.empty()) return;
+  batching->ProposeBatch(draft_tasks_, batch_guesses_, batch_offsets_);
+  for (size_t i = 0; i < draft_tasks_.size(); ++i) {
+    prepared_[draft_tasks_[i].seq] = i;
+  }
+}
+
+int Scheduler::propose(SequenceState& s, int max_rows) {
+  draft_.clear();
+  if (auto it = prepared_.find(s.id.value()); it != prepared_.end()) {
+    // Drafted with the step's other sequences (prepare_batched_drafts); the gate and the
+    // length were decided there.
+    const size_t i = it->second;
+    const int32_t begin = batch_offsets_[i];
+    const int32_t n = std::min(batch_offsets_[i + 1] - begin, max_rows);
+    draft_.assign(batch_guesses_.begin() + begin, batch_guesses_.begin() + begin + n);
+    return static_cast<int>(draft_.size());
+  }
+  // A batching proposer drafted for this step already, or left `s` out (its gate was opened
+  // there: not again here).
+  if (const speculative::DraftProposer* p = proposers_.For(s.spec.method);
+      p != nullptr && p->batches()) {
+    return 0;
+  }
+  speculative::DraftProposer* proposer = nullptr;
+  const int64_t k = draft_length(s, proposer, max_rows);
+  if (k <= 0) return 0;
+  fill_draft_kv(s);
   proposer->Propose(s.id.value(), s.tokens, s.spec, draft_kv_, static_cast<int>(k), draft_);
   return static_cast<int>(draft_.size());
 }
 
 int Scheduler::schedule_running(SequenceState& s, int num_tokens, int budget, StepPlan& plan) {
-  const bool decoding = num_tokens == 1 &&
-                        s.num_computed + 1 == static_cast<int32_t>(s.tokens.size()) &&
-                        s.num_generated() > 0;
+  const bool decoding = num_tokens == 1 && is_decoding(s);
   if (decoding && budget > 1 && propose(s, budget - 1) > 0) {
     // Drafts only use free room: without it the sequence decodes one token as usual.
     if (auto delta = cache_.allocate(s.id, 1 + static_cast<int>(draft_.size()))) {
@@ -505,6 +568,7 @@ void Scheduler::Schedule(StepPlan& plan) {
 
   int budget = options_.max_num_batched_tokens;
   preempted_this_step_ = false;
+  prepare_batched_drafts();
 
   // Phase A: running sequences, tenants interleaved by virtual time.
   std::fill(cursor_.begin(), cursor_.end(), 0);

@@ -167,6 +167,15 @@ class Scheduler {
   int schedule_running(SequenceState& s, int num_tokens, int budget, StepPlan& plan);
   // Guesses for a decoding sequence into draft_ (at most max_rows); 0 when it does not draft.
   int propose(SequenceState& s, int max_rows);
+  // How many guesses `s` drafts this step (0: none), its proposer into `proposer`. Opens
+  // (and so counts down) the sequence's acceptance gate: call it once per sequence and step.
+  int64_t draft_length(SequenceState& s, speculative::DraftProposer*& proposer, int max_rows);
+  void fill_draft_kv(const SequenceState& s);
+  // One unfed token, at least one generated: the state in which a sequence drafts.
+  static bool is_decoding(const SequenceState& s);
+  // Before packing: a batching proposer (the draft model) drafts for every decoding sequence
+  // of its method in one call; propose() then hands each its share.
+  void prepare_batched_drafts();
   // The window tables' part of an allocation (layer groups), into q and the plan.
   void emit_window(cache::SeqId id, const cache::AllocationDelta& delta, ScheduledSeq& q,
                    StepPlan& plan);
@@ -214,6 +223,11 @@ class Scheduler {
   speculative::ProposerSet proposers_;
   std::vector<int32_t> draft_;     // scratch: this sequence's guesses
   speculative::DraftKv draft_kv_;  // scratch: this sequence's compression, for its proposer
+  // A batching proposer's guesses for this step's decoding sequences (prepare_batched_drafts):
+  // sequence id -> its task; task i's guesses are batch_guesses_[offsets[i], offsets[i + 1]).
+  absl::flat_hash_map<int64_t, size_t> prepared_;
+  std::vector<speculative::DraftTask> draft_tasks_;
+  std::vector<int32_t> batch_guesses_, batch_offsets_;
   // Scratch of Update: per plan entry, its samples in result.sampled (first, count).
   std::vector<std::pair<size_t, size_t>> step_samples_;
 };

@@ -140,60 +140,58 @@ bool DraftModelProposer::RoundAfterCatchUp(int64_t seq, int64_t next_position, b
   return true;
 }
 
-int32_t DraftModelProposer::Step(int64_t seq, std::span<const int32_t> rows, int64_t position,
-                                 int64_t kv_len_before, bool want_logits, bool observe) {
-  const cache::SeqId id(seq);
-  builder_.Clear();
-  const auto table = kv_.manager->block_table(id);
-  std::vector<int32_t>& t = table_scratch_;
-  t.clear();
-  for (cache::BlockId b : table) t.push_back(b.value());
-  builder_.AddSequence(rows, static_cast<int32_t>(position), static_cast<int32_t>(kv_len_before), t,
-                       want_logits ? model::LogitsWanted::kLast : model::LogitsWanted::kNone);
+std::span<const int32_t> DraftModelProposer::TableOf(int64_t seq) {
+  table_scratch_.clear();
+  for (cache::BlockId b : kv_.manager->block_table(cache::SeqId(seq))) {
+    table_scratch_.push_back(b.value());
+  }
+  return table_scratch_;
+}
+
+absl::Status DraftModelProposer::RunBatch(int num_logits) {
+  const size_t vocab = static_cast<size_t>(model_->config().vocab_size);
+  logits_.resize(static_cast<size_t>(num_logits) * vocab);
   model::KvCacheView view;
   view.layout = kv_.storage->layout();
   view.num_blocks = kv_.storage->num_blocks();
   view.layer_data = layer_data_;
   if (view.layout.has_scales()) view.layer_scales = layer_scales_;
-  const std::span<float> logits(logits_.data(), want_logits ? logits_.size() : 0);
   const model::ForwardBatch batch = builder_.batch();
-  const model::ForwardObservers* observers = nullptr;
-  compression::BatchSeq one;
-  if (observe) {
-    // The policy's slot state learns the rows' positions; its side outputs (snapkv's
-    // queries) are handed over after the forward.
-    const int32_t n = static_cast<int32_t>(rows.size());
-    compressor_->BeginStep(id, position, n, kv_len_before + n);
-    one = compression::BatchSeq{id, 0, n, kv_len_before + n};
-    observers = compressor_->PrepareObservers(std::span<const compression::BatchSeq>(&one, 1),
-                                              batch.positions);
-  }
-  absl::Status st = model_->Forward(batch, view, logits, observers);
+  // The policies of compressing sequences observe their catch-up rows (snapkv's queries);
+  // guess rows are never observed.
+  const model::ForwardObservers* observers =
+      observed_.empty() ? nullptr : compressor_->PrepareObservers(observed_, batch.positions);
+  absl::Status st = model_->Forward(
+      batch, view, std::span<float>(logits_.data(), static_cast<size_t>(num_logits) * vocab),
+      observers);
   if (observers != nullptr) compressor_->FinishObservers();
-  if (!st.ok()) {
+  observed_.clear();
+  if (!st.ok())
     logger_.warn("draft model forward failed (no guesses this step): %s", st.ToString());
-    return -1;
-  }
-  if (!want_logits) return 0;
-  // Greedy: the first maximum (lowest id on ties).
-  return static_cast<int32_t>(std::max_element(logits_.begin(), logits_.end()) - logits_.begin());
+  return st;
 }
 
-void DraftModelProposer::Propose(int64_t seq, std::span<const int32_t> tokens,
-                                 const SpecParams& params, const DraftKv& kv, int max_tokens,
-                                 std::vector<int32_t>& out) {
-  (void)params;
-  out.clear();
-  if (max_tokens <= 0 || tokens.empty()) return;
+int32_t DraftModelProposer::ArgmaxRow(int32_t row) const {
+  // Greedy: the first maximum (lowest id on ties).
+  const size_t vocab = static_cast<size_t>(model_->config().vocab_size);
+  const auto begin =
+      logits_.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(row) * vocab);
+  return static_cast<int32_t>(std::max_element(begin, begin + static_cast<std::ptrdiff_t>(vocab)) -
+                              begin);
+}
+
+bool DraftModelProposer::Prepare(const DraftTask& t, Work& w) {
+  if (t.max_tokens <= 0 || t.tokens.empty()) return false;
   // Past the draft model's own context its positions are out of range: no guesses (the target
   // may serve longer sequences than its draft).
-  if (static_cast<int64_t>(tokens.size()) + max_tokens > model_->config().max_context()) return;
-  const cache::SeqId id(seq);
-  Seq& s = seqs_[seq];
-  if (s.refused) return;
-  if (!s.compressing && kv.params.kind != config::CompressionPolicyKind::kFull &&
-      !Track(seq, s, kv)) {
-    return;
+  if (static_cast<int64_t>(t.tokens.size()) + t.max_tokens > model_->config().max_context())
+    return false;
+  const cache::SeqId id(t.seq);
+  Seq& s = seqs_[t.seq];
+  if (s.refused) return false;
+  if (!s.compressing && t.kv.params.kind != config::CompressionPolicyKind::kFull &&
+      !Track(t.seq, s, t.kv)) {
+    return false;
   }
   std::vector<int32_t>& fed = s.fed;
   // 1. Keep what still matches the verified tokens (never the last one: its row's logits
@@ -203,85 +201,235 @@ void DraftModelProposer::Propose(int64_t seq, std::span<const int32_t> tokens,
   int64_t phys_keep = 0;
   if (s.compressing) {
     keep = static_cast<size_t>(s.verified);
-    if (keep >= tokens.size() ||
-        !std::equal(fed.begin(), fed.begin() + static_cast<std::ptrdiff_t>(keep), tokens.begin())) {
+    if (keep >= t.tokens.size() ||
+        !std::equal(fed.begin(), fed.begin() + static_cast<std::ptrdiff_t>(keep),
+                    t.tokens.begin())) {
       // Not the verified tokens it was fed (never expected: tokens only grow while a
       // sequence holds KV): start over from nothing rather than draft from a wrong history.
       logger_.warn("draft sequence %d: its tokens changed under the draft KV; starting over",
-                   static_cast<int>(seq));
-      Release(seq);
-      return;
+                   static_cast<int>(t.seq));
+      Release(t.seq);
+      return false;
     }
     const compression::SlotState* slots = compressor_->slot_state(id);
     phys_keep = slots == nullptr ? 0 : slots->size();
   } else {
-    const size_t limit = std::min(fed.size(), tokens.size() - 1);
-    while (keep < limit && fed[keep] == tokens[keep]) ++keep;
+    const size_t limit = std::min(fed.size(), t.tokens.size() - 1);
+    while (keep < limit && fed[keep] == t.tokens[keep]) ++keep;
     phys_keep = static_cast<int64_t>(keep);
   }
   if (kv_.manager->contains(id) && kv_.manager->num_tokens(id) > phys_keep) {
     kv_.manager->truncate(id, phys_keep);
   }
   fed.resize(keep);
-  // 2. Catch up, chunked by the model's row limit; the last chunk's last row gives g1. A
-  //    compressing sequence's rounds run after each chunk (the policy decides when one is due).
-  const int catch_up = static_cast<int>(tokens.size() - keep);
-  int32_t guess = -1;
+  s.verified = static_cast<int64_t>(keep);
+  w.seq = t.seq;
+  w.keep = keep;
+  w.kv_len = phys_keep;
+  w.max_tokens = t.max_tokens;
+  return true;
+}
+
+bool DraftModelProposer::AfterCatchUp(Work& w, const DraftTask& t, size_t index, bool last_chunk) {
+  Seq& s = seqs_.at(w.seq);
+  s.verified = static_cast<int64_t>(s.fed.size());
+  // A compressing sequence's round, when one is due (the policy decides), on verified KV.
+  if (s.compressing &&
+      !RoundAfterCatchUp(w.seq, static_cast<int64_t>(s.fed.size()), t.kv.pressure)) {
+    Release(w.seq);
+    w.ok = false;
+    return false;
+  }
+  w.kv_len = kv_.manager->num_tokens(cache::SeqId(w.seq));
+  if (last_chunk) {
+    guess_buf_[index * static_cast<size_t>(max_k_)] = ArgmaxRow(w.logits_row);
+    w.count = 1;
+  }
+  return true;
+}
+
+void DraftModelProposer::CatchUpTogether(std::span<Work> group, std::span<const DraftTask> tasks) {
+  builder_.Clear();
+  int num_logits = 0;
+  for (Work& w : group) {
+    const DraftTask& t = tasks[w.task];
+    const int n = static_cast<int>(t.tokens.size() - w.keep);
+    const cache::SeqId id(w.seq);
+    // No room for the catch-up: no guesses (the next draft goes on from what is fed).
+    if (!kv_.manager->allocate(id, n)) {
+      w.ok = false;
+      continue;
+    }
+    const int32_t row0 = static_cast<int32_t>(builder_.num_tokens());
+    builder_.AddSequence(t.tokens.subspan(w.keep), static_cast<int32_t>(w.keep),
+                         static_cast<int32_t>(w.kv_len), TableOf(w.seq),
+                         model::LogitsWanted::kLast);
+    if (seqs_.at(w.seq).compressing) {
+      compressor_->BeginStep(id, static_cast<int64_t>(w.keep), n, w.kv_len + n);
+      observed_.push_back(compression::BatchSeq{id, row0, n, w.kv_len + n});
+    }
+    w.logits_row = num_logits++;
+  }
+  if (num_logits == 0) return;
+  const bool ran = RunBatch(num_logits).ok();
+  for (Work& w : group) {
+    if (!w.ok) continue;
+    if (!ran) {
+      Release(w.seq);  // the KV is in an unknown state: start over next time
+      w.ok = false;
+      continue;
+    }
+    const DraftTask& t = tasks[w.task];
+    std::vector<int32_t>& fed = seqs_.at(w.seq).fed;
+    fed.insert(fed.end(), t.tokens.begin() + static_cast<std::ptrdiff_t>(w.keep), t.tokens.end());
+    AfterCatchUp(w, t, static_cast<size_t>(&w - works_.data()), true);
+  }
+}
+
+void DraftModelProposer::CatchUpChunked(Work& w, const DraftTask& t) {
+  const cache::SeqId id(w.seq);
+  const int catch_up = static_cast<int>(t.tokens.size() - w.keep);
   for (int done = 0; done < catch_up;) {
     const int n = std::min(catch_up - done, options_.max_tokens_per_step);
     const bool last = done + n == catch_up;
-    const int64_t kv_len = kv_.manager->contains(id) ? kv_.manager->num_tokens(id) : 0;
-    // Room for the chunk, and with the last one for the k - 1 guesses fed back: no room, no
-    // guesses (the KV fed so far stays; the next draft goes on from it).
-    const bool room =
-        kv_.manager->allocate(id, n + (last && !s.compressing ? max_tokens - 1 : 0)).has_value();
-    if (!room) {
-      s.verified = static_cast<int64_t>(fed.size());
+    if (!kv_.manager->allocate(id, n)) {
+      w.ok = false;  // the chunks fed so far stay; the next draft goes on from them
       return;
     }
-    guess = Step(seq, tokens.subspan(keep + static_cast<size_t>(done), static_cast<size_t>(n)),
-                 static_cast<int64_t>(keep) + done, kv_len, last, s.compressing);
-    if (guess < 0) break;
-    fed.insert(fed.end(), tokens.begin() + static_cast<std::ptrdiff_t>(keep) + done,
-               tokens.begin() + static_cast<std::ptrdiff_t>(keep) + done + n);
+    builder_.Clear();
+    builder_.AddSequence(
+        t.tokens.subspan(w.keep + static_cast<size_t>(done), static_cast<size_t>(n)),
+        static_cast<int32_t>(w.keep) + done, static_cast<int32_t>(w.kv_len), TableOf(w.seq),
+        last ? model::LogitsWanted::kLast : model::LogitsWanted::kNone);
+    if (seqs_.at(w.seq).compressing) {
+      compressor_->BeginStep(id, static_cast<int64_t>(w.keep) + done, n, w.kv_len + n);
+      observed_.push_back(compression::BatchSeq{id, 0, n, w.kv_len + n});
+    }
+    w.logits_row = 0;
+    if (!RunBatch(last ? 1 : 0).ok()) {
+      Release(w.seq);
+      w.ok = false;
+      return;
+    }
+    std::vector<int32_t>& fed = seqs_.at(w.seq).fed;
+    fed.insert(fed.end(), t.tokens.begin() + static_cast<std::ptrdiff_t>(w.keep) + done,
+               t.tokens.begin() + static_cast<std::ptrdiff_t>(w.keep) + done + n);
     done += n;
-    if (s.compressing && !RoundAfterCatchUp(seq, static_cast<int64_t>(fed.size()), kv.pressure)) {
-      guess = -1;
-      break;
+    if (!AfterCatchUp(w, t, static_cast<size_t>(&w - works_.data()), last)) return;
+  }
+}
+
+void DraftModelProposer::GuessTogether() {
+  // Room for each sequence's k - 1 fed guesses at once; without it, its first guess only.
+  for (Work& w : works_) {
+    if (w.ok && w.max_tokens > 1 && !kv_.manager->allocate(cache::SeqId(w.seq), w.max_tokens - 1)) {
+      w.max_tokens = 1;
     }
   }
-  if (guess < 0) {
-    Release(seq);  // the KV is in an unknown state: start over next time
-    return;
+  const size_t stride = static_cast<size_t>(max_k_);
+  for (int j = 1; j < max_k_; ++j) {
+    builder_.Clear();
+    int num_logits = 0;
+    for (size_t i = 0; i < works_.size(); ++i) {
+      Work& w = works_[i];
+      if (!w.ok || w.count < j || w.count >= w.max_tokens) continue;
+      // Guess j feeds guess j - 1, past the verified KV (and its earlier guesses).
+      const std::span<const int32_t> prev(&guess_buf_[i * stride + static_cast<size_t>(j - 1)], 1);
+      builder_.AddSequence(prev, static_cast<int32_t>(seqs_.at(w.seq).fed.size()),
+                           static_cast<int32_t>(w.kv_len + j - 1), TableOf(w.seq),
+                           model::LogitsWanted::kLast);
+      w.logits_row = num_logits++;
+    }
+    if (num_logits == 0) break;
+    const bool ran = RunBatch(num_logits).ok();
+    for (size_t i = 0; i < works_.size(); ++i) {
+      Work& w = works_[i];
+      if (!w.ok || w.count < j || w.count >= w.max_tokens) continue;
+      if (!ran) {
+        Release(w.seq);
+        w.ok = false;
+        continue;
+      }
+      seqs_.at(w.seq).fed.push_back(guess_buf_[i * stride + static_cast<size_t>(j - 1)]);
+      guess_buf_[i * stride + static_cast<size_t>(j)] = ArgmaxRow(w.logits_row);
+      w.count = j + 1;
+    }
   }
-  s.verified = static_cast<int64_t>(fed.size());
-  out.push_back(guess);
+}
+
+void DraftModelProposer::ProposeBatch(std::span<const DraftTask> tasks,
+                                      std::vector<int32_t>& guesses,
+                                      std::vector<int32_t>& offsets) {
+  guesses.clear();
+  offsets.assign(tasks.size() + 1, 0);
+  works_.clear();
+  max_k_ = 0;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    Work w;
+    w.task = i;
+    if (Prepare(tasks[i], w)) {
+      works_.push_back(w);
+      max_k_ = std::max(max_k_, w.max_tokens);
+    }
+  }
+  guess_buf_.assign(works_.size() * static_cast<size_t>(max_k_), -1);
+  // 2. Catch-ups: consecutive sequences share a forward up to the model's row limit.
+  const int limit = options_.max_tokens_per_step;
+  for (size_t g = 0; g < works_.size();) {
+    auto rows = [&](const Work& w) {
+      return static_cast<int>(tasks[w.task].tokens.size() - w.keep);
+    };
+    if (rows(works_[g]) > limit) {
+      CatchUpChunked(works_[g], tasks[works_[g].task]);
+      ++g;
+      continue;
+    }
+    size_t e = g;
+    int total = 0;
+    while (e < works_.size() && rows(works_[e]) <= limit - total) total += rows(works_[e++]);
+    CatchUpTogether(std::span<Work>(works_).subspan(g, e - g), tasks);
+    g = e;
+  }
   // 3. Each further guess feeds the one before it (past a compressing sequence's slot state).
-  if (s.compressing && max_tokens > 1 && !kv_.manager->allocate(id, max_tokens - 1)) {
-    NotePeak();
-    return;  // room for g1 only
+  GuessTogether();
+  std::vector<int32_t> counts(tasks.size(), 0);
+  for (size_t i = 0; i < works_.size(); ++i) {
+    const Work& w = works_[i];
+    if (!w.ok || w.count == 0) continue;
+    counts[w.task] = w.count;
+    // The KV holds the verified tokens (compacted for a compressing sequence) then the
+    // guesses fed back, and room for at most k - 1 of them.
+    const Seq& s = seqs_.at(w.seq);
+    const int64_t verified_slots =
+        s.compressing ? compressor_->slot_state(cache::SeqId(w.seq))->size() : s.verified;
+    const int64_t fed_guesses = static_cast<int64_t>(s.fed.size()) - s.verified;
+    const int64_t held = kv_.manager->num_tokens(cache::SeqId(w.seq));
+    KVS_CHECK(fed_guesses == w.count - 1 && held >= verified_slots + fed_guesses &&
+                  held <= verified_slots + std::max(0, w.max_tokens - 1),
+              "draft sequence ", w.seq, ": KV holds ", held, " slots for ", verified_slots,
+              " verified and ", fed_guesses, " guesses");
   }
-  while (static_cast<int>(out.size()) < max_tokens) {
-    const int32_t prev = out.back();
-    guess = Step(seq, std::span<const int32_t>(&prev, 1), static_cast<int64_t>(fed.size()),
-                 kv_.manager->num_tokens(id) - (max_tokens - static_cast<int64_t>(out.size())),
-                 true, false);
-    if (guess < 0) {
-      Release(seq);
-      out.clear();
-      return;
-    }
-    fed.push_back(prev);
-    out.push_back(guess);
+  for (size_t t = 0; t < tasks.size(); ++t) offsets[t + 1] = offsets[t] + counts[t];
+  guesses.resize(static_cast<size_t>(offsets.back()));
+  for (size_t i = 0; i < works_.size(); ++i) {
+    const Work& w = works_[i];
+    if (counts[w.task] == 0) continue;
+    std::copy_n(guess_buf_.begin() + static_cast<std::ptrdiff_t>(i * static_cast<size_t>(max_k_)),
+                counts[w.task], guesses.begin() + offsets[w.task]);
   }
-  // The KV holds the verified tokens (compacted for a compressing sequence) then the k - 1
-  // guesses fed back.
-  const int64_t verified_slots = s.compressing ? compressor_->slot_state(id)->size() : s.verified;
-  KVS_CHECK(
-      kv_.manager->num_tokens(id) == verified_slots + static_cast<int64_t>(fed.size()) - s.verified,
-      "draft sequence ", seq, ": KV holds ", kv_.manager->num_tokens(id), " slots for ",
-      verified_slots, " verified and ", fed.size() - static_cast<size_t>(s.verified), " guesses");
   NotePeak();
+}
+
+void DraftModelProposer::Propose(int64_t seq, std::span<const int32_t> tokens,
+                                 const SpecParams& params, const DraftKv& kv, int max_tokens,
+                                 std::vector<int32_t>& out) {
+  DraftTask t;
+  t.seq = seq;
+  t.tokens = tokens;
+  t.params = &params;
+  t.kv = kv;
+  t.max_tokens = max_tokens;
+  ProposeBatch(std::span<const DraftTask>(&t, 1), out, offsets_scratch_);
 }
 
 void DraftModelProposer::NotePeak() { peak_blocks_ = std::max(peak_blocks_, blocks_in_use()); }

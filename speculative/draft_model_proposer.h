@@ -92,8 +92,16 @@ class DraftModelProposer final : public DraftProposer {
       base::Logger logger, std::unique_ptr<compression::TriAttentionStats> stats = nullptr);
   ~DraftModelProposer() override;
 
+  // One sequence: ProposeBatch of one task.
   void Propose(int64_t seq, std::span<const int32_t> tokens, const SpecParams& params,
                const DraftKv& kv, int max_tokens, std::vector<int32_t>& out) override;
+  // A step's sequences together: their catch-ups share forward passes (up to the model's row
+  // limit; a longer catch-up runs alone, chunked), and so does each of the k - 1 guess steps
+  // (one row per sequence still guessing). Each sequence's guesses are what Propose alone
+  // gives: the CPU forward pass is batch-invariant.
+  bool batches() const override { return true; }
+  void ProposeBatch(std::span<const DraftTask> tasks, std::vector<int32_t>& guesses,
+                    std::vector<int32_t>& offsets) override;
   void Release(int64_t seq) override;
   double guess_cost() const override { return options_.guess_cost; }
 
@@ -115,11 +123,32 @@ class DraftModelProposer final : public DraftProposer {
   DraftModelProposer(std::unique_ptr<model::LlamaModel> model, cache::HostKvCache kv,
                      std::unique_ptr<compression::TriAttentionStats> stats,
                      const DraftModelOptions& options, base::Logger logger);
-  // One forward over `rows` at positions [position, position + rows), appended after
-  // `kv_len_before` slots of `seq`; observed by the compressor when `observe`. The last row's
-  // argmax, or -1 when the forward failed (logged; the draft then proposes nothing).
-  int32_t Step(int64_t seq, std::span<const int32_t> rows, int64_t position, int64_t kv_len_before,
-               bool want_logits, bool observe);
+  // One sequence of a ProposeBatch call.
+  struct Work {
+    size_t task = 0;  // its index in the tasks
+    int64_t seq = 0;
+    int max_tokens = 0;  // guesses wanted (1 when there is no room for the fed ones)
+    size_t keep = 0;     // verified tokens its KV keeps: the catch-up starts there
+    int64_t kv_len = 0;  // KV slots before the catch-up, then after it (and its round)
+    int32_t count = 0;   // guesses so far, in guess_buf_[index * max_k_ ...]
+    int32_t logits_row = 0;
+    bool ok = true;
+  };
+  // Step 1 for one task: its state, tracking and truncation. False: no guesses for it.
+  bool Prepare(const DraftTask& t, Work& w);
+  // Step 2: the catch-ups of `group` in one forward pass (each within the row limit).
+  void CatchUpTogether(std::span<Work> group, std::span<const DraftTask> tasks);
+  // Step 2 for a catch-up longer than one forward's rows: alone, chunked.
+  void CatchUpChunked(Work& w, const DraftTask& t);
+  // After a sequence's catch-up forward: fed tokens, its round, its first guess.
+  bool AfterCatchUp(Work& w, const DraftTask& t, size_t index, bool last_chunk);
+  // Step 3: the k - 1 guess steps of every sequence still guessing, one row each per forward.
+  void GuessTogether();
+  // The forward pass over builder_'s batch, logits of `num_logits` rows into logits_, the
+  // compressor observing observed_ (whose BeginSteps are done).
+  absl::Status RunBatch(int num_logits);
+  int32_t ArgmaxRow(int32_t row) const;
+  std::span<const int32_t> TableOf(int64_t seq);
   // Compressing: starts tracking (false: the policy cannot run here, the sequence is refused).
   bool Track(int64_t seq, Seq& s, const DraftKv& kv);
   // Step 2 for a compressing sequence: a round after the forward when one is due.
@@ -133,8 +162,14 @@ class DraftModelProposer final : public DraftProposer {
   model::BatchBuilder builder_;
   std::vector<std::byte*> layer_data_;
   std::vector<float*> layer_scales_;
-  std::vector<float> logits_;  // [vocab]: the last row's
+  std::vector<float> logits_;  // [rows with logits][vocab]
   std::vector<int32_t> table_scratch_;
+  // ProposeBatch scratch, reused.
+  std::vector<Work> works_;
+  std::vector<int32_t> guess_buf_;  // [work][max_k_]
+  int max_k_ = 0;
+  std::vector<compression::BatchSeq> observed_;
+  std::vector<int32_t> offsets_scratch_;
   std::unique_ptr<compression::TriAttentionStats> stats_;
   compression::PolicyContext policy_context_;
   std::unique_ptr<compression::HostKvAccess> kv_access_;

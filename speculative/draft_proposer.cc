@@ -4,6 +4,18 @@
 
 namespace kvserve::speculative {
 
+void DraftProposer::ProposeBatch(std::span<const DraftTask> tasks, std::vector<int32_t>& guesses,
+                                 std::vector<int32_t>& offsets) {
+  guesses.clear();
+  offsets.assign(1, 0);
+  std::vector<int32_t> one;
+  for (const DraftTask& t : tasks) {
+    Propose(t.seq, t.tokens, *t.params, t.kv, t.max_tokens, one);
+    guesses.insert(guesses.end(), one.begin(), one.end());
+    offsets.push_back(static_cast<int32_t>(guesses.size()));
+  }
+}
+
 ProposerSet::ProposerSet(DraftProposer* draft)
     : ngram_(std::make_unique<NgramProposer>()), draft_(draft) {}
 ProposerSet::~ProposerSet() = default;

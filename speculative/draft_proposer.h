@@ -28,9 +28,26 @@ struct DraftKv {
   bool pressure = false;             // the engine's KV pool is above its auto watermark
 };
 
+// One sequence to draft for in a batch (DraftProposer::ProposeBatch).
+struct DraftTask {
+  int64_t seq = 0;
+  std::span<const int32_t> tokens;  // prompt then generated, all verified
+  const SpecParams* params = nullptr;
+  DraftKv kv;
+  int max_tokens = 0;
+};
+
 class DraftProposer {
  public:
   virtual ~DraftProposer() = default;
+  // True: the proposer drafts all of a step's sequences in one ProposeBatch call, which the
+  // scheduler makes before it packs the step (a draft model shares its forward passes across
+  // them); false: the scheduler calls Propose per sequence as it packs.
+  virtual bool batches() const { return false; }
+  // Guesses for every task at once: task i's are guesses[offsets[i], offsets[i + 1]) (both
+  // cleared first). The default asks Propose once per task.
+  virtual void ProposeBatch(std::span<const DraftTask> tasks, std::vector<int32_t>& guesses,
+                            std::vector<int32_t>& offsets);
   // Appends at most `max_tokens` guesses that continue `tokens` (sequence `seq`) to `out`
   // (cleared first). Zero guesses is a normal answer (no idea, or no room: the sequence
   // decodes one token as usual). `kv`: the sequence's KV compression.

@@ -212,6 +212,60 @@ TEST(DraftModelProposer, HoldsACompressingSequencesKvToItsPolicy) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// ProposeBatch drafts several sequences in shared forward passes: each gets the guesses
+// Propose gives it alone (the CPU forward is batch-invariant), whether its catch-up is short,
+// a whole prompt, or longer than one forward's rows (then chunked alone), compressing or not.
+TEST(DraftModelProposer, BatchedDraftsEqualDraftsAlone) {
+  auto batched = LoadDraft(8ull << 20);  // 64 rows per forward
+  auto alone = LoadDraft(8ull << 20);
+  ASSERT_NE(batched, nullptr);
+  ASSERT_NE(alone, nullptr);
+  speculative::SpecParams params;
+  speculative::DraftKv squeeze;
+  squeeze.params.kind = config::CompressionPolicyKind::kStreamingLlm;
+  squeeze.params.budget = 16;
+  squeeze.params.divide_length = 4;
+  squeeze.params.protect_prompt = false;
+  squeeze.params.prompt_len = 20;
+  std::vector<std::vector<int32_t>> tokens = {Prompt(30, 1, kVocab), Prompt(100, 2, kVocab),
+                                              Prompt(20, 3, kVocab), Prompt(12, 4, kVocab)};
+  const std::vector<int> ks = {4, 3, 2, 1};
+  const std::vector<speculative::DraftKv> kvs = {{}, {}, squeeze, {}};
+  std::vector<int32_t> guesses, offsets, one;
+  for (int step = 0; step < 6; ++step) {
+    std::vector<speculative::DraftTask> tasks;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      speculative::DraftTask t;
+      t.seq = static_cast<int64_t>(i) + 1;
+      t.tokens = tokens[i];
+      t.params = &params;
+      t.kv = kvs[i];
+      t.max_tokens = ks[i];
+      tasks.push_back(t);
+    }
+    batched->ProposeBatch(tasks, guesses, offsets);
+    ASSERT_EQ(offsets.size(), tasks.size() + 1);
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      alone->Propose(tasks[i].seq, tokens[i], params, kvs[i], ks[i], one);
+      const std::vector<int32_t> got(guesses.begin() + offsets[i],
+                                     guesses.begin() + offsets[i + 1]);
+      EXPECT_EQ(got, one) << "step " << step << " sequence " << i;
+      EXPECT_EQ(static_cast<int>(got.size()), ks[i]) << "step " << step << " sequence " << i;
+    }
+    // The target accepted the first guess and emitted another token.
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const int32_t first = guesses[static_cast<size_t>(offsets[i])];
+      tokens[i].push_back(first);
+      tokens[i].push_back(first == 9 ? 10 : 9);
+    }
+  }
+  EXPECT_GT(batched->rounds(), 0);
+  EXPECT_EQ(batched->rounds(), alone->rounds());
+  EXPECT_EQ(batched->blocks_in_use(), alone->blocks_in_use());
+  for (int64_t seq = 1; seq <= 4; ++seq) batched->Release(seq);
+  EXPECT_EQ(batched->blocks_in_use(), 0);
+}
+
 // Start-up check: a draft must share the target's tokenizer, id for id, not just its size.
 TEST(DraftModelCheck, RefusesAnotherVocabularyOrTokenizer) {
   EXPECT_TRUE(speculative::CheckDraftCompatible(kTiny, kVocab, kTiny, kVocab).ok());
