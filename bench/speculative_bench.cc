@@ -189,7 +189,8 @@ int Main(int argc, char** argv) {
   }
   const char* method = draft_model.empty() ? "ngram" : "draft";
   std::printf(
-      "model %s, threads %d, %d tokens per request, median of %d, k <= %d, row_cost %g, %s%s\n",
+      "model %s, threads %d, %d tokens per request, median of %d, k <= %d, row cost measured at start-up "
+      "(at least %g), %s%s\n",
       model.c_str(), threads, tokens, repeats, k, speculative::kDefaultRowCost, method,
       draft_model.empty() ? "" : (" " + draft_model).c_str());
   std::printf("%-5s %5s | %12s %8s tok/s %8s | %12s %8s tok/cs %8s | %10s %12s %13s\n", "work",

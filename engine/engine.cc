@@ -97,6 +97,7 @@ Engine::Engine(const config::Config& config, ModelInfo model, cache::KvCacheMana
       clock_(deps.clock ? deps.clock : std::make_shared<base::SteadyClock>()),
       tenant_names_(TenantNames(config)),
       draft_model_loaded_(deps.draft_proposer != nullptr),
+      spec_row_cost_(deps.spec_row_cost),
       scheduler_(MakeSchedulerOptions(config, model_, runner.verifies_drafts()), cache,
                  deps.draft_proposer) {
   tenant_queued_ = std::make_unique<std::atomic<int>[]>(tenant_names_.size());
@@ -440,6 +441,7 @@ void Engine::AddRequest(Command& cmd) {
       s.max_chunk =
           s.max_chunk > 0 ? std::min(s.max_chunk, kPromptScoringChunk) : kPromptScoringChunk;
     s.spec = ResolveSpeculative(config_.speculative, spec.speculative);
+    if (spec_row_cost_ > 0.0) s.spec.row_cost = spec_row_cost_;
     if (k > 0) s.fork_parent = first;
     r.seqs.push_back(s.id);
     seq_owner_[s.id.value()] = {key, k};

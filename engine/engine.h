@@ -163,6 +163,7 @@ class Engine final : public ServingEngine {
   std::atomic<double> stat_kv_usage_{0.0};
 
   const bool draft_model_loaded_;  // method draft is accepted (EngineDeps::draft_proposer)
+  const double spec_row_cost_;     // EngineDeps::spec_row_cost (0: SpecParams' default)
 
   // ---- engine thread only
   scheduler::Scheduler scheduler_;

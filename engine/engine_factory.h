@@ -56,6 +56,10 @@ struct EngineDeps {
   // speculative.draft_model; a caller may inject one instead (tests, benchmarks), kept when
   // speculative.draft_model is empty. Must outlive the engine.
   speculative::DraftProposer* draft_proposer = nullptr;
+  // The adaptive draft length's row cost (speculative::StepCost::row_cost), which CreateEngine
+  // measures at start-up when the server speculates by default or loads a draft model (CPU
+  // backend); 0: speculative::kDefaultRowCost.
+  double spec_row_cost = 0.0;
 };
 
 absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config& config,

@@ -61,6 +61,7 @@
 #include "model/batch_builder.h"
 #include "model/llama_model.h"
 #include "speculative/draft_proposer.h"
+#include "speculative/step_cost.h"
 
 namespace kvserve::speculative {
 
@@ -104,6 +105,12 @@ class DraftModelProposer final : public DraftProposer {
                     std::vector<int32_t>& offsets) override;
   void Release(int64_t seq) override;
   double guess_cost() const override { return options_.guess_cost; }
+  // The factory's measured figure (StepCost::guess_cost) replaces the parameter ratio.
+  void set_guess_cost(double g) { options_.guess_cost = g; }
+  // The draft model's own step cost, timed on a scratch pool (StepCost).
+  absl::StatusOr<StepCost> MeasureStepCost(const base::Clock& clock) const {
+    return speculative::MeasureStepCost(*model_, clock);
+  }
 
   // Introspection (leak checks, metrics): blocks of the draft pool in use, sequences known.
   int32_t blocks_in_use() const;

@@ -19,6 +19,7 @@
 #include "model/model_config.h"
 #include "speculative/draft_model_check.h"
 #include "speculative/draft_model_proposer.h"
+#include "speculative/step_cost.h"
 #include "tests/integration/engine/engine_test_util.h"
 
 namespace kvserve::engine {
@@ -264,6 +265,30 @@ TEST(DraftModelProposer, BatchedDraftsEqualDraftsAlone) {
   EXPECT_EQ(batched->blocks_in_use(), alone->blocks_in_use());
   for (int64_t seq = 1; seq <= 4; ++seq) batched->Release(seq);
   EXPECT_EQ(batched->blocks_in_use(), 0);
+}
+
+// The start-up step cost (speculative/step_cost.h): a fixed part and a part per row, on a
+// scratch pool of the model's own; the ratios the adaptive draft length uses are in range.
+TEST(StepCost, MeasuresAFixedPartAndAPartPerRow) {
+  model::ModelOptions mo;
+  mo.threads = 1;
+  auto target = model::LlamaModel::Load(kTiny, mo);
+  ASSERT_TRUE(target.ok()) << target.status();
+  auto draft = LoadDraft(1ull << 20);
+  ASSERT_NE(draft, nullptr);
+  base::SteadyClock clock;
+  auto t = speculative::MeasureStepCost(**target, clock);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_GT(t->fixed_s, 0.0);
+  EXPECT_GE(t->row_s, 0.0);
+  EXPECT_LT(t->fixed_s + t->row_s, 1.0) << "a kvs-tiny forward of one row took a second";
+  EXPECT_GE(t->row_cost(), 0.01);
+  EXPECT_LE(t->row_cost(), 4.0);
+  auto d = draft->MeasureStepCost(clock);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_GT(t->guess_cost(*d), 0.0);
+  // Measuring leaves the draft's pool alone.
+  EXPECT_EQ(draft->blocks_in_use(), 0);
 }
 
 // Start-up check: a draft must share the target's tokenizer, id for id, not just its size.
