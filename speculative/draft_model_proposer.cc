@@ -58,14 +58,7 @@ absl::StatusOr<std::unique_ptr<DraftModelProposer>> DraftModelProposer::Create(
     return absl::InvalidArgumentError(
         "speculative.draft_model: sliding-window draft models are not supported");
   }
-  config::CacheConfig c;
-  c.block_size = options.block_size;
-  c.kv_bytes = options.kv_bytes;
-  c.kv_dtype = config::KvDtype::kFp32;
-  c.enable_prefix_caching = false;
-  c.layer_groups = false;
-  c.host_swap_bytes = 0;
-  c.host_cache_bytes = 0;
+  const config::CacheConfig c = PrivatePoolConfig(options.block_size, options.kv_bytes);
   auto kv = cache::MakeHostKvCache(c, model->KvLayoutFor(c.block_size, c.kv_dtype),
                                    logger.child("draft-cache"));
   if (!kv.ok()) {

@@ -15,6 +15,18 @@ constexpr int kContext = 32;  // tokens in the KV before the timed rows
 
 }  // namespace
 
+config::CacheConfig PrivatePoolConfig(int block_size, uint64_t kv_bytes) {
+  config::CacheConfig c;
+  c.block_size = block_size;
+  c.kv_bytes = kv_bytes;
+  c.kv_dtype = config::KvDtype::kFp32;
+  c.enable_prefix_caching = false;
+  c.layer_groups = false;
+  c.host_swap_bytes = 0;
+  c.host_cache_bytes = 0;
+  return c;
+}
+
 double StepCost::row_cost() const {
   if (fixed_s <= 0.0) return 0.1;
   return std::clamp(row_s / fixed_s, 0.01, 4.0);
@@ -28,18 +40,14 @@ double StepCost::guess_cost(const StepCost& draft) const {
 absl::StatusOr<StepCost> MeasureStepCost(model::LlamaModel& model, const base::Clock& clock,
                                          const StepCostOptions& options) {
   const int rows = std::max(2, options.rows);
-  config::CacheConfig c;
-  c.block_size = options.block_size;
-  c.kv_dtype = config::KvDtype::kFp32;
-  c.enable_prefix_caching = false;
-  c.layer_groups = false;
-  c.host_swap_bytes = 0;
-  c.host_cache_bytes = 0;
-  const cache::KvLayout layout = model.KvLayoutFor(c.block_size, c.kv_dtype);
-  const int blocks = (kContext + rows + c.block_size - 1) / c.block_size + 2;
-  c.kv_bytes = static_cast<uint64_t>(blocks) * static_cast<uint64_t>(layout.bytes_per_block()) + (1u << 16);
+  const cache::KvLayout layout = model.KvLayoutFor(options.block_size, config::KvDtype::kFp32);
+  const int blocks = (kContext + rows + options.block_size - 1) / options.block_size + 2;
+  const config::CacheConfig c = PrivatePoolConfig(
+      options.block_size,
+      static_cast<uint64_t>(blocks) * static_cast<uint64_t>(layout.bytes_per_block()) + (1u << 16));
   auto kv = cache::MakeHostKvCache(c, layout, base::Logger());
-  if (!kv.ok()) return absl::Status(kv.status().code(), absl::StrCat("step cost: ", kv.status().message()));
+  if (!kv.ok())
+    return absl::Status(kv.status().code(), absl::StrCat("step cost: ", kv.status().message()));
   std::vector<std::byte*> data;
   std::vector<float*> scales;
   for (int l = 0; l < layout.num_layers; ++l) {
@@ -59,16 +67,20 @@ absl::StatusOr<StepCost> MeasureStepCost(model::LlamaModel& model, const base::C
   std::vector<int32_t> table;
   // Rows [first, first + n) of `tokens` after `first` slots, with every row's logits, as a
   // verify step has them (the LM head is part of a row's cost).
-  std::vector<float> all_logits(static_cast<size_t>(vocab) * static_cast<size_t>(std::max(kContext, rows)));
+  std::vector<float> all_logits(static_cast<size_t>(vocab) *
+                                static_cast<size_t>(std::max(kContext, rows)));
   auto forward = [&](int first, int n) -> absl::Status {
-    if (!kv->manager->allocate(id, n)) return absl::ResourceExhaustedError("step cost: scratch pool too small");
+    if (!kv->manager->allocate(id, n))
+      return absl::ResourceExhaustedError("step cost: scratch pool too small");
     table.clear();
     for (cache::BlockId b : kv->manager->block_table(id)) table.push_back(b.value());
     builder.Clear();
-    builder.AddSequence(std::span<const int32_t>(tokens).subspan(static_cast<size_t>(first), static_cast<size_t>(n)),
+    builder.AddSequence(std::span<const int32_t>(tokens).subspan(static_cast<size_t>(first),
+                                                                 static_cast<size_t>(n)),
                         first, first, table, model::LogitsWanted::kAll);
-    return model.Forward(builder.batch(), view,
-                         std::span<float>(all_logits.data(), static_cast<size_t>(n) * static_cast<size_t>(vocab)));
+    return model.Forward(
+        builder.batch(), view,
+        std::span<float>(all_logits.data(), static_cast<size_t>(n) * static_cast<size_t>(vocab)));
   };
   if (absl::Status st = forward(0, kContext); !st.ok()) return st;
   auto fastest = [&](int n) -> absl::StatusOr<double> {

@@ -32,9 +32,13 @@ struct StepCost {
   double guess_cost(const StepCost& draft) const;
 };
 
+// A private fp32 KV pool of `kv_bytes` (the draft model's own, the measurement's scratch):
+// no prefix caching, no layer groups, no swap or host tier.
+config::CacheConfig PrivatePoolConfig(int block_size, uint64_t kv_bytes);
+
 struct StepCostOptions {
-  int rows = 8;   // R
-  int reps = 3;   // each shape timed this many times, the fastest kept
+  int rows = 8;  // R
+  int reps = 3;  // each shape timed this many times, the fastest kept
   int block_size = 16;
 };
 
