@@ -107,6 +107,11 @@ struct SpeculativeConfig {
   // tokenizer, loaded at start-up (CPU backend), with a KV pool of its own of this many bytes.
   std::string draft_model;
   uint64_t draft_kv_bytes = 32ull << 20;
+  // The adaptive draft length's costs (speculative/step_cost.h), in units of a target decode
+  // step's fixed part: a verify row, and one draft-model forward. 0: measured at start-up
+  // (CPU backend, when the server speculates by default or loads a draft model).
+  double row_cost = 0.0;
+  double draft_guess_cost = 0.0;
 };
 
 struct CompressionConfig {

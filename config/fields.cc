@@ -476,6 +476,14 @@ std::vector<Field<Config>> BuildConfigFields() {
       "speculative.draft_kv_bytes",
       "the draft model's own KV pool in bytes, taken out of cache.kv_bytes (CPU backend)",
       [](C & c) -> auto& { return c.speculative.draft_kv_bytes; }, 1 << 16, kMaxBytes, true));
+  f.push_back(DoubleField<C>(
+      "speculative.row_cost",
+      "adaptive draft length: a verify row's cost, in decode steps' fixed parts; 0: measured",
+      [](C & c) -> auto& { return c.speculative.row_cost; }, 0.0, 4.0));
+  f.push_back(DoubleField<C>(
+      "speculative.draft_guess_cost",
+      "adaptive draft length: a draft-model forward's cost, in the target's; 0: measured",
+      [](C & c) -> auto& { return c.speculative.draft_guess_cost; }, 0.0, 16.0));
   f.push_back(StringField<C>(
       "compression.stats_path",
       "TriAttention statistics file; empty: <model>/triattention_stats.bin",

@@ -200,25 +200,35 @@ absl::StatusOr<std::unique_ptr<speculative::DraftModelProposer>> LoadDraftModel(
 
 // The adaptive draft length's costs on this machine (speculative/step_cost.h), when the server
 // speculates by default or has a draft model: the target's row cost, and the draft's guess
-// cost in place of the parameter ratio. Start-up only (a few forwards of each model on a
-// scratch pool); CPU backend only. A failed measurement keeps the defaults (logged).
+// cost in place of the parameter ratio. speculative.row_cost / draft_guess_cost, when set,
+// are used as given. Start-up only (a few forwards of each model on a scratch pool); CPU
+// backend only. A failed measurement keeps the defaults (logged). deps.spec_row_cost set by
+// the caller (tests) skips all of it.
 void MeasureSpeculationCosts(const config::Config& config, config::Backend kind, model::LlamaModel& target,
                              speculative::DraftModelProposer* draft, const base::Clock& clock, EngineDeps& deps) {
-  const bool speculates = config.speculative.method != config::SpeculativeMethod::kNone || draft != nullptr;
+  const config::SpeculativeConfig& sc = config.speculative;
+  const bool speculates = sc.method != config::SpeculativeMethod::kNone || draft != nullptr;
   if (kind != config::Backend::kCpu || !speculates || deps.spec_row_cost > 0.0) return;
+  if (sc.row_cost > 0.0) deps.spec_row_cost = sc.row_cost;
+  if (draft != nullptr && sc.draft_guess_cost > 0.0) draft->set_guess_cost(sc.draft_guess_cost);
+  const bool measure_guess = draft != nullptr && sc.draft_guess_cost <= 0.0;
+  if (sc.row_cost > 0.0 && !measure_guess) return;
   auto t = speculative::MeasureStepCost(target, clock);
   if (!t.ok()) {
-    deps.logger.warn("speculation: step cost not measured (%s); row cost %.2f assumed", t.status().ToString(),
-                     speculative::kDefaultRowCost);
+    deps.logger.warn("speculation: step cost not measured (%s); defaults kept", t.status().ToString());
     return;
   }
-  // Never below the default: the forward pass is not all a verify row costs (its sampling and
-  // bookkeeping are not timed), and on kvs-tiny, whose forward rows are nearly free (c 0.02 to
-  // 0.05), longer n-gram drafts at batch 8 measured 0.79x against 1.02x with c = 0.1.
-  deps.spec_row_cost = std::max(t->row_cost(), speculative::kDefaultRowCost);
-  deps.logger.info("speculation: a target step costs %.3f ms + %.3f ms per row (row cost %.3f, %.3f used)",
-                   t->fixed_s * 1e3, t->row_s * 1e3, t->row_cost(), deps.spec_row_cost);
-  if (draft == nullptr) return;
+  if (sc.row_cost <= 0.0) {
+    // Never below the default: the forward pass is not all a verify row costs (its sampling
+    // and bookkeeping are not timed), and on kvs-tiny, whose forward rows are nearly free (c
+    // 0.02 to 0.05), longer n-gram drafts at batch 8 measured 0.79x against 1.02x with c =
+    // 0.1. Never above 1 (a row dearer than streaming the weights): beyond it is a disturbed
+    // measurement (a loaded machine; a sanitizer build measured up to the clamp of 4).
+    deps.spec_row_cost = std::clamp(t->row_cost(), speculative::kDefaultRowCost, 1.0);
+    deps.logger.info("speculation: a target step costs %.3f ms + %.3f ms per row (row cost %.3f, %.3f used)",
+                     t->fixed_s * 1e3, t->row_s * 1e3, t->row_cost(), deps.spec_row_cost);
+  }
+  if (!measure_guess) return;
   auto d = draft->MeasureStepCost(clock);
   if (!d.ok()) {
     deps.logger.warn("speculation: draft step cost not measured (%s); guess cost %.2f kept",

@@ -57,6 +57,9 @@ std::unique_ptr<ServingEngine> MakeEngine(config::Config cfg, EngineObserver* ob
   EngineDeps deps;
   deps.observer = obs;
   deps.draft_proposer = draft;
+  // Fixed costs, not timed at start-up: whether a sequence drafts must not depend on the
+  // machine the test runs on (a sanitizer build times very differently).
+  deps.spec_row_cost = speculative::kDefaultRowCost;
   auto e = CreateEngine(cfg, kTiny, std::move(deps));
   EXPECT_TRUE(e.ok()) << e.status();
   return e.ok() ? std::move(*e) : nullptr;

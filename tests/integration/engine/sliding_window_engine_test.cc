@@ -40,6 +40,7 @@ class SlidingWindowEngine : public ::testing::Test {
     cfg.cache.block_size = kBlock;
     EngineDeps deps;
     deps.observer = obs;
+    deps.spec_row_cost = speculative::kDefaultRowCost;  // drafts must not depend on timing
     auto e = CreateEngine(cfg, dir_.path(), std::move(deps));
     EXPECT_TRUE(e.ok()) << e.status();
     return e.ok() ? std::move(*e) : nullptr;
@@ -149,6 +150,7 @@ TEST(HybridLayerGroupsEngine, TokensMatchTheReferenceThroughPreemptionAndForks) 
     cfg.scheduler.max_num_batched_tokens = 16;
     EngineDeps deps;
     deps.observer = obs;
+    deps.spec_row_cost = speculative::kDefaultRowCost;  // drafts must not depend on timing
     auto e = CreateEngine(cfg, dir.path(), std::move(deps));
     EXPECT_TRUE(e.ok()) << e.status();
     return e.ok() ? std::move(*e) : nullptr;

@@ -41,6 +41,9 @@ class SpeculativeEngine : public ::testing::TestWithParam<std::string> {
     EngineDeps deps;
     deps.observer = obs;
     deps.draft_proposer = draft;
+    // Fixed costs, not timed at start-up: whether a sequence drafts must not depend on the
+    // machine the test runs on (a sanitizer build times very differently).
+    deps.spec_row_cost = speculative::kDefaultRowCost;
     auto e = CreateEngine(cfg, dir_, std::move(deps));
     EXPECT_TRUE(e.ok()) << e.status();
     return e.ok() ? std::move(*e) : nullptr;
@@ -324,6 +327,7 @@ TEST(SpeculativeEngineStructured, GrammarConstrainedGreedyOutputIsUnchanged) {
     }
     EngineDeps deps;
     deps.observer = &obs;
+    deps.spec_row_cost = speculative::kDefaultRowCost;  // fixed costs (as Make)
     auto e = CreateEngine(cfg, dir, std::move(deps));
     EXPECT_TRUE(e.ok()) << e.status();
     if (!e.ok()) return std::vector<int32_t>{};

@@ -18,9 +18,11 @@ const protoLoader = require('@grpc/proto-loader');
 // The real daemon really drafts; the fake engine reports one guess per token, half accepted.
 
 const KEY = 'sk-node-spec';
-// The bundled draft model, for the real daemon only (the fake engine loads no model).
+// The bundled draft model, for the real daemon only (the fake engine loads no model), with the
+// adaptive draft length's costs fixed: measured at start-up they depend on the machine (a
+// sanitizer build measures costs at which nothing is worth drafting).
 const DRAFT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../../models/kvs-tiny-draft');
-const extra = realEngine ? { speculative: { draft_model: DRAFT } } : {};
+const extra = realEngine ? { speculative: { draft_model: DRAFT, row_cost: 0.1, draft_guess_cost: 0.3 } } : {};
 const server = await startServer(serverCmd, writeConfig('node-spec', baseConfig(KEY, extra)));
 
 const openai = new OpenAI({ baseURL: `http://${server.host}:${server.httpPort}/v1`, apiKey: KEY, maxRetries: 0 });
