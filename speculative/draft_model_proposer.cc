@@ -385,7 +385,8 @@ void DraftModelProposer::ProposeBatch(std::span<const DraftTask> tasks,
   }
   // 3. Each further guess feeds the one before it (past a compressing sequence's slot state).
   GuessTogether();
-  std::vector<int32_t> counts(tasks.size(), 0);
+  std::vector<int32_t>& counts = counts_scratch_;
+  counts.assign(tasks.size(), 0);
   for (size_t i = 0; i < works_.size(); ++i) {
     const Work& w = works_[i];
     if (!w.ok || w.count == 0) continue;

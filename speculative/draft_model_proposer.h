@@ -177,6 +177,7 @@ class DraftModelProposer final : public DraftProposer {
   int max_k_ = 0;
   std::vector<compression::BatchSeq> observed_;
   std::vector<int32_t> offsets_scratch_;
+  std::vector<int32_t> counts_scratch_;  // guesses per task
   std::unique_ptr<compression::TriAttentionStats> stats_;
   compression::PolicyContext policy_context_;
   std::unique_ptr<compression::HostKvAccess> kv_access_;
