@@ -15,6 +15,11 @@
 // Numerics: activations may be quantized (int8 per block) for integer dot products; the
 // header of each kernel states the error bound that costs, and tests/unit/kernels/quant
 // check every type against a float64 product of x and the dequantized weights within it.
+// Here: quantized segments are repacked into 16-row interleaved panels and run by AVX-512
+// VNNI kernels (or a portable kernel) on int8 activations, layout and error bound in
+// panel_format.h; F32/F16/BF16 segments run packed_linear.h's fp32 kernels (no activation
+// rounding). Scratch (the quantized activations) is per calling thread and reused: no
+// allocation per call once a thread has seen its largest shape.
 // A row's result never depends on the other rows of the batch (batch invariance), and the
 // same process always picks the same kernel for a type.
 #pragma once
@@ -70,5 +75,12 @@ void QuantLinear(const float* x, int64_t x_stride, const QuantMatrix& w, const f
 // The kernel a type runs on this CPU ("avx512-vnni", "avx2", "portable", ...), for logs and
 // benchmarks.
 const char* QuantKernelName(kvserve::quant::BlockType type);
+
+namespace internal {
+// QuantLinear with the portable kernels (and packed_linear's portable dense kernels) on any
+// CPU, so tests cover them on AVX-512 machines too.
+void QuantLinearPortable(const float* x, int64_t x_stride, const QuantMatrix& w, const float* bias, float* y,
+                         int64_t y_stride, int64_t rows, bool accumulate);
+}  // namespace internal
 
 }  // namespace kvserve::kernels::cpu::quant

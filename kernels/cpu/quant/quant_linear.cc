@@ -1,0 +1,305 @@
+#include "kernels/cpu/quant/quant_linear.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/compute_pool.h"
+#include "kernels/cpu/packed_linear.h"
+#include "kernels/cpu/quant/panel_format.h"
+#include "kernels/cpu/quant/panel_kernels.h"
+#include "kernels/cpu/quant/repack.h"
+
+namespace kvserve::kernels::cpu::quant {
+
+using kvserve::quant::BlockType;
+
+// One segment: output rows [row0, row0 + rows) of one type, repacked.
+struct Segment {
+  const TypeEntry* entry = nullptr;
+  int64_t row0 = 0;
+  int64_t rows = 0;
+  // Quantized: panels x panel_bytes, 64-byte aligned at packed_at.
+  int64_t panels = 0;
+  int64_t panel_bytes = 0;
+  int64_t units = 0;
+  std::vector<uint8_t> storage;
+  const uint8_t* packed = nullptr;
+  // Dense (F32 / F16 / BF16): packed_linear panels.
+  std::vector<float> dense_f32;
+  std::vector<uint16_t> dense_16;
+};
+
+struct QuantMatrix::Impl {
+  int64_t in = 0;
+  int64_t in_pad = 0;  // activation row length the kernels read (a multiple of 64)
+  int64_t out = 0;
+  size_t bytes = 0;
+  bool any_quantized = false;
+  std::vector<Segment> segments;
+};
+
+QuantMatrix::QuantMatrix(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+QuantMatrix::QuantMatrix(QuantMatrix&&) noexcept = default;
+QuantMatrix& QuantMatrix::operator=(QuantMatrix&&) noexcept = default;
+QuantMatrix::~QuantMatrix() = default;
+int64_t QuantMatrix::out_features() const { return impl_->out; }
+int64_t QuantMatrix::in_features() const { return impl_->in; }
+size_t QuantMatrix::bytes() const { return impl_->bytes; }
+
+namespace {
+
+void PackQuantized(const QuantSource& src, int64_t in, Segment& seg) {
+  const PanelFormat& f = seg.entry->format;
+  const int ub = UnitBlocks(f.scales);
+  const int64_t nblocks = in / kBlock;
+  seg.units = (nblocks + ub - 1) / ub;
+  seg.panels = (src.rows + kPanelRows - 1) / kPanelRows;
+  seg.panel_bytes = seg.units * UnitBytes(f.codes, f.scales);
+  seg.storage.assign(static_cast<size_t>(seg.panels * seg.panel_bytes) + 64, 0);
+  uint8_t* base = seg.storage.data();
+  base += (64 - reinterpret_cast<uintptr_t>(base) % 64) % 64;
+  seg.packed = base;
+  BlockCodes code;
+  for (int64_t p = 0; p < seg.panels; ++p) {
+    for (int64_t u = 0; u < seg.units; ++u) {
+      uint8_t* unit = base + p * seg.panel_bytes + u * UnitBytes(f.codes, f.scales);
+      for (int b = 0; b < ub && u * ub + b < nblocks; ++b) {
+        std::memset(code, 0, sizeof code);
+        for (int r = 0; r < kPanelRows; ++r) {
+          const int64_t row = p * kPanelRows + r;
+          if (row >= src.rows) break;
+          seg.entry->pack(src.data + row * src.row_stride, u * ub + b, r, code[r], unit, unit + ScalesAt(f.scales, b));
+        }
+        WriteCodes(f.codes, code, unit + CodesAt(f.codes, f.scales, b));
+      }
+    }
+  }
+}
+
+void PackDense(const QuantSource& src, int64_t in, Segment& seg) {
+  const int out = static_cast<int>(src.rows), n = static_cast<int>(in);
+  const size_t packed = PackedLinearFloats(out, n);
+  if (src.type == BlockType::kF32) {
+    std::vector<float> w(static_cast<size_t>(out) * n);
+    for (int r = 0; r < out; ++r) std::memcpy(&w[static_cast<size_t>(r) * n], src.data + r * src.row_stride, 4 * n);
+    seg.dense_f32.resize(packed);
+    PackLinearWeights(w.data(), out, n, seg.dense_f32.data());
+    return;
+  }
+  std::vector<uint16_t> w(static_cast<size_t>(out) * n);
+  for (int r = 0; r < out; ++r) std::memcpy(&w[static_cast<size_t>(r) * n], src.data + r * src.row_stride, 2 * n);
+  seg.dense_16.resize(packed);
+  if (src.type == BlockType::kF16) {
+    PackLinearWeightsFp16(w.data(), out, n, seg.dense_16.data());
+  } else {
+    PackLinearWeightsBf16(w.data(), out, n, seg.dense_16.data());
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<QuantMatrix> QuantMatrix::Pack(std::span<const QuantSource> segments, int64_t in) {
+  if (in <= 0 || in > std::numeric_limits<int>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat("quantized linear: bad input feature count ", in));
+  }
+  if (segments.empty()) return absl::InvalidArgumentError("quantized linear: no segments");
+  auto impl = std::make_unique<Impl>();
+  impl->in = in;
+  impl->in_pad = (in + 63) / 64 * 64;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const QuantSource& src = segments[i];
+    const TypeEntry* entry = FindTypeEntry(src.type);
+    if (entry == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("quantized linear: segment ", i, ": block type id ",
+                                                     static_cast<uint32_t>(src.type), " has no kernel"));
+    }
+    if (in % entry->block_elements != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("quantized linear: segment ", i, " (", entry->name, "): ", in,
+                                                     " input features are not a multiple of its block of ",
+                                                     entry->block_elements));
+    }
+    const int64_t row_bytes = in / entry->block_elements * entry->block_bytes;
+    if (src.rows <= 0 || src.data == nullptr || src.row_stride < row_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("quantized linear: segment ", i, " (", entry->name,
+                                                     "): needs rows > 0, data and a row stride >= ", row_bytes,
+                                                     " bytes (got rows ", src.rows, ", stride ", src.row_stride,
+                                                     ")"));
+    }
+    if (entry->pack == nullptr && src.rows > std::numeric_limits<int>::max()) {
+      return absl::InvalidArgumentError(absl::StrCat("quantized linear: segment ", i, ": too many rows"));
+    }
+    Segment seg;
+    seg.entry = entry;
+    seg.row0 = impl->out;
+    seg.rows = src.rows;
+    if (entry->pack != nullptr) {
+      PackQuantized(src, in, seg);
+      impl->bytes += static_cast<size_t>(seg.panels * seg.panel_bytes);
+      impl->any_quantized = true;
+    } else {
+      PackDense(src, in, seg);
+      impl->bytes += seg.dense_f32.size() * 4 + seg.dense_16.size() * 2;
+    }
+    impl->out += src.rows;
+    impl->segments.push_back(std::move(seg));
+  }
+  return QuantMatrix(std::move(impl));
+}
+
+namespace {
+
+// Per calling thread: the quantized activations of the current call (grown, never shrunk).
+struct Scratch {
+  std::vector<int8_t> q;
+  std::vector<ActBlock> blocks;
+  std::vector<int64_t> chunk_end;  // per segment: the first chunk after it
+};
+Scratch& CallScratch() {
+  thread_local Scratch scratch;
+  return scratch;
+}
+
+// Quantizes x[0..in) per 32 elements (panel_format.h); blocks past `in` up to in_pad are zero.
+void QuantizeRow(const float* x, int64_t in, int64_t in_pad, int8_t* q, ActBlock* blocks) {
+  for (int64_t kb = 0; kb < in_pad / kBlock; ++kb) {
+    int8_t* qb = q + kb * kBlock;
+    ActBlock& ab = blocks[kb];
+    if (kb * kBlock >= in) {
+      std::memset(qb, 0, kBlock);
+      ab = ActBlock{};
+      continue;
+    }
+    const float* xb = x + kb * kBlock;
+    float amax = 0;
+    for (int i = 0; i < kBlock; ++i) amax = std::max(amax, std::fabs(xb[i]));
+    const float dx = amax / 127.0f;
+    const float inv = dx > 0 ? 1.0f / dx : 0.0f;
+    int32_t lo = 0, hi = 0;
+    for (int i = 0; i < kBlock; ++i) {
+      const int v = static_cast<int>(std::nearbyint(xb[i] * inv));  // ties to even
+      qb[i] = static_cast<int8_t>(std::clamp(v, -127, 127));
+      (i < 16 ? lo : hi) += qb[i];
+    }
+    ab.dx = dx;
+    ab.sx = dx * static_cast<float>(lo + hi);
+    ab.sx_lo = dx * static_cast<float>(lo);
+    ab.sx_hi = dx * static_cast<float>(hi);
+    ab.bs_lo32 = 32 * lo;
+    ab.bs_hi32 = 32 * hi;
+  }
+}
+
+constexpr int64_t kChunkMacs = 1 << 18;
+constexpr int64_t kMaxChunks = 32;
+
+int PIndex(int p) { return p == 4 ? 2 : p - 1; }
+
+void QuantLinearWith(bool portable, const float* x, int64_t x_stride, const QuantMatrix& w, const float* bias,
+                     float* y, int64_t y_stride, int64_t rows, bool accumulate) {
+  if (rows <= 0) return;
+  const QuantMatrix::Impl& m = w.impl();
+  const int in = static_cast<int>(m.in);
+  // Dense segments: packed_linear (its own parallel loop).
+  for (const Segment& s : m.segments) {
+    if (s.entry->pack != nullptr) continue;
+    const float* b = bias != nullptr ? bias + s.row0 : nullptr;
+    float* ys = y + s.row0;
+    const int out = static_cast<int>(s.rows);
+    if (s.entry->type == BlockType::kF32) {
+      (portable ? cpu::internal::PackedLinearPortable : PackedLinear)(x, x_stride, s.dense_f32.data(), b, ys, y_stride,
+                                                                  rows, in, out, accumulate);
+    } else if (s.entry->type == BlockType::kF16) {
+      (portable ? cpu::internal::PackedLinearFp16Portable : PackedLinearFp16)(x, x_stride, s.dense_16.data(), b, ys,
+                                                                          y_stride, rows, in, out, accumulate);
+    } else {
+      (portable ? cpu::internal::PackedLinearBf16Portable : PackedLinearBf16)(x, x_stride, s.dense_16.data(), b, ys,
+                                                                          y_stride, rows, in, out, accumulate);
+    }
+  }
+  if (!m.any_quantized) return;
+
+  // Activations, once per call.
+  Scratch& scratch = CallScratch();
+  const int64_t nb = m.in_pad / kBlock;
+  if (static_cast<int64_t>(scratch.q.size()) < rows * m.in_pad) scratch.q.resize(rows * m.in_pad);
+  if (static_cast<int64_t>(scratch.blocks.size()) < rows * nb) scratch.blocks.resize(rows * nb);
+  int8_t* xq = scratch.q.data();
+  ActBlock* xb = scratch.blocks.data();
+  ParallelFor(rows, SplitFor(rows * m.in * 8), [&](int64_t r, int) {
+    QuantizeRow(x + r * x_stride, m.in, m.in_pad, xq + r * m.in_pad, xb + r * nb);
+  });
+
+  // Tiles: one row -> 4 panels per kernel call, 2..4 rows -> 2 panels, more -> 1 panel x 8 rows.
+  const int group = rows == 1 ? 4 : rows <= 4 ? 2 : 1;
+  const int max_rows = rows == 1 ? 1 : rows <= 4 ? 4 : kMaxTileRows;
+  // Chunks: per segment, cut by work into panel-group ranges (shape-only).
+  scratch.chunk_end.resize(m.segments.size());
+  int64_t total = 0, macs_total = 0;
+  for (size_t i = 0; i < m.segments.size(); ++i) {
+    const Segment& s = m.segments[i];
+    if (s.entry->pack != nullptr) {
+      const int64_t groups = (s.panels + group - 1) / group;
+      const int64_t macs = rows * m.in * s.rows;
+      macs_total += macs;
+      total += std::clamp<int64_t>(macs / kChunkMacs, 1, std::min<int64_t>(groups, kMaxChunks));
+    }
+    scratch.chunk_end[i] = total;
+  }
+  const int64_t* chunk_end = scratch.chunk_end.data();
+  ParallelFor(total, SplitFor(macs_total / 4), [&](int64_t c, int) {
+    size_t si = 0;
+    while (chunk_end[si] <= c) ++si;
+    const Segment& s = m.segments[si];
+    const int64_t first = si == 0 ? 0 : chunk_end[si - 1];
+    const int64_t chunks = chunk_end[si] - first, sc = c - first;
+    const int64_t groups = (s.panels + group - 1) / group;
+    const int64_t p0 = groups * sc / chunks * group;
+    const int64_t p1 = std::min(s.panels, groups * (sc + 1) / chunks * group);
+    const QKernelTable& kt = portable ? PortableKernels() : Avx512VnniKernels(s.entry->format);
+    for (int64_t p = p0; p < p1;) {
+      int np = static_cast<int>(std::min<int64_t>(group, p1 - p));
+      if (np == 3) np = 2;
+      const int64_t col = s.row0 + p * kPanelRows;
+      const int valid = static_cast<int>(std::min<int64_t>(np * kPanelRows, s.row0 + s.rows - col));
+      for (int64_t r0 = 0; r0 < rows; r0 += max_rows) {
+        const int nr = static_cast<int>(std::min<int64_t>(max_rows, rows - r0));
+        const QTile t{xq + r0 * m.in_pad, m.in_pad, xb + r0 * nb, nb,
+                      s.packed + p * s.panel_bytes, s.panel_bytes, s.units, s.entry->format,
+                      y + r0 * y_stride + col, y_stride, bias != nullptr ? bias + col : nullptr, valid, accumulate};
+        kt.fn[PIndex(np)][nr - 1](t);
+      }
+      p += np;
+    }
+  });
+}
+
+bool UseVnni() { return CpuHasAvx512Vnni(); }
+
+}  // namespace
+
+void QuantLinear(const float* x, int64_t x_stride, const QuantMatrix& w, const float* bias, float* y,
+                 int64_t y_stride, int64_t rows, bool accumulate) {
+  QuantLinearWith(!UseVnni(), x, x_stride, w, bias, y, y_stride, rows, accumulate);
+}
+
+const char* QuantKernelName(BlockType type) {
+  const TypeEntry* e = FindTypeEntry(type);
+  if (e == nullptr) return "none";
+  if (e->pack == nullptr) return PackedLinearKernelName();
+  if (UseVnni()) return e->generic ? "avx512-vnni (generic, slower)" : "avx512-vnni";
+  return e->generic ? "portable (generic, slower)" : "portable";
+}
+
+namespace internal {
+void QuantLinearPortable(const float* x, int64_t x_stride, const QuantMatrix& w, const float* bias, float* y,
+                         int64_t y_stride, int64_t rows, bool accumulate) {
+  QuantLinearWith(true, x, x_stride, w, bias, y, y_stride, rows, accumulate);
+}
+}  // namespace internal
+
+}  // namespace kvserve::kernels::cpu::quant
