@@ -1,0 +1,51 @@
+// Internal: the scale search shared by the K-quant quantizers (256-element super-blocks cut
+// into 8 or 16 contiguous sub-blocks, each with a small integer scale under one fp16 super
+// scale). Ours, not ggml's iterative search: each sub-block's range is covered exactly, so
+// the error bound is simple and holds for every input.
+//
+// Affine (Q2_K, Q4_K, Q5_K):  y = (d*sc)*q - (dmin*mn),  q in [0, q_max], sc, mn in [0, scale_max]
+//   1. lo_j = min(0, min x), hi_j = max x over sub-block j (the offset -dmin*mn is <= 0, so
+//      a sub-block's represented range always contains 0).
+//   2. dmin = fp16 rounded UP from max_j(-lo_j) / scale_max; mn_j = the smallest code with
+//      dmin*mn_j >= -lo_j (so the bottom of the range is covered).
+//   3. need_j = (hi_j + dmin*mn_j) / q_max; d = fp16 rounded up from max need_j / scale_max;
+//      sc_j = the smallest code with (d*sc_j)*q_max - dmin*mn_j >= hi_j (top covered).
+//   4. q = nearest code to (x + m1) / d1 with the fp32 d1 = d*sc_j, m1 = dmin*mn_j.
+//   Nothing clips, so |x - y| <= d1/2 <= (need_j + d)/2 (+ fp32 ulps), with
+//   need_j <= (hi_j - lo_j + dmin) / q_max. Per type in its file.
+//
+// Symmetric (Q3_K, Q6_K):  y = (d*sc)*q,  q in [-q_max, q_max] (the format's extra negative code
+//   is unused), sc in [0, scale_max]
+//   s_j = amax_j / q_max; d = fp16 rounded up from max s_j / scale_max; sc_j = the smallest
+//   code with d*sc_j >= s_j; q = nearest code to x / d1. |x - y| <= d1/2 <= (s_j + d)/2.
+//
+// Either way, when every x is 0 all codes are 0 and d = dmin = 0: the block decodes to zeros.
+#pragma once
+
+#include <cstdint>
+
+namespace kvserve::quant::blocks {
+
+inline constexpr int kSuperBlock = 256;
+
+struct AffineSuperBlock {
+  uint16_t d = 0;     // fp16 bits
+  uint16_t dmin = 0;  // fp16 bits
+  uint8_t sc[16] = {};
+  uint8_t mn[16] = {};
+  uint8_t q[kSuperBlock] = {};  // element codes, in element order
+};
+
+struct SymmetricSuperBlock {
+  uint16_t d = 0;  // fp16 bits
+  uint8_t sc[16] = {};
+  int8_t q[kSuperBlock] = {};  // element codes, in element order
+};
+
+// x: 256 finite floats; sub_count * sub_len == 256, sub_count <= 16.
+void QuantizeAffineSuperBlock(const float* x, int sub_count, int scale_max, int q_max,
+                              AffineSuperBlock* out);
+void QuantizeSymmetricSuperBlock(const float* x, int sub_count, int scale_max, int q_max,
+                                 SymmetricSuperBlock* out);
+
+}  // namespace kvserve::quant::blocks

@@ -1,0 +1,126 @@
+// DequantizeRows against the float64 reference decoders (reference_decoders.h), bit for bit,
+// on random blocks: random bytes for every code and packed-scale field (thousands of blocks,
+// so every nibble, 6-bit scale/min pattern and int8 scale occurs in every position), and
+// fp16 scale fields drawn from random finite values plus the extremes (+-0, the smallest and
+// largest subnormals, the smallest normal, +-65504, +-1). NaN/inf scales are excluded.
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "quant/block_type.h"
+#include "tests/unit/quant/reference_decoders.h"
+
+namespace kvserve::quant {
+namespace {
+
+using testing::RefBf16;
+using testing::RefFp16;
+
+struct DecodeCase {
+  BlockType type;
+  void (*reference)(const uint8_t* blk, float* out);
+  std::vector<int> fp16_offsets;  // byte offsets of the block's fp16 scale fields
+};
+
+std::string CaseName(const ::testing::TestParamInfo<DecodeCase>& info) {
+  return std::string(Traits(info.param.type).name);
+}
+
+uint16_t RandomFiniteFp16(std::mt19937& rng) {
+  static constexpr uint16_t kExtremes[] = {0x0000, 0x8000, 0x0001, 0x8001, 0x03ff, 0x83ff,
+                                           0x0400, 0x8400, 0x7bff, 0xfbff, 0x3c00, 0xbc00};
+  if (rng() % 4 == 0) return kExtremes[rng() % std::size(kExtremes)];
+  uint16_t h = static_cast<uint16_t>(rng());
+  if (((h >> 10) & 31) == 31) h = static_cast<uint16_t>(h & ~0x4000u);  // inf/NaN -> finite
+  return h;
+}
+
+class DequantizeTest : public ::testing::TestWithParam<DecodeCase> {};
+
+TEST_P(DequantizeTest, MatchesFloat64ReferenceBitForBit) {
+  const DecodeCase& c = GetParam();
+  const BlockTraits& t = Traits(c.type);
+  std::mt19937 rng(1234 + static_cast<uint32_t>(c.type));
+  const int64_t blocks = t.block_elements == 256 ? 2048 : 8192;
+  std::vector<uint8_t> data(static_cast<size_t>(blocks * t.block_bytes));
+  for (auto& b : data) b = static_cast<uint8_t>(rng());
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (int off : c.fp16_offsets) {
+      const uint16_t h = RandomFiniteFp16(rng);
+      data[b * t.block_bytes + off] = static_cast<uint8_t>(h & 0xff);
+      data[b * t.block_bytes + off + 1] = static_cast<uint8_t>(h >> 8);
+    }
+  }
+  // Several rows of several blocks each, so row stepping is covered too.
+  const int64_t rows = 8;
+  const int64_t n = blocks / rows * t.block_elements;
+  std::vector<float> got(static_cast<size_t>(rows * n));
+  DequantizeRows(c.type, reinterpret_cast<const std::byte*>(data.data()), rows, n, got.data());
+
+  std::vector<float> want(static_cast<size_t>(t.block_elements));
+  int64_t mismatches = 0;
+  for (int64_t b = 0; b < blocks; ++b) {
+    c.reference(data.data() + b * t.block_bytes, want.data());
+    for (int i = 0; i < t.block_elements; ++i) {
+      const float g = got[b * t.block_elements + i];
+      if (std::bit_cast<uint32_t>(g) != std::bit_cast<uint32_t>(want[i]) && mismatches++ < 5) {
+        ADD_FAILURE() << t.name << " block " << b << " element " << i << ": got " << g << " want "
+                      << want[i];
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllQuantized, DequantizeTest,
+    ::testing::Values(DecodeCase{BlockType::kQ8_0, &testing::RefDecodeQ8_0, {0}},
+                      DecodeCase{BlockType::kQ4_K, &testing::RefDecodeQ4_K, {0, 2}},
+                      DecodeCase{BlockType::kQ6_K, &testing::RefDecodeQ6_K, {208}}),
+    CaseName);
+
+// Every quantized type in the table has a case above (a new type must bring its reference).
+TEST(DequantizeTest, EveryQuantizedTypeHasAReference) {
+  const std::vector<BlockType> covered = {BlockType::kQ8_0, BlockType::kQ4_K, BlockType::kQ6_K};
+  for (const BlockTraits& t : AllBlockTypes()) {
+    if (!t.quantized) continue;
+    EXPECT_NE(std::find(covered.begin(), covered.end(), t.type), covered.end()) << t.name;
+  }
+}
+
+// F16 and BF16: every finite code widens to its exact value.
+TEST(DequantizeTest, HalfAndBf16EveryFiniteCode) {
+  std::vector<uint8_t> codes(2 * 65536);
+  for (int h = 0; h < 65536; ++h) {
+    codes[2 * h] = static_cast<uint8_t>(h & 0xff);
+    codes[2 * h + 1] = static_cast<uint8_t>(h >> 8);
+  }
+  std::vector<float> out(65536);
+  const auto* bytes = reinterpret_cast<const std::byte*>(codes.data());
+  DequantizeRows(BlockType::kF16, bytes, 1, 65536, out.data());
+  for (int h = 0; h < 65536; ++h) {
+    if (((h >> 10) & 31) == 31) {
+      EXPECT_FALSE(std::isfinite(out[h])) << h;
+      continue;
+    }
+    ASSERT_EQ(static_cast<double>(out[h]), RefFp16(static_cast<uint16_t>(h))) << h;
+    ASSERT_EQ(std::signbit(out[h]), h >= 0x8000) << h;
+  }
+  DequantizeRows(BlockType::kBF16, bytes, 1, 65536, out.data());
+  for (int h = 0; h < 65536; ++h) {
+    if (((h >> 7) & 255) == 255) continue;
+    ASSERT_EQ(static_cast<double>(out[h]), RefBf16(static_cast<uint16_t>(h))) << h;
+  }
+  std::vector<float> f32 = {1.5f, -0.0f, 3e-40f, -7.25e30f};
+  std::vector<float> back(f32.size());
+  DequantizeRows(BlockType::kF32, reinterpret_cast<const std::byte*>(f32.data()), 2, 2,
+                 back.data());
+  EXPECT_EQ(std::memcmp(f32.data(), back.data(), f32.size() * sizeof(float)), 0);
+}
+
+}  // namespace
+}  // namespace kvserve::quant
