@@ -22,9 +22,9 @@ namespace {
 constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian u32
 constexpr uint64_t kDefaultAlignment = 32;
 __extension__ typedef unsigned __int128 U128;  // a GCC/Clang extension
-constexpr uint32_t kMaxDims = 4;          // GGML_MAX_DIMS
-constexpr uint64_t kMaxNameBytes = 63;    // GGML_MAX_NAME (64) less the NUL ggml stores
-constexpr uint64_t kMinKvBytes = 8 + 4 + 1;          // key length, value type, 1-byte value
+constexpr uint32_t kMaxDims = 4;               // GGML_MAX_DIMS
+constexpr uint64_t kMaxNameBytes = 63;         // GGML_MAX_NAME (64) less the NUL ggml stores
+constexpr uint64_t kMinKvBytes = 8 + 4 + 1;    // key length, value type, 1-byte value
 constexpr uint64_t kMinTensorBytes = 8 + 4 + 8 + 4 + 8;  // name length, n_dims, ne[0], type, offset
 
 absl::Status FileError(const std::string& path, std::string_view what) {
@@ -37,12 +37,25 @@ bool IsKnownValueType(uint32_t t) { return t <= static_cast<uint32_t>(ValueType:
 // type and count).
 uint64_t MinValueBytes(ValueType t) {
   switch (t) {
-    case ValueType::kU8: case ValueType::kI8: case ValueType::kBool: return 1;
-    case ValueType::kU16: case ValueType::kI16: return 2;
-    case ValueType::kU32: case ValueType::kI32: case ValueType::kF32: return 4;
-    case ValueType::kU64: case ValueType::kI64: case ValueType::kF64: return 8;
-    case ValueType::kString: return 8;
-    case ValueType::kArray: return 12;
+    case ValueType::kU8:
+    case ValueType::kI8:
+    case ValueType::kBool:
+      return 1;
+    case ValueType::kU16:
+    case ValueType::kI16:
+      return 2;
+    case ValueType::kU32:
+    case ValueType::kI32:
+    case ValueType::kF32:
+      return 4;
+    case ValueType::kU64:
+    case ValueType::kI64:
+    case ValueType::kF64:
+      return 8;
+    case ValueType::kString:
+      return 8;
+    case ValueType::kArray:
+      return 12;
   }
   return 1;
 }
@@ -114,16 +127,66 @@ bool ReadInto(Reader& r, Vec* vec, uint64_t n) {
 // One scalar of type `t` into `value`.
 bool ReadScalar(Reader& r, ValueType t, Value* value, bool* bad_bool) {
   switch (t) {
-    case ValueType::kU8: { uint8_t x; if (!r.Read(&x)) return false; value->v = uint64_t{x}; return true; }
-    case ValueType::kI8: { int8_t x; if (!r.Read(&x)) return false; value->v = int64_t{x}; return true; }
-    case ValueType::kU16: { uint16_t x; if (!r.Read(&x)) return false; value->v = uint64_t{x}; return true; }
-    case ValueType::kI16: { int16_t x; if (!r.Read(&x)) return false; value->v = int64_t{x}; return true; }
-    case ValueType::kU32: { uint32_t x; if (!r.Read(&x)) return false; value->v = uint64_t{x}; return true; }
-    case ValueType::kI32: { int32_t x; if (!r.Read(&x)) return false; value->v = int64_t{x}; return true; }
-    case ValueType::kU64: { uint64_t x; if (!r.Read(&x)) return false; value->v = x; return true; }
-    case ValueType::kI64: { int64_t x; if (!r.Read(&x)) return false; value->v = x; return true; }
-    case ValueType::kF32: { float x; if (!r.Read(&x)) return false; value->v = double{x}; return true; }
-    case ValueType::kF64: { double x; if (!r.Read(&x)) return false; value->v = x; return true; }
+    case ValueType::kU8: {
+      uint8_t x;
+      if (!r.Read(&x)) return false;
+      value->v = uint64_t{x};
+      return true;
+    }
+    case ValueType::kI8: {
+      int8_t x;
+      if (!r.Read(&x)) return false;
+      value->v = int64_t{x};
+      return true;
+    }
+    case ValueType::kU16: {
+      uint16_t x;
+      if (!r.Read(&x)) return false;
+      value->v = uint64_t{x};
+      return true;
+    }
+    case ValueType::kI16: {
+      int16_t x;
+      if (!r.Read(&x)) return false;
+      value->v = int64_t{x};
+      return true;
+    }
+    case ValueType::kU32: {
+      uint32_t x;
+      if (!r.Read(&x)) return false;
+      value->v = uint64_t{x};
+      return true;
+    }
+    case ValueType::kI32: {
+      int32_t x;
+      if (!r.Read(&x)) return false;
+      value->v = int64_t{x};
+      return true;
+    }
+    case ValueType::kU64: {
+      uint64_t x;
+      if (!r.Read(&x)) return false;
+      value->v = x;
+      return true;
+    }
+    case ValueType::kI64: {
+      int64_t x;
+      if (!r.Read(&x)) return false;
+      value->v = x;
+      return true;
+    }
+    case ValueType::kF32: {
+      float x;
+      if (!r.Read(&x)) return false;
+      value->v = double{x};
+      return true;
+    }
+    case ValueType::kF64: {
+      double x;
+      if (!r.Read(&x)) return false;
+      value->v = x;
+      return true;
+    }
     case ValueType::kBool: {
       uint8_t x;
       if (!r.Read(&x)) return false;
@@ -137,7 +200,8 @@ bool ReadScalar(Reader& r, ValueType t, Value* value, bool* bad_bool) {
       value->v = std::move(s);
       return true;
     }
-    case ValueType::kArray: return false;  // handled by ReadArray
+    case ValueType::kArray:
+      return false;  // handled by ReadArray
   }
   return false;
 }
@@ -147,7 +211,8 @@ absl::Status ReadArray(const std::string& path, Reader& r, const std::string& ke
   uint64_t n = 0;
   if (!r.Read(&etype)) return r.Truncated(absl::StrCat("the element type of array ", Quoted(key)));
   if (!IsKnownValueType(etype)) {
-    return FileError(path, absl::StrCat("key ", Quoted(key), ": array of unknown value type ", etype));
+    return FileError(path,
+                     absl::StrCat("key ", Quoted(key), ": array of unknown value type ", etype));
   }
   const auto t = static_cast<ValueType>(etype);
   if (t == ValueType::kArray) {
@@ -155,25 +220,76 @@ absl::Status ReadArray(const std::string& path, Reader& r, const std::string& ke
   }
   if (!r.Read(&n)) return r.Truncated(absl::StrCat("the length of array ", Quoted(key)));
   if (n > r.left() / MinValueBytes(t)) {
-    return FileError(path, absl::StrCat("key ", Quoted(key), ": array of ", n, " ", base::AsAbsl(ValueTypeName(t)),
-                                        " elements cannot fit in the ", r.left(),
-                                        " bytes left (corrupt count or truncated file)"));
+    return FileError(
+        path, absl::StrCat("key ", Quoted(key), ": array of ", n, " ",
+                           base::AsAbsl(ValueTypeName(t)), " elements cannot fit in the ", r.left(),
+                           " bytes left (corrupt count or truncated file)"));
   }
   value->type = ValueType::kArray;
   value->array_type = t;
   const std::string what = absl::StrCat("array ", Quoted(key));
   bool ok = true;
   switch (t) {
-    case ValueType::kU8: { std::vector<uint64_t> v; ok = ReadInto<uint8_t>(r, &v, n); value->v = std::move(v); break; }
-    case ValueType::kU16: { std::vector<uint64_t> v; ok = ReadInto<uint16_t>(r, &v, n); value->v = std::move(v); break; }
-    case ValueType::kU32: { std::vector<uint64_t> v; ok = ReadInto<uint32_t>(r, &v, n); value->v = std::move(v); break; }
-    case ValueType::kU64: { std::vector<uint64_t> v; ok = ReadInto<uint64_t>(r, &v, n); value->v = std::move(v); break; }
-    case ValueType::kI8: { std::vector<int64_t> v; ok = ReadInto<int8_t>(r, &v, n); value->v = std::move(v); break; }
-    case ValueType::kI16: { std::vector<int64_t> v; ok = ReadInto<int16_t>(r, &v, n); value->v = std::move(v); break; }
-    case ValueType::kI32: { std::vector<int64_t> v; ok = ReadInto<int32_t>(r, &v, n); value->v = std::move(v); break; }
-    case ValueType::kI64: { std::vector<int64_t> v; ok = ReadInto<int64_t>(r, &v, n); value->v = std::move(v); break; }
-    case ValueType::kF32: { std::vector<double> v; ok = ReadInto<float>(r, &v, n); value->v = std::move(v); break; }
-    case ValueType::kF64: { std::vector<double> v; ok = ReadInto<double>(r, &v, n); value->v = std::move(v); break; }
+    case ValueType::kU8: {
+      std::vector<uint64_t> v;
+      ok = ReadInto<uint8_t>(r, &v, n);
+      value->v = std::move(v);
+      break;
+    }
+    case ValueType::kU16: {
+      std::vector<uint64_t> v;
+      ok = ReadInto<uint16_t>(r, &v, n);
+      value->v = std::move(v);
+      break;
+    }
+    case ValueType::kU32: {
+      std::vector<uint64_t> v;
+      ok = ReadInto<uint32_t>(r, &v, n);
+      value->v = std::move(v);
+      break;
+    }
+    case ValueType::kU64: {
+      std::vector<uint64_t> v;
+      ok = ReadInto<uint64_t>(r, &v, n);
+      value->v = std::move(v);
+      break;
+    }
+    case ValueType::kI8: {
+      std::vector<int64_t> v;
+      ok = ReadInto<int8_t>(r, &v, n);
+      value->v = std::move(v);
+      break;
+    }
+    case ValueType::kI16: {
+      std::vector<int64_t> v;
+      ok = ReadInto<int16_t>(r, &v, n);
+      value->v = std::move(v);
+      break;
+    }
+    case ValueType::kI32: {
+      std::vector<int64_t> v;
+      ok = ReadInto<int32_t>(r, &v, n);
+      value->v = std::move(v);
+      break;
+    }
+    case ValueType::kI64: {
+      std::vector<int64_t> v;
+      ok = ReadInto<int64_t>(r, &v, n);
+      value->v = std::move(v);
+      break;
+    }
+    case ValueType::kF32: {
+      std::vector<double> v;
+      ok = ReadInto<float>(r, &v, n);
+      value->v = std::move(v);
+      break;
+    }
+    case ValueType::kF64: {
+      std::vector<double> v;
+      ok = ReadInto<double>(r, &v, n);
+      value->v = std::move(v);
+      break;
+    }
     case ValueType::kBool: {
       std::vector<bool> v;
       v.reserve(static_cast<size_t>(n));
@@ -181,8 +297,8 @@ absl::Status ReadArray(const std::string& path, Reader& r, const std::string& ke
         uint8_t x = 0;
         ok = r.Read(&x);
         if (ok && x > 1) {
-          return FileError(path, absl::StrCat("key ", Quoted(key), ": element ", i, " is a bool byte of ",
-                                              x, " (must be 0 or 1)"));
+          return FileError(path, absl::StrCat("key ", Quoted(key), ": element ", i,
+                                              " is a bool byte of ", x, " (must be 0 or 1)"));
         }
         v.push_back(x != 0);
       }
@@ -200,7 +316,8 @@ absl::Status ReadArray(const std::string& path, Reader& r, const std::string& ke
       value->v = std::move(v);
       break;
     }
-    case ValueType::kArray: break;
+    case ValueType::kArray:
+      break;
   }
   if (!ok) return r.Truncated(what);
   return absl::OkStatus();
@@ -216,9 +333,11 @@ absl::Status ReadValue(const std::string& path, Reader& r, const std::string& ke
   if (value->type == ValueType::kArray) return ReadArray(path, r, key, value);
   bool bad_bool = false;
   if (!ReadScalar(r, value->type, value, &bad_bool)) {
-    return r.Truncated(absl::StrCat("the ", base::AsAbsl(ValueTypeName(value->type)), " value of key ", Quoted(key)));
+    return r.Truncated(absl::StrCat("the ", base::AsAbsl(ValueTypeName(value->type)),
+                                    " value of key ", Quoted(key)));
   }
-  if (bad_bool) return FileError(path, absl::StrCat("key ", Quoted(key), ": bool byte is not 0 or 1"));
+  if (bad_bool)
+    return FileError(path, absl::StrCat("key ", Quoted(key), ": bool byte is not 0 or 1"));
   return absl::OkStatus();
 }
 
@@ -226,12 +345,13 @@ absl::StatusOr<uint64_t> Alignment(const std::string& path, const GgufLayout& la
   auto it = layout.metadata.find("general.alignment");
   if (it == layout.metadata.end()) return kDefaultAlignment;
   if (it->second.type != ValueType::kU32) {
-    return FileError(path, absl::StrCat("key \"general.alignment\" has type ", DescribeValueType(it->second),
-                                        "; it must be u32"));
+    return FileError(path, absl::StrCat("key \"general.alignment\" has type ",
+                                        DescribeValueType(it->second), "; it must be u32"));
   }
   const uint64_t a = std::get<uint64_t>(it->second.v);
   if (a == 0 || (a & (a - 1)) != 0) {
-    return FileError(path, absl::StrCat("key \"general.alignment\" is ", a, ", not a power of two"));
+    return FileError(path,
+                     absl::StrCat("key \"general.alignment\" is ", a, ", not a power of two"));
   }
   return a;
 }
@@ -251,7 +371,8 @@ absl::StatusOr<TensorInfo> ReadTensorInfo(const std::string& path, Reader& r, ui
   };
   if (t.name.empty()) return FileError(path, absl::StrCat("tensor #", index, " has an empty name"));
   if (t.name.size() > kMaxNameBytes) {
-    return error(absl::StrCat("name is ", t.name.size(), " bytes; ggml allows at most ", kMaxNameBytes));
+    return error(
+        absl::StrCat("name is ", t.name.size(), " bytes; ggml allows at most ", kMaxNameBytes));
   }
   uint32_t n_dims = 0;
   if (!r.Read(&n_dims)) return r.Truncated(absl::StrCat("n_dims of tensor ", Quoted(t.name)));
@@ -269,23 +390,26 @@ absl::StatusOr<TensorInfo> ReadTensorInfo(const std::string& path, Reader& r, ui
   if (!r.Read(&t.offset)) return r.Truncated(absl::StrCat("the offset of tensor ", Quoted(t.name)));
   const std::optional<quant::BlockTraits> traits = quant::FindBlockType(type_id);
   if (!traits) {
-    return error(absl::StrCat("type ", DescribeGgmlType(type_id), " is not supported (supported: ",
-                              SupportedTypes(), ")"));
+    return error(absl::StrCat("type ", DescribeGgmlType(type_id),
+                              " is not supported (supported: ", SupportedTypes(), ")"));
   }
   t.type = traits->type;
   if (t.ne[0] % traits->block_elements != 0) {
-    return error(absl::StrCat("ne[0] = ", t.ne[0], " is not a multiple of ", base::AsAbsl(traits->name),
-                              "'s block of ", traits->block_elements, " elements"));
+    return error(absl::StrCat("ne[0] = ", t.ne[0], " is not a multiple of ",
+                              base::AsAbsl(traits->name), "'s block of ", traits->block_elements,
+                              " elements"));
   }
   // 128-bit products: each factor is below 2^63, and we stop as soon as the running size
   // exceeds the file, so the product never exceeds 2^126.
-  U128 bytes = static_cast<U128>(t.ne[0] / traits->block_elements) * static_cast<U128>(traits->block_bytes);
+  U128 bytes =
+      static_cast<U128>(t.ne[0] / traits->block_elements) * static_cast<U128>(traits->block_bytes);
   for (uint32_t d = 1; d < n_dims; ++d) {
     if (bytes > file_size) break;
     bytes *= static_cast<U128>(t.ne[d]);
   }
   if (bytes > file_size) {
-    return error(absl::StrCat("shape [", absl::StrJoin(t.ne, ", "), "] of ", base::AsAbsl(traits->name),
+    return error(absl::StrCat("shape [", absl::StrJoin(t.ne, ", "), "] of ",
+                              base::AsAbsl(traits->name),
                               " needs more bytes than the whole file holds (", file_size, ")"));
   }
   t.bytes = static_cast<uint64_t>(bytes);
@@ -304,12 +428,13 @@ absl::Status CheckOffsets(const std::string& path, const GgufLayout& layout, uin
       return FileError(path, absl::StrCat("tensor ", Quoted(t.name), ": ", base::AsAbsl(what)));
     };
     if (t.offset % layout.alignment != 0) {
-      return error(absl::StrCat("offset ", t.offset, " is not a multiple of the alignment ", layout.alignment));
+      return error(absl::StrCat("offset ", t.offset, " is not a multiple of the alignment ",
+                                layout.alignment));
     }
     if (t.offset < expected) {
-      return error(absl::StrCat("offset ", t.offset, " overlaps or precedes tensor ", Quoted(prev->name),
-                                " (its data ends at ", prev->offset + prev->bytes,
-                                "); tensors must be stored in order"));
+      return error(absl::StrCat("offset ", t.offset, " overlaps or precedes tensor ",
+                                Quoted(prev->name), " (its data ends at ",
+                                prev->offset + prev->bytes, "); tensors must be stored in order"));
     }
     if (t.offset > expected) {
       return error(absl::StrCat("offset ", t.offset, " leaves a gap after ",
@@ -332,19 +457,32 @@ absl::Status CheckOffsets(const std::string& path, const GgufLayout& layout, uin
 
 std::string_view ValueTypeName(ValueType t) {
   switch (t) {
-    case ValueType::kU8: return "u8";
-    case ValueType::kI8: return "i8";
-    case ValueType::kU16: return "u16";
-    case ValueType::kI16: return "i16";
-    case ValueType::kU32: return "u32";
-    case ValueType::kI32: return "i32";
-    case ValueType::kF32: return "f32";
-    case ValueType::kBool: return "bool";
-    case ValueType::kString: return "string";
-    case ValueType::kArray: return "array";
-    case ValueType::kU64: return "u64";
-    case ValueType::kI64: return "i64";
-    case ValueType::kF64: return "f64";
+    case ValueType::kU8:
+      return "u8";
+    case ValueType::kI8:
+      return "i8";
+    case ValueType::kU16:
+      return "u16";
+    case ValueType::kI16:
+      return "i16";
+    case ValueType::kU32:
+      return "u32";
+    case ValueType::kI32:
+      return "i32";
+    case ValueType::kF32:
+      return "f32";
+    case ValueType::kBool:
+      return "bool";
+    case ValueType::kString:
+      return "string";
+    case ValueType::kArray:
+      return "array";
+    case ValueType::kU64:
+      return "u64";
+    case ValueType::kI64:
+      return "i64";
+    case ValueType::kF64:
+      return "f64";
   }
   return "unknown";
 }
@@ -362,20 +500,24 @@ int64_t TensorInfo::rows() const {
 
 int64_t TensorInfo::num_elements() const { return ne.empty() ? 0 : ne[0] * rows(); }
 
-absl::StatusOr<GgufLayout> ParseGgufLayout(const std::string& path, std::span<const std::byte> file) {
+absl::StatusOr<GgufLayout> ParseGgufLayout(const std::string& path,
+                                           std::span<const std::byte> file) {
   Reader r(path, file);
   uint32_t magic = 0;
   if (!r.Read(&magic)) {
-    return FileError(path, absl::StrCat("file is ", file.size(), " bytes, too short for a GGUF header"));
+    return FileError(path,
+                     absl::StrCat("file is ", file.size(), " bytes, too short for a GGUF header"));
   }
   if (magic != kMagic) {
     std::string shown;
     for (int i = 0; i < 4; ++i) {
       const auto c = static_cast<unsigned char>(magic >> (8 * i));
-      absl::StrAppend(&shown, c >= 0x20 && c < 0x7f ? std::string(1, static_cast<char>(c))
-                                                    : absl::StrCat("\\x", absl::Hex(unsigned{c}, absl::kZeroPad2)));
+      absl::StrAppend(&shown, c >= 0x20 && c < 0x7f
+                                  ? std::string(1, static_cast<char>(c))
+                                  : absl::StrCat("\\x", absl::Hex(unsigned{c}, absl::kZeroPad2)));
     }
-    return FileError(path, absl::StrCat("not a GGUF file (starts with \"", shown, "\", expected \"GGUF\")"));
+    return FileError(
+        path, absl::StrCat("not a GGUF file (starts with \"", shown, "\", expected \"GGUF\")"));
   }
   GgufLayout layout;
   if (!r.Read(&layout.version)) return r.Truncated("the version");
@@ -404,7 +546,8 @@ absl::StatusOr<GgufLayout> ParseGgufLayout(const std::string& path, std::span<co
   for (uint64_t i = 0; i < n_kv; ++i) {
     std::string key;
     if (!r.ReadString(&key)) return r.Truncated(absl::StrCat("the key of metadata entry #", i));
-    if (key.empty()) return FileError(path, absl::StrCat("metadata entry #", i, " has an empty key"));
+    if (key.empty())
+      return FileError(path, absl::StrCat("metadata entry #", i, " has an empty key"));
     Value value;
     KVS_RETURN_IF_ERROR(ReadValue(path, r, key, &value));
     if (layout.metadata.contains(key)) {
@@ -421,12 +564,14 @@ absl::StatusOr<GgufLayout> ParseGgufLayout(const std::string& path, std::span<co
     layout.tensors.push_back(std::move(t));
   }
   for (const TensorInfo& t : layout.tensors) {  // after the vector stops moving
-    if (!names.insert(t.name).second) return FileError(path, absl::StrCat("duplicate tensor ", Quoted(t.name)));
+    if (!names.insert(t.name).second)
+      return FileError(path, absl::StrCat("duplicate tensor ", Quoted(t.name)));
   }
   layout.data_offset = AlignUp(r.pos(), layout.alignment);
   if (!layout.tensors.empty() && layout.data_offset > file.size()) {
-    return FileError(path, absl::StrCat("the data region would start at ", layout.data_offset,
-                                        ", past the end of the ", file.size(), "-byte file (truncated?)"));
+    return FileError(
+        path, absl::StrCat("the data region would start at ", layout.data_offset,
+                           ", past the end of the ", file.size(), "-byte file (truncated?)"));
   }
   KVS_RETURN_IF_ERROR(CheckOffsets(path, layout, file.size()));
   // Whatever follows the last tensor can only be its padding: more is a corrupt or
@@ -434,8 +579,9 @@ absl::StatusOr<GgufLayout> ParseGgufLayout(const std::string& path, std::span<co
   uint64_t end = layout.data_offset;
   if (!layout.tensors.empty()) end += layout.tensors.back().offset + layout.tensors.back().bytes;
   if (file.size() > AlignUp(end, layout.alignment)) {
-    return FileError(path, absl::StrCat(file.size() - end, " bytes follow the last tensor's data at ",
-                                        end, " (more than the alignment padding: corrupt file?)"));
+    return FileError(
+        path, absl::StrCat(file.size() - end, " bytes follow the last tensor's data at ", end,
+                           " (more than the alignment padding: corrupt file?)"));
   }
   return layout;
 }

@@ -14,8 +14,14 @@ namespace {
 
 bool IsInteger(ValueType t) {
   switch (t) {
-    case ValueType::kU8: case ValueType::kI8: case ValueType::kU16: case ValueType::kI16:
-    case ValueType::kU32: case ValueType::kI32: case ValueType::kU64: case ValueType::kI64:
+    case ValueType::kU8:
+    case ValueType::kI8:
+    case ValueType::kU16:
+    case ValueType::kI16:
+    case ValueType::kU32:
+    case ValueType::kI32:
+    case ValueType::kU64:
+    case ValueType::kI64:
       return true;
     default:
       return false;
@@ -31,8 +37,8 @@ namespace {
 absl::Status WrongType(const std::string& where, std::string_view key, const Value& v,
                        std::string_view expected) {
   return absl::InvalidArgumentError(absl::StrCat(where, ": metadata key \"", base::AsAbsl(key),
-                                                 "\" has type ", DescribeValueType(v), ", expected ",
-                                                 base::AsAbsl(expected)));
+                                                 "\" has type ", DescribeValueType(v),
+                                                 ", expected ", base::AsAbsl(expected)));
 }
 absl::Status Missing(const std::string& where, std::string_view key) {
   return absl::NotFoundError(
@@ -89,8 +95,7 @@ absl::StatusOr<std::vector<std::string>> GgufModel::GetStrings(std::string_view 
 absl::StatusOr<std::vector<double>> GgufModel::GetFloats(std::string_view key) const {
   const Value* v = Find(key);
   if (v == nullptr) return Missing(description_, key);
-  if (v->type != ValueType::kArray ||
-      !(IsFloat(v->array_type) || IsInteger(v->array_type))) {
+  if (v->type != ValueType::kArray || !(IsFloat(v->array_type) || IsInteger(v->array_type))) {
     return WrongType(description_, key, *v, "array of numbers");
   }
   if (const auto* f = std::get_if<std::vector<double>>(&v->v)) return *f;
@@ -116,7 +121,8 @@ absl::StatusOr<std::vector<int64_t>> GgufModel::GetInts(std::string_view key) co
   std::vector<int64_t> out;
   out.reserve(u.size());
   for (size_t i = 0; i < u.size(); ++i) {
-    if (u[i] > kMaxInt64) return TooLarge(description_, absl::StrCat(base::AsAbsl(key), "[", i, "]"), u[i]);
+    if (u[i] > kMaxInt64)
+      return TooLarge(description_, absl::StrCat(base::AsAbsl(key), "[", i, "]"), u[i]);
     out.push_back(static_cast<int64_t>(u[i]));
   }
   return out;

@@ -46,7 +46,8 @@ std::optional<int64_t> IntValue(const GgufLayout& layout, std::string_view key) 
   if (it == layout.metadata.end()) return std::nullopt;
   if (const auto* s = std::get_if<int64_t>(&it->second.v)) return *s;
   if (const auto* u = std::get_if<uint64_t>(&it->second.v)) {
-    if (*u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return static_cast<int64_t>(*u);
+    if (*u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      return static_cast<int64_t>(*u);
   }
   return std::nullopt;
 }
@@ -69,14 +70,16 @@ absl::StatusOr<std::string> ResolveDirectory(const std::string& dir) {
     if (const auto split = ParseSplitName(name)) {
       SplitName first = *split;
       first.index = 1;
-      const std::string shown = absl::StrCat(SplitMemberPath(first, 1), " (a set of ", split->count, ")");
+      const std::string shown =
+          absl::StrCat(SplitMemberPath(first, 1), " (a set of ", split->count, ")");
       first.stem = absl::StrCat(dir, "/", first.stem);
       models[shown] = SplitMemberPath(first, 1);
     } else {
       models[name] = absl::StrCat(dir, "/", name);
     }
   }
-  if (models.empty()) return absl::NotFoundError(absl::StrCat(dir, ": no .gguf file in the directory"));
+  if (models.empty())
+    return absl::NotFoundError(absl::StrCat(dir, ": no .gguf file in the directory"));
   if (models.size() > 1) {
     std::vector<std::string> shown;
     for (const auto& [name, unused] : models) shown.push_back(name);
@@ -101,9 +104,10 @@ absl::StatusOr<GgufModel> GgufModel::Open(const std::string& path) {
     KVS_ASSIGN_OR_RETURN(auto f, GgufFile::Open(file));
     const std::optional<int64_t> count = IntValue(f->layout(), kSplitCount);
     if (count && *count > 1) {
-      return SplitError(file, absl::StrCat("split.count is ", *count,
-                                           ": one part of a split model, but the file name does not "
-                                           "end -0000K-of-0000N.gguf, so its other parts cannot be found"));
+      return SplitError(
+          file, absl::StrCat("split.count is ", *count,
+                             ": one part of a split model, but the file name does not "
+                             "end -0000K-of-0000N.gguf, so its other parts cannot be found"));
     }
     m.files_.push_back(std::move(f));
     m.description_ = file;
@@ -126,15 +130,16 @@ absl::StatusOr<GgufModel> GgufModel::Open(const std::string& path) {
       const std::optional<int64_t> count = IntValue(f->layout(), kSplitCount);
       const bool required = split->count > 1;  // a "-00001-of-00001" file may lack the keys
       if (required && (!no || !count)) {
-        return SplitError(member, "a split model's part without integer split.no and split.count keys");
+        return SplitError(member,
+                          "a split model's part without integer split.no and split.count keys");
       }
       if (count && *count != split->count) {
-        return SplitError(member, absl::StrCat("split.count is ", *count, " but the file name says ",
-                                               split->count, " parts"));
+        return SplitError(member, absl::StrCat("split.count is ", *count,
+                                               " but the file name says ", split->count, " parts"));
       }
       if (no && *no != k - 1) {
-        return SplitError(member, absl::StrCat("split.no is ", *no, " but the file name says part ", k,
-                                               " (split.no ", k - 1, ")"));
+        return SplitError(member, absl::StrCat("split.no is ", *no, " but the file name says part ",
+                                               k, " (split.no ", k - 1, ")"));
       }
       m.files_.push_back(std::move(f));
     }

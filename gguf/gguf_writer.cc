@@ -37,33 +37,52 @@ absl::Status KeyError(std::string_view key, std::string_view what) {
 }
 
 bool IsSigned(ValueType t) {
-  return t == ValueType::kI8 || t == ValueType::kI16 || t == ValueType::kI32 || t == ValueType::kI64;
+  return t == ValueType::kI8 || t == ValueType::kI16 || t == ValueType::kI32 ||
+         t == ValueType::kI64;
 }
 bool IsUnsigned(ValueType t) {
-  return t == ValueType::kU8 || t == ValueType::kU16 || t == ValueType::kU32 || t == ValueType::kU64;
+  return t == ValueType::kU8 || t == ValueType::kU16 || t == ValueType::kU32 ||
+         t == ValueType::kU64;
 }
 bool IsFloat(ValueType t) { return t == ValueType::kF32 || t == ValueType::kF64; }
 
 // The range of an integer type, as [lo, hi] in 128 bits so both signs compare exactly.
 std::pair<I128, I128> Range(ValueType t) {
   switch (t) {
-    case ValueType::kU8: return {0, 0xff};
-    case ValueType::kU16: return {0, 0xffff};
-    case ValueType::kU32: return {0, 0xffffffffu};
-    case ValueType::kU64: return {0, std::numeric_limits<uint64_t>::max()};
-    case ValueType::kI8: return {-128, 127};
-    case ValueType::kI16: return {-32768, 32767};
-    case ValueType::kI32: return {std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()};
-    default: return {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()};
+    case ValueType::kU8:
+      return {0, 0xff};
+    case ValueType::kU16:
+      return {0, 0xffff};
+    case ValueType::kU32:
+      return {0, 0xffffffffu};
+    case ValueType::kU64:
+      return {0, std::numeric_limits<uint64_t>::max()};
+    case ValueType::kI8:
+      return {-128, 127};
+    case ValueType::kI16:
+      return {-32768, 32767};
+    case ValueType::kI32:
+      return {std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()};
+    default:
+      return {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()};
   }
 }
 
 int Width(ValueType t) {
   switch (t) {
-    case ValueType::kU8: case ValueType::kI8: case ValueType::kBool: return 1;
-    case ValueType::kU16: case ValueType::kI16: return 2;
-    case ValueType::kU32: case ValueType::kI32: case ValueType::kF32: return 4;
-    default: return 8;
+    case ValueType::kU8:
+    case ValueType::kI8:
+    case ValueType::kBool:
+      return 1;
+    case ValueType::kU16:
+    case ValueType::kI16:
+      return 2;
+    case ValueType::kU32:
+    case ValueType::kI32:
+    case ValueType::kF32:
+      return 4;
+    default:
+      return 8;
   }
 }
 
@@ -74,7 +93,9 @@ class Buffer {
     out_.append(b, n);
   }
   template <typename T>
-  void Put(T x) { Bytes(&x, sizeof(T)); }  // the host is little-endian (x86, arm64)
+  void Put(T x) {
+    Bytes(&x, sizeof(T));
+  }  // the host is little-endian (x86, arm64)
   void String(std::string_view s) {
     Put<uint64_t>(s.size());
     Bytes(s.data(), s.size());
@@ -240,10 +261,12 @@ void GgufWriter::SetStrings(std::string key, std::vector<std::string> v) {
   Set(std::move(key), Value{ValueType::kArray, ValueType::kString, std::move(v)});
 }
 void GgufWriter::SetF32s(std::string key, std::vector<float> v) {
-  Set(std::move(key), Value{ValueType::kArray, ValueType::kF32, std::vector<double>(v.begin(), v.end())});
+  Set(std::move(key),
+      Value{ValueType::kArray, ValueType::kF32, std::vector<double>(v.begin(), v.end())});
 }
 void GgufWriter::SetI32s(std::string key, std::vector<int32_t> v) {
-  Set(std::move(key), Value{ValueType::kArray, ValueType::kI32, std::vector<int64_t>(v.begin(), v.end())});
+  Set(std::move(key),
+      Value{ValueType::kArray, ValueType::kI32, std::vector<int64_t>(v.begin(), v.end())});
 }
 
 void GgufWriter::AddTensor(std::string name, quant::BlockType type, std::vector<int64_t> ne,
@@ -265,14 +288,16 @@ absl::StatusOr<std::vector<std::string>> GgufWriter::Write(const std::string& pa
     if (key == "general.alignment") {
       const auto x = IntOf(value);
       if (value.type != ValueType::kU32 || !x || static_cast<uint64_t>(*x) != alignment_) {
-        return KeyError(key, absl::StrCat("must be the writer's alignment ", alignment_, " as u32"));
+        return KeyError(key,
+                        absl::StrCat("must be the writer's alignment ", alignment_, " as u32"));
       }
     }
     Buffer scratch;
     KVS_RETURN_IF_ERROR(PutValue(scratch, key, value));
   }
-  const bool has_alignment_key = std::any_of(metadata_.begin(), metadata_.end(),
-                                             [](const auto& kv) { return kv.first == "general.alignment"; });
+  const bool has_alignment_key =
+      std::any_of(metadata_.begin(), metadata_.end(),
+                  [](const auto& kv) { return kv.first == "general.alignment"; });
   if (alignment_ != kDefaultAlignment) {
     common.emplace_back("general.alignment", Value{ValueType::kU32, ValueType::kU32, alignment_});
   }
@@ -286,7 +311,8 @@ absl::StatusOr<std::vector<std::string>> GgufWriter::Write(const std::string& pa
     };
     if (t.name.empty() || t.name.size() > 63) return error("name must be 1 to 63 bytes");
     if (!names.insert(t.name).second) return error("added twice");
-    if (t.ne.empty() || t.ne.size() > 4) return error(absl::StrCat(t.ne.size(), " dimensions (1 to 4)"));
+    if (t.ne.empty() || t.ne.size() > 4)
+      return error(absl::StrCat(t.ne.size(), " dimensions (1 to 4)"));
     U128 rows = 1;
     for (size_t d = 0; d < t.ne.size(); ++d) {
       if (t.ne[d] < 0) return error(absl::StrCat("ne[", d, "] is negative"));
@@ -297,9 +323,9 @@ absl::StatusOr<std::vector<std::string>> GgufWriter::Write(const std::string& pa
     if (!row_bytes.ok()) return error(base::AsStd(row_bytes.status().message()));
     const U128 bytes = rows * static_cast<U128>(*row_bytes);
     if (bytes != t.data.size()) {
-      return error(absl::StrCat("holds ", t.data.size(), " bytes; shape [", absl::StrJoin(t.ne, ", "),
-                                "] of ", base::AsAbsl(quant::Traits(t.type).name), " needs ",
-                                static_cast<uint64_t>(bytes)));
+      return error(absl::StrCat(
+          "holds ", t.data.size(), " bytes; shape [", absl::StrJoin(t.ne, ", "), "] of ",
+          base::AsAbsl(quant::Traits(t.type).name), " needs ", static_cast<uint64_t>(bytes)));
     }
     padded[i] = AlignUp(t.data.size(), alignment_);
   }
@@ -319,7 +345,8 @@ absl::StatusOr<std::vector<std::string>> GgufWriter::Write(const std::string& pa
   groups.emplace_back(begin, tensors_.size());
   const bool split = groups.size() > 1;
   if (split && groups.size() > 0xffff) {
-    return absl::InvalidArgumentError(absl::StrCat("GGUF writer: ", groups.size(), " split files (at most 65535)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("GGUF writer: ", groups.size(), " split files (at most 65535)"));
   }
   std::string stem = path;
   if (stem.size() > 5 && stem.substr(stem.size() - 5) == ".gguf") stem.resize(stem.size() - 5);
@@ -327,7 +354,9 @@ absl::StatusOr<std::vector<std::string>> GgufWriter::Write(const std::string& pa
   // ---- write
   std::vector<std::string> written;
   for (size_t g = 0; g < groups.size(); ++g) {
-    const std::string out = split ? SplitFilePath(stem, static_cast<int>(g + 1), static_cast<int>(groups.size())) : path;
+    const std::string out =
+        split ? SplitFilePath(stem, static_cast<int>(g + 1), static_cast<int>(groups.size()))
+              : path;
     std::vector<const std::pair<std::string, Value>*> kvs;
     if (g == 0) {
       for (const auto& kv : metadata_) kvs.push_back(&kv);
@@ -365,7 +394,8 @@ absl::StatusOr<std::vector<std::string>> GgufWriter::Write(const std::string& pa
     b.str().resize(AlignUp(b.str().size(), alignment_), '\0');
 
     std::unique_ptr<std::FILE, FileCloser> f(std::fopen(out.c_str(), "wb"));
-    if (!f) return absl::UnavailableError(absl::StrCat(out, ": cannot create: ", std::strerror(errno)));
+    if (!f)
+      return absl::UnavailableError(absl::StrCat(out, ": cannot create: ", std::strerror(errno)));
     KVS_RETURN_IF_ERROR(WriteAll(f.get(), out, b.str().data(), b.str().size()));
     static constexpr char kZeros[256] = {};
     for (size_t i = first; i < last; ++i) {

@@ -33,7 +33,8 @@ std::string Padded(int n, int width) {
 std::optional<SplitName> ParseSplitName(std::string_view path) {
   constexpr std::string_view kExt = ".gguf";
   constexpr std::string_view kOf = "-of-";
-  if (path.size() <= kExt.size() || path.substr(path.size() - kExt.size()) != kExt) return std::nullopt;
+  if (path.size() <= kExt.size() || path.substr(path.size() - kExt.size()) != kExt)
+    return std::nullopt;
   const size_t count_end = path.size() - kExt.size();
   const size_t count_begin = DigitsBefore(path, count_end);
   if (count_begin == std::string_view::npos || count_begin < kOf.size() ||

@@ -47,14 +47,32 @@ inline uint16_t FloatToFp16(float x) {
   return static_cast<uint16_t>(sign | (f >> 13));
 }
 
-// The smallest binary16 value >= v for finite v >= 0, saturating at the largest finite
-// (65504). Quantizers round their scales up with it so that the stored scale still covers
-// the block's range.
+// Directed rounding to binary16 for finite v, saturating at +-65504. Quantizers round their
+// scales (up) and offsets (down) with them so that the stored values still cover the block's
+// range.
+inline uint16_t Fp16NextUp(uint16_t h) {  // finite h; -0 -> smallest positive; 65504 stays
+  if (h == 0x8000u) return 0x0001u;
+  if (h & 0x8000u) return static_cast<uint16_t>(h - 1);
+  return h >= 0x7bffu ? static_cast<uint16_t>(0x7bffu) : static_cast<uint16_t>(h + 1);
+}
+inline uint16_t Fp16NextDown(uint16_t h) {  // finite h; +0 -> smallest negative; -65504 stays
+  if (h == 0x0000u) return 0x8001u;
+  if (!(h & 0x8000u)) return static_cast<uint16_t>(h - 1);
+  return h >= 0xfbffu ? static_cast<uint16_t>(0xfbffu) : static_cast<uint16_t>(h + 1);
+}
+// The smallest binary16 value >= v (65504 if none).
 inline uint16_t Fp16RoundUp(float v) {
   uint16_t h = FloatToFp16(v);
-  if (h >= 0x7c00u) return 0x7bffu;
-  if (Fp16ToFloat(h) < v) ++h;  // next binary16 up (positive codes are monotonic)
-  return h >= 0x7c00u ? static_cast<uint16_t>(0x7bffu) : h;
+  if ((h & 0x7fffu) >= 0x7c00u) return (h & 0x8000u) ? 0xfbffu : 0x7bffu;
+  if (Fp16ToFloat(h) < v) h = Fp16NextUp(h);
+  return h;
+}
+// The largest binary16 value <= v (-65504 if none).
+inline uint16_t Fp16RoundDown(float v) {
+  uint16_t h = FloatToFp16(v);
+  if ((h & 0x7fffu) >= 0x7c00u) return (h & 0x8000u) ? 0xfbffu : 0x7bffu;
+  if (Fp16ToFloat(h) > v) h = Fp16NextDown(h);
+  return h;
 }
 
 inline float Bf16ToFloat(uint16_t b) {

@@ -53,6 +53,13 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view 
   return t;
 }
 
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromParts(TokenizerParts parts,
+                                                                const TokenizerDirConfig& config) {
+  std::unique_ptr<Tokenizer> t(new Tokenizer());
+  KVS_RETURN_IF_ERROR(t->Init(std::move(parts), config));
+  return t;
+}
+
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromFile(const std::string& path,
                                                                const TokenizerDirConfig& config) {
   KVS_ASSIGN_OR_RETURN(std::string text, ReadFile(path));

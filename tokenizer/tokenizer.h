@@ -50,6 +50,9 @@ class Tokenizer {
                                                              const TokenizerDirConfig& config = {});
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromFile(const std::string& path,
                                                              const TokenizerDirConfig& config = {});
+  // Assembles a tokenizer from parts built elsewhere (a GGUF vocabulary: gguf_vocab.h).
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromParts(TokenizerParts parts,
+                                                              const TokenizerDirConfig& config);
   ~Tokenizer();
   Tokenizer(const Tokenizer&) = delete;
   Tokenizer& operator=(const Tokenizer&) = delete;

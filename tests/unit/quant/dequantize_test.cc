@@ -78,14 +78,28 @@ TEST_P(DequantizeTest, MatchesFloat64ReferenceBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllQuantized, DequantizeTest,
-    ::testing::Values(DecodeCase{BlockType::kQ8_0, &testing::RefDecodeQ8_0, {0}},
+    ::testing::Values(DecodeCase{BlockType::kQ4_0, &testing::RefDecodeQ4_0, {0}},
+                      DecodeCase{BlockType::kQ4_1, &testing::RefDecodeQ4_1, {0, 2}},
+                      DecodeCase{BlockType::kQ5_0, &testing::RefDecodeQ5_0, {0}},
+                      DecodeCase{BlockType::kQ5_1, &testing::RefDecodeQ5_1, {0, 2}},
+                      DecodeCase{BlockType::kQ8_0, &testing::RefDecodeQ8_0, {0}},
+                      DecodeCase{BlockType::kQ2_K, &testing::RefDecodeQ2_K, {80, 82}},
+                      DecodeCase{BlockType::kQ3_K, &testing::RefDecodeQ3_K, {108}},
                       DecodeCase{BlockType::kQ4_K, &testing::RefDecodeQ4_K, {0, 2}},
-                      DecodeCase{BlockType::kQ6_K, &testing::RefDecodeQ6_K, {208}}),
+                      DecodeCase{BlockType::kQ5_K, &testing::RefDecodeQ5_K, {0, 2}},
+                      DecodeCase{BlockType::kQ6_K, &testing::RefDecodeQ6_K, {208}},
+                      DecodeCase{BlockType::kIQ4_NL, &testing::RefDecodeIQ4_NL, {0}},
+                      DecodeCase{BlockType::kIQ4_XS, &testing::RefDecodeIQ4_XS, {0}},
+                      // MXFP4's E8M0 byte stays random: every exponent 0..255 occurs.
+                      DecodeCase{BlockType::kMXFP4, &testing::RefDecodeMXFP4, {}}),
     CaseName);
 
 // Every quantized type in the table has a case above (a new type must bring its reference).
 TEST(DequantizeTest, EveryQuantizedTypeHasAReference) {
-  const std::vector<BlockType> covered = {BlockType::kQ8_0, BlockType::kQ4_K, BlockType::kQ6_K};
+  const std::vector<BlockType> covered = {
+      BlockType::kQ4_0,   BlockType::kQ4_1,   BlockType::kQ5_0, BlockType::kQ5_1, BlockType::kQ8_0,
+      BlockType::kQ2_K,   BlockType::kQ3_K,   BlockType::kQ4_K, BlockType::kQ5_K, BlockType::kQ6_K,
+      BlockType::kIQ4_NL, BlockType::kIQ4_XS, BlockType::kMXFP4};
   for (const BlockTraits& t : AllBlockTypes()) {
     if (!t.quantized) continue;
     EXPECT_NE(std::find(covered.begin(), covered.end(), t.type), covered.end()) << t.name;

@@ -12,11 +12,17 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 
 namespace kvserve::quant::testing {
 
-// Rounds a float64 result to fp32 (one IEEE round-to-nearest-even).
-inline float R(double v) { return static_cast<float>(v); }
+// Rounds a float64 result to fp32 (one IEEE round-to-nearest-even; beyond the largest float
+// plus half an ulp, +-inf, spelled out because that conversion is undefined in C++).
+inline float R(double v) {
+  if (v >= 0x1.ffffffp127) return std::numeric_limits<float>::infinity();
+  if (v <= -0x1.ffffffp127) return -std::numeric_limits<float>::infinity();
+  return static_cast<float>(v);
+}
 
 // IEEE binary16 -> value, from the field definition (sign, 5-bit exponent, 10-bit mantissa).
 double RefFp16(uint16_t h);

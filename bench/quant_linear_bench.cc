@@ -1,0 +1,200 @@
+// Quantized linear layers (kernels/cpu/quant) against the packed fp16 / bf16 kernels on the
+// same shapes:
+//   batch 1:   GB/s of weight bytes streamed (QuantMatrix::bytes() per call), cycling through
+//              enough copies of the matrix that none stays in the last-level cache, and the
+//              fraction of a measured read roofline (a plain AVX-512 read loop, same threads)
+//   rows 8/32: GB/s and GFLOP/s;  rows 512 (prefill): GFLOP/s (2 * rows * in * out per call)
+// Medians of wall time. Weights: our quantizer on random normal values.
+//
+//   build/bin/quant_linear_bench [--threads N] [--repeats R]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "kernels/cpu/compute_pool.h"
+#include "kernels/cpu/kv_quant.h"
+#include "kernels/cpu/packed_linear.h"
+#include "kernels/cpu/quant/quant_linear.h"
+#include "quant/block_type.h"
+
+namespace {
+
+namespace cpu = kvserve::kernels::cpu;
+namespace kq = kvserve::kernels::cpu::quant;
+using kvserve::quant::BlockType;
+
+double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+constexpr size_t kColdBytes = size_t{384} << 20;  // copies cycled through at batch 1
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) float ReadRange(const float* p, int64_t n) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (int64_t i = 0; i + 64 <= n; i += 64) {
+    a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
+    a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
+    a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
+    a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+#else
+float ReadRange(const float* p, int64_t n) {
+  float s = 0;
+  for (int64_t i = 0; i < n; ++i) s += p[i];
+  return s;
+}
+#endif
+
+// GB/s of a read-only sweep over kColdBytes on the compute team (chunks of 1 MiB).
+double ReadRooflineGBs(int repeats) {
+  const int64_t n = kColdBytes / 4;
+  float* buf = static_cast<float*>(std::aligned_alloc(64, kColdBytes));
+  for (int64_t i = 0; i < n; ++i) buf[i] = 1.0f;
+  const int64_t chunk = (1 << 20) / 4;
+  std::vector<float> sink(64);
+  std::vector<double> t;
+  for (int r = 0; r < repeats + 1; ++r) {
+    const double t0 = Now();
+    cpu::ParallelFor(n / chunk, true, [&](int64_t c, int slot) { sink[slot] += ReadRange(buf + c * chunk, chunk); });
+    if (r > 0) t.push_back(Now() - t0);
+  }
+  std::free(buf);
+  if (sink[0] == 12345.0f) std::printf(" ");
+  return kColdBytes / Median(t) / 1e9;
+}
+
+struct Shape {
+  int out, in;
+};
+
+std::vector<float> RandomWeights(const Shape& s, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.0f, 0.02f);
+  std::vector<float> w(static_cast<size_t>(s.out) * s.in);
+  for (float& v : w) v = g(rng);
+  return w;
+}
+
+// Times fn(copy, rows) per call, cycling through `copies`.
+template <typename Fn>
+double TimeCalls(int copies, int calls, Fn&& fn) {
+  std::vector<double> t;
+  for (int i = 0; i < calls + copies; ++i) {
+    const double t0 = Now();
+    fn(i % copies);
+    if (i >= copies) t.push_back(Now() - t0);  // first pass warms up
+  }
+  return Median(t);
+}
+
+void BenchShape(const Shape& s, int repeats, double roofline) {
+  const std::vector<float> w = RandomWeights(s, 1);
+  const std::vector<int> row_counts = {1, 8, 32, 512};
+  const int max_rows = 512;
+  std::vector<float> x(static_cast<size_t>(max_rows) * s.in), y(static_cast<size_t>(max_rows) * s.out);
+  std::mt19937 rng(2);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (float& v : x) v = g(rng);
+  std::printf("\nshape out %d x in %d\n", s.out, s.in);
+  std::printf("%-10s %-14s %10s %6s %10s %10s %10s %12s\n", "weights", "kernel", "MB", "rows", "us/call", "GB/s",
+              "%roofline", "GFLOP/s");
+  auto report = [&](const char* name, const char* kernel, double bytes, int rows, double sec) {
+    const double gbs = bytes / sec / 1e9;
+    const double gflops = 2.0 * rows * s.in * static_cast<double>(s.out) / sec / 1e9;
+    std::printf("%-10s %-14s %10.1f %6d %10.1f %10.2f %10.1f %12.1f\n", name, kernel, bytes / 1e6, rows, sec * 1e6,
+                gbs, 100.0 * gbs / roofline, gflops);
+  };
+  for (BlockType type : {BlockType::kQ8_0, BlockType::kQ4_K, BlockType::kQ6_K}) {
+    const kvserve::quant::BlockTraits& tr = kvserve::quant::Traits(type);
+    const int64_t row_bytes = s.in / tr.block_elements * tr.block_bytes;
+    std::vector<std::byte> file(static_cast<size_t>(s.out) * row_bytes);
+    kvserve::quant::QuantizeRows(type, w.data(), s.out, s.in, file.data());
+    const kq::QuantSource src{type, file.data(), s.out, row_bytes};
+    std::vector<kq::QuantMatrix> mats;
+    auto first = kq::QuantMatrix::Pack({&src, 1}, s.in);
+    if (!first.ok()) {
+      std::printf("pack failed: %s\n", std::string(first.status().message()).c_str());
+      return;
+    }
+    const double bytes = static_cast<double>(first->bytes());
+    mats.push_back(std::move(*first));
+    const int copies = std::max<int>(1, static_cast<int>(kColdBytes / bytes));
+    for (int c = 1; c < copies; ++c) mats.push_back(std::move(*kq::QuantMatrix::Pack({&src, 1}, s.in)));
+    for (int rows : row_counts) {
+      const int n_copies = rows == 1 ? copies : 1;
+      const int calls = rows >= 512 ? std::max(3, repeats / 10) : repeats;
+      const double sec = TimeCalls(n_copies, calls, [&](int c) {
+        kq::QuantLinear(x.data(), s.in, mats[c], nullptr, y.data(), s.out, rows, false);
+      });
+      report(std::string(tr.name).c_str(), kq::QuantKernelName(type), bytes, rows, sec);
+    }
+  }
+  // Packed fp16 / bf16 on the same values.
+  for (int kind = 0; kind < 2; ++kind) {
+    std::vector<uint16_t> h(w.size());
+    for (size_t i = 0; i < w.size(); ++i) {
+      if (kind == 0) {
+        h[i] = cpu::FloatToHalf(w[i]);
+      } else {
+        uint32_t bits;
+        std::memcpy(&bits, &w[i], 4);
+        h[i] = static_cast<uint16_t>(bits >> 16);
+      }
+    }
+    const size_t elems = cpu::PackedLinearFloats(s.out, s.in);
+    const double bytes = 2.0 * elems;
+    const int copies = std::max<int>(1, static_cast<int>(kColdBytes / bytes));
+    std::vector<std::vector<uint16_t>> packed(copies, std::vector<uint16_t>(elems));
+    for (auto& p : packed) {
+      if (kind == 0) {
+        cpu::PackLinearWeightsFp16(h.data(), s.out, s.in, p.data());
+      } else {
+        cpu::PackLinearWeightsBf16(h.data(), s.out, s.in, p.data());
+      }
+    }
+    for (int rows : row_counts) {
+      const int n_copies = rows == 1 ? copies : 1;
+      const int calls = rows >= 512 ? std::max(3, repeats / 10) : repeats;
+      const double sec = TimeCalls(n_copies, calls, [&](int c) {
+        if (kind == 0) {
+          cpu::PackedLinearFp16(x.data(), s.in, packed[c].data(), nullptr, y.data(), s.out, rows, s.in, s.out, false);
+        } else {
+          cpu::PackedLinearBf16(x.data(), s.in, packed[c].data(), nullptr, y.data(), s.out, rows, s.in, s.out, false);
+        }
+      });
+      report(kind == 0 ? "F16" : "BF16", cpu::PackedLinearKernelName(), bytes, rows, sec);
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 2, repeats = 40;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--threads") == 0) threads = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--repeats") == 0) repeats = std::atoi(argv[i + 1]);
+  }
+  cpu::SetComputeThreads(threads);
+  const double roofline = ReadRooflineGBs(7);
+  std::printf("threads %d, read roofline %.2f GB/s (median of 7 sweeps over %zu MiB)\n", cpu::ComputeThreads(),
+              roofline, kColdBytes >> 20);
+  for (const Shape& s : {Shape{2048, 8192}, Shape{4096, 4096}}) BenchShape(s, repeats, roofline);
+  return 0;
+}
