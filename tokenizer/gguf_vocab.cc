@@ -82,7 +82,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromGgufVocab(const GgufVoca
     }
   }
   if ((spm || !v.scores.empty()) && v.scores.size() != n) {
-    return Bad("tokenizer.ggml.scores", absl::StrCat(v.scores.size(), " scores for ", n, " tokens"));
+    return Bad("tokenizer.ggml.scores",
+               absl::StrCat(v.scores.size(), " scores for ", n, " tokens"));
   }
   auto type = [&v](size_t id) {
     return v.token_types.empty() ? GgufTokenType::kNormal

@@ -49,12 +49,12 @@ enum class GgufTokenType : int32_t {
 };
 
 struct GgufVocab {
-  std::string model;                  // tokenizer.ggml.model: "llama" or "gpt2"
-  std::string pre;                    // tokenizer.ggml.pre (gpt2; empty: the key is absent)
-  std::vector<std::string> tokens;    // tokenizer.ggml.tokens, by id
-  std::vector<float> scores;          // tokenizer.ggml.scores (required for llama)
-  std::vector<int32_t> token_types;   // tokenizer.ggml.token_type (empty: all normal)
-  std::vector<std::string> merges;    // tokenizer.ggml.merges, "left right", rank = index (gpt2)
+  std::string model;                 // tokenizer.ggml.model: "llama" or "gpt2"
+  std::string pre;                   // tokenizer.ggml.pre (gpt2; empty: the key is absent)
+  std::vector<std::string> tokens;   // tokenizer.ggml.tokens, by id
+  std::vector<float> scores;         // tokenizer.ggml.scores (required for llama)
+  std::vector<int32_t> token_types;  // tokenizer.ggml.token_type (empty: all normal)
+  std::vector<std::string> merges;   // tokenizer.ggml.merges, "left right", rank = index (gpt2)
   // tokenizer.ggml.{bos,eos,eot,unknown,padding}_token_id (GGUF stores u32).
   std::optional<int64_t> bos_id;
   std::optional<int64_t> eos_id;
