@@ -52,7 +52,7 @@ absl::StatusOr<const GgufPreTokenizerSpec*> FindGgufPreTokenizer(std::string_vie
       return &s;
     }
   }
-  return absl::NotFoundError(
+  return absl::UnimplementedError(
       absl::StrCat("tokenizer.ggml.pre \"", base::AsAbsl(name),
                    "\" is not a supported pre-tokenizer (supported: ", KnownNames(), ")"));
 }
@@ -65,7 +65,7 @@ absl::StatusOr<const GgufPreTokenizerSpec*> MatchGgufPreTokenizer(
       return &s;
     }
   }
-  return absl::NotFoundError(absl::StrCat(
+  return absl::UnimplementedError(absl::StrCat(
       "the pre-tokenizer (", nfc ? "NFC, " : "", "split regexes [", absl::StrJoin(splits, " ; "),
       "]) matches none of the GGUF pre-tokenizer names (", KnownNames(), ")"));
 }

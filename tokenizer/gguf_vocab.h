@@ -89,4 +89,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromGgufVocab(const GgufVoca
 absl::StatusOr<GgufVocab> GgufVocabFromTokenizerJson(std::string_view tokenizer_json,
                                                      const TokenizerDirConfig& config);
 
+// Appends "<unused_ID>" tokens of type unused (score 0) up to `vocab_size` tokens: llama.cpp
+// takes the vocabulary size from the token list, which must then match the embedding rows of a
+// model whose vocab_size exceeds its tokenizer. Fails if the vocabulary is already larger.
+absl::Status PadGgufVocab(GgufVocab& vocab, int64_t vocab_size);
+
 }  // namespace kvserve::tokenizer

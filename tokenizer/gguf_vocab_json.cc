@@ -179,8 +179,8 @@ absl::StatusOr<Source> ReadModel(const Json& root) {
 }
 
 // The post-processor's special tokens around one sequence.
-absl::Status ReadPostProcessor(const Json& p, const Json& root, const Source& src,
-                               std::vector<int32_t>& prefix, std::vector<int32_t>& suffix) {
+absl::Status ReadPostProcessor(const Json& p, const Source& src, std::vector<int32_t>& prefix,
+                               std::vector<int32_t>& suffix) {
   for (const Json& step : Steps(p, "processors")) {
     const std::string type = TypeOf(step);
     if (type == "ByteLevel") continue;
@@ -216,7 +216,6 @@ absl::Status ReadPostProcessor(const Json& p, const Json& root, const Source& sr
       (after ? suffix : prefix).push_back(*id);
     }
   }
-  (void)root;
   return absl::OkStatus();
 }
 
@@ -278,6 +277,9 @@ absl::StatusOr<bool> ReadSentencePiece(const Json& root, const Source& src) {
     } else {
       return Refuse("normalizer", absl::StrCat("\"", type, "\" step"));
     }
+  }
+  if (!replace) {
+    return Refuse("normalizer", "no Replace(\" \" -> \"▁\") step (not SentencePiece-style)");
   }
   if (auto p = root.find("pre_tokenizer"); p != root.end() && !p->is_null()) {
     return Refuse("pre_tokenizer",
@@ -403,8 +405,7 @@ absl::StatusOr<GgufVocab> Convert(std::string_view text, const TokenizerDirConfi
     eos = config.eos_token_ids.front();
   }
   std::vector<int32_t> prefix, suffix;
-  KVS_RETURN_IF_ERROR(
-      ReadPostProcessor(root.value("post_processor", Json()), root, src, prefix, suffix));
+  KVS_RETURN_IF_ERROR(ReadPostProcessor(root.value("post_processor", Json()), src, prefix, suffix));
   if (config.add_bos_token || config.add_eos_token) {
     v.add_bos_token = config.add_bos_token.value_or(false);
     v.add_eos_token = config.add_eos_token.value_or(false);

@@ -15,6 +15,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 #include "tests/unit/tokenizer/test_corpus.h"
@@ -188,6 +189,26 @@ TEST(GgufVocabRoundTrip, BundledModel) {
   EXPECT_EQ(vocab->add_space_prefix, true);
   // <|im_start|> and <|im_end|> match inside normalized text (tokenizer.json normalized=true).
   EXPECT_THAT(vocab->normalized_token_ids, ElementsAre(3, 4));
+}
+
+TEST(PadGgufVocab, PadsWithUnusedTokensThatTextNeverProduces) {
+  const std::string json = Fixture("spm_bytefallback");
+  auto vocab = GgufVocabFromTokenizerJson(json, {});
+  ASSERT_TRUE(vocab.ok()) << vocab.status();
+  const size_t n = vocab->tokens.size();
+  ASSERT_TRUE(PadGgufVocab(*vocab, static_cast<int64_t>(n) + 3).ok());
+  ASSERT_EQ(vocab->tokens.size(), n + 3);
+  EXPECT_EQ(vocab->tokens[n + 2], absl::StrCat("<unused_", n + 2, ">"));
+  EXPECT_EQ(vocab->token_types[n], 5);
+  EXPECT_EQ(vocab->scores.size(), n + 3);
+  auto padded = TokenizerFromGgufVocab(*vocab);
+  ASSERT_TRUE(padded.ok()) << padded.status();
+  auto hf = Tokenizer::FromJson(json);
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ((*padded)->vocab_size(), static_cast<int32_t>(n + 3));
+  const std::string text = absl::StrCat("<unused_", n, "> text");
+  EXPECT_EQ((*padded)->encode(text, true), (*hf)->encode(text, true));
+  EXPECT_FALSE(PadGgufVocab(*vocab, static_cast<int64_t>(n)).ok());
 }
 
 // The exporter's score rule, computed here from the JSON: -(rank of the first merge producing
@@ -410,6 +431,9 @@ TEST(GgufVocabFromTokenizerJson, RefusesWhatGgufCannotSayNamingIt) {
   bl = nlohmann::json::parse(Fixture("byte_level"));
   bl["model"]["type"] = "WordPiece";
   refused(bl, "WordPiece");
+  bl = nlohmann::json::parse(Fixture("byte_level"));
+  bl["decoder"] = {{"type", "Fuse"}};  // neither byte-level nor SentencePiece-style
+  refused(bl, "no Replace");
 }
 
 }  // namespace
