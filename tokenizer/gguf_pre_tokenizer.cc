@@ -52,22 +52,22 @@ absl::StatusOr<const GgufPreTokenizerSpec*> FindGgufPreTokenizer(std::string_vie
       return &s;
     }
   }
-  return absl::NotFoundError(absl::StrCat("tokenizer.ggml.pre \"", base::AsAbsl(name),
-                                          "\" is not a supported pre-tokenizer (supported: ",
-                                          KnownNames(), ")"));
+  return absl::UnimplementedError(
+      absl::StrCat("tokenizer.ggml.pre \"", base::AsAbsl(name),
+                   "\" is not a supported pre-tokenizer (supported: ", KnownNames(), ")"));
 }
 
 absl::StatusOr<const GgufPreTokenizerSpec*> MatchGgufPreTokenizer(
     const std::vector<std::string>& splits, bool nfc) {
   for (const GgufPreTokenizerSpec& s : GgufPreTokenizers()) {
-    if (s.nfc == nfc && std::equal(s.splits.begin(), s.splits.end(), splits.begin(), splits.end())) {
+    if (s.nfc == nfc &&
+        std::equal(s.splits.begin(), s.splits.end(), splits.begin(), splits.end())) {
       return &s;
     }
   }
-  return absl::NotFoundError(
-      absl::StrCat("the pre-tokenizer (", nfc ? "NFC, " : "", "split regexes [",
-                   absl::StrJoin(splits, " ; "), "]) matches none of the GGUF pre-tokenizer names (",
-                   KnownNames(), ")"));
+  return absl::UnimplementedError(absl::StrCat(
+      "the pre-tokenizer (", nfc ? "NFC, " : "", "split regexes [", absl::StrJoin(splits, " ; "),
+      "]) matches none of the GGUF pre-tokenizer names (", KnownNames(), ")"));
 }
 
 absl::Status BuildGgufPreTokenizer(const GgufPreTokenizerSpec& spec, Normalizer& normalizer,

@@ -53,11 +53,11 @@ struct GgufPreTokenizerSpec {
 // Every supported name.
 const std::vector<GgufPreTokenizerSpec>& GgufPreTokenizers();
 
-// The entry for a tokenizer.ggml.pre value (name or alias); NotFound names it otherwise.
+// The entry for a tokenizer.ggml.pre value (name or alias); Unimplemented naming it otherwise.
 // An empty name reads as "default", as llama.cpp reads a file without the key.
 absl::StatusOr<const GgufPreTokenizerSpec*> FindGgufPreTokenizer(std::string_view name);
 
-// The entry whose pipeline is exactly `splits` (+ NFC when `nfc`); NotFound otherwise.
+// The entry whose pipeline is exactly `splits` (+ NFC when `nfc`); Unimplemented otherwise.
 absl::StatusOr<const GgufPreTokenizerSpec*> MatchGgufPreTokenizer(
     const std::vector<std::string>& splits, bool nfc);
 

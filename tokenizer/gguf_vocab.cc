@@ -82,7 +82,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromGgufVocab(const GgufVoca
     }
   }
   if ((spm || !v.scores.empty()) && v.scores.size() != n) {
-    return Bad("tokenizer.ggml.scores", absl::StrCat(v.scores.size(), " scores for ", n, " tokens"));
+    return Bad("tokenizer.ggml.scores",
+               absl::StrCat(v.scores.size(), " scores for ", n, " tokens"));
   }
   auto type = [&v](size_t id) {
     return v.token_types.empty() ? GgufTokenType::kNormal
@@ -178,6 +179,25 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromGgufVocab(const GgufVoca
   config.eos_token_ids.insert(config.eos_token_ids.end(), eog.begin(), eog.end());
   config.chat_template = v.chat_template.value_or("");
   return Tokenizer::FromParts(std::move(parts), config);
+}
+
+absl::Status PadGgufVocab(GgufVocab& v, int64_t vocab_size) {
+  const auto n = static_cast<int64_t>(v.tokens.size());
+  if (vocab_size < n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the tokenizer has ", n, " tokens, more than the model's vocab_size ", vocab_size));
+  }
+  if (vocab_size > static_cast<int64_t>(kMaxTokenId) + 1) {
+    return absl::InvalidArgumentError(absl::StrCat("vocab_size ", vocab_size, " is too large"));
+  }
+  const bool typed = !v.token_types.empty();
+  const bool scored = !v.scores.empty();
+  for (int64_t id = n; id < vocab_size; ++id) {
+    v.tokens.push_back(absl::StrCat("<unused_", id, ">"));
+    if (typed) v.token_types.push_back(static_cast<int32_t>(GgufTokenType::kUnused));
+    if (scored) v.scores.push_back(0.0f);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace kvserve::tokenizer

@@ -49,12 +49,12 @@ enum class GgufTokenType : int32_t {
 };
 
 struct GgufVocab {
-  std::string model;                  // tokenizer.ggml.model: "llama" or "gpt2"
-  std::string pre;                    // tokenizer.ggml.pre (gpt2; empty: the key is absent)
-  std::vector<std::string> tokens;    // tokenizer.ggml.tokens, by id
-  std::vector<float> scores;          // tokenizer.ggml.scores (required for llama)
-  std::vector<int32_t> token_types;   // tokenizer.ggml.token_type (empty: all normal)
-  std::vector<std::string> merges;    // tokenizer.ggml.merges, "left right", rank = index (gpt2)
+  std::string model;                 // tokenizer.ggml.model: "llama" or "gpt2"
+  std::string pre;                   // tokenizer.ggml.pre (gpt2; empty: the key is absent)
+  std::vector<std::string> tokens;   // tokenizer.ggml.tokens, by id
+  std::vector<float> scores;         // tokenizer.ggml.scores (required for llama)
+  std::vector<int32_t> token_types;  // tokenizer.ggml.token_type (empty: all normal)
+  std::vector<std::string> merges;   // tokenizer.ggml.merges, "left right", rank = index (gpt2)
   // tokenizer.ggml.{bos,eos,eot,unknown,padding}_token_id (GGUF stores u32).
   std::optional<int64_t> bos_id;
   std::optional<int64_t> eos_id;
@@ -88,5 +88,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromGgufVocab(const GgufVoca
 // could not reproduce exactly is refused with an error naming it.
 absl::StatusOr<GgufVocab> GgufVocabFromTokenizerJson(std::string_view tokenizer_json,
                                                      const TokenizerDirConfig& config);
+
+// Appends "<unused_ID>" tokens of type unused (score 0) up to `vocab_size` tokens: llama.cpp
+// takes the vocabulary size from the token list, which must then match the embedding rows of a
+// model whose vocab_size exceeds its tokenizer. Fails if the vocabulary is already larger.
+absl::Status PadGgufVocab(GgufVocab& vocab, int64_t vocab_size);
 
 }  // namespace kvserve::tokenizer

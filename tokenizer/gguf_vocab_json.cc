@@ -34,9 +34,9 @@ using Json = nlohmann::json;
 constexpr const char* kSpace = "\xE2\x96\x81";  // U+2581
 
 absl::Status Refuse(const std::string& where, const std::string& what) {
-  return absl::UnimplementedError(
-      absl::StrCat("tokenizer.json -> GGUF: ", where, ": ", what, " (a GGUF vocabulary cannot "
-                   "express this exactly)"));
+  return absl::UnimplementedError(absl::StrCat("tokenizer.json -> GGUF: ", where, ": ", what,
+                                               " (a GGUF vocabulary cannot "
+                                               "express this exactly)"));
 }
 absl::Status Malformed(const std::string& where, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat("tokenizer.json: ", where, ": ", what));
@@ -179,8 +179,8 @@ absl::StatusOr<Source> ReadModel(const Json& root) {
 }
 
 // The post-processor's special tokens around one sequence.
-absl::Status ReadPostProcessor(const Json& p, const Json& root, const Source& src,
-                               std::vector<int32_t>& prefix, std::vector<int32_t>& suffix) {
+absl::Status ReadPostProcessor(const Json& p, const Source& src, std::vector<int32_t>& prefix,
+                               std::vector<int32_t>& suffix) {
   for (const Json& step : Steps(p, "processors")) {
     const std::string type = TypeOf(step);
     if (type == "ByteLevel") continue;
@@ -216,7 +216,6 @@ absl::Status ReadPostProcessor(const Json& p, const Json& root, const Source& sr
       (after ? suffix : prefix).push_back(*id);
     }
   }
-  (void)root;
   return absl::OkStatus();
 }
 
@@ -242,7 +241,8 @@ absl::StatusOr<const GgufPreTokenizerSpec*> ReadByteLevel(const Json& root, cons
       }
       splits.push_back(*pattern);
     } else if (type == "ByteLevel") {
-      if (Flag(p, "add_prefix_space", true)) return Refuse("pre_tokenizer", "ByteLevel prefix space");
+      if (Flag(p, "add_prefix_space", true))
+        return Refuse("pre_tokenizer", "ByteLevel prefix space");
       if (Flag(p, "use_regex", true)) splits.emplace_back(kGpt2SplitPattern);
       byte_level = true;
     } else {
@@ -278,8 +278,12 @@ absl::StatusOr<bool> ReadSentencePiece(const Json& root, const Source& src) {
       return Refuse("normalizer", absl::StrCat("\"", type, "\" step"));
     }
   }
+  if (!replace) {
+    return Refuse("normalizer", "no Replace(\" \" -> \"▁\") step (not SentencePiece-style)");
+  }
   if (auto p = root.find("pre_tokenizer"); p != root.end() && !p->is_null()) {
-    return Refuse("pre_tokenizer", absl::StrCat("\"", TypeOf(*p), "\" in a SentencePiece-style BPE"));
+    return Refuse("pre_tokenizer",
+                  absl::StrCat("\"", TypeOf(*p), "\" in a SentencePiece-style BPE"));
   }
   const std::vector<Json> dec = Steps(root.value("decoder", Json()), "decoders");
   bool is_regex = false;
@@ -298,8 +302,8 @@ absl::StatusOr<bool> ReadSentencePiece(const Json& root, const Source& src) {
   int byte_tokens = 0;
   for (int b = 0; b < 256; ++b) {
     static constexpr char kHex[] = "0123456789ABCDEF";
-    byte_tokens += src.vocab.contains(absl::StrCat("<0x", std::string(1, kHex[b >> 4]),
-                                                   std::string(1, kHex[b & 15]), ">"));
+    byte_tokens += src.vocab.contains(
+        absl::StrCat("<0x", std::string(1, kHex[b >> 4]), std::string(1, kHex[b & 15]), ">"));
   }
   if (!src.byte_fallback && byte_tokens > 0) {
     return Refuse("model.byte_fallback", "false with <0xXX> tokens in the vocabulary");
@@ -401,8 +405,7 @@ absl::StatusOr<GgufVocab> Convert(std::string_view text, const TokenizerDirConfi
     eos = config.eos_token_ids.front();
   }
   std::vector<int32_t> prefix, suffix;
-  KVS_RETURN_IF_ERROR(
-      ReadPostProcessor(root.value("post_processor", Json()), root, src, prefix, suffix));
+  KVS_RETURN_IF_ERROR(ReadPostProcessor(root.value("post_processor", Json()), src, prefix, suffix));
   if (config.add_bos_token || config.add_eos_token) {
     v.add_bos_token = config.add_bos_token.value_or(false);
     v.add_eos_token = config.add_eos_token.value_or(false);
