@@ -286,6 +286,12 @@ std::string GgufExportTypes() {
   return out;
 }
 
+absl::StatusOr<BlockType> GgufMatrixType(const std::string& type, const ModelConfig& config,
+                                         std::string_view gguf_name, int layer, int64_t cols) {
+  KVS_ASSIGN_OR_RETURN(TypePolicy policy, ParsePolicy(type));
+  return policy.For(config, gguf_name, layer, cols);
+}
+
 absl::StatusOr<std::vector<std::string>> ExportGguf(const std::string& hf_dir, const std::string& out_path,
                                                     const GgufExportOptions& options) {
   KVS_ASSIGN_OR_RETURN(TypePolicy policy, ParsePolicy(options.type));

@@ -18,9 +18,12 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/model_config.h"
+#include "quant/block_type.h"
 
 namespace kvserve::model {
 
@@ -31,6 +34,11 @@ struct GgufExportOptions {
 
 // The preset and type names `type` accepts, for messages.
 std::string GgufExportTypes();
+
+// The type the exporter gives the matrix `gguf_name` (of layer `layer`, -1 for none) whose rows
+// hold `cols` elements, under `type` (a preset or a block type name).
+absl::StatusOr<quant::BlockType> GgufMatrixType(const std::string& type, const ModelConfig& config,
+                                                std::string_view gguf_name, int layer, int64_t cols);
 
 // Returns the paths written.
 absl::StatusOr<std::vector<std::string>> ExportGguf(const std::string& hf_dir, const std::string& out_path,
