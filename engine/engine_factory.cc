@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "gguf/gguf_source.h"
 #include "base/check.h"
 #include "compression/key_basis.h"
 #include "compression/policy_factory.h"
@@ -284,6 +285,16 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config
       kind = config::Backend::kCpu;
       why = absl::StrCat("backend: cpu, ", st.message(), " (engine.backend=auto)");
     }
+  }
+  // GGUF files run on the CPU backend's quantized kernels only (no CUDA kernels for ggml
+  // blocks yet): auto picks the CPU, an explicit cuda is refused before anything loads.
+  if (kind == config::Backend::kCuda && gguf::IsGgufSource(model_dir)) {
+    if (config.engine.backend == config::Backend::kCuda) {
+      return absl::FailedPreconditionError(
+          "engine.backend=cuda: GGUF models run on the CPU backend only (no CUDA kernels for ggml blocks yet)");
+    }
+    kind = config::Backend::kCpu;
+    why = "backend: cpu, GGUF models run on the CPU backend's quantized kernels (engine.backend=auto)";
   }
   if (kind == config::Backend::kCuda && !deps.make_cuda_backend) {
     // Only now, with a usable device, is the CUDA backend (and with it cuBLAS) loaded.
