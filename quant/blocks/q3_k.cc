@@ -30,7 +30,7 @@ inline int ScaleCode(const uint8_t* s, int i) {
 }
 }  // namespace
 
-void DequantizeQ3_K(const std::byte* blocks, float* out, int64_t n) {
+void DequantizeQ3_K(const std::byte* blocks, float* __restrict out, int64_t n) {
   for (int64_t b = 0; b < n / kSuperBlock; ++b, blocks += kBytes, out += kSuperBlock) {
     const auto* hmask = reinterpret_cast<const uint8_t*>(blocks);
     const auto* qs = reinterpret_cast<const uint8_t*>(blocks + 32);
