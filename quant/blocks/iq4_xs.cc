@@ -73,7 +73,8 @@ void QuantizeIQ4_XS(const float* in, std::byte* blocks, int64_t n) {
       const float* x = in + 32 * ib;
       int best_l = 0;
       if (d > 0.0f && amax[ib] > 0.0f) {
-        int big_l = std::clamp(static_cast<int>(std::ceil(amax[ib] / 127.0f / d)), 1, 31);
+        // Clamped as floats first: a saturated d can leave the quotients beyond int's range.
+        int big_l = static_cast<int>(std::clamp(std::ceil(amax[ib] / 127.0f / d), 1.0f, 31.0f));
         while (big_l < 31 && d * static_cast<float>(big_l) * 127.0f < amax[ib]) ++big_l;
         best_l = max[ib] > 0.0f ? -big_l : big_l;
       }
@@ -81,7 +82,7 @@ void QuantizeIQ4_XS(const float* in, std::byte* blocks, int64_t n) {
       const float base_max_err = best.max_err;
       if (best_l != 0) {
         for (float divisor : kIq4Divisors) {
-          const int mag = static_cast<int>(std::nearbyint(amax[ib] / divisor / d));
+          const int mag = static_cast<int>(std::min(std::nearbyint(amax[ib] / divisor / d), 32.0f));
           for (int l : {std::min(mag, 31), -std::min(mag, 32)}) {
             if (l == 0) continue;
             const Iq4Fit f = FitIq4(x, 32, d * static_cast<float>(l));

@@ -13,7 +13,8 @@ namespace {
 // exact quotient, so at most a step or two of fp32 rounding separates it from the answer.
 template <typename Covered>
 int SmallestCovering(float guess, int max_code, Covered covered) {
-  int c = std::clamp(static_cast<int>(std::ceil(guess)), 0, max_code);
+  // Clamped as a float first: a saturated fp16 scale can leave `guess` beyond int's range.
+  int c = static_cast<int>(std::clamp(std::ceil(guess), 0.0f, static_cast<float>(max_code)));
   while (c > 0 && covered(c - 1)) --c;
   while (c < max_code && !covered(c)) ++c;
   return c;
