@@ -20,6 +20,32 @@ int SmallestCovering(float guess, int max_code, Covered covered) {
   return c;
 }
 
+// Nearest code to x * inv (inv = 1 / d1) in the format's range [-(q_max + 1), q_max].
+inline int8_t SymmetricCode(float x, float inv, int q_max) {
+  const float v = std::nearbyint(x * inv);
+  return static_cast<int8_t>(
+      std::clamp(v, -static_cast<float>(q_max + 1), static_cast<float>(q_max)));
+}
+
+struct SymmetricFit {
+  float max_err = 0.0f;
+  float sse = 0.0f;
+};
+
+// Errors of one sub-block decoded with the fp32 scale d * sc (y = (d * sc) * q, the format's
+// order).
+SymmetricFit FitSymmetric(const float* x, int n, float d, int sc, int q_max) {
+  const float d1 = d * static_cast<float>(sc);
+  const float inv = d1 != 0.0f ? 1.0f / d1 : 0.0f;
+  SymmetricFit f;
+  for (int i = 0; i < n; ++i) {
+    const float e = std::fabs(x[i] - d1 * static_cast<float>(SymmetricCode(x[i], inv, q_max)));
+    f.max_err = std::max(f.max_err, e);
+    f.sse += e * e;
+  }
+  return f;
+}
+
 }  // namespace
 
 void QuantizeAffineSuperBlock(const float* x, int sub_count, int scale_max, int q_max,
@@ -92,13 +118,27 @@ void QuantizeSymmetricSuperBlock(const float* x, int sub_count, int scale_max, i
                                                  return d1 * fq_max >= amax[j];
                                                })
                             : 0;
-    out->sc[j] = static_cast<uint8_t>(sc);
-    const float d1 = d * static_cast<float>(sc);
-    const float inv = d1 > 0.0f ? 1.0f / d1 : 0.0f;
-    for (int i = 0; i < sub_len; ++i) {
-      const float v = std::nearbyint(x[j * sub_len + i] * inv);
-      out->q[j * sub_len + i] = static_cast<int8_t>(std::clamp(v, -fq_max, fq_max));
+    // Baseline sc covers the sub-block with codes in [-q_max, q_max]; try the integer scales
+    // from 0.7x to 1x of it (both signs: the format's extra code -(q_max + 1) makes the two
+    // sides differ) and keep the smallest squared error whose largest error is no worse.
+    const float* xs = x + j * sub_len;
+    SymmetricFit best = FitSymmetric(xs, sub_len, d, sc, q_max);
+    int best_sc = sc;
+    const float base_max_err = best.max_err;
+    for (int c = std::max(1, sc * 7 / 10); c <= sc; ++c) {
+      for (int cand : {c, -c}) {
+        if (cand == sc) continue;
+        const SymmetricFit f = FitSymmetric(xs, sub_len, d, cand, q_max);
+        if (f.max_err <= base_max_err && f.sse < best.sse) {
+          best = f;
+          best_sc = cand;
+        }
+      }
     }
+    out->sc[j] = static_cast<int8_t>(best_sc);
+    const float d1 = d * static_cast<float>(best_sc);
+    const float inv = d1 != 0.0f ? 1.0f / d1 : 0.0f;
+    for (int i = 0; i < sub_len; ++i) out->q[j * sub_len + i] = SymmetricCode(xs[i], inv, q_max);
   }
 }
 

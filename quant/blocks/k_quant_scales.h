@@ -14,10 +14,14 @@
 //   Nothing clips, so |x - y| <= d1/2 <= (need_j + d)/2 (+ fp32 ulps), with
 //   need_j <= (hi_j - lo_j + dmin) / q_max. Per type in its file.
 //
-// Symmetric (Q3_K, Q6_K):  y = (d*sc)*q,  q in [-q_max, q_max] (the format's extra negative code
-//   is unused), sc in [0, scale_max]
-//   s_j = amax_j / q_max; d = fp16 rounded up from max s_j / scale_max; sc_j = the smallest
-//   code with d*sc_j >= s_j; q = nearest code to x / d1. |x - y| <= d1/2 <= (s_j + d)/2.
+// Symmetric (Q3_K, Q6_K):  y = (d*sc)*q,  q in [-(q_max+1), q_max], sc in [-(scale_max+1),
+// scale_max]
+//   s_j = amax_j / q_max; d = fp16 rounded up from max s_j / scale_max; the baseline sc_j =
+//   the smallest code with d*sc_j >= s_j, so with codes in [-q_max, q_max] nothing clips and
+//   |x - y| <= d1/2 <= (s_j + d)/2. Then the integer scales from 0.7x to 1x of the baseline,
+//   both signs (the extra code -(q_max+1) makes the sides differ), are tried with nearest
+//   codes; the smallest squared error among those whose largest error is no worse than the
+//   baseline's wins. So the bound stands and typical data fits better.
 //
 // Either way, when every x is 0 all codes are 0 and d = dmin = 0: the block decodes to zeros.
 #pragma once
@@ -37,8 +41,8 @@ struct AffineSuperBlock {
 };
 
 struct SymmetricSuperBlock {
-  uint16_t d = 0;  // fp16 bits
-  uint8_t sc[16] = {};
+  uint16_t d = 0;              // fp16 bits
+  int8_t sc[16] = {};          // in [-(scale_max + 1), scale_max]
   int8_t q[kSuperBlock] = {};  // element codes, in element order
 };
 

@@ -12,7 +12,7 @@
 //   for the k-th line above). y = (d * sc) * q, rounded to fp32 after each product (ggml's
 //   left-to-right order).
 //
-// Quantizer: the symmetric scale search of k_quant_scales.h (q in -31..31, scales 0..127).
+// Quantizer: the symmetric scale search of k_quant_scales.h (q in -32..31, scales -128..127).
 // Per sub-block j with a_j = max |x| over its 16 elements:
 //   |x - y| <= a_j / 62 + amax / 7000 + 2^-24   (amax over the whole super-block).
 #include "quant/blocks/blocks.h"
@@ -60,7 +60,7 @@ void QuantizeQ6_K(const float* in, std::byte* blocks, int64_t n) {
     auto* ql = reinterpret_cast<uint8_t*>(blocks);
     auto* qh = reinterpret_cast<uint8_t*>(blocks + 128);
     auto* sc = reinterpret_cast<int8_t*>(blocks + 192);
-    for (int j = 0; j < 16; ++j) sc[j] = static_cast<int8_t>(sb.sc[j]);
+    for (int j = 0; j < 16; ++j) sc[j] = sb.sc[j];
     StoreU16(blocks + 208, sb.d);
     for (int h = 0; h < 2; ++h) {
       for (int l = 0; l < 32; ++l) {
