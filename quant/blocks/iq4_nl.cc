@@ -47,7 +47,7 @@ void QuantizeIQ4_NL(const float* in, std::byte* blocks, int64_t n) {
     // Baseline: |d| >= amax / 127, extreme -> -127.
     uint16_t best_h = Fp16RoundUp(amax / 127.0f);
     if (max > 0.0f) best_h = static_cast<uint16_t>(best_h | 0x8000u);
-    Iq4Fit best = FitIq4(in, kBlock, Fp16ToFloat(best_h));
+    Iq4Fit best = FitIq4(in, Fp16ToFloat(best_h));
     const float base_max_err = best.max_err;
     if (amax > 0.0f) {
       for (float divisor : kIq4Divisors) {
@@ -55,7 +55,7 @@ void QuantizeIQ4_NL(const float* in, std::byte* blocks, int64_t n) {
         if ((h & 0x7fffu) >= 0x7c00u) continue;
         for (uint16_t sign : {uint16_t{0}, uint16_t{0x8000}}) {
           const uint16_t cand_h = static_cast<uint16_t>(h | sign);
-          const Iq4Fit f = FitIq4(in, kBlock, Fp16ToFloat(cand_h));
+          const Iq4Fit f = FitIq4(in, Fp16ToFloat(cand_h));
           if (BetterIq4(f, best, base_max_err)) {
             best = f;
             best_h = cand_h;
@@ -64,10 +64,11 @@ void QuantizeIQ4_NL(const float* in, std::byte* blocks, int64_t n) {
       }
     }
     StoreU16(blocks, best_h);
-    const float d = Fp16ToFloat(best_h);
+    const float inv = Iq4Inverse(Fp16ToFloat(best_h));
     auto* qs = reinterpret_cast<uint8_t*>(blocks + 2);
     for (int j = 0; j < 16; ++j) {
-      qs[j] = static_cast<uint8_t>(NearestIq4Code(in[j], d) | (NearestIq4Code(in[j + 16], d) << 4));
+      qs[j] = static_cast<uint8_t>(NearestIq4Code(in[j] * inv) |
+                                   (NearestIq4Code(in[j + 16] * inv) << 4));
     }
   }
 }

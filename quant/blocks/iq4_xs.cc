@@ -78,14 +78,14 @@ void QuantizeIQ4_XS(const float* in, std::byte* blocks, int64_t n) {
         while (big_l < 31 && d * static_cast<float>(big_l) * 127.0f < amax[ib]) ++big_l;
         best_l = max[ib] > 0.0f ? -big_l : big_l;
       }
-      Iq4Fit best = FitIq4(x, 32, d * static_cast<float>(best_l));
+      Iq4Fit best = FitIq4(x, d * static_cast<float>(best_l));
       const float base_max_err = best.max_err;
       if (best_l != 0) {
         for (float divisor : kIq4Divisors) {
           const int mag = static_cast<int>(std::min(std::nearbyint(amax[ib] / divisor / d), 32.0f));
           for (int l : {std::min(mag, 31), -std::min(mag, 32)}) {
             if (l == 0) continue;
-            const Iq4Fit f = FitIq4(x, 32, d * static_cast<float>(l));
+            const Iq4Fit f = FitIq4(x, d * static_cast<float>(l));
             if (BetterIq4(f, best, base_max_err)) {
               best = f;
               best_l = l;
@@ -96,10 +96,10 @@ void QuantizeIQ4_XS(const float* in, std::byte* blocks, int64_t n) {
       const int ls = best_l + 32;
       scales_l[ib / 2] |= static_cast<uint8_t>((ls & 15) << (4 * (ib % 2)));
       scales_h |= static_cast<uint16_t>((ls >> 4) << (2 * ib));
-      const float dl = d * static_cast<float>(best_l);
+      const float inv = Iq4Inverse(d * static_cast<float>(best_l));
       for (int j = 0; j < 16; ++j) {
-        qs[16 * ib + j] =
-            static_cast<uint8_t>(NearestIq4Code(x[j], dl) | (NearestIq4Code(x[j + 16], dl) << 4));
+        qs[16 * ib + j] = static_cast<uint8_t>(NearestIq4Code(x[j] * inv) |
+                                               (NearestIq4Code(x[j + 16] * inv) << 4));
       }
     }
     StoreU16(blocks, dh);
