@@ -23,10 +23,10 @@ inline constexpr int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -
 // Divisors tried besides the baseline (amax / divisor is the candidate |scale|).
 inline constexpr float kIq4Divisors[] = {127, 124, 121, 118, 115, 113, 110, 106, 102, 98};
 
-// The code whose value dl * kIq4Values[code] (fp32) is nearest x; dl == 0 gives code 8.
-inline int NearestIq4Code(float x, float dl) {
-  if (dl == 0.0f) return 8;
-  const float v = x / dl;
+// The code whose value is nearest v = x / dl: the number of midpoints between neighbouring
+// values below v (ties to the lower code). Callers pass x * (1 / dl); dl == 0 takes v = 0,
+// code 8 (value 1, decoding to 0).
+inline int NearestIq4Code(float v) {
   int code = 0;
   for (int i = 0; i < 15; ++i) {
     code += v > 0.5f * static_cast<float>(kIq4Values[i] + kIq4Values[i + 1]) ? 1 : 0;
@@ -34,18 +34,40 @@ inline int NearestIq4Code(float x, float dl) {
   return code;
 }
 
+// kIq4Values[NearestIq4Code(v)] as a float, built from compares and adds (no table lookup)
+// so that the fit below vectorizes.
+inline float NearestIq4Value(float v) {
+  float value = static_cast<float>(kIq4Values[0]);
+  for (int i = 0; i < 15; ++i) {
+    const float gap = static_cast<float>(kIq4Values[i + 1] - kIq4Values[i]);
+    value += v > 0.5f * static_cast<float>(kIq4Values[i] + kIq4Values[i + 1]) ? gap : 0.0f;
+  }
+  return value;
+}
+
+inline float Iq4Inverse(float dl) { return dl != 0.0f ? 1.0f / dl : 0.0f; }
+
 struct Iq4Fit {
   float max_err = 0.0f;
-  double sse = 0.0;
+  float sse = 0.0f;
 };
 
-inline Iq4Fit FitIq4(const float* x, int n, float dl) {
+// Errors of 32 elements decoded with scale dl (y = dl * value, fp32). Eight independent
+// accumulators: a float sum may not be reordered, but lanes may.
+inline Iq4Fit FitIq4(const float* x, float dl) {
+  const float inv = Iq4Inverse(dl);
+  float mx[8] = {}, sq[8] = {};
+  for (int i0 = 0; i0 < 32; i0 += 8) {
+    for (int k = 0; k < 8; ++k) {
+      const float e = std::fabs(x[i0 + k] - dl * NearestIq4Value(x[i0 + k] * inv));
+      mx[k] = e > mx[k] ? e : mx[k];
+      sq[k] += e * e;
+    }
+  }
   Iq4Fit f;
-  for (int i = 0; i < n; ++i) {
-    const float y = dl * static_cast<float>(kIq4Values[NearestIq4Code(x[i], dl)]);
-    const float e = std::fabs(x[i] - y);
-    f.max_err = e > f.max_err ? e : f.max_err;
-    f.sse += static_cast<double>(e) * e;
+  for (int k = 0; k < 8; ++k) {
+    f.max_err = mx[k] > f.max_err ? mx[k] : f.max_err;
+    f.sse += sq[k];
   }
   return f;
 }

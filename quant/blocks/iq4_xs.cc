@@ -26,7 +26,7 @@ constexpr int kBlock = 256;
 constexpr int kBytes = 136;
 }  // namespace
 
-void DequantizeIQ4_XS(const std::byte* blocks, float* out, int64_t n) {
+void DequantizeIQ4_XS(const std::byte* blocks, float* __restrict out, int64_t n) {
   for (int64_t b = 0; b < n / kBlock; ++b, blocks += kBytes, out += kBlock) {
     const float d = Fp16ToFloat(LoadU16(blocks));
     const uint16_t scales_h = LoadU16(blocks + 2);
@@ -38,9 +38,11 @@ void DequantizeIQ4_XS(const std::byte* blocks, float* out, int64_t n) {
       const float dl = d * static_cast<float>(ls - 32);
       const uint8_t* q = qs + 16 * ib;
       float* y = out + 32 * ib;
+      float v[16];  // the 16 possible outputs (the same fp32 products), then a plain lookup
+      for (int k = 0; k < 16; ++k) v[k] = dl * static_cast<float>(kIq4Values[k]);
       for (int j = 0; j < 16; ++j) {
-        y[j] = dl * static_cast<float>(kIq4Values[q[j] & 15]);
-        y[j + 16] = dl * static_cast<float>(kIq4Values[q[j] >> 4]);
+        y[j] = v[q[j] & 15];
+        y[j + 16] = v[q[j] >> 4];
       }
     }
   }
@@ -71,18 +73,19 @@ void QuantizeIQ4_XS(const float* in, std::byte* blocks, int64_t n) {
       const float* x = in + 32 * ib;
       int best_l = 0;
       if (d > 0.0f && amax[ib] > 0.0f) {
-        int big_l = std::clamp(static_cast<int>(std::ceil(amax[ib] / 127.0f / d)), 1, 31);
+        // Clamped as floats first: a saturated d can leave the quotients beyond int's range.
+        int big_l = static_cast<int>(std::clamp(std::ceil(amax[ib] / 127.0f / d), 1.0f, 31.0f));
         while (big_l < 31 && d * static_cast<float>(big_l) * 127.0f < amax[ib]) ++big_l;
         best_l = max[ib] > 0.0f ? -big_l : big_l;
       }
-      Iq4Fit best = FitIq4(x, 32, d * static_cast<float>(best_l));
+      Iq4Fit best = FitIq4(x, d * static_cast<float>(best_l));
       const float base_max_err = best.max_err;
       if (best_l != 0) {
         for (float divisor : kIq4Divisors) {
-          const int mag = static_cast<int>(std::nearbyint(amax[ib] / divisor / d));
+          const int mag = static_cast<int>(std::min(std::nearbyint(amax[ib] / divisor / d), 32.0f));
           for (int l : {std::min(mag, 31), -std::min(mag, 32)}) {
             if (l == 0) continue;
-            const Iq4Fit f = FitIq4(x, 32, d * static_cast<float>(l));
+            const Iq4Fit f = FitIq4(x, d * static_cast<float>(l));
             if (BetterIq4(f, best, base_max_err)) {
               best = f;
               best_l = l;
@@ -93,10 +96,10 @@ void QuantizeIQ4_XS(const float* in, std::byte* blocks, int64_t n) {
       const int ls = best_l + 32;
       scales_l[ib / 2] |= static_cast<uint8_t>((ls & 15) << (4 * (ib % 2)));
       scales_h |= static_cast<uint16_t>((ls >> 4) << (2 * ib));
-      const float dl = d * static_cast<float>(best_l);
+      const float inv = Iq4Inverse(d * static_cast<float>(best_l));
       for (int j = 0; j < 16; ++j) {
-        qs[16 * ib + j] =
-            static_cast<uint8_t>(NearestIq4Code(x[j], dl) | (NearestIq4Code(x[j + 16], dl) << 4));
+        qs[16 * ib + j] = static_cast<uint8_t>(NearestIq4Code(x[j] * inv) |
+                                               (NearestIq4Code(x[j + 16] * inv) << 4));
       }
     }
     StoreU16(blocks, dh);

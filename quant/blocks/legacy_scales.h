@@ -44,7 +44,8 @@ inline SymmetricChoice ChooseSymmetric(const float* x, int n, int half) {
 // Code for x under ChooseSymmetric's id: in [0, 2*half - 1].
 inline int SymmetricCode(float x, float id, int half) {
   const float v = x * id + (static_cast<float>(half) + 0.5f);
-  return std::clamp(static_cast<int>(v), 0, 2 * half - 1);
+  // Truncation (v >= 0 in range); clamped as a float first for blocks beyond fp16's range.
+  return static_cast<int>(std::clamp(v, 0.0f, static_cast<float>(2 * half - 1)));
 }
 
 struct MinChoice {

@@ -20,7 +20,7 @@ namespace {
 constexpr int kBytes = 84;
 }  // namespace
 
-void DequantizeQ2_K(const std::byte* blocks, float* out, int64_t n) {
+void DequantizeQ2_K(const std::byte* blocks, float* __restrict out, int64_t n) {
   for (int64_t b = 0; b < n / kSuperBlock; ++b, blocks += kBytes, out += kSuperBlock) {
     const auto* scales = reinterpret_cast<const uint8_t*>(blocks);
     const auto* qs = reinterpret_cast<const uint8_t*>(blocks + 16);

@@ -12,7 +12,7 @@
 //     high 2 bits = (scales[8 + i % 4] >> 2 * (i / 4)) & 3
 //   y = dl * q with dl = d * (u - 32) rounded to fp32 (ggml's order).
 //
-// Quantizer: the symmetric scale search of k_quant_scales.h (q in -3..3, u - 32 in 0..31).
+// Quantizer: the symmetric scale search of k_quant_scales.h (q in -4..3, u - 32 in -32..31).
 // Per sub-block i with a_i = max |x| over its 16 elements:
 //   |x - y| <= a_i / 6 + amax / 180 + 2^-24   (amax over the whole super-block).
 #include "quant/blocks/blocks.h"
@@ -30,7 +30,7 @@ inline int ScaleCode(const uint8_t* s, int i) {
 }
 }  // namespace
 
-void DequantizeQ3_K(const std::byte* blocks, float* out, int64_t n) {
+void DequantizeQ3_K(const std::byte* blocks, float* __restrict out, int64_t n) {
   for (int64_t b = 0; b < n / kSuperBlock; ++b, blocks += kBytes, out += kSuperBlock) {
     const auto* hmask = reinterpret_cast<const uint8_t*>(blocks);
     const auto* qs = reinterpret_cast<const uint8_t*>(blocks + 32);

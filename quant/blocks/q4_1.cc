@@ -18,7 +18,7 @@ constexpr int kBlock = 32;
 constexpr int kBytes = 20;
 }  // namespace
 
-void DequantizeQ4_1(const std::byte* blocks, float* out, int64_t n) {
+void DequantizeQ4_1(const std::byte* blocks, float* __restrict out, int64_t n) {
   for (int64_t b = 0; b < n / kBlock; ++b, blocks += kBytes, out += kBlock) {
     const float d = Fp16ToFloat(LoadU16(blocks));
     const float m = Fp16ToFloat(LoadU16(blocks + 2));

@@ -17,14 +17,16 @@ constexpr int kBlock = 32;
 constexpr int kBytes = 22;
 }  // namespace
 
-void DequantizeQ5_0(const std::byte* blocks, float* out, int64_t n) {
+void DequantizeQ5_0(const std::byte* blocks, float* __restrict out, int64_t n) {
   for (int64_t b = 0; b < n / kBlock; ++b, blocks += kBytes, out += kBlock) {
     const float d = Fp16ToFloat(LoadU16(blocks));
     const uint32_t qh = LoadU32(blocks + 2);
     const auto* qs = reinterpret_cast<const uint8_t*>(blocks + 6);
+    uint8_t high[32];  // the 5th bits spread to bytes first: per-lane shifts do not vectorize
+    for (int j = 0; j < 32; ++j) high[j] = static_cast<uint8_t>(((qh >> j) & 1u) << 4);
     for (int j = 0; j < 16; ++j) {
-      const int q0 = (qs[j] & 15) | static_cast<int>(((qh >> j) & 1u) << 4);
-      const int q1 = (qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
+      const int q0 = (qs[j] & 15) | high[j];
+      const int q1 = (qs[j] >> 4) | high[j + 16];
       out[j] = static_cast<float>(q0 - 16) * d;
       out[j + 16] = static_cast<float>(q1 - 16) * d;
     }

@@ -21,7 +21,7 @@ namespace {
 constexpr int kBytes = 176;
 }  // namespace
 
-void DequantizeQ5_K(const std::byte* blocks, float* out, int64_t n) {
+void DequantizeQ5_K(const std::byte* blocks, float* __restrict out, int64_t n) {
   for (int64_t b = 0; b < n / kSuperBlock; ++b, blocks += kBytes, out += kSuperBlock) {
     const float d = Fp16ToFloat(LoadU16(blocks));
     const float dmin = Fp16ToFloat(LoadU16(blocks + 2));

@@ -170,6 +170,36 @@ INSTANTIATE_TEST_SUITE_P(AllQuantized, QuantizeTest,
                            return std::string(Traits(p.param).name);
                          });
 
+// Inputs beyond what a type's fp16 scales can hold (|x| up to 3e38) and binary32 denormals are
+// outside the documented bounds, but still quantize deterministically into valid blocks that
+// decode to finite values (the scales saturate); the sanitizer builds check no step is
+// undefined (e.g. float-to-int conversions of out-of-range quotients).
+TEST_P(QuantizeTest, ExtremeInputsDecodeToFiniteValues) {
+  const BlockTraits& t = Traits(GetParam());
+  std::vector<float> x(static_cast<size_t>(kN));
+  std::mt19937 rng(7);
+  for (int64_t i = 0; i < kN; ++i) {
+    const int kind = static_cast<int>(i / 256);  // one super-block per kind
+    const float u = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+    x[i] = kind == 0 ? u * 3e38f : kind == 1 ? u * 1e-40f : kind == 2 ? u * 1e9f : u;
+  }
+  x[300] = -3.4e38f;
+  std::vector<std::byte> q(static_cast<size_t>(*RowBytes(t.type, kN))), q2(q.size());
+  QuantizeRows(t.type, x.data(), 1, kN, q.data());
+  QuantizeRows(t.type, x.data(), 1, kN, q2.data());
+  EXPECT_EQ(std::memcmp(q.data(), q2.data(), q.size()), 0);
+  std::vector<float> y(x.size());
+  DequantizeRows(t.type, q.data(), 1, kN, y.data());
+  for (int64_t i = 0; i < kN; ++i) ASSERT_TRUE(std::isfinite(y[i])) << t.name << " " << i;
+  // The ordinary last super-block is unaffected by its neighbours.
+  for (int64_t i = 768; i < kN; ++i) {
+    const float* block = x.data() + i / t.block_elements * t.block_elements;
+    EXPECT_LE(std::fabs(static_cast<double>(x[i]) - y[i]),
+              Bound(t.type, block, static_cast<int>(i % t.block_elements)))
+        << t.name << " " << i;
+  }
+}
+
 // F16 / BF16 "quantize" to the nearest code (ties to even): no neighbouring code is closer.
 TEST(QuantizeTest, HalfAndBf16RoundToNearest) {
   std::mt19937 rng(5);

@@ -57,6 +57,35 @@ double RefBf16(uint16_t h) {
   return sign ? -mag : mag;
 }
 
+int RefSixBitCodes(uint32_t ggml_type_id, const uint8_t* blk, int* codes) {
+  switch (ggml_type_id) {
+    case 12:    // Q4_K
+    case 13: {  // Q5_K
+      for (int j = 0; j < 8; ++j) ScaleMin6(blk + 4, j, &codes[j], &codes[8 + j]);
+      return 16;
+    }
+    case 11: {  // Q3_K: low 4 bits from scales[i % 8] (low or high nibble), high 2 bits from
+                // scales[8 + i % 4] at bit 2 * (i / 4)
+      const uint8_t* s = blk + 96;
+      for (int i = 0; i < 16; ++i) {
+        codes[i] =
+            (i < 8 ? Low4(s[i]) : High4(s[i - 8])) + 16 * ((s[8 + i % 4] >> (2 * (i / 4))) % 4);
+      }
+      return 16;
+    }
+    case 23: {  // IQ4_XS
+      const int scales_h = U16(blk + 2);
+      for (int ib = 0; ib < 8; ++ib) {
+        const int low = ib % 2 ? High4(blk[4 + ib / 2]) : Low4(blk[4 + ib / 2]);
+        codes[ib] = low + 16 * ((scales_h >> (2 * ib)) % 4);
+      }
+      return 8;
+    }
+    default:
+      return 0;
+  }
+}
+
 // Q8_0: [d f16 | qs[32] int8]; y = q * d.
 void RefDecodeQ8_0(const uint8_t* blk, float* out) {
   const double d = RefFp16(U16(blk));
