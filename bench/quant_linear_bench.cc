@@ -65,7 +65,11 @@ float ReadRange(const float* p, int64_t n) {
 double ReadRooflineGBs(int repeats) {
   const int64_t n = kColdBytes / 4;
   float* buf = static_cast<float*>(std::aligned_alloc(64, kColdBytes));
-  for (int64_t i = 0; i < n; ++i) buf[i] = 1.0f;
+  uint32_t lcg = 1;  // distinct page contents (identical pages may be merged by the host)
+  for (int64_t i = 0; i < n; ++i) {
+    lcg = lcg * 1664525u + 1013904223u;
+    buf[i] = static_cast<float>(lcg >> 8) * 1e-7f;
+  }
   const int64_t chunk = (1 << 20) / 4;
   std::vector<float> sink(64);
   std::vector<double> t;
@@ -135,7 +139,19 @@ void BenchShape(const Shape& s, int repeats, double roofline) {
     const double bytes = static_cast<double>(first->bytes());
     mats.push_back(std::move(*first));
     const int copies = std::max<int>(1, static_cast<int>(kColdBytes / bytes));
-    for (int c = 1; c < copies; ++c) mats.push_back(std::move(*kq::QuantMatrix::Pack({&src, 1}, s.in)));
+    for (int c = 1; c < copies; ++c) {
+      // Every copy different (identical pages may be merged by the host and then share the
+      // cache): flip code bits, never the scale fields, so every block stays valid.
+      std::vector<std::byte> f = file;
+      const int blocks = static_cast<int>(f.size() / tr.block_bytes);
+      const int lo = type == BlockType::kQ8_0 ? 2 : type == BlockType::kQ4_K ? 16 : 0;
+      const int hi = type == BlockType::kQ6_K ? 192 : tr.block_bytes;
+      std::mt19937 bits(c);
+      for (int b = 0; b < blocks; ++b)
+        for (int i = lo; i < hi; ++i) f[static_cast<size_t>(b) * tr.block_bytes + i] = std::byte(bits() & 0xff);
+      const kq::QuantSource fs{type, f.data(), s.out, row_bytes};
+      mats.push_back(std::move(*kq::QuantMatrix::Pack({&fs, 1}, s.in)));
+    }
     for (int rows : row_counts) {
       const int n_copies = rows == 1 ? copies : 1;
       const int calls = rows >= 512 ? std::max(3, repeats / 10) : repeats;
@@ -161,7 +177,10 @@ void BenchShape(const Shape& s, int repeats, double roofline) {
     const double bytes = 2.0 * elems;
     const int copies = std::max<int>(1, static_cast<int>(kColdBytes / bytes));
     std::vector<std::vector<uint16_t>> packed(copies, std::vector<uint16_t>(elems));
-    for (auto& p : packed) {
+    for (size_t c = 0; c < packed.size(); ++c) {
+      auto& p = packed[c];
+      std::mt19937 bits(static_cast<uint32_t>(c));  // distinct copies: random values below 1
+      if (c > 0) for (uint16_t& v : h) v = static_cast<uint16_t>(bits() & (kind == 0 ? 0x3bff : 0x3f7f));
       if (kind == 0) {
         cpu::PackLinearWeightsFp16(h.data(), s.out, s.in, p.data());
       } else {
@@ -186,15 +205,17 @@ void BenchShape(const Shape& s, int repeats, double roofline) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int threads = 2, repeats = 40;
+  int threads = 2, repeats = 40, shapes = 2;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--threads") == 0) threads = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--repeats") == 0) repeats = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--shapes") == 0) shapes = std::atoi(argv[i + 1]);  // 0: roofline only
   }
   cpu::SetComputeThreads(threads);
   const double roofline = ReadRooflineGBs(7);
   std::printf("threads %d, read roofline %.2f GB/s (median of 7 sweeps over %zu MiB)\n", cpu::ComputeThreads(),
               roofline, kColdBytes >> 20);
-  for (const Shape& s : {Shape{2048, 8192}, Shape{4096, 4096}}) BenchShape(s, repeats, roofline);
+  const Shape all[] = {Shape{4096, 4096}, Shape{2048, 8192}};
+  for (int i = 0; i < std::min(shapes, 2); ++i) BenchShape(all[i], repeats, roofline);
   return 0;
 }
