@@ -43,6 +43,26 @@ struct SymmetricSuperBlock {
 };
 
 // x: 256 finite floats; sub_count * sub_len == 256, sub_count <= 16.
+// Q4_K / Q5_K's 12 scale bytes: eight 6-bit (sc, mn) pairs, sub-block j:
+//   j < 4:  sc = s[j] & 63,                        mn = s[j+4] & 63
+//   j >= 4: sc = (s[j+4] & 15) | (s[j-4] >> 6) << 4, mn = (s[j+4] >> 4) | (s[j] >> 6) << 4
+inline void ScaleMinK4(const uint8_t* s, int j, float* sc, float* mn) {
+  if (j < 4) {
+    *sc = static_cast<float>(s[j] & 63);
+    *mn = static_cast<float>(s[j + 4] & 63);
+  } else {
+    *sc = static_cast<float>((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4));
+    *mn = static_cast<float>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+  }
+}
+inline void PackScaleMinK4(const AffineSuperBlock& sb, uint8_t* s) {
+  for (int j = 0; j < 4; ++j) {
+    s[j] = static_cast<uint8_t>(sb.sc[j] | ((sb.sc[j + 4] >> 4) << 6));
+    s[j + 4] = static_cast<uint8_t>(sb.mn[j] | ((sb.mn[j + 4] >> 4) << 6));
+    s[j + 8] = static_cast<uint8_t>((sb.sc[j + 4] & 15) | ((sb.mn[j + 4] & 15) << 4));
+  }
+}
+
 void QuantizeAffineSuperBlock(const float* x, int sub_count, int scale_max, int q_max,
                               AffineSuperBlock* out);
 void QuantizeSymmetricSuperBlock(const float* x, int sub_count, int scale_max, int q_max,

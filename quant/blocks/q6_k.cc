@@ -24,7 +24,7 @@ namespace {
 constexpr int kBytes = 210;
 }  // namespace
 
-void DequantizeQ6_K(const std::byte* blocks, float* out, int64_t n) {
+void DequantizeQ6_K(const std::byte* blocks, float* __restrict out, int64_t n) {
   for (int64_t b = 0; b < n / kSuperBlock; ++b, blocks += kBytes, out += kSuperBlock) {
     const auto* ql = reinterpret_cast<const uint8_t*>(blocks);
     const auto* qh = reinterpret_cast<const uint8_t*>(blocks + 128);
@@ -36,16 +36,18 @@ void DequantizeQ6_K(const std::byte* blocks, float* out, int64_t n) {
       float* y = out + 128 * h;
       float ds[8];
       for (int k = 0; k < 8; ++k) ds[k] = d * static_cast<float>(sc[8 * h + k]);
-      for (int l = 0; l < 32; ++l) {
-        const int is = l / 16;
-        const int q0 = ((l0[l] & 15) | (((hb[l] >> 0) & 3) << 4)) - 32;
-        const int q1 = ((l0[l + 32] & 15) | (((hb[l] >> 2) & 3) << 4)) - 32;
-        const int q2 = ((l0[l] >> 4) | (((hb[l] >> 4) & 3) << 4)) - 32;
-        const int q3 = ((l0[l + 32] >> 4) | (((hb[l] >> 6) & 3) << 4)) - 32;
-        y[l] = ds[is] * static_cast<float>(q0);
-        y[l + 32] = ds[is + 2] * static_cast<float>(q1);
-        y[l + 64] = ds[is + 4] * static_cast<float>(q2);
-        y[l + 96] = ds[is + 6] * static_cast<float>(q3);
+      for (int is = 0; is < 2; ++is) {  // 16 elements per scale: a constant in the inner loop
+        const float s0 = ds[is], s1 = ds[is + 2], s2 = ds[is + 4], s3 = ds[is + 6];
+        for (int l = 16 * is; l < 16 * is + 16; ++l) {
+          const int q0 = ((l0[l] & 15) | (((hb[l] >> 0) & 3) << 4)) - 32;
+          const int q1 = ((l0[l + 32] & 15) | (((hb[l] >> 2) & 3) << 4)) - 32;
+          const int q2 = ((l0[l] >> 4) | (((hb[l] >> 4) & 3) << 4)) - 32;
+          const int q3 = ((l0[l + 32] >> 4) | (((hb[l] >> 6) & 3) << 4)) - 32;
+          y[l] = s0 * static_cast<float>(q0);
+          y[l + 32] = s1 * static_cast<float>(q1);
+          y[l + 64] = s2 * static_cast<float>(q2);
+          y[l + 96] = s3 * static_cast<float>(q3);
+        }
       }
     }
   }

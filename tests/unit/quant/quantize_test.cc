@@ -38,9 +38,43 @@ double RangeWithZero(const float* x, int n) {
 // The documented bound on |x - y| for element i of `block` (block_elements floats).
 double Bound(BlockType type, const float* block, int i) {
   const double amax = MaxAbs(block, Traits(type).block_elements);
+  const double n = Traits(type).block_elements;
+  double lo = 0, hi = 0;  // the block's min and max
+  for (int k = 0; k < n; ++k) {
+    lo = std::min(lo, k == 0 ? block[0] : static_cast<double>(block[k]));
+    hi = std::max(hi, k == 0 ? block[0] : static_cast<double>(block[k]));
+  }
   switch (type) {
+    case BlockType::kQ4_0:
+      return amax / 7.9 + std::ldexp(1.0, -21);
+    case BlockType::kQ5_0:
+      return amax / 15.5 + std::ldexp(1.0, -20);
+    case BlockType::kQ4_1:
+      return (hi - lo) / 29.9 + amax / 16000 + std::ldexp(1.0, -23);
+    case BlockType::kQ5_1:
+      return (hi - lo) / 61.8 + amax / 32000 + std::ldexp(1.0, -23);
     case BlockType::kQ8_0:
       return amax / 225 + std::ldexp(1.0, -18);
+    case BlockType::kQ2_K: {
+      const float* sub = block + i / 16 * 16;
+      return RangeWithZero(sub, 16) / 6 + amax / 29 + std::ldexp(1.0, -22);
+    }
+    case BlockType::kQ3_K: {
+      const float* sub = block + i / 16 * 16;
+      return MaxAbs(sub, 16) / 6 + amax / 180 + std::ldexp(1.0, -24);
+    }
+    case BlockType::kQ5_K: {
+      const float* sub = block + i / 32 * 32;
+      return RangeWithZero(sub, 32) / 62 + amax / 1250 + std::ldexp(1.0, -22);
+    }
+    case BlockType::kIQ4_NL:
+      return amax / 9 + std::ldexp(1.0, -20);
+    case BlockType::kIQ4_XS: {
+      const float* sub = block + i / 32 * 32;
+      return MaxAbs(sub, 32) / 9 + amax / 280 + std::ldexp(1.0, -20);
+    }
+    case BlockType::kMXFP4:
+      return amax / 4 + std::ldexp(1.0, -126);
     case BlockType::kQ4_K: {
       const float* sub = block + i / 32 * 32;
       return RangeWithZero(sub, 32) / 30 + amax / 600 + std::ldexp(1.0, -22);
@@ -127,7 +161,11 @@ TEST_P(QuantizeTest, RoundTripWithinDocumentedBound) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllQuantized, QuantizeTest,
-                         ::testing::Values(BlockType::kQ8_0, BlockType::kQ4_K, BlockType::kQ6_K),
+                         ::testing::Values(BlockType::kQ4_0, BlockType::kQ4_1, BlockType::kQ5_0,
+                                           BlockType::kQ5_1, BlockType::kQ8_0, BlockType::kQ2_K,
+                                           BlockType::kQ3_K, BlockType::kQ4_K, BlockType::kQ5_K,
+                                           BlockType::kQ6_K, BlockType::kIQ4_NL, BlockType::kIQ4_XS,
+                                           BlockType::kMXFP4),
                          [](const ::testing::TestParamInfo<BlockType>& p) {
                            return std::string(Traits(p.param).name);
                          });
