@@ -32,19 +32,19 @@ struct TypeInfo {
 
 const std::vector<TypeInfo>& Types() {
   static const std::vector<TypeInfo> types = {
-      // TEMP {BlockType::kQ4_0, "Q4_0", 32, 18, ref::RefDecodeQ4_0, {0}},
-      // TEMP {BlockType::kQ4_1, "Q4_1", 32, 20, ref::RefDecodeQ4_1, {0, 2}},
-      // TEMP {BlockType::kQ5_0, "Q5_0", 32, 22, ref::RefDecodeQ5_0, {0}},
-      // TEMP {BlockType::kQ5_1, "Q5_1", 32, 24, ref::RefDecodeQ5_1, {0, 2}},
+      {BlockType::kQ4_0, "Q4_0", 32, 18, ref::RefDecodeQ4_0, {0}},
+      {BlockType::kQ4_1, "Q4_1", 32, 20, ref::RefDecodeQ4_1, {0, 2}},
+      {BlockType::kQ5_0, "Q5_0", 32, 22, ref::RefDecodeQ5_0, {0}},
+      {BlockType::kQ5_1, "Q5_1", 32, 24, ref::RefDecodeQ5_1, {0, 2}},
       {BlockType::kQ8_0, "Q8_0", 32, 34, ref::RefDecodeQ8_0, {0}},
-      // TEMP {BlockType::kQ2_K, "Q2_K", 256, 84, ref::RefDecodeQ2_K, {80, 82}},
-      // TEMP {BlockType::kQ3_K, "Q3_K", 256, 110, ref::RefDecodeQ3_K, {108}},
+      {BlockType::kQ2_K, "Q2_K", 256, 84, ref::RefDecodeQ2_K, {80, 82}},
+      {BlockType::kQ3_K, "Q3_K", 256, 110, ref::RefDecodeQ3_K, {108}},
       {BlockType::kQ4_K, "Q4_K", 256, 144, ref::RefDecodeQ4_K, {0, 2}},
-      // TEMP {BlockType::kQ5_K, "Q5_K", 256, 176, ref::RefDecodeQ5_K, {0, 2}},
+      {BlockType::kQ5_K, "Q5_K", 256, 176, ref::RefDecodeQ5_K, {0, 2}},
       {BlockType::kQ6_K, "Q6_K", 256, 210, ref::RefDecodeQ6_K, {208}},
-      // TEMP {BlockType::kIQ4_NL, "IQ4_NL", 32, 18, ref::RefDecodeIQ4_NL, {0}},
-      // TEMP {BlockType::kIQ4_XS, "IQ4_XS", 256, 136, ref::RefDecodeIQ4_XS, {0}},
-      // TEMP {BlockType::kMXFP4, "MXFP4", 32, 17, ref::RefDecodeMXFP4, {}},
+      {BlockType::kIQ4_NL, "IQ4_NL", 32, 18, ref::RefDecodeIQ4_NL, {0}},
+      {BlockType::kIQ4_XS, "IQ4_XS", 256, 136, ref::RefDecodeIQ4_XS, {0}},
+      {BlockType::kMXFP4, "MXFP4", 32, 17, ref::RefDecodeMXFP4, {}},
       {BlockType::kF32, "F32", 1, 4, nullptr, {}},
       {BlockType::kF16, "F16", 1, 2, nullptr, {}},
       {BlockType::kBF16, "BF16", 1, 2, nullptr, {}},
@@ -244,7 +244,7 @@ TEST(QuantLinear, EveryTypeEveryBatchShape) {
 
 TEST(QuantLinear, MixedSegmentsLikeQ4KM) {
   // qkv of a Q4_K_M file: Q4_K q and k, Q6_K v; then Q8_0 and F16 rows stacked under them.
-  RunCase({{BlockType::kQ4_K, BlockType::kQ6_K, BlockType::kQ8_0, BlockType::kF16, BlockType::kQ8_0},
+  RunCase({{BlockType::kQ4_K, BlockType::kQ6_K, BlockType::kQ8_0, BlockType::kF16, BlockType::kQ5_0},
            {40, 24, 9, 5, 17},
            512},
           {1, 3, 8, 37}, 99);
@@ -285,7 +285,7 @@ TEST(QuantLinear, RejectsBadShapesNamingTheType) {
 TEST(QuantLinear, BytesStayCloseToTheFile) {
   std::mt19937 rng(3);
   const int64_t in = 4096, out = 64;
-  for (BlockType t : {BlockType::kQ8_0, BlockType::kQ4_K, BlockType::kQ6_K}) {  // TEMP + Q4_0 Q5_K
+  for (BlockType t : {BlockType::kQ4_0, BlockType::kQ8_0, BlockType::kQ4_K, BlockType::kQ5_K, BlockType::kQ6_K}) {
     Weights m = MakeWeights(t, out, in, rng);
     QuantSource s{t, m.data.data(), m.rows, m.row_bytes};
     absl::StatusOr<QuantMatrix> qm = QuantMatrix::Pack({&s, 1}, in);
