@@ -199,9 +199,22 @@ constexpr int64_t kMaxChunks = 32;
 
 int PIndex(int p) { return p == 4 ? 2 : p - 1; }
 
-void QuantLinearWith(bool portable, const float* x, int64_t x_stride, const QuantMatrix& w, const float* bias,
+// The kernel family of a call; one per process for QuantLinear (see Family()).
+enum class Family { kVnni, kAvx2, kPortable };
+
+const QKernelTable& TableOf(Family f, const PanelFormat& format) {
+  switch (f) {
+    case Family::kVnni: return Avx512VnniKernels(format);
+    case Family::kAvx2: return Avx2Kernels(format);
+    case Family::kPortable: break;
+  }
+  return PortableKernels();
+}
+
+void QuantLinearWith(Family family, const float* x, int64_t x_stride, const QuantMatrix& w, const float* bias,
                      float* y, int64_t y_stride, int64_t rows, bool accumulate) {
   if (rows <= 0) return;
+  const bool portable = family == Family::kPortable;
   const QuantMatrix::Impl& m = w.impl();
   const int in = static_cast<int>(m.in);
   // Dense segments: packed_linear (its own parallel loop).
@@ -262,7 +275,7 @@ void QuantLinearWith(bool portable, const float* x, int64_t x_stride, const Quan
     const int64_t groups = (s.panels + group - 1) / group;
     const int64_t p0 = groups * sc / chunks * group;
     const int64_t p1 = std::min(s.panels, groups * (sc + 1) / chunks * group);
-    const QKernelTable& kt = portable ? PortableKernels() : Avx512VnniKernels(s.entry->format);
+    const QKernelTable& kt = TableOf(family, s.entry->format);
     for (int64_t p = p0; p < p1;) {
       int np = static_cast<int>(std::min<int64_t>(group, p1 - p));
       if (np == 3) np = 2;
@@ -280,27 +293,39 @@ void QuantLinearWith(bool portable, const float* x, int64_t x_stride, const Quan
   });
 }
 
-bool UseVnni() { return CpuHasAvx512Vnni(); }
+Family ProcessFamily() {
+  static const Family f = CpuHasAvx512Vnni() ? Family::kVnni : CpuHasAvx2() ? Family::kAvx2 : Family::kPortable;
+  return f;
+}
 
 }  // namespace
 
 void QuantLinear(const float* x, int64_t x_stride, const QuantMatrix& w, const float* bias, float* y,
                  int64_t y_stride, int64_t rows, bool accumulate) {
-  QuantLinearWith(!UseVnni(), x, x_stride, w, bias, y, y_stride, rows, accumulate);
+  QuantLinearWith(ProcessFamily(), x, x_stride, w, bias, y, y_stride, rows, accumulate);
 }
 
 const char* QuantKernelName(BlockType type) {
   const TypeEntry* e = FindTypeEntry(type);
   if (e == nullptr) return "none";
   if (e->pack == nullptr) return PackedLinearKernelName();
-  if (UseVnni()) return e->generic ? "avx512-vnni (generic, slower)" : "avx512-vnni";
+  switch (ProcessFamily()) {
+    case Family::kVnni: return e->generic ? "avx512-vnni (generic, slower)" : "avx512-vnni";
+    case Family::kAvx2: return e->generic ? "avx2 (generic, slower)" : "avx2";
+    case Family::kPortable: break;
+  }
   return e->generic ? "portable (generic, slower)" : "portable";
 }
 
 namespace internal {
 void QuantLinearPortable(const float* x, int64_t x_stride, const QuantMatrix& w, const float* bias, float* y,
                          int64_t y_stride, int64_t rows, bool accumulate) {
-  QuantLinearWith(true, x, x_stride, w, bias, y, y_stride, rows, accumulate);
+  QuantLinearWith(Family::kPortable, x, x_stride, w, bias, y, y_stride, rows, accumulate);
+}
+bool HasAvx2Kernels() { return CpuHasAvx2(); }
+void QuantLinearAvx2(const float* x, int64_t x_stride, const QuantMatrix& w, const float* bias, float* y,
+                     int64_t y_stride, int64_t rows, bool accumulate) {
+  QuantLinearWith(Family::kAvx2, x, x_stride, w, bias, y, y_stride, rows, accumulate);
 }
 }  // namespace internal
 

@@ -181,13 +181,17 @@ void RunCase(const Case& c, const std::vector<int64_t>& batch_rows, uint32_t see
     SCOPED_TRACE(CaseName(c, rows));
     const std::vector<float> x = MakeActivations(rows, c.in, rng);
     const int64_t y_stride = out + 3;
-    for (int kernel = 0; kernel < 2; ++kernel) {
-      SCOPED_TRACE(kernel == 0 ? "default kernel" : "portable kernel");
+    std::vector<float> y_default;
+    for (int kernel = 0; kernel < 3; ++kernel) {
+      if (kernel == 2 && !internal::HasAvx2Kernels()) continue;
+      SCOPED_TRACE(kernel == 0 ? "default kernel" : kernel == 1 ? "portable kernel" : "avx2 kernel");
       auto run = [&](const float* xp, int64_t n, float* yp, const float* b, bool acc) {
         if (kernel == 0) {
           QuantLinear(xp, c.in, *qm, b, yp, y_stride, n, acc);
-        } else {
+        } else if (kernel == 1) {
           internal::QuantLinearPortable(xp, c.in, *qm, b, yp, y_stride, n, acc);
+        } else {
+          internal::QuantLinearAvx2(xp, c.in, *qm, b, yp, y_stride, n, acc);
         }
       };
       // y = x w^T + bias, then y += x w^T (accumulate, no bias).
@@ -221,6 +225,11 @@ void RunCase(const Case& c, const std::vector<int64_t>& batch_rows, uint32_t see
           }
         }
         EXPECT_EQ(y[r * y_stride + out], 1234.0f) << "wrote past the outputs";
+      }
+      // The AVX2 kernels compute the VNNI kernels' int32 sums and fp32 steps: same bits.
+      if (kernel == 0) y_default = y;
+      if (kernel == 2 && std::string(QuantKernelName(c.types[0])).rfind("avx512-vnni", 0) == 0) {
+        for (int64_t i = 0; i < rows * y_stride; ++i) ASSERT_EQ(y[i], y_default[i]) << "element " << i;
       }
       // Batch invariance: each row alone gives the same bits as in the batch.
       for (int64_t r = 0; r < rows; r += std::max<int64_t>(1, rows / 4)) {
