@@ -46,12 +46,16 @@
 //
 // Error bound (tested in tests/unit/kernels/quant): with w the dequantized weights, x̂ = dx*q
 // the rounded activations (|x - x̂| <= dx/2 = amax_b/254 per element),
-//   |y - Σ w x| <= Σ_k |w_k| * amax_b(k) / 254                        (activation rounding)
-//                + (in/32 + 4) * 2^-24 * 4 * Σ_k W_b(k) * amax_b(k)    (fp32 rounding)
-// where amax_b(k) is the largest |x| in k's activation block and W_b(k) the largest |w| in
-// k's 32-element weight block (4 W_b bounds |a*code| + |b| for every scheme: e.g. Q8_0's
-// code = q + 128 gives |a*code| <= 255 d <= 2.01 W_b). The first term dominates: it is
-// ~0.4 % of Σ|w|*amax_b, the same cost llama.cpp's Q8_0/Q8_K activations have.
+//   |y - Σ w x| <= Σ_k |w_k| * amax_b(k) / 254                       (activation rounding)
+//                + (in/32 + 4) * 2^-24 * Σ_k S(k) * amax_b(k)          (fp32 rounding)
+// where amax_b(k) is the largest |x| in k's activation block and S(k) = |a|*max code + |b| of
+// k's scale group: each block adds its terms a*dx*Σ code*q and b*dx*Σq (each at most
+// 32 * S * amax_b) into an fp32 accumulator, one rounding per operation, at most in/32 + 4
+// roundings in a chain. When a block's codes span their range (as quantizers make them),
+// S <= ~4 W_b with W_b the block's largest |w| (e.g. Q8_0: code = q + 128, |a*code| + |b| <=
+// 383 d against W_b = 127 d); the test uses 8 W_b. The first term dominates: about 0.4 % of
+// Σ|w|*amax_b, the cost llama.cpp's Q8_0/Q8_K activations have too. F32/F16/BF16 segments run
+// packed_linear's fp32 kernels: fp32 rounding only.
 #pragma once
 
 #include <cstddef>

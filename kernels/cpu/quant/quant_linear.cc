@@ -180,11 +180,15 @@ void QuantizeRow(const float* x, int64_t in, int64_t in_pad, int8_t* q, ActBlock
     const float dx = amax / 127.0f;
     const float inv = dx > 0 ? 1.0f / dx : 0.0f;
     int32_t lo = 0, hi = 0;
+    // Round to nearest, ties to even, by the 1.5 * 2^23 trick (|x * inv| <= 127 + ulp): no libm
+    // call per element, and the loop vectorizes.
+    constexpr float kMagic = 12582912.0f;
     for (int i = 0; i < kBlock; ++i) {
-      const int v = static_cast<int>(std::nearbyint(xb[i] * inv));  // ties to even
-      qb[i] = static_cast<int8_t>(std::clamp(v, -127, 127));
-      (i < 16 ? lo : hi) += qb[i];
+      const float v = (xb[i] * inv + kMagic) - kMagic;
+      qb[i] = static_cast<int8_t>(std::clamp(static_cast<int>(v), -127, 127));
     }
+    for (int i = 0; i < 16; ++i) lo += qb[i];
+    for (int i = 16; i < kBlock; ++i) hi += qb[i];
     ab.dx = dx;
     ab.sx = dx * static_cast<float>(lo + hi);
     ab.sx_lo = dx * static_cast<float>(lo);
