@@ -76,7 +76,7 @@ KVS_AVX2_TARGET void PanelRows(const QTile& t, int panel, int r0, float out[][kP
   constexpr bool kBytesC = C == Codes::kBytes;
   __m256 acc[NR][2];
   for (int r = 0; r < NR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-  const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(16), b5 = _mm256_set1_epi8(32);
+  const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(16), x30 = _mm256_set1_epi8(0x30);
   const __m256 voff = _mm256_set1_ps(t.format.off);
   const uint8_t* base = t.panels + panel * t.panel_bytes;
   for (int64_t u = 0; u < t.units; ++u) {
@@ -105,13 +105,16 @@ KVS_AVX2_TARGET void PanelRows(const QTile& t, int panel, int r0, float out[][kP
             const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 64 * j + 32 * h));
             __m256i wl = _mm256_and_si256(v, m4);
             __m256i wh = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-            if constexpr (C == Codes::kNibHi1 || C == Codes::kNibHi2) {
+            if constexpr (C == Codes::kNibHi1) {
               wl = _mm256_add_epi8(wl, MaskBytes(Mask32(codes + 256 + 8 * j + 4 * h), b4));
               wh = _mm256_add_epi8(wh, MaskBytes(Mask32(codes + 256 + 8 * (j + 4) + 4 * h), b4));
             }
-            if constexpr (C == Codes::kNibHi2) {
-              wl = _mm256_add_epi8(wl, MaskBytes(Mask32(codes + 320 + 8 * j + 4 * h), b5));
-              wh = _mm256_add_epi8(wh, MaskBytes(Mask32(codes + 320 + 8 * (j + 4) + 4 * h), b5));
+            if constexpr (C == Codes::kNibHi2) {  // crumbs: bits 4..5 of the codes
+              const __m256i hv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 256 + 64 * (j / 2) + 32 * h));
+              const __m256i hl = j % 2 == 0 ? _mm256_slli_epi16(hv, 4) : hv;
+              const __m256i hh = j % 2 == 0 ? _mm256_slli_epi16(hv, 2) : _mm256_srli_epi16(hv, 2);
+              wl = _mm256_or_si256(wl, _mm256_and_si256(hl, x30));
+              wh = _mm256_or_si256(wh, _mm256_and_si256(hh, x30));
             }
             for (int r = 0; r < NR; ++r) {
               const int8_t* xr = t.xq + (r0 + r) * t.xq_stride + kb * kBlock;

@@ -57,7 +57,7 @@ KVS_VNNI_TARGET void KernelVnni(const QTile& t) {
     for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   const __m512i b4 = _mm512_set1_epi8(16);
-  const __m512i b5 = _mm512_set1_epi8(32);
+  const __m512i b5x30 = _mm512_set1_epi8(0x30);
   const __m512 voff = _mm512_set1_ps(t.format.off);
 
   for (int64_t u = 0; u < t.units; ++u) {
@@ -105,13 +105,17 @@ KVS_VNNI_TARGET void KernelVnni(const QTile& t) {
             const __m512i v = _mm512_loadu_si512(rec + 64 * j);
             wl[p] = _mm512_and_si512(v, m4);
             wh[p] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-            if constexpr (C == Codes::kNibHi1 || C == Codes::kNibHi2) {
+            if constexpr (C == Codes::kNibHi1) {
               wl[p] = _mm512_mask_add_epi8(wl[p], Mask64(rec + 256 + 8 * j), wl[p], b4);
               wh[p] = _mm512_mask_add_epi8(wh[p], Mask64(rec + 256 + 8 * (j + 4)), wh[p], b4);
             }
             if constexpr (C == Codes::kNibHi2) {
-              wl[p] = _mm512_mask_add_epi8(wl[p], Mask64(rec + 320 + 8 * j), wl[p], b5);
-              wh[p] = _mm512_mask_add_epi8(wh[p], Mask64(rec + 320 + 8 * (j + 4)), wh[p], b5);
+              // Crumbs: bits 4..5 of the codes; 0xD8 = "C ? B : A" (take B where C = 0x30).
+              const __m512i h = _mm512_loadu_si512(rec + 256 + 64 * (j / 2));
+              const __m512i hl = j % 2 == 0 ? _mm512_slli_epi16(h, 4) : h;
+              const __m512i hh = j % 2 == 0 ? _mm512_slli_epi16(h, 2) : _mm512_srli_epi16(h, 2);
+              wl[p] = _mm512_ternarylogic_epi32(wl[p], hl, b5x30, 0xD8);
+              wh[p] = _mm512_ternarylogic_epi32(wh[p], hh, b5x30, 0xD8);
             }
           }
 #pragma GCC unroll 8

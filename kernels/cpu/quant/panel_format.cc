@@ -24,6 +24,18 @@ void WritePlane(const BlockCodes& code, int bit, uint8_t* dst) {
   }
 }
 
+// Bits 4..5 of the codes (panel_format.h, kNibHi2).
+void WriteCrumbs(const BlockCodes& code, uint8_t* dst) {
+  for (int c = 0; c < 2; ++c)
+    for (int row = 0; row < kPanelRows; ++row)
+      for (int e = 0; e < 4; ++e) {
+        auto h = [&](int k) { return (code[row][k] >> 4) & 3; };
+        const int j = 2 * c, j2 = 2 * c + 1;
+        dst[c * 64 + row * 4 + e] = static_cast<uint8_t>(h(4 * j + e) | h(16 + 4 * j + e) << 2 | h(4 * j2 + e) << 4 |
+                                                         h(16 + 4 * j2 + e) << 6);
+      }
+}
+
 float F16At(const uint8_t* p, int i) {
   uint16_t h;
   std::memcpy(&h, p + 2 * i, 2);
@@ -46,8 +58,8 @@ void WriteCodes(Codes c, const BlockCodes& code, uint8_t* dst) {
     return;
   }
   WriteNibbles(code, dst);
-  if (c == Codes::kNibHi1 || c == Codes::kNibHi2) WritePlane(code, 4, dst + 256);
-  if (c == Codes::kNibHi2) WritePlane(code, 5, dst + 320);
+  if (c == Codes::kNibHi1) WritePlane(code, 4, dst + 256);
+  if (c == Codes::kNibHi2) WriteCrumbs(code, dst + 256);
 }
 
 void DecodeBlock(const PanelFormat& f, const uint8_t* unit, int b, BlockCodes& code, float a[kPanelRows][2],
@@ -65,11 +77,13 @@ void DecodeBlock(const PanelFormat& f, const uint8_t* unit, int b, BlockCodes& c
       }
       const uint8_t byte = rec[j * 64 + lane];
       uint8_t v = k < 16 ? (byte & 15) : (byte >> 4);
-      const int plane_j = k / 4;  // masks are indexed by the 4-element group 0..7
-      for (int plane = 0; plane < (f.codes == Codes::kNibHi2 ? 2 : f.codes == Codes::kNibHi1 ? 1 : 0); ++plane) {
-        uint64_t m;
-        std::memcpy(&m, rec + 256 + 64 * plane + 8 * plane_j, 8);
-        if ((m >> lane) & 1) v = static_cast<uint8_t>(v + (16 << plane));
+      if (f.codes == Codes::kNibHi1) {
+        uint64_t m;  // masks are indexed by the 4-element group 0..7
+        std::memcpy(&m, rec + 256 + 8 * (k / 4), 8);
+        if ((m >> lane) & 1) v = static_cast<uint8_t>(v + 16);
+      } else if (f.codes == Codes::kNibHi2) {
+        const int t = (j % 2) * 2 + (k < 16 ? 0 : 1);
+        v = static_cast<uint8_t>(v | ((rec[256 + 64 * (j / 2) + lane] >> (2 * t)) & 3) << 4);
       }
       code[row][k] = v;
     }

@@ -19,7 +19,10 @@
 //       └──────── 16 rows x 4 bytes = 64 bytes ─────────────┘  high nibbles: elements 16..31
 //   codes, kNibHi1 (5-bit): kNib + one bit plane (64 bytes): u64 mask j = 0..7, bit 4*row + e
 //     = bit 4 of code[row][4j + e] (a masked byte add of 16 restores it: vpaddb{k})
-//   codes, kNibHi2 (6-bit): kNib + planes for bit 4 and bit 5 (128 bytes)
+//   codes, kNibHi2 (6-bit): kNib + 2 "crumb" vectors (128 bytes) with bits 4..5 of each code:
+//     vector c = 0, 1: byte 4*row + e = h(4j + e) | h(16 + 4j + e) << 2 | h(4j' + e) << 4 |
+//     h(16 + 4j' + e) << 6 with j = 2c, j' = 2c + 1, h(k) = code[row][k] >> 4: a shift and a
+//     bit select (vpternlogd) merge them into nibble vector j (fewer ops than bit planes)
 //   codes, kBytes (8-bit, 512 bytes): vector j = 0..7: byte 4*row + e = code[row][4j + e]
 //
 //   Every code is unsigned (u8 side of vpdpbusd); a block's weights are w = a * code + b with
