@@ -5,7 +5,8 @@
 //              fraction of a measured read roofline (a plain AVX-512 read loop, same threads)
 //   rows 8/32: GB/s and GFLOP/s;  rows 512 (prefill): GFLOP/s (2 * rows * in * out per call)
 // Medians of wall time, and GFLOP per process CPU second (what idle cores would give on the
-// shared machine; it counts the workers' spinning too). Weights: our quantizer on random normal values.
+// shared machine; it counts the workers' spinning too). Weights: our quantizer on random normal
+// values.
 //
 //   build/bin/quant_linear_bench [--threads N] [--repeats R] [--shapes 0|1|2] [--rows N]
 #include <algorithm>
@@ -22,6 +23,11 @@
 #include <immintrin.h>
 #endif
 
+// GCC 12's _mm512_reduce_add_ps passes an undefined vector through its shuffles (bug 105593).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
 #include "bench/cpu_clock.h"
 #include "kernels/cpu/compute_pool.h"
 #include "kernels/cpu/kv_quant.h"
@@ -35,7 +41,9 @@ namespace cpu = kvserve::kernels::cpu;
 namespace kq = kvserve::kernels::cpu::quant;
 using kvserve::quant::BlockType;
 
-double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -77,7 +85,8 @@ double ReadRooflineGBs(int repeats) {
   std::vector<double> t;
   for (int r = 0; r < repeats + 1; ++r) {
     const double t0 = Now();
-    cpu::ParallelFor(n / chunk, true, [&](int64_t c, int slot) { sink[slot] += ReadRange(buf + c * chunk, chunk); });
+    cpu::ParallelFor(n / chunk, true,
+                     [&](int64_t c, int slot) { sink[slot] += ReadRange(buf + c * chunk, chunk); });
     if (r > 0) t.push_back(Now() - t0);
   }
   std::free(buf);
@@ -122,18 +131,20 @@ void BenchShape(const Shape& s, int repeats, double roofline, int only_rows) {
   std::vector<int> row_counts = {1, 8, 32, 512};
   if (only_rows > 0) row_counts = {only_rows};
   const int max_rows = 512;
-  std::vector<float> x(static_cast<size_t>(max_rows) * s.in), y(static_cast<size_t>(max_rows) * s.out);
+  std::vector<float> x(static_cast<size_t>(max_rows) * s.in),
+      y(static_cast<size_t>(max_rows) * s.out);
   std::mt19937 rng(2);
   std::normal_distribution<float> g(0.0f, 1.0f);
   for (float& v : x) v = g(rng);
   std::printf("\nshape out %d x in %d\n", s.out, s.in);
-  std::printf("%-6s %-12s %7s %5s %10s %8s %6s %9s %12s\n", "type", "kernel", "MB", "rows", "us/call", "GB/s",
-              "%roof", "GFLOP/s", "GFLOP/cpu-s");
+  std::printf("%-6s %-12s %7s %5s %10s %8s %6s %9s %12s\n", "type", "kernel", "MB", "rows",
+              "us/call", "GB/s", "%roof", "GFLOP/s", "GFLOP/cpu-s");
   auto report = [&](const char* name, const char* kernel, double bytes, int rows, const Timing& t) {
     const double gbs = bytes / t.wall / 1e9;
     const double flop = 2.0 * rows * s.in * static_cast<double>(s.out);
-    std::printf("%-6s %-12s %7.1f %5d %10.1f %8.2f %6.1f %9.1f %12.1f\n", name, kernel, bytes / 1e6, rows,
-                t.wall * 1e6, gbs, 100.0 * gbs / roofline, flop / t.wall / 1e9, flop / t.cpu / 1e9);
+    std::printf("%-6s %-12s %7.1f %5d %10.1f %8.2f %6.1f %9.1f %12.1f\n", name, kernel, bytes / 1e6,
+                rows, t.wall * 1e6, gbs, 100.0 * gbs / roofline, flop / t.wall / 1e9,
+                flop / t.cpu / 1e9);
   };
   for (BlockType type : {BlockType::kQ8_0, BlockType::kQ4_K, BlockType::kQ6_K}) {
     const kvserve::quant::BlockTraits& tr = kvserve::quant::Traits(type);
@@ -159,7 +170,8 @@ void BenchShape(const Shape& s, int repeats, double roofline, int only_rows) {
       const int hi = type == BlockType::kQ6_K ? 192 : tr.block_bytes;
       std::mt19937 bits(c);
       for (int b = 0; b < blocks; ++b)
-        for (int i = lo; i < hi; ++i) f[static_cast<size_t>(b) * tr.block_bytes + i] = std::byte(bits() & 0xff);
+        for (int i = lo; i < hi; ++i)
+          f[static_cast<size_t>(b) * tr.block_bytes + i] = std::byte(bits() & 0xff);
       const kq::QuantSource fs{type, f.data(), s.out, row_bytes};
       mats.push_back(std::move(*kq::QuantMatrix::Pack({&fs, 1}, s.in)));
     }
@@ -191,7 +203,8 @@ void BenchShape(const Shape& s, int repeats, double roofline, int only_rows) {
     for (size_t c = 0; c < packed.size(); ++c) {
       auto& p = packed[c];
       std::mt19937 bits(static_cast<uint32_t>(c));  // distinct copies: random values below 1
-      if (c > 0) for (uint16_t& v : h) v = static_cast<uint16_t>(bits() & (kind == 0 ? 0x3bff : 0x3f7f));
+      if (c > 0)
+        for (uint16_t& v : h) v = static_cast<uint16_t>(bits() & (kind == 0 ? 0x3bff : 0x3f7f));
       if (kind == 0) {
         cpu::PackLinearWeightsFp16(h.data(), s.out, s.in, p.data());
       } else {
@@ -203,9 +216,11 @@ void BenchShape(const Shape& s, int repeats, double roofline, int only_rows) {
       const int calls = rows >= 512 ? std::max(3, repeats / 10) : repeats;
       const Timing sec = TimeCalls(n_copies, calls, [&](int c) {
         if (kind == 0) {
-          cpu::PackedLinearFp16(x.data(), s.in, packed[c].data(), nullptr, y.data(), s.out, rows, s.in, s.out, false);
+          cpu::PackedLinearFp16(x.data(), s.in, packed[c].data(), nullptr, y.data(), s.out, rows,
+                                s.in, s.out, false);
         } else {
-          cpu::PackedLinearBf16(x.data(), s.in, packed[c].data(), nullptr, y.data(), s.out, rows, s.in, s.out, false);
+          cpu::PackedLinearBf16(x.data(), s.in, packed[c].data(), nullptr, y.data(), s.out, rows,
+                                s.in, s.out, false);
         }
       });
       report(kind == 0 ? "F16" : "BF16", cpu::PackedLinearKernelName(), bytes, rows, sec);
@@ -225,8 +240,8 @@ int main(int argc, char** argv) {
   }
   cpu::SetComputeThreads(threads);
   const double roofline = ReadRooflineGBs(7);
-  std::printf("threads %d, read roofline %.2f GB/s (median of 7 sweeps over %zu MiB)\n", cpu::ComputeThreads(),
-              roofline, kColdBytes >> 20);
+  std::printf("threads %d, read roofline %.2f GB/s (median of 7 sweeps over %zu MiB)\n",
+              cpu::ComputeThreads(), roofline, kColdBytes >> 20);
   const Shape all[] = {Shape{4096, 4096}, Shape{2048, 8192}};
   for (int i = 0; i < std::min(shapes, 2); ++i) BenchShape(all[i], repeats, roofline, only_rows);
   return 0;

@@ -19,7 +19,8 @@
 #define KVS_HAVE_X86 1
 #endif
 
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12 intrinsics headers (see kernel_avx512.cc)
+#pragma GCC diagnostic ignored \
+    "-Wmaybe-uninitialized"  // GCC 12 intrinsics headers (see kernel_avx512.cc)
 
 namespace kvserve::kernels::cpu::quant {
 
@@ -41,13 +42,14 @@ KVS_AVX2_TARGET inline __m256i DotSmall(__m256i w, __m256i x) {
 // The same for any u8 code, minus 128 * (sum of the 4 activations): the caller adds that back.
 KVS_AVX2_TARGET inline __m256i DotBiased(__m256i w, __m256i x) {
   const __m256i ws = _mm256_xor_si256(w, _mm256_set1_epi8(static_cast<char>(0x80)));
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(ws), _mm256_sign_epi8(x, ws)), _mm256_set1_epi16(1));
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(ws), _mm256_sign_epi8(x, ws)),
+                           _mm256_set1_epi16(1));
 }
 
 // Bit `lane` of the 32-bit mask m -> byte lane set to `add` (0 elsewhere).
 KVS_AVX2_TARGET inline __m256i MaskBytes(uint32_t m, __m256i add) {
-  const __m256i idx = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3,
-                                       3, 3, 3, 3, 3);
+  const __m256i idx = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2,
+                                       2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
   const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
   const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int32_t>(m)), idx);
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit), add);
@@ -63,7 +65,8 @@ KVS_AVX2_TARGET inline __m256 Half8(const uint8_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 KVS_AVX2_TARGET inline __m256 U8x8(const uint8_t* p) {
-  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  return _mm256_cvtepi32_ps(
+      _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
 
 // Panel `panel` (at t.panels + panel * panel_bytes), rows [r0, r0 + NR), into out[NR][16].
@@ -76,7 +79,8 @@ KVS_AVX2_TARGET void PanelRows(const QTile& t, int panel, int r0, float out[][kP
   constexpr bool kBytesC = C == Codes::kBytes;
   __m256 acc[NR][2];
   for (int r = 0; r < NR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-  const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(16), x30 = _mm256_set1_epi8(0x30);
+  const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(16),
+                x30 = _mm256_set1_epi8(0x30);
   const __m256 voff = _mm256_set1_ps(t.format.off);
   const uint8_t* base = t.panels + panel * t.panel_bytes;
   for (int64_t u = 0; u < t.units; ++u) {
@@ -91,7 +95,8 @@ KVS_AVX2_TARGET void PanelRows(const QTile& t, int panel, int r0, float out[][kP
       if constexpr (kBytesC) {
         for (int j = 0; j < 8; ++j) {
           for (int h = 0; h < 2; ++h) {
-            const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 64 * j + 32 * h));
+            const __m256i w =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 64 * j + 32 * h));
             for (int r = 0; r < NR; ++r) {
               const __m256i x = Bcast4(t.xq + (r0 + r) * t.xq_stride + kb * kBlock + 4 * j);
               __m256i& s = isum[r][h][kHalf && j >= 4 ? 1 : 0];
@@ -102,7 +107,8 @@ KVS_AVX2_TARGET void PanelRows(const QTile& t, int panel, int r0, float out[][kP
       } else {
         for (int j = 0; j < 4; ++j) {
           for (int h = 0; h < 2; ++h) {
-            const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 64 * j + 32 * h));
+            const __m256i v =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 64 * j + 32 * h));
             __m256i wl = _mm256_and_si256(v, m4);
             __m256i wh = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
             if constexpr (C == Codes::kNibHi1) {
@@ -110,7 +116,8 @@ KVS_AVX2_TARGET void PanelRows(const QTile& t, int panel, int r0, float out[][kP
               wh = _mm256_add_epi8(wh, MaskBytes(Mask32(codes + 256 + 8 * (j + 4) + 4 * h), b4));
             }
             if constexpr (C == Codes::kNibHi2) {  // crumbs: bits 4..5 of the codes
-              const __m256i hv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 256 + 64 * (j / 2) + 32 * h));
+              const __m256i hv = _mm256_loadu_si256(
+                  reinterpret_cast<const __m256i*>(codes + 256 + 64 * (j / 2) + 32 * h));
               const __m256i hl = j % 2 == 0 ? _mm256_slli_epi16(hv, 4) : hv;
               const __m256i hh = j % 2 == 0 ? _mm256_slli_epi16(hv, 2) : _mm256_srli_epi16(hv, 2);
               wl = _mm256_or_si256(wl, _mm256_and_si256(hl, x30));
@@ -134,7 +141,8 @@ KVS_AVX2_TARGET void PanelRows(const QTile& t, int panel, int r0, float out[][kP
               isum[r][h][0] = _mm256_add_epi32(isum[r][h][0], _mm256_set1_epi32(4 * xb.bs_lo32));
               isum[r][h][1] = _mm256_add_epi32(isum[r][h][1], _mm256_set1_epi32(4 * xb.bs_hi32));
             } else {
-              isum[r][h][0] = _mm256_add_epi32(isum[r][h][0], _mm256_set1_epi32(4 * (xb.bs_lo32 + xb.bs_hi32)));
+              isum[r][h][0] =
+                  _mm256_add_epi32(isum[r][h][0], _mm256_set1_epi32(4 * (xb.bs_lo32 + xb.bs_hi32)));
             }
           }
           const __m256 dx = _mm256_set1_ps(xb.dx);
@@ -149,22 +157,26 @@ KVS_AVX2_TARGET void PanelRows(const QTile& t, int panel, int r0, float out[][kP
               bv = Half8(sc + 32 + 16 * h);
             } else {
               av = _mm256_mul_ps(Half8(unit + 16 * h), U8x8(sc + 8 * h));
-              bv = _mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(Half8(unit + 32 + 16 * h), U8x8(sc + 16 + 8 * h)));
+              bv = _mm256_sub_ps(_mm256_setzero_ps(),
+                                 _mm256_mul_ps(Half8(unit + 32 + 16 * h), U8x8(sc + 16 + 8 * h)));
             }
             a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][h][0]), _mm256_mul_ps(av, dx), a);
             a = _mm256_fmadd_ps(bv, _mm256_set1_ps(xb.sx), a);
           } else if constexpr (S == Scales::kQ6) {
-            const __m256i slo = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 8 * h)));
-            const __m256i shi =
-                _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 16 + 8 * h)));
+            const __m256i slo =
+                _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 8 * h)));
+            const __m256i shi = _mm256_cvtepi8_epi32(
+                _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 16 + 8 * h)));
             const __m256i lo = _mm256_sub_epi32(isum[r][h][0], _mm256_set1_epi32(xb.bs_lo32));
             const __m256i hi = _mm256_sub_epi32(isum[r][h][kI - 1], _mm256_set1_epi32(xb.bs_hi32));
-            const __m256i s = _mm256_add_epi32(_mm256_mullo_epi32(lo, slo), _mm256_mullo_epi32(hi, shi));
+            const __m256i s =
+                _mm256_add_epi32(_mm256_mullo_epi32(lo, slo), _mm256_mullo_epi32(hi, shi));
             a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(Half8(unit + 16 * h), dx), a);
           } else {  // kF32
             const float* f = reinterpret_cast<const float*>(sc);
             const __m256 alo = _mm256_loadu_ps(f + 8 * h), ahi = _mm256_loadu_ps(f + 16 + 8 * h);
-            const __m256 blo = _mm256_loadu_ps(f + 32 + 8 * h), bhi = _mm256_loadu_ps(f + 48 + 8 * h);
+            const __m256 blo = _mm256_loadu_ps(f + 32 + 8 * h),
+                         bhi = _mm256_loadu_ps(f + 48 + 8 * h);
             a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][h][0]), _mm256_mul_ps(alo, dx), a);
             a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][h][kI - 1]), _mm256_mul_ps(ahi, dx), a);
             a = _mm256_fmadd_ps(blo, _mm256_set1_ps(xb.sx_lo), a);
@@ -218,7 +230,8 @@ constexpr QKernelTable MakeTable(std::integer_sequence<int, Rs...>) {
 
 template <Codes C, Scales S>
 const QKernelTable& TableFor() {
-  static constexpr QKernelTable kTable = MakeTable<C, S>(std::make_integer_sequence<int, kMaxTileRows>{});
+  static constexpr QKernelTable kTable =
+      MakeTable<C, S>(std::make_integer_sequence<int, kMaxTileRows>{});
   return kTable;
 }
 

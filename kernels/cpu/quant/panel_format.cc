@@ -11,15 +11,16 @@ void WriteNibbles(const BlockCodes& code, uint8_t* dst) {
   for (int j = 0; j < 4; ++j)
     for (int row = 0; row < kPanelRows; ++row)
       for (int e = 0; e < 4; ++e)
-        dst[j * 64 + row * 4 + e] =
-            static_cast<uint8_t>((code[row][4 * j + e] & 15) | (code[row][16 + 4 * j + e] & 15) << 4);
+        dst[j * 64 + row * 4 + e] = static_cast<uint8_t>((code[row][4 * j + e] & 15) |
+                                                         (code[row][16 + 4 * j + e] & 15) << 4);
 }
 
 void WritePlane(const BlockCodes& code, int bit, uint8_t* dst) {
   for (int j = 0; j < 8; ++j) {
     uint64_t m = 0;
     for (int row = 0; row < kPanelRows; ++row)
-      for (int e = 0; e < 4; ++e) m |= static_cast<uint64_t>((code[row][4 * j + e] >> bit) & 1) << (row * 4 + e);
+      for (int e = 0; e < 4; ++e)
+        m |= static_cast<uint64_t>((code[row][4 * j + e] >> bit) & 1) << (row * 4 + e);
     std::memcpy(dst + 8 * j, &m, 8);  // little-endian u64: bit i of the mask = byte lane i
   }
 }
@@ -31,8 +32,8 @@ void WriteCrumbs(const BlockCodes& code, uint8_t* dst) {
       for (int e = 0; e < 4; ++e) {
         auto h = [&](int k) { return (code[row][k] >> 4) & 3; };
         const int j = 2 * c, j2 = 2 * c + 1;
-        dst[c * 64 + row * 4 + e] = static_cast<uint8_t>(h(4 * j + e) | h(16 + 4 * j + e) << 2 | h(4 * j2 + e) << 4 |
-                                                         h(16 + 4 * j2 + e) << 6);
+        dst[c * 64 + row * 4 + e] = static_cast<uint8_t>(
+            h(4 * j + e) | h(16 + 4 * j + e) << 2 | h(4 * j2 + e) << 4 | h(16 + 4 * j2 + e) << 6);
       }
 }
 
@@ -62,8 +63,8 @@ void WriteCodes(Codes c, const BlockCodes& code, uint8_t* dst) {
   if (c == Codes::kNibHi2) WriteCrumbs(code, dst + 256);
 }
 
-void DecodeBlock(const PanelFormat& f, const uint8_t* unit, int b, BlockCodes& code, float a[kPanelRows][2],
-                 float bias[kPanelRows][2]) {
+void DecodeBlock(const PanelFormat& f, const uint8_t* unit, int b, BlockCodes& code,
+                 float a[kPanelRows][2], float bias[kPanelRows][2]) {
   const uint8_t* header = unit;
   const uint8_t* rec = unit + CodesAt(f.codes, f.scales, b);
   const uint8_t* sc = unit + ScalesAt(f.scales, b);

@@ -74,20 +74,29 @@ enum class Scales : uint8_t { kD, kDM, kK, kQ6, kF32 };
 
 constexpr int CodeBytes(Codes c) {
   switch (c) {
-    case Codes::kNib: return 256;
-    case Codes::kNibHi1: return 320;
-    case Codes::kNibHi2: return 384;
-    case Codes::kBytes: return 512;
+    case Codes::kNib:
+      return 256;
+    case Codes::kNibHi1:
+      return 320;
+    case Codes::kNibHi2:
+      return 384;
+    case Codes::kBytes:
+      return 512;
   }
   return 0;
 }
 constexpr int ScaleBytes(Scales s) {
   switch (s) {
-    case Scales::kD: return 32;
-    case Scales::kDM: return 64;
-    case Scales::kK: return 32;
-    case Scales::kQ6: return 32;
-    case Scales::kF32: return 256;
+    case Scales::kD:
+      return 32;
+    case Scales::kDM:
+      return 64;
+    case Scales::kK:
+      return 32;
+    case Scales::kQ6:
+      return 32;
+    case Scales::kF32:
+      return 256;
   }
   return 0;
 }
@@ -95,7 +104,9 @@ constexpr int UnitBlocks(Scales s) {
   return s == Scales::kK || s == Scales::kQ6 ? 8 : s == Scales::kF32 ? 1 : 2;
 }
 constexpr int UnitFieldBytes(Scales s) { return s == Scales::kK ? 64 : s == Scales::kQ6 ? 32 : 0; }
-constexpr int HeaderBytes(Scales s) { return (UnitFieldBytes(s) + UnitBlocks(s) * ScaleBytes(s) + 63) / 64 * 64; }
+constexpr int HeaderBytes(Scales s) {
+  return (UnitFieldBytes(s) + UnitBlocks(s) * ScaleBytes(s) + 63) / 64 * 64;
+}
 constexpr int UnitBytes(Codes c, Scales s) { return HeaderBytes(s) + UnitBlocks(s) * CodeBytes(c); }
 constexpr int ScalesAt(Scales s, int b) { return UnitFieldBytes(s) + b * ScaleBytes(s); }
 constexpr int CodesAt(Codes c, Scales s, int b) { return HeaderBytes(s) + b * CodeBytes(c); }
@@ -127,7 +138,7 @@ void WriteCodes(Codes c, const BlockCodes& code, uint8_t* dst);
 // ---- reading a block back (portable kernel, tests) ----
 // Decodes block `b` of the unit at `unit` into codes and per-16-element a, b
 // (a[row][0] for elements 0..15, a[row][1] for 16..31).
-void DecodeBlock(const PanelFormat& f, const uint8_t* unit, int b, BlockCodes& code, float a[kPanelRows][2],
-                 float bias[kPanelRows][2]);
+void DecodeBlock(const PanelFormat& f, const uint8_t* unit, int b, BlockCodes& code,
+                 float a[kPanelRows][2], float bias[kPanelRows][2]);
 
 }  // namespace kvserve::kernels::cpu::quant

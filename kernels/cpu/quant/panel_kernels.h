@@ -20,18 +20,18 @@
 namespace kvserve::kernels::cpu::quant {
 
 struct QTile {
-  const int8_t* xq;       // row 0's codes; row r at xq + r * xq_stride
+  const int8_t* xq;  // row 0's codes; row r at xq + r * xq_stride
   int64_t xq_stride;
-  const ActBlock* xb;     // row 0's blocks; row r at xb + r * xb_stride
+  const ActBlock* xb;  // row 0's blocks; row r at xb + r * xb_stride
   int64_t xb_stride;
   const uint8_t* panels;  // the first panel; panel p at panels + p * panel_bytes
   int64_t panel_bytes;
-  int64_t units;          // units per panel
+  int64_t units;  // units per panel
   PanelFormat format;
-  float* y;               // output column of the first panel's first row, row r at y + r * y_stride
+  float* y;  // output column of the first panel's first row, row r at y + r * y_stride
   int64_t y_stride;
-  const float* bias;      // at the same column, or nullptr
-  int valid;              // outputs of these panels that exist (<= P * 16)
+  const float* bias;  // at the same column, or nullptr
+  int valid;          // outputs of these panels that exist (<= P * 16)
   bool accumulate;
 };
 

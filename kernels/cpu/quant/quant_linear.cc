@@ -73,7 +73,8 @@ void PackQuantized(const QuantSource& src, int64_t in, Segment& seg) {
         for (int r = 0; r < kPanelRows; ++r) {
           const int64_t row = p * kPanelRows + r;
           if (row >= src.rows) break;
-          seg.entry->pack(src.data + row * src.row_stride, u * ub + b, r, code[r], unit, unit + ScalesAt(f.scales, b));
+          seg.entry->pack(src.data + row * src.row_stride, u * ub + b, r, code[r], unit,
+                          unit + ScalesAt(f.scales, b));
         }
         WriteCodes(f.codes, code, unit + CodesAt(f.codes, f.scales, b));
       }
@@ -86,13 +87,15 @@ void PackDense(const QuantSource& src, int64_t in, Segment& seg) {
   const size_t packed = PackedLinearFloats(out, n);
   if (src.type == BlockType::kF32) {
     std::vector<float> w(static_cast<size_t>(out) * n);
-    for (int r = 0; r < out; ++r) std::memcpy(&w[static_cast<size_t>(r) * n], src.data + r * src.row_stride, 4 * n);
+    for (int r = 0; r < out; ++r)
+      std::memcpy(&w[static_cast<size_t>(r) * n], src.data + r * src.row_stride, 4 * n);
     seg.dense_f32.resize(packed);
     PackLinearWeights(w.data(), out, n, seg.dense_f32.data());
     return;
   }
   std::vector<uint16_t> w(static_cast<size_t>(out) * n);
-  for (int r = 0; r < out; ++r) std::memcpy(&w[static_cast<size_t>(r) * n], src.data + r * src.row_stride, 2 * n);
+  for (int r = 0; r < out; ++r)
+    std::memcpy(&w[static_cast<size_t>(r) * n], src.data + r * src.row_stride, 2 * n);
   seg.dense_16.resize(packed);
   if (src.type == BlockType::kF16) {
     PackLinearWeightsFp16(w.data(), out, n, seg.dense_16.data());
@@ -105,7 +108,8 @@ void PackDense(const QuantSource& src, int64_t in, Segment& seg) {
 
 absl::StatusOr<QuantMatrix> QuantMatrix::Pack(std::span<const QuantSource> segments, int64_t in) {
   if (in <= 0 || in > std::numeric_limits<int>::max()) {
-    return absl::InvalidArgumentError(absl::StrCat("quantized linear: bad input feature count ", in));
+    return absl::InvalidArgumentError(
+        absl::StrCat("quantized linear: bad input feature count ", in));
   }
   if (segments.empty()) return absl::InvalidArgumentError("quantized linear: no segments");
   auto impl = std::make_unique<Impl>();
@@ -115,23 +119,25 @@ absl::StatusOr<QuantMatrix> QuantMatrix::Pack(std::span<const QuantSource> segme
     const QuantSource& src = segments[i];
     const TypeEntry* entry = FindTypeEntry(src.type);
     if (entry == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("quantized linear: segment ", i, ": block type id ",
-                                                     static_cast<uint32_t>(src.type), " has no kernel"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("quantized linear: segment ", i, ": block type id ",
+                       static_cast<uint32_t>(src.type), " has no kernel"));
     }
     if (in % entry->block_elements != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("quantized linear: segment ", i, " (", entry->name, "): ", in,
-                                                     " input features are not a multiple of its block of ",
-                                                     entry->block_elements));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "quantized linear: segment ", i, " (", entry->name, "): ", in,
+          " input features are not a multiple of its block of ", entry->block_elements));
     }
     const int64_t row_bytes = in / entry->block_elements * entry->block_bytes;
     if (src.rows <= 0 || src.data == nullptr || src.row_stride < row_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("quantized linear: segment ", i, " (", entry->name,
-                                                     "): needs rows > 0, data and a row stride >= ", row_bytes,
-                                                     " bytes (got rows ", src.rows, ", stride ", src.row_stride,
-                                                     ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("quantized linear: segment ", i, " (", entry->name,
+                       "): needs rows > 0, data and a row stride >= ", row_bytes,
+                       " bytes (got rows ", src.rows, ", stride ", src.row_stride, ")"));
     }
     if (entry->pack == nullptr && src.rows > std::numeric_limits<int>::max()) {
-      return absl::InvalidArgumentError(absl::StrCat("quantized linear: segment ", i, ": too many rows"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("quantized linear: segment ", i, ": too many rows"));
     }
     Segment seg;
     seg.entry = entry;
@@ -208,15 +214,18 @@ enum class Family { kVnni, kAvx2, kPortable };
 
 const QKernelTable& TableOf(Family f, const PanelFormat& format) {
   switch (f) {
-    case Family::kVnni: return Avx512VnniKernels(format);
-    case Family::kAvx2: return Avx2Kernels(format);
-    case Family::kPortable: break;
+    case Family::kVnni:
+      return Avx512VnniKernels(format);
+    case Family::kAvx2:
+      return Avx2Kernels(format);
+    case Family::kPortable:
+      break;
   }
   return PortableKernels();
 }
 
-void QuantLinearWith(Family family, const float* x, int64_t x_stride, const QuantMatrix& w, const float* bias,
-                     float* y, int64_t y_stride, int64_t rows, bool accumulate) {
+void QuantLinearWith(Family family, const float* x, int64_t x_stride, const QuantMatrix& w,
+                     const float* bias, float* y, int64_t y_stride, int64_t rows, bool accumulate) {
   if (rows <= 0) return;
   const bool portable = family == Family::kPortable;
   const QuantMatrix::Impl& m = w.impl();
@@ -228,14 +237,14 @@ void QuantLinearWith(Family family, const float* x, int64_t x_stride, const Quan
     float* ys = y + s.row0;
     const int out = static_cast<int>(s.rows);
     if (s.entry->type == BlockType::kF32) {
-      (portable ? cpu::internal::PackedLinearPortable : PackedLinear)(x, x_stride, s.dense_f32.data(), b, ys, y_stride,
-                                                                  rows, in, out, accumulate);
+      (portable ? cpu::internal::PackedLinearPortable : PackedLinear)(
+          x, x_stride, s.dense_f32.data(), b, ys, y_stride, rows, in, out, accumulate);
     } else if (s.entry->type == BlockType::kF16) {
-      (portable ? cpu::internal::PackedLinearFp16Portable : PackedLinearFp16)(x, x_stride, s.dense_16.data(), b, ys,
-                                                                          y_stride, rows, in, out, accumulate);
+      (portable ? cpu::internal::PackedLinearFp16Portable : PackedLinearFp16)(
+          x, x_stride, s.dense_16.data(), b, ys, y_stride, rows, in, out, accumulate);
     } else {
-      (portable ? cpu::internal::PackedLinearBf16Portable : PackedLinearBf16)(x, x_stride, s.dense_16.data(), b, ys,
-                                                                          y_stride, rows, in, out, accumulate);
+      (portable ? cpu::internal::PackedLinearBf16Portable : PackedLinearBf16)(
+          x, x_stride, s.dense_16.data(), b, ys, y_stride, rows, in, out, accumulate);
     }
   }
   if (!m.any_quantized) return;
@@ -287,9 +296,19 @@ void QuantLinearWith(Family family, const float* x, int64_t x_stride, const Quan
       const int valid = static_cast<int>(std::min<int64_t>(np * kPanelRows, s.row0 + s.rows - col));
       for (int64_t r0 = 0; r0 < rows; r0 += max_rows) {
         const int nr = static_cast<int>(std::min<int64_t>(max_rows, rows - r0));
-        const QTile t{xq + r0 * m.in_pad, m.in_pad, xb + r0 * nb, nb,
-                      s.packed + p * s.panel_bytes, s.panel_bytes, s.units, s.entry->format,
-                      y + r0 * y_stride + col, y_stride, bias != nullptr ? bias + col : nullptr, valid, accumulate};
+        const QTile t{xq + r0 * m.in_pad,
+                      m.in_pad,
+                      xb + r0 * nb,
+                      nb,
+                      s.packed + p * s.panel_bytes,
+                      s.panel_bytes,
+                      s.units,
+                      s.entry->format,
+                      y + r0 * y_stride + col,
+                      y_stride,
+                      bias != nullptr ? bias + col : nullptr,
+                      valid,
+                      accumulate};
         kt.fn[PIndex(np)][nr - 1](t);
       }
       p += np;
@@ -298,14 +317,16 @@ void QuantLinearWith(Family family, const float* x, int64_t x_stride, const Quan
 }
 
 Family ProcessFamily() {
-  static const Family f = CpuHasAvx512Vnni() ? Family::kVnni : CpuHasAvx2() ? Family::kAvx2 : Family::kPortable;
+  static const Family f = CpuHasAvx512Vnni() ? Family::kVnni
+                          : CpuHasAvx2()     ? Family::kAvx2
+                                             : Family::kPortable;
   return f;
 }
 
 }  // namespace
 
-void QuantLinear(const float* x, int64_t x_stride, const QuantMatrix& w, const float* bias, float* y,
-                 int64_t y_stride, int64_t rows, bool accumulate) {
+void QuantLinear(const float* x, int64_t x_stride, const QuantMatrix& w, const float* bias,
+                 float* y, int64_t y_stride, int64_t rows, bool accumulate) {
   QuantLinearWith(ProcessFamily(), x, x_stride, w, bias, y, y_stride, rows, accumulate);
 }
 
@@ -314,21 +335,24 @@ const char* QuantKernelName(BlockType type) {
   if (e == nullptr) return "none";
   if (e->pack == nullptr) return PackedLinearKernelName();
   switch (ProcessFamily()) {
-    case Family::kVnni: return e->generic ? "avx512-vnni (generic, slower)" : "avx512-vnni";
-    case Family::kAvx2: return e->generic ? "avx2 (generic, slower)" : "avx2";
-    case Family::kPortable: break;
+    case Family::kVnni:
+      return e->generic ? "avx512-vnni (generic, slower)" : "avx512-vnni";
+    case Family::kAvx2:
+      return e->generic ? "avx2 (generic, slower)" : "avx2";
+    case Family::kPortable:
+      break;
   }
   return e->generic ? "portable (generic, slower)" : "portable";
 }
 
 namespace internal {
-void QuantLinearPortable(const float* x, int64_t x_stride, const QuantMatrix& w, const float* bias, float* y,
-                         int64_t y_stride, int64_t rows, bool accumulate) {
+void QuantLinearPortable(const float* x, int64_t x_stride, const QuantMatrix& w, const float* bias,
+                         float* y, int64_t y_stride, int64_t rows, bool accumulate) {
   QuantLinearWith(Family::kPortable, x, x_stride, w, bias, y, y_stride, rows, accumulate);
 }
 bool HasAvx2Kernels() { return CpuHasAvx2(); }
-void QuantLinearAvx2(const float* x, int64_t x_stride, const QuantMatrix& w, const float* bias, float* y,
-                     int64_t y_stride, int64_t rows, bool accumulate) {
+void QuantLinearAvx2(const float* x, int64_t x_stride, const QuantMatrix& w, const float* bias,
+                     float* y, int64_t y_stride, int64_t rows, bool accumulate) {
   QuantLinearWith(Family::kAvx2, x, x_stride, w, bias, y, y_stride, rows, accumulate);
 }
 }  // namespace internal
