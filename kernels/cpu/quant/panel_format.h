@@ -27,7 +27,8 @@
 //
 //   Every code is unsigned (u8 side of vpdpbusd); a block's weights are w = a * code + b with
 //   a, b per row and per 16 or 32 elements, given by the scale scheme:
-//     kD   scales: f16 d[16]                     a = d, b = off * d (off per type: -8, -16, -128)
+//     kD   scales: f16 d[16]                     a = d, b = off * d (off per type: Q4_0 -8,
+//                                                 Q5_0 -16, Q8_0 and IQ4_NL -128: code = q + 128)
 //     kDM  scales: f16 d[16], f16 m[16]           a = d, b = m             (Q4_1, Q5_1)
 //     kK   unit fields: f16 d[16], f16 dmin[16]; scales: u8 sc[16], u8 mn[16]
 //                                                 a = d*sc, b = -(dmin*mn)  (Q4_K, Q5_K)
@@ -37,9 +38,9 @@
 //                                                 the generic scheme (Q2_K, Q3_K, IQ4_*, MXFP4)
 //   The scale fields are the source's own (f16 d copied bit for bit, 6-bit scales as bytes),
 //   so the repacked bytes per weight stay close to the file's: Q4_0 4.5, Q8_0 8.5, Q4_K
-//   4.625 (file 4.5), Q5_K 5.625 (5.5), Q6_K 6.625 (6.5625). The generic scheme (bytes
-//   codes + f32 scales, 12 bits per weight) is simple and slower: it streams 3-4x the bytes
-//   of Q2_K/Q3_K/IQ4_XS/MXFP4 at batch 1.
+//   4.625 (file 4.5), Q5_K 5.625 (5.5), Q6_K 6.625 (6.5625). Slower, documented: the generic
+//   scheme (byte codes + f32 scales, 12 bits per weight) streams 3-4x the file's bytes of
+//   Q2_K/Q3_K/IQ4_XS/MXFP4 at batch 1, and IQ4_NL's byte codes 8.5 bits (file 4.5).
 //
 // Activations: each row is quantized per 32 elements (Q8_0-like): dx = amax/127,
 // q = round-to-nearest-even(x/dx) in [-127, 127], with the block's sums of q over elements

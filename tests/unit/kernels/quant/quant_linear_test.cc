@@ -268,6 +268,11 @@ TEST(QuantLinear, MixedSegmentsLikeQ4KM) {
       {1, 3, 8, 37}, 99);
 }
 
+TEST(QuantLinear, PrefillRowsRunInSlices) {
+  // 4096 inputs: QuantLinear walks rows in slices of a few dozen; 100 rows span several.
+  RunCase({{BlockType::kQ4_K, BlockType::kQ8_0}, {20, 12}, 4096}, {100}, 5);
+}
+
 TEST(QuantLinear, SameResultsWithOneOrTwoThreads) {
   std::mt19937 rng(7);
   const int64_t in = 1024, out = 96, rows = 12;
