@@ -18,7 +18,9 @@
 // GCC 12's AVX-512 headers pass an undefined vector as the merge source of unmasked
 // conversions (vpmovzx*, cvtph2ps), which -Wmaybe-uninitialized reports in every kernel that
 // inlines them; the values are never read (the masks are all ones).
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace kvserve::kernels::cpu::quant {
 
