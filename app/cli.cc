@@ -10,6 +10,7 @@
 #include "app/build_info.h"
 #include "app/calibrate_command.h"
 #include "app/eval_command.h"
+#include "app/export_gguf_command.h"
 #include "app/generate_command.h"
 #include "app/serve_command.h"
 #include "config/fields.h"
@@ -123,6 +124,10 @@ std::vector<Command> Commands() {
        "[--policies triattention,...] [--divide-length N] [--chunk N] [--ppl-tokens N] [--ppl-window N] "
        "[--seed S] [--out-tsv FILE]",
        {std::begin(kEvalSwitches), std::end(kEvalSwitches)}, RunEval},
+      {"export-gguf", "write a Hugging Face model directory as a GGUF file (llama.cpp's format), quantized",
+       "kvserve export-gguf --model DIR --out FILE.gguf [--type Q4_K_M|Q5_K_M|Q6_K|Q8_0|F16|<block type>] "
+       "[--split-bytes N]",
+       {std::begin(kExportGgufSwitches), std::end(kExportGgufSwitches)}, RunExportGguf},
       {"generate", "complete one prompt on the CPU and print the text (smoke test)",
        "kvserve generate --prompt TEXT [--max-tokens N] [--temperature T] [--seed S] [--model DIR]",
        {std::begin(kGenerateSwitches), std::end(kGenerateSwitches)}, RunGenerate},

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "gguf/gguf_source.h"
 
 namespace kvserve::app {
 namespace {
@@ -32,12 +33,16 @@ absl::StatusOr<std::string> ResolveModelDir(const std::string& config_path_value
   std::error_code ec;
   if (!config_path_value.empty()) {
     const fs::path dir(config_path_value);
+    // A GGUF model: a .gguf file (or the first of a split set), or a directory holding one.
+    if (gguf::IsGgufSource(config_path_value)) return dir.string();
     if (!fs::is_directory(dir, ec)) {
-      return absl::NotFoundError(absl::StrCat("model.path=", config_path_value, ": not a directory"));
+      return absl::NotFoundError(absl::StrCat("model.path=", config_path_value,
+                                              ": not a directory or a GGUF file"));
     }
     if (!IsModelDir(dir)) {
       return absl::NotFoundError(absl::StrCat("model.path=", config_path_value,
-                                              ": no config.json (expected a Hugging Face model directory)"));
+                                              ": no config.json and no .gguf file (expected a Hugging Face model "
+                                              "directory or a GGUF model)"));
     }
     return dir.string();
   }

@@ -16,8 +16,9 @@ namespace kvserve::app {
 std::string ExecutablePath(const std::string& argv0);
 
 // `config_path_value` is model.path (empty: use the bundled model); `executable` the
-// binary's path (see ExecutablePath). The result is a directory holding config.json;
-// otherwise an error says which paths were tried.
+// binary's path (see ExecutablePath). The result is a directory holding config.json, or a
+// GGUF model (a .gguf file or a directory holding one, gguf/gguf_source.h); otherwise an
+// error says which paths were tried.
 absl::StatusOr<std::string> ResolveModelDir(const std::string& config_path_value,
                                             const std::string& executable);
 

@@ -39,7 +39,8 @@ std::string ServedModelName(const config::Config& cfg, const std::string& model_
   if (!cfg.model.served_name.empty()) return cfg.model.served_name;
   std::filesystem::path p(model_dir);
   if (!p.has_filename()) p = p.parent_path();  // "models/kvs-tiny/"
-  return p.filename().string();
+  // A GGUF file serves under its stem: "qwen3-8b-q4_k_m" for qwen3-8b-q4_k_m.gguf.
+  return (p.extension() == ".gguf" ? p.stem() : p.filename()).string();
 }
 
 }  // namespace

@@ -108,8 +108,14 @@ cache::KvTierIdentity TierIdentity(const config::Config& config, const std::stri
     model_id = s.str();
   }
   std::vector<std::string> weights;
+  // A GGUF model is one file (or a directory of them): its name and size stand for it, as a
+  // directory's safetensors files do (the metadata, config included, is inside the file).
+  if (std::filesystem::is_regular_file(model_dir, ec)) {
+    const std::filesystem::path p(model_dir);
+    weights.push_back(absl::StrCat(p.filename().string(), "=", std::filesystem::file_size(p, ec)));
+  }
   for (const auto& e : std::filesystem::directory_iterator(model_dir, ec)) {
-    if (e.path().extension() == ".safetensors") {
+    if (e.path().extension() == ".safetensors" || e.path().extension() == ".gguf") {
       weights.push_back(absl::StrCat(e.path().filename().string(), "=", e.file_size(ec)));
     }
   }
@@ -321,8 +327,10 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config
   }
 
   ModelInfo info;
+  // A GGUF file serves under its stem ("qwen3-8b-q4_k_m" for qwen3-8b-q4_k_m.gguf).
+  const std::filesystem::path model_path = std::filesystem::path(model_dir).lexically_normal();
   info.name = config.model.served_name.empty()
-                  ? std::filesystem::path(model_dir).lexically_normal().filename().string()
+                  ? (model_path.extension() == ".gguf" ? model_path.stem() : model_path.filename()).string()
                   : config.model.served_name;
   if (info.name.empty()) info.name = std::filesystem::path(model_dir).parent_path().filename().string();
   info.max_model_len = mc.max_context();

@@ -49,6 +49,10 @@ struct Value {
                std::vector<std::string>>
       v;
 };
+// "u8", "i32", "f32", "bool", "string", "array", ... (ValueType's GGUF spelling), for errors.
+std::string_view ValueTypeName(ValueType t);
+// "u32", or "array of string" for an array.
+std::string DescribeValueType(const Value& v);
 
 struct TensorInfo {
   std::string name;
@@ -80,6 +84,7 @@ class GgufFile {
 
   const std::string& path() const { return path_; }
   const GgufLayout& layout() const { return layout_; }
+  uint64_t size() const { return map_size_; }  // bytes of the whole file
   std::span<const std::byte> Bytes(const TensorInfo& t) const;
   // Paging hints, as SafetensorsFile's: read ahead, or drop from the resident set once copied.
   void WillNeed(const TensorInfo& t) const;

@@ -17,12 +17,12 @@ namespace {
 
 constexpr int64_t kMxfp4Block = 32;  // elements per scale, along the input dimension
 
-absl::Status TensorError(const SafetensorsFile& f, const std::string& name, std::string_view what) {
+absl::Status TensorError(const TensorFile& f, const std::string& name, std::string_view what) {
   return absl::InvalidArgumentError(
       absl::StrCat(f.path(), ": tensor \"", name, "\": ", base::AsAbsl(what)));
 }
 
-using Found = std::pair<const SafetensorsFile*, const SafetensorsEntry*>;
+using Found = std::pair<const TensorFile*, const SafetensorsEntry*>;
 
 absl::StatusOr<Found> FindShaped(const SafetensorsCheckpoint& ckpt, const std::string& name,
                                  const std::vector<int64_t>& shape) {
@@ -75,7 +75,7 @@ absl::Status CheckSpec(const WeightSpec& s) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<WeightDtype> StoredDtype(const SafetensorsFile& f, const SafetensorsEntry& e) {
+absl::StatusOr<WeightDtype> StoredDtype(const TensorFile& f, const SafetensorsEntry& e) {
   if (e.dtype == "F32") return WeightDtype::kF32;
   if (e.dtype == "BF16") return WeightDtype::kBf16;
   if (e.dtype == "F16") return WeightDtype::kF16;

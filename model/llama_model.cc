@@ -11,6 +11,9 @@
 #include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/paged_attention.h"
 #include "model/forward_validation.h"
+#include "gguf/gguf_source.h"
+#include "model/gguf_checkpoint.h"
+#include "model/gguf_config.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/swiglu.h"
@@ -69,10 +72,19 @@ absl::Status BatchError(absl::string_view what) {
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& model_dir,
                                                              const ModelOptions& options) {
-  KVS_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir));
   if (options.max_context < 0) return absl::InvalidArgumentError("max_context must be >= 0");
+  ModelConfig config;
+  SafetensorsCheckpoint ckpt;
+  if (gguf::IsGgufSource(model_dir)) {
+    KVS_ASSIGN_OR_RETURN(gguf::GgufModel opened, gguf::GgufModel::Open(model_dir));
+    auto g = std::make_shared<const gguf::GgufModel>(std::move(opened));
+    KVS_ASSIGN_OR_RETURN(config, LoadGgufModelConfig(*g));
+    KVS_ASSIGN_OR_RETURN(ckpt, OpenGgufCheckpoint(g, config));
+  } else {
+    KVS_ASSIGN_OR_RETURN(config, LoadModelConfig(model_dir));
+    KVS_ASSIGN_OR_RETURN(ckpt, SafetensorsCheckpoint::Open(model_dir));
+  }
   if (options.max_context > 0) config.served_context = std::min(config.served_context, options.max_context);
-  KVS_ASSIGN_OR_RETURN(SafetensorsCheckpoint ckpt, SafetensorsCheckpoint::Open(model_dir));
   KVS_ASSIGN_OR_RETURN(LlamaWeights weights, LlamaWeights::Load(config, std::move(ckpt), options.pack_weights));
   return Create(std::move(config), std::move(weights), options);
 }

@@ -8,12 +8,15 @@
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
 #include "kernels/cpu/kv_quant.h"
+#include "model/block_weights.h"
 
 namespace kvserve::model {
 
 void Project(const float* x, int64_t x_stride, const PackedProjection& w, const float* bias, float* y,
              int64_t y_stride, int64_t rows, int in, int out, bool accumulate) {
-  if (w.bf16 != nullptr) {
+  if (w.quant != nullptr) {
+    kernels::cpu::quant::QuantLinear(x, x_stride, *w.quant, bias, y, y_stride, rows, accumulate);
+  } else if (w.bf16 != nullptr) {
     kernels::cpu::PackedLinearBf16(x, x_stride, w.bf16, bias, y, y_stride, rows, in, out, accumulate);
   } else if (w.fp16 != nullptr) {
     kernels::cpu::PackedLinearFp16(x, x_stride, w.fp16, bias, y, y_stride, rows, in, out, accumulate);
@@ -88,10 +91,23 @@ absl::StatusOr<LlamaWeights> LlamaWeights::Load(const ModelConfig& c, Safetensor
     w.layers_[i].moe = &w.moe_[i];
   }
 
-  // The embedding stays mapped (scanned once for NaN/inf, then its pages released).
-  KVS_ASSIGN_OR_RETURN(w.embed_dtype_, SpecDtype(ckpt, map.embed));
-  KVS_ASSIGN_OR_RETURN(std::span<const std::byte> embed, MappedTensor(ckpt, map.embed, w.embed_dtype_));
-  w.embed_ = embed.data();
+  // The embedding stays mapped (scanned once for NaN/inf, then its pages released; a
+  // quantized one is only size-checked).
+  KVS_ASSIGN_OR_RETURN(const bool embed_blocks, SpecHasBlocks(ckpt, map.embed));
+  if (embed_blocks) {
+    KVS_ASSIGN_OR_RETURN(auto found, ckpt.Find(map.embed.names.front()));
+    KVS_RETURN_IF_ERROR(CheckShape(*found.first, *found.second, map.embed, 0));
+    KVS_ASSIGN_OR_RETURN(const quant::BlockType type, EntryBlockType(*found.first, *found.second));
+    KVS_ASSIGN_OR_RETURN(const int64_t row_bytes, quant::RowBytes(type, map.embed.cols));
+    w.embed_block_ = type;
+    w.embed_row_bytes_ = static_cast<size_t>(row_bytes);
+    w.embed_ = found.first->Bytes(*found.second).data();
+  } else {
+    KVS_ASSIGN_OR_RETURN(w.embed_dtype_, SpecDtype(ckpt, map.embed));
+    KVS_ASSIGN_OR_RETURN(std::span<const std::byte> embed, MappedTensor(ckpt, map.embed, w.embed_dtype_));
+    w.embed_ = embed.data();
+    w.embed_row_bytes_ = static_cast<size_t>(map.embed.cols) * WeightDtypeBytes(w.embed_dtype_);
+  }
   ReleaseTensors(ckpt, map.embed);
 
   // Vectors (fp32, owned): plan offsets, then read.
@@ -112,7 +128,7 @@ absl::StatusOr<LlamaWeights> LlamaWeights::Load(const ModelConfig& c, Safetensor
     KVS_RETURN_IF_ERROR(ReadF32(ckpt, *spec, out));
     // Gemma's RMSNorm scales by (1 + w): the 1 is added here once, in fp32 as Hugging Face
     // adds it on every call, so the forward pass runs the plain RMSNorm kernel.
-    if (c.norm_weight_offset && spec->is_norm) {
+    if (c.norm_weight_offset && spec->is_norm && !ckpt.norm_offset_stored()) {
       for (float& x : out) x += 1.0f;
     }
     *dst = out.data();
@@ -132,17 +148,25 @@ absl::StatusOr<LlamaWeights> LlamaWeights::Load(const ModelConfig& c, Safetensor
                         is_expert.push_back(expert);
                       });
   }
-  std::vector<WeightDtype> dtypes;
+  // dtypes[i]: the projection's dtype, or nullopt when it is stored in ggml blocks.
+  std::vector<std::optional<WeightDtype>> dtypes;
   size_t packed_bytes = 0, streamed = static_cast<size_t>(norm_bytes), largest = 0,
          expert_bytes = 0;
   for (size_t i = 0; i < projections.size(); ++i) {
     const WeightSpec* spec = projections[i].first;
-    KVS_ASSIGN_OR_RETURN(WeightDtype d, SpecDtype(ckpt, *spec));
-    dtypes.push_back(d);
-    packed_bytes += PackedBytes(*spec, d);
-    const size_t bytes = static_cast<size_t>(spec->elements()) * WeightDtypeBytes(d);
+    KVS_ASSIGN_OR_RETURN(const bool blocks, SpecHasBlocks(ckpt, *spec));
+    size_t bytes = 0;
+    if (blocks) {
+      dtypes.push_back(std::nullopt);
+      KVS_ASSIGN_OR_RETURN(bytes, StoredBytes(ckpt, *spec));
+    } else {
+      KVS_ASSIGN_OR_RETURN(WeightDtype d, SpecDtype(ckpt, *spec));
+      dtypes.push_back(d);
+      packed_bytes += PackedBytes(*spec, d);
+      bytes = static_cast<size_t>(spec->elements()) * WeightDtypeBytes(d);
+      largest = std::max(largest, bytes);
+    }
     (is_expert[i] ? expert_bytes : streamed) += bytes;
-    largest = std::max(largest, bytes);
   }
   // A token reads top_k of each MoE layer's experts (all experts have the same shape).
   if (c.moe.num_experts > 0) {
@@ -150,13 +174,16 @@ absl::StatusOr<LlamaWeights> LlamaWeights::Load(const ModelConfig& c, Safetensor
         static_cast<size_t>(static_cast<double>(expert_bytes) * c.moe.top_k / c.moe.num_experts);
   }
   w.streamed_bytes_ = streamed;
-  w.all_bf16_ = std::all_of(dtypes.begin(), dtypes.end(), [](WeightDtype d) { return d == WeightDtype::kBf16; });
-  w.all_fp16_ = std::all_of(dtypes.begin(), dtypes.end(), [](WeightDtype d) { return d == WeightDtype::kF16; });
+  w.all_bf16_ = std::all_of(dtypes.begin(), dtypes.end(), [](auto d) { return d == WeightDtype::kBf16; });
+  w.all_fp16_ = std::all_of(dtypes.begin(), dtypes.end(), [](auto d) { return d == WeightDtype::kF16; });
   w.owned_bytes_ = w.small_.size() * sizeof(float);
   if (!pack) return w;
 
-  w.packed_storage_.reset(static_cast<std::byte*>(std::aligned_alloc(kAlignBytes, AlignBytes(packed_bytes))));
-  if (w.packed_storage_ == nullptr) {
+  // (Nothing to allocate when every projection is stored in blocks.)
+  if (packed_bytes > 0) {
+    w.packed_storage_.reset(static_cast<std::byte*>(std::aligned_alloc(kAlignBytes, AlignBytes(packed_bytes))));
+  }
+  if (packed_bytes > 0 && w.packed_storage_ == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", packed_bytes, " bytes of packed weights"));
   }
   w.owned_bytes_ += packed_bytes;
@@ -166,7 +193,14 @@ absl::StatusOr<LlamaWeights> LlamaWeights::Load(const ModelConfig& c, Safetensor
   size_t cursor = 0;
   for (size_t i = 0; i < projections.size(); ++i) {
     const WeightSpec& spec = *projections[i].first;
-    const WeightDtype d = dtypes[i];
+    if (!dtypes[i]) {
+      KVS_ASSIGN_OR_RETURN(kernels::cpu::quant::QuantMatrix m, PackBlockProjection(ckpt, spec));
+      w.owned_bytes_ += m.bytes();
+      w.quant_.push_back(std::make_unique<kernels::cpu::quant::QuantMatrix>(std::move(m)));
+      projections[i].second->quant = w.quant_.back().get();
+      continue;
+    }
+    const WeightDtype d = *dtypes[i];
     const int out = static_cast<int>(spec.rows()), in = static_cast<int>(spec.cols);
     const std::span<std::byte> rows(staging.data(), static_cast<size_t>(spec.elements()) * WeightDtypeBytes(d));
     KVS_RETURN_IF_ERROR(ReadRaw(ckpt, spec, d, rows));
@@ -197,6 +231,14 @@ absl::StatusOr<LlamaWeights> LlamaWeights::Load(const ModelConfig& c, Safetensor
 
 void LlamaWeights::EmbedRows(const int32_t* ids, int64_t n, float* out) const {
   const auto d = static_cast<size_t>(hidden_);
+  if (embed_block_) {
+    const quant::BlockTraits& traits = quant::Traits(*embed_block_);
+    for (int64_t i = 0; i < n; ++i) {
+      traits.dequantize(embed_ + static_cast<size_t>(ids[i]) * embed_row_bytes_, out + static_cast<size_t>(i) * d,
+                        hidden_);
+    }
+    return;
+  }
   for (int64_t i = 0; i < n; ++i) {
     const size_t row = static_cast<size_t>(ids[i]) * d;
     float* dst = out + static_cast<size_t>(i) * d;

@@ -9,6 +9,9 @@
 //   mapped:        the embedding table, in the checkpoint's dtype; rows are gathered (and
 //                  widened) per token, so only the pages of tokens seen become resident
 //   lm_head:       packed like a projection (from the embedding tensor when tied)
+//   GGUF files:    projections stored in ggml block types stay quantized, repacked for the
+//                  quantized kernels (model/block_weights.h); a quantized embedding table stays
+//                  mapped and its rows are dequantized per token
 //   experts:       each expert's gate_up and down packed like a dense layer's, the router
 //                  like a projection; gpt-oss's fused (and MXFP4) expert tensors are sliced
 //                  per expert at load (fused_expert_reader.h), MXFP4 unpacked to bf16
@@ -22,10 +25,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "kernels/cpu/packed_linear.h"
+#include "kernels/cpu/quant/quant_linear.h"
 #include "model/checkpoint_map.h"
 #include "model/model_config.h"
 #include "model/safetensors.h"
@@ -33,12 +38,14 @@
 
 namespace kvserve::model {
 
-// One projection in packed form: exactly one of the three is set.
+// One projection in packed form: exactly one of the four is set.
 struct PackedProjection {
   const float* f32 = nullptr;
   const uint16_t* bf16 = nullptr;
   const uint16_t* fp16 = nullptr;
-  bool empty() const { return f32 == nullptr && bf16 == nullptr && fp16 == nullptr; }
+  // Stored in ggml block types (a GGUF file): repacked quantized blocks (model/block_weights.h).
+  const kernels::cpu::quant::QuantMatrix* quant = nullptr;
+  bool empty() const { return f32 == nullptr && bf16 == nullptr && fp16 == nullptr && quant == nullptr; }
 };
 
 // y (=|+=) x · wᵀ + bias on whichever packed form the weights came in (bias may be null).
@@ -93,6 +100,10 @@ class LlamaWeights {
   const PackedProjection& lm_head() const { return lm_head_; }  // packed [V][D]
   bool packed() const { return packed_; }
   WeightDtype embed_dtype() const { return embed_dtype_; }
+  // The embedding's block type when it is stored quantized (a GGUF file), else nullopt.
+  std::optional<quant::BlockType> embed_block_type() const { return embed_block_; }
+  // Some projection is stored in ggml block types.
+  bool quantized_projections() const { return !quant_.empty(); }
   // Every projection (lm_head included) is stored so in the checkpoint (packed or not).
   bool bf16_projections() const { return all_bf16_; }
   bool fp16_projections() const { return all_fp16_; }
@@ -118,8 +129,11 @@ class LlamaWeights {
   CheckpointMap map_;
   std::unique_ptr<std::byte, FreeDeleter> packed_storage_;
   std::vector<float> small_;  // norms and biases
-  const std::byte* embed_ = nullptr;  // mapped [V][D] in embed_dtype_
+  const std::byte* embed_ = nullptr;  // mapped [V][D] in embed_dtype_ (or embed_block_)
   WeightDtype embed_dtype_ = WeightDtype::kF32;
+  std::optional<quant::BlockType> embed_block_;
+  size_t embed_row_bytes_ = 0;
+  std::vector<std::unique_ptr<kernels::cpu::quant::QuantMatrix>> quant_;  // block projections
   int hidden_ = 0;
   const float* final_norm_ = nullptr;
   PackedProjection lm_head_;

@@ -199,7 +199,8 @@ struct ModelConfig {
 
 // Parses config.json text; `origin` (usually the file path) prefixes every error.
 absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::string_view origin);
-// Reads and parses <model_dir>/config.json.
+// Reads and parses <model_dir>/config.json; a GGUF model path (gguf/gguf_source.h) is read
+// through its metadata instead (gguf_config.h).
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir);
 
 // RoPE inverse frequencies after scaling: inv_freq[f] for f in [0, rotary_dim / 2), the

@@ -216,10 +216,11 @@ SafetensorsFile::~SafetensorsFile() {
   if (map_ != nullptr) ::munmap(const_cast<std::byte*>(map_), map_size_);
 }
 
-const SafetensorsEntry* SafetensorsFile::Find(std::string_view name) const {
-  auto it = std::lower_bound(entries_.begin(), entries_.end(), name,
+const SafetensorsEntry* TensorFile::Find(std::string_view name) const {
+  const std::vector<SafetensorsEntry>& all = entries();
+  auto it = std::lower_bound(all.begin(), all.end(), name,
                              [](const SafetensorsEntry& e, std::string_view n) { return e.name < n; });
-  return it != entries_.end() && it->name == name ? &*it : nullptr;
+  return it != all.end() && it->name == name ? &*it : nullptr;
 }
 
 namespace {
@@ -245,7 +246,8 @@ std::span<const std::byte> SafetensorsFile::Bytes(const SafetensorsEntry& e) con
   return {data_ + e.begin, static_cast<size_t>(e.end - e.begin)};
 }
 
-absl::Status SafetensorsFile::ReadF32(const SafetensorsEntry& e, std::span<float> out) const {
+absl::Status TensorFile::ReadF32(const SafetensorsEntry& e, std::span<float> out) const {
+  const std::string& path_ = path();
   const int64_t n = e.num_elements();
   if (static_cast<int64_t>(out.size()) != n) {
     return TensorError(path_, e.name, absl::StrCat("destination holds ", out.size(), " floats, tensor has ", n));
@@ -253,7 +255,7 @@ absl::Status SafetensorsFile::ReadF32(const SafetensorsEntry& e, std::span<float
   // An empty tensor (a 0 in its shape) has nothing to read, and an empty destination's
   // data() may be null, which memcpy must not get even for 0 bytes (found by fuzzing).
   if (n == 0) return absl::OkStatus();
-  const std::byte* src = data_ + e.begin;
+  const std::byte* src = Bytes(e).data();
   // Unaligned-safe element reads: offsets inside the data region need not be aligned.
   if (e.dtype == "F32") {
     std::memcpy(out.data(), src, static_cast<size_t>(n) * 4);
@@ -324,9 +326,32 @@ absl::StatusOr<SafetensorsCheckpoint> SafetensorsCheckpoint::Open(const std::str
   return c;
 }
 
+absl::StatusOr<SafetensorsCheckpoint> SafetensorsCheckpoint::FromFiles(
+    std::vector<std::unique_ptr<TensorFile>> files, std::string description) {
+  SafetensorsCheckpoint c;
+  for (auto& file : files) {
+    for (const auto& e : file->entries()) {
+      auto [it, fresh] = c.index_.try_emplace(e.name, file.get(), &e);
+      if (!fresh) {
+        return TensorError(file->path(), e.name, absl::StrCat("also in ", it->second.first->path()));
+      }
+    }
+    c.files_.push_back(std::move(file));
+  }
+  c.description_ = std::move(description);
+  return c;
+}
+
+bool SafetensorsCheckpoint::has_block_tensors() const {
+  for (const auto& [name, found] : index_) {
+    if (found.second->dtype_bytes == 0) return true;
+  }
+  return false;
+}
+
 bool SafetensorsCheckpoint::Contains(std::string_view name) const { return index_.find(name) != index_.end(); }
 
-absl::StatusOr<std::pair<const SafetensorsFile*, const SafetensorsEntry*>> SafetensorsCheckpoint::Find(
+absl::StatusOr<std::pair<const TensorFile*, const SafetensorsEntry*>> SafetensorsCheckpoint::Find(
     std::string_view name) const {
   auto it = index_.find(name);
   if (it == index_.end()) {

@@ -14,14 +14,19 @@
 namespace kvserve::model {
 namespace {
 
-absl::Status TensorError(const SafetensorsFile& f, const std::string& name, std::string_view what) {
+absl::Status TensorError(const TensorFile& f, const std::string& name, std::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(f.path(), ": tensor \"", name, "\": ", base::AsAbsl(what)));
 }
 
-absl::StatusOr<WeightDtype> DtypeOf(const SafetensorsFile& f, const SafetensorsEntry& e) {
+absl::StatusOr<WeightDtype> DtypeOf(const TensorFile& f, const SafetensorsEntry& e) {
   if (e.dtype == "F32") return WeightDtype::kF32;
   if (e.dtype == "BF16") return WeightDtype::kBf16;
   if (e.dtype == "F16") return WeightDtype::kF16;
+  if (e.dtype_bytes == 0) {
+    return TensorError(f, e.name, absl::StrCat("is stored in blocks of ", e.dtype,
+                                               ", which this weight cannot hold (only projections and the "
+                                               "embedding may be quantized)"));
+  }
   return TensorError(f, e.name, absl::StrCat("dtype ", e.dtype, " is not supported (supported: F32, BF16, F16)"));
 }
 
@@ -49,29 +54,29 @@ bool AllFinite(const std::byte* p, int64_t n, WeightDtype d, int64_t* bad) {
   return true;
 }
 
-// Each tensor of the spec in order, shape-checked, with its bytes (read ahead).
+// Each tensor of the spec in order, shape-checked, with its bytes (read ahead) in Hugging
+// Face row order (a permuted GGUF tensor is un-permuted into a copy first).
 template <typename Fn>
 absl::Status ForEachTensor(const SafetensorsCheckpoint& ckpt, const WeightSpec& spec, Fn&& fn) {
   KVS_CHECK(spec.names.size() == spec.row_counts.size(), "weight spec: names and row counts differ");
   int64_t row = 0;
+  std::vector<std::byte> unpermuted;
   for (size_t i = 0; i < spec.names.size(); ++i) {
     KVS_ASSIGN_OR_RETURN(auto found, ckpt.Find(spec.names[i]));
     const auto& [file, entry] = found;
-    const std::vector<int64_t> want = spec.cols == 1 && entry->shape.size() == 1
-                                          ? std::vector<int64_t>{spec.row_counts[i]}
-                                          : std::vector<int64_t>{spec.row_counts[i], spec.cols};
-    if (entry->shape != want) {
-      return TensorError(*file, entry->name,
-                         absl::StrCat("shape [", absl::StrJoin(entry->shape, ", "), "], expected [",
-                                      absl::StrJoin(want, ", "), "] (from config.json)"));
-    }
+    KVS_RETURN_IF_ERROR(CheckShape(*file, *entry, spec, i));
     KVS_ASSIGN_OR_RETURN(WeightDtype d, DtypeOf(*file, *entry));
     file->WillNeed(*entry);
-    const std::span<const std::byte> bytes = file->Bytes(*entry);
+    std::span<const std::byte> bytes = file->Bytes(*entry);
     int64_t bad = 0;
     if (!AllFinite(bytes.data(), entry->num_elements(), d, &bad)) {
       file->Release(*entry);
       return TensorError(*file, entry->name, absl::StrCat("element ", bad, " is NaN or infinite (corrupt weights?)"));
+    }
+    if (entry->permute_heads > 0) {
+      unpermuted.resize(bytes.size());
+      UnpermuteHeadRows(bytes, entry->shape.front(), entry->permute_heads, unpermuted);
+      bytes = unpermuted;
     }
     KVS_RETURN_IF_ERROR(fn(*file, *entry, d, bytes, row));
     row += spec.row_counts[i];
@@ -104,6 +109,34 @@ float BitsToFloat(const std::byte* p, WeightDtype d) {
 }
 
 }  // namespace
+
+absl::Status CheckShape(const TensorFile& file, const SafetensorsEntry& entry, const WeightSpec& spec, size_t i) {
+  const std::vector<int64_t> want = spec.cols == 1 && entry.shape.size() == 1
+                                        ? std::vector<int64_t>{spec.row_counts[i]}
+                                        : std::vector<int64_t>{spec.row_counts[i], spec.cols};
+  if (entry.shape != want) {
+    return TensorError(file, entry.name,
+                       absl::StrCat("shape [", absl::StrJoin(entry.shape, ", "), "], expected [",
+                                    absl::StrJoin(want, ", "), "] (from the model's configuration)"));
+  }
+  return absl::OkStatus();
+}
+
+void UnpermuteHeadRows(std::span<const std::byte> stored, int64_t rows, int32_t heads, std::span<std::byte> out) {
+  KVS_CHECK(heads > 0 && rows % heads == 0 && (rows / heads) % 2 == 0, "head permutation: rows per head");
+  KVS_CHECK(out.size() == stored.size() && stored.size() % static_cast<size_t>(rows) == 0,
+            "head permutation: sizes");
+  const size_t row_bytes = stored.size() / static_cast<size_t>(rows);
+  const int64_t d = rows / heads, half = d / 2;
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t j = 0; j < 2; ++j) {
+      for (int64_t i = 0; i < half; ++i) {
+        const auto src = static_cast<size_t>(h * d + 2 * i + j), dst = static_cast<size_t>(h * d + j * half + i);
+        std::memcpy(out.data() + dst * row_bytes, stored.data() + src * row_bytes, row_bytes);
+      }
+    }
+  }
+}
 
 size_t WeightDtypeBytes(WeightDtype d) { return d == WeightDtype::kF32 ? 4 : 2; }
 
@@ -140,7 +173,7 @@ absl::Status ReadRaw(const SafetensorsCheckpoint& ckpt, const WeightSpec& spec, 
   if (spec.fused.layout != FusedLayout::kNone)
     return internal::ReadFusedExpert(ckpt, spec, dtype, out);
   return ForEachTensor(ckpt, spec,
-                       [&](const SafetensorsFile& f, const SafetensorsEntry& e, WeightDtype d,
+                       [&](const TensorFile& f, const SafetensorsEntry& e, WeightDtype d,
                            std::span<const std::byte> bytes, int64_t row) -> absl::Status {
                          if (d != dtype) {
                            return TensorError(f, e.name, absl::StrCat("is ", WeightDtypeName(d), ", expected ",
@@ -158,7 +191,7 @@ absl::Status ReadF32(const SafetensorsCheckpoint& ckpt, const WeightSpec& spec, 
   if (spec.fused.layout != FusedLayout::kNone)
     return ReadFusedConverted(ckpt, spec, out, BitsToFloat);
   return ForEachTensor(ckpt, spec,
-                       [&](const SafetensorsFile& f, const SafetensorsEntry& e, WeightDtype d,
+                       [&](const TensorFile& f, const SafetensorsEntry& e, WeightDtype d,
                            std::span<const std::byte> bytes, int64_t row) -> absl::Status {
                          float* dst = out.data() + row * spec.cols;
                          const int64_t n = e.num_elements();
@@ -190,7 +223,7 @@ absl::Status ReadBf16(const SafetensorsCheckpoint& ckpt, const WeightSpec& spec,
     });
   }
   return ForEachTensor(ckpt, spec,
-                       [&](const SafetensorsFile& f, const SafetensorsEntry& e, WeightDtype d,
+                       [&](const TensorFile& f, const SafetensorsEntry& e, WeightDtype d,
                            std::span<const std::byte> bytes, int64_t row) -> absl::Status {
                          uint16_t* dst = out.data() + row * spec.cols;
                          const int64_t n = e.num_elements();
@@ -221,7 +254,7 @@ absl::StatusOr<std::span<const std::byte>> MappedTensor(const SafetensorsCheckpo
   }
   std::span<const std::byte> out;
   KVS_RETURN_IF_ERROR(ForEachTensor(ckpt, spec,
-                                    [&](const SafetensorsFile& f, const SafetensorsEntry& e, WeightDtype d,
+                                    [&](const TensorFile& f, const SafetensorsEntry& e, WeightDtype d,
                                         std::span<const std::byte> bytes, int64_t) -> absl::Status {
                                       if (d != dtype) {
                                         return TensorError(f, e.name, absl::StrCat("is ", WeightDtypeName(d),

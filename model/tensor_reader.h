@@ -45,6 +45,14 @@ absl::Status ReadBf16(const SafetensorsCheckpoint& ckpt, const WeightSpec& spec,
 absl::StatusOr<std::span<const std::byte>> MappedTensor(const SafetensorsCheckpoint& ckpt, const WeightSpec& spec,
                                                         WeightDtype dtype);
 
+// Whether tensor i of the spec has the spec's shape ([row_counts[i]][cols], or [rows] for a
+// vector); InvalidArgument naming the file and tensor otherwise.
+absl::Status CheckShape(const TensorFile& file, const SafetensorsEntry& entry, const WeightSpec& spec, size_t i);
+
+// Copies `rows` stored rows (equal byte sizes) into Hugging Face order, undoing llama.cpp's
+// per-head Q/K permutation (SafetensorsEntry::permute_heads has the rule).
+void UnpermuteHeadRows(std::span<const std::byte> stored, int64_t rows, int32_t heads, std::span<std::byte> out);
+
 // Drops the pages of the spec's tensors from the resident set (after MappedTensor's scan,
 // or to undo a read ahead).
 void ReleaseTensors(const SafetensorsCheckpoint& ckpt, const WeightSpec& spec);

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/absl_compat.h"
+#include "base/check.h"
 #include "tokenizer/utf8.h"
 
 namespace kvserve::tokenizer {
@@ -17,9 +18,8 @@ bool HeapAfter(const BpeScratch::Candidate& a, const BpeScratch::Candidate& b) {
 
 }  // namespace
 
-absl::StatusOr<BpeModel> BpeModel::Create(
-    const std::vector<std::pair<std::string, int32_t>>& vocab,
-    const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions options) {
+absl::StatusOr<BpeModel> BpeModel::WithVocab(
+    const std::vector<std::pair<std::string, int32_t>>& vocab, BpeOptions options) {
   BpeModel m;
   m.options_ = options;
   int32_t max_id = -1;
@@ -59,6 +59,18 @@ absl::StatusOr<BpeModel> BpeModel::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("unk id ", *options.unk_id, " is not in the vocabulary"));
   }
+  return m;
+}
+
+void BpeModel::AddMerge(int32_t left, int32_t right, int32_t merged, int32_t rank) {
+  auto [it, inserted] = merges_.try_emplace(PairKey(left, right), MergeValue{rank, merged});
+  if (!inserted && rank < it->second.rank) it->second = MergeValue{rank, merged};
+}
+
+absl::StatusOr<BpeModel> BpeModel::Create(
+    const std::vector<std::pair<std::string, int32_t>>& vocab,
+    const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions options) {
+  KVS_ASSIGN_OR_RETURN(BpeModel m, WithVocab(vocab, options));
   m.merges_.reserve(merges.size());
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const auto& [left, right] = merges[rank];
@@ -74,7 +86,29 @@ absl::StatusOr<BpeModel> BpeModel::Create(
                                                      " is not in the vocabulary"));
     }
     // The first (lowest-ranked) rule for a pair wins; duplicates later in the list are inert.
-    m.merges_.try_emplace(PairKey(*l, *r), MergeValue{static_cast<int32_t>(rank), *merged});
+    m.AddMerge(*l, *r, *merged, static_cast<int32_t>(rank));
+  }
+  return m;
+}
+
+absl::StatusOr<BpeModel> BpeModel::CreateRanked(
+    const std::vector<std::pair<std::string, int32_t>>& vocab, std::span<const IdMerge> merges,
+    BpeOptions options) {
+  KVS_ASSIGN_OR_RETURN(BpeModel m, WithVocab(vocab, options));
+  m.merges_.reserve(merges.size());
+  for (size_t i = 0; i < merges.size(); ++i) {
+    const IdMerge& e = merges[i];
+    const std::string_view l = m.id_to_token(e.left);
+    const std::string_view r = m.id_to_token(e.right);
+    const std::string_view merged = m.id_to_token(e.merged);
+    if (l.empty() || r.empty() || merged.size() != l.size() + r.size() ||
+        merged.substr(0, l.size()) != l || merged.substr(l.size()) != r) {
+      return absl::InvalidArgumentError(absl::StrCat("merge #", i, " (ids ", e.left, " ", e.right,
+                                                     " -> ", e.merged,
+                                                     "): the merged token is not the two sides "
+                                                     "joined, or an id is not in the vocabulary"));
+    }
+    m.AddMerge(e.left, e.right, e.merged, e.rank);
   }
   return m;
 }

@@ -16,6 +16,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -61,6 +62,15 @@ struct BpeScratch {
 
 class BpeModel {
  public:
+  // One merge rule by id: `left` followed by `right` becomes `merged`. Lower ranks merge first;
+  // among equal ranks the leftmost pair in the word merges first.
+  struct IdMerge {
+    int32_t left;
+    int32_t right;
+    int32_t merged;
+    int32_t rank;
+  };
+
   // `vocab` maps token text to id (ids need not be dense, but must be distinct and in
   // [0, kMaxTokenId]).
   // `merges` in rank order; each side and their concatenation must be in the vocabulary.
@@ -68,6 +78,13 @@ class BpeModel {
   static absl::StatusOr<BpeModel> Create(
       const std::vector<std::pair<std::string, int32_t>>& vocab,
       const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions options);
+  // The same model with merges given by id and explicit ranks (several rules may share a rank,
+  // which SentencePiece's score rule needs: see spm_merges.h). Each id must be in `vocab` and
+  // the merged token's text must be left's text followed by right's. A pair listed twice keeps
+  // its lowest rank.
+  static absl::StatusOr<BpeModel> CreateRanked(
+      const std::vector<std::pair<std::string, int32_t>>& vocab, std::span<const IdMerge> merges,
+      BpeOptions options);
 
   // Appends the ids of one word (valid UTF-8) to `out`.
   void EncodeWord(std::string_view word, BpeScratch& scratch, std::vector<int32_t>& out) const;
@@ -90,6 +107,9 @@ class BpeModel {
     return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) |
            static_cast<uint32_t>(right);
   }
+  static absl::StatusOr<BpeModel> WithVocab(
+      const std::vector<std::pair<std::string, int32_t>>& vocab, BpeOptions options);
+  void AddMerge(int32_t left, int32_t right, int32_t merged, int32_t rank);
   void PushCandidate(BpeScratch& s, int32_t pos) const;
 
   absl::flat_hash_map<std::string, int32_t> vocab_;

@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "base/absl_compat.h"
 #include "base/check.h"
+#include "gguf/gguf_source.h"
+#include "tokenizer/gguf_vocab_io.h"
 #include "tokenizer/tokenizer_json.h"
 #include "tokenizer/utf8.h"
 
@@ -48,6 +50,13 @@ Tokenizer::~Tokenizer() = default;
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view json_text,
                                                                const TokenizerDirConfig& config) {
   KVS_ASSIGN_OR_RETURN(TokenizerParts parts, ParseTokenizerJson(json_text));
+  std::unique_ptr<Tokenizer> t(new Tokenizer());
+  KVS_RETURN_IF_ERROR(t->Init(std::move(parts), config));
+  return t;
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromParts(TokenizerParts parts,
+                                                                const TokenizerDirConfig& config) {
   std::unique_ptr<Tokenizer> t(new Tokenizer());
   KVS_RETURN_IF_ERROR(t->Init(std::move(parts), config));
   return t;
@@ -234,6 +243,8 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) c
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerDir(const std::string& dir) {
+  // A GGUF model carries its tokenizer in its metadata (tokenizer.ggml.*).
+  if (gguf::IsGgufSource(dir)) return LoadGgufTokenizer(dir);
   const std::string tc = ReadOptionalFile(dir + "/tokenizer_config.json").value_or("");
   const std::string gc = ReadOptionalFile(dir + "/generation_config.json").value_or("");
   KVS_ASSIGN_OR_RETURN(TokenizerDirConfig config, ParseTokenizerDirConfig(tc, gc));

@@ -50,6 +50,9 @@ class Tokenizer {
                                                              const TokenizerDirConfig& config = {});
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromFile(const std::string& path,
                                                              const TokenizerDirConfig& config = {});
+  // Assembles a tokenizer from parts built elsewhere (a GGUF vocabulary: gguf_vocab.h).
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromParts(TokenizerParts parts,
+                                                              const TokenizerDirConfig& config);
   ~Tokenizer();
   Tokenizer(const Tokenizer&) = delete;
   Tokenizer& operator=(const Tokenizer&) = delete;
@@ -113,6 +116,7 @@ class Tokenizer {
 
 // Loads <dir>/tokenizer.json with <dir>/tokenizer_config.json and <dir>/generation_config.json
 // (both optional) and, if tokenizer_config.json has no template, <dir>/chat_template.jinja.
+// A GGUF model path (gguf/gguf_source.h) is read from its tokenizer.ggml.* metadata instead.
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerDir(const std::string& dir);
 
 }  // namespace kvserve::tokenizer
