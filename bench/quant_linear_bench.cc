@@ -4,9 +4,11 @@
 //              enough copies of the matrix that none stays in the last-level cache, and the
 //              fraction of a measured read roofline (a plain AVX-512 read loop, same threads)
 //   rows 8/32: GB/s and GFLOP/s;  rows 512 (prefill): GFLOP/s (2 * rows * in * out per call)
-// Medians of wall time. Weights: our quantizer on random normal values.
+// Medians of wall time, and GFLOP per process CPU second (what idle cores would give on the
+// shared machine; it counts the workers' spinning too). Weights: our quantizer on random normal
+// values.
 //
-//   build/bin/quant_linear_bench [--threads N] [--repeats R]
+//   build/bin/quant_linear_bench [--threads N] [--repeats R] [--shapes 0|1|2] [--rows N]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -21,6 +23,12 @@
 #include <immintrin.h>
 #endif
 
+// GCC 12's _mm512_reduce_add_ps passes an undefined vector through its shuffles (bug 105593).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+#include "bench/cpu_clock.h"
 #include "kernels/cpu/compute_pool.h"
 #include "kernels/cpu/kv_quant.h"
 #include "kernels/cpu/packed_linear.h"
@@ -33,7 +41,9 @@ namespace cpu = kvserve::kernels::cpu;
 namespace kq = kvserve::kernels::cpu::quant;
 using kvserve::quant::BlockType;
 
-double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -43,13 +53,19 @@ double Median(std::vector<double> v) {
 constexpr size_t kColdBytes = size_t{384} << 20;  // copies cycled through at batch 1
 
 #if defined(__x86_64__)
+// Four sequential streams at once (as the kernels read four panels at batch 1): one stream
+// per core reads markedly slower on this VM.
 __attribute__((target("avx512f"))) float ReadRange(const float* p, int64_t n) {
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  for (int64_t i = 0; i + 64 <= n; i += 64) {
-    a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
-    a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
-    a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
-    a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
+  const int64_t q = n / 4;
+  for (int64_t i = 0; i + 32 <= q; i += 32) {
+    a0 = _mm512_add_ps(a0, _mm512_add_ps(_mm512_load_ps(p + i), _mm512_load_ps(p + i + 16)));
+    a1 =
+        _mm512_add_ps(a1, _mm512_add_ps(_mm512_load_ps(p + q + i), _mm512_load_ps(p + q + i + 16)));
+    a2 = _mm512_add_ps(
+        a2, _mm512_add_ps(_mm512_load_ps(p + 2 * q + i), _mm512_load_ps(p + 2 * q + i + 16)));
+    a3 = _mm512_add_ps(
+        a3, _mm512_add_ps(_mm512_load_ps(p + 3 * q + i), _mm512_load_ps(p + 3 * q + i + 16)));
   }
   return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 }
@@ -61,17 +77,22 @@ float ReadRange(const float* p, int64_t n) {
 }
 #endif
 
-// GB/s of a read-only sweep over kColdBytes on the compute team (chunks of 1 MiB).
+// GB/s of a read-only sweep over kColdBytes on the compute team (chunks of 8 MiB).
 double ReadRooflineGBs(int repeats) {
   const int64_t n = kColdBytes / 4;
   float* buf = static_cast<float*>(std::aligned_alloc(64, kColdBytes));
-  for (int64_t i = 0; i < n; ++i) buf[i] = 1.0f;
-  const int64_t chunk = (1 << 20) / 4;
+  uint32_t lcg = 1;  // distinct page contents (identical pages may be merged by the host)
+  for (int64_t i = 0; i < n; ++i) {
+    lcg = lcg * 1664525u + 1013904223u;
+    buf[i] = static_cast<float>(lcg >> 8) * 1e-7f;
+  }
+  const int64_t chunk = (8 << 20) / 4;  // 8 MiB per chunk: four 2 MiB streams
   std::vector<float> sink(64);
   std::vector<double> t;
   for (int r = 0; r < repeats + 1; ++r) {
     const double t0 = Now();
-    cpu::ParallelFor(n / chunk, true, [&](int64_t c, int slot) { sink[slot] += ReadRange(buf + c * chunk, chunk); });
+    cpu::ParallelFor(n / chunk, true,
+                     [&](int64_t c, int slot) { sink[slot] += ReadRange(buf + c * chunk, chunk); });
     if (r > 0) t.push_back(Now() - t0);
   }
   std::free(buf);
@@ -91,34 +112,45 @@ std::vector<float> RandomWeights(const Shape& s, uint32_t seed) {
   return w;
 }
 
-// Times fn(copy, rows) per call, cycling through `copies`.
+struct Timing {
+  double wall = 0;  // median seconds per call
+  double cpu = 0;   // median process CPU seconds per call (all threads)
+};
+
+// Times fn(copy) per call, cycling through `copies`.
 template <typename Fn>
-double TimeCalls(int copies, int calls, Fn&& fn) {
-  std::vector<double> t;
+Timing TimeCalls(int copies, int calls, Fn&& fn) {
+  std::vector<double> wall, cpu;
   for (int i = 0; i < calls + copies; ++i) {
-    const double t0 = Now();
+    const double t0 = Now(), c0 = kvserve::bench::ProcessCpuSeconds();
     fn(i % copies);
-    if (i >= copies) t.push_back(Now() - t0);  // first pass warms up
+    if (i >= copies) {  // the first pass warms up
+      wall.push_back(Now() - t0);
+      cpu.push_back(kvserve::bench::ProcessCpuSeconds() - c0);
+    }
   }
-  return Median(t);
+  return {Median(wall), Median(cpu)};
 }
 
-void BenchShape(const Shape& s, int repeats, double roofline) {
+void BenchShape(const Shape& s, int repeats, double roofline, int only_rows) {
   const std::vector<float> w = RandomWeights(s, 1);
-  const std::vector<int> row_counts = {1, 8, 32, 512};
+  std::vector<int> row_counts = {1, 8, 32, 512};
+  if (only_rows > 0) row_counts = {only_rows};
   const int max_rows = 512;
-  std::vector<float> x(static_cast<size_t>(max_rows) * s.in), y(static_cast<size_t>(max_rows) * s.out);
+  std::vector<float> x(static_cast<size_t>(max_rows) * s.in),
+      y(static_cast<size_t>(max_rows) * s.out);
   std::mt19937 rng(2);
   std::normal_distribution<float> g(0.0f, 1.0f);
   for (float& v : x) v = g(rng);
   std::printf("\nshape out %d x in %d\n", s.out, s.in);
-  std::printf("%-10s %-14s %10s %6s %10s %10s %10s %12s\n", "weights", "kernel", "MB", "rows", "us/call", "GB/s",
-              "%roofline", "GFLOP/s");
-  auto report = [&](const char* name, const char* kernel, double bytes, int rows, double sec) {
-    const double gbs = bytes / sec / 1e9;
-    const double gflops = 2.0 * rows * s.in * static_cast<double>(s.out) / sec / 1e9;
-    std::printf("%-10s %-14s %10.1f %6d %10.1f %10.2f %10.1f %12.1f\n", name, kernel, bytes / 1e6, rows, sec * 1e6,
-                gbs, 100.0 * gbs / roofline, gflops);
+  std::printf("%-6s %-12s %7s %5s %10s %8s %6s %9s %12s\n", "type", "kernel", "MB", "rows",
+              "us/call", "GB/s", "%roof", "GFLOP/s", "GFLOP/cpu-s");
+  auto report = [&](const char* name, const char* kernel, double bytes, int rows, const Timing& t) {
+    const double gbs = bytes / t.wall / 1e9;
+    const double flop = 2.0 * rows * s.in * static_cast<double>(s.out);
+    std::printf("%-6s %-12s %7.1f %5d %10.1f %8.2f %6.1f %9.1f %12.1f\n", name, kernel, bytes / 1e6,
+                rows, t.wall * 1e6, gbs, 100.0 * gbs / roofline, flop / t.wall / 1e9,
+                flop / t.cpu / 1e9);
   };
   for (BlockType type : {BlockType::kQ8_0, BlockType::kQ4_K, BlockType::kQ6_K}) {
     const kvserve::quant::BlockTraits& tr = kvserve::quant::Traits(type);
@@ -134,12 +166,25 @@ void BenchShape(const Shape& s, int repeats, double roofline) {
     }
     const double bytes = static_cast<double>(first->bytes());
     mats.push_back(std::move(*first));
-    const int copies = std::max<int>(1, static_cast<int>(kColdBytes / bytes));
-    for (int c = 1; c < copies; ++c) mats.push_back(std::move(*kq::QuantMatrix::Pack({&src, 1}, s.in)));
+    const int copies = only_rows > 1 ? 1 : std::max<int>(1, static_cast<int>(kColdBytes / bytes));
+    for (int c = 1; c < copies; ++c) {
+      // Every copy different (identical pages may be merged by the host and then share the
+      // cache): flip code bits, never the scale fields, so every block stays valid.
+      std::vector<std::byte> f = file;
+      const int blocks = static_cast<int>(f.size() / tr.block_bytes);
+      const int lo = type == BlockType::kQ8_0 ? 2 : type == BlockType::kQ4_K ? 16 : 0;
+      const int hi = type == BlockType::kQ6_K ? 192 : tr.block_bytes;
+      std::mt19937 bits(c);
+      for (int b = 0; b < blocks; ++b)
+        for (int i = lo; i < hi; ++i)
+          f[static_cast<size_t>(b) * tr.block_bytes + i] = std::byte(bits() & 0xff);
+      const kq::QuantSource fs{type, f.data(), s.out, row_bytes};
+      mats.push_back(std::move(*kq::QuantMatrix::Pack({&fs, 1}, s.in)));
+    }
     for (int rows : row_counts) {
       const int n_copies = rows == 1 ? copies : 1;
       const int calls = rows >= 512 ? std::max(3, repeats / 10) : repeats;
-      const double sec = TimeCalls(n_copies, calls, [&](int c) {
+      const Timing sec = TimeCalls(n_copies, calls, [&](int c) {
         kq::QuantLinear(x.data(), s.in, mats[c], nullptr, y.data(), s.out, rows, false);
       });
       report(std::string(tr.name).c_str(), kq::QuantKernelName(type), bytes, rows, sec);
@@ -159,9 +204,13 @@ void BenchShape(const Shape& s, int repeats, double roofline) {
     }
     const size_t elems = cpu::PackedLinearFloats(s.out, s.in);
     const double bytes = 2.0 * elems;
-    const int copies = std::max<int>(1, static_cast<int>(kColdBytes / bytes));
+    const int copies = only_rows > 1 ? 1 : std::max<int>(1, static_cast<int>(kColdBytes / bytes));
     std::vector<std::vector<uint16_t>> packed(copies, std::vector<uint16_t>(elems));
-    for (auto& p : packed) {
+    for (size_t c = 0; c < packed.size(); ++c) {
+      auto& p = packed[c];
+      std::mt19937 bits(static_cast<uint32_t>(c));  // distinct copies: random values below 1
+      if (c > 0)
+        for (uint16_t& v : h) v = static_cast<uint16_t>(bits() & (kind == 0 ? 0x3bff : 0x3f7f));
       if (kind == 0) {
         cpu::PackLinearWeightsFp16(h.data(), s.out, s.in, p.data());
       } else {
@@ -171,11 +220,13 @@ void BenchShape(const Shape& s, int repeats, double roofline) {
     for (int rows : row_counts) {
       const int n_copies = rows == 1 ? copies : 1;
       const int calls = rows >= 512 ? std::max(3, repeats / 10) : repeats;
-      const double sec = TimeCalls(n_copies, calls, [&](int c) {
+      const Timing sec = TimeCalls(n_copies, calls, [&](int c) {
         if (kind == 0) {
-          cpu::PackedLinearFp16(x.data(), s.in, packed[c].data(), nullptr, y.data(), s.out, rows, s.in, s.out, false);
+          cpu::PackedLinearFp16(x.data(), s.in, packed[c].data(), nullptr, y.data(), s.out, rows,
+                                s.in, s.out, false);
         } else {
-          cpu::PackedLinearBf16(x.data(), s.in, packed[c].data(), nullptr, y.data(), s.out, rows, s.in, s.out, false);
+          cpu::PackedLinearBf16(x.data(), s.in, packed[c].data(), nullptr, y.data(), s.out, rows,
+                                s.in, s.out, false);
         }
       });
       report(kind == 0 ? "F16" : "BF16", cpu::PackedLinearKernelName(), bytes, rows, sec);
@@ -186,15 +237,18 @@ void BenchShape(const Shape& s, int repeats, double roofline) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int threads = 2, repeats = 40;
+  int threads = 2, repeats = 40, shapes = 2, only_rows = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--threads") == 0) threads = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--repeats") == 0) repeats = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--shapes") == 0) shapes = std::atoi(argv[i + 1]);  // 0: roofline only
+    if (std::strcmp(argv[i], "--rows") == 0) only_rows = std::atoi(argv[i + 1]);
   }
   cpu::SetComputeThreads(threads);
   const double roofline = ReadRooflineGBs(7);
-  std::printf("threads %d, read roofline %.2f GB/s (median of 7 sweeps over %zu MiB)\n", cpu::ComputeThreads(),
-              roofline, kColdBytes >> 20);
-  for (const Shape& s : {Shape{2048, 8192}, Shape{4096, 4096}}) BenchShape(s, repeats, roofline);
+  std::printf("threads %d, read roofline %.2f GB/s (median of 7 sweeps over %zu MiB)\n",
+              cpu::ComputeThreads(), roofline, kColdBytes >> 20);
+  const Shape all[] = {Shape{4096, 4096}, Shape{2048, 8192}};
+  for (int i = 0; i < std::min(shapes, 2); ++i) BenchShape(all[i], repeats, roofline, only_rows);
   return 0;
 }

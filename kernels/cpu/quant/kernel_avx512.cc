@@ -18,7 +18,9 @@
 // GCC 12's AVX-512 headers pass an undefined vector as the merge source of unmasked
 // conversions (vpmovzx*, cvtph2ps), which -Wmaybe-uninitialized reports in every kernel that
 // inlines them; the values are never read (the masks are all ones).
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace kvserve::kernels::cpu::quant {
 
@@ -57,7 +59,7 @@ KVS_VNNI_TARGET void KernelVnni(const QTile& t) {
     for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   const __m512i b4 = _mm512_set1_epi8(16);
-  const __m512i b5 = _mm512_set1_epi8(32);
+  const __m512i b5x30 = _mm512_set1_epi8(0x30);
   const __m512 voff = _mm512_set1_ps(t.format.off);
 
   for (int64_t u = 0; u < t.units; ++u) {
@@ -105,13 +107,17 @@ KVS_VNNI_TARGET void KernelVnni(const QTile& t) {
             const __m512i v = _mm512_loadu_si512(rec + 64 * j);
             wl[p] = _mm512_and_si512(v, m4);
             wh[p] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-            if constexpr (C == Codes::kNibHi1 || C == Codes::kNibHi2) {
+            if constexpr (C == Codes::kNibHi1) {
               wl[p] = _mm512_mask_add_epi8(wl[p], Mask64(rec + 256 + 8 * j), wl[p], b4);
               wh[p] = _mm512_mask_add_epi8(wh[p], Mask64(rec + 256 + 8 * (j + 4)), wh[p], b4);
             }
             if constexpr (C == Codes::kNibHi2) {
-              wl[p] = _mm512_mask_add_epi8(wl[p], Mask64(rec + 320 + 8 * j), wl[p], b5);
-              wh[p] = _mm512_mask_add_epi8(wh[p], Mask64(rec + 320 + 8 * (j + 4)), wh[p], b5);
+              // Crumbs: bits 4..5 of the codes; 0xD8 = "C ? B : A" (take B where C = 0x30).
+              const __m512i h = _mm512_loadu_si512(rec + 256 + 64 * (j / 2));
+              const __m512i hl = j % 2 == 0 ? _mm512_slli_epi16(h, 4) : h;
+              const __m512i hh = j % 2 == 0 ? _mm512_slli_epi16(h, 2) : _mm512_srli_epi16(h, 2);
+              wl[p] = _mm512_ternarylogic_epi32(wl[p], hl, b5x30, 0xD8);
+              wh[p] = _mm512_ternarylogic_epi32(wh[p], hh, b5x30, 0xD8);
             }
           }
 #pragma GCC unroll 8
@@ -144,8 +150,9 @@ KVS_VNNI_TARGET void KernelVnni(const QTile& t) {
             const __m128i mnv = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16));
             a = _mm512_mul_ps(dv[p], _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(scv)));
             // b = -(dmin*mn): negate after the product (ggml's rounding).
-            bb = _mm512_sub_ps(_mm512_setzero_ps(),
-                               _mm512_mul_ps(dmv[p], _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mnv))));
+            bb =
+                _mm512_sub_ps(_mm512_setzero_ps(),
+                              _mm512_mul_ps(dmv[p], _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mnv))));
           }
 #pragma GCC unroll 8
           for (int r = 0; r < R; ++r) {
@@ -155,14 +162,17 @@ KVS_VNNI_TARGET void KernelVnni(const QTile& t) {
             acc[r][p] = _mm512_fmadd_ps(bb, _mm512_set1_ps(xb.sx), acc[r][p]);
           }
         } else if constexpr (S == Scales::kQ6) {
-          const __m512i slo = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
-          const __m512i shi = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16)));
+          const __m512i slo =
+              _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
+          const __m512i shi =
+              _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16)));
 #pragma GCC unroll 8
           for (int r = 0; r < R; ++r) {
             const ActBlock& xb = t.xb[r * t.xb_stride + kb];
             const __m512i lo = _mm512_sub_epi32(isum[r][p][0], _mm512_set1_epi32(xb.bs_lo32));
             const __m512i hi = _mm512_sub_epi32(isum[r][p][kI - 1], _mm512_set1_epi32(xb.bs_hi32));
-            const __m512i s = _mm512_add_epi32(_mm512_mullo_epi32(lo, slo), _mm512_mullo_epi32(hi, shi));
+            const __m512i s =
+                _mm512_add_epi32(_mm512_mullo_epi32(lo, slo), _mm512_mullo_epi32(hi, shi));
             const __m512 ddx = _mm512_mul_ps(dv[p], _mm512_set1_ps(xb.dx));
             acc[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), ddx, acc[r][p]);
           }
@@ -174,8 +184,10 @@ KVS_VNNI_TARGET void KernelVnni(const QTile& t) {
           for (int r = 0; r < R; ++r) {
             const ActBlock& xb = t.xb[r * t.xb_stride + kb];
             const __m512 dx = _mm512_set1_ps(xb.dx);
-            acc[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][p][0]), _mm512_mul_ps(alo, dx), acc[r][p]);
-            acc[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][p][kI - 1]), _mm512_mul_ps(ahi, dx), acc[r][p]);
+            acc[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][p][0]), _mm512_mul_ps(alo, dx),
+                                        acc[r][p]);
+            acc[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][p][kI - 1]),
+                                        _mm512_mul_ps(ahi, dx), acc[r][p]);
             acc[r][p] = _mm512_fmadd_ps(blo, _mm512_set1_ps(xb.sx_lo), acc[r][p]);
             acc[r][p] = _mm512_fmadd_ps(bhi, _mm512_set1_ps(xb.sx_hi), acc[r][p]);
           }
@@ -191,10 +203,12 @@ KVS_VNNI_TARGET void KernelVnni(const QTile& t) {
     for (int p = 0; p < P; ++p) {
       const int n = t.valid - p * kPanelRows;
       if (n <= 0) continue;
-      const __mmask16 m = n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1);
+      const __mmask16 m =
+          n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1);
       __m512 v = acc[r][p];
       if (t.accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, yr + p * kPanelRows));
-      if (t.bias != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, t.bias + p * kPanelRows));
+      if (t.bias != nullptr)
+        v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, t.bias + p * kPanelRows));
       _mm512_mask_storeu_ps(yr + p * kPanelRows, m, v);
     }
   }
@@ -211,7 +225,8 @@ constexpr QKernelTable MakeTable(std::integer_sequence<int, Rs...>) {
 
 template <Codes C, Scales S>
 const QKernelTable& TableFor() {
-  static constexpr QKernelTable kTable = MakeTable<C, S>(std::make_integer_sequence<int, kMaxTileRows>{});
+  static constexpr QKernelTable kTable =
+      MakeTable<C, S>(std::make_integer_sequence<int, kMaxTileRows>{});
   return kTable;
 }
 
@@ -219,7 +234,8 @@ const QKernelTable& TableFor() {
 
 bool CpuHasAvx512Vnni() {
   static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+                          __builtin_cpu_supports("avx512vl") &&
+                          __builtin_cpu_supports("avx512vnni");
   return has;
 }
 

@@ -11,17 +11,30 @@ void WriteNibbles(const BlockCodes& code, uint8_t* dst) {
   for (int j = 0; j < 4; ++j)
     for (int row = 0; row < kPanelRows; ++row)
       for (int e = 0; e < 4; ++e)
-        dst[j * 64 + row * 4 + e] =
-            static_cast<uint8_t>((code[row][4 * j + e] & 15) | (code[row][16 + 4 * j + e] & 15) << 4);
+        dst[j * 64 + row * 4 + e] = static_cast<uint8_t>((code[row][4 * j + e] & 15) |
+                                                         (code[row][16 + 4 * j + e] & 15) << 4);
 }
 
 void WritePlane(const BlockCodes& code, int bit, uint8_t* dst) {
   for (int j = 0; j < 8; ++j) {
     uint64_t m = 0;
     for (int row = 0; row < kPanelRows; ++row)
-      for (int e = 0; e < 4; ++e) m |= static_cast<uint64_t>((code[row][4 * j + e] >> bit) & 1) << (row * 4 + e);
+      for (int e = 0; e < 4; ++e)
+        m |= static_cast<uint64_t>((code[row][4 * j + e] >> bit) & 1) << (row * 4 + e);
     std::memcpy(dst + 8 * j, &m, 8);  // little-endian u64: bit i of the mask = byte lane i
   }
+}
+
+// Bits 4..5 of the codes (panel_format.h, kNibHi2).
+void WriteCrumbs(const BlockCodes& code, uint8_t* dst) {
+  for (int c = 0; c < 2; ++c)
+    for (int row = 0; row < kPanelRows; ++row)
+      for (int e = 0; e < 4; ++e) {
+        auto h = [&](int k) { return (code[row][k] >> 4) & 3; };
+        const int j = 2 * c, j2 = 2 * c + 1;
+        dst[c * 64 + row * 4 + e] = static_cast<uint8_t>(
+            h(4 * j + e) | h(16 + 4 * j + e) << 2 | h(4 * j2 + e) << 4 | h(16 + 4 * j2 + e) << 6);
+      }
 }
 
 float F16At(const uint8_t* p, int i) {
@@ -46,12 +59,12 @@ void WriteCodes(Codes c, const BlockCodes& code, uint8_t* dst) {
     return;
   }
   WriteNibbles(code, dst);
-  if (c == Codes::kNibHi1 || c == Codes::kNibHi2) WritePlane(code, 4, dst + 256);
-  if (c == Codes::kNibHi2) WritePlane(code, 5, dst + 320);
+  if (c == Codes::kNibHi1) WritePlane(code, 4, dst + 256);
+  if (c == Codes::kNibHi2) WriteCrumbs(code, dst + 256);
 }
 
-void DecodeBlock(const PanelFormat& f, const uint8_t* unit, int b, BlockCodes& code, float a[kPanelRows][2],
-                 float bias[kPanelRows][2]) {
+void DecodeBlock(const PanelFormat& f, const uint8_t* unit, int b, BlockCodes& code,
+                 float a[kPanelRows][2], float bias[kPanelRows][2]) {
   const uint8_t* header = unit;
   const uint8_t* rec = unit + CodesAt(f.codes, f.scales, b);
   const uint8_t* sc = unit + ScalesAt(f.scales, b);
@@ -65,11 +78,13 @@ void DecodeBlock(const PanelFormat& f, const uint8_t* unit, int b, BlockCodes& c
       }
       const uint8_t byte = rec[j * 64 + lane];
       uint8_t v = k < 16 ? (byte & 15) : (byte >> 4);
-      const int plane_j = k / 4;  // masks are indexed by the 4-element group 0..7
-      for (int plane = 0; plane < (f.codes == Codes::kNibHi2 ? 2 : f.codes == Codes::kNibHi1 ? 1 : 0); ++plane) {
-        uint64_t m;
-        std::memcpy(&m, rec + 256 + 64 * plane + 8 * plane_j, 8);
-        if ((m >> lane) & 1) v = static_cast<uint8_t>(v + (16 << plane));
+      if (f.codes == Codes::kNibHi1) {
+        uint64_t m;  // masks are indexed by the 4-element group 0..7
+        std::memcpy(&m, rec + 256 + 8 * (k / 4), 8);
+        if ((m >> lane) & 1) v = static_cast<uint8_t>(v + 16);
+      } else if (f.codes == Codes::kNibHi2) {
+        const int t = (j % 2) * 2 + (k < 16 ? 0 : 1);
+        v = static_cast<uint8_t>(v | ((rec[256 + 64 * (j / 2) + lane] >> (2 * t)) & 3) << 4);
       }
       code[row][k] = v;
     }

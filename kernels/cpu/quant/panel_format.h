@@ -19,12 +19,16 @@
 //       └──────── 16 rows x 4 bytes = 64 bytes ─────────────┘  high nibbles: elements 16..31
 //   codes, kNibHi1 (5-bit): kNib + one bit plane (64 bytes): u64 mask j = 0..7, bit 4*row + e
 //     = bit 4 of code[row][4j + e] (a masked byte add of 16 restores it: vpaddb{k})
-//   codes, kNibHi2 (6-bit): kNib + planes for bit 4 and bit 5 (128 bytes)
+//   codes, kNibHi2 (6-bit): kNib + 2 "crumb" vectors (128 bytes) with bits 4..5 of each code:
+//     vector c = 0, 1: byte 4*row + e = h(4j + e) | h(16 + 4j + e) << 2 | h(4j' + e) << 4 |
+//     h(16 + 4j' + e) << 6 with j = 2c, j' = 2c + 1, h(k) = code[row][k] >> 4: a shift and a
+//     bit select (vpternlogd) merge them into nibble vector j (fewer ops than bit planes)
 //   codes, kBytes (8-bit, 512 bytes): vector j = 0..7: byte 4*row + e = code[row][4j + e]
 //
 //   Every code is unsigned (u8 side of vpdpbusd); a block's weights are w = a * code + b with
 //   a, b per row and per 16 or 32 elements, given by the scale scheme:
-//     kD   scales: f16 d[16]                     a = d, b = off * d (off per type: -8, -16, -128)
+//     kD   scales: f16 d[16]                     a = d, b = off * d (off per type: Q4_0 -8,
+//                                                 Q5_0 -16, Q8_0 and IQ4_NL -128: code = q + 128)
 //     kDM  scales: f16 d[16], f16 m[16]           a = d, b = m             (Q4_1, Q5_1)
 //     kK   unit fields: f16 d[16], f16 dmin[16]; scales: u8 sc[16], u8 mn[16]
 //                                                 a = d*sc, b = -(dmin*mn)  (Q4_K, Q5_K)
@@ -34,9 +38,9 @@
 //                                                 the generic scheme (Q2_K, Q3_K, IQ4_*, MXFP4)
 //   The scale fields are the source's own (f16 d copied bit for bit, 6-bit scales as bytes),
 //   so the repacked bytes per weight stay close to the file's: Q4_0 4.5, Q8_0 8.5, Q4_K
-//   4.625 (file 4.5), Q5_K 5.625 (5.5), Q6_K 6.625 (6.5625). The generic scheme (bytes
-//   codes + f32 scales, 12 bits per weight) is simple and slower: it streams 3-4x the bytes
-//   of Q2_K/Q3_K/IQ4_XS/MXFP4 at batch 1.
+//   4.625 (file 4.5), Q5_K 5.625 (5.5), Q6_K 6.625 (6.5625). Slower, documented: the generic
+//   scheme (byte codes + f32 scales, 12 bits per weight) streams 3-4x the file's bytes of
+//   Q2_K/Q3_K/IQ4_XS/MXFP4 at batch 1, and IQ4_NL's byte codes 8.5 bits (file 4.5).
 //
 // Activations: each row is quantized per 32 elements (Q8_0-like): dx = amax/127,
 // q = round-to-nearest-even(x/dx) in [-127, 127], with the block's sums of q over elements
@@ -46,12 +50,16 @@
 //
 // Error bound (tested in tests/unit/kernels/quant): with w the dequantized weights, x̂ = dx*q
 // the rounded activations (|x - x̂| <= dx/2 = amax_b/254 per element),
-//   |y - Σ w x| <= Σ_k |w_k| * amax_b(k) / 254                        (activation rounding)
-//                + (in/32 + 4) * 2^-24 * 4 * Σ_k W_b(k) * amax_b(k)    (fp32 rounding)
-// where amax_b(k) is the largest |x| in k's activation block and W_b(k) the largest |w| in
-// k's 32-element weight block (4 W_b bounds |a*code| + |b| for every scheme: e.g. Q8_0's
-// code = q + 128 gives |a*code| <= 255 d <= 2.01 W_b). The first term dominates: it is
-// ~0.4 % of Σ|w|*amax_b, the same cost llama.cpp's Q8_0/Q8_K activations have.
+//   |y - Σ w x| <= Σ_k |w_k| * amax_b(k) / 254                       (activation rounding)
+//                + (in/32 + 4) * 2^-24 * Σ_k S(k) * amax_b(k)          (fp32 rounding)
+// where amax_b(k) is the largest |x| in k's activation block and S(k) = |a|*max code + |b| of
+// k's scale group: each block adds its terms a*dx*Σ code*q and b*dx*Σq (each at most
+// 32 * S * amax_b) into an fp32 accumulator, one rounding per operation, at most in/32 + 4
+// roundings in a chain. When a block's codes span their range (as quantizers make them),
+// S <= ~4 W_b with W_b the block's largest |w| (e.g. Q8_0: code = q + 128, |a*code| + |b| <=
+// 383 d against W_b = 127 d); the test uses 8 W_b. The first term dominates: about 0.4 % of
+// Σ|w|*amax_b, the cost llama.cpp's Q8_0/Q8_K activations have too. F32/F16/BF16 segments run
+// packed_linear's fp32 kernels: fp32 rounding only.
 #pragma once
 
 #include <cstddef>
@@ -67,20 +75,29 @@ enum class Scales : uint8_t { kD, kDM, kK, kQ6, kF32 };
 
 constexpr int CodeBytes(Codes c) {
   switch (c) {
-    case Codes::kNib: return 256;
-    case Codes::kNibHi1: return 320;
-    case Codes::kNibHi2: return 384;
-    case Codes::kBytes: return 512;
+    case Codes::kNib:
+      return 256;
+    case Codes::kNibHi1:
+      return 320;
+    case Codes::kNibHi2:
+      return 384;
+    case Codes::kBytes:
+      return 512;
   }
   return 0;
 }
 constexpr int ScaleBytes(Scales s) {
   switch (s) {
-    case Scales::kD: return 32;
-    case Scales::kDM: return 64;
-    case Scales::kK: return 32;
-    case Scales::kQ6: return 32;
-    case Scales::kF32: return 256;
+    case Scales::kD:
+      return 32;
+    case Scales::kDM:
+      return 64;
+    case Scales::kK:
+      return 32;
+    case Scales::kQ6:
+      return 32;
+    case Scales::kF32:
+      return 256;
   }
   return 0;
 }
@@ -88,7 +105,9 @@ constexpr int UnitBlocks(Scales s) {
   return s == Scales::kK || s == Scales::kQ6 ? 8 : s == Scales::kF32 ? 1 : 2;
 }
 constexpr int UnitFieldBytes(Scales s) { return s == Scales::kK ? 64 : s == Scales::kQ6 ? 32 : 0; }
-constexpr int HeaderBytes(Scales s) { return (UnitFieldBytes(s) + UnitBlocks(s) * ScaleBytes(s) + 63) / 64 * 64; }
+constexpr int HeaderBytes(Scales s) {
+  return (UnitFieldBytes(s) + UnitBlocks(s) * ScaleBytes(s) + 63) / 64 * 64;
+}
 constexpr int UnitBytes(Codes c, Scales s) { return HeaderBytes(s) + UnitBlocks(s) * CodeBytes(c); }
 constexpr int ScalesAt(Scales s, int b) { return UnitFieldBytes(s) + b * ScaleBytes(s); }
 constexpr int CodesAt(Codes c, Scales s, int b) { return HeaderBytes(s) + b * CodeBytes(c); }
@@ -120,7 +139,7 @@ void WriteCodes(Codes c, const BlockCodes& code, uint8_t* dst);
 // ---- reading a block back (portable kernel, tests) ----
 // Decodes block `b` of the unit at `unit` into codes and per-16-element a, b
 // (a[row][0] for elements 0..15, a[row][1] for 16..31).
-void DecodeBlock(const PanelFormat& f, const uint8_t* unit, int b, BlockCodes& code, float a[kPanelRows][2],
-                 float bias[kPanelRows][2]);
+void DecodeBlock(const PanelFormat& f, const uint8_t* unit, int b, BlockCodes& code,
+                 float a[kPanelRows][2], float bias[kPanelRows][2]);
 
 }  // namespace kvserve::kernels::cpu::quant

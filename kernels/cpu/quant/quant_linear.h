@@ -16,8 +16,8 @@
 // header of each kernel states the error bound that costs, and tests/unit/kernels/quant
 // check every type against a float64 product of x and the dequantized weights within it.
 // Here: quantized segments are repacked into 16-row interleaved panels and run by AVX-512
-// VNNI kernels (or a portable kernel) on int8 activations, layout and error bound in
-// panel_format.h; F32/F16/BF16 segments run packed_linear.h's fp32 kernels (no activation
+// VNNI kernels (else AVX2, else portable; one per process) on int8 activations, layout and error
+// bound in panel_format.h; F32/F16/BF16 segments run packed_linear.h's fp32 kernels (no activation
 // rounding). Scratch (the quantized activations) is per calling thread and reused: no
 // allocation per call once a thread has seen its largest shape.
 // A row's result never depends on the other rows of the batch (batch invariance), and the
@@ -69,8 +69,8 @@ class QuantMatrix {
 
 // y (=|+=) x · wᵀ + bias. x: [rows][x_stride] floats, y: [rows][y_stride]; bias [out] or null.
 // Runs on the calling thread's compute team (kernels/cpu/compute_pool.h).
-void QuantLinear(const float* x, int64_t x_stride, const QuantMatrix& w, const float* bias, float* y,
-                 int64_t y_stride, int64_t rows, bool accumulate);
+void QuantLinear(const float* x, int64_t x_stride, const QuantMatrix& w, const float* bias,
+                 float* y, int64_t y_stride, int64_t rows, bool accumulate);
 
 // The kernel a type runs on this CPU ("avx512-vnni", "avx2", "portable", ...), for logs and
 // benchmarks.
@@ -79,8 +79,13 @@ const char* QuantKernelName(kvserve::quant::BlockType type);
 namespace internal {
 // QuantLinear with the portable kernels (and packed_linear's portable dense kernels) on any
 // CPU, so tests cover them on AVX-512 machines too.
-void QuantLinearPortable(const float* x, int64_t x_stride, const QuantMatrix& w, const float* bias, float* y,
-                         int64_t y_stride, int64_t rows, bool accumulate);
+void QuantLinearPortable(const float* x, int64_t x_stride, const QuantMatrix& w, const float* bias,
+                         float* y, int64_t y_stride, int64_t rows, bool accumulate);
+// The AVX2 kernels (quantized segments; dense ones run packed_linear's default), for tests on
+// AVX-512 machines; only when HasAvx2Kernels().
+bool HasAvx2Kernels();
+void QuantLinearAvx2(const float* x, int64_t x_stride, const QuantMatrix& w, const float* bias,
+                     float* y, int64_t y_stride, int64_t rows, bool accumulate);
 }  // namespace internal
 
 }  // namespace kvserve::kernels::cpu::quant

@@ -1,5 +1,6 @@
 // The kernels' type table: for each ggml block type, the panel format its weights are
-// repacked into (panel_format.h) and the function that repacks one block of a row. Adding a type = a pack function (repack_*.cc) + one line in type_table.cc.
+// repacked into (panel_format.h) and the function that repacks one block of a row. Adding a type =
+// a pack function (repack_*.cc) + one line in type_table.cc.
 #pragma once
 
 #include <cstddef>
@@ -25,7 +26,7 @@ struct TypeEntry {
   int block_bytes;
   PanelFormat format;
   PackBlockFn pack;  // nullptr: a dense type (F32/F16/BF16) run by packed_linear
-  bool generic;     // true: a slower path (byte codes: 8.5-12 bits per weight streamed)
+  bool generic;      // true: a slower path (byte codes: 8.5-12 bits per weight streamed)
 };
 
 // nullptr for a type no kernel runs.

@@ -23,13 +23,14 @@ void ScaleMinK4(int j, const std::byte* q, uint8_t* sc, uint8_t* mn) {
 }
 
 // Q4_K (hi_bits = false) and Q5_K (true): 144 / 176 bytes per super-block.
-void PackK45(const std::byte* row, int64_t kb, int r, uint8_t* code, uint8_t* unit, uint8_t* sc, bool hi_bits) {
+void PackK45(const std::byte* row, int64_t kb, int r, uint8_t* code, uint8_t* unit, uint8_t* sc,
+             bool hi_bits) {
   const int block_bytes = hi_bits ? 176 : 144;
   const int qs_at = hi_bits ? 48 : 16;
   const std::byte* b = row + (kb / 8) * block_bytes;
   const int sb = static_cast<int>(kb % 8);
-  StoreU16(unit, r, LoadU16(b));            // d
-  StoreU16(unit + 32, r, LoadU16(b + 2));   // dmin
+  StoreU16(unit, r, LoadU16(b));           // d
+  StoreU16(unit + 32, r, LoadU16(b + 2));  // dmin
   ScaleMinK4(sb, b + 4, &sc[r], &sc[16 + r]);
   const int chunk = sb / 2, shift = 4 * (sb % 2);
   for (int l = 0; l < 32; ++l) {
@@ -81,56 +82,52 @@ void PackQ6_K(const std::byte* row, int64_t kb, int r, uint8_t* code, uint8_t* u
 // (qs[32n + l] >> 2j) & 3 with scale byte scales[8n + 2j + l/16]; code = q, a = d*(sc&15),
 // b = -(dmin*(sc>>4)).
 void PackQ2_K(const std::byte* row, int64_t kb, int r, uint8_t* code, uint8_t*, uint8_t* sc) {
-  {
-    const std::byte* b = row + (kb / 8) * 84;
-    const int sb = static_cast<int>(kb % 8);
-    const float d = HalfToFloat(LoadU16(b + 80)), dmin = HalfToFloat(LoadU16(b + 82));
-    const int n = sb / 4, j = sb % 4;
-    for (int l = 0; l < 32; ++l) code[l] = static_cast<uint8_t>((Byte(b, 16 + 32 * n + l) >> (2 * j)) & 3);
-    for (int h = 0; h < 2; ++h) {
-      const uint8_t s = Byte(b, 8 * n + 2 * j + h);
-      PutGeneric(sc, r, h, d * static_cast<float>(s & 15), -(dmin * static_cast<float>(s >> 4)));
-    }
+  const std::byte* b = row + (kb / 8) * 84;
+  const int sb = static_cast<int>(kb % 8);
+  const float d = HalfToFloat(LoadU16(b + 80)), dmin = HalfToFloat(LoadU16(b + 82));
+  const int n = sb / 4, j = sb % 4;
+  for (int l = 0; l < 32; ++l)
+    code[l] = static_cast<uint8_t>((Byte(b, 16 + 32 * n + l) >> (2 * j)) & 3);
+  for (int h = 0; h < 2; ++h) {
+    const uint8_t s = Byte(b, 8 * n + 2 * j + h);
+    PutGeneric(sc, r, h, d * static_cast<float>(s & 15), -(dmin * static_cast<float>(s >> 4)));
   }
 }
 
 // Q3_K: 110 bytes: hmask[32] | qs[64] | scales[12] | d. q = low2 - (hbit ? 0 : 4) in -4..3;
 // code = q + 4, a = d*(sc-32), b = -4a.
 void PackQ3_K(const std::byte* row, int64_t kb, int r, uint8_t* code, uint8_t*, uint8_t* sc) {
-  {
-    const std::byte* b = row + (kb / 8) * 110;
-    const int sb = static_cast<int>(kb % 8);
-    const float d = HalfToFloat(LoadU16(b + 108));
-    const int n = sb / 4, j = sb % 4;
-    for (int l = 0; l < 32; ++l) {
-      const int low = (Byte(b, 32 + 32 * n + l) >> (2 * j)) & 3;
-      const int hbit = (Byte(b, l) >> (4 * n + j)) & 1;
-      code[l] = static_cast<uint8_t>(low - (hbit ? 0 : 4) + 4);
-    }
-    for (int h = 0; h < 2; ++h) {
-      const float a = d * static_cast<float>(ScaleQ3K(8 * n + 2 * j + h, b + 96));
-      PutGeneric(sc, r, h, a, -4.0f * a);
-    }
+  const std::byte* b = row + (kb / 8) * 110;
+  const int sb = static_cast<int>(kb % 8);
+  const float d = HalfToFloat(LoadU16(b + 108));
+  const int n = sb / 4, j = sb % 4;
+  for (int l = 0; l < 32; ++l) {
+    const int low = (Byte(b, 32 + 32 * n + l) >> (2 * j)) & 3;
+    const int hbit = (Byte(b, l) >> (4 * n + j)) & 1;
+    code[l] = static_cast<uint8_t>(low - (hbit ? 0 : 4) + 4);
+  }
+  for (int h = 0; h < 2; ++h) {
+    const float a = d * static_cast<float>(ScaleQ3K(8 * n + 2 * j + h, b + 96));
+    PutGeneric(sc, r, h, a, -4.0f * a);
   }
 }
 
 // IQ4_XS: 136 bytes: d | scales_h u16 | scales_l[4] | qs[128]; code = value + 128, a = d*(ls-32),
 // b = -128a.
 void PackIq4Xs(const std::byte* row, int64_t kb, int r, uint8_t* code, uint8_t*, uint8_t* sc) {
-  {
-    const std::byte* b = row + (kb / 8) * 136;
-    const int ib = static_cast<int>(kb % 8);
-    const float d = HalfToFloat(LoadU16(b));
-    const uint16_t scales_h = LoadU16(b + 2);
-    const int ls = ((Byte(b, 4 + ib / 2) >> (4 * (ib % 2))) & 15) | (((scales_h >> (2 * ib)) & 3) << 4);
-    const float a = d * static_cast<float>(ls - 32);
-    for (int j = 0; j < 16; ++j) {
-      const uint8_t q = Byte(b, 8 + 16 * ib + j);
-      code[j] = static_cast<uint8_t>(kIq4Values[q & 15] + 128);
-      code[16 + j] = static_cast<uint8_t>(kIq4Values[q >> 4] + 128);
-    }
-    for (int h = 0; h < 2; ++h) PutGeneric(sc, r, h, a, -128.0f * a);
+  const std::byte* b = row + (kb / 8) * 136;
+  const int ib = static_cast<int>(kb % 8);
+  const float d = HalfToFloat(LoadU16(b));
+  const uint16_t scales_h = LoadU16(b + 2);
+  const int ls =
+      ((Byte(b, 4 + ib / 2) >> (4 * (ib % 2))) & 15) | (((scales_h >> (2 * ib)) & 3) << 4);
+  const float a = d * static_cast<float>(ls - 32);
+  for (int j = 0; j < 16; ++j) {
+    const uint8_t q = Byte(b, 8 + 16 * ib + j);
+    code[j] = static_cast<uint8_t>(kIq4Values[q & 15] + 128);
+    code[16 + j] = static_cast<uint8_t>(kIq4Values[q >> 4] + 128);
   }
+  for (int h = 0; h < 2; ++h) PutGeneric(sc, r, h, a, -128.0f * a);
 }
 
 }  // namespace kvserve::kernels::cpu::quant

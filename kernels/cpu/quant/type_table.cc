@@ -11,7 +11,7 @@ using C = Codes;
 using S = Scales;
 
 constexpr std::array<TypeEntry, 16> kTable = {{
-    // type              name      elems bytes  format                            pack        generic
+    // type, name, block elements, block bytes, panel format (codes, scales, kD offset), pack, generic
     {BlockType::kQ4_0, "Q4_0", 32, 18, {C::kNib, S::kD, -8.0f}, &PackQ4_0, false},
     {BlockType::kQ4_1, "Q4_1", 32, 20, {C::kNib, S::kDM}, &PackQ4_1, false},
     {BlockType::kQ5_0, "Q5_0", 32, 22, {C::kNibHi1, S::kD, -16.0f}, &PackQ5_0, false},

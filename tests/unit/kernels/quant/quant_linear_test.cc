@@ -32,19 +32,19 @@ struct TypeInfo {
 
 const std::vector<TypeInfo>& Types() {
   static const std::vector<TypeInfo> types = {
-      // TEMP {BlockType::kQ4_0, "Q4_0", 32, 18, ref::RefDecodeQ4_0, {0}},
-      // TEMP {BlockType::kQ4_1, "Q4_1", 32, 20, ref::RefDecodeQ4_1, {0, 2}},
-      // TEMP {BlockType::kQ5_0, "Q5_0", 32, 22, ref::RefDecodeQ5_0, {0}},
-      // TEMP {BlockType::kQ5_1, "Q5_1", 32, 24, ref::RefDecodeQ5_1, {0, 2}},
+      {BlockType::kQ4_0, "Q4_0", 32, 18, ref::RefDecodeQ4_0, {0}},
+      {BlockType::kQ4_1, "Q4_1", 32, 20, ref::RefDecodeQ4_1, {0, 2}},
+      {BlockType::kQ5_0, "Q5_0", 32, 22, ref::RefDecodeQ5_0, {0}},
+      {BlockType::kQ5_1, "Q5_1", 32, 24, ref::RefDecodeQ5_1, {0, 2}},
       {BlockType::kQ8_0, "Q8_0", 32, 34, ref::RefDecodeQ8_0, {0}},
-      // TEMP {BlockType::kQ2_K, "Q2_K", 256, 84, ref::RefDecodeQ2_K, {80, 82}},
-      // TEMP {BlockType::kQ3_K, "Q3_K", 256, 110, ref::RefDecodeQ3_K, {108}},
+      {BlockType::kQ2_K, "Q2_K", 256, 84, ref::RefDecodeQ2_K, {80, 82}},
+      {BlockType::kQ3_K, "Q3_K", 256, 110, ref::RefDecodeQ3_K, {108}},
       {BlockType::kQ4_K, "Q4_K", 256, 144, ref::RefDecodeQ4_K, {0, 2}},
-      // TEMP {BlockType::kQ5_K, "Q5_K", 256, 176, ref::RefDecodeQ5_K, {0, 2}},
+      {BlockType::kQ5_K, "Q5_K", 256, 176, ref::RefDecodeQ5_K, {0, 2}},
       {BlockType::kQ6_K, "Q6_K", 256, 210, ref::RefDecodeQ6_K, {208}},
-      // TEMP {BlockType::kIQ4_NL, "IQ4_NL", 32, 18, ref::RefDecodeIQ4_NL, {0}},
-      // TEMP {BlockType::kIQ4_XS, "IQ4_XS", 256, 136, ref::RefDecodeIQ4_XS, {0}},
-      // TEMP {BlockType::kMXFP4, "MXFP4", 32, 17, ref::RefDecodeMXFP4, {}},
+      {BlockType::kIQ4_NL, "IQ4_NL", 32, 18, ref::RefDecodeIQ4_NL, {0}},
+      {BlockType::kIQ4_XS, "IQ4_XS", 256, 136, ref::RefDecodeIQ4_XS, {0}},
+      {BlockType::kMXFP4, "MXFP4", 32, 17, ref::RefDecodeMXFP4, {}},
       {BlockType::kF32, "F32", 1, 4, nullptr, {}},
       {BlockType::kF16, "F16", 1, 2, nullptr, {}},
       {BlockType::kBF16, "BF16", 1, 2, nullptr, {}},
@@ -125,7 +125,8 @@ std::vector<float> MakeActivations(int64_t rows, int64_t in, std::mt19937& rng) 
 }
 
 // The bound of panel_format.h for output o of row r (dense types: fp32 rounding only).
-double Bound(const std::vector<float>& w, const std::vector<float>& x, int64_t r, int64_t o, int64_t in, bool dense) {
+double Bound(const std::vector<float>& w, const std::vector<float>& x, int64_t r, int64_t o,
+             int64_t in, bool dense) {
   double act = 0, round = 0, abs_sum = 0;
   for (int64_t kb = 0; kb < in / 32; ++kb) {
     double amax = 0, wmax = 0;
@@ -153,7 +154,8 @@ struct Case {
 
 std::string CaseName(const Case& c, int64_t rows) {
   std::string s;
-  for (size_t i = 0; i < c.types.size(); ++i) s += std::string(Info(c.types[i]).name) + "x" + std::to_string(c.seg_rows[i]) + " ";
+  for (size_t i = 0; i < c.types.size(); ++i)
+    s += std::string(Info(c.types[i]).name) + "x" + std::to_string(c.seg_rows[i]) + " ";
   return s + "in=" + std::to_string(c.in) + " rows=" + std::to_string(rows);
 }
 
@@ -181,13 +183,19 @@ void RunCase(const Case& c, const std::vector<int64_t>& batch_rows, uint32_t see
     SCOPED_TRACE(CaseName(c, rows));
     const std::vector<float> x = MakeActivations(rows, c.in, rng);
     const int64_t y_stride = out + 3;
-    for (int kernel = 0; kernel < 2; ++kernel) {
-      SCOPED_TRACE(kernel == 0 ? "default kernel" : "portable kernel");
+    std::vector<float> y_default;
+    for (int kernel = 0; kernel < 3; ++kernel) {
+      if (kernel == 2 && !internal::HasAvx2Kernels()) continue;
+      SCOPED_TRACE(kernel == 0   ? "default kernel"
+                   : kernel == 1 ? "portable kernel"
+                                 : "avx2 kernel");
       auto run = [&](const float* xp, int64_t n, float* yp, const float* b, bool acc) {
         if (kernel == 0) {
           QuantLinear(xp, c.in, *qm, b, yp, y_stride, n, acc);
-        } else {
+        } else if (kernel == 1) {
           internal::QuantLinearPortable(xp, c.in, *qm, b, yp, y_stride, n, acc);
+        } else {
+          internal::QuantLinearAvx2(xp, c.in, *qm, b, yp, y_stride, n, acc);
         }
       };
       // y = x w^T + bias, then y += x w^T (accumulate, no bias).
@@ -199,7 +207,8 @@ void RunCase(const Case& c, const std::vector<int64_t>& batch_rows, uint32_t see
       for (int64_t r = 0; r < rows; ++r) {
         for (int64_t o = 0; o < out; ++o) {
           double ref = 0;
-          for (int64_t k = 0; k < c.in; ++k) ref += static_cast<double>(w[o * c.in + k]) * x[r * c.in + k];
+          for (int64_t k = 0; k < c.in; ++k)
+            ref += static_cast<double>(w[o * c.in + k]) * x[r * c.in + k];
           int64_t seg_end = 0;
           bool dense = false;
           for (const Weights& m : ws) {
@@ -212,7 +221,8 @@ void RunCase(const Case& c, const std::vector<int64_t>& batch_rows, uint32_t see
           const double bound = Bound(w, x, r, o, c.in, dense);
           const double got = y[r * y_stride + o] - static_cast<double>(bias[o]);
           if (std::fabs(got - ref) > bound + 1e-6 * std::fabs(bias[o]) && ++bad < 5) {
-            ADD_FAILURE() << "row " << r << " out " << o << ": got " << got << " ref " << ref << " bound " << bound;
+            ADD_FAILURE() << "row " << r << " out " << o << ": got " << got << " ref " << ref
+                          << " bound " << bound;
           }
           // Accumulate adds the same product (bias not added again).
           const double acc = y2[r * y_stride + o] - y[r * y_stride + o];
@@ -222,11 +232,18 @@ void RunCase(const Case& c, const std::vector<int64_t>& batch_rows, uint32_t see
         }
         EXPECT_EQ(y[r * y_stride + out], 1234.0f) << "wrote past the outputs";
       }
+      // The AVX2 kernels compute the VNNI kernels' int32 sums and fp32 steps: same bits.
+      if (kernel == 0) y_default = y;
+      if (kernel == 2 && std::string(QuantKernelName(c.types[0])).rfind("avx512-vnni", 0) == 0) {
+        for (int64_t i = 0; i < rows * y_stride; ++i)
+          ASSERT_EQ(y[i], y_default[i]) << "element " << i;
+      }
       // Batch invariance: each row alone gives the same bits as in the batch.
       for (int64_t r = 0; r < rows; r += std::max<int64_t>(1, rows / 4)) {
         std::vector<float> y1(y_stride, 0.0f);
         run(&x[r * c.in], 1, y1.data(), bias.data(), false);
-        for (int64_t o = 0; o < out; ++o) ASSERT_EQ(y1[o], y[r * y_stride + o]) << "row " << r << " out " << o;
+        for (int64_t o = 0; o < out; ++o)
+          ASSERT_EQ(y1[o], y[r * y_stride + o]) << "row " << r << " out " << o;
       }
     }
   }
@@ -236,7 +253,7 @@ TEST(QuantLinear, EveryTypeEveryBatchShape) {
   const std::vector<int64_t> batches = {1, 3, 8, 37};
   uint32_t seed = 1;
   for (const TypeInfo& t : Types()) {
-    const int64_t in = t.elems == 256 ? 512 : 96;  // 96: a padded unit for the 2-block schemes
+    const int64_t in = t.elems == 256 ? 512 : 96;    // 96: a padded unit for the 2-block schemes
     RunCase({{t.type}, {37}, in}, batches, seed++);  // 37 rows: tail panel of 5
     RunCase({{t.type}, {80}, t.elems == 256 ? 256 : 64}, {1, 2}, seed++);  // 5 panels: 4 + 1
   }
@@ -244,10 +261,16 @@ TEST(QuantLinear, EveryTypeEveryBatchShape) {
 
 TEST(QuantLinear, MixedSegmentsLikeQ4KM) {
   // qkv of a Q4_K_M file: Q4_K q and k, Q6_K v; then Q8_0 and F16 rows stacked under them.
-  RunCase({{BlockType::kQ4_K, BlockType::kQ6_K, BlockType::kQ8_0, BlockType::kF16, BlockType::kQ8_0},
-           {40, 24, 9, 5, 17},
-           512},
-          {1, 3, 8, 37}, 99);
+  RunCase(
+      {{BlockType::kQ4_K, BlockType::kQ6_K, BlockType::kQ8_0, BlockType::kF16, BlockType::kQ5_0},
+       {40, 24, 9, 5, 17},
+       512},
+      {1, 3, 8, 37}, 99);
+}
+
+TEST(QuantLinear, PrefillRowsRunInSlices) {
+  // 4096 inputs: QuantLinear walks rows in slices of a few dozen; 100 rows span several.
+  RunCase({{BlockType::kQ4_K, BlockType::kQ8_0}, {20, 12}, 4096}, {100}, 5);
 }
 
 TEST(QuantLinear, SameResultsWithOneOrTwoThreads) {
@@ -285,7 +308,8 @@ TEST(QuantLinear, RejectsBadShapesNamingTheType) {
 TEST(QuantLinear, BytesStayCloseToTheFile) {
   std::mt19937 rng(3);
   const int64_t in = 4096, out = 64;
-  for (BlockType t : {BlockType::kQ8_0, BlockType::kQ4_K, BlockType::kQ6_K}) {  // TEMP + Q4_0 Q5_K
+  for (BlockType t :
+       {BlockType::kQ4_0, BlockType::kQ8_0, BlockType::kQ4_K, BlockType::kQ5_K, BlockType::kQ6_K}) {
     Weights m = MakeWeights(t, out, in, rng);
     QuantSource s{t, m.data.data(), m.rows, m.row_bytes};
     absl::StatusOr<QuantMatrix> qm = QuantMatrix::Pack({&s, 1}, in);
