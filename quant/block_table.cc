@@ -23,10 +23,20 @@ namespace {
 constexpr std::array kTable = {
     KVSERVE_BLOCK(F32,      1,   4, false),
     KVSERVE_BLOCK(F16,      1,   2, false),
+    KVSERVE_BLOCK(Q4_0,    32,  18, true),
+    KVSERVE_BLOCK(Q4_1,    32,  20, true),
+    KVSERVE_BLOCK(Q5_0,    32,  22, true),
+    KVSERVE_BLOCK(Q5_1,    32,  24, true),
     KVSERVE_BLOCK(Q8_0,    32,  34, true),
+    KVSERVE_BLOCK(Q2_K,   256,  84, true),
+    KVSERVE_BLOCK(Q3_K,   256, 110, true),
     KVSERVE_BLOCK(Q4_K,   256, 144, true),
+    KVSERVE_BLOCK(Q5_K,   256, 176, true),
     KVSERVE_BLOCK(Q6_K,   256, 210, true),
+    KVSERVE_BLOCK(IQ4_NL,  32,  18, true),
+    KVSERVE_BLOCK(IQ4_XS, 256, 136, true),
     KVSERVE_BLOCK(BF16,     1,   2, false),
+    KVSERVE_BLOCK(MXFP4,   32,  17, true),
 };
 // clang-format on
 #undef KVSERVE_BLOCK

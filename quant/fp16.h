@@ -17,14 +17,15 @@ namespace kvserve::quant {
 inline float Fp16ToFloat(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t em = h & 0x7fffu;
-  if (em >= 0x7c00u) {  // inf / NaN: exponent all ones, payload kept
-    return std::bit_cast<float>(sign | 0x7f800000u | ((em & 0x3ffu) << 13));
-  }
   // The 15 magnitude bits placed at a binary32's exponent/mantissa read as 2^-112 times the
   // value (normals and subnormals alike, subnormals as binary32 denormals); scaling by 2^112
-  // is exact.
-  const float mag = std::bit_cast<float>(em << 13) * 0x1p112f;
-  return std::bit_cast<float>(std::bit_cast<uint32_t>(mag) | sign);
+  // is exact. inf/NaN (exponent all ones) keep their payload under an all-ones exponent. A
+  // mask rather than a branch, so that row loops over it vectorize.
+  const uint32_t finite = std::bit_cast<uint32_t>(std::bit_cast<float>(em << 13) * 0x1p112f);
+  const uint32_t special = 0x7f800000u | ((em & 0x3ffu) << 13);
+  // All ones when em >= 0x7c00 (em < 2^15, so the sign of the difference says it).
+  const uint32_t mask = static_cast<uint32_t>(static_cast<int32_t>(0x7bffu - em) >> 31);
+  return std::bit_cast<float>((finite & ~mask) | (special & mask) | sign);
 }
 
 // Round to nearest even; |x| >= 65520 gives +-inf, NaN a quiet NaN.
@@ -47,14 +48,32 @@ inline uint16_t FloatToFp16(float x) {
   return static_cast<uint16_t>(sign | (f >> 13));
 }
 
-// The smallest binary16 value >= v for finite v >= 0, saturating at the largest finite
-// (65504). Quantizers round their scales up with it so that the stored scale still covers
-// the block's range.
+// Directed rounding to binary16 for finite v, saturating at +-65504. Quantizers round their
+// scales (up) and offsets (down) with them so that the stored values still cover the block's
+// range.
+inline uint16_t Fp16NextUp(uint16_t h) {  // finite h; -0 -> smallest positive; 65504 stays
+  if (h == 0x8000u) return 0x0001u;
+  if (h & 0x8000u) return static_cast<uint16_t>(h - 1);
+  return h >= 0x7bffu ? static_cast<uint16_t>(0x7bffu) : static_cast<uint16_t>(h + 1);
+}
+inline uint16_t Fp16NextDown(uint16_t h) {  // finite h; +0 -> smallest negative; -65504 stays
+  if (h == 0x0000u) return 0x8001u;
+  if (!(h & 0x8000u)) return static_cast<uint16_t>(h - 1);
+  return h >= 0xfbffu ? static_cast<uint16_t>(0xfbffu) : static_cast<uint16_t>(h + 1);
+}
+// The smallest binary16 value >= v (65504 if none).
 inline uint16_t Fp16RoundUp(float v) {
   uint16_t h = FloatToFp16(v);
-  if (h >= 0x7c00u) return 0x7bffu;
-  if (Fp16ToFloat(h) < v) ++h;  // next binary16 up (positive codes are monotonic)
-  return h >= 0x7c00u ? static_cast<uint16_t>(0x7bffu) : h;
+  if ((h & 0x7fffu) >= 0x7c00u) return (h & 0x8000u) ? 0xfbffu : 0x7bffu;
+  if (Fp16ToFloat(h) < v) h = Fp16NextUp(h);
+  return h;
+}
+// The largest binary16 value <= v (-65504 if none).
+inline uint16_t Fp16RoundDown(float v) {
+  uint16_t h = FloatToFp16(v);
+  if ((h & 0x7fffu) >= 0x7c00u) return (h & 0x8000u) ? 0xfbffu : 0x7bffu;
+  if (Fp16ToFloat(h) > v) h = Fp16NextDown(h);
+  return h;
 }
 
 inline float Bf16ToFloat(uint16_t b) {

@@ -2,8 +2,10 @@
 // which quant/block_table.cc lists. Everyone else goes through quant/block_type.h.
 //
 // Every function takes `n` elements (a multiple of the type's block size) and walks n / block
-// blocks; none allocates. Byte fields are little-endian as ggml writes them (the host must be
-// little-endian too, checked below), and blocks have no alignment (GGUF packs them).
+// blocks; none allocates. The output never overlaps the blocks (the definitions say so with
+// __restrict, which lets the compiler vectorize loops that read bytes and write floats). Byte
+// fields are little-endian as ggml writes them (the host must be little-endian too, checked below),
+// and blocks have no alignment (GGUF packs them).
 #pragma once
 
 #include <bit>

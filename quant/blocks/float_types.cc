@@ -9,21 +9,21 @@
 
 namespace kvserve::quant::blocks {
 
-void DequantizeF32(const std::byte* blocks, float* out, int64_t n) {
+void DequantizeF32(const std::byte* blocks, float* __restrict out, int64_t n) {
   std::memcpy(out, blocks, static_cast<size_t>(n) * sizeof(float));
 }
 void QuantizeF32(const float* in, std::byte* blocks, int64_t n) {
   std::memcpy(blocks, in, static_cast<size_t>(n) * sizeof(float));
 }
 
-void DequantizeF16(const std::byte* blocks, float* out, int64_t n) {
+void DequantizeF16(const std::byte* blocks, float* __restrict out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = Fp16ToFloat(LoadU16(blocks + 2 * i));
 }
 void QuantizeF16(const float* in, std::byte* blocks, int64_t n) {
   for (int64_t i = 0; i < n; ++i) StoreU16(blocks + 2 * i, FloatToFp16(in[i]));
 }
 
-void DequantizeBF16(const std::byte* blocks, float* out, int64_t n) {
+void DequantizeBF16(const std::byte* blocks, float* __restrict out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = Bf16ToFloat(LoadU16(blocks + 2 * i));
 }
 void QuantizeBF16(const float* in, std::byte* blocks, int64_t n) {

@@ -25,19 +25,9 @@
 namespace kvserve::quant::blocks {
 namespace {
 constexpr int kBytes = 144;
-
-inline void ScaleMin(const uint8_t* s, int j, float* sc, float* mn) {
-  if (j < 4) {
-    *sc = static_cast<float>(s[j] & 63);
-    *mn = static_cast<float>(s[j + 4] & 63);
-  } else {
-    *sc = static_cast<float>((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4));
-    *mn = static_cast<float>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
-  }
-}
 }  // namespace
 
-void DequantizeQ4_K(const std::byte* blocks, float* out, int64_t n) {
+void DequantizeQ4_K(const std::byte* blocks, float* __restrict out, int64_t n) {
   for (int64_t b = 0; b < n / kSuperBlock; ++b, blocks += kBytes, out += kSuperBlock) {
     const float d = Fp16ToFloat(LoadU16(blocks));
     const float dmin = Fp16ToFloat(LoadU16(blocks + 2));
@@ -45,8 +35,8 @@ void DequantizeQ4_K(const std::byte* blocks, float* out, int64_t n) {
     const auto* qs = reinterpret_cast<const uint8_t*>(blocks + 16);
     for (int c = 0; c < 4; ++c) {
       float sc0, mn0, sc1, mn1;
-      ScaleMin(scales, 2 * c, &sc0, &mn0);
-      ScaleMin(scales, 2 * c + 1, &sc1, &mn1);
+      ScaleMinK4(scales, 2 * c, &sc0, &mn0);
+      ScaleMinK4(scales, 2 * c + 1, &sc1, &mn1);
       const float d0 = d * sc0, m0 = dmin * mn0;
       const float d1 = d * sc1, m1 = dmin * mn1;
       const uint8_t* q = qs + 32 * c;
@@ -63,12 +53,7 @@ void QuantizeQ4_K(const float* in, std::byte* blocks, int64_t n) {
     QuantizeAffineSuperBlock(in, 8, 63, 15, &sb);
     StoreU16(blocks, sb.d);
     StoreU16(blocks + 2, sb.dmin);
-    auto* scales = reinterpret_cast<uint8_t*>(blocks + 4);
-    for (int j = 0; j < 4; ++j) {
-      scales[j] = static_cast<uint8_t>(sb.sc[j] | ((sb.sc[j + 4] >> 4) << 6));
-      scales[j + 4] = static_cast<uint8_t>(sb.mn[j] | ((sb.mn[j + 4] >> 4) << 6));
-      scales[j + 8] = static_cast<uint8_t>((sb.sc[j + 4] & 15) | ((sb.mn[j + 4] & 15) << 4));
-    }
+    PackScaleMinK4(sb, reinterpret_cast<uint8_t*>(blocks + 4));
     auto* qs = reinterpret_cast<uint8_t*>(blocks + 16);
     for (int c = 0; c < 4; ++c) {
       for (int l = 0; l < 32; ++l) {

@@ -12,7 +12,7 @@
 //   for the k-th line above). y = (d * sc) * q, rounded to fp32 after each product (ggml's
 //   left-to-right order).
 //
-// Quantizer: the symmetric scale search of k_quant_scales.h (q in -31..31, scales 0..127).
+// Quantizer: the symmetric scale search of k_quant_scales.h (q in -32..31, scales -128..127).
 // Per sub-block j with a_j = max |x| over its 16 elements:
 //   |x - y| <= a_j / 62 + amax / 7000 + 2^-24   (amax over the whole super-block).
 #include "quant/blocks/blocks.h"
@@ -24,7 +24,7 @@ namespace {
 constexpr int kBytes = 210;
 }  // namespace
 
-void DequantizeQ6_K(const std::byte* blocks, float* out, int64_t n) {
+void DequantizeQ6_K(const std::byte* blocks, float* __restrict out, int64_t n) {
   for (int64_t b = 0; b < n / kSuperBlock; ++b, blocks += kBytes, out += kSuperBlock) {
     const auto* ql = reinterpret_cast<const uint8_t*>(blocks);
     const auto* qh = reinterpret_cast<const uint8_t*>(blocks + 128);
@@ -36,16 +36,18 @@ void DequantizeQ6_K(const std::byte* blocks, float* out, int64_t n) {
       float* y = out + 128 * h;
       float ds[8];
       for (int k = 0; k < 8; ++k) ds[k] = d * static_cast<float>(sc[8 * h + k]);
-      for (int l = 0; l < 32; ++l) {
-        const int is = l / 16;
-        const int q0 = ((l0[l] & 15) | (((hb[l] >> 0) & 3) << 4)) - 32;
-        const int q1 = ((l0[l + 32] & 15) | (((hb[l] >> 2) & 3) << 4)) - 32;
-        const int q2 = ((l0[l] >> 4) | (((hb[l] >> 4) & 3) << 4)) - 32;
-        const int q3 = ((l0[l + 32] >> 4) | (((hb[l] >> 6) & 3) << 4)) - 32;
-        y[l] = ds[is] * static_cast<float>(q0);
-        y[l + 32] = ds[is + 2] * static_cast<float>(q1);
-        y[l + 64] = ds[is + 4] * static_cast<float>(q2);
-        y[l + 96] = ds[is + 6] * static_cast<float>(q3);
+      for (int is = 0; is < 2; ++is) {  // 16 elements per scale: a constant in the inner loop
+        const float s0 = ds[is], s1 = ds[is + 2], s2 = ds[is + 4], s3 = ds[is + 6];
+        for (int l = 16 * is; l < 16 * is + 16; ++l) {
+          const int q0 = ((l0[l] & 15) | (((hb[l] >> 0) & 3) << 4)) - 32;
+          const int q1 = ((l0[l + 32] & 15) | (((hb[l] >> 2) & 3) << 4)) - 32;
+          const int q2 = ((l0[l] >> 4) | (((hb[l] >> 4) & 3) << 4)) - 32;
+          const int q3 = ((l0[l + 32] >> 4) | (((hb[l] >> 6) & 3) << 4)) - 32;
+          y[l] = s0 * static_cast<float>(q0);
+          y[l + 32] = s1 * static_cast<float>(q1);
+          y[l + 64] = s2 * static_cast<float>(q2);
+          y[l + 96] = s3 * static_cast<float>(q3);
+        }
       }
     }
   }
@@ -58,7 +60,7 @@ void QuantizeQ6_K(const float* in, std::byte* blocks, int64_t n) {
     auto* ql = reinterpret_cast<uint8_t*>(blocks);
     auto* qh = reinterpret_cast<uint8_t*>(blocks + 128);
     auto* sc = reinterpret_cast<int8_t*>(blocks + 192);
-    for (int j = 0; j < 16; ++j) sc[j] = static_cast<int8_t>(sb.sc[j]);
+    for (int j = 0; j < 16; ++j) sc[j] = sb.sc[j];
     StoreU16(blocks + 208, sb.d);
     for (int h = 0; h < 2; ++h) {
       for (int l = 0; l < 32; ++l) {

@@ -21,7 +21,7 @@ constexpr int kBlock = 32;
 constexpr int kBytes = 34;
 }  // namespace
 
-void DequantizeQ8_0(const std::byte* blocks, float* out, int64_t n) {
+void DequantizeQ8_0(const std::byte* blocks, float* __restrict out, int64_t n) {
   for (int64_t b = 0; b < n / kBlock; ++b, blocks += kBytes, out += kBlock) {
     const float d = Fp16ToFloat(LoadU16(blocks));
     const auto* qs = reinterpret_cast<const int8_t*>(blocks + 2);

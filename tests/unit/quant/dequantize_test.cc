@@ -1,9 +1,12 @@
 // DequantizeRows against the float64 reference decoders (reference_decoders.h), bit for bit,
-// on random blocks: random bytes for every code and packed-scale field (thousands of blocks,
-// so every nibble, 6-bit scale/min pattern and int8 scale occurs in every position), and
+// on random blocks: bytes for every code and packed-scale field (a patterned prefix makes
+// every nibble, 6-bit scale/min pattern and int8 scale occur in every position), and
 // fp16 scale fields drawn from random finite values plus the extremes (+-0, the smallest and
 // largest subnormals, the smallest normal, +-65504, +-1). NaN/inf scales are excluded.
+#include <algorithm>
+#include <array>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -48,6 +51,15 @@ TEST_P(DequantizeTest, MatchesFloat64ReferenceBitForBit) {
   const int64_t blocks = t.block_elements == 256 ? 2048 : 8192;
   std::vector<uint8_t> data(static_cast<size_t>(blocks * t.block_bytes));
   for (auto& b : data) b = static_cast<uint8_t>(rng());
+  // The first 256 blocks are not left to chance: byte k of block b is (b + 37k) mod 256, so
+  // every byte position takes every value (every nibble, code and int8 scale). The 6-bit
+  // scales/mins split across bytes come from the random blocks; the test checks below that
+  // each of them took all 64 values in every position.
+  for (int64_t b = 0; b < 256; ++b) {
+    for (int k = 0; k < t.block_bytes; ++k) {
+      data[b * t.block_bytes + k] = static_cast<uint8_t>((b + 37 * k) & 255);
+    }
+  }
   for (int64_t b = 0; b < blocks; ++b) {
     for (int off : c.fp16_offsets) {
       const uint16_t h = RandomFiniteFp16(rng);
@@ -63,7 +75,13 @@ TEST_P(DequantizeTest, MatchesFloat64ReferenceBitForBit) {
 
   std::vector<float> want(static_cast<size_t>(t.block_elements));
   int64_t mismatches = 0;
+  std::vector<std::array<bool, 64>> seen(16, std::array<bool, 64>{});
+  int six_bit_fields = 0;
   for (int64_t b = 0; b < blocks; ++b) {
+    int codes[16];
+    six_bit_fields = testing::RefSixBitCodes(static_cast<uint32_t>(c.type),
+                                             data.data() + b * t.block_bytes, codes);
+    for (int f = 0; f < six_bit_fields; ++f) seen[f][codes[f]] = true;
     c.reference(data.data() + b * t.block_bytes, want.data());
     for (int i = 0; i < t.block_elements; ++i) {
       const float g = got[b * t.block_elements + i];
@@ -74,18 +92,35 @@ TEST_P(DequantizeTest, MatchesFloat64ReferenceBitForBit) {
     }
   }
   EXPECT_EQ(mismatches, 0);
+  for (int f = 0; f < six_bit_fields; ++f) {
+    for (int v = 0; v < 64; ++v) EXPECT_TRUE(seen[f][v]) << "6-bit field " << f << " value " << v;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     AllQuantized, DequantizeTest,
-    ::testing::Values(DecodeCase{BlockType::kQ8_0, &testing::RefDecodeQ8_0, {0}},
+    ::testing::Values(DecodeCase{BlockType::kQ4_0, &testing::RefDecodeQ4_0, {0}},
+                      DecodeCase{BlockType::kQ4_1, &testing::RefDecodeQ4_1, {0, 2}},
+                      DecodeCase{BlockType::kQ5_0, &testing::RefDecodeQ5_0, {0}},
+                      DecodeCase{BlockType::kQ5_1, &testing::RefDecodeQ5_1, {0, 2}},
+                      DecodeCase{BlockType::kQ8_0, &testing::RefDecodeQ8_0, {0}},
+                      DecodeCase{BlockType::kQ2_K, &testing::RefDecodeQ2_K, {80, 82}},
+                      DecodeCase{BlockType::kQ3_K, &testing::RefDecodeQ3_K, {108}},
                       DecodeCase{BlockType::kQ4_K, &testing::RefDecodeQ4_K, {0, 2}},
-                      DecodeCase{BlockType::kQ6_K, &testing::RefDecodeQ6_K, {208}}),
+                      DecodeCase{BlockType::kQ5_K, &testing::RefDecodeQ5_K, {0, 2}},
+                      DecodeCase{BlockType::kQ6_K, &testing::RefDecodeQ6_K, {208}},
+                      DecodeCase{BlockType::kIQ4_NL, &testing::RefDecodeIQ4_NL, {0}},
+                      DecodeCase{BlockType::kIQ4_XS, &testing::RefDecodeIQ4_XS, {0}},
+                      // MXFP4's E8M0 byte stays random: every exponent 0..255 occurs.
+                      DecodeCase{BlockType::kMXFP4, &testing::RefDecodeMXFP4, {}}),
     CaseName);
 
 // Every quantized type in the table has a case above (a new type must bring its reference).
 TEST(DequantizeTest, EveryQuantizedTypeHasAReference) {
-  const std::vector<BlockType> covered = {BlockType::kQ8_0, BlockType::kQ4_K, BlockType::kQ6_K};
+  const std::vector<BlockType> covered = {
+      BlockType::kQ4_0,   BlockType::kQ4_1,   BlockType::kQ5_0, BlockType::kQ5_1, BlockType::kQ8_0,
+      BlockType::kQ2_K,   BlockType::kQ3_K,   BlockType::kQ4_K, BlockType::kQ5_K, BlockType::kQ6_K,
+      BlockType::kIQ4_NL, BlockType::kIQ4_XS, BlockType::kMXFP4};
   for (const BlockTraits& t : AllBlockTypes()) {
     if (!t.quantized) continue;
     EXPECT_NE(std::find(covered.begin(), covered.end(), t.type), covered.end()) << t.name;

@@ -38,9 +38,43 @@ double RangeWithZero(const float* x, int n) {
 // The documented bound on |x - y| for element i of `block` (block_elements floats).
 double Bound(BlockType type, const float* block, int i) {
   const double amax = MaxAbs(block, Traits(type).block_elements);
+  const double n = Traits(type).block_elements;
+  double lo = 0, hi = 0;  // the block's min and max
+  for (int k = 0; k < n; ++k) {
+    lo = std::min(lo, k == 0 ? block[0] : static_cast<double>(block[k]));
+    hi = std::max(hi, k == 0 ? block[0] : static_cast<double>(block[k]));
+  }
   switch (type) {
+    case BlockType::kQ4_0:
+      return amax / 7.9 + std::ldexp(1.0, -21);
+    case BlockType::kQ5_0:
+      return amax / 15.5 + std::ldexp(1.0, -20);
+    case BlockType::kQ4_1:
+      return (hi - lo) / 29.9 + amax / 16000 + std::ldexp(1.0, -23);
+    case BlockType::kQ5_1:
+      return (hi - lo) / 61.8 + amax / 32000 + std::ldexp(1.0, -23);
     case BlockType::kQ8_0:
       return amax / 225 + std::ldexp(1.0, -18);
+    case BlockType::kQ2_K: {
+      const float* sub = block + i / 16 * 16;
+      return RangeWithZero(sub, 16) / 6 + amax / 29 + std::ldexp(1.0, -22);
+    }
+    case BlockType::kQ3_K: {
+      const float* sub = block + i / 16 * 16;
+      return MaxAbs(sub, 16) / 6 + amax / 180 + std::ldexp(1.0, -24);
+    }
+    case BlockType::kQ5_K: {
+      const float* sub = block + i / 32 * 32;
+      return RangeWithZero(sub, 32) / 62 + amax / 1250 + std::ldexp(1.0, -22);
+    }
+    case BlockType::kIQ4_NL:
+      return amax / 9 + std::ldexp(1.0, -20);
+    case BlockType::kIQ4_XS: {
+      const float* sub = block + i / 32 * 32;
+      return MaxAbs(sub, 32) / 9 + amax / 280 + std::ldexp(1.0, -20);
+    }
+    case BlockType::kMXFP4:
+      return amax / 4 + std::ldexp(1.0, -126);
     case BlockType::kQ4_K: {
       const float* sub = block + i / 32 * 32;
       return RangeWithZero(sub, 32) / 30 + amax / 600 + std::ldexp(1.0, -22);
@@ -127,10 +161,44 @@ TEST_P(QuantizeTest, RoundTripWithinDocumentedBound) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllQuantized, QuantizeTest,
-                         ::testing::Values(BlockType::kQ8_0, BlockType::kQ4_K, BlockType::kQ6_K),
+                         ::testing::Values(BlockType::kQ4_0, BlockType::kQ4_1, BlockType::kQ5_0,
+                                           BlockType::kQ5_1, BlockType::kQ8_0, BlockType::kQ2_K,
+                                           BlockType::kQ3_K, BlockType::kQ4_K, BlockType::kQ5_K,
+                                           BlockType::kQ6_K, BlockType::kIQ4_NL, BlockType::kIQ4_XS,
+                                           BlockType::kMXFP4),
                          [](const ::testing::TestParamInfo<BlockType>& p) {
                            return std::string(Traits(p.param).name);
                          });
+
+// Inputs beyond what a type's fp16 scales can hold (|x| up to 3e38) and binary32 denormals are
+// outside the documented bounds, but still quantize deterministically into valid blocks that
+// decode to finite values (the scales saturate); the sanitizer builds check no step is
+// undefined (e.g. float-to-int conversions of out-of-range quotients).
+TEST_P(QuantizeTest, ExtremeInputsDecodeToFiniteValues) {
+  const BlockTraits& t = Traits(GetParam());
+  std::vector<float> x(static_cast<size_t>(kN));
+  std::mt19937 rng(7);
+  for (int64_t i = 0; i < kN; ++i) {
+    const int kind = static_cast<int>(i / 256);  // one super-block per kind
+    const float u = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+    x[i] = kind == 0 ? u * 3e38f : kind == 1 ? u * 1e-40f : kind == 2 ? u * 1e9f : u;
+  }
+  x[300] = -3.4e38f;
+  std::vector<std::byte> q(static_cast<size_t>(*RowBytes(t.type, kN))), q2(q.size());
+  QuantizeRows(t.type, x.data(), 1, kN, q.data());
+  QuantizeRows(t.type, x.data(), 1, kN, q2.data());
+  EXPECT_EQ(std::memcmp(q.data(), q2.data(), q.size()), 0);
+  std::vector<float> y(x.size());
+  DequantizeRows(t.type, q.data(), 1, kN, y.data());
+  for (int64_t i = 0; i < kN; ++i) ASSERT_TRUE(std::isfinite(y[i])) << t.name << " " << i;
+  // The ordinary last super-block is unaffected by its neighbours.
+  for (int64_t i = 768; i < kN; ++i) {
+    const float* block = x.data() + i / t.block_elements * t.block_elements;
+    EXPECT_LE(std::fabs(static_cast<double>(x[i]) - y[i]),
+              Bound(t.type, block, static_cast<int>(i % t.block_elements)))
+        << t.name << " " << i;
+  }
+}
 
 // F16 / BF16 "quantize" to the nearest code (ties to even): no neighbouring code is closer.
 TEST(QuantizeTest, HalfAndBf16RoundToNearest) {

@@ -12,16 +12,27 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 
 namespace kvserve::quant::testing {
 
-// Rounds a float64 result to fp32 (one IEEE round-to-nearest-even).
-inline float R(double v) { return static_cast<float>(v); }
+// Rounds a float64 result to fp32 (one IEEE round-to-nearest-even; beyond the largest float
+// plus half an ulp, +-inf, spelled out because that conversion is undefined in C++).
+inline float R(double v) {
+  if (v >= 0x1.ffffffp127) return std::numeric_limits<float>::infinity();
+  if (v <= -0x1.ffffffp127) return -std::numeric_limits<float>::infinity();
+  return static_cast<float>(v);
+}
 
 // IEEE binary16 -> value, from the field definition (sign, 5-bit exponent, 10-bit mantissa).
 double RefFp16(uint16_t h);
 // bfloat16 -> value (sign, 8-bit exponent, 7-bit mantissa).
 double RefBf16(uint16_t h);
+
+// The packed 6-bit codes of one block, read from the layout: Q4_K / Q5_K the 8 scales then
+// the 8 mins, Q3_K the 16 scales, IQ4_XS the 8 scales. Returns how many (0 for other types;
+// `ggml_type_id` as in the file format). For checking that tests cover every pattern.
+int RefSixBitCodes(uint32_t ggml_type_id, const uint8_t* blk, int* codes);
 
 void RefDecodeQ4_0(const uint8_t* blk, float* out);
 void RefDecodeQ4_1(const uint8_t* blk, float* out);
