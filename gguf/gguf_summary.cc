@@ -104,7 +104,8 @@ std::string FormatBytes(uint64_t bytes) {
     x /= 1024;
     ++u;
   }
-  return absl::StrFormat(x < 10 ? "%.2f %s" : "%.1f %s", x, units[u]);
+  if (x < 10) return absl::StrFormat("%.2f %s", x, units[u]);
+  return absl::StrFormat("%.1f %s", x, units[u]);
 }
 
 std::string DescribeTensor(const TensorInfo& t) {
