@@ -127,6 +127,7 @@ class GgufModel {
   std::vector<std::string> TensorNames() const;  // sorted
   const std::string& description() const { return description_; }  // the path(s) opened
   uint64_t file_bytes() const;  // all files together
+  const std::vector<std::unique_ptr<GgufFile>>& files() const { return files_; }  // split order
 
  private:
   std::vector<std::unique_ptr<GgufFile>> files_;

@@ -394,6 +394,15 @@ absl::StatusOr<TensorInfo> ReadTensorInfo(const std::string& path, Reader& r, ui
                               " is not supported (supported: ", SupportedTypes(), ")"));
   }
   t.type = traits->type;
+  // The element count (and so rows() and num_elements()) must fit in int64 even when the
+  // byte size is 0 (a zero dimension): ggml refuses such shapes too.
+  int64_t elements = 1;
+  for (int64_t ne : t.ne) {
+    if (__builtin_mul_overflow(elements, std::max<int64_t>(ne, 1), &elements)) {
+      return error(absl::StrCat("shape [", absl::StrJoin(t.ne, ", "),
+                                "] has more elements than int64 can count"));
+    }
+  }
   if (t.ne[0] % traits->block_elements != 0) {
     return error(absl::StrCat("ne[0] = ", t.ne[0], " is not a multiple of ",
                               base::AsAbsl(traits->name), "'s block of ", traits->block_elements,
@@ -539,7 +548,8 @@ absl::StatusOr<GgufLayout> ParseGgufLayout(const std::string& path,
                                         " bytes left (corrupt header or truncated file)"));
   }
   if (n_tensors > (r.left() - n_kv * kMinKvBytes) / kMinTensorBytes) {
-    return FileError(path, absl::StrCat("tensor count ", n_tensors, " cannot fit in the ", r.left(),
+    return FileError(path, absl::StrCat("tensor count ", n_tensors, " (with ", n_kv,
+                                        " metadata entries) cannot fit in the ", r.left(),
                                         " bytes left (corrupt header or truncated file)"));
   }
 

@@ -277,9 +277,9 @@ void GgufWriter::AddTensor(std::string name, quant::BlockType type, std::vector<
 absl::StatusOr<std::vector<std::string>> GgufWriter::Write(const std::string& path,
                                                            uint64_t max_file_bytes) const {
   // ---- validation: nothing is written unless the whole model is writable
-  if (alignment_ == 0 || (alignment_ & (alignment_ - 1)) != 0 || alignment_ > (1u << 30)) {
+  if (alignment_ == 0 || (alignment_ & (alignment_ - 1)) != 0 || alignment_ > (1u << 31)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("GGUF writer: alignment ", alignment_, " is not a power of two up to 2^30"));
+        absl::StrCat("GGUF writer: alignment ", alignment_, " is not a power of two up to 2^31"));
   }
   std::vector<std::pair<std::string, Value>> common;  // keys every file carries
   for (const auto& [key, value] : metadata_) {
@@ -317,7 +317,9 @@ absl::StatusOr<std::vector<std::string>> GgufWriter::Write(const std::string& pa
     for (size_t d = 0; d < t.ne.size(); ++d) {
       if (t.ne[d] < 0) return error(absl::StrCat("ne[", d, "] is negative"));
       if (d > 0) rows *= static_cast<U128>(t.ne[d]);
-      if (rows > (uint64_t{1} << 62)) return error("too many rows");
+      if (rows > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        return error("more rows than int64 can count");
+      }
     }
     auto row_bytes = quant::RowBytes(t.type, t.ne[0]);
     if (!row_bytes.ok()) return error(base::AsStd(row_bytes.status().message()));

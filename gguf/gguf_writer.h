@@ -32,7 +32,9 @@ class GgufWriter {
   void AddTensor(std::string name, quant::BlockType type, std::vector<int64_t> ne,
                  std::vector<std::byte> data);
   // One file, or split files of at most max_file_bytes of tensor data each (0: one file).
-  // Returns the paths written.
+  // Split files are named <path less .gguf>-0000K-of-0000N.gguf; a model that fits in one
+  // file is written to `path` itself, without split keys. Everything is validated before
+  // anything is written (InvalidArgument naming the key or tensor). Returns the paths written.
   absl::StatusOr<std::vector<std::string>> Write(const std::string& path, uint64_t max_file_bytes = 0) const;
 
  private:

@@ -118,8 +118,10 @@ struct RawBlock {
   int64_t elements;
   int64_t bytes;
 };
-constexpr RawBlock kRawF32{0, 1, 4}, kRawF16{1, 1, 2}, kRawQ4_0{2, 32, 18}, kRawQ8_0{8, 32, 34},
-    kRawQ4_K{12, 256, 144}, kRawQ6_K{14, 256, 210}, kRawBF16{30, 1, 2}, kRawMXFP4{39, 32, 17};
+constexpr RawBlock kRawF32{0, 1, 4}, kRawF16{1, 1, 2}, kRawQ4_0{2, 32, 18}, kRawQ4_1{3, 32, 20},
+    kRawQ5_0{6, 32, 22}, kRawQ5_1{7, 32, 24}, kRawQ8_0{8, 32, 34}, kRawQ2_K{10, 256, 84},
+    kRawQ3_K{11, 256, 110}, kRawQ4_K{12, 256, 144}, kRawQ5_K{13, 256, 176}, kRawQ6_K{14, 256, 210},
+    kRawIQ4_NL{20, 32, 18}, kRawIQ4_XS{23, 256, 136}, kRawBF16{30, 1, 2}, kRawMXFP4{39, 32, 17};
 
 inline uint64_t RawBytes(const RawBlock& b, const std::vector<int64_t>& ne) {
   uint64_t n = static_cast<uint64_t>(ne[0] / b.elements * b.bytes);

@@ -161,17 +161,31 @@ class GgufWriterAlignment : public ::testing::TestWithParam<uint64_t> {};
 
 TEST_P(GgufWriterAlignment, TensorsOfSeveralBlockTypesComeBackExactly) {
   const uint64_t alignment = GetParam();
+  // Every type kvserve runs (issue 37's list), with shapes of 1 to 4 dimensions.
   const std::vector<TensorCase> cases = {
       {"f32", BlockType::kF32, kRawF32, {3, 5}},
       {"f16", BlockType::kF16, kRawF16, {7}},
       {"bf16", BlockType::kBF16, kRawBF16, {5, 2}},
-      {"q8_0_b", BlockType::kQ8_0, kRawQ8_0, {64, 3}},
+      {"q4_0", BlockType::kQ4_0, kRawQ4_0, {64, 3}},
+      {"q4_1", BlockType::kQ4_1, kRawQ4_1, {32, 2, 2}},
+      {"q5_0", BlockType::kQ5_0, kRawQ5_0, {96}},
+      {"q5_1", BlockType::kQ5_1, kRawQ5_1, {32, 3}},
       {"q8_0", BlockType::kQ8_0, kRawQ8_0, {32, 1, 2}},
+      {"q2_k", BlockType::kQ2_K, kRawQ2_K, {256, 3}},
+      {"q3_k", BlockType::kQ3_K, kRawQ3_K, {512}},
       {"q4_k", BlockType::kQ4_K, kRawQ4_K, {256, 2}},
+      {"q5_k", BlockType::kQ5_K, kRawQ5_K, {256, 1, 3}},
       {"q6_k", BlockType::kQ6_K, kRawQ6_K, {512, 1, 1, 2}},
-      {"f16_odd", BlockType::kF16, kRawF16, {3, 3}},
+      {"iq4_nl", BlockType::kIQ4_NL, kRawIQ4_NL, {32, 5}},
+      {"iq4_xs", BlockType::kIQ4_XS, kRawIQ4_XS, {256, 2}},
+      {"mxfp4", BlockType::kMXFP4, kRawMXFP4, {32, 3}},
       {"empty", BlockType::kQ8_0, kRawQ8_0, {64, 0}},
   };
+  for (const auto& c : cases) {  // the spec's sizes and the table's agree
+    EXPECT_EQ(static_cast<uint32_t>(c.type), c.block.id) << c.name;
+    EXPECT_EQ(quant::Traits(c.type).block_elements, c.block.elements) << c.name;
+    EXPECT_EQ(quant::Traits(c.type).block_bytes, c.block.bytes) << c.name;
+  }
   TempDir dir;
   GgufWriter w(alignment);
   std::vector<std::vector<std::byte>> data;
