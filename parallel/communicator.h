@@ -39,7 +39,8 @@ class Communicator {
 
   // Rank `root`'s bytes end up in `bytes` on every rank (resized on the others: they need
   // not know the length in advance).
-  virtual absl::Status Broadcast(std::vector<std::byte>& bytes, int root, absl::Duration timeout) = 0;
+  virtual absl::Status Broadcast(std::vector<std::byte>& bytes, int root,
+                                 absl::Duration timeout) = 0;
 
   // values[i] = sum over ranks of values[i], in place, on every rank. Every rank passes the
   // same length. With two ranks the sum is a + b on both, bit for bit.
@@ -47,8 +48,10 @@ class Communicator {
 
   // Point to point, matched by (peer, tag); tag >= 0. Messages between one pair of ranks with
   // one tag arrive in the order sent. Recv resizes `bytes` to the message.
-  virtual absl::Status Send(int dest, int tag, std::span<const std::byte> bytes, absl::Duration timeout) = 0;
-  virtual absl::Status Recv(int source, int tag, std::vector<std::byte>& bytes, absl::Duration timeout) = 0;
+  virtual absl::Status Send(int dest, int tag, std::span<const std::byte> bytes,
+                            absl::Duration timeout) = 0;
+  virtual absl::Status Recv(int source, int tag, std::vector<std::byte>& bytes,
+                            absl::Duration timeout) = 0;
 
   virtual absl::Status Barrier(absl::Duration timeout) = 0;
 };

@@ -73,7 +73,9 @@ MpiEnvironment::MpiEnvironment() : orphans_(std::make_unique<Orphans>()) {}
 absl::StatusOr<std::unique_ptr<MpiEnvironment>> MpiEnvironment::Init(int* argc, char*** argv) {
   int initialized = 0;
   MPI_Initialized(&initialized);
-  if (initialized) return absl::FailedPreconditionError("MPI is initialised already: one MpiEnvironment per process");
+  if (initialized)
+    return absl::FailedPreconditionError(
+        "MPI is initialised already: one MpiEnvironment per process");
   int provided = 0;
   if (int rc = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided); rc != MPI_SUCCESS) {
     return absl::InternalError(absl::StrCat("MPI_Init_thread failed: ", MpiError(rc)));
@@ -108,7 +110,7 @@ struct MpiCommunicator::State {
   MPI_Comm comm = MPI_COMM_NULL;
   int rank = 0;
   int size = 0;
-  int tag_ub = 32767;  // MPI guarantees at least this; the attribute may say more
+  int tag_ub = 32767;   // MPI guarantees at least this; the attribute may say more
   absl::Status broken;  // OK while usable; else the first timeout or MPI failure
   // Buffers handed to MPI; reused from call to call, moved to `abandoned` on timeout.
   InFlight op;
@@ -128,7 +130,8 @@ struct MpiCommunicator::State {
   absl::Status Usable(absl::string_view what) const {
     if (broken.ok()) return absl::OkStatus();
     return absl::FailedPreconditionError(
-        absl::StrCat(what, " on rank ", rank, ": communicator unusable after an earlier failure: ", broken.message()));
+        absl::StrCat(what, " on rank ", rank,
+                     ": communicator unusable after an earlier failure: ", broken.message()));
   }
 
   absl::Status Fail(absl::Status status) {
@@ -138,25 +141,28 @@ struct MpiCommunicator::State {
 
   absl::Status Started(int rc, absl::string_view what) {
     if (rc == MPI_SUCCESS) return absl::OkStatus();
-    return Fail(absl::InternalError(absl::StrCat(what, " on rank ", rank, " failed to start: ", MpiError(rc))));
+    return Fail(absl::InternalError(
+        absl::StrCat(what, " on rank ", rank, " failed to start: ", MpiError(rc))));
   }
 
   // Polls op.request until it completes or `deadline` passes. On timeout the request and its
   // buffer move to `abandoned` (MPI may still use the buffer) and the communicator breaks.
-  absl::Status Wait(base::Nanos deadline, base::Nanos started, absl::string_view what, absl::string_view peer) {
+  absl::Status Wait(base::Nanos deadline, base::Nanos started, absl::string_view what,
+                    absl::string_view peer) {
     for (int64_t attempt = 0;; ++attempt) {
       int done = 0;
       if (int rc = MPI_Test(&op.request, &done, MPI_STATUS_IGNORE); rc != MPI_SUCCESS) {
-        return Fail(absl::InternalError(absl::StrCat(what, " on rank ", rank, " failed: ", MpiError(rc))));
+        return Fail(
+            absl::InternalError(absl::StrCat(what, " on rank ", rank, " failed: ", MpiError(rc))));
       }
       if (done) return absl::OkStatus();
       const base::Nanos now = clock->now_ns();
       if (now >= deadline) {
         abandoned.push_back(std::move(op));
         op = InFlight{};
-        return Fail(absl::DeadlineExceededError(
-            absl::StrCat(what, " on rank ", rank, " of ", size, ": ", peer, " did not answer within ",
-                         absl::FormatDuration(absl::Nanoseconds(now - started)))));
+        return Fail(absl::DeadlineExceededError(absl::StrCat(
+            what, " on rank ", rank, " of ", size, ": ", peer, " did not answer within ",
+            absl::FormatDuration(absl::Nanoseconds(now - started)))));
       }
       Backoff(attempt);
     }
@@ -164,15 +170,16 @@ struct MpiCommunicator::State {
 
   absl::Status CheckRank(absl::string_view what, absl::string_view role, int peer) const {
     if (peer < 0 || peer >= size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": ", role, " rank ", peer, " is outside the world of ", size, " ranks"));
+      return absl::InvalidArgumentError(absl::StrCat(what, ": ", role, " rank ", peer,
+                                                     " is outside the world of ", size, " ranks"));
     }
     return absl::OkStatus();
   }
 
   absl::Status CheckTag(absl::string_view what, int tag) const {
     if (tag < 0 || tag > tag_ub) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": tag ", tag, " is outside [0, ", tag_ub, "]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": tag ", tag, " is outside [0, ", tag_ub, "]"));
     }
     return absl::OkStatus();
   }
@@ -182,7 +189,8 @@ MpiCommunicator::MpiCommunicator(std::unique_ptr<State> state) : state_(std::mov
 
 absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(MpiEnvironment& env,
                                                                          const base::Clock& clock,
-                                                                         absl::Duration timeout, Options options) {
+                                                                         absl::Duration timeout,
+                                                                         Options options) {
   auto state = std::make_unique<State>();
   state->env = &env;
   state->clock = &clock;
@@ -195,12 +203,15 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(MpiEnvi
   // owned buffer that is orphaned with the request, never into a local.
   state->op.buffer.assign(sizeof(MPI_Comm), std::byte{0});
   auto* new_comm = reinterpret_cast<MPI_Comm*>(state->op.buffer.data());
-  if (absl::Status s = state->Started(MPI_Comm_idup(MPI_COMM_WORLD, new_comm, &state->op.request), "communicator dup");
+  if (absl::Status s = state->Started(MPI_Comm_idup(MPI_COMM_WORLD, new_comm, &state->op.request),
+                                      "communicator dup");
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = state->Wait(deadline, started, "communicator dup", state->Others()); !s.ok()) {
-    env.orphans_->requests.insert(env.orphans_->requests.end(), std::make_move_iterator(state->abandoned.begin()),
+  if (absl::Status s = state->Wait(deadline, started, "communicator dup", state->Others());
+      !s.ok()) {
+    env.orphans_->requests.insert(env.orphans_->requests.end(),
+                                  std::make_move_iterator(state->abandoned.begin()),
                                   std::make_move_iterator(state->abandoned.end()));
     return s;
   }
@@ -232,7 +243,8 @@ MpiCommunicator::~MpiCommunicator() {
 int MpiCommunicator::rank() const { return state_->rank; }
 int MpiCommunicator::size() const { return state_->size; }
 
-absl::Status MpiCommunicator::Broadcast(std::vector<std::byte>& bytes, int root, absl::Duration timeout) {
+absl::Status MpiCommunicator::Broadcast(std::vector<std::byte>& bytes, int root,
+                                        absl::Duration timeout) {
   State& s = *state_;
   if (absl::Status st = s.Usable("broadcast"); !st.ok()) return st;
   if (absl::Status st = s.CheckRank("broadcast", "root", root); !st.ok()) return st;
@@ -247,16 +259,19 @@ absl::Status MpiCommunicator::Broadcast(std::vector<std::byte>& bytes, int root,
     const uint64_t n = bytes.size();
     for (int i = 0; i < 8; ++i) s.op.buffer[i] = static_cast<std::byte>((n >> (8 * i)) & 0xff);
   }
-  if (absl::Status st = s.Started(MPI_Ibcast(s.op.buffer.data(), 8, MPI_BYTE, root, s.comm, &s.op.request), what);
+  if (absl::Status st =
+          s.Started(MPI_Ibcast(s.op.buffer.data(), 8, MPI_BYTE, root, s.comm, &s.op.request), what);
       !st.ok()) {
     return st;
   }
-  if (absl::Status st = s.Wait(deadline, started, absl::StrCat(what, " (length)"), peer); !st.ok()) return st;
+  if (absl::Status st = s.Wait(deadline, started, absl::StrCat(what, " (length)"), peer); !st.ok())
+    return st;
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(s.op.buffer[i]) << (8 * i);
   // Every rank sees the same length, so every rank refuses alike and none is left waiting.
   if (n > static_cast<uint64_t>(INT_MAX)) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": ", n, " bytes exceed the ", INT_MAX, "-byte limit"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", n, " bytes exceed the ", INT_MAX, "-byte limit"));
   }
   if (n == 0) {
     bytes.clear();
@@ -269,8 +284,9 @@ absl::Status MpiCommunicator::Broadcast(std::vector<std::byte>& bytes, int root,
   } else {
     s.op.buffer.resize(n);
   }
-  if (absl::Status st = s.Started(
-          MPI_Ibcast(s.op.buffer.data(), static_cast<int>(n), MPI_BYTE, root, s.comm, &s.op.request), what);
+  if (absl::Status st = s.Started(MPI_Ibcast(s.op.buffer.data(), static_cast<int>(n), MPI_BYTE,
+                                             root, s.comm, &s.op.request),
+                                  what);
       !st.ok()) {
     return st;
   }
@@ -283,21 +299,23 @@ absl::Status MpiCommunicator::AllReduceSum(std::span<float> values, absl::Durati
   State& s = *state_;
   if (absl::Status st = s.Usable("all-reduce"); !st.ok()) return st;
   if (values.size() > static_cast<size_t>(INT_MAX)) {
-    return absl::InvalidArgumentError(absl::StrCat("all-reduce: ", values.size(), " floats exceed the MPI count"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("all-reduce: ", values.size(), " floats exceed the MPI count"));
   }
   const base::Nanos started = s.clock->now_ns();
   const base::Nanos deadline = s.DeadlineAfter(timeout);
   const size_t bytes = values.size_bytes();
   s.op.buffer.resize(bytes);  // operator new alignment suffices for float
   if (bytes > 0) std::memcpy(s.op.buffer.data(), values.data(), bytes);
-  if (absl::Status st = s.Started(MPI_Iallreduce(MPI_IN_PLACE, s.op.buffer.data(), static_cast<int>(values.size()),
-                                                 MPI_FLOAT, MPI_SUM, s.comm, &s.op.request),
-                                  "all-reduce");
+  if (absl::Status st = s.Started(
+          MPI_Iallreduce(MPI_IN_PLACE, s.op.buffer.data(), static_cast<int>(values.size()),
+                         MPI_FLOAT, MPI_SUM, s.comm, &s.op.request),
+          "all-reduce");
       !st.ok()) {
     return st;
   }
-  if (absl::Status st = s.Wait(deadline, started, absl::StrCat("all-reduce of ", values.size(), " floats"),
-                               s.Others());
+  if (absl::Status st = s.Wait(
+          deadline, started, absl::StrCat("all-reduce of ", values.size(), " floats"), s.Others());
       !st.ok()) {
     return st;
   }
@@ -305,20 +323,22 @@ absl::Status MpiCommunicator::AllReduceSum(std::span<float> values, absl::Durati
   return absl::OkStatus();
 }
 
-absl::Status MpiCommunicator::Send(int dest, int tag, std::span<const std::byte> bytes, absl::Duration timeout) {
+absl::Status MpiCommunicator::Send(int dest, int tag, std::span<const std::byte> bytes,
+                                   absl::Duration timeout) {
   State& s = *state_;
   if (absl::Status st = s.Usable("send"); !st.ok()) return st;
   if (absl::Status st = s.CheckRank("send", "destination", dest); !st.ok()) return st;
   if (absl::Status st = s.CheckTag("send", tag); !st.ok()) return st;
   if (bytes.size() > static_cast<size_t>(INT_MAX)) {
-    return absl::InvalidArgumentError(absl::StrCat("send: ", bytes.size(), " bytes exceed the MPI count"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("send: ", bytes.size(), " bytes exceed the MPI count"));
   }
   const base::Nanos started = s.clock->now_ns();
   const base::Nanos deadline = s.DeadlineAfter(timeout);
   const std::string what = absl::StrCat("send of ", bytes.size(), " bytes (tag ", tag, ")");
   s.op.buffer.assign(bytes.begin(), bytes.end());
-  if (absl::Status st = s.Started(MPI_Isend(s.op.buffer.data(), static_cast<int>(bytes.size()), MPI_BYTE, dest, tag,
-                                            s.comm, &s.op.request),
+  if (absl::Status st = s.Started(MPI_Isend(s.op.buffer.data(), static_cast<int>(bytes.size()),
+                                            MPI_BYTE, dest, tag, s.comm, &s.op.request),
                                   what);
       !st.ok()) {
     return st;
@@ -326,7 +346,8 @@ absl::Status MpiCommunicator::Send(int dest, int tag, std::span<const std::byte>
   return s.Wait(deadline, started, what, absl::StrCat("destination rank ", dest));
 }
 
-absl::Status MpiCommunicator::Recv(int source, int tag, std::vector<std::byte>& bytes, absl::Duration timeout) {
+absl::Status MpiCommunicator::Recv(int source, int tag, std::vector<std::byte>& bytes,
+                                   absl::Duration timeout) {
   State& s = *state_;
   if (absl::Status st = s.Usable("recv"); !st.ok()) return st;
   if (absl::Status st = s.CheckRank("recv", "source", source); !st.ok()) return st;
@@ -341,25 +362,29 @@ absl::Status MpiCommunicator::Recv(int source, int tag, std::vector<std::byte>& 
   for (int64_t attempt = 0;; ++attempt) {
     int found = 0;
     if (int rc = MPI_Improbe(source, tag, s.comm, &found, &message, &status); rc != MPI_SUCCESS) {
-      return s.Fail(absl::InternalError(absl::StrCat(what, " on rank ", s.rank, " failed: ", MpiError(rc))));
+      return s.Fail(
+          absl::InternalError(absl::StrCat(what, " on rank ", s.rank, " failed: ", MpiError(rc))));
     }
     if (found) break;
     const base::Nanos now = s.clock->now_ns();
     if (now >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(what, " on rank ", s.rank, ": source rank ", source,
-                                                      " sent nothing within ",
-                                                      absl::FormatDuration(absl::Nanoseconds(now - started))));
+      return absl::DeadlineExceededError(
+          absl::StrCat(what, " on rank ", s.rank, ": source rank ", source, " sent nothing within ",
+                       absl::FormatDuration(absl::Nanoseconds(now - started))));
     }
     Backoff(attempt);
   }
   int count = 0;
   MPI_Get_count(&status, MPI_BYTE, &count);
   s.op.buffer.resize(static_cast<size_t>(count));
-  if (absl::Status st = s.Started(MPI_Imrecv(s.op.buffer.data(), count, MPI_BYTE, &message, &s.op.request), what);
+  if (absl::Status st =
+          s.Started(MPI_Imrecv(s.op.buffer.data(), count, MPI_BYTE, &message, &s.op.request), what);
       !st.ok()) {
     return st;
   }
-  if (absl::Status st = s.Wait(deadline, started, what, absl::StrCat("source rank ", source)); !st.ok()) return st;
+  if (absl::Status st = s.Wait(deadline, started, what, absl::StrCat("source rank ", source));
+      !st.ok())
+    return st;
   bytes.assign(s.op.buffer.begin(), s.op.buffer.end());
   return absl::OkStatus();
 }
@@ -369,7 +394,8 @@ absl::Status MpiCommunicator::Barrier(absl::Duration timeout) {
   if (absl::Status st = s.Usable("barrier"); !st.ok()) return st;
   const base::Nanos started = s.clock->now_ns();
   const base::Nanos deadline = s.DeadlineAfter(timeout);
-  if (absl::Status st = s.Started(MPI_Ibarrier(s.comm, &s.op.request), "barrier"); !st.ok()) return st;
+  if (absl::Status st = s.Started(MPI_Ibarrier(s.comm, &s.op.request), "barrier"); !st.ok())
+    return st;
   return s.Wait(deadline, started, "barrier", s.Others());
 }
 

@@ -61,8 +61,10 @@ class MpiCommunicator final : public Communicator {
   };
 
   // Duplicates MPI_COMM_WORLD: a collective, so every rank calls it (within `timeout`).
-  static absl::StatusOr<std::unique_ptr<MpiCommunicator>> Create(MpiEnvironment& env, const base::Clock& clock,
-                                                                  absl::Duration timeout, Options options);
+  static absl::StatusOr<std::unique_ptr<MpiCommunicator>> Create(MpiEnvironment& env,
+                                                                 const base::Clock& clock,
+                                                                 absl::Duration timeout,
+                                                                 Options options);
   ~MpiCommunicator() override;
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;
@@ -71,8 +73,10 @@ class MpiCommunicator final : public Communicator {
   int size() const override;
   absl::Status Broadcast(std::vector<std::byte>& bytes, int root, absl::Duration timeout) override;
   absl::Status AllReduceSum(std::span<float> values, absl::Duration timeout) override;
-  absl::Status Send(int dest, int tag, std::span<const std::byte> bytes, absl::Duration timeout) override;
-  absl::Status Recv(int source, int tag, std::vector<std::byte>& bytes, absl::Duration timeout) override;
+  absl::Status Send(int dest, int tag, std::span<const std::byte> bytes,
+                    absl::Duration timeout) override;
+  absl::Status Recv(int source, int tag, std::vector<std::byte>& bytes,
+                    absl::Duration timeout) override;
   absl::Status Barrier(absl::Duration timeout) override;
 
   struct State;  // MPI handles and owned buffers (mpi_communicator.cc)

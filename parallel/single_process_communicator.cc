@@ -8,8 +8,8 @@ namespace {
 
 absl::Status CheckPeer(absl::string_view op, absl::string_view role, int peer) {
   if (peer != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": ", role, " rank ", peer, " does not exist (single-process world: rank 0 only)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": ", role, " rank ", peer, " does not exist (single-process world: rank 0 only)"));
   }
   return absl::OkStatus();
 }
@@ -26,7 +26,8 @@ absl::Status SingleProcessCommunicator::Broadcast(std::vector<std::byte>& /*byte
   return CheckPeer("broadcast", "root", root);
 }
 
-absl::Status SingleProcessCommunicator::AllReduceSum(std::span<float> /*values*/, absl::Duration /*timeout*/) {
+absl::Status SingleProcessCommunicator::AllReduceSum(std::span<float> /*values*/,
+                                                     absl::Duration /*timeout*/) {
   return absl::OkStatus();
 }
 
@@ -45,15 +46,17 @@ absl::Status SingleProcessCommunicator::Recv(int source, int tag, std::vector<st
   auto it = self_messages_.find(tag);
   if (it == self_messages_.end() || it->second.empty()) {
     // Nobody else can send: waiting out the timeout could not change the answer.
-    return absl::DeadlineExceededError(absl::StrCat("recv from rank 0 (tag ", tag, "): no message within ",
-                                                    absl::FormatDuration(timeout),
-                                                    " (single-process world: only rank 0 itself sends)"));
+    return absl::DeadlineExceededError(absl::StrCat(
+        "recv from rank 0 (tag ", tag, "): no message within ", absl::FormatDuration(timeout),
+        " (single-process world: only rank 0 itself sends)"));
   }
   bytes = std::move(it->second.front());
   it->second.pop_front();
   return absl::OkStatus();
 }
 
-absl::Status SingleProcessCommunicator::Barrier(absl::Duration /*timeout*/) { return absl::OkStatus(); }
+absl::Status SingleProcessCommunicator::Barrier(absl::Duration /*timeout*/) {
+  return absl::OkStatus();
+}
 
 }  // namespace kvserve::parallel

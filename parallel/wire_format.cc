@@ -30,8 +30,9 @@ void WireWriter::I64Array(std::span<const int64_t> values) {
 
 absl::Status WireReader::Need(absl::string_view field, size_t bytes) const {
   if (bytes <= remaining()) return absl::OkStatus();
-  return absl::DataLossError(absl::StrCat(message_, " truncated in field '", field, "': needs ", bytes,
-                                          " bytes at offset ", offset_, ", ", remaining(), " left"));
+  return absl::DataLossError(absl::StrCat(message_, " truncated in field '", field, "': needs ",
+                                          bytes, " bytes at offset ", offset_, ", ", remaining(),
+                                          " left"));
 }
 
 absl::Status WireReader::Corrupt(absl::string_view what) const {
@@ -115,7 +116,8 @@ absl::Status WireReader::Checksum() {
   uint64_t got = 0;
   if (absl::Status s = U64("checksum", got); !s.ok()) return s;
   if (got != want) {
-    return Corrupt(absl::StrCat("checksum mismatch (stored ", absl::Hex(got), ", computed ", absl::Hex(want), ")"));
+    return Corrupt(absl::StrCat("checksum mismatch (stored ", absl::Hex(got), ", computed ",
+                                absl::Hex(want), ")"));
   }
   if (remaining() != 0) return Corrupt(absl::StrCat(remaining(), " bytes after the checksum"));
   return absl::OkStatus();

@@ -56,7 +56,8 @@ class WireWriter {
 class WireReader {
  public:
   // `message` names what is read in errors ("step message").
-  WireReader(std::span<const std::byte> data, absl::string_view message) : data_(data), message_(message) {}
+  WireReader(std::span<const std::byte> data, absl::string_view message)
+      : data_(data), message_(message) {}
 
   absl::Status U8(absl::string_view field, uint8_t& out);
   absl::Status U16(absl::string_view field, uint16_t& out);

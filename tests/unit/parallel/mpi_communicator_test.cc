@@ -11,11 +11,33 @@
 
 #include "base/clock.h"
 #include "parallel/mpi_communicator.h"
+#include "parallel/rank_handshake.h"
 
 namespace kvserve::parallel {
 namespace {
 
 MpiEnvironment* g_env = nullptr;  // set by main() before any test runs
+
+}  // namespace
+
+class RankFailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit RankFailurePrinter(int rank) : rank_(rank) {}
+  // gtest holds its lock while reporting a result, so the test's name is noted at its start.
+  void OnTestStart(const ::testing::TestInfo& info) override { test_ = info.name(); }
+  void OnTestPartResult(const ::testing::TestPartResult& result) override {
+    if (!result.failed()) return;
+    fprintf(stderr, "[rank %d] %s:%d: Failure in %s\n%s\n", rank_,
+            result.file_name() ? result.file_name() : "?", result.line_number(), test_.c_str(),
+            result.message());
+  }
+
+ private:
+  int rank_;
+  std::string test_;
+};
+
+namespace {
 
 class MpiCommunicatorTest : public ::testing::Test {
  protected:
@@ -37,7 +59,8 @@ class MpiCommunicatorTest : public ::testing::Test {
 
 std::vector<std::byte> Pattern(size_t n, int seed) {
   std::vector<std::byte> out(n);
-  for (size_t i = 0; i < n; ++i) out[i] = static_cast<std::byte>((i * 31 + static_cast<size_t>(seed) * 7) & 0xff);
+  for (size_t i = 0; i < n; ++i)
+    out[i] = static_cast<std::byte>((i * 31 + static_cast<size_t>(seed) * 7) & 0xff);
   return out;
 }
 
@@ -95,13 +118,36 @@ TEST_F(MpiCommunicatorTest, SendsAndReceivesByPeerAndTag) {
 
 TEST_F(MpiCommunicatorTest, RefusesBadRanksAndTags) {
   std::vector<std::byte> bytes;
-  EXPECT_EQ(comm_->Broadcast(bytes, 2, absl::Seconds(1)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(comm_->Broadcast(bytes, 2, absl::Seconds(1)).code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(comm_->Send(-1, 0, bytes, absl::Seconds(1)).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(comm_->Recv(0, -2, bytes, absl::Seconds(1)).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(comm_->Barrier(absl::Seconds(10)).ok());  // refusals break nothing
 }
 
-// A Recv that matched nothing has nothing in flight: it times out and the communicator stays usable.
+TEST_F(MpiCommunicatorTest, HandshakeAcceptsRanksStartedAlike) {
+  const RankFingerprint mine = MakeRankFingerprint("/models/tiny", R"({"engine":{"max_batch":8}})");
+  EXPECT_TRUE(RunRankHandshake(*comm_, mine, clock_, absl::Seconds(10)).ok());
+}
+
+TEST_F(MpiCommunicatorTest, HandshakeRefusesARankWithAnotherConfigurationByName) {
+  const RankFingerprint mine =
+      MakeRankFingerprint("/models/tiny", rank() == 0 ? R"({"engine":{"max_batch":8}})"
+                                                      : R"({"engine":{"max_batch":9}})");
+  absl::Status s = RunRankHandshake(*comm_, mine, clock_, absl::Seconds(10));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("rank 1 was started with a different configuration"),
+            std::string::npos)
+      << s;
+  if (rank() == 1) {
+    EXPECT_NE(s.message().find("rank 0 refused the group (this is rank 1)"), std::string::npos)
+        << s;
+  }
+  EXPECT_TRUE(comm_->Barrier(absl::Seconds(10)).ok());  // a refusal breaks nothing
+}
+
+// A Recv that matched nothing has nothing in flight: it times out and the communicator stays
+// usable.
 TEST_F(MpiCommunicatorTest, RecvFromSilentPeerTimesOutAndLeavesCommunicatorUsable) {
   if (rank() == 1) {
     std::vector<std::byte> bytes;
@@ -148,7 +194,8 @@ TEST_F(MpiCommunicatorTest, AllReduceWithStalledPeerReturnsDeadlineExceeded) {
     EXPECT_NE(s.message().find("all-reduce"), std::string::npos) << s;
     EXPECT_NE(s.message().find("rank 1"), std::string::npos) << s;
     EXPECT_LT(elapsed, std::chrono::milliseconds(700));
-    EXPECT_EQ(comm_->AllReduceSum(values, absl::Seconds(1)).code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(comm_->AllReduceSum(values, absl::Seconds(1)).code(),
+              absl::StatusCode::kFailedPrecondition);
   } else {
     std::this_thread::sleep_for(std::chrono::seconds(1));
     ASSERT_TRUE(comm_->AllReduceSum(values, absl::Seconds(10)).ok());
@@ -169,10 +216,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   kvserve::parallel::g_env = env->get();
-  // Only rank 0 prints gtest's progress; every rank's failures still print.
+  // Only rank 0 prints gtest's progress; the other ranks print their failures, tagged.
   if ((*env)->world_rank() != 0) {
-    delete ::testing::UnitTest::GetInstance()->listeners().Release(
-        ::testing::UnitTest::GetInstance()->listeners().default_result_printer());
+    ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new kvserve::parallel::RankFailurePrinter((*env)->world_rank()));
   }
   const int rc = RUN_ALL_TESTS();
   kvserve::parallel::g_env = nullptr;

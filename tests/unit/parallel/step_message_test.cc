@@ -204,7 +204,9 @@ TEST(StepMessageTest, HugeCountIsRefusedWithoutAllocating) {
   StepMessage out;
   absl::Status s = DecodeStepMessage(bad, out);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
-  EXPECT_NE(s.message().find("truncated in field 'token_ids': needs 17179869180 bytes"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("truncated in field 'token_ids': needs 17179869180 bytes"),
+            std::string::npos)
+      << s;
   EXPECT_LT(out.token_ids.capacity(), 1000u);
 }
 
@@ -219,7 +221,10 @@ TEST(StepMessageTest, ValidationNamesTheInconsistentField) {
       {"slot_mapping", [](StepMessage& m) { m.slot_mapping.push_back(3); }},
       {"slot_mapping", [](StepMessage& m) { m.slot_mapping[2] = -2; }},
       {"seq_starts", [](StepMessage& m) { m.seq_starts.back() = 6; }},
-      {"seq_starts", [](StepMessage& m) { m.seq_starts = {0, 5, 4, 7}; }},
+      {"seq_starts",
+       [](StepMessage& m) {
+         m.seq_starts = {0, 5, 4, 7};
+       }},
       {"seq_starts", [](StepMessage& m) { m.seq_starts.clear(); }},
       {"kv_lens", [](StepMessage& m) { m.kv_lens.pop_back(); }},
       {"kv_lens", [](StepMessage& m) { m.kv_lens[0] = 3; }},  // 4 rows need 4 entries
@@ -252,7 +257,9 @@ TEST(StepMessageTest, ValidationNamesTheInconsistentField) {
 TEST(StepMessageTest, ToStringShowsSequencesAndMoves) {
   const std::string s = ThreeSequences(false).ToString();
   EXPECT_NE(s.find("step 41 forward: 7 rows"), std::string::npos) << s;
-  EXPECT_NE(s.find("seq 1 rows [4,5) tokens [500] pos 89 kv 90 blocks [2 3 4 5 6 7]"), std::string::npos) << s;
+  EXPECT_NE(s.find("seq 1 rows [4,5) tokens [500] pos 89 kv 90 blocks [2 3 4 5 6 7]"),
+            std::string::npos)
+      << s;
   EXPECT_NE(s.find("logits rows [3 4 6]"), std::string::npos) << s;
   EXPECT_NE(s.find("swap in [2->4 9->10]"), std::string::npos) << s;
   EXPECT_NE(s.find("copies [5->9]"), std::string::npos) << s;
