@@ -97,9 +97,12 @@ bool MpiEnvironment::will_finalize() const {
 }
 
 MpiEnvironment::~MpiEnvironment() {
-  if (will_finalize()) MPI_Finalize();
-  // Otherwise leave MPI running: MPI_Finalize would wait for the peer that never answered.
-  // The orphaned buffers are leaked on purpose, MPI may still write into them until exit.
+  if (will_finalize()) {
+    MPI_Finalize();
+    return;
+  }
+  // Leave MPI running: MPI_Finalize would wait for the peer that never answered. The
+  // orphaned buffers are leaked on purpose: MPI may still write into them until exit.
   (void)orphans_.release();
 }
 

@@ -254,6 +254,28 @@ TEST(StepMessageTest, ValidationNamesTheInconsistentField) {
   EXPECT_TRUE(ValidateStepMessage(ThreeSequences(true)).ok());
 }
 
+// The size quoted in step_message.h, counted from the layout: 16 header + 14 counts x 4 +
+// 8 checksum, plus per decode sequence token, position, slot (8), seq start, kv len, table
+// offset and logits row, plus one more seq start and table offset, plus 4 per table entry.
+TEST(StepMessageTest, DecodeStepSizeFollowsTheLayout) {
+  constexpr int kSeqs = 32, kBlocksPerSeq = 64, kBlockSize = 16;
+  StepMessage m;
+  m.seq_starts.push_back(0);
+  m.block_table_offsets.push_back(0);
+  for (int s = 0; s < kSeqs; ++s) {
+    m.token_ids.push_back(s);
+    m.positions.push_back(kBlocksPerSeq * kBlockSize - 1);
+    m.slot_mapping.push_back(int64_t{s} * kBlocksPerSeq * kBlockSize + kBlockSize - 1);
+    m.seq_starts.push_back(s + 1);
+    m.kv_lens.push_back(kBlocksPerSeq * kBlockSize);
+    for (int b = 0; b < kBlocksPerSeq; ++b) m.block_tables.push_back(1 + s * kBlocksPerSeq + b);
+    m.block_table_offsets.push_back(static_cast<int32_t>(m.block_tables.size()));
+    m.logits_rows.push_back(s);
+  }
+  ASSERT_TRUE(ValidateStepMessage(m).ok());
+  EXPECT_EQ(Encode(m).size(), size_t{88 + 32 * kSeqs + 4 * kSeqs * kBlocksPerSeq});  // 9304 bytes
+}
+
 TEST(StepMessageTest, ToStringShowsSequencesAndMoves) {
   const std::string s = ThreeSequences(false).ToString();
   EXPECT_NE(s.find("step 41 forward: 7 rows"), std::string::npos) << s;
