@@ -184,6 +184,24 @@ TEST_F(MpiCommunicatorTest, BarrierWithStalledPeerReturnsDeadlineExceeded) {
   }
 }
 
+// The root stalls: rank 0 waits for the length and gives up. The late root broadcasts an
+// empty message (length only), which completes rank 0's abandoned request as it drains.
+TEST_F(MpiCommunicatorTest, BroadcastWithStalledRootReturnsDeadlineExceeded) {
+  std::vector<std::byte> bytes;
+  if (rank() == 0) {
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::Status s = comm_->Broadcast(bytes, 1, absl::Milliseconds(200));
+    const auto elapsed = std::chrono::steady_clock::now() - t0;
+    EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+    EXPECT_NE(s.message().find("broadcast from rank 1"), std::string::npos) << s;
+    EXPECT_NE(s.message().find("root rank 1 did not answer"), std::string::npos) << s;
+    EXPECT_LT(elapsed, std::chrono::milliseconds(700));
+  } else {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    EXPECT_TRUE(comm_->Broadcast(bytes, 1, absl::Seconds(10)).ok());
+  }
+}
+
 TEST_F(MpiCommunicatorTest, AllReduceWithStalledPeerReturnsDeadlineExceeded) {
   std::vector<float> values = {Input(rank(), 0), Input(rank(), 1)};
   if (rank() == 0) {
