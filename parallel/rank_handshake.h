@@ -14,7 +14,8 @@
 // out waiting for the verdict, or receive the refusal).
 //
 // Fingerprint wire form (wire_format.h): u32 magic "KVRF", u16 version 1, string model_path,
-// u64 config_hash, string build_id, u64 checksum. Verdict: u8 accepted, string text, checksum.
+// u64 config_hash, string build_id, u64 WireChecksum. Verdict: u8 accepted, string text,
+// WireChecksum.
 #pragma once
 
 #include <cstddef>

@@ -22,7 +22,7 @@
 //                 logits_rows, window_kv_lens, window_table_offsets, window_block_tables,
 //                 then copy arrays swap_out, swap_in, copies (u32 count, then count x
 //                 (i32 src, i32 dst))
-//   end-8   8     FNV-1a 64 of every byte before it
+//   end-8   8     WireChecksum of every byte before it (wire_format.h)
 //
 // Decoding refuses, naming the field: a short buffer (truncated), a bad magic, a checksum
 // mismatch or trailing bytes (corrupt), another version (another build), and arrays whose

@@ -1,6 +1,6 @@
 // Byte encoding shared by the messages ranks exchange (step_message.h, rank_handshake.h):
 // fixed-width little-endian integers whatever the host, arrays and strings prefixed with
-// their u32 element count, and an FNV-1a 64 checksum over everything before it.
+// their u32 element count, and a 64-bit checksum (WireChecksum) over everything before it.
 //
 //   u8/u16/u32/u64/i32/i64   little-endian, two's complement
 //   array<T>                 u32 count, then count x T
@@ -23,9 +23,15 @@
 
 namespace kvserve::parallel {
 
-// FNV-1a, 64-bit. Any single changed byte changes the hash: each step h -> (h ^ b) * prime
-// is a bijection of h, and distinct bytes give distinct h ^ b.
-uint64_t Fnv1a64(std::span<const std::byte> bytes, uint64_t seed = 0xcbf29ce484222325ull);
+// FNV-1a, 64-bit, byte by byte (the published function: configuration hashes).
+uint64_t Fnv1a64(std::span<const std::byte> bytes);
+
+// The message checksum: FNV-1a's step h -> (h ^ x) * prime (64-bit offset basis and prime)
+// applied to each little-endian 64-bit word of `bytes`, then to each of the 0-7 trailing bytes.
+// Eight times fewer dependent multiplies than byte-wise FNV-1a, with the same guarantee: a
+// step is a bijection of h, and a changed byte changes its word, so any one changed byte (or
+// word) changes the checksum.
+uint64_t WireChecksum(std::span<const std::byte> bytes);
 
 class WireWriter {
  public:
@@ -42,7 +48,7 @@ class WireWriter {
   void I32Array(std::span<const int32_t> values);
   void I64Array(std::span<const int64_t> values);
   // The checksum of every byte written so far, as a u64.
-  void Checksum() { U64(Fnv1a64(out_)); }
+  void Checksum() { U64(WireChecksum(out_)); }
 
   size_t size() const { return out_.size(); }
 

@@ -77,7 +77,7 @@ std::vector<std::byte> Encoded(const RankFingerprint& f) {
   return out;
 }
 
-// The verdict as the header documents it: u8 accepted, u32 length + text, u64 FNV-1a.
+// The verdict as the header documents it: u8 accepted, u32 length + text, u64 checksum.
 std::pair<bool, std::string> ReadVerdict(const std::vector<std::byte>& bytes) {
   EXPECT_GE(bytes.size(), 13u);
   const bool accepted = bytes[0] == std::byte{1};

@@ -1,5 +1,7 @@
 #include "parallel/step_message.h"
 
+#include "parallel/wire_format.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
@@ -41,10 +43,17 @@ std::vector<std::byte> Encode(const StepMessage& m) {
   return out;
 }
 
-// The reference checksum, from the FNV-1a definition (offset basis, prime), not the code's.
-uint64_t ReferenceFnv1a(std::span<const std::byte> bytes) {
+// The reference checksum, from its definition in wire_format.h (FNV-1a's offset basis,
+// prime and step over little-endian 64-bit words, then the trailing bytes), not the code's.
+uint64_t ReferenceChecksum(std::span<const std::byte> bytes) {
   uint64_t h = 14695981039346656037ull;
-  for (std::byte b : bytes) h = (h ^ std::to_integer<uint64_t>(b)) * 1099511628211ull;
+  size_t i = 0;
+  for (; i + 8 <= bytes.size(); i += 8) {
+    uint64_t word = 0;
+    for (int b = 7; b >= 0; --b) word = (word << 8) | std::to_integer<uint64_t>(bytes[i + b]);
+    h = (h ^ word) * 1099511628211ull;
+  }
+  for (; i < bytes.size(); ++i) h = (h ^ std::to_integer<uint64_t>(bytes[i])) * 1099511628211ull;
   return h;
 }
 
@@ -94,16 +103,30 @@ Reference ReferenceEncode(const StepMessage& m) {
   r.Copies(m.swap_out, "swap_out");
   r.Copies(m.swap_in, "swap_in");
   r.Copies(m.copies, "copies");
-  r.Le(ReferenceFnv1a(r.bytes), 8, "checksum");
+  r.Le(ReferenceChecksum(r.bytes), 8, "checksum");
   return r;
 }
 
 // Re-seals a hand-edited encoding with a correct checksum, so only validation can object.
 std::vector<std::byte> Reseal(std::vector<std::byte> bytes) {
   bytes.resize(bytes.size() - 8);
-  const uint64_t h = ReferenceFnv1a(bytes);
+  const uint64_t h = ReferenceChecksum(bytes);
   for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<std::byte>((h >> (8 * i)) & 0xff));
   return bytes;
+}
+
+TEST(WireChecksumTest, MatchesItsDefinitionAtEveryLengthAndSeesEveryByte) {
+  std::vector<std::byte> bytes;
+  for (int i = 0; i < 40; ++i) bytes.push_back(static_cast<std::byte>(i * 37 + 11));
+  for (size_t n = 0; n <= bytes.size(); ++n) {
+    const auto prefix = std::span(bytes).first(n);
+    ASSERT_EQ(WireChecksum(prefix), ReferenceChecksum(prefix)) << n;
+    for (size_t i = 0; i < n; ++i) {
+      std::vector<std::byte> changed(prefix.begin(), prefix.end());
+      changed[i] ^= std::byte{0x40};
+      EXPECT_NE(WireChecksum(changed), WireChecksum(prefix)) << n << " " << i;
+    }
+  }
 }
 
 TEST(StepMessageTest, EncodingMatchesTheDocumentedLayout) {
