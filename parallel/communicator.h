@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -45,6 +46,10 @@ class Communicator {
   // values[i] = sum over ranks of values[i], in place, on every rank. Every rank passes the
   // same length. With two ranks the sum is a + b on both, bit for bit.
   virtual absl::Status AllReduceSum(std::span<float> values, absl::Duration timeout) = 0;
+
+  // values[i] = minimum over ranks of values[i], in place, on every rank (e.g. the KV block
+  // count every rank can hold: all allocate the smallest). Every rank passes the same length.
+  virtual absl::Status AllReduceMin(std::span<int64_t> values, absl::Duration timeout) = 0;
 
   // Point to point, matched by (peer, tag); tag >= 0. Messages between one pair of ranks with
   // one tag arrive in the order sent. Recv resizes `bytes` to the message.

@@ -179,6 +179,10 @@ struct MpiCommunicator::State {
     return absl::OkStatus();
   }
 
+  template <typename T>
+  absl::Status AllReduce(std::span<T> values, MPI_Datatype type, MPI_Op op_kind,
+                         absl::string_view name, absl::Duration timeout);
+
   absl::Status CheckTag(absl::string_view what, int tag) const {
     if (tag < 0 || tag > tag_ub) {
       return absl::InvalidArgumentError(
@@ -298,32 +302,43 @@ absl::Status MpiCommunicator::Broadcast(std::vector<std::byte>& bytes, int root,
   return absl::OkStatus();
 }
 
-absl::Status MpiCommunicator::AllReduceSum(std::span<float> values, absl::Duration timeout) {
-  State& s = *state_;
-  if (absl::Status st = s.Usable("all-reduce"); !st.ok()) return st;
+// Both all-reduces: copy in, reduce the owned buffer in place, copy out.
+template <typename T>
+absl::Status MpiCommunicator::State::AllReduce(std::span<T> values, MPI_Datatype type,
+                                               MPI_Op op_kind, absl::string_view name,
+                                               absl::Duration timeout) {
+  if (absl::Status st = Usable(name); !st.ok()) return st;
   if (values.size() > static_cast<size_t>(INT_MAX)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("all-reduce: ", values.size(), " floats exceed the MPI count"));
+        absl::StrCat(name, ": ", values.size(), " values exceed the MPI count"));
   }
-  const base::Nanos started = s.clock->now_ns();
-  const base::Nanos deadline = s.DeadlineAfter(timeout);
+  const base::Nanos started = clock->now_ns();
+  const base::Nanos deadline = DeadlineAfter(timeout);
   const size_t bytes = values.size_bytes();
-  s.op.buffer.resize(bytes);  // operator new alignment suffices for float
-  if (bytes > 0) std::memcpy(s.op.buffer.data(), values.data(), bytes);
-  if (absl::Status st = s.Started(
-          MPI_Iallreduce(MPI_IN_PLACE, s.op.buffer.data(), static_cast<int>(values.size()),
-                         MPI_FLOAT, MPI_SUM, s.comm, &s.op.request),
-          "all-reduce");
+  op.buffer.resize(bytes);  // operator new's alignment suffices for float and int64_t
+  if (bytes > 0) std::memcpy(op.buffer.data(), values.data(), bytes);
+  if (absl::Status st =
+          Started(MPI_Iallreduce(MPI_IN_PLACE, op.buffer.data(), static_cast<int>(values.size()),
+                                 type, op_kind, comm, &op.request),
+                  name);
       !st.ok()) {
     return st;
   }
-  if (absl::Status st = s.Wait(
-          deadline, started, absl::StrCat("all-reduce of ", values.size(), " floats"), s.Others());
+  if (absl::Status st =
+          Wait(deadline, started, absl::StrCat(name, " of ", values.size(), " values"), Others());
       !st.ok()) {
     return st;
   }
-  if (bytes > 0) std::memcpy(values.data(), s.op.buffer.data(), bytes);
+  if (bytes > 0) std::memcpy(values.data(), op.buffer.data(), bytes);
   return absl::OkStatus();
+}
+
+absl::Status MpiCommunicator::AllReduceSum(std::span<float> values, absl::Duration timeout) {
+  return state_->AllReduce(values, MPI_FLOAT, MPI_SUM, "all-reduce", timeout);
+}
+
+absl::Status MpiCommunicator::AllReduceMin(std::span<int64_t> values, absl::Duration timeout) {
+  return state_->AllReduce(values, MPI_INT64_T, MPI_MIN, "all-reduce min", timeout);
 }
 
 absl::Status MpiCommunicator::Send(int dest, int tag, std::span<const std::byte> bytes,

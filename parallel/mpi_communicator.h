@@ -73,6 +73,7 @@ class MpiCommunicator final : public Communicator {
   int size() const override;
   absl::Status Broadcast(std::vector<std::byte>& bytes, int root, absl::Duration timeout) override;
   absl::Status AllReduceSum(std::span<float> values, absl::Duration timeout) override;
+  absl::Status AllReduceMin(std::span<int64_t> values, absl::Duration timeout) override;
   absl::Status Send(int dest, int tag, std::span<const std::byte> bytes,
                     absl::Duration timeout) override;
   absl::Status Recv(int source, int tag, std::vector<std::byte>& bytes,

@@ -31,6 +31,11 @@ absl::Status SingleProcessCommunicator::AllReduceSum(std::span<float> /*values*/
   return absl::OkStatus();
 }
 
+absl::Status SingleProcessCommunicator::AllReduceMin(std::span<int64_t> /*values*/,
+                                                     absl::Duration /*timeout*/) {
+  return absl::OkStatus();
+}
+
 absl::Status SingleProcessCommunicator::Send(int dest, int tag, std::span<const std::byte> bytes,
                                              absl::Duration /*timeout*/) {
   if (absl::Status s = CheckPeer("send", "destination", dest); !s.ok()) return s;

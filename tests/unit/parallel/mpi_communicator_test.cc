@@ -96,6 +96,15 @@ TEST_F(MpiCommunicatorTest, AllReduceSumIsBitExactSumOfBothRanks) {
   }
 }
 
+TEST_F(MpiCommunicatorTest, AllReduceMinTakesTheSmallerOfEachPair) {
+  // Block counts as two ranks would report them, and values beyond 32 bits.
+  const std::vector<int64_t> rank0 = {4096, 17, -5, int64_t{3} << 40, 0};
+  const std::vector<int64_t> rank1 = {3900, 18, -6, int64_t{5} << 40, 0};
+  std::vector<int64_t> values = rank() == 0 ? rank0 : rank1;
+  ASSERT_TRUE(comm_->AllReduceMin(values, absl::Seconds(10)).ok());
+  EXPECT_EQ(values, (std::vector<int64_t>{3900, 17, -6, int64_t{3} << 40, 0}));
+}
+
 TEST_F(MpiCommunicatorTest, SendsAndReceivesByPeerAndTag) {
   const int peer = 1 - rank();
   if (rank() == 0) {

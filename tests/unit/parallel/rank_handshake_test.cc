@@ -35,6 +35,9 @@ class ScriptedCommunicator final : public Communicator {
   absl::Status AllReduceSum(std::span<float> /*values*/, absl::Duration /*timeout*/) override {
     return absl::UnimplementedError("not scripted");
   }
+  absl::Status AllReduceMin(std::span<int64_t> /*values*/, absl::Duration /*timeout*/) override {
+    return absl::UnimplementedError("not scripted");
+  }
   absl::Status Send(int dest, int tag, std::span<const std::byte> bytes,
                     absl::Duration /*timeout*/) override {
     sent.push_back({dest, tag, std::vector<std::byte>(bytes.begin(), bytes.end())});

@@ -25,6 +25,9 @@ TEST(SingleProcessCommunicatorTest, CollectivesLeaveDataAsIs) {
   std::vector<float> values = {1.5f, -2.25f, 0.1f};
   ASSERT_TRUE(comm.AllReduceSum(values, absl::Seconds(1)).ok());
   EXPECT_EQ(values, (std::vector<float>{1.5f, -2.25f, 0.1f}));  // a sum over one rank
+  std::vector<int64_t> counts = {7, -3, int64_t{1} << 40};
+  ASSERT_TRUE(comm.AllReduceMin(counts, absl::Seconds(1)).ok());
+  EXPECT_EQ(counts, (std::vector<int64_t>{7, -3, int64_t{1} << 40}));  // a minimum over one rank
   EXPECT_TRUE(comm.Barrier(absl::Seconds(1)).ok());
 }
 
