@@ -12,6 +12,7 @@ build_pkgs=(
   nlohmann-json3-dev prometheus-cpp-dev libcpp-httplib-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev libpcre2-dev libhiredis-dev libicu-dev zlib1g-dev
+  libopenmpi-dev openmpi-bin  # ranks over MPI (parallel/; mpirun runs the 2-rank tests)
 )
 # Test: what the test suite drives or checks against besides our binaries.
 test_pkgs=(
