@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "absl/strings/str_cat.h"
 #include "base/check.h"
 
 namespace kvserve::lora {
@@ -12,38 +11,37 @@ namespace {
 // The projection kind of each forward site (model::LoraSite order).
 constexpr ProjectionKind kSiteKinds[model::kLoraSites] = {
     ProjectionKind::kQkv, ProjectionKind::kO, ProjectionKind::kGateUp, ProjectionKind::kDown};
+constexpr ProjectionKind kExpertKinds[2] = {ProjectionKind::kExpertGateUp,
+                                            ProjectionKind::kExpertDown};
 
 // q | k | v is the widest stack: three modules of at most max_lora_rank each.
 int ScratchWidth(int max_lora_rank) { return (3 * max_lora_rank + 7) / 8 * 8; }
 
 }  // namespace
 
-LoraStep::LoraStep(const TargetTable& targets, int num_layers, int max_loras, int max_lora_rank,
-                   int64_t max_rows)
-    : targets_(targets), num_layers_(num_layers), max_loras_(max_loras), max_rows_(max_rows) {
+LoraStep::LoraStep(const TargetTable& targets, int max_loras, int max_lora_rank, int64_t max_rows)
+    : targets_(targets),
+      num_layers_(targets.num_layers()),
+      num_experts_(targets.num_experts()),
+      max_loras_(max_loras),
+      max_rows_(max_rows) {
   KVS_CHECK(max_loras >= 1 && max_loras < 32768 && max_rows >= 1);
-  slots_.assign(static_cast<size_t>(max_loras), nullptr);
-  views_.assign(
-      static_cast<size_t>(num_layers) * model::kLoraSites * static_cast<size_t>(max_loras), {});
+  const size_t slots = static_cast<size_t>(max_loras), layers = static_cast<size_t>(num_layers_);
+  slots_.assign(slots, nullptr);
+  views_.assign(layers * model::kLoraSites * slots, {});
+  expert_views_.assign(layers * 2 * static_cast<size_t>(num_experts_) * slots, {});
   row_slots_.reserve(static_cast<size_t>(max_rows));
   scratch_.assign(kernels::cpu::LoraScratchFloats(max_rows, ScratchWidth(max_lora_rank)), 0.0f);
   groups_.Reserve(max_rows, max_loras);
 }
 
-absl::Status LoraStep::CheckServable(const Adapter& adapter, const std::string& name) {
-  if (adapter.touches_experts()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "adapter ", name,
-        ": LoRA on mixture-of-experts experts is not applied by the forward pass yet"));
-  }
-  return absl::OkStatus();
-}
-
 void LoraStep::Clear() {
+  const size_t stride = static_cast<size_t>(max_loras_);
   for (int s = 0; s < used_; ++s) {
     slots_[static_cast<size_t>(s)] = nullptr;
-    for (size_t i = static_cast<size_t>(s); i < views_.size(); i += static_cast<size_t>(max_loras_))
-      views_[i] = {};
+    for (size_t i = static_cast<size_t>(s); i < views_.size(); i += stride) views_[i] = {};
+    for (size_t i = static_cast<size_t>(s); i < expert_views_.size(); i += stride)
+      expert_views_[i] = {};
   }
   used_ = 0;
   row_slots_.clear();
@@ -54,18 +52,26 @@ int LoraStep::SlotFor(const Adapter& adapter) {
     if (slots_[static_cast<size_t>(s)] == &adapter) return s;
   }
   if (used_ == max_loras_) return -1;
-  KVS_CHECK(CheckServable(adapter, adapter.dir()).ok());
-  KVS_CHECK(adapter.num_targets() == targets_.size());
+  KVS_CHECK(adapter.num_targets() == targets_.size(), "adapter loaded for another model");
   const int s = used_++;
   slots_[static_cast<size_t>(s)] = &adapter;
+  const size_t slots = static_cast<size_t>(max_loras_);
+  auto view = [&](int t) { return t >= 0 ? adapter.view(t) : kernels::cpu::LoraWeightsView{}; };
   for (int layer = 0; layer < num_layers_; ++layer) {
     for (int site = 0; site < model::kLoraSites; ++site) {
-      const int t = targets_.Index(layer, kSiteKinds[site]);
       const size_t i =
-          (static_cast<size_t>(layer) * model::kLoraSites + static_cast<size_t>(site)) *
-              static_cast<size_t>(max_loras_) +
-          static_cast<size_t>(s);
-      views_[i] = t >= 0 ? adapter.view(t) : kernels::cpu::LoraWeightsView{};
+          (static_cast<size_t>(layer) * model::kLoraSites + static_cast<size_t>(site)) * slots;
+      views_[i + static_cast<size_t>(s)] = view(targets_.Index(layer, kSiteKinds[site]));
+    }
+    if (!adapter.touches_experts()) continue;
+    for (int m = 0; m < 2; ++m) {
+      for (int e = 0; e < num_experts_; ++e) {
+        const size_t i = ((static_cast<size_t>(layer) * 2 + static_cast<size_t>(m)) *
+                              static_cast<size_t>(num_experts_) +
+                          static_cast<size_t>(e)) *
+                         slots;
+        expert_views_[i + static_cast<size_t>(s)] = view(targets_.Index(layer, kExpertKinds[m], e));
+      }
     }
   }
   return s;
@@ -82,8 +88,10 @@ const model::LoraRows* LoraStep::Finish() {
   groups_.Build(row_slots_, max_loras_);
   if (groups_.empty()) return nullptr;
   rows_.groups = &groups_;
+  rows_.row_slots = row_slots_;
   rows_.num_slots = max_loras_;
   rows_.views = views_;
+  rows_.expert_views = expert_views_;
   rows_.scratch = scratch_;
   return &rows_;
 }

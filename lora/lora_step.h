@@ -13,14 +13,13 @@
 // allocates. The step holds raw Adapter pointers: the caller keeps their handles
 // (adapter_registry.h) alive for the step.
 //
-// Experts: adapters that target mixture-of-experts experts load (adapter.h) but the forward
-// does not apply expert deltas yet; CheckServable refuses them by name (fail closed).
+// Experts: a mixture-of-experts layer's expert views sit in their own table,
+// [layer][gate_up | down][expert][slot] (model::LoraRows::expert_views).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "absl/status/status.h"
 #include "kernels/cpu/lora_sgmv.h"
 #include "lora/adapter.h"
 #include "lora/lora_targets.h"
@@ -30,11 +29,8 @@ namespace kvserve::lora {
 
 class LoraStep {
  public:
-  LoraStep(const TargetTable& targets, int num_layers, int max_loras, int max_lora_rank,
-           int64_t max_rows);
-
-  // OK if the forward pass can apply every delta of the adapter.
-  static absl::Status CheckServable(const Adapter& adapter, const std::string& name);
+  // `targets` must outlive the step.
+  LoraStep(const TargetTable& targets, int max_loras, int max_lora_rank, int64_t max_rows);
 
   void Clear();
   // The adapter's slot in this step, assigned on first use; -1 when the step already holds
@@ -52,11 +48,13 @@ class LoraStep {
  private:
   const TargetTable& targets_;
   int num_layers_;
+  int num_experts_;
   int max_loras_;
   int64_t max_rows_;
-  std::vector<const Adapter*> slots_;                 // [max_loras]
-  std::vector<kernels::cpu::LoraWeightsView> views_;  // [layers][sites][max_loras]
-  std::vector<int16_t> row_slots_;                    // capacity max_rows
+  std::vector<const Adapter*> slots_;                        // [max_loras]
+  std::vector<kernels::cpu::LoraWeightsView> views_;         // [layers][sites][max_loras]
+  std::vector<kernels::cpu::LoraWeightsView> expert_views_;  // [layers][2][experts][max_loras]
+  std::vector<int16_t> row_slots_;                           // capacity max_rows
   std::vector<float> scratch_;
   kernels::cpu::LoraRowGroups groups_;
   model::LoraRows rows_;

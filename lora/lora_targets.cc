@@ -52,6 +52,7 @@ Target FromSpec(const model::WeightSpec& spec, int layer, ProjectionKind kind, i
 TargetTable TargetTable::ForModel(const model::ModelConfig& config) {
   TargetTable table;
   table.architecture_ = config.architecture_name;
+  table.num_experts_ = config.any_moe_layer() ? config.moe.num_experts : 0;
   const model::CheckpointMap map = model::MapCheckpoint(config);
   for (int layer = 0; layer < static_cast<int>(map.layers.size()); ++layer) {
     const model::LayerWeightSpecs& l = map.layers[static_cast<size_t>(layer)];

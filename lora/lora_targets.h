@@ -65,6 +65,9 @@ class TargetTable {
   };
   const ModuleRef* FindModule(std::string_view module) const;
   const std::string& architecture() const { return architecture_; }
+  // Experts per mixture-of-experts layer; 0 for a dense model.
+  int num_experts() const { return num_experts_; }
+  int num_layers() const { return static_cast<int>(layer_first_.size()) - 1; }
 
  private:
   std::vector<Target> targets_;
@@ -72,6 +75,7 @@ class TargetTable {
   std::vector<uint8_t> layer_moe_;
   absl::flat_hash_map<std::string, ModuleRef> modules_;
   std::string architecture_;
+  int num_experts_ = 0;
 };
 
 }  // namespace kvserve::lora

@@ -30,13 +30,18 @@ namespace kvserve::model {
 // norms, RoPE, activations and sandwich norms), so the step is computed as if each row's
 // adapter were merged into W. Rows without a slot get the base alone.
 //
-//   views[(layer * kLoraSites + site) * num_slots + slot]   rank 0: nothing on that site
+//   views[(layer * kLoraSites + site) * num_slots + slot]          rank 0: nothing there
+//   expert_views[((layer * 2 + m) * num_experts + e) * num_slots + slot]
+//                                    m = 0: expert e's gate_up, 1: its down (MoE layers)
 enum class LoraSite : uint8_t { kQkv = 0, kO = 1, kGateUp = 2, kDown = 3 };
 inline constexpr int kLoraSites = 4;
 struct LoraRows {
   const kernels::cpu::LoraRowGroups* groups = nullptr;  // rows of [0, T) that carry a slot
+  std::span<const int16_t> row_slots;                   // [T], -1: the base alone
   int num_slots = 0;
   std::span<const kernels::cpu::LoraWeightsView> views;  // [num_layers][kLoraSites][num_slots]
+  // [num_layers][2][num_experts][num_slots]; empty for a dense model.
+  std::span<const kernels::cpu::LoraWeightsView> expert_views;
   // At least LoraScratchFloats(groups->num_rows(), widest view's rank rounded up to 8).
   std::span<float> scratch;
 };

@@ -77,6 +77,21 @@ absl::Status ValidateLora(const ModelConfig& c, const ForwardBatch& b) {
     return BatchError(absl::StrCat("lora: ", l.views.size(), " weight views, expected ",
                                    sites * slots, " (layers x sites x slots)"));
   }
+  if (l.row_slots.size() != static_cast<size_t>(b.num_tokens())) {
+    return BatchError(
+        absl::StrCat("lora: ", l.row_slots.size(), " row slots for ", b.num_tokens(), " rows"));
+  }
+  for (int16_t s : l.row_slots) {
+    if (s < -1 || s >= l.num_slots)
+      return BatchError(absl::StrCat("lora: row slot ", s, " out of range"));
+  }
+  const size_t expert_views =
+      c.any_moe_layer() ? sites / kLoraSites * 2 * static_cast<size_t>(c.moe.num_experts) * slots
+                        : 0;
+  if (l.expert_views.size() != expert_views) {
+    return BatchError(absl::StrCat("lora: ", l.expert_views.size(),
+                                   " expert weight views, expected ", expert_views));
+  }
   for (int32_t row : l.groups->rows()) {
     if (row < 0 || row >= b.num_tokens()) {
       return BatchError(absl::StrCat("lora: row ", row, " out of range"));
@@ -343,7 +358,7 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
 
     kernels::cpu::RmsNorm(x_.data(), d, w.pre_ff_norm, h_.data(), d, t, d, c.rms_norm_eps);
     if (w.moe != nullptr) {  // the experts add into the residual; the layer ends here
-      moe_->Forward(*w.moe, h_.data(), t, x_.data());
+      moe_->Forward(*w.moe, h_.data(), t, x_.data(), b.lora, layer);
       continue;
     }
     Project(h_.data(), d, w.gate_up, nullptr, gate_up_.data(), 2 * inter, t, d, 2 * inter, false);

@@ -162,9 +162,28 @@ std::vector<MergeCase> MergeCases() {
   // Gemma 2: sandwich norms, so the o and down deltas must land before the post norms.
   v.push_back({"gemma2", hf::Gemma2Preset(), PerLayer(2, seven), R"("rank_pattern": {"v_proj": 4})",
                plain});
+  // Mixtral: every expert's w1 / w3 / w2 (gate, up, down) and attention, on both layers.
+  std::vector<std::pair<std::string, int>> mixtral = {
+      {"self_attn.q_proj", 8}, {"self_attn.v_proj", 8}, {"self_attn.o_proj", 8}};
+  for (int e = 0; e < 4; ++e) {
+    for (const char* w : {"w1", "w3", "w2"}) {
+      mixtral.emplace_back("block_sparse_moe.experts." + std::to_string(e) + "." + w, 8);
+    }
+  }
+  v.push_back({"mixtral_experts", hf::MixtralPreset(), PerLayer(2, mixtral), "", plain});
   // Qwen3-MoE: attention on every layer, the dense MLP of layer 1 (mlp_only_layers).
-  v.push_back({"qwen3moe", hf::Qwen3MoePreset(), PerLayer(3, seven, {1}),
-               R"("rank_pattern": {"v_proj": 4})", plain});
+  // and every expert's gate / up / down on the MoE layers 0 and 2.
+  std::vector<std::pair<std::string, int>> qwen3moe = PerLayer(3, seven, {1});
+  for (int l : {0, 2}) {
+    for (int e = 0; e < 4; ++e) {
+      for (const char* w : {"gate_proj", "up_proj", "down_proj"}) {
+        qwen3moe.emplace_back(
+            "model.layers." + std::to_string(l) + ".mlp.experts." + std::to_string(e) + "." + w, 8);
+      }
+    }
+  }
+  v.push_back(
+      {"qwen3moe", hf::Qwen3MoePreset(), qwen3moe, R"("rank_pattern": {"v_proj": 4})", plain});
   return v;
 }
 
@@ -240,39 +259,35 @@ TEST_P(LoraMergeTest, AdapterServedUnmergedMatchesTheMergedCheckpointsFloat64Ref
 INSTANTIATE_TEST_SUITE_P(Models, LoraMergeTest, ::testing::ValuesIn(MergeCases()),
                          [](const auto& p) { return p.param.name; });
 
-TEST(LoraForward, MixedBatchOfBaseAndFourAdaptersIsBitForBitEachAlone) {
+// One adapter of the mixed-batch tests: its rank, the module suffixes it adapts on every
+// layer that has them, a different rank for k_proj (0: r), extra config fields.
+struct MixSpec {
+  int r;
+  std::vector<std::string> suffixes;
+  std::string extra;
+  int k_rank = 0;
+};
+
+// Sequences on the base and on each adapter, prefilled together and decoded together, give
+// bit for bit what each gets alone (other thread count, own session).
+void CheckMixedBatch(const hf::FixtureSpec& fixture, const std::vector<MixSpec>& specs) {
   const std::string base = FreshDir("base");
-  ASSERT_TRUE(hf::WriteRandomCheckpoint(hf::LlamaPreset(), base).ok());
+  ASSERT_TRUE(hf::WriteRandomCheckpoint(fixture, base).ok());
   auto batch_model = LoadModel(base, /*threads=*/2);
   auto alone_model = LoadModel(base, /*threads=*/1);
   ASSERT_TRUE(batch_model && alone_model);
   const TargetTable targets = TargetTable::ForModel(batch_model->config());
-  // Ranks 2, 4, 8, 16; different targets and scale rules.
-  struct Spec {
-    int r;
-    std::vector<std::string> suffixes;
-    std::string extra;
-  };
-  const std::vector<Spec> specs = {
-      {2, {"self_attn.q_proj", "self_attn.v_proj"}, ""},
-      {4,
-       {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj"},
-       R"("use_rslora": true)"},
-      {8,
-       {"mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"},
-       R"("alpha_pattern": {"down_proj": 3})"},
-      {16,
-       {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-        "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"},
-       R"("rank_pattern": {"k_proj": 8})"},
-  };
+  auto ckpt = model::SafetensorsCheckpoint::Open(base);
+  ASSERT_TRUE(ckpt.ok());
   std::vector<std::shared_ptr<const Adapter>> adapters;
   for (size_t i = 0; i < specs.size(); ++i) {
     std::vector<std::pair<std::string, int>> names;
     for (const auto& sfx : specs[i].suffixes) {
-      for (int l = 0; l < 2; ++l) {
-        names.emplace_back("model.layers." + std::to_string(l) + "." + sfx,
-                           sfx == "self_attn.k_proj" && specs[i].r == 16 ? 8 : specs[i].r);
+      for (int l = 0; l < fixture.num_hidden_layers; ++l) {
+        const std::string name = "model.layers." + std::to_string(l) + "." + sfx;
+        if (!ckpt->Contains(name + ".weight")) continue;  // e.g. experts on a dense layer
+        const bool k = sfx == "self_attn.k_proj" && specs[i].k_rank > 0;
+        names.emplace_back(name, k ? specs[i].k_rank : specs[i].r);
       }
     }
     const std::string dir = FreshDir("adapter" + std::to_string(i));
@@ -284,7 +299,7 @@ TEST(LoraForward, MixedBatchOfBaseAndFourAdaptersIsBitForBitEachAlone) {
   }
   const int vocab = batch_model->config().vocab_size;
   // Sequence i uses adapter i - 1 (sequence 0: the base), prompts of different lengths.
-  const int n = 5;
+  const int n = static_cast<int>(specs.size()) + 1;
   auto adapter_of = [&](int i) {
     return i == 0 ? nullptr : adapters[static_cast<size_t>(i - 1)].get();
   };
@@ -306,7 +321,8 @@ TEST(LoraForward, MixedBatchOfBaseAndFourAdaptersIsBitForBitEachAlone) {
     got[static_cast<size_t>(n - 1 - k)].push_back(out[static_cast<size_t>(k)]);
   for (int step = 0; step < 3; ++step) {
     work.clear();
-    std::vector<int> order = {2, 0, 4, 1, 3};
+    std::vector<int> order(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) order[static_cast<size_t>(i)] = n - 1 - i;
     std::rotate(order.begin(), order.begin() + step, order.end());
     for (int i : order) {
       const auto& last = got[static_cast<size_t>(i)].back();
@@ -344,6 +360,44 @@ TEST(LoraForward, MixedBatchOfBaseAndFourAdaptersIsBitForBitEachAlone) {
     EXPECT_NE(last[0], last[static_cast<size_t>(i)]) << "adapter " << i << " changed nothing";
 }
 
+TEST(LoraForward, MixedBatchOfBaseAndFourAdaptersIsBitForBitEachAlone) {
+  // Ranks 2, 4, 8, 16; different targets and scale rules.
+  CheckMixedBatch(
+      hf::LlamaPreset(),
+      {{2, {"self_attn.q_proj", "self_attn.v_proj"}, ""},
+       {4,
+        {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj"},
+        R"("use_rslora": true)"},
+       {8,
+        {"mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"},
+        R"("alpha_pattern": {"down_proj": 3})"},
+       {16,
+        {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+         "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"},
+        R"("rank_pattern": {"k_proj": 8})",
+        8}});
+}
+
+TEST(LoraForward, MixedBatchOnMixtureOfExpertsExpertsIsBitForBitEachAlone) {
+  // Qwen3-MoE: layers 0 and 2 route over 4 experts, layer 1 is dense.
+  std::vector<std::string> experts;
+  for (int e = 0; e < 4; ++e) {
+    for (const char* p : {"gate_proj", "up_proj", "down_proj"}) {
+      experts.push_back("mlp.experts." + std::to_string(e) + "." + p);
+    }
+  }
+  std::vector<std::string> all = experts;
+  for (const char* p :
+       {"self_attn.q_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"}) {
+    all.push_back(p);
+  }
+  CheckMixedBatch(hf::Qwen3MoePreset(),
+                  {{4, experts, ""},
+                   {8, {"self_attn.q_proj", "self_attn.o_proj"}, ""},
+                   {2, {"mlp.experts.1.down_proj", "mlp.experts.3.down_proj", "mlp.down_proj"}, ""},
+                   {16, all, R"("use_rslora": true)"}});
+}
+
 TEST(LoraForward, StepRefusesMoreThanMaxLorasAndTheModelRefusesBadRows) {
   const std::string base = FreshDir("base");
   ASSERT_TRUE(hf::WriteRandomCheckpoint(hf::LlamaPreset(), base).ok());
@@ -359,7 +413,7 @@ TEST(LoraForward, StepRefusesMoreThanMaxLorasAndTheModelRefusesBadRows) {
     ASSERT_TRUE(a.ok());
     ads.push_back(*a);
   }
-  LoraStep step(targets, 2, /*max_loras=*/2, 16, 64);
+  LoraStep step(targets, /*max_loras=*/2, 16, 64);
   EXPECT_EQ(step.SlotFor(*ads[0]), 0);
   EXPECT_EQ(step.SlotFor(*ads[1]), 1);
   EXPECT_EQ(step.SlotFor(*ads[0]), 0);
@@ -382,22 +436,6 @@ TEST(LoraForward, StepRefusesMoreThanMaxLorasAndTheModelRefusesBadRows) {
   const absl::Status st = m->Forward(batch, kv.view(), logits);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("lora"), std::string::npos) << st;
-}
-
-TEST(LoraForward, ExpertAdaptersAreRefusedUntilTheForwardAppliesThem) {
-  const std::string base = FreshDir("base");
-  ASSERT_TRUE(hf::WriteRandomCheckpoint(hf::MixtralPreset(), base).ok());
-  auto cfg = model::LoadModelConfig(base);
-  ASSERT_TRUE(cfg.ok());
-  const TargetTable targets = TargetTable::ForModel(*cfg);
-  const std::string dir = FreshDir("a");
-  WriteAdapter(dir, LoraConfigJson(4, 8),
-               MakeModules(base, {{"model.layers.0.block_sparse_moe.experts.0.w1", 4}}, 3));
-  auto a = Adapter::Load(dir, targets, {});
-  ASSERT_TRUE(a.ok()) << a.status();
-  const absl::Status st = LoraStep::CheckServable(**a, "moe-tuned");
-  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented);
-  EXPECT_NE(st.message().find("moe-tuned"), std::string::npos);
 }
 
 }  // namespace

@@ -29,8 +29,7 @@ class LoraSession {
     std::mt19937 gen(3);
     std::shuffle(free_.begin(), free_.end(), gen);
     if (targets != nullptr) {
-      step_.emplace(*targets, m.config().num_layers, max_loras, max_lora_rank,
-                    m.max_tokens_per_step());
+      step_.emplace(*targets, max_loras, max_lora_rank, m.max_tokens_per_step());
     }
   }
 
