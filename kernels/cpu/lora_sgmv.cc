@@ -18,60 +18,125 @@ using simd::V8;
 constexpr int kLanes = 8;
 int RoundUp8(int n) { return (n + kLanes - 1) / kLanes * kLanes; }
 
-// t[r][0, stride) = x[rows[r]] · a_t for the R rows of a block, 8 columns of t at a time with
-// R accumulators in registers. Every t element is the chain acc = 0; acc += x[k] a[k][j] for
-// k ascending (no contraction: this file is built with -ffp-contract=off), whatever R is.
+// t[r][j0, j0 + 8C) = x[rows[r]] · a_t[.][j0, j0 + 8C) for the R rows of a block: R x C
+// independent accumulators in registers (one dependent add per k each, so more chains hide
+// the add latency). Every t element is the chain acc = 0; acc += x[k] a[k][j] for k
+// ascending, whatever R and C.
+template <int R, int C>
+KVS_SIMD_INLINE void ShrinkChunks(const float* const* xr, int in, const float* a_t, int stride,
+                                  int j0, float* t) {
+  V8 acc[R][C] = {};
+  const float* a = a_t + j0;
+  for (int k = 0; k < in; ++k) {
+    V8 w[C];
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) w[c] = Load(a + static_cast<int64_t>(k) * stride + c * kLanes);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const V8 xs = Splat(xr[r][k]);
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) acc[r][c] += xs * w[c];
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c)
+      Store(t + static_cast<int64_t>(r) * stride + j0 + c * kLanes, acc[r][c]);
+  }
+}
+
 template <int R>
 KVS_SIMD_INLINE void ShrinkRows(const int32_t* rows, const float* x, int64_t x_stride, int in,
                                 const float* a_t, int stride, float* t) {
   const float* xr[R];
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) xr[r] = x + static_cast<int64_t>(rows[r]) * x_stride;
-  for (int j0 = 0; j0 < stride; j0 += kLanes) {
-    V8 acc[R] = {};
-    const float* a = a_t + j0;
-    for (int k = 0; k < in; ++k) {
-      const V8 w = Load(a + static_cast<int64_t>(k) * stride);
-      for (int r = 0; r < R; ++r) acc[r] += Splat(xr[r][k]) * w;
+  // As many chunks per pass as fit (R x C <= 8, C <= 6), so even one row has independent
+  // chains; which pass computes a column never changes its chain.
+  constexpr int kC = R <= 1 ? 6 : R == 2 ? 4 : 2;
+  int j0 = 0;
+  while (j0 < stride) {
+    const int c = std::min(kC, (stride - j0) / kLanes);
+    switch (c) {
+      case 6:
+        ShrinkChunks<R, (kC >= 6 ? 6 : 1)>(xr, in, a_t, stride, j0, t);
+        break;
+      case 5:
+        ShrinkChunks<R, (kC >= 5 ? 5 : 1)>(xr, in, a_t, stride, j0, t);
+        break;
+      case 4:
+        ShrinkChunks<R, (kC >= 4 ? 4 : 1)>(xr, in, a_t, stride, j0, t);
+        break;
+      case 3:
+        ShrinkChunks<R, (kC >= 3 ? 3 : 1)>(xr, in, a_t, stride, j0, t);
+        break;
+      case 2:
+        ShrinkChunks<R, 2>(xr, in, a_t, stride, j0, t);
+        break;
+      default:
+        ShrinkChunks<R, 1>(xr, in, a_t, stride, j0, t);
+        break;
     }
-    for (int r = 0; r < R; ++r) Store(t + static_cast<int64_t>(r) * stride + j0, acc[r]);
+    j0 += (c >= 1 ? c : 1) * kLanes;
   }
 }
 
-// y[rows[r]][out_begin + o] += Σ_j t[r][rank_begin + j] b_t[j][o] for one slice, 16 outputs
-// at a time per row (the tail one at a time). Each y element: acc = y; acc += t_j b_j for j
-// ascending; y = acc. Same chain for the vector body and the scalar tail.
+// y[rows[r]][out_begin + o0, + 8W) += Σ_j t[r][rank_begin + j] b_t[j][o] for one slice: R x W
+// accumulators. Each y element: acc = y; acc += t_j b_j for j ascending; y = acc.
+template <int R, int W>
+KVS_SIMD_INLINE void ExpandChunks(float* const* yr, const float* const* tr,
+                                  const LoraSliceWeights& s, int o0) {
+  const int n = s.out_rows;
+  V8 acc[R][W];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int c = 0; c < W; ++c) acc[r][c] = Load(yr[r] + o0 + c * kLanes);
+  }
+  for (int j = 0; j < s.rank; ++j) {
+    const float* b = s.b_t + static_cast<int64_t>(j) * n + o0;
+    V8 bv[W];
+#pragma GCC unroll 8
+    for (int c = 0; c < W; ++c) bv[c] = Load(b + c * kLanes);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const V8 tj = Splat(tr[r][j]);
+#pragma GCC unroll 8
+      for (int c = 0; c < W; ++c) acc[r][c] += tj * bv[c];
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int c = 0; c < W; ++c) Store(yr[r] + o0 + c * kLanes, acc[r][c]);
+  }
+}
+
+// One slice's expand for the R rows of a block. Outputs in 8-wide vectors (grouped W at a
+// time, the rest one at a time: the same arithmetic per element either way), the last
+// out_rows % 8 one at a time: which path an element takes depends on out_rows only.
 template <int R>
 KVS_SIMD_INLINE void ExpandRows(const int32_t* rows, const float* t, int t_stride,
                                 const LoraSliceWeights& s, float* y, int64_t y_stride) {
   float* yr[R];
   const float* tr[R];
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     yr[r] = y + static_cast<int64_t>(rows[r]) * y_stride + s.out_begin;
     tr[r] = t + static_cast<int64_t>(r) * t_stride + s.rank_begin;
   }
   const int n = s.out_rows;
+  constexpr int kW = R <= 1 ? 8 : R == 2 ? 4 : 2;  // R x W <= 8 accumulators
   int o = 0;
-  for (; o + 2 * kLanes <= n; o += 2 * kLanes) {
-    V8 lo[R], hi[R];
-    for (int r = 0; r < R; ++r) {
-      lo[r] = Load(yr[r] + o);
-      hi[r] = Load(yr[r] + o + kLanes);
-    }
-    for (int j = 0; j < s.rank; ++j) {
-      const float* b = s.b_t + static_cast<int64_t>(j) * n + o;
-      const V8 b0 = Load(b), b1 = Load(b + kLanes);
-      for (int r = 0; r < R; ++r) {
-        const V8 tj = Splat(tr[r][j]);
-        lo[r] += tj * b0;
-        hi[r] += tj * b1;
-      }
-    }
-    for (int r = 0; r < R; ++r) {
-      Store(yr[r] + o, lo[r]);
-      Store(yr[r] + o + kLanes, hi[r]);
-    }
+  for (; o + kW * kLanes <= n; o += kW * kLanes) ExpandChunks<R, kW>(yr, tr, s, o);
+  if (kW > 2 && o + 2 * kLanes <= n) {
+    ExpandChunks<R, 2>(yr, tr, s, o);
+    o += 2 * kLanes;
   }
+  for (; o + kLanes <= n; o += kLanes) ExpandChunks<R, 1>(yr, tr, s, o);
   for (; o < n; ++o) {
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       float acc = yr[r][o];
       for (int j = 0; j < s.rank; ++j) acc += tr[r][j] * s.b_t[static_cast<int64_t>(j) * n + o];

@@ -21,7 +21,10 @@
 //
 // Batch invariance: every t and every y element is one sequential chain in a fixed order
 // (k ascending, then j ascending, accumulated onto y), whatever the grouping, the blocking
-// or the thread count, so a row's result never depends on what else is in the step.
+// or the thread count, so a row's result never depends on what else is in the step. The
+// compiler may fuse a multiply-add into an FMA (the AVX2 clone): the same expression in every
+// row-block and chunk variant, and whether an output uses the vector body or the scalar tail
+// depends on the slice's width only, so the fusing never depends on the batch either.
 // Nothing allocates per call: LoraRowGroups::Reserve sizes its arrays once.
 #pragma once
 

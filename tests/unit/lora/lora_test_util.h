@@ -4,6 +4,8 @@
 // keys, A [r][in], B [out][r]).
 #pragma once
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -28,7 +30,23 @@ inline model::ModelConfig ConfigOf(const hf::FixtureSpec& spec) {
   return *c;
 }
 
-// A fresh, empty directory under the test temp dir, named after the running test.
+// Every directory FreshDir makes lives under one per-process root, removed when the test
+// program ends (a global environment registered once by this inline variable).
+inline std::string TestRoot() {
+  static const std::string root =
+      (std::filesystem::path(::testing::TempDir()) / ("kvserve_lora_" + std::to_string(::getpid()))).string();
+  return root;
+}
+class RemoveTestRoot : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::error_code ec;
+    std::filesystem::remove_all(TestRoot(), ec);
+  }
+};
+inline const bool kTestRootCleanup = (::testing::AddGlobalTestEnvironment(new RemoveTestRoot), true);
+
+// A fresh, empty directory under the test root, named after the running test.
 inline std::string FreshDir(const std::string& tag) {
   namespace fs = std::filesystem;
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
@@ -36,7 +54,7 @@ inline std::string FreshDir(const std::string& tag) {
   for (char& ch : name) {
     if (ch == '/') ch = '_';
   }
-  const fs::path p = fs::path(::testing::TempDir()) / name;
+  const fs::path p = fs::path(TestRoot()) / name;
   fs::remove_all(p);
   fs::create_directories(p);
   return p.string();
