@@ -11,7 +11,6 @@ namespace kvserve::kernels::cpu {
 namespace {
 
 using simd::Load;
-using simd::Splat;
 using simd::Store;
 using simd::V8;
 
@@ -33,7 +32,9 @@ KVS_SIMD_INLINE void ShrinkChunks(const float* const* xr, int in, const float* a
     for (int c = 0; c < C; ++c) w[c] = Load(a + static_cast<int64_t>(k) * stride + c * kLanes);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const V8 xs = Splat(xr[r][k]);
+      // A scalar operand broadcasts (vbroadcastss); an initializer-list splat built the vector
+      // lane by lane here (7 inserts per splat, measured 2x slower).
+      const float xs = xr[r][k];
 #pragma GCC unroll 8
       for (int c = 0; c < C; ++c) acc[r][c] += xs * w[c];
     }
@@ -101,7 +102,7 @@ KVS_SIMD_INLINE void ExpandChunks(float* const* yr, const float* const* tr,
     for (int c = 0; c < W; ++c) bv[c] = Load(b + c * kLanes);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const V8 tj = Splat(tr[r][j]);
+      const float tj = tr[r][j];
 #pragma GCC unroll 8
       for (int c = 0; c < W; ++c) acc[r][c] += tj * bv[c];
     }
