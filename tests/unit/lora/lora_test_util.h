@@ -34,7 +34,8 @@ inline model::ModelConfig ConfigOf(const hf::FixtureSpec& spec) {
 // program ends (a global environment registered once by this inline variable).
 inline std::string TestRoot() {
   static const std::string root =
-      (std::filesystem::path(::testing::TempDir()) / ("kvserve_lora_" + std::to_string(::getpid()))).string();
+      (std::filesystem::path(::testing::TempDir()) / ("kvserve_lora_" + std::to_string(::getpid())))
+          .string();
   return root;
 }
 class RemoveTestRoot : public ::testing::Environment {
@@ -44,7 +45,8 @@ class RemoveTestRoot : public ::testing::Environment {
     std::filesystem::remove_all(TestRoot(), ec);
   }
 };
-inline const bool kTestRootCleanup = (::testing::AddGlobalTestEnvironment(new RemoveTestRoot), true);
+inline const bool kTestRootCleanup =
+    (::testing::AddGlobalTestEnvironment(new RemoveTestRoot), true);
 
 // A fresh, empty directory under the test root, named after the running test.
 inline std::string FreshDir(const std::string& tag) {
