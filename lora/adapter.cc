@@ -3,6 +3,7 @@
 #include <openssl/evp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -224,10 +225,33 @@ absl::StatusOr<std::shared_ptr<const Adapter>> Adapter::Load(const std::string& 
     floats += static_cast<size_t>(RoundUp8(rank)) * targets.targets()[static_cast<size_t>(i)].in;
     num_slices += p.size();
   }
-  ad->storage_.assign(floats, 0.0f);
+  // A bf16 file stays bf16 (widened exactly by the kernels, half the bytes); anything else is
+  // held as fp32 with the scale folded into B.
+  bool bf16 = true;
+  for (const std::string& name : ckpt.TensorNames()) {
+    KVS_ASSIGN_OR_RETURN(auto found, ckpt.Find(name));
+    bf16 = bf16 && found.second->dtype == "BF16";
+  }
+  ad->bf16_ = bf16;
+  if (bf16) {
+    ad->storage16_.assign(floats, 0);
+  } else {
+    ad->storage_.assign(floats, 0.0f);
+  }
+  // Element `i` of the storage, written as fp32 or as the bf16 bits of a bf16 value (exact:
+  // every value written in the bf16 case came from a bf16 tensor).
+  auto put = [&](size_t i, float v) {
+    if (bf16) {
+      uint32_t bits;
+      std::memcpy(&bits, &v, sizeof bits);
+      ad->storage16_[i] = static_cast<uint16_t>(bits >> 16);
+    } else {
+      ad->storage_[i] = v;
+    }
+  };
   ad->slices_.resize(num_slices);
   ad->views_.assign(static_cast<size_t>(targets.size()), kernels::cpu::LoraWeightsView{});
-  float* cursor = ad->storage_.data();
+  size_t cursor = 0;
   size_t slice_cursor = 0;
   std::vector<float> tmp;
   for (int i = 0; i < targets.size(); ++i) {
@@ -237,9 +261,13 @@ absl::StatusOr<std::shared_ptr<const Adapter>> Adapter::Load(const std::string& 
     kernels::cpu::LoraWeightsView& v = ad->views_[static_cast<size_t>(i)];
     for (const Planned& s : p) v.rank += s.rank;
     const int stride = RoundUp8(v.rank);
-    float* a_t = cursor;
+    const size_t a_t = cursor;
     cursor += static_cast<size_t>(stride) * tg.in;
-    v.a_t = a_t;
+    if (bf16) {
+      v.a_t_bf16 = ad->storage16_.data() + a_t;
+    } else {
+      v.a_t = ad->storage_.data() + a_t;
+    }
     v.slices = ad->slices_.data() + slice_cursor;
     v.num_slices = static_cast<int32_t>(p.size());
     int rank_begin = 0;
@@ -251,24 +279,32 @@ absl::StatusOr<std::shared_ptr<const Adapter>> Adapter::Load(const std::string& 
       KVS_RETURN_IF_ERROR(ckpt.LoadF32(s.m->a, a_shape, tmp));
       for (int j = 0; j < s.rank; ++j) {
         for (int k = 0; k < tg.in; ++k) {
-          a_t[static_cast<size_t>(k) * stride + rank_begin + j] =
-              tmp[static_cast<size_t>(j) * tg.in + k];
+          put(a_t + static_cast<size_t>(k) * stride + rank_begin + j,
+              tmp[static_cast<size_t>(j) * tg.in + k]);
         }
       }
-      // B [out][r] -> b_t[j][o] = scale · B[o][j].
+      // B [out][r] -> b_t[j][o] = scale · B[o][j] (fp32), or B[o][j] with the scale kept apart
+      // (bf16).
       tmp.resize(static_cast<size_t>(sl.out_rows) * s.rank);
       const int64_t b_shape[2] = {sl.out_rows, s.rank};
       KVS_RETURN_IF_ERROR(ckpt.LoadF32(s.m->b, b_shape, tmp));
-      float* b_t = cursor;
+      const size_t b_t = cursor;
       cursor += static_cast<size_t>(s.rank) * sl.out_rows;
       for (int o = 0; o < sl.out_rows; ++o) {
         for (int j = 0; j < s.rank; ++j) {
-          b_t[static_cast<size_t>(j) * sl.out_rows + o] = static_cast<float>(
-              static_cast<double>(tmp[static_cast<size_t>(o) * s.rank + j]) * s.scale);
+          const float b = tmp[static_cast<size_t>(o) * s.rank + j];
+          put(b_t + static_cast<size_t>(j) * sl.out_rows + o,
+              bf16 ? b : static_cast<float>(static_cast<double>(b) * s.scale));
         }
       }
-      ad->slices_[slice_cursor++] =
-          kernels::cpu::LoraSliceWeights{sl.out_begin, sl.out_rows, rank_begin, s.rank, b_t};
+      kernels::cpu::LoraSliceWeights w{sl.out_begin, sl.out_rows, rank_begin, s.rank};
+      if (bf16) {
+        w.b_t_bf16 = ad->storage16_.data() + b_t;
+        w.scale = static_cast<float>(s.scale);
+      } else {
+        w.b_t = ad->storage_.data() + b_t;
+      }
+      ad->slices_[slice_cursor++] = w;
       rank_begin += s.rank;
       ad->max_module_rank_ = std::max(ad->max_module_rank_, s.rank);
       ++ad->num_modules_;
@@ -277,7 +313,7 @@ absl::StatusOr<std::shared_ptr<const Adapter>> Adapter::Load(const std::string& 
     if (tg.kind == ProjectionKind::kExpertGateUp || tg.kind == ProjectionKind::kExpertDown)
       ad->touches_experts_ = true;
   }
-  KVS_CHECK(cursor == ad->storage_.data() + ad->storage_.size());
+  KVS_CHECK(cursor == floats);
 
   Sha256 h;
   h.Update("kvserve-lora-v1");

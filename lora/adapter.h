@@ -11,8 +11,10 @@
 //   e.g. Llama q_proj + v_proj at r 8: qkv target R = 16, slices {q rows, t[0,8)}, {v rows,
 //   t[8,16)}; Phi-3's qkv_proj: one slice over all rows.
 //
-// Values are widened to fp32 (F32, BF16, F16 files); scale_m (alpha_m / r_m, or / sqrt(r_m)
-// with rsLoRA) is multiplied into B once, in double, then rounded to fp32.
+// A file of BF16 tensors stays bf16 (half the bytes; the kernels widen exactly) and each
+// slice carries scale_m (alpha_m / r_m, or / sqrt(r_m) with rsLoRA) apart, applied to the
+// shrink result; any other file (F32, F16) is widened to fp32 with scale_m multiplied into B
+// once, in double, then rounded to fp32.
 //
 // Refused at load, naming what is wrong: everything peft_config.h refuses; tensors of DoRA
 // (lora_magnitude_vector), a lora_B bias, embedding adapters (lora_embedding_A/B) and
@@ -75,7 +77,11 @@ class Adapter {
   // Adapts some expert of a mixture-of-experts layer.
   bool touches_experts() const { return touches_experts_; }
   int num_modules() const { return num_modules_; }
-  size_t bytes() const { return storage_.size() * sizeof(float); }
+  size_t bytes() const {
+    return storage_.size() * sizeof(float) + storage16_.size() * sizeof(uint16_t);
+  }
+  // Weights held as bf16 (the file's tensors are all BF16), else fp32.
+  bool bf16() const { return bf16_; }
 
   Adapter(const Adapter&) = delete;
   Adapter& operator=(const Adapter&) = delete;
@@ -85,13 +91,15 @@ class Adapter {
   std::string dir_;
   PeftConfig config_;
   AdapterDigest digest_;
-  std::vector<float> storage_;  // every a_t and b_t
+  std::vector<float> storage_;       // every a_t and b_t (fp32), or
+  std::vector<uint16_t> storage16_;  // every a_t and b_t (bf16)
   std::vector<kernels::cpu::LoraSliceWeights> slices_;
   std::vector<kernels::cpu::LoraWeightsView> views_;  // [targets]
   int max_target_rank_ = 0;
   int max_module_rank_ = 0;
   int num_modules_ = 0;
   bool touches_experts_ = false;
+  bool bf16_ = false;
 };
 
 }  // namespace kvserve::lora

@@ -1,6 +1,7 @@
 #include "kernels/cpu/lora_sgmv.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "base/check.h"
 #include "kernels/cpu/compute_pool.h"
@@ -17,19 +18,38 @@ using simd::V8;
 constexpr int kLanes = 8;
 int RoundUp8(int n) { return (n + kLanes - 1) / kLanes * kLanes; }
 
+// Weight loads, fp32 or bf16 (raw bits: widened exactly by a 16-bit shift).
+typedef uint16_t U16x8 __attribute__((vector_size(16)));
+KVS_SIMD_INLINE V8 LoadW(const float* p) { return Load(p); }
+KVS_SIMD_INLINE V8 LoadW(const uint16_t* p) {
+  U16x8 h;
+  std::memcpy(&h, p, sizeof h);
+  const simd::V8i wide = __builtin_convertvector(h, simd::V8i) << 16;
+  V8 f;
+  std::memcpy(&f, &wide, sizeof f);
+  return f;
+}
+KVS_SIMD_INLINE float ScalarW(const float* p) { return *p; }
+KVS_SIMD_INLINE float ScalarW(const uint16_t* p) {
+  const uint32_t bits = static_cast<uint32_t>(*p) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
 // t[r][j0, j0 + 8C) = x[rows[r]] · a_t[.][j0, j0 + 8C) for the R rows of a block: R x C
 // independent accumulators in registers (one dependent add per k each, so more chains hide
 // the add latency). Every t element is the chain acc = 0; acc += x[k] a[k][j] for k
 // ascending, whatever R and C.
-template <int R, int C>
-KVS_SIMD_INLINE void ShrinkChunks(const float* const* xr, int in, const float* a_t, int stride,
-                                  int j0, float* t) {
+template <int R, int C, typename T>
+KVS_SIMD_INLINE void ShrinkChunks(const float* const* xr, int in, const T* a_t, int stride, int j0,
+                                  float* t) {
   V8 acc[R][C] = {};
-  const float* a = a_t + j0;
+  const T* a = a_t + j0;
   for (int k = 0; k < in; ++k) {
     V8 w[C];
 #pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) w[c] = Load(a + static_cast<int64_t>(k) * stride + c * kLanes);
+    for (int c = 0; c < C; ++c) w[c] = LoadW(a + static_cast<int64_t>(k) * stride + c * kLanes);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       // A scalar operand broadcasts (vbroadcastss); an initializer-list splat built the vector
@@ -47,9 +67,9 @@ KVS_SIMD_INLINE void ShrinkChunks(const float* const* xr, int in, const float* a
   }
 }
 
-template <int R>
+template <int R, typename T>
 KVS_SIMD_INLINE void ShrinkRows(const int32_t* rows, const float* x, int64_t x_stride, int in,
-                                const float* a_t, int stride, float* t) {
+                                const T* a_t, int stride, float* t) {
   const float* xr[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) xr[r] = x + static_cast<int64_t>(rows[r]) * x_stride;
@@ -73,10 +93,10 @@ KVS_SIMD_INLINE void ShrinkRows(const int32_t* rows, const float* x, int64_t x_s
         ShrinkChunks<R, (kC >= 3 ? 3 : 1)>(xr, in, a_t, stride, j0, t);
         break;
       case 2:
-        ShrinkChunks<R, 2>(xr, in, a_t, stride, j0, t);
+        ShrinkChunks<R, 2, T>(xr, in, a_t, stride, j0, t);
         break;
       default:
-        ShrinkChunks<R, 1>(xr, in, a_t, stride, j0, t);
+        ShrinkChunks<R, 1, T>(xr, in, a_t, stride, j0, t);
         break;
     }
     j0 += (c >= 1 ? c : 1) * kLanes;
@@ -85,9 +105,9 @@ KVS_SIMD_INLINE void ShrinkRows(const int32_t* rows, const float* x, int64_t x_s
 
 // y[rows[r]][out_begin + o0, + 8W) += Σ_j t[r][rank_begin + j] b_t[j][o] for one slice: R x W
 // accumulators. Each y element: acc = y; acc += t_j b_j for j ascending; y = acc.
-template <int R, int W>
+template <int R, int W, typename T>
 KVS_SIMD_INLINE void ExpandChunks(float* const* yr, const float* const* tr,
-                                  const LoraSliceWeights& s, int o0) {
+                                  const LoraSliceWeights& s, const T* b_t, int o0) {
   const int n = s.out_rows;
   V8 acc[R][W];
 #pragma GCC unroll 8
@@ -96,13 +116,13 @@ KVS_SIMD_INLINE void ExpandChunks(float* const* yr, const float* const* tr,
     for (int c = 0; c < W; ++c) acc[r][c] = Load(yr[r] + o0 + c * kLanes);
   }
   for (int j = 0; j < s.rank; ++j) {
-    const float* b = s.b_t + static_cast<int64_t>(j) * n + o0;
+    const T* b = b_t + static_cast<int64_t>(j) * n + o0;
     V8 bv[W];
 #pragma GCC unroll 8
-    for (int c = 0; c < W; ++c) bv[c] = Load(b + c * kLanes);
+    for (int c = 0; c < W; ++c) bv[c] = LoadW(b + c * kLanes);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const float tj = tr[r][j];
+      const float tj = tr[r][j] * s.scale;
 #pragma GCC unroll 8
       for (int c = 0; c < W; ++c) acc[r][c] += tj * bv[c];
     }
@@ -117,9 +137,10 @@ KVS_SIMD_INLINE void ExpandChunks(float* const* yr, const float* const* tr,
 // One slice's expand for the R rows of a block. Outputs in 8-wide vectors (grouped W at a
 // time, the rest one at a time: the same arithmetic per element either way), the last
 // out_rows % 8 one at a time: which path an element takes depends on out_rows only.
-template <int R>
+template <int R, typename T>
 KVS_SIMD_INLINE void ExpandRows(const int32_t* rows, const float* t, int t_stride,
-                                const LoraSliceWeights& s, float* y, int64_t y_stride) {
+                                const LoraSliceWeights& s, const T* b_t, float* y,
+                                int64_t y_stride) {
   float* yr[R];
   const float* tr[R];
 #pragma GCC unroll 8
@@ -130,17 +151,19 @@ KVS_SIMD_INLINE void ExpandRows(const int32_t* rows, const float* t, int t_strid
   const int n = s.out_rows;
   constexpr int kW = R <= 1 ? 8 : R == 2 ? 4 : 2;  // R x W <= 8 accumulators
   int o = 0;
-  for (; o + kW * kLanes <= n; o += kW * kLanes) ExpandChunks<R, kW>(yr, tr, s, o);
+  for (; o + kW * kLanes <= n; o += kW * kLanes) ExpandChunks<R, kW, T>(yr, tr, s, b_t, o);
   if (kW > 2 && o + 2 * kLanes <= n) {
-    ExpandChunks<R, 2>(yr, tr, s, o);
+    ExpandChunks<R, 2, T>(yr, tr, s, b_t, o);
     o += 2 * kLanes;
   }
-  for (; o + kLanes <= n; o += kLanes) ExpandChunks<R, 1>(yr, tr, s, o);
+  for (; o + kLanes <= n; o += kLanes) ExpandChunks<R, 1, T>(yr, tr, s, b_t, o);
   for (; o < n; ++o) {
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       float acc = yr[r][o];
-      for (int j = 0; j < s.rank; ++j) acc += tr[r][j] * s.b_t[static_cast<int64_t>(j) * n + o];
+      for (int j = 0; j < s.rank; ++j) {
+        acc += (tr[r][j] * s.scale) * ScalarW(b_t + static_cast<int64_t>(j) * n + o);
+      }
       yr[r][o] = acc;
     }
   }
@@ -150,8 +173,17 @@ template <int R>
 KVS_SIMD_INLINE void BlockR(const int32_t* rows, const LoraWeightsView& w, const float* x,
                             int64_t x_stride, int in, float* y, int64_t y_stride, float* t) {
   const int stride = RoundUp8(w.rank);
-  ShrinkRows<R>(rows, x, x_stride, in, w.a_t, stride, t);
-  for (int s = 0; s < w.num_slices; ++s) ExpandRows<R>(rows, t, stride, w.slices[s], y, y_stride);
+  if (w.a_t != nullptr) {
+    ShrinkRows<R>(rows, x, x_stride, in, w.a_t, stride, t);
+    for (int s = 0; s < w.num_slices; ++s) {
+      ExpandRows<R>(rows, t, stride, w.slices[s], w.slices[s].b_t, y, y_stride);
+    }
+  } else {
+    ShrinkRows<R>(rows, x, x_stride, in, w.a_t_bf16, stride, t);
+    for (int s = 0; s < w.num_slices; ++s) {
+      ExpandRows<R>(rows, t, stride, w.slices[s], w.slices[s].b_t_bf16, y, y_stride);
+    }
+  }
 }
 
 KVS_SIMD_CLONES

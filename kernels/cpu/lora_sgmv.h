@@ -7,7 +7,8 @@
 //   grouped:   [ 2   5 ][ 0   3 ]             segments  = { slot 0: [0,2), slot 1: [2,4) }
 //
 //   shrink:  t[g][j]                 = Σ_k x[row][k] · a_t[k][j]          j < rank, k ascending
-//   expand:  y[row][out_begin + o]  += Σ_j t[g][rank_begin + j] · b_t[j][o]  per slice, j ascending
+//   expand:  y[row][out_begin + o]  += Σ_j (scale_s · t[g][rank_begin + j]) · b_t[j][o]
+//                                                               per slice, j ascending
 //
 // Weights of one adapter on one stacked projection (LoraWeightsView), the scale already
 // folded into B (so mixed ranks and scales need no per-row factor):
@@ -35,17 +36,24 @@
 
 namespace kvserve::kernels::cpu {
 
+// Weights are fp32, or bf16 (raw bits, widened exactly in the kernels: half the bytes to
+// hold and to stream). One view is all fp32 (a_t, b_t) or all bf16 (a_t_bf16, b_t_bf16).
 struct LoraSliceWeights {
   int32_t out_begin = 0;  // first y column this slice writes
   int32_t out_rows = 0;
   int32_t rank_begin = 0;  // its columns of t
   int32_t rank = 0;
   const float* b_t = nullptr;  // [rank][out_rows]
+  const uint16_t* b_t_bf16 = nullptr;
+  // Multiplies t before the expand: 1 when the scale is folded into fp32 B; bf16 B keeps
+  // its stored values (folding would round them again) and carries the scale here.
+  float scale = 1.0f;
 };
 
 struct LoraWeightsView {
   int32_t rank = 0;            // Σ slice ranks; 0: no delta on this projection
-  const float* a_t = nullptr;  // [in][rank]
+  const float* a_t = nullptr;  // [in][round_up(rank, 8)]
+  const uint16_t* a_t_bf16 = nullptr;
   const LoraSliceWeights* slices = nullptr;
   int32_t num_slices = 0;
 };

@@ -4,6 +4,7 @@
 #include "lora/adapter.h"
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -36,8 +37,18 @@ std::string LoadError(const std::string& dir, const TargetTable& t, int max_rank
   return a.ok() ? "" : std::string(a.status().message());
 }
 
-// The delta the view encodes, read back by the layout of adapter.h: D[o][k] over the target's
-// full output rows (rows no slice covers stay 0).
+// Element i of an fp32 or bf16 weight array.
+double Weight(const float* f32, const uint16_t* bf16, size_t i) {
+  if (f32 != nullptr) return f32[i];
+  const uint32_t bits = static_cast<uint32_t>(bf16[i]) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// The delta the view encodes, read back by the layout of adapter.h / lora_sgmv.h:
+// D[o][k] = scale_s Σ_j b_t[j][o] a_t[k][rank_begin + j] over the target's full output rows
+// (rows no slice covers stay 0).
 std::vector<double> DeltaFromView(const kernels::cpu::LoraWeightsView& v, int in, int out) {
   std::vector<double> d(static_cast<size_t>(out) * in, 0.0);
   const int stride = (v.rank + 7) / 8 * 8;
@@ -47,10 +58,10 @@ std::vector<double> DeltaFromView(const kernels::cpu::LoraWeightsView& v, int in
       for (int k = 0; k < in; ++k) {
         double acc = 0;
         for (int j = 0; j < sl.rank; ++j) {
-          acc += static_cast<double>(sl.b_t[static_cast<size_t>(j) * sl.out_rows + o]) *
-                 v.a_t[static_cast<size_t>(k) * stride + sl.rank_begin + j];
+          acc += Weight(sl.b_t, sl.b_t_bf16, static_cast<size_t>(j) * sl.out_rows + o) *
+                 Weight(v.a_t, v.a_t_bf16, static_cast<size_t>(k) * stride + sl.rank_begin + j);
         }
-        d[static_cast<size_t>(sl.out_begin + o) * in + k] = acc;
+        d[static_cast<size_t>(sl.out_begin + o) * in + k] = sl.scale * acc;
       }
     }
   }
@@ -255,15 +266,17 @@ TEST(AdapterLoad, Bf16TensorsAreWidenedExactly) {
   std::map<std::string, ModuleWeights> mods;
   mods["model.layers.0.self_attn.o_proj"] = RandomModule(8, 64, 64, 51);
   const std::string dir = FreshDir("a");
-  WriteAdapter(dir, LoraConfigJson(8, 8), mods, /*bf16=*/true);
+  WriteAdapter(dir, LoraConfigJson(8, 4), mods, /*bf16=*/true);  // scale 0.5
   auto ad = LoadOk(dir, targets);
   ASSERT_NE(ad, nullptr);
+  EXPECT_TRUE(ad->bf16());  // kept as bf16, the scale apart
   ModuleWeights rounded = mods["model.layers.0.self_attn.o_proj"];
   rounded.a = testing::Bf16Rounded(rounded.a);
   rounded.b = testing::Bf16Rounded(rounded.b);
   std::vector<double> want(64 * 64, 0.0);
-  AddReference(rounded, 1.0, 0, want);
+  AddReference(rounded, 0.5, 0, want);
   ExpectClose(DeltaFromView(ad->view(targets.Index(0, ProjectionKind::kO)), 64, 64), want, "o");
+  EXPECT_EQ(ad->view(targets.Index(0, ProjectionKind::kO)).slices[0].scale, 0.5f);
 }
 
 class AdapterRefusal : public ::testing::Test {

@@ -120,6 +120,7 @@ struct MergeCase {
   std::vector<std::pair<std::string, int>> modules;  // (module, rank)
   std::string config_extra;                          // rank_pattern etc.
   std::function<double(const std::string&, int)> scale;
+  bool bf16 = false;  // adapter tensors stored as BF16 (served as bf16, scale apart)
 };
 
 void PrintTo(const MergeCase& c, std::ostream* os) { *os << c.name; }
@@ -148,6 +149,10 @@ std::vector<MergeCase> MergeCases() {
   std::vector<MergeCase> v;
   v.push_back(
       {"llama", hf::LlamaPreset(), PerLayer(2, seven), R"("rank_pattern": {"v_proj": 4})", plain});
+  v.push_back({"llama_bf16_adapter", hf::LlamaPreset(), PerLayer(2, seven),
+               R"("rank_pattern": {"v_proj": 4}, "alpha_pattern": {"o_proj": 5})",
+               [](const std::string& m, int r) { return (m.ends_with("o_proj") ? 5.0 : 16.0) / r; },
+               true});
   // Qwen3: the q delta must land before the per-head q_norm. rsLoRA scale.
   v.push_back({"qwen3", hf::Qwen3Preset(), PerLayer(2, seven),
                R"("rank_pattern": {"v_proj": 4}, "use_rslora": true)",
@@ -194,8 +199,14 @@ TEST_P(LoraMergeTest, AdapterServedUnmergedMatchesTheMergedCheckpointsFloat64Ref
   const std::string base = FreshDir("base"), adapter = FreshDir("adapter"),
                     merged = FreshDir("merged");
   ASSERT_TRUE(hf::WriteRandomCheckpoint(c.spec, base).ok());
-  const auto mods = MakeModules(base, c.modules, 1000);
-  WriteAdapter(adapter, LoraConfigJson(8, 16, c.config_extra), mods);
+  auto mods = MakeModules(base, c.modules, 1000);
+  if (c.bf16) {  // the merged reference uses the values the bf16 file holds
+    for (auto& [name, m] : mods) {
+      m.a = testing::Bf16Rounded(m.a);
+      m.b = testing::Bf16Rounded(m.b);
+    }
+  }
+  WriteAdapter(adapter, LoraConfigJson(8, 16, c.config_extra), mods, c.bf16);
   std::map<std::string, double> scales;
   for (const auto& [name, r] : c.modules) scales[name] = c.scale(name, r);
   WriteMerged(base, merged, mods, scales);
@@ -266,6 +277,7 @@ struct MixSpec {
   std::vector<std::string> suffixes;
   std::string extra;
   int k_rank = 0;
+  bool bf16 = false;  // a BF16 adapter file (served as bf16)
 };
 
 // Sequences on the base and on each adapter, prefilled together and decoded together, give
@@ -292,7 +304,7 @@ void CheckMixedBatch(const hf::FixtureSpec& fixture, const std::vector<MixSpec>&
     }
     const std::string dir = FreshDir("adapter" + std::to_string(i));
     WriteAdapter(dir, LoraConfigJson(specs[i].r, 2.0 * specs[i].r, specs[i].extra),
-                 MakeModules(base, names, 50 * i));
+                 MakeModules(base, names, 50 * i), specs[i].bf16);
     auto a = Adapter::Load(dir, targets, AdapterLoadOptions{16});
     ASSERT_TRUE(a.ok()) << a.status();
     adapters.push_back(*a);
@@ -361,7 +373,7 @@ void CheckMixedBatch(const hf::FixtureSpec& fixture, const std::vector<MixSpec>&
 }
 
 TEST(LoraForward, MixedBatchOfBaseAndFourAdaptersIsBitForBitEachAlone) {
-  // Ranks 2, 4, 8, 16; different targets and scale rules.
+  // Ranks 2, 4, 8 (a bf16 file), 16; different targets and scale rules.
   CheckMixedBatch(
       hf::LlamaPreset(),
       {{2, {"self_attn.q_proj", "self_attn.v_proj"}, ""},
@@ -370,7 +382,9 @@ TEST(LoraForward, MixedBatchOfBaseAndFourAdaptersIsBitForBitEachAlone) {
         R"("use_rslora": true)"},
        {8,
         {"mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"},
-        R"("alpha_pattern": {"down_proj": 3})"},
+        R"("alpha_pattern": {"down_proj": 3})",
+        0,
+        /*bf16=*/true},
        {16,
         {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
          "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"},

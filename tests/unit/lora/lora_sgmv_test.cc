@@ -20,7 +20,12 @@ struct TestAdapter {
   std::vector<std::vector<float>> b_t;
   std::vector<LoraSliceWeights> slices;
   LoraWeightsView view() const {
-    return LoraWeightsView{rank, a_t.data(), slices.data(), static_cast<int32_t>(slices.size())};
+    LoraWeightsView v;
+    v.rank = rank;
+    v.a_t = a_t.data();
+    v.slices = slices.data();
+    v.num_slices = static_cast<int32_t>(slices.size());
+    return v;
   }
 };
 
@@ -156,6 +161,78 @@ TEST(LoraSgmv, EveryRowGetsBitForBitWhatItGetsAlone) {
     }
   }
   SetComputeThreads(1);
+}
+
+uint16_t Bf16Bits(float f) {  // truncation: the test only needs bf16-representable values
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return static_cast<uint16_t>(u >> 16);
+}
+float FromBits(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// The bf16 path widens exactly and applies the slice scale to t: on bf16-representable
+// weights it equals the fp32 path with the scale folded into B, bit for bit, when the scale
+// is a power of two (folding is then exact).
+TEST(LoraSgmv, Bf16WeightsMatchTheFp32PathBitForBit) {
+  Case c = MakeCase(23, 13);
+  std::vector<std::vector<uint16_t>> a16, b16;
+  std::vector<std::vector<LoraSliceWeights>> slices16;
+  std::vector<std::vector<std::vector<float>>> folded;
+  std::vector<LoraWeightsView> v32, v16;
+  const float scale = 0.5f;
+  for (auto& a : c.adapters) {
+    for (float& x : a.a_t) x = FromBits(Bf16Bits(x));
+    a16.emplace_back();
+    for (float x : a.a_t) a16.back().push_back(Bf16Bits(x));
+    slices16.emplace_back();
+    folded.emplace_back();
+    b16.reserve(64);
+    for (size_t i = 0; i < a.slices.size(); ++i) {
+      std::vector<float>& b = a.b_t[i];
+      for (float& x : b) x = FromBits(Bf16Bits(x));
+      b16.emplace_back();
+      for (float x : b) b16.back().push_back(Bf16Bits(x));
+      folded.back().emplace_back(b);
+      for (float& x : folded.back().back()) x *= scale;
+    }
+  }
+  size_t bi = 0;
+  std::vector<std::vector<LoraSliceWeights>> slices32(c.adapters.size());
+  for (size_t i = 0; i < c.adapters.size(); ++i) {
+    const TestAdapter& a = c.adapters[i];
+    for (size_t k = 0; k < a.slices.size(); ++k) {
+      LoraSliceWeights s32 = a.slices[k];
+      s32.b_t = folded[i][k].data();
+      slices32[i].push_back(s32);
+      LoraSliceWeights s16 = a.slices[k];
+      s16.b_t = nullptr;
+      s16.b_t_bf16 = b16[bi++].data();
+      s16.scale = scale;
+      slices16[i].push_back(s16);
+    }
+    LoraWeightsView w32 = a.view(), w16;
+    w32.slices = slices32[i].data();
+    w16.rank = a.rank;
+    w16.a_t_bf16 = a16[i].data();
+    w16.slices = slices16[i].data();
+    w16.num_slices = w32.num_slices;
+    v32.push_back(w32);
+    v16.push_back(w16);
+  }
+  LoraRowGroups g;
+  g.Reserve(c.rows, static_cast<int>(v32.size()));
+  g.Build(c.slots, static_cast<int>(v32.size()));
+  std::vector<float> scratch(LoraScratchFloats(g.num_rows(), 24));
+  std::vector<float> y32 = c.y0, y16 = c.y0;
+  LoraShrinkExpand(g, v32, c.x.data(), c.in, c.in, y32.data(), c.out, scratch);
+  LoraShrinkExpand(g, v16, c.x.data(), c.in, c.in, y16.data(), c.out, scratch);
+  EXPECT_EQ(std::memcmp(y32.data(), y16.data(), y32.size() * sizeof(float)), 0);
+  EXPECT_NE(std::memcmp(y32.data(), c.y0.data(), y32.size() * sizeof(float)), 0);
 }
 
 TEST(LoraSgmv, GroupsAreStableSegmentsAndReuseTheirArrays) {
