@@ -1,7 +1,7 @@
 // CPU decode throughput with LoRA adapters (not a test: it prints figures).
 //
 //   lora_bench --model DIR [--threads N] [--streams 32] [--rank 16] [--context 64]
-//              [--steps 16] [--repeats 3] [--adapters 1,8,32]
+//              [--steps 16] [--repeats 3] [--adapters 1,8,32] [--adapter-dtype f32|bf16]
 //
 // Writes `max(adapters)` random PEFT adapters of rank R on all seven projections (q, k, v, o,
 // gate, up, down) of every layer into a temporary directory, loads them, prefills `streams`
@@ -43,15 +43,16 @@ struct Tensor {
   std::vector<float> data;
 };
 
-void WriteSafetensors(const std::string& path, const std::vector<Tensor>& tensors) {
+void WriteSafetensors(const std::string& path, const std::vector<Tensor>& tensors, bool bf16) {
+  const size_t elem = bf16 ? 2 : 4;
   std::string header = "{";
   uint64_t offset = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
-    const uint64_t bytes = t.data.size() * sizeof(float);
-    header += (i ? "," : "") + std::string("\"") + t.name + "\":{\"dtype\":\"F32\",\"shape\":[" +
-              std::to_string(t.shape[0]) + "," + std::to_string(t.shape[1]) +
-              "],\"data_offsets\":[" + std::to_string(offset) + "," +
+    const uint64_t bytes = t.data.size() * elem;
+    header += (i ? "," : "") + std::string("\"") + t.name + "\":{\"dtype\":\"" +
+              (bf16 ? "BF16" : "F32") + "\",\"shape\":[" + std::to_string(t.shape[0]) + "," +
+              std::to_string(t.shape[1]) + "],\"data_offsets\":[" + std::to_string(offset) + "," +
               std::to_string(offset + bytes) + "]}";
     offset += bytes;
   }
@@ -62,13 +63,23 @@ void WriteSafetensors(const std::string& path, const std::vector<Tensor>& tensor
   out.write(reinterpret_cast<const char*>(&n), 8);
   out.write(header.data(), static_cast<std::streamsize>(n));
   for (const Tensor& t : tensors) {
-    out.write(reinterpret_cast<const char*>(t.data.data()),
-              static_cast<std::streamsize>(t.data.size() * 4));
+    if (!bf16) {
+      out.write(reinterpret_cast<const char*>(t.data.data()),
+                static_cast<std::streamsize>(t.data.size() * 4));
+      continue;
+    }
+    std::vector<uint16_t> h(t.data.size());
+    for (size_t i = 0; i < h.size(); ++i) {
+      uint32_t u;
+      std::memcpy(&u, &t.data[i], 4);
+      h[i] = static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);  // round to nearest even
+    }
+    out.write(reinterpret_cast<const char*>(h.data()), static_cast<std::streamsize>(h.size() * 2));
   }
 }
 
-void WriteAdapter(const std::string& dir, const lora::TargetTable& targets, int rank,
-                  uint64_t seed) {
+void WriteAdapter(const std::string& dir, const lora::TargetTable& targets, int rank, uint64_t seed,
+                  bool bf16) {
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/adapter_config.json")
       << "{\"peft_type\": \"LORA\", \"r\": " << rank << ", \"lora_alpha\": " << 2 * rank << "}";
@@ -90,7 +101,7 @@ void WriteAdapter(const std::string& dir, const lora::TargetTable& targets, int 
       tensors.push_back(std::move(b));
     }
   }
-  WriteSafetensors(dir + "/adapter_model.safetensors", tensors);
+  WriteSafetensors(dir + "/adapter_model.safetensors", tensors, bf16);
 }
 
 double Median(std::vector<double> v) {
@@ -102,6 +113,7 @@ struct Options {
   std::string model;
   int threads = 0, streams = 32, rank = 16, context = 64, steps = 16, repeats = 3;
   std::vector<int> adapters = {1, 8, 32};
+  bool bf16 = false;  // adapter files in BF16
 };
 
 struct Rate {
@@ -175,6 +187,8 @@ int Main(int argc, char** argv) {
       o.context = std::atoi(v.c_str());
     else if (k == "--steps")
       o.steps = std::atoi(v.c_str());
+    else if (k == "--adapter-dtype")
+      o.bf16 = v == "bf16";
     else if (k == "--repeats")
       o.repeats = std::atoi(v.c_str());
     else if (k == "--adapters") {
@@ -208,7 +222,7 @@ int Main(int argc, char** argv) {
   std::vector<std::shared_ptr<const lora::Adapter>> adapters;
   for (int a = 0; a < most; ++a) {
     const std::string dir = tmp + "/a" + std::to_string(a);
-    WriteAdapter(dir, targets, o.rank, 1000 + static_cast<uint64_t>(a));
+    WriteAdapter(dir, targets, o.rank, 1000 + static_cast<uint64_t>(a), o.bf16);
     auto ad = lora::Adapter::Load(dir, targets, lora::AdapterLoadOptions{o.rank});
     if (!ad.ok()) {
       std::fprintf(stderr, "%s\n", std::string(ad.status().message()).c_str());
