@@ -376,6 +376,10 @@ absl::Status CudaLlamaModel::RunLayers(const model::ForwardBatch& b, const model
   KVS_RETURN_IF_ERROR(model::ValidateForwardBatch(c, options_.max_tokens_per_step, b, kv.layout, kv.num_blocks));
   KVS_RETURN_IF_ERROR(model::ValidateKvView(kv));
   KVS_RETURN_IF_ERROR(model::ValidateObservers(c, b, observers));
+  // Fail closed until the grouped LoRA kernels exist on the device: never the base alone.
+  if (b.lora != nullptr) {
+    return absl::UnimplementedError("LoRA adapters are not implemented by the CUDA forward yet");
+  }
   const int64_t t = b.num_tokens();
   const int d = c.hidden_size, q_size = c.q_size(), kv_size = c.kv_size();
   const int qkv_stride = q_size + 2 * kv_size, inter = c.intermediate_size, hd = c.head_dim;

@@ -20,8 +20,31 @@
 
 #include "cache/kv_layout.h"
 #include "kernels/cpu/kv_demote.h"
+#include "kernels/cpu/lora_sgmv.h"
 
 namespace kvserve::model {
+
+// LoRA adapter rows of a step (built by lora/lora_step.h): each row's adapter slot, grouped
+// (kernels/cpu/lora_sgmv.h), and every slot's low-rank weights per layer and projection. The
+// forward adds each row's delta right after the base projection it targets (before q/k
+// norms, RoPE, activations and sandwich norms), so the step is computed as if each row's
+// adapter were merged into W. Rows without a slot get the base alone.
+//
+//   views[(layer * kLoraSites + site) * num_slots + slot]          rank 0: nothing there
+//   expert_views[((layer * 2 + m) * num_experts + e) * num_slots + slot]
+//                                    m = 0: expert e's gate_up, 1: its down (MoE layers)
+enum class LoraSite : uint8_t { kQkv = 0, kO = 1, kGateUp = 2, kDown = 3 };
+inline constexpr int kLoraSites = 4;
+struct LoraRows {
+  const kernels::cpu::LoraRowGroups* groups = nullptr;  // rows of [0, T) that carry a slot
+  std::span<const int16_t> row_slots;                   // [T], -1: the base alone
+  int num_slots = 0;
+  std::span<const kernels::cpu::LoraWeightsView> views;  // [num_layers][kLoraSites][num_slots]
+  // [num_layers][2][num_experts][num_slots]; empty for a dense model.
+  std::span<const kernels::cpu::LoraWeightsView> expert_views;
+  // At least LoraScratchFloats(groups->num_rows(), widest view's rank rounded up to 8).
+  std::span<float> scratch;
+};
 
 struct ForwardBatch {
   std::span<const int32_t> token_ids;            // [T]
@@ -41,6 +64,8 @@ struct ForwardBatch {
   std::span<const int32_t> window_kv_lens;        // [S]
   std::span<const int32_t> window_table_offsets;  // [S + 1]
   std::span<const int32_t> window_block_tables;
+  // LoRA adapter rows; null: every row runs the base model alone.
+  const LoraRows* lora = nullptr;
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   int num_seqs() const { return seq_starts.empty() ? 0 : static_cast<int>(seq_starts.size()) - 1; }

@@ -8,6 +8,7 @@
 #include "base/check.h"
 #include "kernels/cpu/kv_write.h"
 #include "kernels/cpu/compute_pool.h"
+#include "kernels/cpu/lora_sgmv.h"
 #include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/paged_attention.h"
 #include "model/forward_validation.h"
@@ -66,6 +67,72 @@ void HeadNorm(float* x, int64_t rows, int64_t stride, int heads, int head_dim, c
 
 absl::Status BatchError(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("forward batch: ", what));
+}
+
+// LoRA rows (forward_batch.h, LoraRows): shapes checked before anything is computed.
+absl::Status ValidateLora(const ModelConfig& c, const ForwardBatch& b) {
+  if (b.lora == nullptr) return absl::OkStatus();
+  const LoraRows& l = *b.lora;
+  if (l.groups == nullptr || l.num_slots < 0) return BatchError("lora: no row groups");
+  const size_t slots = static_cast<size_t>(l.num_slots);
+  const size_t sites = static_cast<size_t>(c.num_layers) * kLoraSites;
+  if (l.views.size() != sites * slots) {
+    return BatchError(absl::StrCat("lora: ", l.views.size(), " weight views, expected ",
+                                   sites * slots, " (layers x sites x slots)"));
+  }
+  if (l.row_slots.size() != static_cast<size_t>(b.num_tokens())) {
+    return BatchError(
+        absl::StrCat("lora: ", l.row_slots.size(), " row slots for ", b.num_tokens(), " rows"));
+  }
+  for (int16_t s : l.row_slots) {
+    if (s < -1 || s >= l.num_slots)
+      return BatchError(absl::StrCat("lora: row slot ", s, " out of range"));
+  }
+  const size_t expert_views =
+      c.any_moe_layer() ? sites / kLoraSites * 2 * static_cast<size_t>(c.moe.num_experts) * slots
+                        : 0;
+  if (l.expert_views.size() != expert_views) {
+    return BatchError(absl::StrCat("lora: ", l.expert_views.size(),
+                                   " expert weight views, expected ", expert_views));
+  }
+  for (int32_t row : l.groups->rows()) {
+    if (row < 0 || row >= b.num_tokens()) {
+      return BatchError(absl::StrCat("lora: row ", row, " out of range"));
+    }
+  }
+  for (const auto& seg : l.groups->segments()) {
+    if (seg.slot < 0 || seg.slot >= l.num_slots) {
+      return BatchError(absl::StrCat("lora: slot ", seg.slot, " out of range"));
+    }
+  }
+  int widest = 0;
+  for (size_t i = 0; i < l.views.size(); ++i) {
+    const int rank = l.views[i].rank;
+    widest = std::max(widest, (rank + 7) / 8 * 8);
+    const int layer = static_cast<int>(i / (kLoraSites * slots));
+    const auto site = static_cast<LoraSite>(i / slots % kLoraSites);
+    const bool mlp = site == LoraSite::kGateUp || site == LoraSite::kDown;
+    if (rank > 0 && mlp && c.is_moe_layer(layer)) {
+      return BatchError(absl::StrCat("lora: layer ", layer,
+                                     " is a mixture-of-experts layer without a dense MLP"));
+    }
+  }
+  if (l.scratch.size() < kernels::cpu::LoraScratchFloats(l.groups->num_rows(), widest)) {
+    return BatchError("lora: scratch too small");
+  }
+  return absl::OkStatus();
+}
+
+// y += each adapted row's LoRA delta on one projection (x: the projection's input rows).
+void AddLora(const ForwardBatch& b, int layer, LoraSite site, const float* x, int64_t x_stride,
+             int in, float* y, int64_t y_stride) {
+  const LoraRows* l = b.lora;
+  if (l == nullptr || l->groups->empty()) return;
+  const size_t slots = static_cast<size_t>(l->num_slots);
+  const size_t first =
+      (static_cast<size_t>(layer) * kLoraSites + static_cast<size_t>(site)) * slots;
+  kernels::cpu::LoraShrinkExpand(*l->groups, l->views.subspan(first, slots), x, x_stride, in, y,
+                                 y_stride, l->scratch);
 }
 
 }  // namespace
@@ -159,6 +226,7 @@ absl::Status LlamaModel::Validate(const ForwardBatch& b, const KvCacheView& kv, 
   KVS_RETURN_IF_ERROR(ValidateForwardBatch(config_, max_tokens_, b, kv.layout, kv.num_blocks, kv.lower_tiers));
   KVS_RETURN_IF_ERROR(ValidateKvView(kv));
   KVS_RETURN_IF_ERROR(ValidateWindowTables(b, kv));
+  KVS_RETURN_IF_ERROR(ValidateLora(config_, b));
   if (logits.size() < b.logits_rows.size() * static_cast<size_t>(config_.vocab_size)) {
     return BatchError("logits buffer too small");
   }
@@ -246,6 +314,7 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
 
     kernels::cpu::RmsNorm(x_.data(), d, w.input_norm, h_.data(), d, t, d, c.rms_norm_eps);
     Project(h_.data(), d, w.qkv, w.qkv_bias, qkv_.data(), qkv_stride, t, d, qkv_stride, false);
+    AddLora(b, layer, LoraSite::kQkv, h_.data(), d, d, qkv_.data(), qkv_stride);
     if (c.qk_norm) {
       HeadNorm(qkv_.data(), t, qkv_stride, c.num_heads, c.head_dim, w.q_norm, c.rms_norm_eps);
       HeadNorm(qkv_.data() + q_size, t, qkv_stride, c.num_kv_heads, c.head_dim, w.k_norm, c.rms_norm_eps);
@@ -291,18 +360,21 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
     if (c.sandwich_norms) {
       // Gemma: x += norm(attn · Woᵀ), then x += norm(mlp(norm(x))).
       Project(attn_.data(), q_size, w.o, w.o_bias, branch_.data(), d, t, q_size, d, false);
+      AddLora(b, layer, LoraSite::kO, attn_.data(), q_size, q_size, branch_.data(), d);
       kernels::cpu::RmsNorm(branch_.data(), d, w.post_attn_norm, branch_.data(), d, t, d, c.rms_norm_eps);
       for (int64_t i = 0; i < t * d; ++i) x_[static_cast<size_t>(i)] += branch_[static_cast<size_t>(i)];
     } else {
       Project(attn_.data(), q_size, w.o, w.o_bias, x_.data(), d, t, q_size, d, true);
+      AddLora(b, layer, LoraSite::kO, attn_.data(), q_size, q_size, x_.data(), d);
     }
 
     kernels::cpu::RmsNorm(x_.data(), d, w.pre_ff_norm, h_.data(), d, t, d, c.rms_norm_eps);
     if (w.moe != nullptr) {  // the experts add into the residual; the layer ends here
-      moe_->Forward(*w.moe, h_.data(), t, x_.data());
+      moe_->Forward(*w.moe, h_.data(), t, x_.data(), b.lora, layer);
       continue;
     }
     Project(h_.data(), d, w.gate_up, nullptr, gate_up_.data(), 2 * inter, t, d, 2 * inter, false);
+    AddLora(b, layer, LoraSite::kGateUp, h_.data(), d, d, gate_up_.data(), 2 * inter);
     if (c.activation == Activation::kGeluTanh) {
       kernels::cpu::GeluTanhMul(gate_up_.data(), t, inter, act_.data());
     } else {
@@ -310,10 +382,12 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
     }
     if (c.sandwich_norms) {
       Project(act_.data(), inter, w.down, nullptr, branch_.data(), d, t, inter, d, false);
+      AddLora(b, layer, LoraSite::kDown, act_.data(), inter, inter, branch_.data(), d);
       kernels::cpu::RmsNorm(branch_.data(), d, w.post_ff_norm, branch_.data(), d, t, d, c.rms_norm_eps);
       for (int64_t i = 0; i < t * d; ++i) x_[static_cast<size_t>(i)] += branch_[static_cast<size_t>(i)];
     } else {
       Project(act_.data(), inter, w.down, nullptr, x_.data(), d, t, inter, d, true);
+      AddLora(b, layer, LoraSite::kDown, act_.data(), inter, inter, x_.data(), d);
     }
   }
 

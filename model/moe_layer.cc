@@ -99,7 +99,16 @@ void GroupByExpert(const int32_t* chosen, int64_t rows, int top_k, int num_exper
   }
 }
 
-void MoeLayer::Forward(const MoeLayerWeights& w, const float* h, int64_t rows, float* x) {
+void MoeLayer::AddExpertLora(const LoraRows& lora, int layer, int m, const float* x, int in,
+                             float* y, int out) {
+  const size_t per = static_cast<size_t>(moe_.num_experts) * static_cast<size_t>(lora.num_slots);
+  const auto views = lora.expert_views.subspan(
+      (static_cast<size_t>(layer) * 2 + static_cast<size_t>(m)) * per, per);
+  kernels::cpu::LoraShrinkExpand(lora_groups_, views, x, in, in, y, out, lora_scratch_);
+}
+
+void MoeLayer::Forward(const MoeLayerWeights& w, const float* h, int64_t rows, float* x,
+                       const LoraRows* lora, int layer) {
   KVS_CHECK(rows >= 0 && rows <= max_tokens_, "MoeLayer: more rows than max_tokens");
   KVS_CHECK(static_cast<int>(w.experts.size()) == moe_.num_experts,
             "MoeLayer: weights and config disagree");
@@ -117,6 +126,41 @@ void MoeLayer::Forward(const MoeLayerWeights& w, const float* h, int64_t rows, f
                 static_cast<size_t>(d) * sizeof(float));
   }
 
+  // LoRA: grouped row r of expert e carries bucket e * slots + (its token's slot), so one
+  // grouped shrink/expand serves every (expert, adapter) pair; -1 rows get the base alone.
+  bool expert_lora = false;
+  if (lora != nullptr && !lora->expert_views.empty()) {
+    const int num_slots = lora->num_slots;
+    const int buckets = n * num_slots;
+    KVS_CHECK(buckets < 32768, "MoeLayer: too many (expert, adapter) pairs");
+    if (lora_buckets_.size() < static_cast<size_t>(slots)) {
+      lora_buckets_.resize(static_cast<size_t>(max_tokens_) * static_cast<size_t>(k));
+      lora_groups_.Reserve(static_cast<int64_t>(lora_buckets_.size()), buckets);
+    }
+    int widest = 0;
+    const size_t per = static_cast<size_t>(buckets);
+    for (const auto& v :
+         lora->expert_views.subspan(static_cast<size_t>(layer) * 2 * per, 2 * per)) {
+      widest = std::max(widest, (v.rank + 7) / 8 * 8);
+    }
+    for (int e = 0; e < n; ++e) {
+      for (int32_t r = offsets_[static_cast<size_t>(e)]; r < offsets_[static_cast<size_t>(e) + 1];
+           ++r) {
+        const int16_t s = lora->row_slots[static_cast<size_t>(row_token_[static_cast<size_t>(r)])];
+        lora_buckets_[static_cast<size_t>(r)] =
+            s < 0 ? int16_t{-1} : static_cast<int16_t>(e * num_slots + s);
+      }
+    }
+    lora_groups_.Build(std::span<const int16_t>(lora_buckets_.data(), static_cast<size_t>(slots)),
+                       buckets);
+    const size_t need = kernels::cpu::LoraScratchFloats(lora_groups_.num_rows(), widest);
+    if (lora_scratch_.size() < need) {
+      lora_scratch_.resize(
+          kernels::cpu::LoraScratchFloats(static_cast<int64_t>(lora_buckets_.size()), widest));
+    }
+    expert_lora = widest > 0 && !lora_groups_.empty();
+  }
+
   // One GEMM per chosen expert over all of its rows, then the activation over every row.
   for (int e = 0; e < n; ++e) {
     const int64_t begin = offsets_[static_cast<size_t>(e)],
@@ -126,6 +170,7 @@ void MoeLayer::Forward(const MoeLayerWeights& w, const float* h, int64_t rows, f
     Project(xg_.data() + begin * d, d, ex.gate_up, ex.gate_up_bias,
             gate_up_.data() + begin * 2 * ie, 2 * ie, count, d, 2 * ie, false);
   }
+  if (expert_lora) AddExpertLora(*lora, layer, 0, xg_.data(), d, gate_up_.data(), 2 * ie);
   if (moe_.activation == ExpertActivation::kClampedSwiglu) {
     kernels::cpu::ClampedSwiglu(gate_up_.data(), slots, ie, static_cast<float>(moe_.swiglu_limit),
                                 static_cast<float>(moe_.swiglu_alpha), act_.data());
@@ -140,6 +185,7 @@ void MoeLayer::Forward(const MoeLayerWeights& w, const float* h, int64_t rows, f
     Project(act_.data() + begin * ie, ie, ex.down, ex.down_bias, yg_.data() + begin * d, d, count,
             ie, d, false);
   }
+  if (expert_lora) AddExpertLora(*lora, layer, 1, act_.data(), ie, yg_.data(), d);
 
   // Each token's weighted sum over its own slots in routing order, then the residual add.
   for (int64_t t = 0; t < rows; ++t) {

@@ -24,6 +24,8 @@
 #include <span>
 #include <vector>
 
+#include "kernels/cpu/lora_sgmv.h"
+#include "model/forward_batch.h"
 #include "model/llama_weights.h"
 #include "model/model_config.h"
 
@@ -50,8 +52,12 @@ class MoeLayer {
   MoeLayer(const ModelConfig& config, int max_tokens);
 
   // x[r][0, D) += the layer's expert mixture of h[r] for r in [0, rows), rows <= max_tokens.
-  // h: the feed-forward input (already normed), [rows][D] dense.
-  void Forward(const MoeLayerWeights& w, const float* h, int64_t rows, float* x);
+  // h: the feed-forward input (already normed), [rows][D] dense. `lora` (forward_batch.h):
+  // each expert row also gets its token's adapter delta on that expert's gate_up and down,
+  // grouped by (expert, slot) so one grouped call covers every expert (`layer` picks the
+  // layer's expert_views).
+  void Forward(const MoeLayerWeights& w, const float* h, int64_t rows, float* x,
+               const LoraRows* lora = nullptr, int layer = 0);
 
   // The routing of the last Forward, [rows][top_k] each (tests, observability).
   std::span<const int32_t> chosen_experts(int64_t rows) const {
@@ -73,6 +79,14 @@ class MoeLayer {
   std::vector<int32_t> chosen_, offsets_, fill_, slot_row_, row_token_;
   // Grouped rows, [max_tokens·k][...]: gathered inputs, gate|up, activation, expert outputs.
   std::vector<float> xg_, gate_up_, act_, yg_;
+  // LoRA on experts: each grouped row's (expert, slot) bucket, its groups and the shrink
+  // scratch. Sized on the first step with adapters, never again after that.
+  std::vector<int16_t> lora_buckets_;
+  kernels::cpu::LoraRowGroups lora_groups_;
+  std::vector<float> lora_scratch_;
+  // Adds the expert deltas of `m` (0: gate_up, 1: down) to y for every grouped row.
+  void AddExpertLora(const LoraRows& lora, int layer, int m, const float* x, int in, float* y,
+                     int out);
 };
 
 }  // namespace kvserve::model
