@@ -27,7 +27,8 @@ int RunExportGguf(const ParsedArgs& args, char** envp, std::ostream& out, std::o
   model::GgufExportOptions options;
   if (auto type = SwitchValue(args, "--type")) options.type = *type;
   if (auto split = SwitchValue(args, "--split-bytes")) {
-    if (absl::Status st = ParseSwitchNumber("--split-bytes", *split, options.max_file_bytes); !st.ok()) {
+    if (absl::Status st = ParseSwitchNumber("--split-bytes", *split, options.max_file_bytes);
+        !st.ok()) {
       err << "kvserve export-gguf: " << st.message() << "\n";
       return kExitUsage;
     }

@@ -14,18 +14,20 @@ namespace {
 namespace kq = kernels::cpu::quant;
 
 absl::Status TensorError(const TensorFile& f, const std::string& name, std::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat(f.path(), ": tensor \"", name, "\": ", base::AsAbsl(what)));
+  return absl::InvalidArgumentError(
+      absl::StrCat(f.path(), ": tensor \"", name, "\": ", base::AsAbsl(what)));
 }
 
 absl::Status RefuseFused(const WeightSpec& spec) {
   if (spec.fused.layout == FusedLayout::kNone) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("tensor \"", spec.names.front(), "\": fused expert tensors cannot be stored in blocks"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "tensor \"", spec.names.front(), "\": fused expert tensors cannot be stored in blocks"));
 }
 
 }  // namespace
 
-absl::StatusOr<quant::BlockType> EntryBlockType(const TensorFile& file, const SafetensorsEntry& entry) {
+absl::StatusOr<quant::BlockType> EntryBlockType(const TensorFile& file,
+                                                const SafetensorsEntry& entry) {
   const auto traits = quant::FindBlockTypeByName(entry.dtype);
   if (!traits) {
     return TensorError(file, entry.name, absl::StrCat("dtype ", entry.dtype, " is not supported"));
@@ -53,9 +55,11 @@ absl::StatusOr<size_t> StoredBytes(const SafetensorsCheckpoint& ckpt, const Weig
   return bytes;
 }
 
-absl::StatusOr<kq::QuantMatrix> PackBlockProjection(const SafetensorsCheckpoint& ckpt, const WeightSpec& spec) {
+absl::StatusOr<kq::QuantMatrix> PackBlockProjection(const SafetensorsCheckpoint& ckpt,
+                                                    const WeightSpec& spec) {
   KVS_RETURN_IF_ERROR(RefuseFused(spec));
-  KVS_CHECK(spec.names.size() == spec.row_counts.size(), "weight spec: names and row counts differ");
+  KVS_CHECK(spec.names.size() == spec.row_counts.size(),
+            "weight spec: names and row counts differ");
   std::vector<kq::QuantSource> segments;
   std::vector<std::vector<std::byte>> unpermuted;  // copies of permuted tensors, alive until packed
   std::vector<std::pair<const TensorFile*, const SafetensorsEntry*>> used;
@@ -65,12 +69,14 @@ absl::StatusOr<kq::QuantMatrix> PackBlockProjection(const SafetensorsCheckpoint&
     KVS_RETURN_IF_ERROR(CheckShape(*file, *entry, spec, i));
     KVS_ASSIGN_OR_RETURN(quant::BlockType type, EntryBlockType(*file, *entry));
     auto row_bytes = quant::RowBytes(type, spec.cols);
-    if (!row_bytes.ok()) return TensorError(*file, entry->name, base::AsStd(row_bytes.status().message()));
+    if (!row_bytes.ok())
+      return TensorError(*file, entry->name, base::AsStd(row_bytes.status().message()));
     const int64_t rows = spec.row_counts[i];
     std::span<const std::byte> bytes = file->Bytes(*entry);
     if (bytes.size() != static_cast<size_t>(rows * *row_bytes)) {
       return TensorError(*file, entry->name,
-                         absl::StrCat("holds ", bytes.size(), " bytes, ", rows, " rows of ", *row_bytes, " expected"));
+                         absl::StrCat("holds ", bytes.size(), " bytes, ", rows, " rows of ",
+                                      *row_bytes, " expected"));
     }
     file->WillNeed(*entry);
     if (entry->permute_heads > 0) {
@@ -84,7 +90,8 @@ absl::StatusOr<kq::QuantMatrix> PackBlockProjection(const SafetensorsCheckpoint&
   auto packed = kq::QuantMatrix::Pack(segments, spec.cols);
   for (const auto& [file, entry] : used) file->Release(*entry);
   if (!packed.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor \"", spec.names.front(), "\": ", packed.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor \"", spec.names.front(), "\": ", packed.status().message()));
   }
   return packed;
 }

@@ -27,14 +27,15 @@ namespace kvserve::model {
 
 // The block type of a stored tensor (F32, F16 and BF16 too), or InvalidArgument naming the
 // file, tensor and dtype when no kernel reads it.
-absl::StatusOr<quant::BlockType> EntryBlockType(const TensorFile& file, const SafetensorsEntry& entry);
+absl::StatusOr<quant::BlockType> EntryBlockType(const TensorFile& file,
+                                                const SafetensorsEntry& entry);
 
 // Whether any tensor of the spec is stored in a quantized block type.
 absl::StatusOr<bool> SpecHasBlocks(const SafetensorsCheckpoint& ckpt, const WeightSpec& spec);
 
 // The spec's tensors as one quantized matrix [rows][cols], one segment per tensor.
-absl::StatusOr<kernels::cpu::quant::QuantMatrix> PackBlockProjection(const SafetensorsCheckpoint& ckpt,
-                                                                      const WeightSpec& spec);
+absl::StatusOr<kernels::cpu::quant::QuantMatrix> PackBlockProjection(
+    const SafetensorsCheckpoint& ckpt, const WeightSpec& spec);
 
 // Bytes the spec's tensors take as stored (what a batch-1 step would stream from the file).
 absl::StatusOr<size_t> StoredBytes(const SafetensorsCheckpoint& ckpt, const WeightSpec& spec);

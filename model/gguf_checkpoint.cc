@@ -25,7 +25,8 @@ class GgufTensorFile final : public TensorFile {
   GgufTensorFile(std::shared_ptr<const gguf::GgufModel> keep, const gguf::GgufFile* file,
                  std::vector<SafetensorsEntry> entries, const std::byte* base)
       : keep_(std::move(keep)), file_(file), entries_(std::move(entries)), base_(base) {
-    std::sort(entries_.begin(), entries_.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+    std::sort(entries_.begin(), entries_.end(),
+              [](const auto& a, const auto& b) { return a.name < b.name; });
   }
   const std::string& path() const override { return file_->path(); }
   const std::vector<SafetensorsEntry>& entries() const override { return entries_; }
@@ -51,8 +52,8 @@ class GgufTensorFile final : public TensorFile {
 
 }  // namespace
 
-absl::StatusOr<SafetensorsCheckpoint> OpenGgufCheckpoint(std::shared_ptr<const gguf::GgufModel> gguf,
-                                                         const ModelConfig& config) {
+absl::StatusOr<SafetensorsCheckpoint> OpenGgufCheckpoint(
+    std::shared_ptr<const gguf::GgufModel> gguf, const ModelConfig& config) {
   // Group the tensors by file, keeping the files' order.
   std::vector<const gguf::GgufFile*> files;
   std::vector<std::vector<SafetensorsEntry>> entries;
@@ -62,9 +63,10 @@ absl::StatusOr<SafetensorsCheckpoint> OpenGgufCheckpoint(std::shared_ptr<const g
     const std::optional<GgufTensorName> m = GgufToHf(config, name);
     if (!m) {
       if (GgufTensorReadIntoConfig(name)) continue;
-      return absl::InvalidArgumentError(absl::StrCat(t.file->path(), ": tensor \"", name, "\" is not one a ",
-                                                     base::AsAbsl(ArchitectureName(config.architecture)),
-                                                     " model has (unsupported variant?)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(t.file->path(), ": tensor \"", name, "\" is not one a ",
+                       base::AsAbsl(ArchitectureName(config.architecture)),
+                       " model has (unsupported variant?)"));
     }
     auto it = std::find(files.begin(), files.end(), t.file);
     if (it == files.end()) {
@@ -83,8 +85,9 @@ absl::StatusOr<SafetensorsCheckpoint> OpenGgufCheckpoint(std::shared_ptr<const g
     const std::vector<int64_t>& ne = info.ne;
     if (!m->experts) {
       if (ne.size() > 2) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(t.file->path(), ": tensor \"", name, "\": expected 1 or 2 dimensions, got ", ne.size()));
+        return absl::InvalidArgumentError(absl::StrCat(t.file->path(), ": tensor \"", name,
+                                                       "\": expected 1 or 2 dimensions, got ",
+                                                       ne.size()));
       }
       e.name = m->hf;
       e.shape = ne.size() == 1 ? std::vector<int64_t>{ne[0]} : std::vector<int64_t>{ne[1], ne[0]};
@@ -94,9 +97,9 @@ absl::StatusOr<SafetensorsCheckpoint> OpenGgufCheckpoint(std::shared_ptr<const g
       continue;
     }
     if (ne.size() != 3) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(t.file->path(), ": tensor \"", name, "\": expected [in, out, experts], got ", ne.size(),
-                       " dimensions"));
+      return absl::InvalidArgumentError(absl::StrCat(t.file->path(), ": tensor \"", name,
+                                                     "\": expected [in, out, experts], got ",
+                                                     ne.size(), " dimensions"));
     }
     const uint64_t per_expert = info.bytes / static_cast<uint64_t>(ne[2]);
     for (int64_t x = 0; x < ne[2]; ++x) {
@@ -111,10 +114,12 @@ absl::StatusOr<SafetensorsCheckpoint> OpenGgufCheckpoint(std::shared_ptr<const g
   }
   std::vector<std::unique_ptr<TensorFile>> tensor_files;
   for (size_t i = 0; i < files.size(); ++i) {
-    tensor_files.push_back(std::make_unique<GgufTensorFile>(gguf, files[i], std::move(entries[i]), bases[i]));
+    tensor_files.push_back(
+        std::make_unique<GgufTensorFile>(gguf, files[i], std::move(entries[i]), bases[i]));
   }
-  KVS_ASSIGN_OR_RETURN(SafetensorsCheckpoint ckpt, SafetensorsCheckpoint::FromFiles(std::move(tensor_files),
-                                                                                   gguf->description()));
+  KVS_ASSIGN_OR_RETURN(
+      SafetensorsCheckpoint ckpt,
+      SafetensorsCheckpoint::FromFiles(std::move(tensor_files), gguf->description()));
   // llama.cpp's converter stores Gemma's norms as (1 + w).
   ckpt.set_norm_offset_stored(config.norm_weight_offset);
   return ckpt;

@@ -25,7 +25,7 @@
 namespace kvserve::model {
 
 // `config` is LoadGgufModelConfig(*gguf).
-absl::StatusOr<SafetensorsCheckpoint> OpenGgufCheckpoint(std::shared_ptr<const gguf::GgufModel> gguf,
-                                                         const ModelConfig& config);
+absl::StatusOr<SafetensorsCheckpoint> OpenGgufCheckpoint(
+    std::shared_ptr<const gguf::GgufModel> gguf, const ModelConfig& config);
 
 }  // namespace kvserve::model

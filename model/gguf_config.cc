@@ -17,8 +17,8 @@ namespace {
 using nlohmann::json;
 
 struct ArchRow {
-  std::string_view gguf;  // general.architecture
-  std::string_view hf;    // config.json "architectures"[0]
+  std::string_view gguf;    // general.architecture
+  std::string_view hf;      // config.json "architectures"[0]
   std::string_view moe_hf;  // the architecture when {arch}.expert_count > 0 ("" = same)
 };
 constexpr ArchRow kArchs[] = {
@@ -76,18 +76,20 @@ absl::StatusOr<int64_t> KvHeads(const gguf::GgufModel& g, const Meta& m, int64_t
   KVS_ASSIGN_OR_RETURN(std::vector<int64_t> per_layer, g.GetInts(key));
   if (per_layer.empty()) return m.Error("attention.head_count_kv", "empty list");
   for (int64_t n : per_layer) {
-    if (n != per_layer.front()) return m.Error("attention.head_count_kv", "differs between layers (not supported)");
+    if (n != per_layer.front())
+      return m.Error("attention.head_count_kv", "differs between layers (not supported)");
   }
   return per_layer.front();
 }
 
 // A tensor's F32 values (rope_freqs, rope_factors_*), or nullopt when absent.
-absl::StatusOr<std::optional<std::vector<double>>> F32Tensor(const gguf::GgufModel& g, std::string_view name) {
+absl::StatusOr<std::optional<std::vector<double>>> F32Tensor(const gguf::GgufModel& g,
+                                                             std::string_view name) {
   if (!g.Contains(name)) return std::nullopt;
   KVS_ASSIGN_OR_RETURN(gguf::GgufModel::Tensor t, g.FindTensor(name));
   if (t.info->type != quant::BlockType::kF32 || t.info->ne.size() != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(t.file->path(), ": tensor \"", base::AsAbsl(name), "\": expected a 1-D F32 tensor"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        t.file->path(), ": tensor \"", base::AsAbsl(name), "\": expected a 1-D F32 tensor"));
   }
   const std::span<const std::byte> bytes = t.file->Bytes(*t.info);
   std::vector<double> out(static_cast<size_t>(t.info->ne[0]));
@@ -95,8 +97,9 @@ absl::StatusOr<std::optional<std::vector<double>>> F32Tensor(const gguf::GgufMod
     float f;
     std::memcpy(&f, bytes.data() + 4 * i, 4);
     if (!std::isfinite(f) || !(f > 0)) {
-      return absl::InvalidArgumentError(absl::StrCat(t.file->path(), ": tensor \"", base::AsAbsl(name),
-                                                     "\": element ", i, " is ", f, " (must be finite and > 0)"));
+      return absl::InvalidArgumentError(absl::StrCat(t.file->path(), ": tensor \"",
+                                                     base::AsAbsl(name), "\": element ", i, " is ",
+                                                     f, " (must be finite and > 0)"));
     }
     out[i] = f;
   }
@@ -107,13 +110,15 @@ absl::Status RopeFields(const gguf::GgufModel& g, const Meta& m, int64_t head_di
   KVS_ASSIGN_OR_RETURN(std::optional<double> base, m.Float("rope.freq_base"));
   if (base) c["rope_theta"] = *base;
   KVS_ASSIGN_OR_RETURN(std::optional<int64_t> dims, m.Int("rope.dimension_count"));
-  if (dims && *dims != head_dim) c["partial_rotary_factor"] = static_cast<double>(*dims) / static_cast<double>(head_dim);
+  if (dims && *dims != head_dim)
+    c["partial_rotary_factor"] = static_cast<double>(*dims) / static_cast<double>(head_dim);
   KVS_ASSIGN_OR_RETURN(std::optional<std::string> type, m.String("rope.scaling.type"));
   KVS_ASSIGN_OR_RETURN(std::optional<double> factor, m.Float("rope.scaling.factor"));
   if (!factor) {
     KVS_ASSIGN_OR_RETURN(factor, m.Float("rope.scale_linear"));  // older files
   }
-  KVS_ASSIGN_OR_RETURN(std::optional<int64_t> original, m.Int("rope.scaling.original_context_length"));
+  KVS_ASSIGN_OR_RETURN(std::optional<int64_t> original,
+                       m.Int("rope.scaling.original_context_length"));
   // Per-frequency divisors: Llama 3's rope_freqs, Phi-3's longrope factor tensors.
   KVS_ASSIGN_OR_RETURN(auto freqs, F32Tensor(g, "rope_freqs.weight"));
   KVS_ASSIGN_OR_RETURN(auto longf, F32Tensor(g, "rope_factors_long.weight"));
@@ -121,13 +126,16 @@ absl::Status RopeFields(const gguf::GgufModel& g, const Meta& m, int64_t head_di
   if (freqs) {
     // inverse frequency = base frequency / rope_freqs[i], no attention factor: a longrope
     // table whose short and long factors agree (rope_table.h applies it exactly so).
-    c["rope_scaling"] = {{"rope_type", "longrope"}, {"short_factor", *freqs}, {"long_factor", *freqs},
+    c["rope_scaling"] = {{"rope_type", "longrope"},
+                         {"short_factor", *freqs},
+                         {"long_factor", *freqs},
                          {"attention_factor", 1.0}};
     if (original) c["original_max_position_embeddings"] = *original;
     return absl::OkStatus();
   }
   if (longf || shortf) {
-    if (!longf || !shortf) return m.Error("rope.scaling.type", "rope_factors_long and rope_factors_short come together");
+    if (!longf || !shortf)
+      return m.Error("rope.scaling.type", "rope_factors_long and rope_factors_short come together");
     json rs = {{"rope_type", "longrope"}, {"short_factor", *shortf}, {"long_factor", *longf}};
     KVS_ASSIGN_OR_RETURN(std::optional<double> attn, m.Float("rope.scaling.attn_factor"));
     if (attn) rs["attention_factor"] = *attn;
@@ -136,7 +144,8 @@ absl::Status RopeFields(const gguf::GgufModel& g, const Meta& m, int64_t head_di
     return absl::OkStatus();
   }
   if (!type || *type == "none") {
-    if (factor && *factor != 1.0 && !type) c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", *factor}};
+    if (factor && *factor != 1.0 && !type)
+      c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", *factor}};
     return absl::OkStatus();
   }
   if (*type == "linear") {
@@ -153,14 +162,16 @@ absl::Status RopeFields(const gguf::GgufModel& g, const Meta& m, int64_t head_di
     c["rope_scaling"] = rs;
     return absl::OkStatus();
   }
-  return m.Error("rope.scaling.type", absl::StrCat("\"", *type, "\" is not supported (supported: none, linear, yarn)"));
+  return m.Error("rope.scaling.type",
+                 absl::StrCat("\"", *type, "\" is not supported (supported: none, linear, yarn)"));
 }
 
 }  // namespace
 
 std::string GgufArchitectures() {
   std::string out;
-  for (const ArchRow& a : kArchs) absl::StrAppend(&out, out.empty() ? "" : ", ", base::AsAbsl(a.gguf));
+  for (const ArchRow& a : kArchs)
+    absl::StrAppend(&out, out.empty() ? "" : ", ", base::AsAbsl(a.gguf));
   return out;
 }
 
@@ -171,8 +182,9 @@ absl::StatusOr<std::string> GgufConfigJson(const gguf::GgufModel& g) {
     if (a.gguf == arch) row = &a;
   }
   if (row == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(g.description(), ": general.architecture \"", arch,
-                                                   "\" is not supported (supported: ", GgufArchitectures(), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(g.description(), ": general.architecture \"", arch,
+                     "\" is not supported (supported: ", GgufArchitectures(), ")"));
   }
   const Meta m(g, arch);
   json c = json::object();
@@ -195,7 +207,8 @@ absl::StatusOr<std::string> GgufConfigJson(const gguf::GgufModel& g) {
   // The vocabulary is the embedding's rows (Gemma 3's converter trims it to the real size).
   KVS_ASSIGN_OR_RETURN(gguf::GgufModel::Tensor embd, g.FindTensor("token_embd.weight"));
   if (embd.info->ne.size() != 2 || embd.info->ne[0] != hidden) {
-    return absl::InvalidArgumentError(absl::StrCat(embd.file->path(), ": tensor \"token_embd.weight\": expected [",
+    return absl::InvalidArgumentError(absl::StrCat(embd.file->path(),
+                                                   ": tensor \"token_embd.weight\": expected [",
                                                    hidden, " x vocabulary] (embedding_length)"));
   }
   c["vocab_size"] = embd.info->ne[1];
@@ -241,7 +254,8 @@ absl::StatusOr<std::string> GgufConfigJson(const gguf::GgufModel& g) {
   c["intermediate_size"] = *ff;
 
   // Biases are present in the file or not: the tensors say so (Llama's attention_bias).
-  if (arch == "llama" || arch == "qwen3" || arch == "qwen3moe" || arch == "gemma2" || arch == "gemma3") {
+  if (arch == "llama" || arch == "qwen3" || arch == "qwen3moe" || arch == "gemma2" ||
+      arch == "gemma3") {
     c["attention_bias"] = g.Contains("blk.0.attn_q.bias");
   }
   // A window on every layer (Mistral-style, Phi-3); Qwen's optional windows are not used by
@@ -258,7 +272,8 @@ absl::StatusOr<std::string> GgufConfigJson(const gguf::GgufModel& g) {
     c["attn_logit_softcapping"] = attn_cap.value_or(0.0);
     c["final_logit_softcapping"] = final_cap.value_or(0.0);
     if (arch == "gemma3") {
-      KVS_ASSIGN_OR_RETURN(std::optional<int64_t> pattern, m.Int("attention.sliding_window_pattern"));
+      KVS_ASSIGN_OR_RETURN(std::optional<int64_t> pattern,
+                           m.Int("attention.sliding_window_pattern"));
       c["sliding_window_pattern"] = pattern.value_or(6);
       KVS_ASSIGN_OR_RETURN(std::optional<double> local, m.Float("rope.freq_base_swa"));
       c["rope_local_base_freq"] = local.value_or(10000.0);

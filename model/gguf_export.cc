@@ -4,8 +4,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <optional>
+#include <sstream>
 #include <string_view>
 
 #include "absl/strings/ascii.h"
@@ -29,9 +29,9 @@ using quant::BlockType;
 
 struct Preset {
   std::string_view name;
-  BlockType base;       // every matrix not named below
-  bool more_bits;       // attn_v / ffn_down get Q6_K on use_more_bits layers, output Q6_K
-  uint32_t file_type;   // general.file_type
+  BlockType base;      // every matrix not named below
+  bool more_bits;      // attn_v / ffn_down get Q6_K on use_more_bits layers, output Q6_K
+  uint32_t file_type;  // general.file_type
 };
 constexpr Preset kPresets[] = {
     {"Q8_0", BlockType::kQ8_0, false, 7},
@@ -48,15 +48,28 @@ BlockType Fallback(BlockType want, int64_t cols) {
   if (cols % quant::Traits(want).block_elements == 0) return want;
   BlockType next = BlockType::kF16;
   switch (want) {
-    case BlockType::kQ4_K: next = BlockType::kQ5_0; break;
-    case BlockType::kQ5_K: next = BlockType::kQ5_1; break;
-    case BlockType::kQ6_K: next = BlockType::kQ8_0; break;
+    case BlockType::kQ4_K:
+      next = BlockType::kQ5_0;
+      break;
+    case BlockType::kQ5_K:
+      next = BlockType::kQ5_1;
+      break;
+    case BlockType::kQ6_K:
+      next = BlockType::kQ8_0;
+      break;
     case BlockType::kQ2_K:
-    case BlockType::kQ3_K: next = BlockType::kQ4_0; break;
-    case BlockType::kIQ4_XS: next = BlockType::kIQ4_NL; break;
-    default: break;
+    case BlockType::kQ3_K:
+      next = BlockType::kQ4_0;
+      break;
+    case BlockType::kIQ4_XS:
+      next = BlockType::kIQ4_NL;
+      break;
+    default:
+      break;
   }
-  return next == BlockType::kF16 || cols % quant::Traits(next).block_elements == 0 ? next : BlockType::kF16;
+  return next == BlockType::kF16 || cols % quant::Traits(next).block_elements == 0
+             ? next
+             : BlockType::kF16;
 }
 
 struct TypePolicy {
@@ -69,13 +82,15 @@ struct TypePolicy {
     BlockType t = preset->base;
     const bool tied_embd = gguf == "token_embd.weight" && c.tie_word_embeddings;
     if (preset->more_bits) {
-      const bool v = gguf.find(".attn_v.") != std::string_view::npos || gguf.find(".attn_qkv.") != std::string_view::npos;
+      const bool v = gguf.find(".attn_v.") != std::string_view::npos ||
+                     gguf.find(".attn_qkv.") != std::string_view::npos;
       const bool down = gguf.find(".ffn_down") != std::string_view::npos;
       if (gguf == "output.weight" || tied_embd) t = BlockType::kQ6_K;
       if ((v || down) && layer >= 0 && UseMoreBits(layer, c.num_layers)) t = BlockType::kQ6_K;
       if (c.moe.num_experts == 8) {  // llama.cpp's 8-expert overrides (Mixtral)
         if (v || gguf.find(".attn_k.") != std::string_view::npos) t = BlockType::kQ8_0;
-        if (gguf.find(".attn_output.") != std::string_view::npos && preset->base == BlockType::kQ4_K) {
+        if (gguf.find(".attn_output.") != std::string_view::npos &&
+            preset->base == BlockType::kQ4_K) {
           t = BlockType::kQ5_K;
         }
       }
@@ -99,7 +114,8 @@ absl::StatusOr<TypePolicy> ParsePolicy(const std::string& type) {
     p.single = t->type;
     return p;
   }
-  return absl::InvalidArgumentError(absl::StrCat("type \"", type, "\" is not supported (", GgufExportTypes(), ")"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("type \"", type, "\" is not supported (", GgufExportTypes(), ")"));
 }
 
 int LayerOf(std::string_view gguf) {
@@ -117,19 +133,21 @@ void PermuteHeadRows(std::vector<float>& rows, int64_t n_rows, int64_t cols, int
     for (int64_t j = 0; j < 2; ++j) {
       for (int64_t i = 0; i < half; ++i) {
         std::memcpy(&out[static_cast<size_t>((h * d + 2 * i + j) * cols)],
-                    &rows[static_cast<size_t>((h * d + j * half + i) * cols)], static_cast<size_t>(cols) * 4);
+                    &rows[static_cast<size_t>((h * d + j * half + i) * cols)],
+                    static_cast<size_t>(cols) * 4);
       }
     }
   }
   rows.swap(out);
 }
 
-absl::StatusOr<std::vector<float>> ReadF32(const SafetensorsCheckpoint& ckpt, const std::string& name,
-                                           int64_t* rows, int64_t* cols) {
+absl::StatusOr<std::vector<float>> ReadF32(const SafetensorsCheckpoint& ckpt,
+                                           const std::string& name, int64_t* rows, int64_t* cols) {
   KVS_ASSIGN_OR_RETURN(auto found, ckpt.Find(name));
   const auto& [file, entry] = found;
   if (entry->shape.empty() || entry->shape.size() > 2) {
-    return absl::InvalidArgumentError(absl::StrCat(file->path(), ": tensor \"", name, "\": expected 1 or 2 dimensions"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(file->path(), ": tensor \"", name, "\": expected 1 or 2 dimensions"));
   }
   *rows = entry->shape[0];
   *cols = entry->shape.size() == 2 ? entry->shape[1] : 1;
@@ -138,7 +156,8 @@ absl::StatusOr<std::vector<float>> ReadF32(const SafetensorsCheckpoint& ckpt, co
   return out;
 }
 
-std::vector<std::byte> Encode(BlockType type, const std::vector<float>& values, int64_t rows, int64_t cols) {
+std::vector<std::byte> Encode(BlockType type, const std::vector<float>& values, int64_t rows,
+                              int64_t cols) {
   const auto row_bytes = quant::RowBytes(type, cols);
   KVS_CHECK(row_bytes.ok(), "export: row size checked by Fallback");
   std::vector<std::byte> out(static_cast<size_t>(rows * *row_bytes));
@@ -169,11 +188,13 @@ absl::Status WriteMetadata(const ModelConfig& c, const TypePolicy& policy, gguf:
     if (c.architecture == Architecture::kQwen3Moe) {
       w.SetU32(key("expert_feed_forward_length"), static_cast<uint32_t>(c.moe.intermediate_size));
       if (!c.moe.renormalize) {
-        return absl::InvalidArgumentError("norm_topk_prob false: llama.cpp's qwen3moe always renormalises");
+        return absl::InvalidArgumentError(
+            "norm_topk_prob false: llama.cpp's qwen3moe always renormalises");
       }
     }
   }
-  if (c.sliding_window) w.SetU32(key("attention.sliding_window"), static_cast<uint32_t>(*c.sliding_window));
+  if (c.sliding_window)
+    w.SetU32(key("attention.sliding_window"), static_cast<uint32_t>(*c.sliding_window));
   const RopeScaling& rs = c.rope_scaling;
   switch (rs.kind) {
     case RopeScalingKind::kNone:
@@ -187,7 +208,8 @@ absl::Status WriteMetadata(const ModelConfig& c, const TypePolicy& policy, gguf:
     case RopeScalingKind::kYarn:
       w.SetString(key("rope.scaling.type"), "yarn");
       w.SetF32(key("rope.scaling.factor"), static_cast<float>(rs.factor));
-      w.SetU32(key("rope.scaling.original_context_length"), static_cast<uint32_t>(rs.original_max_position_embeddings));
+      w.SetU32(key("rope.scaling.original_context_length"),
+               static_cast<uint32_t>(rs.original_max_position_embeddings));
       w.SetF32(key("rope.scaling.yarn_beta_fast"), static_cast<float>(rs.beta_fast));
       w.SetF32(key("rope.scaling.yarn_beta_slow"), static_cast<float>(rs.beta_slow));
       break;
@@ -195,8 +217,10 @@ absl::Status WriteMetadata(const ModelConfig& c, const TypePolicy& policy, gguf:
       return absl::InvalidArgumentError("rope_scaling dynamic has no GGUF form");
   }
   if (rs.kind == RopeScalingKind::kLongRope) {
-    w.SetU32(key("rope.scaling.original_context_length"), static_cast<uint32_t>(rs.original_max_position_embeddings));
-    if (rs.attention_factor) w.SetF32(key("rope.scaling.attn_factor"), static_cast<float>(*rs.attention_factor));
+    w.SetU32(key("rope.scaling.original_context_length"),
+             static_cast<uint32_t>(rs.original_max_position_embeddings));
+    if (rs.attention_factor)
+      w.SetF32(key("rope.scaling.attn_factor"), static_cast<float>(*rs.attention_factor));
   }
   if (c.architecture == Architecture::kGemma2 || c.architecture == Architecture::kGemma3) {
     // llama.cpp has no key for the query scale: it is head_dim^-1/2, or (hidden / heads)^-1/2
@@ -209,8 +233,10 @@ absl::Status WriteMetadata(const ModelConfig& c, const TypePolicy& policy, gguf:
           "query_pre_attn_scalar ", 1.0 / (c.attention_scale * c.attention_scale),
           " is not what llama.cpp assumes for this model (", scalar, "): GGUF cannot carry it"));
     }
-    if (c.attn_logit_softcap > 0) w.SetF32(key("attn_logit_softcapping"), static_cast<float>(c.attn_logit_softcap));
-    if (c.final_logit_softcap > 0) w.SetF32(key("final_logit_softcapping"), static_cast<float>(c.final_logit_softcap));
+    if (c.attn_logit_softcap > 0)
+      w.SetF32(key("attn_logit_softcapping"), static_cast<float>(c.attn_logit_softcap));
+    if (c.final_logit_softcap > 0)
+      w.SetF32(key("final_logit_softcapping"), static_cast<float>(c.final_logit_softcap));
     if (c.architecture == Architecture::kGemma3) {
       int pattern = 0;  // the period of full-attention layers
       for (int i = 0; i < c.num_layers; ++i) {
@@ -219,12 +245,16 @@ absl::Status WriteMetadata(const ModelConfig& c, const TypePolicy& policy, gguf:
           break;
         }
       }
-      if (pattern > 0) w.SetU32(key("attention.sliding_window_pattern"), static_cast<uint32_t>(pattern));
-      if (c.rope_local_theta) w.SetF32(key("rope.freq_base_swa"), static_cast<float>(*c.rope_local_theta));
+      if (pattern > 0)
+        w.SetU32(key("attention.sliding_window_pattern"), static_cast<uint32_t>(pattern));
+      if (c.rope_local_theta)
+        w.SetF32(key("rope.freq_base_swa"), static_cast<float>(*c.rope_local_theta));
     }
   }
-  if (c.bos_token_id) w.SetU32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(*c.bos_token_id));
-  if (!c.eos_token_ids.empty()) w.SetU32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(c.eos_token_ids.front()));
+  if (c.bos_token_id)
+    w.SetU32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(*c.bos_token_id));
+  if (!c.eos_token_ids.empty())
+    w.SetU32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(c.eos_token_ids.front()));
   return absl::OkStatus();
 }
 
@@ -262,13 +292,16 @@ absl::Status WriteTokenizer(const std::string& hf_dir, int64_t vocab_size, gguf:
   const std::filesystem::path dir(hf_dir);
   const std::optional<std::string> json = ReadFile(dir / "tokenizer.json");
   if (!json) return absl::OkStatus();
-  KVS_ASSIGN_OR_RETURN(tokenizer::TokenizerDirConfig tc,
-                       tokenizer::ParseTokenizerDirConfig(ReadFile(dir / "tokenizer_config.json").value_or(""),
-                                                          ReadFile(dir / "generation_config.json").value_or("")));
-  if (tc.chat_template.empty()) tc.chat_template = ReadFile(dir / "chat_template.jinja").value_or("");
+  KVS_ASSIGN_OR_RETURN(
+      tokenizer::TokenizerDirConfig tc,
+      tokenizer::ParseTokenizerDirConfig(ReadFile(dir / "tokenizer_config.json").value_or(""),
+                                         ReadFile(dir / "generation_config.json").value_or("")));
+  if (tc.chat_template.empty())
+    tc.chat_template = ReadFile(dir / "chat_template.jinja").value_or("");
   auto vocab = tokenizer::GgufVocabFromTokenizerJson(*json, tc);
   if (!vocab.ok()) {
-    return absl::Status(vocab.status().code(), absl::StrCat(hf_dir, "/tokenizer.json: ", vocab.status().message()));
+    return absl::Status(vocab.status().code(),
+                        absl::StrCat(hf_dir, "/tokenizer.json: ", vocab.status().message()));
   }
   // llama.cpp sizes the vocabulary by the token list: pad it to the embedding's rows.
   KVS_RETURN_IF_ERROR(tokenizer::PadGgufVocab(*vocab, vocab_size));
@@ -282,7 +315,8 @@ std::string GgufExportTypes() {
   std::string out = "presets:";
   for (const Preset& p : kPresets) absl::StrAppend(&out, " ", base::AsAbsl(p.name));
   absl::StrAppend(&out, "; types:");
-  for (const quant::BlockTraits& t : quant::AllBlockTypes()) absl::StrAppend(&out, " ", base::AsAbsl(t.name));
+  for (const quant::BlockTraits& t : quant::AllBlockTypes())
+    absl::StrAppend(&out, " ", base::AsAbsl(t.name));
   return out;
 }
 
@@ -292,12 +326,14 @@ absl::StatusOr<BlockType> GgufMatrixType(const std::string& type, const ModelCon
   return policy.For(config, gguf_name, layer, cols);
 }
 
-absl::StatusOr<std::vector<std::string>> ExportGguf(const std::string& hf_dir, const std::string& out_path,
+absl::StatusOr<std::vector<std::string>> ExportGguf(const std::string& hf_dir,
+                                                    const std::string& out_path,
                                                     const GgufExportOptions& options) {
   KVS_ASSIGN_OR_RETURN(TypePolicy policy, ParsePolicy(options.type));
   KVS_ASSIGN_OR_RETURN(ModelConfig c, LoadModelConfig(hf_dir));
   if (c.architecture == Architecture::kGptOss) {
-    return absl::UnimplementedError("export-gguf: gpt-oss is not supported yet (fused MXFP4 experts)");
+    return absl::UnimplementedError(
+        "export-gguf: gpt-oss is not supported yet (fused MXFP4 experts)");
   }
   KVS_ASSIGN_OR_RETURN(SafetensorsCheckpoint ckpt, SafetensorsCheckpoint::Open(hf_dir));
   gguf::GgufWriter w;
@@ -318,8 +354,10 @@ absl::StatusOr<std::vector<std::string>> ExportGguf(const std::string& hf_dir, c
       }
       if (n.permute_heads > 0) PermuteHeadRows(v, rows, cols, n.permute_heads);
       const BlockType t = matrix ? policy.For(c, n.gguf, layer, cols) : BlockType::kF32;
-      std::vector<int64_t> ne = cols > 1 ? std::vector<int64_t>{cols, rows} : std::vector<int64_t>{rows};
-      w.AddTensor(n.gguf, t, std::move(ne), cols > 1 ? Encode(t, v, rows, cols) : Encode(t, v, 1, rows));
+      std::vector<int64_t> ne =
+          cols > 1 ? std::vector<int64_t>{cols, rows} : std::vector<int64_t>{rows};
+      w.AddTensor(n.gguf, t, std::move(ne),
+                  cols > 1 ? Encode(t, v, rows, cols) : Encode(t, v, 1, rows));
       continue;
     }
     // Experts: one 3-D tensor [in, out, E] from E Hugging Face matrices.

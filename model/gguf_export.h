@@ -38,10 +38,12 @@ std::string GgufExportTypes();
 // The type the exporter gives the matrix `gguf_name` (of layer `layer`, -1 for none) whose rows
 // hold `cols` elements, under `type` (a preset or a block type name).
 absl::StatusOr<quant::BlockType> GgufMatrixType(const std::string& type, const ModelConfig& config,
-                                                std::string_view gguf_name, int layer, int64_t cols);
+                                                std::string_view gguf_name, int layer,
+                                                int64_t cols);
 
 // Returns the paths written.
-absl::StatusOr<std::vector<std::string>> ExportGguf(const std::string& hf_dir, const std::string& out_path,
+absl::StatusOr<std::vector<std::string>> ExportGguf(const std::string& hf_dir,
+                                                    const std::string& out_path,
                                                     const GgufExportOptions& options);
 
 }  // namespace kvserve::model

@@ -29,7 +29,8 @@ absl::StatusOr<std::optional<bool>> OptionalBool(const gguf::GgufModel& m, std::
 absl::StatusOr<GgufVocab> ReadGgufVocab(const gguf::GgufModel& m) {
   GgufVocab v;
   if (m.Find("tokenizer.ggml.model") == nullptr) {
-    return absl::NotFoundError(absl::StrCat(m.description(), ": no tokenizer (tokenizer.ggml.model is missing)"));
+    return absl::NotFoundError(
+        absl::StrCat(m.description(), ": no tokenizer (tokenizer.ggml.model is missing)"));
   }
   KVS_ASSIGN_OR_RETURN(v.model, m.GetString("tokenizer.ggml.model"));
   if (m.Find("tokenizer.ggml.pre") != nullptr) {
@@ -82,7 +83,8 @@ void WriteGgufVocab(const GgufVocab& v, gguf::GgufWriter& w) {
   id("tokenizer.ggml.eot_token_id", v.eot_id);
   id("tokenizer.ggml.unknown_token_id", v.unknown_id);
   id("tokenizer.ggml.padding_token_id", v.padding_id);
-  if (!v.eog_ids.empty()) w.SetU32("tokenizer.ggml.eom_token_id", static_cast<uint32_t>(v.eog_ids.front()));
+  if (!v.eog_ids.empty())
+    w.SetU32("tokenizer.ggml.eom_token_id", static_cast<uint32_t>(v.eog_ids.front()));
   if (v.add_bos_token) w.SetBool("tokenizer.ggml.add_bos_token", *v.add_bos_token);
   if (v.add_eos_token) w.SetBool("tokenizer.ggml.add_eos_token", *v.add_eos_token);
   if (v.add_space_prefix) w.SetBool("tokenizer.ggml.add_space_prefix", *v.add_space_prefix);
@@ -98,7 +100,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadGgufTokenizer(const std::string& 
   KVS_ASSIGN_OR_RETURN(GgufVocab v, ReadGgufVocab(m));
   auto tok = TokenizerFromGgufVocab(v);
   if (!tok.ok()) {
-    return absl::Status(tok.status().code(), absl::StrCat(m.description(), ": ", tok.status().message()));
+    return absl::Status(tok.status().code(),
+                        absl::StrCat(m.description(), ": ", tok.status().message()));
   }
   return tok;
 }

@@ -32,7 +32,8 @@ using nlohmann::json;
 
 constexpr uint64_t kKvBytes = 64ull << 20;
 constexpr uint64_t kSwapBytes = 32ull << 20;
-constexpr uint64_t kFixedOverhead = 256ull << 20;  // as checkpoint_rss_test: process, servers, scratch
+constexpr uint64_t kFixedOverhead = 256ull
+                                    << 20;  // as checkpoint_rss_test: process, servers, scratch
 
 std::string Bundled() { return std::string(KVSERVE_SOURCE_DIR) + "/models/kvs-tiny"; }
 
@@ -47,8 +48,8 @@ class GgufServe : public ::testing::Test {
   // Runs `kvserve export-gguf`; returns the output path.
   std::string Export(const std::string& type, const std::string& name) {
     const std::string out = (dir_ / name).string();
-    const std::string cmd = std::string(KVSERVE_SERVER_BIN) + " export-gguf --model " + Bundled() + " --out " + out +
-                            " --type " + type + " > /dev/null";
+    const std::string cmd = std::string(KVSERVE_SERVER_BIN) + " export-gguf --model " + Bundled() +
+                            " --out " + out + " --type " + type + " > /dev/null";
     EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
     return out;
   }
@@ -59,8 +60,9 @@ class GgufServe : public ::testing::Test {
                          {"cache", {{"kv_bytes", kKvBytes}, {"host_swap_bytes", kSwapBytes}}},
                          {"scheduler", {{"max_num_batched_tokens", 256}, {"max_num_seqs", 4}}},
                          {"server", {{"host", "127.0.0.1"}, {"http_port", 0}, {"grpc_port", 0}}}};
-    return ServerProcess::Start({KVSERVE_SERVER_BIN, "serve", "--config", WriteTempFile("gguf.json", config.dump())},
-                                std::chrono::milliseconds(240000), error);
+    return ServerProcess::Start(
+        {KVSERVE_SERVER_BIN, "serve", "--config", WriteTempFile("gguf.json", config.dump())},
+        std::chrono::milliseconds(240000), error);
   }
 
   static json Post(ServerProcess& server, const std::string& path, const json& body) {
@@ -79,7 +81,8 @@ class GgufServe : public ::testing::Test {
 TEST_F(GgufServe, ExportedBundledModelServesItsGreedyTextAndChat) {
   const std::string f32 = Export("F32", "kvs-tiny.gguf");
   const std::string q4 = Export("Q4_K_M", "kvs-tiny-q4km.gguf");
-  const json req = {{"prompt", "In the beginning"}, {"max_tokens", 24}, {"temperature", 0}, {"ignore_eos", true}};
+  const json req = {
+      {"prompt", "In the beginning"}, {"max_tokens", 24}, {"temperature", 0}, {"ignore_eos", true}};
   std::string error;
   std::string want;
   {
@@ -98,9 +101,11 @@ TEST_F(GgufServe, ExportedBundledModelServesItsGreedyTextAndChat) {
   ASSERT_NE(server, nullptr) << error;
   const json done = Post(*server, "/v1/completions", req);
   EXPECT_EQ(done["usage"]["completion_tokens"].get<int>(), 24) << done.dump();
-  const json chat = Post(*server, "/v1/chat/completions",
-                         {{"messages", {{{"role", "user"}, {"content", "Who are you?"}}}}, {"max_tokens", 8}});
-  EXPECT_GT(chat["usage"]["prompt_tokens"].get<int>(), 4) << chat.dump();  // the template's turn markers
+  const json chat =
+      Post(*server, "/v1/chat/completions",
+           {{"messages", {{{"role", "user"}, {"content", "Who are you?"}}}}, {"max_tokens", 8}});
+  EXPECT_GT(chat["usage"]["prompt_tokens"].get<int>(), 4)
+      << chat.dump();  // the template's turn markers
   EXPECT_EQ(chat["model"].get<std::string>(), "kvs-tiny-q4km");
   const std::string log = server->stderr_text();
   EXPECT_EQ(log.find("error"), std::string::npos) << log;
@@ -112,7 +117,8 @@ TEST_F(GgufServe, TruncatedFileIsRefusedNamingIt) {
   {
     std::ifstream in(f32, std::ios::binary);
     std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::ofstream(cut, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size() / 2));
+    std::ofstream(cut, std::ios::binary)
+        .write(bytes.data(), static_cast<std::streamsize>(bytes.size() / 2));
   }
   std::string error;
   auto server = Serve(cut, &error);
@@ -122,7 +128,8 @@ TEST_F(GgufServe, TruncatedFileIsRefusedNamingIt) {
 
 TEST_F(GgufServe, QuantizedWeightsStayQuantizedInMemory) {
   kvserve::testing::RandomGgufSpec spec;
-  spec.hidden = 1024, spec.intermediate = 3072, spec.layers = 24, spec.heads = 16, spec.kv_heads = 8;
+  spec.hidden = 1024, spec.intermediate = 3072, spec.layers = 24, spec.heads = 16,
+  spec.kv_heads = 8;
   spec.head_dim = 64, spec.vocab = 2048, spec.type = "Q4_K_M";
   spec.tokenizer_json = Bundled() + "/tokenizer.json";
   const std::string path = (dir_ / "random-q4km.gguf").string();
@@ -132,7 +139,10 @@ TEST_F(GgufServe, QuantizedWeightsStayQuantizedInMemory) {
   auto server = Serve(path, &error);
   ASSERT_NE(server, nullptr) << error;
   const json done = Post(*server, "/v1/completions",
-                         {{"prompt", "In the beginning"}, {"max_tokens", 8}, {"temperature", 0}, {"ignore_eos", true}});
+                         {{"prompt", "In the beginning"},
+                          {"max_tokens", 8},
+                          {"temperature", 0},
+                          {"ignore_eos", true}});
   EXPECT_EQ(done["usage"]["completion_tokens"].get<int>(), 8) << done.dump();
   std::istringstream status([&] {
     std::ifstream in("/proc/" + std::to_string(server->pid()) + "/status");
@@ -144,9 +154,10 @@ TEST_F(GgufServe, QuantizedWeightsStayQuantizedInMemory) {
   for (std::string line; std::getline(status, line);) {
     if (line.rfind("VmHWM:", 0) == 0) hwm = std::atof(line.c_str() + 6) * 1024;
   }
-  const double bound = 1.1 * static_cast<double>(*file_bytes) + static_cast<double>(kKvBytes + kSwapBytes + kFixedOverhead);
-  std::cout << "Q4_K_M GGUF " << *file_bytes / (1 << 20) << " MiB: peak RSS " << hwm / (1 << 20) << " MiB, bound "
-            << bound / (1 << 20) << " MiB\n";
+  const double bound = 1.1 * static_cast<double>(*file_bytes) +
+                       static_cast<double>(kKvBytes + kSwapBytes + kFixedOverhead);
+  std::cout << "Q4_K_M GGUF " << *file_bytes / (1 << 20) << " MiB: peak RSS " << hwm / (1 << 20)
+            << " MiB, bound " << bound / (1 << 20) << " MiB\n";
   EXPECT_GT(hwm, 0);
   EXPECT_LE(hwm, bound) << server->stderr_text();
 }

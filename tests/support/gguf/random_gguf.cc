@@ -71,17 +71,21 @@ absl::StatusOr<uint64_t> WriteRandomGguf(const RandomGgufSpec& s, const std::str
     std::ostringstream text;
     text << in.rdbuf();
     // tokenizer_config.json beside it, when there is one, brings the chat template.
-    std::ifstream cfg_in(std::filesystem::path(s.tokenizer_json).parent_path() / "tokenizer_config.json");
+    std::ifstream cfg_in(std::filesystem::path(s.tokenizer_json).parent_path() /
+                         "tokenizer_config.json");
     std::ostringstream cfg_text;
     cfg_text << cfg_in.rdbuf();
-    KVS_ASSIGN_OR_RETURN(tokenizer::TokenizerDirConfig tc, tokenizer::ParseTokenizerDirConfig(cfg_text.str(), ""));
-    KVS_ASSIGN_OR_RETURN(tokenizer::GgufVocab vocab, tokenizer::GgufVocabFromTokenizerJson(text.str(), tc));
+    KVS_ASSIGN_OR_RETURN(tokenizer::TokenizerDirConfig tc,
+                         tokenizer::ParseTokenizerDirConfig(cfg_text.str(), ""));
+    KVS_ASSIGN_OR_RETURN(tokenizer::GgufVocab vocab,
+                         tokenizer::GgufVocabFromTokenizerJson(text.str(), tc));
     KVS_RETURN_IF_ERROR(tokenizer::PadGgufVocab(vocab, s.vocab));
     tokenizer::WriteGgufVocab(vocab, w);
   }
   RowPool pool;
   int tensor = 0;
-  auto matrix = [&](const std::string& name, int layer, int64_t rows, int64_t cols) -> absl::Status {
+  auto matrix = [&](const std::string& name, int layer, int64_t rows,
+                    int64_t cols) -> absl::Status {
     KVS_ASSIGN_OR_RETURN(quant::BlockType t, model::GgufMatrixType(s.type, c, name, layer, cols));
     int64_t row_bytes = 0;
     const std::vector<std::byte>& src = pool.Rows(t, cols, &row_bytes);
@@ -103,7 +107,8 @@ absl::StatusOr<uint64_t> WriteRandomGguf(const RandomGgufSpec& s, const std::str
   KVS_RETURN_IF_ERROR(matrix("token_embd.weight", -1, s.vocab, s.hidden));
   ones("output_norm.weight", s.hidden);
   if (!s.tied) KVS_RETURN_IF_ERROR(matrix("output.weight", -1, s.vocab, s.hidden));
-  const int64_t q = static_cast<int64_t>(s.heads) * s.head_dim, kv = static_cast<int64_t>(s.kv_heads) * s.head_dim;
+  const int64_t q = static_cast<int64_t>(s.heads) * s.head_dim,
+                kv = static_cast<int64_t>(s.kv_heads) * s.head_dim;
   for (int i = 0; i < s.layers; ++i) {
     const std::string p = absl::StrCat("blk.", i, ".");
     ones(p + "attn_norm.weight", s.hidden);

@@ -8,7 +8,9 @@
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: gguf_write_random OUT.gguf [--type T] [--shape llama3-8b|small] [--tokenizer FILE]\n");
+    std::fprintf(stderr,
+                 "usage: gguf_write_random OUT.gguf [--type T] [--shape llama3-8b|small] "
+                 "[--tokenizer FILE]\n");
     return 2;
   }
   kvserve::testing::RandomGgufSpec spec;
@@ -19,7 +21,8 @@ int main(int argc, char** argv) {
     } else if (flag == "--tokenizer") {
       spec.tokenizer_json = value;
     } else if (flag == "--shape" && value == "llama3-8b") {
-      spec.hidden = 4096, spec.intermediate = 14336, spec.layers = 32, spec.heads = 32, spec.kv_heads = 8;
+      spec.hidden = 4096, spec.intermediate = 14336, spec.layers = 32, spec.heads = 32,
+      spec.kv_heads = 8;
       spec.head_dim = 128, spec.vocab = 128256, spec.context = 131072;
     } else if (flag != "--shape" || value != "small") {
       std::fprintf(stderr, "gguf_write_random: unknown flag %s %s\n", flag.c_str(), value.c_str());

@@ -48,7 +48,8 @@ constexpr double kQuantTol = 0.3;
 // Writes `gguf_path`'s weights, dequantized to F32 under their Hugging Face names (q/k rows
 // un-permuted, Gemma's stored (1 + w) norms back to w), with `hf_dir`'s config.json, into
 // `out_dir`: the float64 reference's view of the GGUF file.
-absl::Status WriteDequantized(const std::string& gguf_path, const std::string& hf_dir, const std::string& out_dir) {
+absl::Status WriteDequantized(const std::string& gguf_path, const std::string& hf_dir,
+                              const std::string& out_dir) {
   auto opened = gguf::GgufModel::Open(gguf_path);
   if (!opened.ok()) return opened.status();
   auto g = std::make_shared<const gguf::GgufModel>(std::move(*opened));
@@ -69,8 +70,8 @@ absl::Status WriteDequantized(const std::string& gguf_path, const std::string& h
     quant::DequantizeRows(traits->type, file->Bytes(*e).data(), rows, cols, values.data());
     if (e->permute_heads > 0) {
       std::vector<float> stored = values;
-      model::UnpermuteHeadRows(std::as_bytes(std::span<const float>(stored)), e->shape.front(), e->permute_heads,
-                               std::as_writable_bytes(std::span<float>(values)));
+      model::UnpermuteHeadRows(std::as_bytes(std::span<const float>(stored)), e->shape.front(),
+                               e->permute_heads, std::as_writable_bytes(std::span<float>(values)));
     }
     if (ckpt->norm_offset_stored() && name.ends_with("norm.weight")) {
       for (float& v : values) v -= 1.0f;  // exact: the stored value lies in [0.5, 2] (Sterbenz)
@@ -128,7 +129,8 @@ TEST_P(GgufReferenceTest, LogprobsMatchTheDequantizedReference) {
     for (int v = 0; v < vocab; ++v) sum += std::exp(row[v] - mx);
     const double lse = mx + std::log(sum);
     double worst = 0;
-    for (int v = 0; v < vocab; ++v) worst = std::max(worst, std::abs(row[v] - lse - want[static_cast<size_t>(v)]));
+    for (int v = 0; v < vocab; ++v)
+      worst = std::max(worst, std::abs(row[v] - lse - want[static_cast<size_t>(v)]));
     per_position.push_back(worst);
   }
   std::vector<double> sorted = per_position;
@@ -136,8 +138,8 @@ TEST_P(GgufReferenceTest, LogprobsMatchTheDequantizedReference) {
   const double worst = sorted.back(), median = sorted[sorted.size() / 2];
   const auto traits = quant::FindBlockTypeByName(c.type);
   const bool exact = traits && !traits->quantized;
-  std::printf("[ gguf ] %s: |logprob diff| max %.3g, median over positions %.3g\n", c.name.c_str(), worst,
-              median);
+  std::printf("[ gguf ] %s: |logprob diff| max %.3g, median over positions %.3g\n", c.name.c_str(),
+              worst, median);
   if (exact || c.spec.num_experts == 0) {
     EXPECT_LE(worst, exact ? kFloatTol : kQuantTol);
   } else {
@@ -153,7 +155,8 @@ TEST_P(GgufReferenceTest, LogprobsMatchTheDequantizedReference) {
 // Rows of 256 and 512 elements, so the K-quants' 256-element super-blocks apply to every
 // matrix (the presets' 64-wide models would fall back to the 32-element types).
 FixtureSpec Wide(FixtureSpec s) {
-  const int head_dim = s.hidden_size / s.num_attention_heads, group = s.num_attention_heads / s.num_key_value_heads;
+  const int head_dim = s.hidden_size / s.num_attention_heads,
+            group = s.num_attention_heads / s.num_key_value_heads;
   s.hidden_size = 256;
   s.intermediate_size = 512;
   s.num_attention_heads = s.hidden_size / head_dim;  // hidden / heads stays the head size
@@ -175,10 +178,11 @@ std::vector<GgufCase> Cases() {
   };
   FixtureSpec llama3 = Wide(LlamaPreset());
   llama3.rope_scaling = Llama3Rope(8.0, 32);
-  for (const char* type : {"F32", "F16", "Q8_0", "Q4_K_M", "Q6_K", "Q5_K_M"}) add("llama", Wide(LlamaPreset()), type);
+  for (const char* type : {"F32", "F16", "Q8_0", "Q4_K_M", "Q6_K", "Q5_K_M"})
+    add("llama", Wide(LlamaPreset()), type);
   add("llama3", llama3, "Q4_K_M");
-  for (const char* type : {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "IQ4_NL", "IQ4_XS",
-                           "MXFP4", "BF16"}) {
+  for (const char* type : {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "IQ4_NL",
+                           "IQ4_XS", "MXFP4", "BF16"}) {
     add("llama", Wide(LlamaPreset()), type);
   }
   for (const auto& [arch, preset] : AllPresets()) {
