@@ -44,7 +44,8 @@ constexpr FlagAlias kAliases[] = {
     {"--metrics-compat", "server.metrics_compat", "none|vllm"},
     {"--speculative-method", "speculative.method", "none|ngram: speculative decoding default"},
     {"--num-speculative-tokens", "speculative.num_tokens", "draft tokens per step (1..16)"},
-    {"--remote-kv", "cache.remote_kv_url", "remote KV tier shared by replicas: redis://HOST:PORT[/DB]"},
+    {"--remote-kv", "cache.remote_kv_url",
+     "remote KV tier shared by replicas: redis://HOST:PORT[/DB]"},
 };
 
 struct Command {
@@ -54,15 +55,6 @@ struct Command {
   std::vector<std::string> switches;  // accepted command-specific switches; "--x=" takes a value
   std::function<int(const ParsedArgs&, char** envp, std::ostream& out, std::ostream& err)> run;
 };
-
-absl::StatusOr<config::Config> LoadFromArgs(const ParsedArgs& args, char** envp) {
-  config::ConfigSources sources;
-  sources.file_path = args.config_file;
-  sources.env = config::EnvFromEnviron(envp);
-  sources.lookup_env = config::EnvLookupFromEnviron(envp);
-  sources.overrides = args.overrides;
-  return config::LoadConfig(sources);
-}
 
 int RunVersion(const ParsedArgs&, char**, std::ostream& out, std::ostream&) {
   out << "kvserve " << kBuildVersion << " (git " << kBuildGitRevision << ", " << kBuildType
@@ -78,8 +70,9 @@ bool Has(const ParsedArgs& args, std::string_view sw) {
 template <typename Root>
 void PrintFieldTable(const std::vector<config::Field<Root>>& fields, const Root& defaults,
                      bool with_env, std::ostream& out) {
-  out << (with_env ? "| field | environment | default | allowed | meaning |\n|---|---|---|---|---|\n"
-                   : "| field | default | allowed | meaning |\n|---|---|---|---|\n");
+  out << (with_env
+              ? "| field | environment | default | allowed | meaning |\n|---|---|---|---|---|\n"
+              : "| field | default | allowed | meaning |\n|---|---|---|---|\n");
   for (const auto& f : fields) {
     std::string def = config::FormatValue(f.get(defaults));
     if (def.empty()) def = "(empty)";
@@ -102,7 +95,7 @@ int RunConfig(const ParsedArgs& args, char** envp, std::ostream& out, std::ostre
            "`kvserve config --fields`\n";
     return kExitUsage;
   }
-  auto cfg = LoadFromArgs(args, envp);
+  auto cfg = LoadConfigFromArgs(args, envp);
   if (!cfg.ok()) {
     err << "kvserve: invalid configuration: " << cfg.status().message() << "\n";
     return kExitUsage;
@@ -113,27 +106,42 @@ int RunConfig(const ParsedArgs& args, char** envp, std::ostream& out, std::ostre
 
 std::vector<Command> Commands() {
   return {
-      {"calibrate", "measure TriAttention query statistics and the low-rank key basis of a model on plain text",
-       "kvserve calibrate --model DIR --text FILE --out FILE [--max-tokens N] [--window N] [--key-basis-out FILE]",
-       {std::begin(kCalibrateSwitches), std::end(kCalibrateSwitches)}, RunCalibrate},
-      {"config", "print the effective configuration, or the table of all fields",
+      {"calibrate",
+       "measure TriAttention query statistics and the low-rank key basis of a model on plain text",
+       "kvserve calibrate --model DIR --text FILE --out FILE [--max-tokens N] [--window N] "
+       "[--key-basis-out FILE]",
+       {std::begin(kCalibrateSwitches), std::end(kCalibrateSwitches)},
+       RunCalibrate},
+      {"config",
+       "print the effective configuration, or the table of all fields",
        "kvserve config --dump [--config FILE] [config flags] | kvserve config --fields",
-       {"--dump", "--fields"}, RunConfig},
-      {"eval", "perplexity and passkey accuracy of every KV compression policy and budget",
+       {"--dump", "--fields"},
+       RunConfig},
+      {"eval",
+       "perplexity and passkey accuracy of every KV compression policy and budget",
        "kvserve eval --text FILE [--model DIR] [--passkey N] [--filler N] [--budgets 64,128,...] "
-       "[--policies triattention,...] [--divide-length N] [--chunk N] [--ppl-tokens N] [--ppl-window N] "
+       "[--policies triattention,...] [--divide-length N] [--chunk N] [--ppl-tokens N] "
+       "[--ppl-window N] "
        "[--seed S] [--out-tsv FILE]",
-       {std::begin(kEvalSwitches), std::end(kEvalSwitches)}, RunEval},
-      {"export-gguf", "write a Hugging Face model directory as a GGUF file (llama.cpp's format), quantized",
-       "kvserve export-gguf --model DIR --out FILE.gguf [--type Q4_K_M|Q5_K_M|Q6_K|Q8_0|F16|<block type>] "
+       {std::begin(kEvalSwitches), std::end(kEvalSwitches)},
+       RunEval},
+      {"export-gguf",
+       "write a Hugging Face model directory as a GGUF file (llama.cpp's format), quantized",
+       "kvserve export-gguf --model DIR --out FILE.gguf [--type Q4_K_M|Q5_K_M|Q6_K|Q8_0|F16|<block "
+       "type>] "
        "[--split-bytes N]",
-       {std::begin(kExportGgufSwitches), std::end(kExportGgufSwitches)}, RunExportGguf},
-      {"generate", "complete one prompt on the CPU and print the text (smoke test)",
+       {std::begin(kExportGgufSwitches), std::end(kExportGgufSwitches)},
+       RunExportGguf},
+      {"generate",
+       "complete one prompt on the CPU and print the text (smoke test)",
        "kvserve generate --prompt TEXT [--max-tokens N] [--temperature T] [--seed S] [--model DIR]",
-       {std::begin(kGenerateSwitches), std::end(kGenerateSwitches)}, RunGenerate},
-      {"serve", "serve the model over the OpenAI-compatible HTTP API and gRPC until SIGTERM",
+       {std::begin(kGenerateSwitches), std::end(kGenerateSwitches)},
+       RunGenerate},
+      {"serve",
+       "serve the model over the OpenAI-compatible HTTP API and gRPC until SIGTERM",
        "kvserve serve [--config FILE] [--model DIR] [--host H] [--http-port P] [--grpc-port P]",
-       {}, RunServe},
+       {},
+       RunServe},
       {"version", "print version and build information", "kvserve version", {}, RunVersion},
   };
 }
@@ -154,7 +162,8 @@ void PrintHelp(std::ostream& out) {
         << a.path << ")\n";
   }
   out << "  --<field> V, --set field=V   any config field by path, e.g. --cache.block_size=32\n"
-         "\nEvery field can also be set as KVSERVE_<SECTION>_<FIELD>, e.g. KVSERVE_CACHE_BLOCK_SIZE=32.\n"
+         "\nEvery field can also be set as KVSERVE_<SECTION>_<FIELD>, e.g. "
+         "KVSERVE_CACHE_BLOCK_SIZE=32.\n"
          "`kvserve config --dump` shows all fields; docs/configuration.md explains them.\n"
          "\nExit status: 0 success, 1 runtime failure, 2 bad usage or invalid configuration.\n";
 }
@@ -168,13 +177,23 @@ const config::Field<config::Config>* FieldByPath(const std::string& path) {
 
 }  // namespace
 
+absl::StatusOr<config::Config> LoadConfigFromArgs(const ParsedArgs& args, char** envp) {
+  config::ConfigSources sources;
+  sources.file_path = args.config_file;
+  sources.env = config::EnvFromEnviron(envp);
+  sources.lookup_env = config::EnvLookupFromEnviron(envp);
+  sources.overrides = args.overrides;
+  return config::LoadConfig(sources);
+}
+
 absl::StatusOr<ParsedArgs> ParseArgs(const std::vector<std::string>& args) {
   ParsedArgs parsed;
   std::vector<std::string> known_flags = {"--config", "--set", "--help"};
   for (const auto& a : kAliases) known_flags.emplace_back(a.flag);
   for (const auto& f : config::ConfigFields()) known_flags.push_back("--" + f.path);
   for (const auto& c : Commands()) {
-    for (const auto& s : c.switches) known_flags.push_back(s.ends_with("=") ? s.substr(0, s.size() - 1) : s);
+    for (const auto& s : c.switches)
+      known_flags.push_back(s.ends_with("=") ? s.substr(0, s.size() - 1) : s);
   }
 
   size_t i = 0;
@@ -197,7 +216,8 @@ absl::StatusOr<ParsedArgs> ParseArgs(const std::vector<std::string>& args) {
     }
     auto take_value = [&]() -> absl::StatusOr<std::string> {
       if (value) return *value;
-      if (i + 1 >= args.size()) return absl::InvalidArgumentError(absl::StrCat(name, ": needs a value"));
+      if (i + 1 >= args.size())
+        return absl::InvalidArgumentError(absl::StrCat(name, ": needs a value"));
       return args[++i];
     };
     if (name == "--config") {
@@ -232,7 +252,8 @@ absl::StatusOr<ParsedArgs> ParseArgs(const std::vector<std::string>& args) {
     for (const auto& c : Commands()) {
       if (c.name != parsed.command) continue;
       is_switch |= std::find(c.switches.begin(), c.switches.end(), name) != c.switches.end();
-      is_valued_switch |= std::find(c.switches.begin(), c.switches.end(), name + "=") != c.switches.end();
+      is_valued_switch |=
+          std::find(c.switches.begin(), c.switches.end(), name + "=") != c.switches.end();
     }
     if (is_switch && !value) {
       parsed.switches.push_back(name);
@@ -245,7 +266,8 @@ absl::StatusOr<ParsedArgs> ParseArgs(const std::vector<std::string>& args) {
       continue;
     }
     std::string msg = absl::StrCat("unknown flag ", name);
-    if (auto hint = config::DidYouMean(name, known_flags)) absl::StrAppend(&msg, " (did you mean ", *hint, "?)");
+    if (auto hint = config::DidYouMean(name, known_flags))
+      absl::StrAppend(&msg, " (did you mean ", *hint, "?)");
     return absl::InvalidArgumentError(msg);
   }
   return parsed;
@@ -274,7 +296,8 @@ int RunCli(int argc, char** argv, char** envp, std::ostream& out, std::ostream& 
   std::vector<std::string> names;
   for (const auto& c : commands) names.push_back(c.name);
   std::string msg = absl::StrCat("kvserve: unknown command '", parsed->command, "'");
-  if (auto hint = config::DidYouMean(parsed->command, names)) absl::StrAppend(&msg, " (did you mean '", *hint, "'?)");
+  if (auto hint = config::DidYouMean(parsed->command, names))
+    absl::StrAppend(&msg, " (did you mean '", *hint, "'?)");
   err << msg << "\n(see `kvserve --help`)\n";
   return kExitUsage;
 }

@@ -19,14 +19,14 @@ inline constexpr int kExitUsage = 2;    // bad command line or invalid configura
 
 // Flags common to every subcommand that loads a config, after splitting argv.
 struct ParsedArgs {
-  std::string command;               // "serve", "config", "version", "help"
-  std::string config_file;           // --config FILE
-  config::KeyValues overrides;       // (field path, text) from flags
-  std::vector<std::string> switches; // command-specific switches such as "--dump"
+  std::string command;                // "serve", "config", "version", "help"
+  std::string config_file;            // --config FILE
+  config::KeyValues overrides;        // (field path, text) from flags
+  std::vector<std::string> switches;  // command-specific switches such as "--dump"
   // Command switches that take a value (declared as "--name=" in the command table), in
   // order: ("--prompt", "hello").
   std::vector<std::pair<std::string, std::string>> switch_values;
-  std::string program;               // argv[0]
+  std::string program;  // argv[0]
   std::vector<std::string> positional;
 };
 
@@ -36,5 +36,9 @@ struct ParsedArgs {
 absl::StatusOr<ParsedArgs> ParseArgs(const std::vector<std::string>& args);
 
 int RunCli(int argc, char** argv, char** envp, std::ostream& out, std::ostream& err);
+
+// The configuration a command runs with: --config FILE, then KVSERVE_* from `envp`, then the
+// flags (ParsedArgs::overrides), each over the one before.
+absl::StatusOr<config::Config> LoadConfigFromArgs(const ParsedArgs& args, char** envp);
 
 }  // namespace kvserve::app

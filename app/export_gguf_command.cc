@@ -9,12 +9,7 @@
 namespace kvserve::app {
 
 int RunExportGguf(const ParsedArgs& args, char** envp, std::ostream& out, std::ostream& err) {
-  config::ConfigSources sources;
-  sources.file_path = args.config_file;
-  sources.env = config::EnvFromEnviron(envp);
-  sources.lookup_env = config::EnvLookupFromEnviron(envp);
-  sources.overrides = args.overrides;
-  auto cfg = config::LoadConfig(sources);
+  auto cfg = LoadConfigFromArgs(args, envp);
   if (!cfg.ok()) {
     err << "kvserve: invalid configuration: " << cfg.status().message() << "\n";
     return kExitUsage;

@@ -9,12 +9,7 @@ namespace kvserve::app {
 
 int LoadModelForCommand(const ParsedArgs& args, char** envp, std::string_view command,
                         const StepRowsFn& step_rows, std::ostream& err, LoadedModel& out) {
-  config::ConfigSources sources;
-  sources.file_path = args.config_file;
-  sources.env = config::EnvFromEnviron(envp);
-  sources.lookup_env = config::EnvLookupFromEnviron(envp);
-  sources.overrides = args.overrides;
-  auto cfg = config::LoadConfig(sources);
+  auto cfg = LoadConfigFromArgs(args, envp);
   if (!cfg.ok()) {
     err << "kvserve: invalid configuration: " << cfg.status().message() << "\n";
     return kExitUsage;

@@ -118,21 +118,7 @@ TEST_P(GgufReferenceTest, LogprobsMatchTheDequantizedReference) {
   const std::vector<float> got = session.Step({{s, ids}})[0];
   auto ref = (*ref_model)->Forward(ids);
   ASSERT_TRUE(ref.ok()) << ref.status();
-  // Worst |logprob difference| of each position.
-  std::vector<double> per_position;
-  for (size_t t = 0; t < ids.size(); ++t) {
-    const std::vector<double> want = ref->LogProbs(t);
-    const float* row = got.data() + t * static_cast<size_t>(vocab);
-    double mx = row[0];
-    for (int v = 1; v < vocab; ++v) mx = std::max(mx, static_cast<double>(row[v]));
-    double sum = 0;
-    for (int v = 0; v < vocab; ++v) sum += std::exp(row[v] - mx);
-    const double lse = mx + std::log(sum);
-    double worst = 0;
-    for (int v = 0; v < vocab; ++v)
-      worst = std::max(worst, std::abs(row[v] - lse - want[static_cast<size_t>(v)]));
-    per_position.push_back(worst);
-  }
+  const std::vector<double> per_position = PositionLogprobDiffs(got, *ref, ids.size(), vocab);
   std::vector<double> sorted = per_position;
   std::sort(sorted.begin(), sorted.end());
   const double worst = sorted.back(), median = sorted[sorted.size() / 2];

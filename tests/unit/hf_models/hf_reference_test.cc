@@ -81,17 +81,7 @@ TEST_P(KvserveAgreementTest, LogprobsMatchTheCpuForward) {
     const std::vector<float> got = session.Step({{s, ids}})[0];
     auto ref = (*ref_model)->Forward(ids);
     ASSERT_TRUE(ref.ok()) << ref.status();
-    for (size_t t = 0; t < ids.size(); ++t) {
-      const std::vector<double> want = ref->LogProbs(t);
-      const float* row = got.data() + t * static_cast<size_t>(vocab);
-      double mx = row[0];
-      for (int v = 1; v < vocab; ++v) mx = std::max(mx, static_cast<double>(row[v]));
-      double sum = 0;
-      for (int v = 0; v < vocab; ++v) sum += std::exp(row[v] - mx);
-      const double lse = mx + std::log(sum);
-      for (int v = 0; v < vocab; ++v)
-        worst = std::max(worst, std::abs(row[v] - lse - want[static_cast<size_t>(v)]));
-    }
+    for (double d : PositionLogprobDiffs(got, *ref, ids.size(), vocab)) worst = std::max(worst, d);
   }
   RecordProperty("max_logprob_diff", std::to_string(worst));
   std::printf("[ agreement ] %s: max |logprob diff| = %.3g\n", GetParam().name.c_str(), worst);
@@ -112,7 +102,6 @@ TEST_P(KvserveAgreementTest, LogprobsMatchTheCpuForward) {
   }
   EXPECT_EQ(got, *want);
 }
-
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, KvserveAgreementTest, ::testing::ValuesIn(AgreementFixtures()),
                          [](const auto& p) { return p.param.name; });

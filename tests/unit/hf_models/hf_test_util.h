@@ -12,6 +12,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/support/hf_models/presets.h"
+#include "tests/support/hf_models/reference_forward.h"
 
 namespace kvserve::testing::hf {
 
@@ -157,6 +158,27 @@ inline std::vector<int32_t> TestIds(int n, int vocab, int salt = 0) {
   for (int i = 0; i < n; ++i)
     ids.push_back(static_cast<int32_t>((i * 37 + 11 + salt * 101) % vocab));
   return ids;
+}
+
+// The largest |logprob difference| at each of `positions` positions between kvserve's logits
+// (`got`: [positions][vocab], log-softmaxed here) and the reference's.
+inline std::vector<double> PositionLogprobDiffs(const std::vector<float>& got, const Reference& ref,
+                                                size_t positions, int vocab) {
+  std::vector<double> out;
+  for (size_t t = 0; t < positions; ++t) {
+    const std::vector<double> want = ref.LogProbs(t);
+    const float* row = got.data() + t * static_cast<size_t>(vocab);
+    double mx = row[0];
+    for (int v = 1; v < vocab; ++v) mx = std::max(mx, static_cast<double>(row[v]));
+    double sum = 0;
+    for (int v = 0; v < vocab; ++v) sum += std::exp(row[v] - mx);
+    const double lse = mx + std::log(sum);
+    double worst = 0;
+    for (int v = 0; v < vocab; ++v)
+      worst = std::max(worst, std::abs(row[v] - lse - want[static_cast<size_t>(v)]));
+    out.push_back(worst);
+  }
+  return out;
 }
 
 }  // namespace kvserve::testing::hf
