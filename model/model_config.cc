@@ -8,9 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/absl_compat.h"
 #include "base/check.h"
-#include "gguf/gguf_source.h"
 #include "model/config_reader.h"
-#include "model/gguf_config.h"
 #include "model/rope_table.h"
 #include "nlohmann/json.hpp"
 
@@ -513,19 +511,6 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::st
   KVS_RETURN_IF_ERROR(ParseMoe(root, r, c));
   KVS_RETURN_IF_ERROR(ParseTokenIds(root, origin, c));
   return c;
-}
-
-absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
-  if (gguf::IsGgufSource(model_dir)) {
-    KVS_ASSIGN_OR_RETURN(gguf::GgufModel g, gguf::GgufModel::Open(model_dir));
-    return LoadGgufModelConfig(g);
-  }
-  const std::string path = model_dir + "/config.json";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return ParseModelConfig(text.str(), path);
 }
 
 std::vector<float> RopeInvFreq(const ModelConfig& config) {

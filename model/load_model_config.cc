@@ -1,0 +1,30 @@
+// LoadModelConfig (model_config.h): a model path's configuration, from config.json or, for a
+// GGUF model, from the file's metadata. Kept apart from the parser so that the parser (and its
+// fuzz target) links without the GGUF reader.
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "base/check.h"
+#include "gguf/gguf_file.h"
+#include "gguf/gguf_source.h"
+#include "model/gguf_config.h"
+#include "model/model_config.h"
+
+namespace kvserve::model {
+
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
+  if (gguf::IsGgufSource(model_dir)) {
+    KVS_ASSIGN_OR_RETURN(gguf::GgufModel g, gguf::GgufModel::Open(model_dir));
+    return LoadGgufModelConfig(g);
+  }
+  const std::string path = model_dir + "/config.json";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return ParseModelConfig(text.str(), path);
+}
+
+}  // namespace kvserve::model
