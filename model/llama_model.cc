@@ -5,21 +5,19 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "base/absl_compat.h"
 #include "base/check.h"
-#include "kernels/cpu/kv_write.h"
 #include "kernels/cpu/compute_pool.h"
-#include "kernels/cpu/lora_sgmv.h"
+#include "kernels/cpu/kv_quant.h"
+#include "kernels/cpu/kv_write.h"
 #include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/paged_attention.h"
-#include "model/forward_validation.h"
-#include "gguf/gguf_source.h"
-#include "model/gguf_checkpoint.h"
-#include "model/gguf_config.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/swiglu.h"
-#include "kernels/cpu/kv_quant.h"
-#include "base/absl_compat.h"
+#include "model/forward_validation.h"
+#include "model/load_model_config.h"
+#include "model/lora_hooks.h"
 
 namespace kvserve::model {
 namespace {
@@ -28,11 +26,13 @@ namespace {
 // start-up with the field named, never approximated.
 absl::Status CheckImplemented(const ModelConfig& c) {
   auto refuse = [&](std::string_view field) {
-    return absl::UnimplementedError(absl::StrCat(c.architecture_name, ": ", base::AsAbsl(field),
-                                                 " is not implemented by the CPU forward pass yet"));
+    return absl::UnimplementedError(
+        absl::StrCat(c.architecture_name, ": ", base::AsAbsl(field),
+                     " is not implemented by the CPU forward pass yet"));
   };
   // MoE layers add their experts straight into the residual (no Gemma sandwich norm).
-  if (c.any_moe_layer() && c.sandwich_norms) return refuse("post_feedforward_layernorm on a MoE layer");
+  if (c.any_moe_layer() && c.sandwich_norms)
+    return refuse("post_feedforward_layernorm on a MoE layer");
   return absl::OkStatus();
 }
 
@@ -41,9 +41,12 @@ absl::Status CheckImplemented(const ModelConfig& c) {
 float EmbeddingScale(const ModelConfig& c, WeightDtype dtype) {
   const float s = std::sqrt(static_cast<float>(c.hidden_size));
   switch (dtype) {
-    case WeightDtype::kBf16: return kernels::cpu::Bf16ToFloat(kernels::cpu::FloatToBf16(s));
-    case WeightDtype::kF16: return kernels::cpu::HalfToFloat(kernels::cpu::FloatToHalf(s));
-    case WeightDtype::kF32: break;
+    case WeightDtype::kBf16:
+      return kernels::cpu::Bf16ToFloat(kernels::cpu::FloatToBf16(s));
+    case WeightDtype::kF16:
+      return kernels::cpu::HalfToFloat(kernels::cpu::FloatToHalf(s));
+    case WeightDtype::kF32:
+      break;
   }
   return s;
 }
@@ -58,7 +61,8 @@ void CosSin(const ForwardBatch& b, const RopeTable& table, int half, float* out)
 }
 
 // Per-head RMSNorm of `heads` heads of each row (Qwen3 / Gemma 3 q_norm and k_norm).
-void HeadNorm(float* x, int64_t rows, int64_t stride, int heads, int head_dim, const float* w, float eps) {
+void HeadNorm(float* x, int64_t rows, int64_t stride, int heads, int head_dim, const float* w,
+              float eps) {
   for (int64_t r = 0; r < rows; ++r) {
     float* row = x + r * stride;
     kernels::cpu::RmsNorm(row, head_dim, w, row, head_dim, heads, head_dim, eps);
@@ -69,97 +73,27 @@ absl::Status BatchError(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("forward batch: ", what));
 }
 
-// LoRA rows (forward_batch.h, LoraRows): shapes checked before anything is computed.
-absl::Status ValidateLora(const ModelConfig& c, const ForwardBatch& b) {
-  if (b.lora == nullptr) return absl::OkStatus();
-  const LoraRows& l = *b.lora;
-  if (l.groups == nullptr || l.num_slots < 0) return BatchError("lora: no row groups");
-  const size_t slots = static_cast<size_t>(l.num_slots);
-  const size_t sites = static_cast<size_t>(c.num_layers) * kLoraSites;
-  if (l.views.size() != sites * slots) {
-    return BatchError(absl::StrCat("lora: ", l.views.size(), " weight views, expected ",
-                                   sites * slots, " (layers x sites x slots)"));
-  }
-  if (l.row_slots.size() != static_cast<size_t>(b.num_tokens())) {
-    return BatchError(
-        absl::StrCat("lora: ", l.row_slots.size(), " row slots for ", b.num_tokens(), " rows"));
-  }
-  for (int16_t s : l.row_slots) {
-    if (s < -1 || s >= l.num_slots)
-      return BatchError(absl::StrCat("lora: row slot ", s, " out of range"));
-  }
-  const size_t expert_views =
-      c.any_moe_layer() ? sites / kLoraSites * 2 * static_cast<size_t>(c.moe.num_experts) * slots
-                        : 0;
-  if (l.expert_views.size() != expert_views) {
-    return BatchError(absl::StrCat("lora: ", l.expert_views.size(),
-                                   " expert weight views, expected ", expert_views));
-  }
-  for (int32_t row : l.groups->rows()) {
-    if (row < 0 || row >= b.num_tokens()) {
-      return BatchError(absl::StrCat("lora: row ", row, " out of range"));
-    }
-  }
-  for (const auto& seg : l.groups->segments()) {
-    if (seg.slot < 0 || seg.slot >= l.num_slots) {
-      return BatchError(absl::StrCat("lora: slot ", seg.slot, " out of range"));
-    }
-  }
-  int widest = 0;
-  for (size_t i = 0; i < l.views.size(); ++i) {
-    const int rank = l.views[i].rank;
-    widest = std::max(widest, (rank + 7) / 8 * 8);
-    const int layer = static_cast<int>(i / (kLoraSites * slots));
-    const auto site = static_cast<LoraSite>(i / slots % kLoraSites);
-    const bool mlp = site == LoraSite::kGateUp || site == LoraSite::kDown;
-    if (rank > 0 && mlp && c.is_moe_layer(layer)) {
-      return BatchError(absl::StrCat("lora: layer ", layer,
-                                     " is a mixture-of-experts layer without a dense MLP"));
-    }
-  }
-  if (l.scratch.size() < kernels::cpu::LoraScratchFloats(l.groups->num_rows(), widest)) {
-    return BatchError("lora: scratch too small");
-  }
-  return absl::OkStatus();
-}
-
-// y += each adapted row's LoRA delta on one projection (x: the projection's input rows).
-void AddLora(const ForwardBatch& b, int layer, LoraSite site, const float* x, int64_t x_stride,
-             int in, float* y, int64_t y_stride) {
-  const LoraRows* l = b.lora;
-  if (l == nullptr || l->groups->empty()) return;
-  const size_t slots = static_cast<size_t>(l->num_slots);
-  const size_t first =
-      (static_cast<size_t>(layer) * kLoraSites + static_cast<size_t>(site)) * slots;
-  kernels::cpu::LoraShrinkExpand(*l->groups, l->views.subspan(first, slots), x, x_stride, in, y,
-                                 y_stride, l->scratch);
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& model_dir,
                                                              const ModelOptions& options) {
   if (options.max_context < 0) return absl::InvalidArgumentError("max_context must be >= 0");
-  ModelConfig config;
-  SafetensorsCheckpoint ckpt;
-  if (gguf::IsGgufSource(model_dir)) {
-    KVS_ASSIGN_OR_RETURN(gguf::GgufModel opened, gguf::GgufModel::Open(model_dir));
-    auto g = std::make_shared<const gguf::GgufModel>(std::move(opened));
-    KVS_ASSIGN_OR_RETURN(config, LoadGgufModelConfig(*g));
-    KVS_ASSIGN_OR_RETURN(ckpt, OpenGgufCheckpoint(g, config));
-  } else {
-    KVS_ASSIGN_OR_RETURN(config, LoadModelConfig(model_dir));
-    KVS_ASSIGN_OR_RETURN(ckpt, SafetensorsCheckpoint::Open(model_dir));
-  }
-  if (options.max_context > 0) config.served_context = std::min(config.served_context, options.max_context);
-  KVS_ASSIGN_OR_RETURN(LlamaWeights weights, LlamaWeights::Load(config, std::move(ckpt), options.pack_weights));
+  KVS_ASSIGN_OR_RETURN(ModelSource source, OpenModelSource(model_dir));
+  ModelConfig config = std::move(source.config);
+  if (options.max_context > 0)
+    config.served_context = std::min(config.served_context, options.max_context);
+  KVS_ASSIGN_OR_RETURN(
+      LlamaWeights weights,
+      LlamaWeights::Load(config, std::move(source.checkpoint), options.pack_weights));
   return Create(std::move(config), std::move(weights), options);
 }
 
-absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(ModelConfig config, LlamaWeights weights,
+absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(ModelConfig config,
+                                                               LlamaWeights weights,
                                                                const ModelOptions& options) {
   if (options.max_tokens_per_step < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("max_tokens_per_step must be >= 1, got ", options.max_tokens_per_step));
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens_per_step must be >= 1, got ", options.max_tokens_per_step));
   }
   if (options.threads < 0) return absl::InvalidArgumentError("threads must be >= 0");
   if (weights.num_layers() != config.num_layers) {
@@ -172,15 +106,17 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(ModelConfig confi
           absl::StrCat("weights and config disagree on layer ", i, "'s experts"));
     }
   }
-  return std::unique_ptr<LlamaModel>(new LlamaModel(std::move(config), std::move(weights), options));
+  return std::unique_ptr<LlamaModel>(
+      new LlamaModel(std::move(config), std::move(weights), options));
 }
 
 LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, const ModelOptions& options)
     : config_(std::move(config)),
       weights_(std::move(weights)),
       rope_(ComputeRopeTable(config_, config_.rope_theta, /*scaled=*/true)),
-      local_rope_(config_.rope_local_theta ? ComputeRopeTable(config_, *config_.rope_local_theta, /*scaled=*/false)
-                                           : RopeTable{}),
+      local_rope_(config_.rope_local_theta
+                      ? ComputeRopeTable(config_, *config_.rope_local_theta, /*scaled=*/false)
+                      : RopeTable{}),
       threads_(kernels::cpu::SetComputeThreads(options.threads)),
       max_tokens_(options.max_tokens_per_step),
       logger_(options.logger) {
@@ -198,9 +134,12 @@ LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, const ModelOpti
   cos_sin_.resize(m * c.head_dim);
   if (!local_rope_.inv_freq.empty()) cos_sin_local_.resize(m * c.head_dim);
   if (c.sandwich_norms) branch_.resize(m * c.hidden_size);
-  const char* wdtype = weights_.bf16_projections() ? "bf16" : weights_.fp16_projections() ? "fp16" : "fp32";
+  const char* wdtype = weights_.bf16_projections()   ? "bf16"
+                       : weights_.fp16_projections() ? "fp16"
+                                                     : "fp32";
   size_t scratch = 0;
-  for (const auto* v : {&x_, &h_, &qkv_, &attn_, &gate_up_, &act_, &cos_sin_, &cos_sin_local_, &branch_}) {
+  for (const auto* v :
+       {&x_, &h_, &qkv_, &attn_, &gate_up_, &act_, &cos_sin_, &cos_sin_local_, &branch_}) {
     scratch += v->size() * sizeof(float);
   }
   if (moe_ != nullptr) {
@@ -211,19 +150,22 @@ LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, const ModelOpti
         static_cast<double>(c.num_active_parameters()) * 1e-6,
         static_cast<double>(c.num_parameters()) * 1e-6);
   }
-  logger_.info("model %s: %d layers, hidden %d, heads %d/%d x %d, vocab %d, %.1f M params, %s weights "
-               "(%.1f MiB %s), step scratch %.1f MiB for %d rows, %d threads, %s attention",
-               c.architecture_name, c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim,
-               c.vocab_size, static_cast<double>(c.num_parameters()) * 1e-6, wdtype,
-               static_cast<double>(weights_.resident_bytes()) / (1 << 20),
-               weights_.packed() ? "packed" : "norms only: a device backend holds the rest",
-               static_cast<double>(scratch) / (1 << 20), max_tokens_, threads_,
-               kernels::cpu::PagedAttentionKernelName());
+  logger_.info(
+      "model %s: %d layers, hidden %d, heads %d/%d x %d, vocab %d, %.1f M params, %s weights "
+      "(%.1f MiB %s), step scratch %.1f MiB for %d rows, %d threads, %s attention",
+      c.architecture_name, c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim,
+      c.vocab_size, static_cast<double>(c.num_parameters()) * 1e-6, wdtype,
+      static_cast<double>(weights_.resident_bytes()) / (1 << 20),
+      weights_.packed() ? "packed" : "norms only: a device backend holds the rest",
+      static_cast<double>(scratch) / (1 << 20), max_tokens_, threads_,
+      kernels::cpu::PagedAttentionKernelName());
 }
 
-absl::Status LlamaModel::Validate(const ForwardBatch& b, const KvCacheView& kv, std::span<float> logits,
+absl::Status LlamaModel::Validate(const ForwardBatch& b, const KvCacheView& kv,
+                                  std::span<float> logits,
                                   const ForwardObservers* observers) const {
-  KVS_RETURN_IF_ERROR(ValidateForwardBatch(config_, max_tokens_, b, kv.layout, kv.num_blocks, kv.lower_tiers));
+  KVS_RETURN_IF_ERROR(
+      ValidateForwardBatch(config_, max_tokens_, b, kv.layout, kv.num_blocks, kv.lower_tiers));
   KVS_RETURN_IF_ERROR(ValidateKvView(kv));
   KVS_RETURN_IF_ERROR(ValidateWindowTables(b, kv));
   KVS_RETURN_IF_ERROR(ValidateLora(config_, b));
@@ -261,10 +203,11 @@ int LlamaModel::PrepareWindowGroups(const ForwardBatch& b, const KvCacheView& kv
   return groups;
 }
 
-absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, std::span<float> logits,
-                                 const ForwardObservers* observers) {
+absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv,
+                                 std::span<float> logits, const ForwardObservers* observers) {
   if (!weights_.packed()) {
-    return absl::FailedPreconditionError("model loaded without CPU weights (a device backend serves it)");
+    return absl::FailedPreconditionError(
+        "model loaded without CPU weights (a device backend serves it)");
   }
   KVS_RETURN_IF_ERROR(Validate(b, kv, logits, observers));
   kernels::cpu::SetComputeThreads(threads_);
@@ -278,11 +221,12 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
   const float scale = static_cast<float>(c.attention_scale);
   const bool want_mass = observers != nullptr && !observers->attention_mass.empty();
 
-  const size_t ws_floats =
-      kernels::cpu::PagedAttentionWorkspaceFloats(kv.layout, c.num_heads, kernels::cpu::ComputeThreads());
+  const size_t ws_floats = kernels::cpu::PagedAttentionWorkspaceFloats(
+      kv.layout, c.num_heads, kernels::cpu::ComputeThreads());
   if (attn_workspace_.size() < ws_floats) attn_workspace_.resize(ws_floats);  // once per layout
   if (want_mass) {
-    if (lse_.size() < static_cast<size_t>(max_tokens_) * c.num_heads) lse_.resize(static_cast<size_t>(max_tokens_) * c.num_heads);
+    if (lse_.size() < static_cast<size_t>(max_tokens_) * c.num_heads)
+      lse_.resize(static_cast<size_t>(max_tokens_) * c.num_heads);
     std::fill(observers->attention_mass.begin(), observers->attention_mass.end(), 0.0f);
   }
   const kernels::cpu::PagedSeqs seqs{b.num_seqs(), b.seq_starts.data(), b.kv_lens.data(),
@@ -317,11 +261,13 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
     AddLora(b, layer, LoraSite::kQkv, h_.data(), d, d, qkv_.data(), qkv_stride);
     if (c.qk_norm) {
       HeadNorm(qkv_.data(), t, qkv_stride, c.num_heads, c.head_dim, w.q_norm, c.rms_norm_eps);
-      HeadNorm(qkv_.data() + q_size, t, qkv_stride, c.num_kv_heads, c.head_dim, w.k_norm, c.rms_norm_eps);
+      HeadNorm(qkv_.data() + q_size, t, qkv_stride, c.num_kv_heads, c.head_dim, w.k_norm,
+               c.rms_norm_eps);
     }
     if (observers != nullptr && !observers->pre_rope_queries.empty()) {
       float* dst = observers->pre_rope_queries.data() + static_cast<int64_t>(layer) * t * q_size;
-      for (int64_t i = 0; i < t; ++i) std::memcpy(dst + i * q_size, qkv_.data() + i * qkv_stride, q_size * sizeof(float));
+      for (int64_t i = 0; i < t; ++i)
+        std::memcpy(dst + i * q_size, qkv_.data() + i * qkv_stride, q_size * sizeof(float));
     }
     float* q = qkv_.data();
     float* k = q + q_size;
@@ -339,7 +285,8 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
     const size_t num_tiers = 1 + kv.lower_tiers.size();
     for (size_t i = 1; i < num_tiers; ++i) {
       const kernels::cpu::KvTierStorage& st = kv.lower_tiers[i - 1];
-      tiers[i] = {st.layout, st.layer_data[layer], st.layer_scales != nullptr ? st.layer_scales[layer] : nullptr,
+      tiers[i] = {st.layout, st.layer_data[layer],
+                  st.layer_scales != nullptr ? st.layer_scales[layer] : nullptr,
                   st.key_basis != nullptr ? st.key_basis[layer] : nullptr};
     }
     const std::span<const kernels::cpu::KvTierView> tier_views(tiers, num_tiers);
@@ -351,18 +298,20 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
                                        attn_.data(), q_size, layer_mass ? lse_.data() : nullptr,
                                        attn_workspace_.data(), attn_workspace_.size(), variant);
     if (layer_mass) {
-      float* mass = observers->attention_mass.data() +
-                    static_cast<int64_t>(layer) * b.num_seqs() * c.num_kv_heads * observers->mass_stride;
-      kernels::cpu::AttentionMassTiered(tier_views, seqs, q, qkv_stride, c.num_heads, scale, lse_.data(), mass,
-                                        observers->mass_stride, attn_workspace_.data(), attn_workspace_.size(),
-                                        variant);
+      float* mass = observers->attention_mass.data() + static_cast<int64_t>(layer) * b.num_seqs() *
+                                                           c.num_kv_heads * observers->mass_stride;
+      kernels::cpu::AttentionMassTiered(tier_views, seqs, q, qkv_stride, c.num_heads, scale,
+                                        lse_.data(), mass, observers->mass_stride,
+                                        attn_workspace_.data(), attn_workspace_.size(), variant);
     }
     if (c.sandwich_norms) {
       // Gemma: x += norm(attn · Woᵀ), then x += norm(mlp(norm(x))).
       Project(attn_.data(), q_size, w.o, w.o_bias, branch_.data(), d, t, q_size, d, false);
       AddLora(b, layer, LoraSite::kO, attn_.data(), q_size, q_size, branch_.data(), d);
-      kernels::cpu::RmsNorm(branch_.data(), d, w.post_attn_norm, branch_.data(), d, t, d, c.rms_norm_eps);
-      for (int64_t i = 0; i < t * d; ++i) x_[static_cast<size_t>(i)] += branch_[static_cast<size_t>(i)];
+      kernels::cpu::RmsNorm(branch_.data(), d, w.post_attn_norm, branch_.data(), d, t, d,
+                            c.rms_norm_eps);
+      for (int64_t i = 0; i < t * d; ++i)
+        x_[static_cast<size_t>(i)] += branch_[static_cast<size_t>(i)];
     } else {
       Project(attn_.data(), q_size, w.o, w.o_bias, x_.data(), d, t, q_size, d, true);
       AddLora(b, layer, LoraSite::kO, attn_.data(), q_size, q_size, x_.data(), d);
@@ -383,8 +332,10 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
     if (c.sandwich_norms) {
       Project(act_.data(), inter, w.down, nullptr, branch_.data(), d, t, inter, d, false);
       AddLora(b, layer, LoraSite::kDown, act_.data(), inter, inter, branch_.data(), d);
-      kernels::cpu::RmsNorm(branch_.data(), d, w.post_ff_norm, branch_.data(), d, t, d, c.rms_norm_eps);
-      for (int64_t i = 0; i < t * d; ++i) x_[static_cast<size_t>(i)] += branch_[static_cast<size_t>(i)];
+      kernels::cpu::RmsNorm(branch_.data(), d, w.post_ff_norm, branch_.data(), d, t, d,
+                            c.rms_norm_eps);
+      for (int64_t i = 0; i < t * d; ++i)
+        x_[static_cast<size_t>(i)] += branch_[static_cast<size_t>(i)];
     } else {
       Project(act_.data(), inter, w.down, nullptr, x_.data(), d, t, inter, d, true);
       AddLora(b, layer, LoraSite::kDown, act_.data(), inter, inter, x_.data(), d);
@@ -394,15 +345,17 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv, s
   // Only the requested rows go through the final norm and the (large) vocabulary projection.
   const int64_t rows = static_cast<int64_t>(b.logits_rows.size());
   for (int64_t r = 0; r < rows; ++r) {
-    std::memcpy(h_.data() + r * d, x_.data() + static_cast<int64_t>(b.logits_rows[r]) * d, d * sizeof(float));
+    std::memcpy(h_.data() + r * d, x_.data() + static_cast<int64_t>(b.logits_rows[r]) * d,
+                d * sizeof(float));
   }
   kernels::cpu::RmsNorm(h_.data(), d, weights_.final_norm(), h_.data(), d, rows, d, c.rms_norm_eps);
   last_logits_rows_ = rows;
   Project(h_.data(), d, weights_.lm_head(), nullptr, logits.data(), c.vocab_size, rows, d,
-                       c.vocab_size, false);
+          c.vocab_size, false);
   if (c.final_logit_softcap > 0) {
     const float cap = static_cast<float>(c.final_logit_softcap);
-    for (int64_t i = 0; i < rows * c.vocab_size; ++i) logits[static_cast<size_t>(i)] = cap * std::tanh(logits[static_cast<size_t>(i)] / cap);
+    for (int64_t i = 0; i < rows * c.vocab_size; ++i)
+      logits[static_cast<size_t>(i)] = cap * std::tanh(logits[static_cast<size_t>(i)] / cap);
   }
   return absl::OkStatus();
 }

@@ -2,6 +2,7 @@
 // GGUF model, from the file's metadata. Kept apart from the parser so that the parser (and its
 // fuzz target) links without the GGUF reader.
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 
@@ -9,7 +10,9 @@
 #include "base/check.h"
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_source.h"
+#include "model/gguf_checkpoint.h"
 #include "model/gguf_config.h"
+#include "model/load_model_config.h"
 #include "model/model_config.h"
 
 namespace kvserve::model {
@@ -25,6 +28,20 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
   std::ostringstream text;
   text << in.rdbuf();
   return ParseModelConfig(text.str(), path);
+}
+
+absl::StatusOr<ModelSource> OpenModelSource(const std::string& path) {
+  ModelSource s;
+  if (gguf::IsGgufSource(path)) {
+    KVS_ASSIGN_OR_RETURN(gguf::GgufModel opened, gguf::GgufModel::Open(path));
+    auto g = std::make_shared<const gguf::GgufModel>(std::move(opened));
+    KVS_ASSIGN_OR_RETURN(s.config, LoadGgufModelConfig(*g));
+    KVS_ASSIGN_OR_RETURN(s.checkpoint, OpenGgufCheckpoint(g, s.config));
+    return s;
+  }
+  KVS_ASSIGN_OR_RETURN(s.config, LoadModelConfig(path));
+  KVS_ASSIGN_OR_RETURN(s.checkpoint, SafetensorsCheckpoint::Open(path));
+  return s;
 }
 
 }  // namespace kvserve::model
