@@ -139,6 +139,15 @@ int main() {
       "|\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Shape& s : kShapes) {
     QuantPair q(s, rng);
+    for (const kc::QuantWeightView& w : q.w) {
+      if (const int err =
+              kc::QuantGemv(kc::GemmDtype::kBf16, x, s.in, w, y, s.out, 1, false, nullptr);
+          err != 0) {
+        std::fprintf(stderr, "cuda_quant_bench: W%dA16 GEMV failed: %s\n", w.shape.bits,
+                     cudaGetErrorString(static_cast<cudaError_t>(err)));
+        return 1;
+      }
+    }
     for (int rows : {1, 2, 4, 8}) {
       const double xbytes = 2.0 * rows * s.in;
       const double t16 = TimeMs([&] {
@@ -169,6 +178,13 @@ int main() {
       "|---|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Shape& s : kShapes) {
     QuantPair q(s, rng);
+    if (const absl::Status st =
+            kc::QuantLinear(**gemm, kc::GemmDtype::kBf16, x, s.in, q.w[1], y, s.out, 16, false,
+                            workspace, kc::QuantLinearWorkspaceBytes(q.w[1].shape));
+        !st.ok()) {
+      std::fprintf(stderr, "cuda_quant_bench: batched W4A16 failed: %s\n", st.ToString().c_str());
+      return 1;
+    }
     for (int rows : {16, 64, 256, 1024}) {
       const double flops = 2.0 * rows * s.out * s.in;
       const double t16 = TimeMs([&] {
@@ -204,6 +220,12 @@ int main() {
     std::printf(
         "| shape | rows | GEMM µs | TFLOP/s | with activation quantization µs | TFLOP/s |\n"
         "|---|---:|---:|---:|---:|---:|\n");
+    if (const absl::Status st = (*fp8)->Linear(static_cast<const uint8_t*>(xq), 4096, scales,
+                                               static_cast<const uint8_t*>(wq), scales + 1, y8,
+                                               4096, 16, 4096, 4096, false);
+        !st.ok()) {
+      std::printf("FP8 GEMM failed: %s\n", st.ToString().c_str());
+    }
     for (const Shape& s : kShapes) {
       for (int rows : {16, 128, 1024, 4096}) {
         const double flops = 2.0 * rows * s.out * s.in;

@@ -91,7 +91,7 @@ double E4m3Value(uint8_t c) {
   return (c & 0x80) ? -mag : mag;
 }
 
-// Nearest e4m3 code to v, ties to the even code, saturating at ±448.
+// Nearest e4m3 code to v, ties to the even code (mantissa bit 0), saturating at ±448.
 uint8_t NearestE4m3(double v) {
   const double a = std::min(std::fabs(v), 448.0);
   int best = 0;
@@ -100,7 +100,8 @@ uint8_t NearestE4m3(double v) {
                  db = std::fabs(E4m3Value(best) - a);
     if (d < db || (d == db && (c & 1) == 0)) best = c;
   }
-  return static_cast<uint8_t>(v < 0 && best != 0 ? best | 0x80 : best);
+  return static_cast<uint8_t>(std::signbit(v) ? best | 0x80
+                                              : best);  // the sign survives rounding to 0
 }
 
 // Random activations: bf16 or fp16 bit patterns of magnitude about 2^-3..2^1, either sign.
@@ -180,9 +181,10 @@ void CheckQuantLinear(const GroupQuantShape& shape, bool fp16, bool accumulate, 
     for (auto& v : y0) v = u(rng);
     Dev<uint16_t> dx(x);
     Dev<float> dy(y0);
-    ASSERT_TRUE(QuantLinear(**gemm, act, dx.get(), in, dq.View(), dy.get(), out, rows, accumulate,
-                            workspace.get(), QuantLinearWorkspaceBytes(shape))
-                    .ok());
+    const absl::Status st =
+        QuantLinear(**gemm, act, dx.get(), in, dq.View(), dy.get(), out, rows, accumulate,
+                    workspace.get(), QuantLinearWorkspaceBytes(shape));
+    ASSERT_TRUE(st.ok()) << st;
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     const std::vector<float> y = dy.Host();
     const bool gemv = rows <= 8;
@@ -226,7 +228,7 @@ TEST(CudaQuant, Fp16ActivationsAndAccumulate) {
 }
 
 TEST(CudaQuant, LongRowsSplitAcrossWarps) {
-  // Few long rows: the GEMV splits each row over several warps (4096 inputs: 2 for int4, 4 for
+  // Few long rows: the GEMV splits each row over several warps (4096 inputs: 4 for int4, 8 for
   // int8).
   CheckQuantLinear({4, 72, 4096, 128, true}, /*fp16=*/false, /*accumulate=*/false, 31);
   CheckQuantLinear({8, 72, 4096, 32, false}, /*fp16=*/false, /*accumulate=*/false, 32);
