@@ -30,27 +30,41 @@ __device__ __forceinline__ void DecodeAct8(const uint4& r, float (&v)[8]) {
   }
 }
 
-// The 128 / kBits codes of one 16-byte load as floats q − z, exactly: (2^23 + q) − (2^23 + z)
-// with 2^23 + q built from the bits (quant_gemv.h).
+// The 128 / kBits codes of one 16-byte load as floats q − z, exactly, in two instructions per
+// code: the code masked in place (at bit kBits·j of a 16-bit half word; the upper half is shifted
+// down once) under the exponent of 2^23 reads as the float 2^23 + q·2^(kBits·j), and one FMA
+// scales that by 2^(−kBits·j) and subtracts 2^(23 − kBits·j) + z. q − z is a small integer, so
+// the FMA's single rounding is exact. (The code must stay inside the 23 mantissa bits: hence
+// half words.)
 template <int kBits>
-__device__ __forceinline__ void DecodeCodes(const uint4& raw, float bias,
-                                            float (&wq)[128 / kBits]) {
-  constexpr int kPerWord = 32 / kBits;
+__device__ __forceinline__ void DecodeCodes(const uint4& raw, float z, float (&wq)[128 / kBits]) {
+  constexpr int kPerHalf = 16 / kBits;  // codes per 16 bits: 4 or 2
+  constexpr int kPerWord = 2 * kPerHalf;
   constexpr uint32_t kMask = (1u << kBits) - 1u;
+  float mul[kPerHalf], add[kPerHalf];
+#pragma unroll
+  for (int j = 0; j < kPerHalf; ++j) {
+    mul[j] = __uint_as_float(static_cast<uint32_t>(127 - kBits * j) << 23);  // 2^(−kBits·j)
+    add[j] =
+        -(__uint_as_float(static_cast<uint32_t>(150 - kBits * j) << 23) + z);  // exact: z < 2^kBits
+  }
   const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
 #pragma unroll
-    for (int j = 0; j < kPerWord; ++j) {
-      wq[k * kPerWord + j] =
-          __uint_as_float(((words[k] >> (kBits * j)) & kMask) | 0x4B000000u) - bias;
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t v = h == 0 ? words[k] : words[k] >> 16;
+#pragma unroll
+      for (int j = 0; j < kPerHalf; ++j) {
+        wq[k * kPerWord + h * kPerHalf + j] =
+            fmaf(__uint_as_float((v & (kMask << (kBits * j))) | 0x4B000000u), mul[j], add[j]);
+      }
     }
   }
 }
 
-__device__ __forceinline__ float GroupBias(const uint8_t* zr, int g, int bits) {
-  const int z = zr != nullptr ? static_cast<int>(__ldg(zr + g)) : (1 << (bits - 1));
-  return 8388608.0f + static_cast<float>(z);
+__device__ __forceinline__ float GroupZero(const uint8_t* zr, int g, int bits) {
+  return static_cast<float>(zr != nullptr ? static_cast<int>(__ldg(zr + g)) : (1 << (bits - 1)));
 }
 
 // `split` warps (1, 2, 4 or 8) per output o: warp part p reads the 16-byte code chunks
@@ -81,7 +95,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       const int g = c * kElems / group;  // kElems divides group: the chunk is in one group
       const float s = __half2float(__ushort_as_half(__ldg(sr + g)));
       float wq[kElems];
-      DecodeCodes<kBits>(raw, GroupBias(zr, g, kBits), wq);
+      DecodeCodes<kBits>(raw, GroupZero(zr, g, kBits), wq);
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         const uint16_t* xr = x + r * x_stride + static_cast<int64_t>(c) * kElems;
@@ -128,7 +142,7 @@ __global__ void DequantizeKernel(const uint8_t* codes, const uint16_t* scales, c
   const float s = __half2float(__ushort_as_half(scales[o * groups + g]));
   float wq[kElems];
   DecodeCodes<kBits>(reinterpret_cast<const uint4*>(codes)[idx],
-                     GroupBias(zeros != nullptr ? zeros + o * groups : nullptr, g, kBits), wq);
+                     GroupZero(zeros != nullptr ? zeros + o * groups : nullptr, g, kBits), wq);
   uint4* out = reinterpret_cast<uint4*>(dst + o * in + static_cast<int64_t>(c) * kElems);
 #pragma unroll
   for (int v = 0; v < kElems / 8; ++v) {

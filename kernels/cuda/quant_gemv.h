@@ -6,7 +6,7 @@
 // Design (memory-bound: at batch <= 8 a step is nothing but weight reads): one warp per output
 // row of W, or `split` warps per row when W has few long rows; each lane streams 16 bytes of
 // codes per step (32 int4 or 16 int8 elements, always inside one group), turns the codes into
-// floats in registers (q | 0x4B000000 read as a float is 2^23 + q: no int-to-float converts),
+// floats in registers (masked under the exponent of 2^23, then one FMA: no int-to-float converts),
 // multiplies by the row's activations (16-byte loads, kept in cache: every warp reads the same
 // x), accumulates Σ x·(q - z) per 16-byte step and folds the group scale in once per step;
 // shuffles reduce the warp, then the first warp of the row adds the parts in order
