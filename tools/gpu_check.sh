@@ -46,7 +46,7 @@ esac
 # unit binary whose CreateEngineCudaLoading case needs a device (it skips itself on CPU CI):
 # here it runs.
 # cuda_quant_test: the quantized-weight kernels (W4A16/W8A16 GEMV and dequantize-then-cuBLAS,
-# FP8 W8A8 through cuBLASLt, FP8 activation quantization, 128x128 block-scale dequantization)
+# FP8 W8A8 through cuBLASLt, FP8 activation quantization, FP8 dequantization by block or channel)
 # against float64 references; cuda_quant_bench prints their GB/s and TFLOP/s on Llama-3-8B's
 # linear shapes next to the bf16 GEMV and cuBLAS.
 gpu_tests=(cuda_backend_test cuda_module_test cuda_backend_loader_test cuda_quant_test)

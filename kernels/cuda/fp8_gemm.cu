@@ -75,16 +75,16 @@ __global__ void QuantizeFp8Kernel(const uint16_t* x, int64_t x_stride, int64_t r
   x_fp8[k] = static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
 }
 
-__global__ void DequantizeFp8Block128Kernel(const uint8_t* w, const float* scales, int out, int in,
-                                            uint16_t* dst) {
+__global__ void DequantizeFp8ScaledKernel(const uint8_t* w, const float* scales, int out, int in,
+                                          int block_out, int block_in, uint16_t* dst) {
   const int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (k >= static_cast<int64_t>(out) * in) return;
   const int64_t o = k / in;
   const int i = static_cast<int>(k % in);
-  const int blocks_per_row = (in + 127) / 128;
+  const int blocks_per_row = (in + block_in - 1) / block_in;
   __nv_fp8_e4m3 q;
   q.__x = w[k];
-  const float v = static_cast<float>(q) * scales[(o / 128) * blocks_per_row + i / 128];
+  const float v = static_cast<float>(q) * scales[(o / block_out) * blocks_per_row + i / block_in];
   dst[k] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
 }
 
@@ -217,14 +217,15 @@ int QuantizeFp8PerTensor(GemmDtype act, const void* x, int64_t x_stride, int64_t
   return static_cast<int>(cudaGetLastError());
 }
 
-int DequantizeFp8Block128(const uint8_t* w, const float* scales, int out, int in, uint16_t* dst,
-                          void* stream) {
-  if (w == nullptr || scales == nullptr || dst == nullptr || out < 1 || in < 1) {
+int DequantizeFp8Scaled(const uint8_t* w, const float* scales, int out, int in, int block_out,
+                        int block_in, uint16_t* dst, void* stream) {
+  if (w == nullptr || scales == nullptr || dst == nullptr || out < 1 || in < 1 || block_out < 1 ||
+      block_in < 1) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   const int64_t n = static_cast<int64_t>(out) * in;
-  DequantizeFp8Block128Kernel<<<BlocksFor(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(
-      w, scales, out, in, dst);
+  DequantizeFp8ScaledKernel<<<BlocksFor(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+      w, scales, out, in, block_out, block_in, dst);
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -13,9 +13,9 @@
 //
 // Also here: the dynamic per-tensor activation quantizer (scale = max|x| / 448, the e4m3
 // maximum) and, for checkpoints with 128x128 block scales (DeepSeek-V3 / Qwen FP8,
-// `weight_scale_inv`), a dequantize-to-bf16 kernel: block-scaled weights take the
-// dequantize-then-cuBLAS path (CublasGemm bf16), not an FP8 GEMM; cuBLASLt's block-scale modes
-// are left for when a device can verify them.
+// `weight_scale_inv`) or per-channel weight scales, a dequantize-to-bf16 kernel: those take the
+// dequantize-then-cuBLAS path (CublasGemm bf16), not an FP8 GEMM; cuBLASLt's block-scale and
+// outer-vector scale modes are left for when a device can verify them.
 #pragma once
 
 #include <cstddef>
@@ -60,10 +60,13 @@ class Fp8Gemm {
 int QuantizeFp8PerTensor(GemmDtype act, const void* x, int64_t x_stride, int64_t rows, int in,
                          uint8_t* x_fp8, float* scale, void* stream);
 
-// dst[o][i] (bf16, round to nearest even) = e4m3(w[o][i]) · scales[o / 128][i / 128], scales
-// fp32 row-major [ceil(out/128)][ceil(in/128)] (the checkpoint multiplies: `weight_scale_inv`
-// is the dequantization factor despite its name). Returns 0 or a cudaError_t value.
-int DequantizeFp8Block128(const uint8_t* w, const float* scales, int out, int in, uint16_t* dst,
-                          void* stream);
+// dst[o][i] (bf16, round to nearest even) = e4m3(w[o][i]) · scales[o / block_out][i / block_in],
+// scales fp32 row-major [ceil(out/block_out)][ceil(in/block_in)]: block 128x128 for
+// DeepSeek-V3 / Qwen FP8 (`weight_scale_inv`: the checkpoint multiplies, despite the name),
+// (1, in) for per-channel and (out, in) for per-tensor weight scales (compressed-tensors).
+// The dequantize-then-cuBLAS fallback for the scale shapes Fp8Gemm does not take. Returns 0 or
+// a cudaError_t value.
+int DequantizeFp8Scaled(const uint8_t* w, const float* scales, int out, int in, int block_out,
+                        int block_in, uint16_t* dst, void* stream);
 
 }  // namespace kvserve::kernels::cuda

@@ -11,7 +11,7 @@
 //                                to the nearest e4m3 (ties to even), chosen here by search
 //   Fp8Gemm                      1e-3 · Σ|x·w|·sx·sw: e4m3 products are exact, but Hopper's
 //                                FP8 tensor cores accumulate with fewer bits than fp32
-//   DequantizeFp8Block128        bit-exact: fp32 product of e4m3 and scale, then bf16 RNE
+//   DequantizeFp8Scaled          bit-exact: fp32 product of e4m3 and scale, then bf16 RNE
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -20,6 +20,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/fp8_gemm.h"
@@ -383,26 +384,30 @@ TEST(CudaQuant, Fp8ActivationQuantizationIsBitExact) {
   }
 }
 
-TEST(CudaQuant, Fp8Block128DequantizeIsBitExact) {
+TEST(CudaQuant, Fp8ScaledDequantizeIsBitExact) {
   std::mt19937 rng(81);
-  const int out = 200, in = 300;  // partial blocks on both edges
+  const int out = 200, in = 300;  // partial 128x128 blocks on both edges
   const std::vector<uint8_t> w = RandomE4m3(static_cast<size_t>(out) * in, rng);
-  const int bo = (out + 127) / 128, bi = (in + 127) / 128;
-  std::vector<float> scales(static_cast<size_t>(bo) * bi);
-  std::uniform_real_distribution<float> u(1e-4f, 1e-2f);
-  for (auto& s : scales) s = u(rng);
   Dev<uint8_t> dw(w);
-  Dev<float> ds(scales);
-  Dev<uint16_t> dst(static_cast<size_t>(out) * in);
-  ASSERT_EQ(DequantizeFp8Block128(dw.get(), ds.get(), out, in, dst.get(), nullptr), 0);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const std::vector<uint16_t> got = dst.Host();
-  for (int o = 0; o < out; ++o) {
-    for (int i = 0; i < in; ++i) {
-      // The product of a 4-bit and a 24-bit significand is exact in double; round it to float.
-      const auto v = static_cast<float>(E4m3Value(w[static_cast<size_t>(o) * in + i]) *
-                                        scales[static_cast<size_t>(o / 128) * bi + i / 128]);
-      ASSERT_EQ(got[static_cast<size_t>(o) * in + i], RoundBf16(v)) << o << "," << i;
+  // 128x128 blocks, per channel, per tensor.
+  for (auto [bo, bi] : {std::pair{128, 128}, std::pair{1, in}, std::pair{out, in}}) {
+    SCOPED_TRACE(testing::Message() << "block " << bo << "x" << bi);
+    const int nbo = (out + bo - 1) / bo, nbi = (in + bi - 1) / bi;
+    std::vector<float> scales(static_cast<size_t>(nbo) * nbi);
+    std::uniform_real_distribution<float> u(1e-4f, 1e-2f);
+    for (auto& s : scales) s = u(rng);
+    Dev<float> ds(scales);
+    Dev<uint16_t> dst(static_cast<size_t>(out) * in);
+    ASSERT_EQ(DequantizeFp8Scaled(dw.get(), ds.get(), out, in, bo, bi, dst.get(), nullptr), 0);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<uint16_t> got = dst.Host();
+    for (int o = 0; o < out; ++o) {
+      for (int i = 0; i < in; ++i) {
+        // The product of a 4-bit and a 24-bit significand is exact in double; round it to float.
+        const auto v = static_cast<float>(E4m3Value(w[static_cast<size_t>(o) * in + i]) *
+                                          scales[static_cast<size_t>(o / bo) * nbi + i / bi]);
+        ASSERT_EQ(got[static_cast<size_t>(o) * in + i], RoundBf16(v)) << o << "," << i;
+      }
     }
   }
 }
