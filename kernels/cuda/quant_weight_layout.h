@@ -27,7 +27,8 @@
 //   zeros   out rows of in/group uint8 zero codes; or empty: the symmetric case, where every
 //           zero is the midpoint 2^(bits-1) (8 or 128).
 //
-// Feeding it from the checkpoint formats (a loader converts once, at load):
+// Feeding it from the checkpoint formats (a loader converts once, at load; quant_weight_import.h
+// implements GGUF Q4_0/Q8_0, AWQ and GPTQ):
 //   GGUF Q4_0  group 32, s = d, q = the nibble, symmetric (z = 8). The block's element j < 16 is
 //              the low nibble of qs[j], element j+16 the high nibble: reorder into the sequential
 //              nibble order above.
