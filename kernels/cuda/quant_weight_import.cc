@@ -166,4 +166,57 @@ absl::StatusOr<PackedGroupQuantWeight> PackGptq(std::span<const int32_t> qweight
   return Finish(shape, codes, sc, std::move(zeros));
 }
 
+absl::StatusOr<PackedGroupQuantWeight> PackCompressedTensors(std::span<const int32_t> weight_packed,
+                                                             std::span<const uint16_t> weight_scale,
+                                                             std::span<const int32_t> zero_points,
+                                                             int bits, int out, int in, int group) {
+  const bool channel = group == 0;
+  const GroupQuantShape shape{bits, out, in, channel ? 128 : group, !zero_points.empty()};
+  if (absl::Status s = ValidateGroupQuantShape(shape); !s.ok()) return s;
+  const int per_word = 32 / bits;
+  const uint32_t mask = (1u << bits) - 1u;
+  const size_t n_out = static_cast<size_t>(out),
+               groups = static_cast<size_t>(shape.groups_per_row());
+  const size_t src_groups = channel ? 1 : groups;
+  const size_t row_words = static_cast<size_t>(in / per_word);
+  if (weight_packed.size() != n_out * row_words) {
+    return SizeError("compressed-tensors", "weight_packed", weight_packed.size(),
+                     n_out * row_words);
+  }
+  if (weight_scale.size() != n_out * src_groups) {
+    return SizeError("compressed-tensors", "weight_scale", weight_scale.size(), n_out * src_groups);
+  }
+  const size_t zero_rows =
+      (n_out + static_cast<size_t>(per_word) - 1) / static_cast<size_t>(per_word);
+  if (!zero_points.empty() && zero_points.size() != zero_rows * src_groups) {
+    return SizeError("compressed-tensors", "weight_zero_point", zero_points.size(),
+                     zero_rows * src_groups);
+  }
+  std::vector<uint8_t> codes(n_out * static_cast<size_t>(in));
+  for (size_t o = 0; o < n_out; ++o) {
+    for (size_t k = 0; k < row_words; ++k) {
+      const auto w = static_cast<uint32_t>(weight_packed[o * row_words + k]);
+      for (int j = 0; j < per_word; ++j) {
+        codes[o * static_cast<size_t>(in) + k * static_cast<size_t>(per_word) +
+              static_cast<size_t>(j)] = static_cast<uint8_t>((w >> (bits * j)) & mask);
+      }
+    }
+  }
+  std::vector<uint16_t> sc(n_out * groups);
+  std::vector<uint8_t> zeros(zero_points.empty() ? 0 : n_out * groups);
+  for (size_t o = 0; o < n_out; ++o) {
+    for (size_t g = 0; g < groups; ++g) {
+      const size_t src = channel ? 0 : g;
+      sc[o * groups + g] = weight_scale[o * src_groups + src];
+      if (!zeros.empty()) {
+        const auto w = static_cast<uint32_t>(
+            zero_points[(o / static_cast<size_t>(per_word)) * src_groups + src]);
+        zeros[o * groups + g] =
+            static_cast<uint8_t>((w >> (bits * static_cast<int>(o % per_word))) & mask);
+      }
+    }
+  }
+  return Finish(shape, codes, sc, std::move(zeros));
+}
+
 }  // namespace kvserve::kernels::cuda

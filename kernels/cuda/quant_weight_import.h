@@ -11,6 +11,13 @@
 //               qzeros int32 [in/group][out·bits/32], output 32c/bits + j at bits bits·j of word
 //               c; scales fp16 [in/group][out]; g_idx must be i / group (no act-order); v1
 //               checkpoints store z − 1 (each field + 1, modulo 2^bits)   -> 4 or 8 bits
+//   compressed-tensors pack-quantized: weight_packed int32 [out][in·bits/32], element
+//               32k/bits + j at bits bits·j of word k, stored as signed + 2^(bits−1) (= q);
+//               weight_scale [out][in/group] (fp16 here: a loader converts bf16/fp32 scales,
+//               refusing those fp16 cannot hold); weight_zero_point int32
+//               [out·bits/32][in/group] packed along `out` the same way (asymmetric only);
+//               channel strategy (one scale per row) becomes group 128 with the scale repeated
+//                                                                  -> 4 or 8 bits
 //
 // GPTQ and AWQ zero points that are all the symmetric midpoint (2^(bits−1)) are dropped
 // (has_zeros false). Tensor sizes that disagree with the shape are refused with the tensor's name.
@@ -42,5 +49,12 @@ absl::StatusOr<PackedGroupQuantWeight> PackGptq(std::span<const int32_t> qweight
                                                 std::span<const uint16_t> scales,
                                                 std::span<const int32_t> g_idx, int bits, int in,
                                                 int out, int group, bool v1_zero_offset);
+
+// group: 32, 64 or 128, or 0 for the channel strategy (weight_scale [out][1]; in % 128 == 0).
+// zero_points empty for symmetric schemes.
+absl::StatusOr<PackedGroupQuantWeight> PackCompressedTensors(std::span<const int32_t> weight_packed,
+                                                             std::span<const uint16_t> weight_scale,
+                                                             std::span<const int32_t> zero_points,
+                                                             int bits, int out, int in, int group);
 
 }  // namespace kvserve::kernels::cuda

@@ -28,7 +28,7 @@
 //           zero is the midpoint 2^(bits-1) (8 or 128).
 //
 // Feeding it from the checkpoint formats (a loader converts once, at load; quant_weight_import.h
-// implements GGUF Q4_0/Q8_0, AWQ and GPTQ):
+// implements each of these):
 //   GGUF Q4_0  group 32, s = d, q = the nibble, symmetric (z = 8). The block's element j < 16 is
 //              the low nibble of qs[j], element j+16 the high nibble: reorder into the sequential
 //              nibble order above.
@@ -45,9 +45,9 @@
 //              call) or refuse; nothing here does that.
 //   compressed-tensors pack-quantized: weight_packed [out][in/8] packs along `in` (element 8k+j
 //              at bits 4j), values are signed + 2^(bits-1), i.e. already q; weight_scale
-//              [out][in/group] (channel strategy: group = in, which this layout refuses unless
-//              in is 32/64/128: split into groups with repeated scales); weight_zero_point
-//              [out/8][groups] packed along `out` with the same offset.
+//              [out][in/group] (channel strategy, one scale per row: groups of 128 with the
+//              scale repeated); weight_zero_point [out/8][groups] packed along `out` with the
+//              same offset.
 #pragma once
 
 #include <cstddef>

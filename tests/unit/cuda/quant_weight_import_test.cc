@@ -184,5 +184,57 @@ TEST(QuantWeightImport, GptqGIdx) {
   EXPECT_NE(refused.status().message().find("g_idx[3]"), std::string::npos) << refused.status();
 }
 
+TEST(QuantWeightImport, CompressedTensorsPackQuantized) {
+  uint32_t seed = 30;
+  for (int bits : {4, 8}) {
+    for (bool channel : {false, true}) {
+      for (bool symmetric : {false, true}) {
+        SCOPED_TRACE(testing::Message()
+                     << "bits " << bits << " channel " << channel << " symmetric " << symmetric);
+        // out 20: the zero points' last packed row is partial.
+        Plain p = RandomPlain(20, 256, channel ? 128 : 64, bits, symmetric, seed++);
+        if (channel) {  // one scale and zero per row, repeated over the 128-groups
+          for (int o = 0; o < p.out; ++o) {
+            for (int g = 1; g < p.groups(); ++g) {
+              p.scales[static_cast<size_t>(o) * p.groups() + g] = p.scale(o, 0);
+              p.zeros[static_cast<size_t>(o) * p.groups() + g] = static_cast<uint8_t>(p.zero(o, 0));
+            }
+          }
+        }
+        const int per = 32 / bits, src_groups = channel ? 1 : p.groups();
+        std::vector<int32_t> packed(static_cast<size_t>(p.out) * (p.in / per));
+        for (int o = 0; o < p.out; ++o) {
+          for (int i = 0; i < p.in; ++i) {
+            packed[static_cast<size_t>(o) * (p.in / per) + i / per] |=
+                static_cast<int32_t>(static_cast<uint32_t>(p.code(o, i)) << (bits * (i % per)));
+          }
+        }
+        std::vector<uint16_t> scales;
+        for (int o = 0; o < p.out; ++o) {
+          for (int g = 0; g < src_groups; ++g) scales.push_back(p.scale(o, g));
+        }
+        std::vector<int32_t> zps;
+        if (!symmetric) {
+          zps.assign(static_cast<size_t>((p.out + per - 1) / per) * src_groups, 0);
+          for (int o = 0; o < p.out; ++o) {
+            for (int g = 0; g < src_groups; ++g) {
+              zps[static_cast<size_t>(o / per) * src_groups + g] |=
+                  static_cast<int32_t>(static_cast<uint32_t>(p.zero(o, g)) << (bits * (o % per)));
+            }
+          }
+        }
+        auto w =
+            PackCompressedTensors(packed, scales, zps, bits, p.out, p.in, channel ? 0 : p.group);
+        ASSERT_TRUE(w.ok()) << w.status();
+        ExpectSame(p, *w, !symmetric);
+      }
+    }
+  }
+  auto bad =
+      PackCompressedTensors(std::vector<int32_t>(10), std::vector<uint16_t>(2), {}, 4, 2, 128, 0);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("weight_packed"), std::string::npos) << bad.status();
+}
+
 }  // namespace
 }  // namespace kvserve::kernels::cuda
