@@ -174,6 +174,17 @@ void CheckQuantLinear(const GroupQuantShape& shape, bool fp16, bool accumulate, 
   ASSERT_TRUE(gemm.ok()) << gemm.status();
   Dev<uint8_t> workspace(QuantLinearWorkspaceBytes(shape));
   const int in = shape.in, out = shape.out;
+  // W exactly, and rounded to the activations' dtype (what the batched path multiplies).
+  std::vector<double> w_exact(static_cast<size_t>(out) * in), w_rounded(w_exact.size());
+  for (int o = 0; o < out; ++o) {
+    for (int i = 0; i < in; ++i) {
+      const double w = qc.W(o, i);
+      w_exact[static_cast<size_t>(o) * in + i] = w;
+      w_rounded[static_cast<size_t>(o) * in + i] =
+          fp16 ? HalfValue(RoundHalf(static_cast<float>(w)))
+               : Bf16Value(RoundBf16(static_cast<float>(w)));
+    }
+  }
   for (int rows : {1, 2, 3, 4, 5, 6, 7, 8, 9, 33}) {
     SCOPED_TRACE(testing::Message() << "rows " << rows);
     const std::vector<uint16_t> x = RandomActs(static_cast<size_t>(rows) * in, fp16, rng);
@@ -189,18 +200,17 @@ void CheckQuantLinear(const GroupQuantShape& shape, bool fp16, bool accumulate, 
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     const std::vector<float> y = dy.Host();
     const bool gemv = rows <= 8;
+    const std::vector<double>& wm = gemv ? w_exact : w_rounded;
+    std::vector<double> xd(x.size());
+    for (size_t k = 0; k < x.size(); ++k) xd[k] = fp16 ? HalfValue(x[k]) : Bf16Value(x[k]);
     for (int r = 0; r < rows; ++r) {
       for (int o = 0; o < out; ++o) {
         double ref = accumulate ? y0[static_cast<size_t>(r) * out + o] : 0.0, mag = 0.0;
         for (int i = 0; i < in; ++i) {
-          const uint16_t xb = x[static_cast<size_t>(r) * in + i];
-          const double xv = fp16 ? HalfValue(xb) : Bf16Value(xb);
-          double w = qc.W(o, i);
-          if (!gemv)
-            w = fp16 ? HalfValue(RoundHalf(static_cast<float>(w)))
-                     : Bf16Value(RoundBf16(static_cast<float>(w)));
-          ref += xv * w;
-          mag += std::fabs(xv * w);
+          const double p =
+              xd[static_cast<size_t>(r) * in + i] * wm[static_cast<size_t>(o) * in + i];
+          ref += p;
+          mag += std::fabs(p);
         }
         const double bound = (gemv ? 1e-5 : 1e-4) * mag + 1e-6 * std::fabs(ref) + 1e-30;
         ASSERT_NEAR(y[static_cast<size_t>(r) * out + o], ref, bound)
