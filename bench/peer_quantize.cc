@@ -38,15 +38,17 @@ struct Ftype {
   const char* name;
   int32_t value;
 };
-constexpr Ftype kFtypes[] = {{"F32", 0},     {"F16", 1},     {"Q4_0", 2},    {"Q8_0", 7},    {"Q4_K_M", 15},
-                             {"Q5_K_M", 17}, {"Q6_K", 18},   {"IQ4_NL", 25}, {"IQ4_XS", 30},
-                             {"Q4_K_S", 14}, {"Q3_K_M", 12}, {"Q2_K", 10},   {"Q5_0", 8}};
+constexpr Ftype kFtypes[] = {{"F32", 0},     {"F16", 1},     {"Q4_0", 2},    {"Q8_0", 7},
+                             {"Q4_K_M", 15}, {"Q5_K_M", 17}, {"Q6_K", 18},   {"IQ4_NL", 25},
+                             {"IQ4_XS", 30}, {"Q4_K_S", 14}, {"Q3_K_M", 12}, {"Q2_K", 10},
+                             {"Q5_0", 8}};
 
 int Usage(const char* why) {
-  std::fprintf(stderr,
-               "peer_quantize: %s\nusage: peer_quantize --lib LIBLLAMA.so --in F16.gguf --out OUT.gguf "
-               "--type TYPE [--threads N] [--requantize]\ntypes:",
-               why);
+  std::fprintf(
+      stderr,
+      "peer_quantize: %s\nusage: peer_quantize --lib LIBLLAMA.so --in F16.gguf --out OUT.gguf "
+      "--type TYPE [--threads N] [--requantize]\ntypes:",
+      why);
   for (const Ftype& f : kFtypes) std::fprintf(stderr, " %s", f.name);
   std::fprintf(stderr, "\n");
   return 2;
@@ -80,7 +82,8 @@ int main(int argc, char** argv) {
       return Usage(("unknown flag " + k).c_str());
     }
   }
-  if (lib.empty() || in.empty() || out.empty() || type.empty()) return Usage("--lib, --in, --out and --type are required");
+  if (lib.empty() || in.empty() || out.empty() || type.empty())
+    return Usage("--lib, --in, --out and --type are required");
   const Ftype* ftype = nullptr;
   for (const Ftype& f : kFtypes) {
     if (type == f.name) ftype = &f;
@@ -91,10 +94,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "peer_quantize: cannot load %s: %s\n", lib.c_str(), dlerror());
     return 1;
   }
-  auto defaults = reinterpret_cast<DefaultParamsFn>(dlsym(handle, "llama_model_quantize_default_params"));
+  auto defaults =
+      reinterpret_cast<DefaultParamsFn>(dlsym(handle, "llama_model_quantize_default_params"));
   auto quantize = reinterpret_cast<QuantizeFn>(dlsym(handle, "llama_model_quantize"));
   if (defaults == nullptr || quantize == nullptr) {
-    std::fprintf(stderr, "peer_quantize: %s lacks llama_model_quantize(_default_params)\n", lib.c_str());
+    std::fprintf(stderr, "peer_quantize: %s lacks llama_model_quantize(_default_params)\n",
+                 lib.c_str());
     return 1;
   }
   ParamsBlob params = defaults();
@@ -104,8 +109,8 @@ int main(int argc, char** argv) {
   if (requantize) params.bytes[16] = 1;
   const uint32_t rc = quantize(in.c_str(), out.c_str(), &params);
   if (rc != 0) {
-    std::fprintf(stderr, "peer_quantize: llama_model_quantize(%s -> %s, %s) returned %u\n", in.c_str(), out.c_str(),
-                 type.c_str(), rc);
+    std::fprintf(stderr, "peer_quantize: llama_model_quantize(%s -> %s, %s) returned %u\n",
+                 in.c_str(), out.c_str(), type.c_str(), rc);
     return 1;
   }
   std::printf("peer_quantize: %s -> %s (%s)\n", in.c_str(), out.c_str(), type.c_str());
