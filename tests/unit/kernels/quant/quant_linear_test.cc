@@ -45,6 +45,8 @@ const std::vector<TypeInfo>& Types() {
       {BlockType::kIQ4_NL, "IQ4_NL", 32, 18, ref::RefDecodeIQ4_NL, {0}},
       {BlockType::kIQ4_XS, "IQ4_XS", 256, 136, ref::RefDecodeIQ4_XS, {0}},
       {BlockType::kMXFP4, "MXFP4", 32, 17, ref::RefDecodeMXFP4, {}},
+      {BlockType::kU4_F32, "U4_F32", 32, 24, ref::RefDecodeU4_F32, {}},
+      {BlockType::kU8_F32, "U8_F32", 32, 40, ref::RefDecodeU8_F32, {}},
       {BlockType::kF32, "F32", 1, 4, nullptr, {}},
       {BlockType::kF16, "F16", 1, 2, nullptr, {}},
       {BlockType::kBF16, "BF16", 1, 2, nullptr, {}},
@@ -108,6 +110,13 @@ Weights MakeWeights(BlockType type, int64_t rows, int64_t in, std::mt19937& rng)
       std::memcpy(blk + off, &h, 2);
     }
     if (type == BlockType::kMXFP4) blk[0] = static_cast<uint8_t>(118 + byte(rng) % 8);
+    if (type == BlockType::kU4_F32 || type == BlockType::kU8_F32) {
+      // As a Hugging Face group makes them: a = scale, b = -zero * scale.
+      const float a = uni(rng) * 0.01f;
+      const float b = -static_cast<float>(byte(rng) % (type == BlockType::kU4_F32 ? 16 : 256)) * a;
+      std::memcpy(blk, &a, 4);
+      std::memcpy(blk + 4, &b, 4);
+    }
     info.decode(blk, &m.w[b * info.elems]);
   }
   return m;
