@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
+#include "model/block_weights.h"
 #include "model/hf_quant_weights.h"
 
 namespace kvserve::model {
@@ -34,6 +35,16 @@ class HfQuantTensorFile final : public TensorFile {
       KVS_ASSIGN_OR_RETURN(const int64_t row_bytes, quant::RowBytes(m.block, m.in));
       e.end = static_cast<uint64_t>(row_bytes * m.out);
       entries_.push_back(std::move(e));
+      if (!m.input_order.empty()) {  // act-order: the stored column order (block_weights.h)
+        SafetensorsEntry o;
+        o.name = prefix + ".weight" + std::string(kInputOrderSuffix);
+        o.dtype = "I32";
+        o.dtype_bytes = 4;
+        o.shape = {m.in};
+        o.end = static_cast<uint64_t>(4 * m.in);
+        entries_.push_back(std::move(o));
+        orders_.emplace(prefix + ".weight" + std::string(kInputOrderSuffix), m.input_order);
+      }
       modules_.emplace(prefix + ".weight", std::move(m));
     }
     if (modules_.empty()) {
@@ -54,6 +65,9 @@ class HfQuantTensorFile final : public TensorFile {
   const std::vector<SafetensorsEntry>& entries() const override { return entries_; }
 
   std::span<const std::byte> Bytes(const SafetensorsEntry& e) const override {
+    if (auto o = orders_.find(e.name); o != orders_.end()) {
+      return std::as_bytes(std::span<const int32_t>(o->second));
+    }
     auto m = modules_.find(e.name);
     if (m == modules_.end()) {
       auto found = inner_.Find(e.name);
@@ -75,7 +89,7 @@ class HfQuantTensorFile final : public TensorFile {
   }
 
   void WillNeed(const SafetensorsEntry& e) const override {
-    if (modules_.count(e.name) != 0) return;
+    if (modules_.count(e.name) != 0 || orders_.count(e.name) != 0) return;
     if (auto f = inner_.Find(e.name); f.ok()) f->first->WillNeed(*f->second);
   }
 
@@ -85,6 +99,7 @@ class HfQuantTensorFile final : public TensorFile {
       cache_.erase(e.name);
       return;
     }
+    if (orders_.count(e.name) != 0) return;
     if (auto f = inner_.Find(e.name); f.ok()) f->first->Release(*f->second);
   }
 
@@ -94,6 +109,7 @@ class HfQuantTensorFile final : public TensorFile {
   std::string path_;
   std::vector<SafetensorsEntry> entries_;
   std::map<std::string, HfQuantModule> modules_;  // by the block tensor's name
+  std::map<std::string, std::vector<int32_t>> orders_;  // by the input-order tensor's name
   mutable std::mutex mu_;
   mutable std::map<std::string, std::vector<std::byte>> cache_;
 };

@@ -8,6 +8,8 @@
 //   model.layers.0.mlp.up_proj.qzeros  ├──►  model.layers.0.mlp.up_proj.weight
 //   model.layers.0.mlp.up_proj.scales  │     dtype Q4_0 / Q8_0 / U4_F32 / U8_F32, [out][in]
 //   model.layers.0.mlp.up_proj.g_idx   ┘     (hf_quant_weights.h)
+//                                            + ...up_proj.weight_input_order I32 [in] when
+//                                              g_idx is act-order (block_weights.h gathers)
 //   model.embed_tokens.weight, norms, lm_head (ignored modules) ──► as stored
 //
 // Every module's tensors are checked when the checkpoint is opened (start-up errors name the

@@ -191,20 +191,35 @@ absl::StatusOr<Groups> ReadGroups(const SafetensorsCheckpoint& ckpt, const HfQua
   return g;
 }
 
-// A g_idx must be i / group: act-order permutations are refused (hf_quant_weights.h).
-absl::Status CheckGidx(const SafetensorsCheckpoint& ckpt, const std::string& name, int64_t in,
-                       int64_t group) {
-  if (!ckpt.Contains(name)) return absl::OkStatus();
+// The stored column order of an act-order g_idx (hf_quant_weights.h): empty when there is no
+// g_idx or it is i / group; else the inputs sorted by group, each group exactly `group` long.
+absl::StatusOr<std::vector<int32_t>> InputOrder(const SafetensorsCheckpoint& ckpt,
+                                                const std::string& name, int64_t in, int64_t group) {
+  std::vector<int32_t> order;
+  if (!ckpt.Contains(name)) return order;
   KVS_ASSIGN_OR_RETURN(Found t, Get(ckpt, name));
   KVS_RETURN_IF_ERROR(Expect(t, {"I32", "I64"}, {in}));
   const std::vector<int64_t> gi = LoadInts(t);
+  bool identity = true;
+  std::vector<int64_t> count(static_cast<size_t>(in / group), 0);
   for (int64_t i = 0; i < in; ++i) {
-    if (gi[i] != i / group) {
-      return ModuleError(name, "act-order g_idx (input elements out of group order) is not "
-                               "supported yet (supported: g_idx[i] = i / group_size)");
+    if (gi[i] < 0 || gi[i] >= in / group) {
+      return ModuleError(name, absl::StrCat("group ", gi[i], " of input ", i, " out of range"));
+    }
+    identity &= gi[i] == i / group;
+    ++count[gi[i]];
+  }
+  if (identity) return order;
+  for (int64_t c : count) {
+    if (c != group) {
+      return ModuleError(name, absl::StrCat("act-order g_idx with a group of ", c, " inputs is not "
+                                            "supported (supported: groups of exactly ", group, ")"));
     }
   }
-  return absl::OkStatus();
+  order.resize(in);
+  for (int64_t i = 0; i < in; ++i) order[i] = static_cast<int32_t>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return gi[a] < gi[b]; });
+  return order;
 }
 
 }  // namespace
@@ -282,8 +297,10 @@ absl::StatusOr<HfQuantModule> InspectHfQuantModule(const SafetensorsCheckpoint& 
   }
   KVS_ASSIGN_OR_RETURN(Groups g, ReadGroups(ckpt, cfg, p, m.out, m.in));
   const int64_t group = m.in / g.count;
-  KVS_RETURN_IF_ERROR(CheckGidx(ckpt, p + (cfg.method == HfQuantMethod::kCompressedTensors ? ".weight_g_idx" : ".g_idx"),
-                                m.in, group));
+  KVS_ASSIGN_OR_RETURN(
+      m.input_order,
+      InputOrder(ckpt, p + (cfg.method == HfQuantMethod::kCompressedTensors ? ".weight_g_idx" : ".g_idx"),
+                 m.in, group));
   const int32_t mid = 1 << (bits - 1);
   const bool centred = std::all_of(g.zeros.begin(), g.zeros.end(), [&](int32_t z) { return z == mid; });
   if (g.fp16 && centred) {
@@ -355,6 +372,14 @@ absl::StatusOr<GroupedIntWeight> ReadGroupedInt(const SafetensorsCheckpoint& ckp
             w.codes[o * m.in + per_word * c + k] = static_cast<uint8_t>(Field(v, bits, k));
         }
       break;
+    }
+  }
+  if (!m.input_order.empty()) {  // store the columns sorted by group
+    std::vector<uint8_t> row(static_cast<size_t>(m.in));
+    for (int64_t o = 0; o < m.out; ++o) {
+      uint8_t* c = &w.codes[o * m.in];
+      for (int64_t k = 0; k < m.in; ++k) row[k] = c[m.input_order[k]];
+      std::memcpy(c, row.data(), row.size());
     }
   }
   return w;

@@ -24,10 +24,12 @@
 //   U4_F32 / U8_F32     otherwise: a = s, b = -z * s in f32 (exact for fp16/bf16 scales and
 //                       zeros < 2^13; 6 / 10 bits per weight), quant/blocks/grouped_int.cc
 //
-// Act-order (GPTQ desc_act, compressed-tensors actorder "group") stores a g_idx that may
-// send input elements to groups out of order; running that needs a permutation of the
-// activations per projection, which the kernels do not have yet: such a g_idx is refused,
-// naming the tensor. A g_idx equal to i / group (what most desc_act=false files store) runs.
+// Act-order (GPTQ desc_act, compressed-tensors actorder "group") stores a g_idx that sends
+// input elements to groups out of order. The columns are then stored sorted by group (stable:
+// input_order[k] = the input element of stored column k), which makes every group contiguous,
+// and the kernels gather the activations by input_order per call (QuantSource::input_order).
+// Each group must hold exactly `group` elements (what GPTQ writes); otherwise refused naming
+// the tensor. A g_idx equal to i / group (most desc_act=false files) is no permutation at all.
 #pragma once
 
 #include <cstddef>
@@ -48,12 +50,13 @@ struct HfQuantModule {
   int64_t out = 0;
   int64_t in = 0;
   quant::BlockType block = quant::BlockType::kU4_F32;  // what WriteBlockRows writes
+  std::vector<int32_t> input_order;  // act-order: stored column k is input input_order[k]
 };
 
 struct GroupedIntWeight {
   int64_t out = 0, in = 0;
   int64_t group = 0;  // elements per group (in for one group per row)
-  std::vector<uint8_t> codes;  // [out][in]
+  std::vector<uint8_t> codes;  // [out][in], columns in the module's input_order if it has one
   std::vector<float> scales;   // [out][in / group]
   std::vector<int32_t> zeros;  // [out][in / group]
   bool scales_fp16 = false;    // every scale was stored as fp16

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <vector>
 
@@ -28,9 +29,10 @@ bool IsQuantizedLinear(const std::string& name, const std::vector<int64_t>& shap
   return !name.ends_with(".gate.weight");
 }
 
-// One matrix [out][in] as integers: w ≈ s * (q - z) per (row, group).
+// One matrix [out][in] as integers: w ≈ s * (q - z) per (row, group), input k in group gidx[k].
 struct Quantized {
   int64_t out = 0, in = 0, group = 0;
+  std::vector<int> gidx;   // [in]
   std::vector<int> q;      // [out][in], 0 .. 2^bits - 1
   std::vector<double> s;   // [out][groups], representable in the scale dtype
   std::vector<int> z;      // [out][groups]
@@ -43,21 +45,32 @@ double RoundScale(double v, const std::string& dtype) {
 }
 
 Quantized Quantize(const std::vector<float>& w, int64_t out, int64_t in, const QuantSpec& spec,
-                   const std::string& scale_dtype) {
+                   const std::string& scale_dtype, uint32_t seed) {
   Quantized r;
   r.out = out;
   r.in = in;
   r.group = spec.group > 0 ? spec.group : in;
   const int64_t groups = in / r.group;
+  std::vector<int> perm(in);
+  for (int64_t k = 0; k < in; ++k) perm[k] = static_cast<int>(k);
+  if (spec.gidx != QuantSpec::Gidx::kSequential) {
+    std::mt19937 rng(seed);
+    std::shuffle(perm.begin(), perm.end(), rng);
+  }
+  r.gidx.resize(in);
+  for (int64_t j = 0; j < in; ++j) r.gidx[perm[j]] = static_cast<int>(j / r.group);
+  if (spec.gidx == QuantSpec::Gidx::kUnequalGroups && groups > 1) r.gidx[perm[0]] = 1;
+  std::vector<std::vector<int64_t>> members(groups);
+  for (int64_t k = 0; k < in; ++k) members[r.gidx[k]].push_back(k);
   const int levels = 1 << spec.bits, mid = levels / 2;
   r.q.resize(out * in);
   r.s.resize(out * groups);
   r.z.resize(out * groups);
   for (int64_t o = 0; o < out; ++o) {
     for (int64_t g = 0; g < groups; ++g) {
-      const float* x = &w[o * in + g * r.group];
+      const float* x = &w[o * in];
       double lo = 0, hi = 0;
-      for (int64_t k = 0; k < r.group; ++k) {
+      for (int64_t k : members[g]) {
         lo = std::min<double>(lo, x[k]);
         hi = std::max<double>(hi, x[k]);
       }
@@ -72,9 +85,8 @@ Quantized Quantize(const std::vector<float>& w, int64_t out, int64_t in, const Q
       }
       r.s[o * groups + g] = s;
       r.z[o * groups + g] = z;
-      for (int64_t k = 0; k < r.group; ++k) {
-        r.q[o * in + g * r.group + k] =
-            std::clamp(static_cast<int>(std::lround(x[k] / s)) + z, 0, levels - 1);
+      for (int64_t k : members[g]) {
+        r.q[o * in + k] = std::clamp(static_cast<int>(std::lround(x[k] / s)) + z, 0, levels - 1);
       }
     }
   }
@@ -148,11 +160,7 @@ void Pack(const std::string& p, const Quantized& m, const QuantSpec& spec,
       for (int64_t g = 0; g < groups; ++g)
         for (int64_t c = 0; c < m.out / per; ++c)
           for (int j = 0; j < per; ++j) put(qz[g * (m.out / per) + c], j, m.z[(per * c + j) * groups + g] - v1);
-      std::vector<uint32_t> gidx(m.in);
-      for (int64_t i = 0; i < m.in; ++i) gidx[i] = static_cast<uint32_t>(i / m.group);
-      // Act-order: groups assigned out of input order (two inputs swapped); only a loader
-      // refusal is tested on such a file, so the integers need not match the new groups.
-      if (spec.shuffled_g_idx && groups > 1) std::swap(gidx[0], gidx[m.in - 1]);
+      std::vector<uint32_t> gidx(m.gidx.begin(), m.gidx.end());
       out.push_back(I32Tensor(p + ".qweight", {m.in / per, m.out}, qw));
       out.push_back(I32Tensor(p + ".qzeros", {groups, m.out / per}, qz));
       out.push_back(ScaleTensor(p + ".scales", {groups, m.out}, Transposed(m.s, m.out, groups), "F16"));
@@ -197,7 +205,7 @@ json QuantizationConfig(const QuantSpec& spec, const std::string& scale_dtype) {
               {"version", "gemm"}, {"modules_to_not_convert", nullptr}};
     case QuantFormat::kGptq:
       return {{"quant_method", "gptq"}, {"bits", spec.bits}, {"group_size", group},
-              {"sym", spec.symmetric}, {"desc_act", spec.shuffled_g_idx},
+              {"sym", spec.symmetric}, {"desc_act", spec.gidx != QuantSpec::Gidx::kSequential},
               {"checkpoint_format", spec.gptq_v1 ? "gptq" : "gptq_v2"}, {"damp_percent", 0.01},
               {"true_sequential", true}};
     case QuantFormat::kCtPack:
@@ -248,11 +256,11 @@ absl::Status WriteQuantizedFixture(const std::string& float_dir, const QuantSpec
     if (spec.group > 0 && in % spec.group != 0) {
       return absl::InvalidArgumentError(absl::StrCat(name, ": ", in, " inputs, group ", spec.group));
     }
-    const Quantized m = Quantize(v, out, in, spec, scale_dtype);
+    const Quantized m = Quantize(v, out, in, spec, scale_dtype, static_cast<uint32_t>(quant_blobs.size() + 1));
     std::vector<float> deq(v.size());
     for (int64_t o = 0; o < out; ++o)
       for (int64_t k = 0; k < in; ++k) {
-        const int64_t g = o * (in / m.group) + k / m.group;
+        const int64_t g = o * (in / m.group) + m.gidx[k];
         deq[o * in + k] = static_cast<float>(m.s[g] * (m.q[o * in + k] - m.z[g]));
       }
     deq_blobs.push_back(MakeFloatTensor(name, shape, deq, false));

@@ -76,6 +76,8 @@ TEST_P(HfQuantReferenceTest, LogprobsMatchTheDequantizedReference) {
   ASSERT_TRUE(o_proj.ok()) << o_proj.status();
   EXPECT_EQ(o_proj->second->dtype, ExpectedBlock(c.quant));
   EXPECT_FALSE(source->checkpoint.Contains("model.layers.0.self_attn.o_proj.qweight"));
+  EXPECT_EQ(source->checkpoint.Contains("model.layers.0.self_attn.o_proj.weight_input_order"),
+            c.quant.gidx == QuantSpec::Gidx::kActOrder);
 
   model::ModelOptions opts;
   opts.threads = 1;
@@ -123,6 +125,13 @@ std::vector<QuantCase> Cases() {
   v.push_back({"llama_gptq4_asym_v2_g64", llama, q});
   q = {QuantFormat::kGptq, 4, 128, false, true};  // asymmetric, v1 zeros
   v.push_back({"qwen2_gptq4_asym_v1_g128", archs[1].second, q});
+  q = {QuantFormat::kGptq, 4, 64, true, true};  // act-order (desc_act): gathered activations
+  q.gidx = QuantSpec::Gidx::kActOrder;
+  v.push_back({"llama_gptq4_actorder_g64", llama, q});
+  v.push_back({"qwen3moe_gptq4_actorder_g64", archs[5].second, q});
+  q = {QuantFormat::kGptq, 4, 128, false, true};
+  q.gidx = QuantSpec::Gidx::kActOrder;
+  v.push_back({"mixtral_gptq4_asym_actorder_g128", archs[4].second, q});
   q = {QuantFormat::kGptq, 8, 0, true, true};  // int8 per channel, symmetric
   v.push_back({"llama_gptq8_sym_channel", llama, q});
   q = {QuantFormat::kGptq, 8, 128, false, false};

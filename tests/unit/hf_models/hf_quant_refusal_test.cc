@@ -102,14 +102,14 @@ TEST(HfQuantConfigTest, UnsupportedVariantsAreRefusedByName) {
                 {"input_activations"});
 }
 
-// desc_act with a g_idx out of group order is refused when the checkpoint opens, naming the
-// tensor.
-TEST(HfQuantConfigTest, ActOrderGidxIsRefusedNamingTheTensor) {
+// An act-order g_idx whose groups are not all group_size long is refused when the checkpoint
+// opens, naming the tensor.
+TEST(HfQuantConfigTest, UnequalActOrderGroupsAreRefusedNamingTheTensor) {
   FixtureSpec spec = LlamaPreset();
   FixtureDir src("f"), quant("q"), deq("d");
   ASSERT_TRUE(WriteRandomCheckpoint(spec, src.path()).ok());
   QuantSpec q{QuantFormat::kGptq, 4, 32, true, true};
-  q.shuffled_g_idx = true;
+  q.gidx = QuantSpec::Gidx::kUnequalGroups;
   ASSERT_TRUE(WriteQuantizedFixture(src.path(), q, quant.path(), deq.path()).ok());
   model::ModelOptions opts;
   opts.threads = 1;
@@ -117,7 +117,7 @@ TEST(HfQuantConfigTest, ActOrderGidxIsRefusedNamingTheTensor) {
   ASSERT_FALSE(m.ok());
   const std::string msg(m.status().message());
   EXPECT_NE(msg.find(".g_idx"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("act-order"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("act-order g_idx with a group of"), std::string::npos) << msg;
 }
 
 }  // namespace
