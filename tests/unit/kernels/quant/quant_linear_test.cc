@@ -359,7 +359,8 @@ TEST(QuantLinear, BytesStayCloseToTheFile) {
   std::mt19937 rng(3);
   const int64_t in = 4096, out = 64;
   for (BlockType t :
-       {BlockType::kQ4_0, BlockType::kQ8_0, BlockType::kQ4_K, BlockType::kQ5_K, BlockType::kQ6_K}) {
+       {BlockType::kQ4_0, BlockType::kQ8_0, BlockType::kQ4_K, BlockType::kQ5_K, BlockType::kQ6_K,
+        BlockType::kU4_F32, BlockType::kU8_F32}) {  // U4/U8_F32: 6 and 10 bits per weight
     Weights m = MakeWeights(t, out, in, rng);
     QuantSource s{t, m.data.data(), m.rows, m.row_bytes};
     absl::StatusOr<QuantMatrix> qm = QuantMatrix::Pack({&s, 1}, in);
