@@ -303,12 +303,14 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config
     if (mc.ok() && mc->hf_quant) {
       const std::string what = mc->hf_quant->Describe();
       if (config.engine.backend == config::Backend::kCuda) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "engine.backend=cuda: ", what, " checkpoints run on the CPU backend only (no CUDA kernels yet)"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("engine.backend=cuda: ", what,
+                         " checkpoints run on the CPU backend only (no CUDA kernels yet)"));
       }
       kind = config::Backend::kCpu;
-      why = absl::StrCat("backend: cpu, ", what,
-                         " checkpoints run on the CPU backend's quantized kernels (engine.backend=auto)");
+      why = absl::StrCat(
+          "backend: cpu, ", what,
+          " checkpoints run on the CPU backend's quantized kernels (engine.backend=auto)");
     }
   }
   if (kind == config::Backend::kCuda && !deps.make_cuda_backend) {

@@ -63,7 +63,7 @@ absl::StatusOr<kq::QuantMatrix> PackBlockProjection(const SafetensorsCheckpoint&
             "weight spec: names and row counts differ");
   std::vector<kq::QuantSource> segments;
   std::vector<std::vector<std::byte>> unpermuted;  // copies of permuted tensors, alive until packed
-  std::vector<std::vector<int32_t>> orders;         // input orders, alive until packed
+  std::vector<std::vector<int32_t>> orders;        // input orders, alive until packed
   std::vector<std::pair<const TensorFile*, const SafetensorsEntry*>> used;
   for (size_t i = 0; i < spec.names.size(); ++i) {
     KVS_ASSIGN_OR_RETURN(auto found, ckpt.Find(spec.names[i]));

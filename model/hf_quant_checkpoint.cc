@@ -108,7 +108,7 @@ class HfQuantTensorFile final : public TensorFile {
   HfQuantConfig cfg_;
   std::string path_;
   std::vector<SafetensorsEntry> entries_;
-  std::map<std::string, HfQuantModule> modules_;  // by the block tensor's name
+  std::map<std::string, HfQuantModule> modules_;        // by the block tensor's name
   std::map<std::string, std::vector<int32_t>> orders_;  // by the input-order tensor's name
   mutable std::mutex mu_;
   mutable std::map<std::string, std::vector<std::byte>> cache_;

@@ -42,7 +42,8 @@ class Fields {
   Fields(const json& q, std::string_view origin) : q_(q), origin_(origin) {}
   absl::Status Error(std::string_view what) const {
     if (origin_.empty()) return absl::InvalidArgumentError(base::AsAbsl(what));
-    return absl::InvalidArgumentError(absl::StrCat(base::AsAbsl(origin_), ": ", base::AsAbsl(what)));
+    return absl::InvalidArgumentError(
+        absl::StrCat(base::AsAbsl(origin_), ": ", base::AsAbsl(what)));
   }
   absl::StatusOr<int64_t> Int(const json& o, const char* key, int64_t fallback) const {
     if (!o.contains(key) || o.at(key).is_null()) return fallback;
@@ -94,20 +95,23 @@ absl::StatusOr<HfQuantConfig> ParseAwq(const Fields& f) {
   c.method = HfQuantMethod::kAwq;
   const std::string version = Lower(StringField(q, "version", "gemm"));
   if (version != "gemm") {
-    return f.Error(absl::StrCat("AWQ version \"", version,
-                                "\" is not supported (supported: AWQ GEMM packing, version \"gemm\")"));
+    return f.Error(
+        absl::StrCat("AWQ version \"", version,
+                     "\" is not supported (supported: AWQ GEMM packing, version \"gemm\")"));
   }
   KVS_ASSIGN_OR_RETURN(int64_t bits, f.Int(q, q.contains("w_bit") ? "w_bit" : "bits", 4));
   if (bits != 4) {
     return f.Error(absl::StrCat("AWQ with ", bits, " bits is not supported (supported: 4)"));
   }
   c.bits = 4;
-  KVS_ASSIGN_OR_RETURN(int64_t g, f.Int(q, q.contains("q_group_size") ? "q_group_size" : "group_size", 128));
+  KVS_ASSIGN_OR_RETURN(int64_t g,
+                       f.Int(q, q.contains("q_group_size") ? "q_group_size" : "group_size", 128));
   KVS_RETURN_IF_ERROR(f.Group(g, c));
   KVS_ASSIGN_OR_RETURN(bool zero_point, f.Bool(q, "zero_point", true));
   if (!zero_point) {
-    return f.Error("AWQ without zero points (zero_point false) is not supported (supported: "
-                   "GEMM packing with zero points)");
+    return f.Error(
+        "AWQ without zero points (zero_point false) is not supported (supported: "
+        "GEMM packing with zero points)");
   }
   KVS_RETURN_IF_ERROR(f.Names(q, "modules_to_not_convert", c.not_converted));
   return c;
@@ -150,13 +154,15 @@ absl::StatusOr<HfQuantConfig> ParseCompressedTensors(const Fields& f) {
   }
   c.w8a8 = format == "int-quantized";
   if (q.contains("kv_cache_scheme") && !q.at("kv_cache_scheme").is_null()) {
-    return f.Error("compressed-tensors kv_cache_scheme (quantized KV cache scales) is not supported");
+    return f.Error(
+        "compressed-tensors kv_cache_scheme (quantized KV cache scales) is not supported");
   }
   const std::vector<const json*> groups = CtWeightArgs(q);
   if (groups.empty()) return f.Error("compressed-tensors: no config_groups with weights");
   if (!std::all_of(groups.begin(), groups.end(), [&](const json* w) { return *w == *groups[0]; })) {
-    return f.Error("compressed-tensors: config_groups with different weight schemes are not "
-                   "supported (supported: one scheme for every quantized module)");
+    return f.Error(
+        "compressed-tensors: config_groups with different weight schemes are not "
+        "supported (supported: one scheme for every quantized module)");
   }
   const json& w = *groups[0];
   if (StringField(w, "type", "int") != "int") {
@@ -185,7 +191,8 @@ absl::StatusOr<HfQuantConfig> ParseCompressedTensors(const Fields& f) {
   }
   if (w.contains("actorder") && !w.at("actorder").is_null()) {
     const json& a = w.at("actorder");
-    c.act_order = a.is_boolean() ? a.get<bool>() : (a.is_string() && a.get<std::string>() == "group");
+    c.act_order =
+        a.is_boolean() ? a.get<bool>() : (a.is_string() && a.get<std::string>() == "group");
   }
   if (c.w8a8 && c.bits != 8) {
     return f.Error("compressed-tensors int-quantized needs 8-bit weights (W8A8)");

@@ -37,8 +37,8 @@ QuantizationFamily ClassifyQuantization(std::string_view q_json, std::string* me
 
 struct HfQuantConfig {
   HfQuantMethod method = HfQuantMethod::kAwq;
-  int bits = 4;         // 4 or 8
-  int group_size = 0;   // input elements per group, a multiple of 32; 0: one group per row
+  int bits = 4;        // 4 or 8
+  int group_size = 0;  // input elements per group, a multiple of 32; 0: one group per row
   bool symmetric = false;
   // GPTQ checkpoint_format "gptq" (v1, AutoGPTQ lineage): qzeros hold z - 1.
   bool gptq_v1_zeros = false;
@@ -55,8 +55,8 @@ struct HfQuantConfig {
 };
 
 // `q_json`: the quantization_config object of a kInteger family; `origin` prefixes errors
-// (e.g. "config.json: quantization_config"; empty: none). InvalidArgument naming the unsupported variant
-// and what is supported.
+// (e.g. "config.json: quantization_config"; empty: none). InvalidArgument naming the unsupported
+// variant and what is supported.
 absl::StatusOr<HfQuantConfig> ParseHfQuantConfig(std::string_view q_json, std::string_view origin);
 
 }  // namespace kvserve::model

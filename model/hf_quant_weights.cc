@@ -35,24 +35,29 @@ absl::StatusOr<Found> Get(const SafetensorsCheckpoint& ckpt, const std::string& 
   return Found{f.first, f.second};
 }
 
-std::string ShapeText(const std::vector<int64_t>& s) { return absl::StrCat("[", absl::StrJoin(s, ", "), "]"); }
+std::string ShapeText(const std::vector<int64_t>& s) {
+  return absl::StrCat("[", absl::StrJoin(s, ", "), "]");
+}
 
 absl::Status Expect(const Found& t, std::initializer_list<std::string_view> dtypes,
                     const std::vector<int64_t>& shape) {
   const SafetensorsEntry& e = *t.entry;
   if (std::find(dtypes.begin(), dtypes.end(), e.dtype) == dtypes.end()) {
     std::vector<std::string> names(dtypes.begin(), dtypes.end());
-    return ModuleError(e.name, absl::StrCat("dtype ", e.dtype, ", expected ", absl::StrJoin(names, " or ")));
+    return ModuleError(
+        e.name, absl::StrCat("dtype ", e.dtype, ", expected ", absl::StrJoin(names, " or ")));
   }
   if (e.shape != shape) {
-    return ModuleError(e.name, absl::StrCat("shape ", ShapeText(e.shape), ", expected ", ShapeText(shape)));
+    return ModuleError(e.name,
+                       absl::StrCat("shape ", ShapeText(e.shape), ", expected ", ShapeText(shape)));
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<int64_t>> Shape2(const Found& t) {
   if (t.entry->shape.size() != 2) {
-    return ModuleError(t.entry->name, absl::StrCat("shape ", ShapeText(t.entry->shape), " is not 2-D"));
+    return ModuleError(t.entry->name,
+                       absl::StrCat("shape ", ShapeText(t.entry->shape), " is not 2-D"));
   }
   return t.entry->shape;
 }
@@ -128,7 +133,8 @@ absl::StatusOr<Groups> ReadGroups(const SafetensorsCheckpoint& ckpt, const HfQua
     g.count = ss[0];
     KVS_RETURN_IF_ERROR(Expect(s, {"F16"}, {g.count, out}));
     KVS_ASSIGN_OR_RETURN(Found z, Get(ckpt, p + ".qzeros"));
-    if (out * bits % 32 != 0) return ModuleError(z.entry->name, "output count does not fill whole words");
+    if (out * bits % 32 != 0)
+      return ModuleError(z.entry->name, "output count does not fill whole words");
     KVS_RETURN_IF_ERROR(Expect(z, {"I32"}, {g.count, out * bits / 32}));
     const std::vector<float> sv = LoadScales(s);
     const std::vector<int64_t> zv = LoadInts(z);
@@ -140,8 +146,8 @@ absl::StatusOr<Groups> ReadGroups(const SafetensorsCheckpoint& ckpt, const HfQua
       for (int64_t c = 0; c < out / per_word; ++c) {
         for (int k = 0; k < per_word; ++k) {
           const int64_t o = awq ? 8 * c + kAwqOrder[k] : per_word * c + k;
-          g.zeros[o * g.count + gi] = Field(zv[gi * (out / per_word) + c], bits, k) +
-                                      (cfg.gptq_v1_zeros ? 1 : 0);
+          g.zeros[o * g.count + gi] =
+              Field(zv[gi * (out / per_word) + c], bits, k) + (cfg.gptq_v1_zeros ? 1 : 0);
         }
       }
     }
@@ -179,14 +185,17 @@ absl::StatusOr<Groups> ReadGroups(const SafetensorsCheckpoint& ckpt, const HfQua
   }
   const int64_t group = in / g.count;
   if (group % 32 != 0) {
-    return ModuleError(p, absl::StrCat("group of ", group,
-                                       " inputs is not a multiple of 32 (supported: multiples of 32)"));
+    return ModuleError(
+        p, absl::StrCat("group of ", group,
+                        " inputs is not a multiple of 32 (supported: multiples of 32)"));
   }
   if (cfg.group_size > 0 && group != cfg.group_size) {
-    return ModuleError(p, absl::StrCat("groups of ", group, " inputs, the config says ", cfg.group_size));
+    return ModuleError(
+        p, absl::StrCat("groups of ", group, " inputs, the config says ", cfg.group_size));
   }
   for (int32_t z : g.zeros) {
-    if (z < 0 || z > (1 << bits)) return ModuleError(p, absl::StrCat("zero point ", z, " out of range"));
+    if (z < 0 || z > (1 << bits))
+      return ModuleError(p, absl::StrCat("zero point ", z, " out of range"));
   }
   return g;
 }
@@ -194,7 +203,8 @@ absl::StatusOr<Groups> ReadGroups(const SafetensorsCheckpoint& ckpt, const HfQua
 // The stored column order of an act-order g_idx (hf_quant_weights.h): empty when there is no
 // g_idx or it is i / group; else the inputs sorted by group, each group exactly `group` long.
 absl::StatusOr<std::vector<int32_t>> InputOrder(const SafetensorsCheckpoint& ckpt,
-                                                const std::string& name, int64_t in, int64_t group) {
+                                                const std::string& name, int64_t in,
+                                                int64_t group) {
   std::vector<int32_t> order;
   if (!ckpt.Contains(name)) return order;
   KVS_ASSIGN_OR_RETURN(Found t, Get(ckpt, name));
@@ -212,8 +222,10 @@ absl::StatusOr<std::vector<int32_t>> InputOrder(const SafetensorsCheckpoint& ckp
   if (identity) return order;
   for (int64_t c : count) {
     if (c != group) {
-      return ModuleError(name, absl::StrCat("act-order g_idx with a group of ", c, " inputs is not "
-                                            "supported (supported: groups of exactly ", group, ")"));
+      return ModuleError(name, absl::StrCat("act-order g_idx with a group of ", c,
+                                            " inputs is not "
+                                            "supported (supported: groups of exactly ",
+                                            group, ")"));
     }
   }
   order.resize(in);
@@ -233,7 +245,8 @@ std::vector<std::string> HfQuantComponentNames(const HfQuantConfig& cfg, const s
           p + ".weight_g_idx"};
 }
 
-std::vector<std::string> FindHfQuantModules(const SafetensorsCheckpoint& ckpt, const HfQuantConfig& cfg) {
+std::vector<std::string> FindHfQuantModules(const SafetensorsCheckpoint& ckpt,
+                                            const HfQuantConfig& cfg) {
   const std::string marker = MarkerOf(cfg);
   std::vector<std::string> out;
   for (const std::string& name : ckpt.TensorNames()) {
@@ -293,16 +306,19 @@ absl::StatusOr<HfQuantModule> InspectHfQuantModule(const SafetensorsCheckpoint& 
     }
   }
   if (m.in <= 0 || m.out <= 0 || m.in % 32 != 0) {
-    return ModuleError(p, absl::StrCat("[", m.out, "][", m.in, "]: input count must be a positive multiple of 32"));
+    return ModuleError(p, absl::StrCat("[", m.out, "][", m.in,
+                                       "]: input count must be a positive multiple of 32"));
   }
   KVS_ASSIGN_OR_RETURN(Groups g, ReadGroups(ckpt, cfg, p, m.out, m.in));
   const int64_t group = m.in / g.count;
   KVS_ASSIGN_OR_RETURN(
       m.input_order,
-      InputOrder(ckpt, p + (cfg.method == HfQuantMethod::kCompressedTensors ? ".weight_g_idx" : ".g_idx"),
+      InputOrder(ckpt,
+                 p + (cfg.method == HfQuantMethod::kCompressedTensors ? ".weight_g_idx" : ".g_idx"),
                  m.in, group));
   const int32_t mid = 1 << (bits - 1);
-  const bool centred = std::all_of(g.zeros.begin(), g.zeros.end(), [&](int32_t z) { return z == mid; });
+  const bool centred =
+      std::all_of(g.zeros.begin(), g.zeros.end(), [&](int32_t z) { return z == mid; });
   if (g.fp16 && centred) {
     m.block = bits == 4 ? BlockType::kQ4_0 : BlockType::kQ8_0;
   } else {

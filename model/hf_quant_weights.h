@@ -2,7 +2,8 @@
 // configuration in hf_quant_config.h, byte layouts in the digest quantized-weights.md §4.1-4.3)
 // read into one form, and that form written as rows of the CPU kernels' blocks.
 //
-//   AWQ (GEMM)            qweight I32 [in][out/8]   nibble i of word c: output 8c + {0,2,4,6,1,3,5,7}[i]
+//   AWQ (GEMM)            qweight I32 [in][out/8]   nibble i of word c: output 8c +
+//   {0,2,4,6,1,3,5,7}[i]
 //                         qzeros  I32 [G][out/8]    same order; scales F16 [G][out]
 //   GPTQ                  qweight I32 [in*b/32][out] packed along the input, sequentially
 //                         qzeros  I32 [G][out*b/32]  packed along the output (v1: stored z - 1)
@@ -55,7 +56,7 @@ struct HfQuantModule {
 
 struct GroupedIntWeight {
   int64_t out = 0, in = 0;
-  int64_t group = 0;  // elements per group (in for one group per row)
+  int64_t group = 0;           // elements per group (in for one group per row)
   std::vector<uint8_t> codes;  // [out][in], columns in the module's input_order if it has one
   std::vector<float> scales;   // [out][in / group]
   std::vector<int32_t> zeros;  // [out][in / group]

@@ -44,7 +44,8 @@ absl::StatusOr<ModelSource> OpenModelSource(const std::string& path) {
   KVS_ASSIGN_OR_RETURN(s.checkpoint, SafetensorsCheckpoint::Open(path));
   // Hugging Face integer quantization: quantized modules become block tensors.
   if (s.config.hf_quant) {
-    KVS_ASSIGN_OR_RETURN(s.checkpoint, OpenHfQuantCheckpoint(std::move(s.checkpoint), *s.config.hf_quant));
+    KVS_ASSIGN_OR_RETURN(s.checkpoint,
+                         OpenHfQuantCheckpoint(std::move(s.checkpoint), *s.config.hf_quant));
   }
   return s;
 }

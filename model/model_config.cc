@@ -312,7 +312,8 @@ absl::Status ParseMoe(const json& root, const ConfigReader& r, ModelConfig& c) {
                        absl::StrCat("FP8 quant_method \"", method, "\" is not supported yet"));
       case QuantizationFamily::kOther:
         return r.Error("quantization_config",
-                       absl::StrCat("quant_method \"", method, "\" is not supported (supported: awq "
+                       absl::StrCat("quant_method \"", method,
+                                    "\" is not supported (supported: awq "
                                     "GEMM int4, gptq int4/int8, compressed-tensors pack-quantized "
                                     "int4/int8 and int-quantized W8A8, gpt-oss mxfp4)"));
     }

@@ -149,7 +149,8 @@ KVS_AVX2_TARGET void PanelRows(const QTile& t, int panel, int r0, float out[][kP
           }
           const __m256 dx = _mm256_set1_ps(xb.dx);
           __m256& a = acc[r][h];
-          if constexpr (S == Scales::kD || S == Scales::kDM || S == Scales::kK || S == Scales::kAB) {
+          if constexpr (S == Scales::kD || S == Scales::kDM || S == Scales::kK ||
+                        S == Scales::kAB) {
             __m256 av, bv;
             if constexpr (S == Scales::kD) {
               av = Half8(sc + 16 * h);

@@ -145,15 +145,17 @@ absl::StatusOr<QuantMatrix> QuantMatrix::Pack(std::span<const QuantSource> segme
     Segment seg;
     if (src.input_order != nullptr) {
       if (entry->pack == nullptr) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "quantized linear: segment ", i, " (", entry->name, "): an input order needs a quantized type"));
+        return absl::InvalidArgumentError(absl::StrCat("quantized linear: segment ", i, " (",
+                                                       entry->name,
+                                                       "): an input order needs a quantized type"));
       }
       std::vector<int32_t> order(src.input_order, src.input_order + in);
       std::vector<bool> seen(static_cast<size_t>(in), false);
       for (int32_t k : order) {
         if (k < 0 || k >= in || seen[k]) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "quantized linear: segment ", i, ": input order is not a permutation of [0, ", in, ")"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("quantized linear: segment ", i,
+                           ": input order is not a permutation of [0, ", in, ")"));
         }
         seen[k] = true;
       }

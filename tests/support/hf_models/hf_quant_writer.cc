@@ -32,10 +32,10 @@ bool IsQuantizedLinear(const std::string& name, const std::vector<int64_t>& shap
 // One matrix [out][in] as integers: w ≈ s * (q - z) per (row, group), input k in group gidx[k].
 struct Quantized {
   int64_t out = 0, in = 0, group = 0;
-  std::vector<int> gidx;   // [in]
-  std::vector<int> q;      // [out][in], 0 .. 2^bits - 1
-  std::vector<double> s;   // [out][groups], representable in the scale dtype
-  std::vector<int> z;      // [out][groups]
+  std::vector<int> gidx;  // [in]
+  std::vector<int> q;     // [out][in], 0 .. 2^bits - 1
+  std::vector<double> s;  // [out][groups], representable in the scale dtype
+  std::vector<int> z;     // [out][groups]
 };
 
 double RoundScale(double v, const std::string& dtype) {
@@ -141,13 +141,16 @@ void Pack(const std::string& p, const Quantized& m, const QuantSpec& spec,
       std::vector<uint32_t> qw(m.in * m.out / 8, 0), qz(groups * m.out / 8, 0);
       for (int64_t i = 0; i < m.in; ++i)
         for (int64_t c = 0; c < m.out / 8; ++c)
-          for (int n = 0; n < 8; ++n) put(qw[i * (m.out / 8) + c], n, m.q[(8 * c + kOrder[n]) * m.in + i]);
+          for (int n = 0; n < 8; ++n)
+            put(qw[i * (m.out / 8) + c], n, m.q[(8 * c + kOrder[n]) * m.in + i]);
       for (int64_t g = 0; g < groups; ++g)
         for (int64_t c = 0; c < m.out / 8; ++c)
-          for (int n = 0; n < 8; ++n) put(qz[g * (m.out / 8) + c], n, m.z[(8 * c + kOrder[n]) * groups + g]);
+          for (int n = 0; n < 8; ++n)
+            put(qz[g * (m.out / 8) + c], n, m.z[(8 * c + kOrder[n]) * groups + g]);
       out.push_back(I32Tensor(p + ".qweight", {m.in, m.out / 8}, qw));
       out.push_back(I32Tensor(p + ".qzeros", {groups, m.out / 8}, qz));
-      out.push_back(ScaleTensor(p + ".scales", {groups, m.out}, Transposed(m.s, m.out, groups), "F16"));
+      out.push_back(
+          ScaleTensor(p + ".scales", {groups, m.out}, Transposed(m.s, m.out, groups), "F16"));
       return;
     }
     case QuantFormat::kGptq: {
@@ -159,11 +162,13 @@ void Pack(const std::string& p, const Quantized& m, const QuantSpec& spec,
       const int v1 = spec.gptq_v1 ? 1 : 0;
       for (int64_t g = 0; g < groups; ++g)
         for (int64_t c = 0; c < m.out / per; ++c)
-          for (int j = 0; j < per; ++j) put(qz[g * (m.out / per) + c], j, m.z[(per * c + j) * groups + g] - v1);
+          for (int j = 0; j < per; ++j)
+            put(qz[g * (m.out / per) + c], j, m.z[(per * c + j) * groups + g] - v1);
       std::vector<uint32_t> gidx(m.gidx.begin(), m.gidx.end());
       out.push_back(I32Tensor(p + ".qweight", {m.in / per, m.out}, qw));
       out.push_back(I32Tensor(p + ".qzeros", {groups, m.out / per}, qz));
-      out.push_back(ScaleTensor(p + ".scales", {groups, m.out}, Transposed(m.s, m.out, groups), "F16"));
+      out.push_back(
+          ScaleTensor(p + ".scales", {groups, m.out}, Transposed(m.s, m.out, groups), "F16"));
       out.push_back(I32Tensor(p + ".g_idx", {m.in}, gidx));
       return;
     }
@@ -173,7 +178,8 @@ void Pack(const std::string& p, const Quantized& m, const QuantSpec& spec,
       std::vector<uint32_t> qw(m.out * (m.in / per), 0);
       for (int64_t o = 0; o < m.out; ++o)
         for (int64_t k = 0; k < m.in / per; ++k)
-          for (int i = 0; i < per; ++i) put(qw[o * (m.in / per) + k], i, m.q[o * m.in + per * k + i]);
+          for (int i = 0; i < per; ++i)
+            put(qw[o * (m.in / per) + k], i, m.q[o * m.in + per * k + i]);
       out.push_back(I32Tensor(p + ".weight_packed", {m.out, m.in / per}, qw));
       out.push_back(ScaleTensor(p + ".weight_scale", {m.out, groups}, m.s, scale_dtype));
       out.push_back(I32Tensor(p + ".weight_shape", {2},
@@ -182,7 +188,8 @@ void Pack(const std::string& p, const Quantized& m, const QuantSpec& spec,
         const int64_t rows = (m.out + per - 1) / per;
         std::vector<uint32_t> zp(rows * groups, 0);
         for (int64_t o = 0; o < m.out; ++o)
-          for (int64_t g = 0; g < groups; ++g) put(zp[(o / per) * groups + g], static_cast<int>(o % per), m.z[o * groups + g]);
+          for (int64_t g = 0; g < groups; ++g)
+            put(zp[(o / per) * groups + g], static_cast<int>(o % per), m.z[o * groups + g]);
         out.push_back(I32Tensor(p + ".weight_zero_point", {rows, groups}, zp));
       }
       return;
@@ -201,23 +208,31 @@ json QuantizationConfig(const QuantSpec& spec, const std::string& scale_dtype) {
   const int group = spec.group > 0 ? spec.group : -1;
   switch (spec.format) {
     case QuantFormat::kAwq:
-      return {{"quant_method", "awq"}, {"bits", 4}, {"group_size", group}, {"zero_point", true},
-              {"version", "gemm"}, {"modules_to_not_convert", nullptr}};
+      return {{"quant_method", "awq"}, {"bits", 4},         {"group_size", group},
+              {"zero_point", true},    {"version", "gemm"}, {"modules_to_not_convert", nullptr}};
     case QuantFormat::kGptq:
-      return {{"quant_method", "gptq"}, {"bits", spec.bits}, {"group_size", group},
-              {"sym", spec.symmetric}, {"desc_act", spec.gidx != QuantSpec::Gidx::kSequential},
-              {"checkpoint_format", spec.gptq_v1 ? "gptq" : "gptq_v2"}, {"damp_percent", 0.01},
+      return {{"quant_method", "gptq"},
+              {"bits", spec.bits},
+              {"group_size", group},
+              {"sym", spec.symmetric},
+              {"desc_act", spec.gidx != QuantSpec::Gidx::kSequential},
+              {"checkpoint_format", spec.gptq_v1 ? "gptq" : "gptq_v2"},
+              {"damp_percent", 0.01},
               {"true_sequential", true}};
     case QuantFormat::kCtPack:
     case QuantFormat::kCtInt8: {
-      json w = {{"num_bits", spec.bits}, {"type", "int"}, {"symmetric", spec.symmetric},
-                {"dynamic", false}, {"strategy", spec.group > 0 ? "group" : "channel"},
+      json w = {{"num_bits", spec.bits},
+                {"type", "int"},
+                {"symmetric", spec.symmetric},
+                {"dynamic", false},
+                {"strategy", spec.group > 0 ? "group" : "channel"},
                 {"group_size", spec.group > 0 ? json(spec.group) : json(nullptr)},
-                {"actorder", nullptr}, {"observer", "minmax"}};
+                {"actorder", nullptr},
+                {"observer", "minmax"}};
       json a = nullptr;
       if (spec.format == QuantFormat::kCtInt8) {
-        a = {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"dynamic", true},
-             {"strategy", "token"}, {"group_size", nullptr}};
+        a = {{"num_bits", 8},   {"type", "int"},       {"symmetric", true},
+             {"dynamic", true}, {"strategy", "token"}, {"group_size", nullptr}};
       }
       (void)scale_dtype;
       return {{"quant_method", "compressed-tensors"},
@@ -225,8 +240,8 @@ json QuantizationConfig(const QuantSpec& spec, const std::string& scale_dtype) {
               {"quantization_status", "compressed"},
               {"ignore", {"lm_head", "re:.*mlp.gate$", "re:.*block_sparse_moe.gate$"}},
               {"kv_cache_scheme", nullptr},
-              {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", w},
-                                              {"input_activations", a}}}}}};
+              {"config_groups",
+               {{"group_0", {{"targets", {"Linear"}}, {"weights", w}, {"input_activations", a}}}}}};
     }
   }
   return nullptr;
@@ -239,7 +254,8 @@ absl::Status WriteQuantizedFixture(const std::string& float_dir, const QuantSpec
   auto ckpt = model::SafetensorsCheckpoint::Open(float_dir);
   if (!ckpt.ok()) return ckpt.status();
   const std::string scale_dtype =
-      spec.format == QuantFormat::kAwq || spec.format == QuantFormat::kGptq ? "F16" : spec.scale_dtype;
+      spec.format == QuantFormat::kAwq || spec.format == QuantFormat::kGptq ? "F16"
+                                                                            : spec.scale_dtype;
   std::vector<TensorBlob> quant_blobs, deq_blobs;
   for (const std::string& name : ckpt->TensorNames()) {
     auto found = ckpt->Find(name);
@@ -254,9 +270,11 @@ absl::Status WriteQuantizedFixture(const std::string& float_dir, const QuantSpec
     }
     const int64_t out = shape[0], in = shape[1];
     if (spec.group > 0 && in % spec.group != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(name, ": ", in, " inputs, group ", spec.group));
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": ", in, " inputs, group ", spec.group));
     }
-    const Quantized m = Quantize(v, out, in, spec, scale_dtype, static_cast<uint32_t>(quant_blobs.size() + 1));
+    const Quantized m =
+        Quantize(v, out, in, spec, scale_dtype, static_cast<uint32_t>(quant_blobs.size() + 1));
     std::vector<float> deq(v.size());
     for (int64_t o = 0; o < out; ++o)
       for (int64_t k = 0; k < in; ++k) {

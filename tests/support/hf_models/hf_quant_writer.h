@@ -17,19 +17,19 @@
 namespace kvserve::testing::hf {
 
 enum class QuantFormat {
-  kAwq,      // AutoAWQ GEMM, int4, zero points, fp16 scales
-  kGptq,     // GPTQ int4/int8, sym or not, v1 (zero - 1) or v2, g_idx written
-  kCtPack,   // compressed-tensors pack-quantized int4/int8
-  kCtInt8,   // compressed-tensors int-quantized W8A8 (I8 weight, per-channel scale)
+  kAwq,     // AutoAWQ GEMM, int4, zero points, fp16 scales
+  kGptq,    // GPTQ int4/int8, sym or not, v1 (zero - 1) or v2, g_idx written
+  kCtPack,  // compressed-tensors pack-quantized int4/int8
+  kCtInt8,  // compressed-tensors int-quantized W8A8 (I8 weight, per-channel scale)
 };
 
 struct QuantSpec {
   QuantFormat format = QuantFormat::kAwq;
   int bits = 4;
-  int group = 128;   // 0: one group per output channel
+  int group = 128;  // 0: one group per output channel
   bool symmetric = false;
-  bool gptq_v1 = true;                // GPTQ: checkpoint_format "gptq" (stored zero - 1)
-  std::string scale_dtype = "F16";    // compressed-tensors: "F16", "BF16" or "F32"
+  bool gptq_v1 = true;              // GPTQ: checkpoint_format "gptq" (stored zero - 1)
+  std::string scale_dtype = "F16";  // compressed-tensors: "F16", "BF16" or "F32"
   // GPTQ g_idx: i / group; act-order (groups are the group-sized runs of a random permutation
   // of the inputs, as desc_act quantizes in Hessian order); or act-order with one input moved
   // to the next group (unequal groups: must be refused).

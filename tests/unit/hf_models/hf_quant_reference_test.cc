@@ -43,8 +43,8 @@ void PrintTo(const QuantCase& c, std::ostream* os) { *os << c.name; }
 // The block type a case's projections run as (hf_quant_weights.h): fp16 scales with centred
 // zeros take Q4_0 / Q8_0, everything else U4_F32 / U8_F32.
 std::string ExpectedBlock(const QuantSpec& q) {
-  const bool fp16 = q.format == QuantFormat::kAwq || q.format == QuantFormat::kGptq ||
-                    q.scale_dtype == "F16";
+  const bool fp16 =
+      q.format == QuantFormat::kAwq || q.format == QuantFormat::kGptq || q.scale_dtype == "F16";
   if (fp16 && q.symmetric) return q.bits == 4 ? "Q4_0" : "Q8_0";
   return q.bits == 4 ? "U4_F32" : "U8_F32";
 }

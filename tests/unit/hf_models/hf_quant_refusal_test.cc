@@ -27,20 +27,25 @@ void ExpectRefused(const json& q, const std::vector<std::string>& words) {
   ASSERT_FALSE(c.ok()) << q.dump();
   const std::string msg(c.status().message());
   EXPECT_NE(msg.find("quantization_config"), std::string::npos) << msg;
-  for (const std::string& w : words) EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' in " << msg;
+  for (const std::string& w : words)
+    EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' in " << msg;
 }
 
 json CtConfig(const std::string& format, const json& weights, const json& acts = nullptr) {
   return {{"quant_method", "compressed-tensors"},
           {"format", format},
           {"ignore", {"lm_head"}},
-          {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", weights},
-                                          {"input_activations", acts}}}}}};
+          {"config_groups",
+           {{"group_0",
+             {{"targets", {"Linear"}}, {"weights", weights}, {"input_activations", acts}}}}}};
 }
 
 TEST(HfQuantConfigTest, SupportedVariantsParse) {
-  auto awq = ParseWith(LlamaPreset(), {{"quant_method", "awq"}, {"bits", 4}, {"group_size", 64},
-                                       {"zero_point", true}, {"version", "GEMM"},
+  auto awq = ParseWith(LlamaPreset(), {{"quant_method", "awq"},
+                                       {"bits", 4},
+                                       {"group_size", 64},
+                                       {"zero_point", true},
+                                       {"version", "GEMM"},
                                        {"modules_to_not_convert", {"lm_head"}}});
   ASSERT_TRUE(awq.ok()) << awq.status();
   ASSERT_TRUE(awq->hf_quant.has_value());
@@ -48,14 +53,19 @@ TEST(HfQuantConfigTest, SupportedVariantsParse) {
   EXPECT_EQ(awq->hf_quant->group_size, 64);
   EXPECT_EQ(awq->hf_quant->Describe(), "awq int4 group 64 asymmetric, not converted: lm_head");
 
-  auto gptq = ParseWith(LlamaPreset(), {{"quant_method", "gptq"}, {"bits", 8}, {"group_size", -1},
-                                        {"sym", true}, {"desc_act", false}});
+  auto gptq = ParseWith(LlamaPreset(), {{"quant_method", "gptq"},
+                                        {"bits", 8},
+                                        {"group_size", -1},
+                                        {"sym", true},
+                                        {"desc_act", false}});
   ASSERT_TRUE(gptq.ok()) << gptq.status();
   EXPECT_EQ(gptq->hf_quant->bits, 8);
   EXPECT_EQ(gptq->hf_quant->group_size, 0);
   EXPECT_TRUE(gptq->hf_quant->gptq_v1_zeros);  // checkpoint_format defaults to "gptq" (v1)
 
-  auto v2 = ParseWith(LlamaPreset(), {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", 128},
+  auto v2 = ParseWith(LlamaPreset(), {{"quant_method", "gptq"},
+                                      {"bits", 4},
+                                      {"group_size", 128},
                                       {"checkpoint_format", "gptq_v2"}});
   ASSERT_TRUE(v2.ok()) << v2.status();
   EXPECT_FALSE(v2->hf_quant->gptq_v1_zeros);
@@ -64,7 +74,10 @@ TEST(HfQuantConfigTest, SupportedVariantsParse) {
       LlamaPreset(),
       CtConfig("int-quantized",
                {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "channel"}},
-               {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"dynamic", true},
+               {{"num_bits", 8},
+                {"type", "int"},
+                {"symmetric", true},
+                {"dynamic", true},
                 {"strategy", "token"}}));
   ASSERT_TRUE(w8a8.ok()) << w8a8.status();
   EXPECT_TRUE(w8a8->hf_quant->w8a8);
@@ -91,15 +104,18 @@ TEST(HfQuantConfigTest, UnsupportedVariantsAreRefusedByName) {
                 {"FP8", "not supported yet"});
   ExpectRefused(CtConfig("marlin-24", {{"num_bits", 4}, {"type", "int"}}),
                 {"format \"marlin-24\"", "pack-quantized"});
-  ExpectRefused(CtConfig("pack-quantized", {{"num_bits", 4}, {"type", "int"}, {"strategy", "tensor"}}),
-                {"strategy \"tensor\""});
-  ExpectRefused(CtConfig("pack-quantized",
-                         {{"num_bits", 4}, {"type", "int"}, {"strategy", "group"}, {"group_size", 128}},
-                         {{"num_bits", 8}, {"type", "int"}, {"dynamic", false}}),
-                {"input_activations"});
-  ExpectRefused(CtConfig("int-quantized", {{"num_bits", 8}, {"type", "int"}, {"strategy", "channel"}},
-                         {{"num_bits", 8}, {"type", "int"}, {"dynamic", false}, {"strategy", "tensor"}}),
-                {"input_activations"});
+  ExpectRefused(
+      CtConfig("pack-quantized", {{"num_bits", 4}, {"type", "int"}, {"strategy", "tensor"}}),
+      {"strategy \"tensor\""});
+  ExpectRefused(
+      CtConfig("pack-quantized",
+               {{"num_bits", 4}, {"type", "int"}, {"strategy", "group"}, {"group_size", 128}},
+               {{"num_bits", 8}, {"type", "int"}, {"dynamic", false}}),
+      {"input_activations"});
+  ExpectRefused(
+      CtConfig("int-quantized", {{"num_bits", 8}, {"type", "int"}, {"strategy", "channel"}},
+               {{"num_bits", 8}, {"type", "int"}, {"dynamic", false}, {"strategy", "tensor"}}),
+      {"input_activations"});
 }
 
 // An act-order g_idx whose groups are not all group_size long is refused when the checkpoint

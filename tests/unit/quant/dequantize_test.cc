@@ -118,10 +118,10 @@ INSTANTIATE_TEST_SUITE_P(
 // Every quantized type in the table has a case above (a new type must bring its reference).
 TEST(DequantizeTest, EveryQuantizedTypeHasAReference) {
   const std::vector<BlockType> covered = {
-      BlockType::kQ4_0,   BlockType::kQ4_1,   BlockType::kQ5_0, BlockType::kQ5_1, BlockType::kQ8_0,
-      BlockType::kQ2_K,   BlockType::kQ3_K,   BlockType::kQ4_K, BlockType::kQ5_K, BlockType::kQ6_K,
-      BlockType::kIQ4_NL, BlockType::kIQ4_XS, BlockType::kMXFP4, BlockType::kU4_F32,
-      BlockType::kU8_F32};
+      BlockType::kQ4_0,  BlockType::kQ4_1,   BlockType::kQ5_0,   BlockType::kQ5_1,
+      BlockType::kQ8_0,  BlockType::kQ2_K,   BlockType::kQ3_K,   BlockType::kQ4_K,
+      BlockType::kQ5_K,  BlockType::kQ6_K,   BlockType::kIQ4_NL, BlockType::kIQ4_XS,
+      BlockType::kMXFP4, BlockType::kU4_F32, BlockType::kU8_F32};
   for (const BlockTraits& t : AllBlockTypes()) {
     if (!t.quantized) continue;
     EXPECT_NE(std::find(covered.begin(), covered.end(), t.type), covered.end()) << t.name;

@@ -113,9 +113,9 @@ Weights MakeWeights(BlockType type, int64_t rows, int64_t in, std::mt19937& rng)
     if (type == BlockType::kU4_F32 || type == BlockType::kU8_F32) {
       // As a Hugging Face group makes them: a = scale, b = -zero * scale.
       const float a = uni(rng) * 0.01f;
-      const float b = -static_cast<float>(byte(rng) % (type == BlockType::kU4_F32 ? 16 : 256)) * a;
+      const float zb = -static_cast<float>(byte(rng) % (type == BlockType::kU4_F32 ? 16 : 256)) * a;
       std::memcpy(blk, &a, 4);
-      std::memcpy(blk + 4, &b, 4);
+      std::memcpy(blk + 4, &zb, 4);
     }
     info.decode(blk, &m.w[b * info.elems]);
   }
