@@ -182,6 +182,10 @@ void Pack(const std::string& p, const Quantized& m, const QuantSpec& spec,
             put(qw[o * (m.in / per) + k], i, m.q[o * m.in + per * k + i]);
       out.push_back(I32Tensor(p + ".weight_packed", {m.out, m.in / per}, qw));
       out.push_back(ScaleTensor(p + ".weight_scale", {m.out, groups}, m.s, scale_dtype));
+      if (spec.gidx != QuantSpec::Gidx::kSequential) {  // actorder "group"
+        out.push_back(I32Tensor(p + ".weight_g_idx", {m.in},
+                                std::vector<uint32_t>(m.gidx.begin(), m.gidx.end())));
+      }
       out.push_back(I32Tensor(p + ".weight_shape", {2},
                               {static_cast<uint32_t>(m.out), static_cast<uint32_t>(m.in)}));
       if (!spec.symmetric) {
@@ -221,14 +225,15 @@ json QuantizationConfig(const QuantSpec& spec, const std::string& scale_dtype) {
               {"true_sequential", true}};
     case QuantFormat::kCtPack:
     case QuantFormat::kCtInt8: {
-      json w = {{"num_bits", spec.bits},
-                {"type", "int"},
-                {"symmetric", spec.symmetric},
-                {"dynamic", false},
-                {"strategy", spec.group > 0 ? "group" : "channel"},
-                {"group_size", spec.group > 0 ? json(spec.group) : json(nullptr)},
-                {"actorder", nullptr},
-                {"observer", "minmax"}};
+      json w = {
+          {"num_bits", spec.bits},
+          {"type", "int"},
+          {"symmetric", spec.symmetric},
+          {"dynamic", false},
+          {"strategy", spec.group > 0 ? "group" : "channel"},
+          {"group_size", spec.group > 0 ? json(spec.group) : json(nullptr)},
+          {"actorder", spec.gidx == QuantSpec::Gidx::kSequential ? json(nullptr) : json("group")},
+          {"observer", "minmax"}};
       json a = nullptr;
       if (spec.format == QuantFormat::kCtInt8) {
         a = {{"num_bits", 8},   {"type", "int"},       {"symmetric", true},

@@ -142,6 +142,10 @@ std::vector<QuantCase> Cases() {
   q = {QuantFormat::kCtPack, 4, 64, false};  // asymmetric, packed zero points
   q.scale_dtype = "BF16";
   v.push_back({"mistral_ct_w4a16_asym_g64", archs[3].second, q});
+  q = {QuantFormat::kCtPack, 4, 128, true};  // actorder "group": weight_g_idx
+  q.scale_dtype = "BF16";
+  q.gidx = QuantSpec::Gidx::kActOrder;
+  v.push_back({"qwen2_ct_w4a16_actorder", archs[1].second, q});
   q = {QuantFormat::kCtPack, 8, 0, true};  // W8A16 per channel
   q.scale_dtype = "BF16";
   v.push_back({"qwen3_ct_w8a16_channel", archs[2].second, q});
