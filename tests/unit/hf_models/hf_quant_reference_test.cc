@@ -84,6 +84,11 @@ TEST_P(HfQuantReferenceTest, LogprobsMatchTheDequantizedReference) {
   opts.max_tokens_per_step = 64;
   auto m = model::LlamaModel::Load(quant.path(), opts);
   ASSERT_TRUE(m.ok()) << m.status();
+  // Weights stay quantized: at most 10 bits per quantized weight (U8_F32) against the fp32
+  // model's 32, with the embedding, norms and lm_head alike in both.
+  auto float_model = model::LlamaModel::Load(deq.path(), opts);
+  ASSERT_TRUE(float_model.ok()) << float_model.status();
+  EXPECT_LT((*m)->weights().resident_bytes(), (*float_model)->weights().resident_bytes() / 2);
   auto ref_model = ReferenceModel::Load(deq.path());
   ASSERT_TRUE(ref_model.ok()) << ref_model.status();
   const int vocab = c.spec.vocab_size;
