@@ -298,7 +298,7 @@ absl::Status WriteQuantizedFixture(const std::string& float_dir, const QuantSpec
   config["quantization_config"] = QuantizationConfig(spec, scale_dtype);
   std::ofstream(quant_dir + "/config.json") << config.dump(2);
   if (absl::Status s = WriteSafetensors(deq_blobs, deq_dir, 1); !s.ok()) return s;
-  return WriteSafetensors(quant_blobs, quant_dir, 1);
+  return WriteSafetensors(quant_blobs, quant_dir, spec.shards);
 }
 
 }  // namespace kvserve::testing::hf

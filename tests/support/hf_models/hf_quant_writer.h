@@ -34,6 +34,7 @@ struct QuantSpec {
   // of the inputs, as desc_act quantizes in Hessian order); or act-order with one input moved
   // to the next group (unequal groups: must be refused).
   enum class Gidx { kSequential, kActOrder, kUnequalGroups } gidx = Gidx::kSequential;
+  int shards = 1;  // quant_dir's safetensors files (2: model.safetensors.index.json too)
 };
 
 absl::Status WriteQuantizedFixture(const std::string& float_dir, const QuantSpec& spec,

@@ -125,7 +125,9 @@ std::vector<QuantCase> Cases() {
   const FixtureSpec llama = archs[0].second;
   QuantSpec q = awq;
   q.group = 64;
-  v.push_back({"llama_awq_g64", llama, q});
+  q.shards = 2;  // sharded, with model.safetensors.index.json
+  v.push_back({"llama_awq_g64_sharded", llama, q});
+  q.shards = 1;
   q = {QuantFormat::kGptq, 4, 64, false, false};  // asymmetric, gptq_v2 zeros
   v.push_back({"llama_gptq4_asym_v2_g64", llama, q});
   q = {QuantFormat::kGptq, 4, 128, false, true};  // asymmetric, v1 zeros
