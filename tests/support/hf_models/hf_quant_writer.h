@@ -30,9 +30,9 @@ struct QuantSpec {
   bool symmetric = false;
   bool gptq_v1 = true;              // GPTQ: checkpoint_format "gptq" (stored zero - 1)
   std::string scale_dtype = "F16";  // compressed-tensors: "F16", "BF16" or "F32"
-  // GPTQ g_idx (compressed-tensors weight_g_idx): i / group; act-order (groups are the group-sized runs of a random permutation
-  // of the inputs, as desc_act quantizes in Hessian order); or act-order with one input moved
-  // to the next group (unequal groups: must be refused).
+  // GPTQ g_idx (compressed-tensors weight_g_idx): i / group; act-order (groups are the group-sized
+  // runs of a random permutation of the inputs, as desc_act quantizes in Hessian order); or
+  // act-order with one input moved to the next group (unequal groups: must be refused).
   enum class Gidx { kSequential, kActOrder, kUnequalGroups } gidx = Gidx::kSequential;
   int shards = 1;  // quant_dir's safetensors files (2: model.safetensors.index.json too)
 };
