@@ -112,7 +112,8 @@ absl::StatusOr<TypePolicy> ParsePolicy(const std::string& type) {
       return p;
     }
   }
-  if (auto t = quant::FindBlockTypeByName(type)) {
+  if (auto t = quant::FindBlockTypeByName(type);
+      t && static_cast<uint32_t>(t->type) < quant::kFirstOwnBlockId) {  // ggml's types only
     p.single = t->type;
     return p;
   }
@@ -331,8 +332,10 @@ std::string GgufExportTypes() {
   std::string out = "presets:";
   for (const Preset& p : kPresets) absl::StrAppend(&out, " ", base::AsAbsl(p.name));
   absl::StrAppend(&out, "; types:");
-  for (const quant::BlockTraits& t : quant::AllBlockTypes())
+  for (const quant::BlockTraits& t : quant::AllBlockTypes()) {
+    if (static_cast<uint32_t>(t.type) >= quant::kFirstOwnBlockId) continue;  // not ggml's
     absl::StrAppend(&out, " ", base::AsAbsl(t.name));
+  }
   return out;
 }
 

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/hf_quant_config.h"
 
 namespace kvserve::model {
 
@@ -109,6 +110,9 @@ struct MoeConfig {
 struct ModelConfig {
   Architecture architecture = Architecture::kLlama;
   std::string architecture_name;  // as written in config.json, e.g. "Qwen2ForCausalLM"
+  // Hugging Face integer quantization (AWQ / GPTQ / compressed-tensors int): the checkpoint's
+  // projections are read by model/hf_quant_checkpoint.h. nullopt: not quantized this way.
+  std::optional<HfQuantConfig> hf_quant;
   int hidden_size = 0;
   int intermediate_size = 0;
   int num_layers = 0;
