@@ -41,6 +41,11 @@ struct QuantSource {
   const std::byte* data = nullptr;
   int64_t rows = 0;
   int64_t row_stride = 0;  // bytes; RowBytes(type, in) for a dense tensor
+  // ---- FP8 segments (fp8_segment.h) ----
+  // Non-null: the segment is `rows` rows of `in` e4m3fn bytes (`type` is not read), with
+  // fp8_scales[r][kb] the scale of row r over input columns [128 kb, 128 kb + 128)
+  // (rows x ceil(in / 128) floats). Run in fp32 (no activation rounding): fp8_format.h.
+  const float* fp8_scales = nullptr;
 };
 
 class QuantMatrix {
