@@ -289,13 +289,18 @@ absl::Status ParseMoe(const json& root, const ConfigReader& r, ModelConfig& c) {
         q.is_object() && q.contains("quant_method") && q.at("quant_method").is_string()
             ? q.at("quant_method").get<std::string>()
             : q.dump();
-    if (a != Architecture::kGptOss || method != "mxfp4") {
+    // ---- FP8 checkpoints (hf_fp8_config.h) ----
+    auto fp8 = ParseHfFp8Config(q.dump());
+    if (!fp8.ok()) return r.Error("quantization_config", base::AsStd(fp8.status().message()));
+    c.fp8 = std::move(*fp8);
+    // ---- end FP8 ----
+    if (!c.fp8 && (a != Architecture::kGptOss || method != "mxfp4")) {
       return r.Error(
           "quantization_config",
           absl::StrCat("quant_method \"", method, "\" is not supported for ", c.architecture_name,
                        " (only gpt-oss MXFP4 experts, unpacked at load)"));
     }
-    c.moe.mxfp4 = true;
+    if (!c.fp8) c.moe.mxfp4 = true;
   }
   if (a != Architecture::kMixtral && a != Architecture::kQwen3Moe && a != Architecture::kGptOss) {
     return absl::OkStatus();
