@@ -31,20 +31,28 @@ template <int R, int P>
 KVS_FP8_AVX2 void Kernel(const Fp8Tile& t) {
   constexpr int H = 2;  // halves of a panel column
   __m256 acc[R][P][H];
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
     for (int p = 0; p < P; ++p)
+#pragma GCC unroll 8
       for (int h = 0; h < H; ++h) acc[r][p][h] = _mm256_setzero_ps();
   const int64_t kblocks = (t.in + kFp8KBlock - 1) / kFp8KBlock;
   for (int64_t kb = 0; kb < kblocks; ++kb) {
     const int n = static_cast<int>(std::min<int64_t>(kFp8KBlock, t.in - kb * kFp8KBlock));
     const uint8_t* codes[P];
+#pragma GCC unroll 8
     for (int p = 0; p < P; ++p)
       codes[p] = t.panels + p * t.panel_bytes + kb * kFp8BlockBytes + kFp8ScaleBytes;
     const float* xk[R];
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) xk[r] = t.x + r * t.x_stride + kb * kFp8KBlock;
     __m256 c0[R][P][H], c1[R][P][H];
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
       for (int p = 0; p < P; ++p) {
+#pragma GCC unroll 8
         for (int h = 0; h < H; ++h) {
           c0[r][p][h] = _mm256_setzero_ps();
           c1[r][p][h] = _mm256_setzero_ps();
@@ -53,10 +61,13 @@ KVS_FP8_AVX2 void Kernel(const Fp8Tile& t) {
     }
     int k = 0;
     for (; k + 1 < n; k += 2) {
+#pragma GCC unroll 8
       for (int p = 0; p < P; ++p) {
+#pragma GCC unroll 8
         for (int h = 0; h < H; ++h) {
           const __m256 w0 = Widen8(codes[p] + kFp8PanelRows * k + 8 * h);
           const __m256 w1 = Widen8(codes[p] + kFp8PanelRows * (k + 1) + 8 * h);
+#pragma GCC unroll 8
           for (int r = 0; r < R; ++r) {
             c0[r][p][h] = _mm256_fmadd_ps(w0, _mm256_set1_ps(xk[r][k]), c0[r][p][h]);
             c1[r][p][h] = _mm256_fmadd_ps(w1, _mm256_set1_ps(xk[r][k + 1]), c1[r][p][h]);
@@ -65,18 +76,24 @@ KVS_FP8_AVX2 void Kernel(const Fp8Tile& t) {
       }
     }
     if (k < n) {
+#pragma GCC unroll 8
       for (int p = 0; p < P; ++p) {
+#pragma GCC unroll 8
         for (int h = 0; h < H; ++h) {
           const __m256 w0 = Widen8(codes[p] + kFp8PanelRows * k + 8 * h);
+#pragma GCC unroll 8
           for (int r = 0; r < R; ++r)
             c0[r][p][h] = _mm256_fmadd_ps(w0, _mm256_set1_ps(xk[r][k]), c0[r][p][h]);
         }
       }
     }
+#pragma GCC unroll 8
     for (int p = 0; p < P; ++p) {
       const float* scales = reinterpret_cast<const float*>(codes[p] - kFp8ScaleBytes);
+#pragma GCC unroll 8
       for (int h = 0; h < H; ++h) {
         const __m256 scale = _mm256_loadu_ps(scales + 8 * h);
+#pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
           acc[r][p][h] =
               _mm256_fmadd_ps(_mm256_add_ps(c0[r][p][h], c1[r][p][h]), scale, acc[r][p][h]);
@@ -84,8 +101,10 @@ KVS_FP8_AVX2 void Kernel(const Fp8Tile& t) {
       }
     }
   }
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     float* y = t.y + r * t.y_stride;
+#pragma GCC unroll 8
     for (int p = 0; p < P; ++p) {
       alignas(32) float v[kFp8PanelRows];
       _mm256_store_ps(v, acc[r][p][0]);

@@ -115,6 +115,23 @@ void Fp8Linear(Fp8Isa isa, const float* x, int64_t x_stride, const Fp8Panels& w,
     const int64_t p1 = std::min(w.panels, groups * (c + 1) / chunks * group);
     for (int64_t rs = 0; rs < rows; rs += slice) {
       const int64_t re = std::min(rows, rs + slice);
+      if (isa == Fp8Isa::kAvx512 && rows > 4) {  // prefill: widen each block once per slice
+        for (int64_t p = p0; p < p1; ++p) {
+          const int64_t col = p * kFp8PanelRows;
+          const Fp8Tile t{x + rs * x_stride,
+                          x_stride,
+                          w.data + p * w.panel_bytes,
+                          w.panel_bytes,
+                          w.in,
+                          y + rs * y_stride + col,
+                          y_stride,
+                          bias != nullptr ? bias + col : nullptr,
+                          static_cast<int>(std::min<int64_t>(kFp8PanelRows, w.rows - col)),
+                          accumulate};
+          Fp8Avx512PanelRows(t, re - rs);
+        }
+        continue;
+      }
       for (int64_t p = p0; p < p1;) {
         int np = static_cast<int>(std::min<int64_t>(group, p1 - p));
         if (np == 3) np = 2;

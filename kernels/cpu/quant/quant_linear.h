@@ -22,6 +22,8 @@
 // allocation per call once a thread has seen its largest shape.
 // A row's result never depends on the other rows of the batch (batch invariance), and the
 // same process always picks the same kernel for a type.
+// FP8 e4m3 segments (Hugging Face FP8 checkpoints: QuantSource::fp8_scales) keep their bytes
+// in their own panel layout and run fp32 kernels that widen codes exactly (fp8_format.h).
 #pragma once
 
 #include <cstddef>
