@@ -19,6 +19,7 @@
 #include "config/fields.h"
 #include "kernels/device_probe.h"
 #include "model/llama_model.h"
+#include "model/model_config.h"
 #include "speculative/draft_model_check.h"
 #include "speculative/draft_model_proposer.h"
 
@@ -295,6 +296,18 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config
     }
     kind = config::Backend::kCpu;
     why = "backend: cpu, GGUF models run on the CPU backend's quantized kernels (engine.backend=auto)";
+  }
+  // ---- FP8 checkpoints (model/hf_fp8_config.h): CPU kernels only, as GGUF ----
+  if (kind == config::Backend::kCuda && !gguf::IsGgufSource(model_dir)) {
+    const absl::StatusOr<model::ModelConfig> mc = model::LoadModelConfig(model_dir);
+    if (mc.ok() && mc->fp8) {
+      if (config.engine.backend == config::Backend::kCuda) {
+        return absl::FailedPreconditionError(
+            "engine.backend=cuda: FP8 checkpoints run on the CPU backend only (no CUDA FP8 kernels yet)");
+      }
+      kind = config::Backend::kCpu;
+      why = "backend: cpu, FP8 checkpoints run on the CPU backend's FP8 kernels (engine.backend=auto)";
+    }
   }
   if (kind == config::Backend::kCuda && !deps.make_cuda_backend) {
     // Only now, with a usable device, is the CUDA backend (and with it cuBLAS) loaded.

@@ -11,6 +11,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
 #include "kernels/cpu/quant/fp8_segment.h"
 #include "kernels/cpu/quant/quant_linear.h"
 #include "tests/support/hf_models/fp8_e4m3.h"
@@ -93,6 +96,35 @@ TEST(Fp8Linear, EveryByteWidensExactly) {
     }
   }
 }
+
+#if defined(__x86_64__)
+// The widening's subnormal codes pass through IEEE halves, which vcvtph2ps converts exactly
+// whatever MXCSR's denormals-are-zero and flush-to-zero say (fp8_format.h): with both set, every
+// byte still widens exactly (a kernel that made fp32 subnormals would lose codes 0x01..0x07).
+TEST(Fp8Linear, EveryByteWidensExactlyUnderDaz) {
+  Fp8Fixture f{256, 1, std::vector<uint8_t>(256, 0), std::vector<float>(256, 1.0f)};
+  for (int b = 0; b < 256; ++b) {
+    if (!E4m3IsNaN(static_cast<uint8_t>(b))) f.codes[b] = static_cast<uint8_t>(b);
+  }
+  const QuantMatrix m = f.Pack();
+  const float x[1] = {1.0f};
+  const unsigned saved = _mm_getcsr();
+  _mm_setcsr(saved | 0x8040);  // DAZ (bit 6) and FTZ (bit 15)
+  std::vector<std::vector<float>> got;
+  for (const Isa& isa : Isas()) {
+    got.emplace_back(256, -1.0f);
+    isa.fn(x, 1, m, nullptr, got.back().data(), 256, 1, false);
+  }
+  _mm_setcsr(saved);
+  for (size_t i = 0; i < got.size(); ++i) {
+    for (int b = 0; b < 256; ++b) {
+      if (E4m3IsNaN(static_cast<uint8_t>(b))) continue;
+      EXPECT_EQ(got[i][b], static_cast<float>(E4m3Value(static_cast<uint8_t>(b))))
+          << Isas()[i].name << " byte 0x" << std::hex << b;
+    }
+  }
+}
+#endif
 
 TEST(Fp8Linear, MatchesFloat64EveryShapeAndKernelsAgree) {
   // 50 outputs (a ragged panel), 300 inputs (two blocks and a ragged 44), block scales.
