@@ -79,7 +79,9 @@ float Fp8WidenedValue(uint8_t code);
 bool Fp8CpuHasAvx512();
 const Fp8KernelTable& Fp8Avx512Kernels();  // only when Fp8CpuHasAvx512()
 // Prefill (many rows, one panel: t.valid <= 16): each block widened once into an L1 buffer
-// and run over `rows` rows, 8 at a time, from there (same canonical order).
+// and run over up to 64 rows, 8 at a time, from there (same canonical order). Widening costs
+// about as much as the multiply-adds of 4-8 rows, so sharing it over 64 rows brings prefill to
+// the fp32 kernels' rate (docs/quantized.md has the figures).
 void Fp8Avx512PanelRows(const Fp8Tile& t, int64_t rows);
 bool Fp8CpuHasAvx2();
 const Fp8KernelTable& Fp8Avx2Kernels();  // only when Fp8CpuHasAvx2()

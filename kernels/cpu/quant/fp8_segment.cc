@@ -92,6 +92,7 @@ const Fp8KernelTable& TableOf(Fp8Isa isa) {
 constexpr int64_t kChunkMacs = 1 << 18;
 constexpr int64_t kMaxChunks = 32;
 constexpr int64_t kSliceBytes = 384 << 10;  // activation bytes per row slice (kept in L2)
+constexpr int64_t kPrefillRows = 64;
 
 }  // namespace
 
@@ -106,8 +107,11 @@ void Fp8Linear(Fp8Isa isa, const float* x, int64_t x_stride, const Fp8Panels& w,
   const int64_t groups = (w.panels + group - 1) / group;
   const int64_t macs = rows * w.in * w.rows;
   const int64_t chunks = std::clamp<int64_t>(macs / kChunkMacs, 1, std::min(groups, kMaxChunks));
-  const int64_t slice =
-      std::max<int64_t>(max_rows, (kSliceBytes / (w.in * 4)) / max_rows * max_rows);
+  const bool prefill = isa == Fp8Isa::kAvx512 && rows > 4;
+  // Prefill widens each block once per slice: at least kPrefillRows rows share it, even where
+  // their activations outgrow L2 (they stream from L3 once per panel, under the arithmetic).
+  const int64_t slice = std::max<int64_t>(prefill ? kPrefillRows : max_rows,
+                                          (kSliceBytes / (w.in * 4)) / max_rows * max_rows);
   // The fp32 kernels widen every code (a few ops per 16 weights): weighted as x2 of a
   // register-blocked kernel's multiply-adds.
   ParallelFor(chunks, SplitFor(macs / 2), [&](int64_t c, int) {
@@ -115,7 +119,7 @@ void Fp8Linear(Fp8Isa isa, const float* x, int64_t x_stride, const Fp8Panels& w,
     const int64_t p1 = std::min(w.panels, groups * (c + 1) / chunks * group);
     for (int64_t rs = 0; rs < rows; rs += slice) {
       const int64_t re = std::min(rows, rs + slice);
-      if (isa == Fp8Isa::kAvx512 && rows > 4) {  // prefill: widen each block once per slice
+      if (prefill) {  // widen each block once per slice
         for (int64_t p = p0; p < p1; ++p) {
           const int64_t col = p * kFp8PanelRows;
           const Fp8Tile t{x + rs * x_stride,
