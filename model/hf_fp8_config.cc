@@ -31,6 +31,9 @@ absl::StatusOr<std::vector<std::string>> Names(const json& q, const char* key) {
     if (!n.is_string()) return Refuse(absl::StrCat(key, " must be a list of module names"));
     v.push_back(n.get<std::string>());
     if (v.back().starts_with("re:")) {
+      // Module patterns are short; a bound keeps the regex compiler's recursion shallow.
+      if (v.back().size() > 256)
+        return Refuse(absl::StrCat(key, ": a pattern over 256 characters"));
       try {
         std::regex check(v.back().substr(3));
       } catch (const std::regex_error&) {
