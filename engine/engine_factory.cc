@@ -303,7 +303,7 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config
     if (mc.ok() && mc->fp8) {
       if (config.engine.backend == config::Backend::kCuda) {
         return absl::FailedPreconditionError(
-            "engine.backend=cuda: FP8 checkpoints run on the CPU backend only (no CUDA FP8 kernels yet)");
+            "engine.backend=cuda: FP8 checkpoints run on the CPU backend only (the CUDA backend does not load them yet)");
       }
       kind = config::Backend::kCpu;
       why = "backend: cpu, FP8 checkpoints run on the CPU backend's FP8 kernels (engine.backend=auto)";
