@@ -223,6 +223,17 @@ void BenchShape(const Shape& s, int repeats, double roofline, int only_rows) {
       });
       report("FP8", kq::Fp8KernelName(kq::Fp8ProcessIsa()), bytes, rows, sec);
     }
+    // The AVX2 kernels on the same matrices (what a CPU without AVX-512 runs).
+    for (int rows : row_counts) {
+      if (kq::Fp8ProcessIsa() != kq::Fp8Isa::kAvx512 || !kq::internal::HasAvx2Kernels()) break;
+      const int n_copies = rows == 1 ? copies : 1;
+      const int calls = rows >= 512 ? std::max(3, repeats / 10) : repeats;
+      const Timing sec = TimeCalls(n_copies, calls, [&](int c) {
+        kq::internal::QuantLinearAvx2(x.data(), s.in, mats[c], nullptr, y.data(), s.out, rows,
+                                      false);
+      });
+      report("FP8", kq::Fp8KernelName(kq::Fp8Isa::kAvx2), bytes, rows, sec);
+    }
   }
   // Packed fp16 / bf16 on the same values.
   for (int kind = 0; kind < 2; ++kind) {

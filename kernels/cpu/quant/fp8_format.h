@@ -83,6 +83,8 @@ const Fp8KernelTable& Fp8Avx512Kernels();  // only when Fp8CpuHasAvx512()
 // about as much as the multiply-adds of 4-8 rows, so sharing it over 64 rows brings prefill to
 // the fp32 kernels' rate (docs/quantized.md has the figures).
 void Fp8Avx512PanelRows(const Fp8Tile& t, int64_t rows);
+// The same on AVX2 (two 8-lane halves per column, 2 rows at a time).
+void Fp8Avx2PanelRows(const Fp8Tile& t, int64_t rows);
 bool Fp8CpuHasAvx2();
 const Fp8KernelTable& Fp8Avx2Kernels();  // only when Fp8CpuHasAvx2()
 const Fp8KernelTable& Fp8PortableKernels();

@@ -107,7 +107,7 @@ void Fp8Linear(Fp8Isa isa, const float* x, int64_t x_stride, const Fp8Panels& w,
   const int64_t groups = (w.panels + group - 1) / group;
   const int64_t macs = rows * w.in * w.rows;
   const int64_t chunks = std::clamp<int64_t>(macs / kChunkMacs, 1, std::min(groups, kMaxChunks));
-  const bool prefill = isa == Fp8Isa::kAvx512 && rows > 4;
+  const bool prefill = isa != Fp8Isa::kPortable && rows > 4;
   // Prefill widens each block once per slice: at least kPrefillRows rows share it, even where
   // their activations outgrow L2 (they stream from L3 once per panel, under the arithmetic).
   const int64_t slice = std::max<int64_t>(prefill ? kPrefillRows : max_rows,
@@ -132,7 +132,7 @@ void Fp8Linear(Fp8Isa isa, const float* x, int64_t x_stride, const Fp8Panels& w,
                           bias != nullptr ? bias + col : nullptr,
                           static_cast<int>(std::min<int64_t>(kFp8PanelRows, w.rows - col)),
                           accumulate};
-          Fp8Avx512PanelRows(t, re - rs);
+          (isa == Fp8Isa::kAvx512 ? Fp8Avx512PanelRows : Fp8Avx2PanelRows)(t, re - rs);
         }
         continue;
       }
