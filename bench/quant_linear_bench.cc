@@ -32,6 +32,7 @@
 #include "kernels/cpu/compute_pool.h"
 #include "kernels/cpu/kv_quant.h"
 #include "kernels/cpu/packed_linear.h"
+#include "kernels/cpu/quant/fp8_segment.h"
 #include "kernels/cpu/quant/quant_linear.h"
 #include "quant/block_type.h"
 
@@ -193,6 +194,50 @@ void BenchShape(const Shape& s, int repeats, double roofline, int only_rows) {
         kq::QuantLinear(x.data(), s.in, mats[c], nullptr, y.data(), s.out, rows, false);
       });
       report(std::string(tr.name).c_str(), kq::QuantKernelName(type), bytes, rows, sec);
+    }
+  }
+  // ---- FP8 e4m3 segments (kernels/cpu/quant/fp8_format.h): random non-NaN codes with
+  // 128 x 128 block scales (the values do not change the speed), fp32 activations. ----
+  {
+    const int64_t kblocks = (s.in + 127) / 128;
+    std::vector<float> scales(static_cast<size_t>(s.out * kblocks), 1.0f / 448);
+    auto random_codes = [&](uint32_t seed) {
+      std::mt19937 bits(seed);
+      std::vector<uint8_t> codes(static_cast<size_t>(s.out) * s.in);
+      for (uint8_t& c : codes) c = static_cast<uint8_t>(bits() & 0xf7);  // never s 1111 111
+      return codes;
+    };
+    auto pack = [&](const std::vector<uint8_t>& codes) {
+      kq::QuantSource src{};
+      src.data = reinterpret_cast<const std::byte*>(codes.data());
+      src.rows = s.out;
+      src.row_stride = s.in;
+      src.fp8_scales = scales.data();
+      return std::move(*kq::QuantMatrix::Pack({&src, 1}, s.in));
+    };
+    std::vector<kq::QuantMatrix> mats;
+    mats.push_back(pack(random_codes(0)));
+    const double bytes = static_cast<double>(mats[0].bytes());
+    const int copies = only_rows > 1 ? 1 : std::max<int>(1, static_cast<int>(kColdBytes / bytes));
+    for (int c = 1; c < copies; ++c) mats.push_back(pack(random_codes(static_cast<uint32_t>(c))));
+    for (int rows : row_counts) {
+      const int n_copies = rows == 1 ? copies : 1;
+      const int calls = rows >= 512 ? std::max(3, repeats / 10) : repeats;
+      const Timing sec = TimeCalls(n_copies, calls, [&](int c) {
+        kq::QuantLinear(x.data(), s.in, mats[c], nullptr, y.data(), s.out, rows, false);
+      });
+      report("FP8", kq::Fp8KernelName(kq::Fp8ProcessIsa()), bytes, rows, sec);
+    }
+    // The AVX2 kernels on the same matrices (what a CPU without AVX-512 runs).
+    for (int rows : row_counts) {
+      if (kq::Fp8ProcessIsa() != kq::Fp8Isa::kAvx512 || !kq::internal::HasAvx2Kernels()) break;
+      const int n_copies = rows == 1 ? copies : 1;
+      const int calls = rows >= 512 ? std::max(3, repeats / 10) : repeats;
+      const Timing sec = TimeCalls(n_copies, calls, [&](int c) {
+        kq::internal::QuantLinearAvx2(x.data(), s.in, mats[c], nullptr, y.data(), s.out, rows,
+                                      false);
+      });
+      report("FP8", kq::Fp8KernelName(kq::Fp8Isa::kAvx2), bytes, rows, sec);
     }
   }
   // Packed fp16 / bf16 on the same values.

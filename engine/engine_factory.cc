@@ -297,20 +297,20 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config
     kind = config::Backend::kCpu;
     why = "backend: cpu, GGUF models run on the CPU backend's quantized kernels (engine.backend=auto)";
   }
-  // ---- Hugging Face integer quantization (AWQ / GPTQ / compressed-tensors): likewise ----
+  // Hugging Face quantized checkpoints (AWQ / GPTQ / compressed-tensors integer and FP8):
+  // likewise CPU kernels only. Config errors surface at load, with the field named.
   if (kind == config::Backend::kCuda && !gguf::IsGgufSource(model_dir)) {
-    absl::StatusOr<model::ModelConfig> mc = model::LoadModelConfig(model_dir);  // errors: at load
-    if (mc.ok() && mc->hf_quant) {
-      const std::string what = mc->hf_quant->Describe();
+    const absl::StatusOr<model::ModelConfig> mc = model::LoadModelConfig(model_dir);
+    if (mc.ok() && (mc->hf_quant || mc->fp8)) {
+      const std::string what = mc->hf_quant ? mc->hf_quant->Describe() : mc->fp8->Describe();
       if (config.engine.backend == config::Backend::kCuda) {
         return absl::FailedPreconditionError(
             absl::StrCat("engine.backend=cuda: ", what,
-                         " checkpoints run on the CPU backend only (no CUDA kernels yet)"));
+                         " checkpoints run on the CPU backend only (the CUDA backend does not load them yet)"));
       }
       kind = config::Backend::kCpu;
-      why = absl::StrCat(
-          "backend: cpu, ", what,
-          " checkpoints run on the CPU backend's quantized kernels (engine.backend=auto)");
+      why = absl::StrCat("backend: cpu, ", what,
+                         " checkpoints run on the CPU backend's quantized kernels (engine.backend=auto)");
     }
   }
   if (kind == config::Backend::kCuda && !deps.make_cuda_backend) {

@@ -12,6 +12,7 @@
 #include "kernels/cpu/kv_write.h"
 #include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/paged_attention.h"
+#include "kernels/cpu/quant/fp8_segment.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/swiglu.h"
@@ -149,6 +150,11 @@ LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, const ModelOpti
         c.architecture_name, c.moe.top_k, c.moe.num_experts,
         static_cast<double>(c.num_active_parameters()) * 1e-6,
         static_cast<double>(c.num_parameters()) * 1e-6);
+  }
+  if (c.fp8) {  // ---- FP8 checkpoints (hf_fp8_config.h) ----
+    logger_.info("model %s: %s; F8_E4M3 projections kept at 8 bits, %s kernels",
+                 c.architecture_name, c.fp8->Describe(),
+                 kernels::cpu::quant::Fp8KernelName(kernels::cpu::quant::Fp8ProcessIsa()));
   }
   logger_.info(
       "model %s: %d layers, hidden %d, heads %d/%d x %d, vocab %d, %.1f M params, %s weights "

@@ -9,6 +9,7 @@
 #include "base/check.h"
 #include "kernels/cpu/kv_quant.h"
 #include "model/block_weights.h"
+#include "model/hf_fp8_weights.h"
 
 namespace kvserve::model {
 
@@ -150,13 +151,16 @@ absl::StatusOr<LlamaWeights> LlamaWeights::Load(const ModelConfig& c, Safetensor
   }
   // dtypes[i]: the projection's dtype, or nullopt when it is stored in ggml blocks.
   std::vector<std::optional<WeightDtype>> dtypes;
+  std::vector<bool> fp8;  // ---- FP8 (hf_fp8_weights.h): stored as F8_E4M3 with scales ----
   size_t packed_bytes = 0, streamed = static_cast<size_t>(norm_bytes), largest = 0,
          expert_bytes = 0;
   for (size_t i = 0; i < projections.size(); ++i) {
     const WeightSpec* spec = projections[i].first;
     KVS_ASSIGN_OR_RETURN(const bool blocks, SpecHasBlocks(ckpt, *spec));
+    KVS_ASSIGN_OR_RETURN(const bool is_fp8, SpecHasFp8(ckpt, *spec));
+    fp8.push_back(is_fp8);
     size_t bytes = 0;
-    if (blocks) {
+    if (blocks || is_fp8) {
       dtypes.push_back(std::nullopt);
       KVS_ASSIGN_OR_RETURN(bytes, StoredBytes(ckpt, *spec));
     } else {
@@ -194,7 +198,9 @@ absl::StatusOr<LlamaWeights> LlamaWeights::Load(const ModelConfig& c, Safetensor
   for (size_t i = 0; i < projections.size(); ++i) {
     const WeightSpec& spec = *projections[i].first;
     if (!dtypes[i]) {
-      KVS_ASSIGN_OR_RETURN(kernels::cpu::quant::QuantMatrix m, PackBlockProjection(ckpt, spec));
+      KVS_ASSIGN_OR_RETURN(kernels::cpu::quant::QuantMatrix m,
+                           fp8[i] ? PackFp8Projection(ckpt, spec, c.fp8)
+                                  : PackBlockProjection(ckpt, spec));
       w.owned_bytes_ += m.bytes();
       w.quant_.push_back(std::make_unique<kernels::cpu::quant::QuantMatrix>(std::move(m)));
       projections[i].second->quant = w.quant_.back().get();

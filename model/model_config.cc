@@ -307,9 +307,16 @@ absl::Status ParseMoe(const json& root, const ConfigReader& r, ModelConfig& c) {
         c.hf_quant = *std::move(parsed);
         break;
       }
-      case QuantizationFamily::kFp8:  // slot for the FP8 path
-        return r.Error("quantization_config",
-                       absl::StrCat("FP8 quant_method \"", method, "\" is not supported yet"));
+      case QuantizationFamily::kFp8: {  // FP8 checkpoints (hf_fp8_config.h)
+        auto fp8 = ParseHfFp8Config(q);
+        if (!fp8.ok()) return r.Error("quantization_config", base::AsStd(fp8.status().message()));
+        if (!*fp8) {
+          return r.Error("quantization_config",
+                         absl::StrCat("FP8 quant_method \"", method, "\" is not supported"));
+        }
+        c.fp8 = std::move(*fp8);
+        break;
+      }
       case QuantizationFamily::kOther:
         return r.Error("quantization_config",
                        absl::StrCat("quant_method \"", method,

@@ -32,6 +32,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/hf_quant_config.h"
+#include "model/hf_fp8_config.h"
 
 namespace kvserve::model {
 
@@ -159,6 +160,10 @@ struct ModelConfig {
   // [num_layers]: 1 where the layer's feed-forward is the mixture of experts, 0 where it is
   // the dense MLP (all 0 for a dense model; Qwen3-MoE mlp_only_layers / decoder_sparse_step).
   std::vector<uint8_t> layer_moe;
+  // ---- FP8 checkpoints (hf_fp8_config.h) ----
+  // Set when quantization_config is an FP8 method; the loader reads F8_E4M3 projections
+  // with their scales (hf_fp8_weights.h).
+  std::optional<HfFp8Config> fp8;
   std::optional<int32_t> bos_token_id;
   std::vector<int32_t> eos_token_ids;
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/compute_pool.h"
 #include "kernels/cpu/packed_linear.h"
+#include "kernels/cpu/quant/fp8_segment.h"
 #include "kernels/cpu/quant/panel_format.h"
 #include "kernels/cpu/quant/panel_kernels.h"
 #include "kernels/cpu/quant/repack.h"
@@ -33,7 +34,13 @@ struct Segment {
   // Dense (F32 / F16 / BF16): packed_linear panels.
   std::vector<float> dense_f32;
   std::vector<uint16_t> dense_16;
+  // FP8 (fp8_segment.h): entry is &kFp8Entry; run by Fp8Linear.
+  std::unique_ptr<Fp8Panels> fp8;
 };
+
+// The table entry of FP8 segments: not a ggml type, no panel_format pack function.
+const TypeEntry kFp8Entry{BlockType::kF32, "F8_E4M3", 1, 1, {Codes::kBytes, Scales::kF32},
+                          nullptr,         false};
 
 struct QuantMatrix::Impl {
   int64_t in = 0;
@@ -120,6 +127,23 @@ absl::StatusOr<QuantMatrix> QuantMatrix::Pack(std::span<const QuantSource> segme
   impl->in_pad = (in + 63) / 64 * 64;
   for (size_t i = 0; i < segments.size(); ++i) {
     const QuantSource& src = segments[i];
+    if (src.fp8_scales != nullptr) {  // ---- FP8 segment (fp8_segment.h) ----
+      auto fp8 = PackFp8Panels(reinterpret_cast<const uint8_t*>(src.data), src.rows, src.row_stride,
+                               in, src.fp8_scales);
+      if (!fp8.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("quantized linear: segment ", i, ": ", fp8.status().message()));
+      }
+      Segment seg;
+      seg.entry = &kFp8Entry;
+      seg.row0 = impl->out;
+      seg.rows = src.rows;
+      seg.fp8 = std::move(*fp8);
+      impl->bytes += seg.fp8->bytes();
+      impl->out += src.rows;
+      impl->segments.push_back(std::move(seg));
+      continue;
+    }
     const TypeEntry* entry = FindTypeEntry(src.type);
     if (entry == nullptr) {
       return absl::InvalidArgumentError(
@@ -260,6 +284,13 @@ void QuantLinearWith(Family family, const float* x, int64_t x_stride, const Quan
     if (s.entry->pack != nullptr) continue;
     const float* b = bias != nullptr ? bias + s.row0 : nullptr;
     float* ys = y + s.row0;
+    if (s.fp8 != nullptr) {  // ---- FP8 segment (fp8_segment.h) ----
+      const Fp8Isa isa = family == Family::kVnni   ? Fp8Isa::kAvx512
+                         : family == Family::kAvx2 ? Fp8Isa::kAvx2
+                                                   : Fp8Isa::kPortable;
+      Fp8Linear(isa, x, x_stride, *s.fp8, b, ys, y_stride, rows, accumulate);
+      continue;
+    }
     const int out = static_cast<int>(s.rows);
     if (s.entry->type == BlockType::kF32) {
       (portable ? cpu::internal::PackedLinearPortable : PackedLinear)(

@@ -22,6 +22,8 @@
 // allocation per call once a thread has seen its largest shape.
 // A row's result never depends on the other rows of the batch (batch invariance), and the
 // same process always picks the same kernel for a type.
+// FP8 e4m3 segments (Hugging Face FP8 checkpoints: QuantSource::fp8_scales) keep their bytes
+// in their own panel layout and run fp32 kernels that widen codes exactly (fp8_format.h).
 #pragma once
 
 #include <cstddef>
@@ -47,6 +49,11 @@ struct QuantSource {
   // gathered by the same permutation per call (one quantized copy per distinct order,
   // into the per-thread scratch). Copied at Pack; null: columns in input order.
   const int32_t* input_order = nullptr;
+  // ---- FP8 segments (fp8_segment.h) ----
+  // Non-null: the segment is `rows` rows of `in` e4m3fn bytes (`type` is not read), with
+  // fp8_scales[r][kb] the scale of row r over input columns [128 kb, 128 kb + 128)
+  // (rows x ceil(in / 128) floats). Run in fp32 (no activation rounding): fp8_format.h.
+  const float* fp8_scales = nullptr;
 };
 
 class QuantMatrix {

@@ -98,10 +98,10 @@ TEST(HfQuantConfigTest, UnsupportedVariantsAreRefusedByName) {
   ExpectRefused({{"quant_method", "exl2"}, {"bits", 4}}, {"quant_method \"exl2\"", "awq"});
   ExpectRefused({{"quant_method", "bitsandbytes"}, {"load_in_4bit", true}},
                 {"quant_method \"bitsandbytes\""});
-  ExpectRefused({{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}},
-                {"FP8", "not supported yet"});
-  ExpectRefused(CtConfig("float-quantized", {{"num_bits", 8}, {"type", "float"}}),
-                {"FP8", "not supported yet"});
+  // FP8 is the FP8 path's (hf_fp8_test); its unsupported variants are refused by name too.
+  ExpectRefused({{"quant_method", "fp8"}, {"fmt", "e5m2"}, {"weight_block_size", {128, 128}}},
+                {"e5m2"});
+  ExpectRefused({{"quant_method", "fp8"}, {"weight_block_size", {128, 64}}}, {"128"});
   ExpectRefused(CtConfig("marlin-24", {{"num_bits", 4}, {"type", "int"}}),
                 {"format \"marlin-24\"", "pack-quantized"});
   ExpectRefused(
