@@ -1,5 +1,9 @@
 #include "app/serve_command.h"
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <fstream>
 #include <filesystem>
 #include <ostream>
@@ -8,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "app/build_info.h"
 #include "app/model_dir.h"
+#include "app/pipeline_ranks.h"
 #include "base/check.h"
 #include "base/clock.h"
 #include "base/logger.h"
@@ -150,6 +155,26 @@ int RunServeWith(const ParsedArgs& args, char** envp, std::ostream& out, std::os
     err << "kvserve: " << model_dir.status().message() << "\n";
     return kExitFailure;
   }
+  // A model split over ranks (mpirun; pipeline_ranks.h). World size 1: no ranks, today's path.
+  std::atomic<bool> rank_failed{false};
+  std::unique_ptr<PipelineRanks> ranks;
+  if (cfg->parallel.world() > 1) {
+    absl::StatusOr<std::unique_ptr<PipelineRanks>> started_ranks =
+        PipelineRanks::Start(*cfg, *model_dir, logger, [&rank_failed, logger](const absl::Status& st) {
+          // A stage died or hangs: requests fail, then this rank drains and exits non-zero so
+          // that the orchestrator restarts the whole group.
+          logger.error("%s: stopping", std::string(st.message()));
+          rank_failed = true;
+          kill(getpid(), SIGTERM);
+        });
+    if (!started_ranks.ok()) {
+      err << "kvserve: " << started_ranks.status().message() << "\n";
+      return kExitFailure;
+    }
+    ranks = *std::move(started_ranks);
+    if (!ranks->leader()) return ranks->RunWorker(*model_dir);
+    *cfg = ranks->stage_config();
+  }
   absl::StatusOr<std::unique_ptr<server::TextCodec>> codec = factories.codec(*cfg, *model_dir);
   if (!codec.ok()) {
     err << "kvserve: cannot load the tokenizer of " << *model_dir << ": " << codec.status().message() << "\n";
@@ -175,8 +200,10 @@ int RunServeWith(const ParsedArgs& args, char** envp, std::ostream& out, std::os
   deps.logger = logger.child("engine");
   deps.clock = clock;
   deps.observer = &metrics;
+  if (ranks != nullptr) ranks->ConfigureEngine(deps);
   absl::StatusOr<std::unique_ptr<engine::ServingEngine>> engine = factories.engine(*cfg, *model_dir, deps);
   if (!engine.ok()) {
+    if (ranks != nullptr) ranks->Shutdown();  // the workers leave their loops too
     err << "kvserve: cannot start the engine: " << engine.status().message() << "\n";
     return kExitFailure;
   }
@@ -220,8 +247,9 @@ int RunServeWith(const ParsedArgs& args, char** envp, std::ostream& out, std::os
     app.Drain([&](std::chrono::milliseconds d) { return signals.WaitForTermination(d).has_value(); });
   }
   engine->reset();  // after the servers: no stream is read any more
+  if (ranks != nullptr) ranks->Shutdown();
   logger.info("stopped");
-  return kExitOk;
+  return rank_failed ? kExitFailure : kExitOk;
 }
 
 }  // namespace kvserve::app
