@@ -125,9 +125,9 @@ TEST_P(PipelineStageTest, TwoStagesGiveTheWholeModelsLogitsBitForBit) {
   ASSERT_NE(stage0, nullptr);
   ASSERT_NE(stage1, nullptr);
 
-  model::HostKvBuffer whole_kv(whole->KvLayoutFor(kBlockSize, config::KvDtype::kF32), kBlocks);
-  model::HostKvBuffer kv0(stage0->KvLayoutFor(kBlockSize, config::KvDtype::kF32), kBlocks);
-  model::HostKvBuffer kv1(stage1->KvLayoutFor(kBlockSize, config::KvDtype::kF32), kBlocks);
+  model::HostKvBuffer whole_kv(whole->KvLayoutFor(kBlockSize, config::KvDtype::kFp32), kBlocks);
+  model::HostKvBuffer kv0(stage0->KvLayoutFor(kBlockSize, config::KvDtype::kFp32), kBlocks);
+  model::HostKvBuffer kv1(stage1->KvLayoutFor(kBlockSize, config::KvDtype::kFp32), kBlocks);
   link.next = stage1.get();
   link.next_kv = &kv1;
 
