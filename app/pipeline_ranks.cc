@@ -120,6 +120,8 @@ void PipelineRanks::ConfigureEngine(engine::EngineDeps& deps) {
   deps.stage_link = state_->link.get();
 }
 
+void PipelineRanks::RequestStop() { state_->link->RequestStop(); }
+
 void PipelineRanks::Shutdown() {
   State& s = *state_;
   std::vector<int64_t> ns = s.link->handoff_ns();

@@ -40,6 +40,8 @@ class PipelineRanks {
 
   // Rank 0: the stage and link for CreateEngine.
   void ConfigureEngine(engine::EngineDeps& deps);
+  // Rank 0, on SIGTERM/SIGINT (any thread): a step still waiting on a stage soon fails.
+  void RequestStop();
   // Rank 0, after the engine stopped: releases the workers; logs the hand-off costs.
   void Shutdown();
   // Ranks > 0: loads the stage, serves steps until shutdown; the process exit code.

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <fstream>
 #include <filesystem>
 #include <ostream>
@@ -243,13 +244,23 @@ int RunServeWith(const ParsedArgs& args, char** envp, std::ostream& out, std::os
     int sig = 0;
     while ((sig = signals.Wait()) == SIGHUP) ReloadApiKeys(sources, *cfg, app, logger);
     logger.info("received %s: draining", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    // mpirun sends SIGTERM when a rank died: a step waiting on it fails its requests now.
+    if (ranks != nullptr) ranks->RequestStop();
     // A second SIGINT/SIGTERM cuts the drain short (requests still running are aborted).
     app.Drain([&](std::chrono::milliseconds d) { return signals.WaitForTermination(d).has_value(); });
   }
   engine->reset();  // after the servers: no stream is read any more
   if (ranks != nullptr) ranks->Shutdown();
+  if (rank_failed) {
+    // A stage died or hangs: MPI cannot be torn down with a dead peer (finalizing waits for
+    // it), so the rank leaves at once; mpirun then ends the job with a non-zero status.
+    logger.error("stopped: a pipeline stage failed");
+    out.flush();
+    err.flush();
+    std::_Exit(kExitFailure);
+  }
   logger.info("stopped");
-  return rank_failed ? kExitFailure : kExitOk;
+  return kExitOk;
 }
 
 }  // namespace kvserve::app

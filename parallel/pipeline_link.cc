@@ -44,6 +44,27 @@ absl::Status PipelineLink::Fail(absl::Status st) {
   return failed_;
 }
 
+absl::Status PipelineLink::RecvPolled(int source, int tag) {
+  const int64_t started = NowNs();
+  int64_t stop_seen = -1;
+  for (;;) {
+    absl::Status st = comm_.Recv(source, tag, bytes_, options_.recv_slice);
+    if (!absl::IsDeadlineExceeded(st)) return Fail(st);  // a timed-out Recv matched nothing
+    const int64_t now = NowNs();
+    if (now - started > absl::ToInt64Nanoseconds(options_.step_timeout)) {
+      return Fail(absl::DeadlineExceededError(absl::StrCat(
+          "rank ", source, " sent nothing (tag ", tag, ") within ", absl::FormatDuration(options_.step_timeout))));
+    }
+    if (stopping_.load()) {
+      if (stop_seen < 0) stop_seen = now;
+      if (now - stop_seen > absl::ToInt64Nanoseconds(options_.stop_patience)) {
+        return Fail(absl::UnavailableError(
+            absl::StrCat("stopping, and rank ", source, " has not answered the step in flight")));
+      }
+    }
+  }
+}
+
 absl::Status PipelineLink::BeginStep(int64_t step_id, std::span<const cache::BlockCopy> swap_out,
                                      std::span<const cache::BlockCopy> swap_in,
                                      std::span<const cache::BlockCopy> copies) {
@@ -61,7 +82,7 @@ absl::Status PipelineLink::BeginStep(int64_t step_id, std::span<const cache::Blo
 absl::Status PipelineLink::SendStep() {
   EncodeStepMessage(message_, bytes_);
   for (int r = 1; r < comm_.size(); ++r) {
-    if (absl::Status st = comm_.Send(r, kTagStep, bytes_, options_.step_timeout); !st.ok()) {
+    if (absl::Status st = comm_.Send(r, kTagStep, bytes_, options_.send_timeout); !st.ok()) {
       return Fail(st);
     }
   }
@@ -71,10 +92,7 @@ absl::Status PipelineLink::SendStep() {
 
 absl::Status PipelineLink::ReceiveHidden(std::span<float> x) {
   if (!failed_.ok()) return failed_;
-  if (absl::Status st = comm_.Recv(comm_.rank() - 1, kTagHidden, bytes_, options_.step_timeout);
-      !st.ok()) {
-    return Fail(st);
-  }
+  KVS_RETURN_IF_ERROR(RecvPolled(comm_.rank() - 1, kTagHidden));
   if (bytes_.size() != x.size_bytes()) {
     return Fail(absl::DataLossError(absl::StrCat("hidden states of ", bytes_.size(),
                                                  " bytes, the step needs ", x.size_bytes())));
@@ -89,19 +107,16 @@ absl::Status PipelineLink::HandOff(const model::ForwardBatch& batch, std::span<c
   const int next = comm_.rank() + 1;
   if (comm_.rank() != 0) {
     // A middle stage only passes the residual stream on.
-    return Fail(comm_.Send(next, kTagHidden, AsBytes(x), options_.step_timeout));
+    return Fail(comm_.Send(next, kTagHidden, AsBytes(x), options_.send_timeout));
   }
   const int64_t started = NowNs();
   if (!pending_) return Fail(absl::FailedPreconditionError("HandOff without BeginStep"));
   message_.AssignBatch(batch);
   KVS_RETURN_IF_ERROR(SendStep());
-  if (absl::Status st = comm_.Send(next, kTagHidden, AsBytes(x), options_.step_timeout); !st.ok()) {
+  if (absl::Status st = comm_.Send(next, kTagHidden, AsBytes(x), options_.send_timeout); !st.ok()) {
     return Fail(st);
   }
-  if (absl::Status st = comm_.Recv(comm_.size() - 1, kTagLogits, bytes_, options_.step_timeout);
-      !st.ok()) {
-    return Fail(st);
-  }
+  KVS_RETURN_IF_ERROR(RecvPolled(comm_.size() - 1, kTagLogits));
   const size_t want = batch.logits_rows.size() * (logits.size() / std::max<size_t>(1, batch.logits_rows.size()));
   if (bytes_.size() != want * sizeof(float) + sizeof(int64_t) || want > logits.size()) {
     return Fail(absl::DataLossError(absl::StrCat("logits of ", bytes_.size(), " bytes, the step needs ",
@@ -141,7 +156,7 @@ absl::Status PipelineLink::SendLogits(std::span<const float> logits, int64_t for
   bytes_.resize(logits.size_bytes() + sizeof(forward_ns));
   std::memcpy(bytes_.data(), logits.data(), logits.size_bytes());
   std::memcpy(bytes_.data() + logits.size_bytes(), &forward_ns, sizeof(forward_ns));
-  return Fail(comm_.Send(0, kTagLogits, bytes_, options_.step_timeout));
+  return Fail(comm_.Send(0, kTagLogits, bytes_, options_.send_timeout));
 }
 
 absl::Status PipelineLink::Shutdown() {

@@ -27,6 +27,7 @@
 // rank 0 (R x V floats per step: 32 decode rows of a 2048-token vocabulary are 256 KiB).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -51,9 +52,16 @@ StageLayers StageLayersFor(int num_layers, int stage, int num_stages);
 class PipelineLink final : public model::StageLink {
  public:
   struct Options {
-    absl::Duration step_timeout = absl::Seconds(15);  // any exchange within a step
+    absl::Duration step_timeout = absl::Seconds(15);  // a reply (hidden states, logits)
+    // A send: the peer only has to be in its loop (small messages are buffered, large ones
+    // wait for its matching Recv, which a live stage posts at once).
+    absl::Duration send_timeout = absl::Seconds(3);
     absl::Duration idle_poll = absl::Milliseconds(500);  // a worker's wait for the next step
     std::function<void(const absl::Status&)> on_failure;  // called once, on the first error
+    // After RequestStop, how long a reply may still take: a live stage answers a step in
+    // far less, a dead one never (mpirun kills the job 1 s after a rank died, by default).
+    absl::Duration stop_patience = absl::Milliseconds(500);
+    absl::Duration recv_slice = absl::Milliseconds(20);  // polls between stop checks
   };
   PipelineLink(Communicator& comm, Options options);
 
@@ -77,6 +85,10 @@ class PipelineLink final : public model::StageLink {
   absl::Status SendLogits(std::span<const float> logits, int64_t forward_ns);
   // Rank 0 at exit: tells every worker to leave its loop.
   absl::Status Shutdown();
+  // Any thread (the server on SIGTERM): the job is stopping, maybe because a stage died, so
+  // an exchange still waiting stop_patience later fails (Unavailable) instead of waiting the
+  // whole step timeout: the requests of that step then fail with an error, not a cut stream.
+  void RequestStop() { stopping_.store(true); }
 
   // Rank 0: per step that ran rows, the hand-off cost in ns (HandOff's wall time minus the
   // other stages' forward time: encoding, messages, waiting), in step order (capped).
@@ -84,6 +96,8 @@ class PipelineLink final : public model::StageLink {
 
  private:
   absl::Status Fail(absl::Status st);
+  // Recv within the step timeout, polled in recv_slice pieces to honour RequestStop.
+  absl::Status RecvPolled(int source, int tag);
   absl::Status SendStep();
 
   Communicator& comm_;
@@ -91,6 +105,7 @@ class PipelineLink final : public model::StageLink {
   absl::Status failed_;
   StepMessage message_;  // rank 0: the step being built; workers: scratch
   bool pending_ = false;  // rank 0: BeginStep's moves not sent yet
+  std::atomic<bool> stopping_{false};
   std::vector<std::byte> bytes_;
   std::vector<int64_t> handoff_ns_;
 };
