@@ -61,7 +61,7 @@ class PipelineLink final : public model::StageLink {
     // After RequestStop, how long a reply may still take: a live stage answers a step in
     // far less, a dead one never (mpirun kills the job 1 s after a rank died, by default).
     absl::Duration stop_patience = absl::Milliseconds(500);
-    absl::Duration recv_slice = absl::Milliseconds(20);  // polls between stop checks
+    absl::Duration recv_slice = absl::Milliseconds(50);  // polls between stop checks
   };
   PipelineLink(Communicator& comm, Options options);
 
