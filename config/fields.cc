@@ -312,7 +312,8 @@ std::vector<Field<Config>> BuildConfigFields() {
       "parallel.tensor", "tensor-parallel ranks per pipeline stage (mpirun -np tensor x pipeline)",
       [](C & c) -> auto& { return c.parallel.tensor; }, 1, 64));
   f.push_back(IntField<C>(
-      "parallel.pipeline", "pipeline stages, contiguous layer ranges (mpirun -np tensor x pipeline)",
+      "parallel.pipeline",
+      "pipeline stages, contiguous layer ranges (mpirun -np tensor x pipeline)",
       [](C & c) -> auto& { return c.parallel.pipeline; }, 1, 64));
   // cache
   f.push_back(IntField<C>(

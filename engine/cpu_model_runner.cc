@@ -95,7 +95,8 @@ absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan,
       const RunnerBook::Seq& ps = book_->plan_seq(i);
       if (ps.embed != scheduler::Pooling::kNone) {
         if (link != nullptr) {  // the final hidden states stay on the last stage
-          return absl::UnimplementedError("embeddings are not served under pipeline parallelism yet");
+          return absl::UnimplementedError(
+              "embeddings are not served under pipeline parallelism yet");
         }
         PoolPromptRows(q, ps, row, all_rows, result.hidden);
       }

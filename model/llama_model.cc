@@ -84,9 +84,9 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& 
     config.served_context = std::min(config.served_context, options.max_context);
   KVS_ASSIGN_OR_RETURN(
       LlamaWeights weights,
-      LlamaWeights::Load(config, std::move(source.checkpoint), options.pack_weights,
-                         WeightRange{options.layer_begin,
-                                     options.layer_end > 0 ? options.layer_end : -1}));
+      LlamaWeights::Load(
+          config, std::move(source.checkpoint), options.pack_weights,
+          WeightRange{options.layer_begin, options.layer_end > 0 ? options.layer_end : -1}));
   return Create(std::move(config), std::move(weights), options);
 }
 
@@ -103,13 +103,15 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(ModelConfig confi
   }
   KVS_RETURN_IF_ERROR(CheckImplemented(config));
   const int layer_end = options.layer_end > 0 ? options.layer_end : config.num_layers;
-  if (options.layer_begin < 0 || options.layer_begin >= layer_end || layer_end > config.num_layers) {
-    return absl::InvalidArgumentError(absl::StrCat("pipeline stage: layers [", options.layer_begin, ", ",
-                                                   layer_end, ") are not inside the model's ",
+  if (options.layer_begin < 0 || options.layer_begin >= layer_end ||
+      layer_end > config.num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("pipeline stage: layers [", options.layer_begin,
+                                                   ", ", layer_end, ") are not inside the model's ",
                                                    config.num_layers, " layers"));
   }
   if ((options.layer_begin > 0 || layer_end < config.num_layers) && options.stage_link == nullptr) {
-    return absl::InvalidArgumentError("pipeline stage: a stage short of the first or last layer needs a stage link");
+    return absl::InvalidArgumentError(
+        "pipeline stage: a stage short of the first or last layer needs a stage link");
   }
   for (int i = 0; i < config.num_layers; ++i) {
     if (config.is_moe_layer(i) != (weights.layer(i).moe != nullptr)) {
@@ -255,7 +257,8 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv,
 
   if (!first_stage()) {
     // The previous stage's residual stream replaces the embedding.
-    KVS_RETURN_IF_ERROR(stage_link_->ReceiveHidden(std::span<float>(x_.data(), static_cast<size_t>(t * d))));
+    KVS_RETURN_IF_ERROR(
+        stage_link_->ReceiveHidden(std::span<float>(x_.data(), static_cast<size_t>(t * d))));
   } else {
     weights_.EmbedRows(b.token_ids.data(), t, x_.data());
   }
@@ -371,7 +374,8 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv,
   if (!last_stage()) {
     // The next stage continues from x; the first stage gets the logits back.
     last_logits_rows_ = 0;
-    return stage_link_->HandOff(b, std::span<const float>(x_.data(), static_cast<size_t>(t * d)), logits);
+    return stage_link_->HandOff(b, std::span<const float>(x_.data(), static_cast<size_t>(t * d)),
+                                logits);
   }
   // Only the requested rows go through the final norm and the (large) vocabulary projection.
   const int64_t rows = static_cast<int64_t>(b.logits_rows.size());

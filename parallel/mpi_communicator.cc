@@ -408,8 +408,7 @@ absl::Status MpiCommunicator::Recv(int source, int tag, std::vector<std::byte>& 
   // The timeout bounds the wait for a peer to send; a message that matched in time gets
   // kRecvTransferGrace to arrive (a large one is still in transfer), so that a caller polling
   // with short timeouts does not break the communicator in the middle of a transfer.
-  const base::Nanos transfer_deadline =
-      std::max(deadline, s.DeadlineAfter(kRecvTransferGrace));
+  const base::Nanos transfer_deadline = std::max(deadline, s.DeadlineAfter(kRecvTransferGrace));
   if (absl::Status st =
           s.Wait(transfer_deadline, started, what, absl::StrCat("source rank ", source));
       !st.ok())

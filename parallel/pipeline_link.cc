@@ -29,8 +29,7 @@ std::span<const std::byte> AsBytes(std::span<const float> x) {
 
 StageLayers StageLayersFor(int num_layers, int stage, int num_stages) {
   const int64_t l = num_layers;
-  return {static_cast<int>(l * stage / num_stages),
-          static_cast<int>(l * (stage + 1) / num_stages)};
+  return {static_cast<int>(l * stage / num_stages), static_cast<int>(l * (stage + 1) / num_stages)};
 }
 
 PipelineLink::PipelineLink(Communicator& comm, Options options)
@@ -52,8 +51,9 @@ absl::Status PipelineLink::RecvPolled(int source, int tag) {
     if (!absl::IsDeadlineExceeded(st)) return Fail(st);  // a timed-out Recv matched nothing
     const int64_t now = NowNs();
     if (now - started > absl::ToInt64Nanoseconds(options_.step_timeout)) {
-      return Fail(absl::DeadlineExceededError(absl::StrCat(
-          "rank ", source, " sent nothing (tag ", tag, ") within ", absl::FormatDuration(options_.step_timeout))));
+      return Fail(absl::DeadlineExceededError(
+          absl::StrCat("rank ", source, " sent nothing (tag ", tag, ") within ",
+                       absl::FormatDuration(options_.step_timeout))));
     }
     if (stopping_.load()) {
       if (stop_seen < 0) stop_seen = now;
@@ -117,15 +117,18 @@ absl::Status PipelineLink::HandOff(const model::ForwardBatch& batch, std::span<c
     return Fail(st);
   }
   KVS_RETURN_IF_ERROR(RecvPolled(comm_.size() - 1, kTagLogits));
-  const size_t want = batch.logits_rows.size() * (logits.size() / std::max<size_t>(1, batch.logits_rows.size()));
+  const size_t want =
+      batch.logits_rows.size() * (logits.size() / std::max<size_t>(1, batch.logits_rows.size()));
   if (bytes_.size() != want * sizeof(float) + sizeof(int64_t) || want > logits.size()) {
-    return Fail(absl::DataLossError(absl::StrCat("logits of ", bytes_.size(), " bytes, the step needs ",
-                                                 want * sizeof(float) + sizeof(int64_t))));
+    return Fail(
+        absl::DataLossError(absl::StrCat("logits of ", bytes_.size(), " bytes, the step needs ",
+                                         want * sizeof(float) + sizeof(int64_t))));
   }
   std::memcpy(logits.data(), bytes_.data(), want * sizeof(float));
   int64_t forward_ns = 0;
   std::memcpy(&forward_ns, bytes_.data() + want * sizeof(float), sizeof(forward_ns));
-  if (handoff_ns_.size() < kMaxHandoffSamples) handoff_ns_.push_back(NowNs() - started - forward_ns);
+  if (handoff_ns_.size() < kMaxHandoffSamples)
+    handoff_ns_.push_back(NowNs() - started - forward_ns);
   return absl::OkStatus();
 }
 
@@ -133,7 +136,8 @@ absl::Status PipelineLink::EndStep() {
   if (!failed_.ok()) return failed_;
   if (!pending_) return absl::OkStatus();
   // No forward carried this step (no rows): only moves, if any.
-  const bool moves = !message_.swap_out.empty() || !message_.swap_in.empty() || !message_.copies.empty();
+  const bool moves =
+      !message_.swap_out.empty() || !message_.swap_in.empty() || !message_.copies.empty();
   if (!moves) {
     pending_ = false;
     return absl::OkStatus();

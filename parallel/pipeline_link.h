@@ -56,7 +56,7 @@ class PipelineLink final : public model::StageLink {
     // A send: the peer only has to be in its loop (small messages are buffered, large ones
     // wait for its matching Recv, which a live stage posts at once).
     absl::Duration send_timeout = absl::Seconds(3);
-    absl::Duration idle_poll = absl::Milliseconds(500);  // a worker's wait for the next step
+    absl::Duration idle_poll = absl::Milliseconds(500);   // a worker's wait for the next step
     std::function<void(const absl::Status&)> on_failure;  // called once, on the first error
     // After RequestStop, how long a reply may still take: a live stage answers a step in
     // far less, a dead one never (mpirun kills the job 1 s after a rank died, by default).
@@ -103,7 +103,7 @@ class PipelineLink final : public model::StageLink {
   Communicator& comm_;
   Options options_;
   absl::Status failed_;
-  StepMessage message_;  // rank 0: the step being built; workers: scratch
+  StepMessage message_;   // rank 0: the step being built; workers: scratch
   bool pending_ = false;  // rank 0: BeginStep's moves not sent yet
   std::atomic<bool> stopping_{false};
   std::vector<std::byte> bytes_;

@@ -19,8 +19,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <iostream>
 #include <filesystem>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
@@ -55,8 +55,10 @@ std::vector<StageMemory> StageMemoryLines(const std::string& log) {
   static const std::regex re(
       R"(stage memory: layers \[(\d+), (\d+)\) of \d+, weights (\d+) bytes, KV (\d+) bytes per token)");
   std::vector<StageMemory> out;
-  for (auto it = std::sregex_iterator(log.begin(), log.end(), re); it != std::sregex_iterator(); ++it) {
-    out.push_back({std::stoi((*it)[1]), std::stoi((*it)[2]), std::stoll((*it)[3]), std::stoll((*it)[4])});
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), re); it != std::sregex_iterator();
+       ++it) {
+    out.push_back(
+        {std::stoi((*it)[1]), std::stoi((*it)[2]), std::stoll((*it)[3]), std::stoll((*it)[4])});
   }
   return out;
 }
@@ -71,8 +73,9 @@ pid_t StagePid(const std::string& log, int stage) {
 class PipelineServe : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/pipeline_serve_" + std::to_string(::getpid()) + "_" + GetParam();
-    hf::FixtureSpec spec = GetParam() == "mixtral" ? hf::MixtralPreset()
+    dir_ =
+        ::testing::TempDir() + "/pipeline_serve_" + std::to_string(::getpid()) + "_" + GetParam();
+    hf::FixtureSpec spec = GetParam() == "mixtral"  ? hf::MixtralPreset()
                            : GetParam() == "gemma3" ? hf::Gemma3Preset()
                                                     : hf::LlamaPreset();
     // The bundled tokenizer's vocabulary; layers large next to the (last stage's) lm_head,
@@ -88,30 +91,46 @@ class PipelineServe : public ::testing::TestWithParam<std::string> {
     }
     ASSERT_TRUE(hf::WriteRandomCheckpoint(spec, dir_).ok());
     for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
-      std::filesystem::copy_file(std::string(KVSERVE_SOURCE_DIR) + "/models/kvs-tiny/" + f, dir_ + "/" + f,
-                                 std::filesystem::copy_options::overwrite_existing);
+      std::filesystem::copy_file(std::string(KVSERVE_SOURCE_DIR) + "/models/kvs-tiny/" + f,
+                                 dir_ + "/" + f, std::filesystem::copy_options::overwrite_existing);
     }
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
   std::string Config(int pipeline) const {
-    json c = {{"logging", {{"level", "info"}}},
-              {"model", {{"path", dir_}, {"max_model_len", 1024}}},
-              {"engine", {{"threads", 1}, {"backend", "cpu"}}},
-              {"cache", {{"kv_bytes", 8 << 20}, {"layer_groups", false}}},
-              {"server", {{"host", "127.0.0.1"}, {"http_port", 0}, {"grpc_port", 0}, {"drain_timeout_seconds", 5}}},
-              {"parallel", {{"pipeline", pipeline}}}};
+    json c = {
+        {"logging", {{"level", "info"}}},
+        {"model", {{"path", dir_}, {"max_model_len", 1024}}},
+        {"engine", {{"threads", 1}, {"backend", "cpu"}}},
+        {"cache", {{"kv_bytes", 8 << 20}, {"layer_groups", false}}},
+        {"server",
+         {{"host", "127.0.0.1"}, {"http_port", 0}, {"grpc_port", 0}, {"drain_timeout_seconds", 5}}},
+        {"parallel", {{"pipeline", pipeline}}}};
     return c.dump();
   }
 
   std::unique_ptr<ServerProcess> Start(int pipeline) {
     std::vector<std::string> argv;
     if (pipeline > 1) {
-      argv = {KVSERVE_MPIEXEC, "-np", std::to_string(pipeline), "--oversubscribe", "--allow-run-as-root",
-              "--bind-to", "none", "--mca", "btl", "self,vader", "--mca", "btl_vader_single_copy_mechanism",
-              "none", "--mca", "odls_base_sigkill_timeout", "5"};  // rank 0's time to fail streams
+      argv = {KVSERVE_MPIEXEC,
+              "-np",
+              std::to_string(pipeline),
+              "--oversubscribe",
+              "--allow-run-as-root",
+              "--bind-to",
+              "none",
+              "--mca",
+              "btl",
+              "self,vader",
+              "--mca",
+              "btl_vader_single_copy_mechanism",
+              "none",
+              "--mca",
+              "odls_base_sigkill_timeout",
+              "5"};  // rank 0's time to fail streams
     }
-    argv.insert(argv.end(), {KVSERVE_BIN, "serve", "--config", WriteTempFile("kvserve.json", Config(pipeline))});
+    argv.insert(argv.end(), {KVSERVE_BIN, "serve", "--config",
+                             WriteTempFile("kvserve.json", Config(pipeline))});
     std::string error;
     auto server = ServerProcess::Start(argv, milliseconds(120000), &error);
     EXPECT_NE(server, nullptr) << error;
@@ -132,7 +151,10 @@ class PipelineServe : public ::testing::TestWithParam<std::string> {
   static std::vector<json> Greedy(ServerProcess& s) {
     std::vector<json> out;
     for (const auto& p : kPrompts) {
-      json r = Complete(s, {{"prompt", p}, {"max_tokens", 12}, {"temperature", 0}, {"logprobs", 3},
+      json r = Complete(s, {{"prompt", p},
+                            {"max_tokens", 12},
+                            {"temperature", 0},
+                            {"logprobs", 3},
                             {"ignore_eos", true}});
       EXPECT_EQ(r.value("http_status", 0), 200) << r.dump();
       out.push_back(r.contains("choices") ? json{{"text", r["choices"][0]["text"]},
@@ -162,7 +184,9 @@ TEST_P(PipelineServe, TwoStagesMatchOneProcessAndHalveMemory) {
     EXPECT_EQ(got[i], expected[i]) << "prompt " << i << ": " << kPrompts[i];
   }
   // A compression policy is refused by name (rank 0 holds only its layers' KV).
-  json tri = Complete(*two, {{"prompt", kPrompts[0]}, {"max_tokens", 4}, {"temperature", 0},
+  json tri = Complete(*two, {{"prompt", kPrompts[0]},
+                             {"max_tokens", 4},
+                             {"temperature", 0},
                              {"kv_compression", {{"policy", "triattention"}}}});
   EXPECT_NE(tri.value("http_status", 0), 200) << tri.dump();
   EXPECT_NE(tri.dump().find("pipeline"), std::string::npos) << tri.dump();
@@ -205,11 +229,16 @@ std::string StreamAndKill(int port, pid_t victim) {
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return "connect failed";
   timeval tv{60, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  const std::string body = json{{"prompt", "Once upon a time"}, {"max_tokens", 900}, {"temperature", 0},
-                                {"ignore_eos", true}, {"stream", true}}
-                               .dump();
-  const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                          "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+  const std::string body = json{
+      {"prompt", "Once upon a time"},
+      {"max_tokens", 900},
+      {"temperature", 0},
+      {"ignore_eos", true},
+      {"stream", true}}.dump();
+  const std::string req =
+      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+      "Content-Length: " +
+      std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
   (void)!::write(fd, req.data(), req.size());
   std::string got;
   bool killed = false;
@@ -238,11 +267,15 @@ TEST_P(PipelineServeFault, KillingTheWorkerFailsTheStreamAndTheJob) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string stream = StreamAndKill(two->http_port(), worker);
   // Not a completed stream (900 tokens take far longer than the kill) but an error event.
-  EXPECT_EQ(stream.find("\"finish_reason\":\"length\""), std::string::npos) << stream.substr(0, 2000);
-  EXPECT_NE(stream.find("error"), std::string::npos) << stream.substr(stream.size() > 2000 ? stream.size() - 2000 : 0);
+  EXPECT_EQ(stream.find("\"finish_reason\":\"length\""), std::string::npos)
+      << stream.substr(0, 2000);
+  EXPECT_NE(stream.find("error"), std::string::npos)
+      << stream.substr(stream.size() > 2000 ? stream.size() - 2000 : 0);
   const std::optional<int> status = two->WaitExit(milliseconds(30000));
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ASSERT_TRUE(status.has_value()) << "the job still runs " << seconds << " s after the worker died\n"
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(status.has_value()) << "the job still runs " << seconds
+                                  << " s after the worker died\n"
                                   << two->stderr_text();
   EXPECT_NE(*status, 0) << two->stderr_text();
   EXPECT_LT(seconds, 30.0);
@@ -252,7 +285,8 @@ TEST_P(PipelineServeFault, KillingTheWorkerFailsTheStreamAndTheJob) {
             << log.substr(log.size() > 3000 ? log.size() - 3000 : 0) << "\n";
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, PipelineServe, ::testing::Values("llama", "mixtral", "gemma3"));
+INSTANTIATE_TEST_SUITE_P(Architectures, PipelineServe,
+                         ::testing::Values("llama", "mixtral", "gemma3"));
 INSTANTIATE_TEST_SUITE_P(Llama, PipelineServeFault, ::testing::Values("llama"));
 
 }  // namespace

@@ -33,7 +33,8 @@ class LoopbackLink final : public model::StageLink {
   model::HostKvBuffer* next_kv = nullptr;
   int handoffs = 0;
 
-  absl::Status BeginStep(int64_t, std::span<const cache::BlockCopy>, std::span<const cache::BlockCopy>,
+  absl::Status BeginStep(int64_t, std::span<const cache::BlockCopy>,
+                         std::span<const cache::BlockCopy>,
                          std::span<const cache::BlockCopy>) override {
     return absl::OkStatus();
   }
@@ -57,8 +58,9 @@ class LoopbackLink final : public model::StageLink {
 class PipelineStageTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/pipeline_stage_" + std::to_string(::getpid()) + "_" + GetParam();
-    hf::FixtureSpec spec = GetParam() == "mixtral" ? hf::MixtralPreset()
+    dir_ =
+        ::testing::TempDir() + "/pipeline_stage_" + std::to_string(::getpid()) + "_" + GetParam();
+    hf::FixtureSpec spec = GetParam() == "mixtral"  ? hf::MixtralPreset()
                            : GetParam() == "gemma3" ? hf::Gemma3Preset()
                                                     : hf::LlamaPreset();
     if (GetParam() == "llama") spec.num_hidden_layers = 5;  // stages of 2 and 3 layers
@@ -137,7 +139,8 @@ TEST_P(PipelineStageTest, TwoStagesGiveTheWholeModelsLogitsBitForBit) {
   ASSERT_EQ(got.size(), expected.size());
   for (size_t s = 0; s < got.size(); ++s) {
     ASSERT_EQ(got[s].size(), expected[s].size());
-    EXPECT_EQ(std::memcmp(got[s].data(), expected[s].data(), got[s].size() * sizeof(float)), 0) << "step " << s;
+    EXPECT_EQ(std::memcmp(got[s].data(), expected[s].data(), got[s].size() * sizeof(float)), 0)
+        << "step " << s;
   }
 
   // Each stage holds its layers' KV and weights only; together exactly the whole model's.
@@ -167,7 +170,8 @@ TEST_P(PipelineStageTest, AStageShortOfAnEndNeedsALink) {
   EXPECT_NE(m.status().message().find("layer range"), std::string::npos) << m.status();
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, PipelineStageTest, ::testing::Values("llama", "mixtral", "gemma3"));
+INSTANTIATE_TEST_SUITE_P(Architectures, PipelineStageTest,
+                         ::testing::Values("llama", "mixtral", "gemma3"));
 
 TEST(StageLayersFor, ContiguousAndBalanced) {
   for (int layers : {2, 3, 4, 5, 7, 32}) {
