@@ -6,24 +6,29 @@
 //    (the "stage memory" line every rank logs);
 //  - killing the worker rank mid-stream fails the stream with an error event, and the job exits
 //    non-zero within 30 s (mpirun SIGTERMs rank 0, whose step in flight then fails);
-//  - rank 0 shutting down (SIGTERM) stops the worker cleanly: mpirun exits 0.
+//  - rank 0 shutting down (SIGTERM) stops the worker cleanly: mpirun exits 0;
+//  - a rank count other than tensor x pipeline, and parallel.tensor > 1, are refused by name.
 #include <arpa/inet.h>
 #include <httplib.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "tests/integration/server/server_process.h"
@@ -283,6 +288,37 @@ TEST_P(PipelineServeFault, KillingTheWorkerFailsTheStreamAndTheJob) {
   std::cerr << "stream after the kill (" << seconds << " s to exit " << *status << "):\n"
             << stream.substr(stream.size() > 600 ? stream.size() - 600 : 0) << "\nlog tail:\n"
             << log.substr(log.size() > 3000 ? log.size() - 3000 : 0) << "\n";
+}
+
+// Runs `command` (stderr into stdout); its exit status and output.
+std::pair<int, std::string> RunCommand(const std::string& command) {
+  std::string out;
+  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
+  if (p == nullptr) return {-1, "popen failed"};
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
+  const int status = ::pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+// A rank count that is not tensor x pipeline, and tensor parallelism (not implemented yet),
+// are refused on every rank by name, and the job fails.
+TEST(PipelineServeConfig, RanksMustMatchTheSplit) {
+  const std::string mpirun =
+      std::string(KVSERVE_MPIEXEC) +
+      " -np 2 --oversubscribe --allow-run-as-root --bind-to none --mca btl self,vader"
+      " --mca btl_vader_single_copy_mechanism none " +
+      KVSERVE_BIN + " serve --model " + KVSERVE_SOURCE_DIR +
+      "/models/kvs-tiny --server.http_port 0 --server.grpc_port 0 "
+      "--server.host 127.0.0.1 --engine.threads 1 ";
+  auto [status, out] = RunCommand(mpirun + "--parallel.pipeline 3");
+  EXPECT_NE(status, 0) << out;
+  EXPECT_NE(out.find("= 3 ranks, but mpirun started 2"), std::string::npos) << out;
+  std::tie(status, out) = RunCommand(mpirun + "--parallel.tensor 2");
+  EXPECT_NE(status, 0) << out;
+  EXPECT_NE(out.find("parallel.tensor=2: tensor parallelism is not implemented yet"),
+            std::string::npos)
+      << out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, PipelineServe,
