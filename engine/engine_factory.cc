@@ -216,6 +216,10 @@ void MeasureSpeculationCosts(const config::Config& config, config::Backend kind,
   const config::SpeculativeConfig& sc = config.speculative;
   const bool speculates = sc.method != config::SpeculativeMethod::kNone || draft != nullptr;
   if (kind != config::Backend::kCpu || !speculates || deps.spec_row_cost > 0.0) return;
+  if (deps.stage_link != nullptr) {  // a pipeline stage's forward runs only inside a step
+    if (sc.row_cost > 0.0) deps.spec_row_cost = sc.row_cost;
+    return;
+  }
   if (sc.row_cost > 0.0) deps.spec_row_cost = sc.row_cost;
   if (draft != nullptr && sc.draft_guess_cost > 0.0) draft->set_guess_cost(sc.draft_guess_cost);
   const bool measure_guess = draft != nullptr && sc.draft_guess_cost <= 0.0;
