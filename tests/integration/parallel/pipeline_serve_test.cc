@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -76,7 +77,7 @@ pid_t StagePid(const std::string& log, int stage) {
 }
 
 class PipelineServe : public ::testing::TestWithParam<std::string> {
- protected:
+ public:
   void SetUp() override {
     dir_ =
         ::testing::TempDir() + "/pipeline_serve_" + std::to_string(::getpid()) + "_" + GetParam();
@@ -102,19 +103,19 @@ class PipelineServe : public ::testing::TestWithParam<std::string> {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
-  std::string Config(int pipeline) const {
+  std::string Config(int pipeline, int64_t kv_bytes = 8 << 20) const {
     json c = {
         {"logging", {{"level", "info"}}},
         {"model", {{"path", dir_}, {"max_model_len", 1024}}},
         {"engine", {{"threads", 1}, {"backend", "cpu"}}},
-        {"cache", {{"kv_bytes", 8 << 20}, {"layer_groups", false}}},
+        {"cache", {{"kv_bytes", kv_bytes}, {"layer_groups", false}}},
         {"server",
          {{"host", "127.0.0.1"}, {"http_port", 0}, {"grpc_port", 0}, {"drain_timeout_seconds", 5}}},
         {"parallel", {{"pipeline", pipeline}}}};
     return c.dump();
   }
 
-  std::unique_ptr<ServerProcess> Start(int pipeline) {
+  std::unique_ptr<ServerProcess> Start(int pipeline, int64_t kv_bytes = 8 << 20) {
     std::vector<std::string> argv;
     if (pipeline > 1) {
       argv = {KVSERVE_MPIEXEC,
@@ -135,7 +136,7 @@ class PipelineServe : public ::testing::TestWithParam<std::string> {
               "5"};  // rank 0's time to fail streams
     }
     argv.insert(argv.end(), {KVSERVE_BIN, "serve", "--config",
-                             WriteTempFile("kvserve.json", Config(pipeline))});
+                             WriteTempFile("kvserve.json", Config(pipeline, kv_bytes))});
     std::string error;
     auto server = ServerProcess::Start(argv, milliseconds(120000), &error);
     EXPECT_NE(server, nullptr) << error;
@@ -261,8 +262,54 @@ std::string StreamAndKill(int port, pid_t victim) {
   return got;
 }
 
-// The fault path on one architecture (dense Llama).
+// Eight concurrent requests in a pool of 16 blocks (256 tokens): sequences are preempted and
+// resumed (swap or recompute), with the KV moves carried to the worker in the step messages.
+// Each request's greedy text equals one process's under the same pressure.
+std::vector<std::string> ConcurrentTexts(ServerProcess& s) {
+  std::vector<std::string> texts(8);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    threads.emplace_back([&, i] {
+      json r = PipelineServe::Complete(
+          s, {{"prompt", "Story " + std::to_string(i) + ": once upon a time there was"},
+              {"max_tokens", 100},
+              {"temperature", 0},
+              {"ignore_eos", true}});
+      texts[i] = r.contains("choices") ? r["choices"][0]["text"].get<std::string>() : r.dump();
+    });
+  }
+  for (auto& t : threads) t.join();
+  return texts;
+}
+
+int64_t Preemptions(ServerProcess& s) {
+  httplib::Client c(s.host(), s.http_port());
+  auto r = c.Get("/metrics");
+  if (!r) return -1;
+  static const std::regex re(R"(kvserve_num_preemptions_total\{[^}]*\} (\d+))");
+  std::smatch m;
+  return std::regex_search(r->body, m, re) ? std::stoll(m[1]) : -1;
+}
+
+// Pressure and the fault path, on one architecture (dense Llama).
 class PipelineServeFault : public PipelineServe {};
+
+TEST_P(PipelineServeFault, PreemptionUnderPressureKeepsTheTokens) {
+  constexpr int64_t kSmallPool = 1 << 20;
+  auto one = Start(1, kSmallPool);
+  ASSERT_NE(one, nullptr);
+  const std::vector<std::string> expected = ConcurrentTexts(*one);
+  one->Signal(SIGTERM);
+  ASSERT_EQ(one->WaitExit(milliseconds(30000)), 0);
+  auto two = Start(2, kSmallPool);
+  ASSERT_NE(two, nullptr);
+  EXPECT_EQ(ConcurrentTexts(*two), expected);
+  EXPECT_GT(Preemptions(*two), 0) << "the pool was not under pressure";
+  const pid_t rank0 = StagePid(two->stderr_text(), 0);
+  ASSERT_GT(rank0, 0);
+  ::kill(rank0, SIGTERM);
+  EXPECT_EQ(two->WaitExit(milliseconds(30000)), 0) << two->stderr_text();
+}
 
 TEST_P(PipelineServeFault, KillingTheWorkerFailsTheStreamAndTheJob) {
   auto two = Start(2);
