@@ -152,7 +152,9 @@ void BenchShape(const Shape& s, int repeats, double roofline, int only_rows) {
                 rows, t.wall * 1e6, gbs, 100.0 * gbs / roofline, flop / t.wall / 1e9,
                 flop / t.cpu / 1e9);
   };
-  for (BlockType type : {BlockType::kQ8_0, BlockType::kQ4_K, BlockType::kQ6_K}) {
+  // Q4_0 / U4_F32 / U8_F32: what Hugging Face AWQ / GPTQ / compressed-tensors files run as.
+  for (BlockType type : {BlockType::kQ8_0, BlockType::kQ4_K, BlockType::kQ6_K, BlockType::kQ4_0,
+                         BlockType::kU4_F32, BlockType::kU8_F32}) {
     const kvserve::quant::BlockTraits& tr = kvserve::quant::Traits(type);
     const int64_t row_bytes = s.in / tr.block_elements * tr.block_bytes;
     std::vector<std::byte> file(static_cast<size_t>(s.out) * row_bytes);
@@ -172,7 +174,10 @@ void BenchShape(const Shape& s, int repeats, double roofline, int only_rows) {
       // cache): flip code bits, never the scale fields, so every block stays valid.
       std::vector<std::byte> f = file;
       const int blocks = static_cast<int>(f.size() / tr.block_bytes);
-      const int lo = type == BlockType::kQ8_0 ? 2 : type == BlockType::kQ4_K ? 16 : 0;
+      const int lo = type == BlockType::kQ8_0 || type == BlockType::kQ4_0       ? 2
+                     : type == BlockType::kQ4_K                                 ? 16
+                     : type == BlockType::kU4_F32 || type == BlockType::kU8_F32 ? 8
+                                                                                : 0;
       const int hi = type == BlockType::kQ6_K ? 192 : tr.block_bytes;
       std::mt19937 bits(c);
       for (int b = 0; b < blocks; ++b)

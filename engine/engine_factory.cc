@@ -19,6 +19,7 @@
 #include "config/fields.h"
 #include "kernels/device_probe.h"
 #include "model/llama_model.h"
+#include "model/model_config.h"
 #include "speculative/draft_model_check.h"
 #include "speculative/draft_model_proposer.h"
 
@@ -299,6 +300,22 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config
     }
     kind = config::Backend::kCpu;
     why = "backend: cpu, GGUF models run on the CPU backend's quantized kernels (engine.backend=auto)";
+  }
+  // ---- Hugging Face integer quantization (AWQ / GPTQ / compressed-tensors): likewise ----
+  if (kind == config::Backend::kCuda && !gguf::IsGgufSource(model_dir)) {
+    absl::StatusOr<model::ModelConfig> mc = model::LoadModelConfig(model_dir);  // errors: at load
+    if (mc.ok() && mc->hf_quant) {
+      const std::string what = mc->hf_quant->Describe();
+      if (config.engine.backend == config::Backend::kCuda) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("engine.backend=cuda: ", what,
+                         " checkpoints run on the CPU backend only (no CUDA kernels yet)"));
+      }
+      kind = config::Backend::kCpu;
+      why = absl::StrCat(
+          "backend: cpu, ", what,
+          " checkpoints run on the CPU backend's quantized kernels (engine.backend=auto)");
+    }
   }
   if (kind == config::Backend::kCuda && !deps.make_cuda_backend) {
     // Only now, with a usable device, is the CUDA backend (and with it cuBLAS) loaded.

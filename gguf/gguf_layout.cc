@@ -358,7 +358,9 @@ absl::StatusOr<uint64_t> Alignment(const std::string& path, const GgufLayout& la
 
 std::string SupportedTypes() {
   std::vector<std::string> names;
-  for (const auto& t : quant::AllBlockTypes()) names.emplace_back(t.name);
+  for (const auto& t : quant::AllBlockTypes()) {
+    if (static_cast<uint32_t>(t.type) < quant::kFirstOwnBlockId) names.emplace_back(t.name);
+  }
   return absl::StrJoin(names, ", ");
 }
 

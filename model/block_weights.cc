@@ -1,5 +1,6 @@
 #include "model/block_weights.h"
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,7 @@ absl::StatusOr<kq::QuantMatrix> PackBlockProjection(const SafetensorsCheckpoint&
             "weight spec: names and row counts differ");
   std::vector<kq::QuantSource> segments;
   std::vector<std::vector<std::byte>> unpermuted;  // copies of permuted tensors, alive until packed
+  std::vector<std::vector<int32_t>> orders;        // input orders, alive until packed
   std::vector<std::pair<const TensorFile*, const SafetensorsEntry*>> used;
   for (size_t i = 0; i < spec.names.size(); ++i) {
     KVS_ASSIGN_OR_RETURN(auto found, ckpt.Find(spec.names[i]));
@@ -84,7 +86,20 @@ absl::StatusOr<kq::QuantMatrix> PackBlockProjection(const SafetensorsCheckpoint&
       UnpermuteHeadRows(bytes, rows, entry->permute_heads, copy);
       bytes = copy;
     }
-    segments.push_back({type, bytes.data(), rows, *row_bytes});
+    kq::QuantSource src{type, bytes.data(), rows, *row_bytes};
+    // ---- act-order input order (hf_quant_checkpoint.h) ----
+    const std::string order_name = spec.names[i] + std::string(kInputOrderSuffix);
+    if (ckpt.Contains(order_name)) {
+      KVS_ASSIGN_OR_RETURN(auto o, ckpt.Find(order_name));
+      const std::span<const std::byte> ob = o.first->Bytes(*o.second);
+      if (o.second->dtype != "I32" || ob.size() != static_cast<size_t>(4 * spec.cols)) {
+        return TensorError(*o.first, order_name, absl::StrCat("expected I32 [", spec.cols, "]"));
+      }
+      std::vector<int32_t>& order = orders.emplace_back(static_cast<size_t>(spec.cols));
+      std::memcpy(order.data(), ob.data(), ob.size());
+      src.input_order = order.data();
+    }
+    segments.push_back(src);
     used.push_back(found);
   }
   auto packed = kq::QuantMatrix::Pack(segments, spec.cols);

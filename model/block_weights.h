@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "kernels/cpu/quant/quant_linear.h"
@@ -29,6 +30,11 @@ namespace kvserve::model {
 // file, tensor and dtype when no kernel reads it.
 absl::StatusOr<quant::BlockType> EntryBlockType(const TensorFile& file,
                                                 const SafetensorsEntry& entry);
+
+// A block tensor `X` may come with `X` + kInputOrderSuffix, I32 [cols]: its stored columns'
+// input elements (act-order Hugging Face checkpoints, hf_quant_checkpoint.h); the projection
+// then gathers its activations in that order (QuantSource::input_order).
+inline constexpr std::string_view kInputOrderSuffix = "_input_order";
 
 // Whether any tensor of the spec is stored in a quantized block type.
 absl::StatusOr<bool> SpecHasBlocks(const SafetensorsCheckpoint& ckpt, const WeightSpec& spec);

@@ -6,13 +6,17 @@
 
 namespace kvserve::model {
 
-int64_t WeightSpec::rows() const { return std::accumulate(row_counts.begin(), row_counts.end(), int64_t{0}); }
+int64_t WeightSpec::rows() const {
+  return std::accumulate(row_counts.begin(), row_counts.end(), int64_t{0});
+}
 
 namespace {
 
 WeightSpec Vec(std::string name, int64_t n) { return WeightSpec{{std::move(name)}, {n}, 1}; }
 WeightSpec Norm(std::string name, int64_t n) { return WeightSpec{{std::move(name)}, {n}, 1, true}; }
-WeightSpec Mat(std::string name, int64_t rows, int64_t cols) { return WeightSpec{{std::move(name)}, {rows}, cols}; }
+WeightSpec Mat(std::string name, int64_t rows, int64_t cols) {
+  return WeightSpec{{std::move(name)}, {rows}, cols};
+}
 
 // A slice of a fused gpt-oss expert tensor (checkpoint_map.h, FusedLayout).
 WeightSpec FusedSlice(std::string name, int64_t rows, int64_t cols, FusedLayout layout, int expert,
@@ -52,6 +56,17 @@ void MapExperts(const ModelConfig& c, const std::string& p, LayerWeightSpecs& l)
     default: {  // gpt-oss: mlp.router (+ bias), fused experts with biases
       l.router = Mat(p + "mlp.router.weight", e, d);
       l.router_bias = Vec(p + "mlp.router.bias", e);
+      if (c.moe.split_experts) {  // GGUF: per-expert gate, up, down and biases
+        for (int x = 0; x < e; ++x) {
+          const std::string ep = absl::StrCat(p, "mlp.experts.", x, ".");
+          ExpertWeightSpecs& s = l.experts[static_cast<size_t>(x)];
+          s.gate_up = WeightSpec{{ep + "gate_proj.weight", ep + "up_proj.weight"}, {ie, ie}, d};
+          s.down = Mat(ep + "down_proj.weight", d, ie);
+          s.gate_up_bias = WeightSpec{{ep + "gate_proj.bias", ep + "up_proj.bias"}, {ie, ie}, 1};
+          s.down_bias = Vec(ep + "down_proj.bias", d);
+        }
+        break;
+      }
       const std::string gu = p + "mlp.experts.gate_up_proj", dn = p + "mlp.experts.down_proj";
       for (int x = 0; x < e; ++x) {
         ExpertWeightSpecs& s = l.experts[static_cast<size_t>(x)];
@@ -89,12 +104,16 @@ CheckpointMap MapCheckpoint(const ModelConfig& c) {
     if (fused) {
       l.qkv = Mat(p + "self_attn.qkv_proj.weight", q + 2 * kv, d);
     } else {
-      l.qkv = WeightSpec{{p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"},
-                         {q, kv, kv}, d};
+      l.qkv = WeightSpec{{p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
+                          p + "self_attn.v_proj.weight"},
+                         {q, kv, kv},
+                         d};
     }
     if (c.qkv_bias) {
-      l.qkv_bias = WeightSpec{{p + "self_attn.q_proj.bias", p + "self_attn.k_proj.bias", p + "self_attn.v_proj.bias"},
-                              {q, kv, kv}, 1};
+      l.qkv_bias = WeightSpec{
+          {p + "self_attn.q_proj.bias", p + "self_attn.k_proj.bias", p + "self_attn.v_proj.bias"},
+          {q, kv, kv},
+          1};
     }
     if (c.qk_norm) {
       l.q_norm = Norm(p + "self_attn.q_norm.weight", hd);
@@ -116,7 +135,8 @@ CheckpointMap MapCheckpoint(const ModelConfig& c) {
       l.gate_up = Mat(p + "mlp.gate_up_proj.weight", 2 * inter, d);
       l.down = Mat(p + "mlp.down_proj.weight", d, inter);
     } else {
-      l.gate_up = WeightSpec{{p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}, {inter, inter}, d};
+      l.gate_up =
+          WeightSpec{{p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}, {inter, inter}, d};
       l.down = Mat(p + "mlp.down_proj.weight", d, inter);
     }
     m.layers.push_back(std::move(l));

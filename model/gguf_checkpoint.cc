@@ -96,17 +96,24 @@ absl::StatusOr<SafetensorsCheckpoint> OpenGgufCheckpoint(
       out.push_back(std::move(e));
       continue;
     }
-    if (ne.size() != 3) {
-      return absl::InvalidArgumentError(absl::StrCat(t.file->path(), ": tensor \"", name,
-                                                     "\": expected [in, out, experts], got ",
-                                                     ne.size(), " dimensions"));
+    // Matrices [in, out, experts]; biases (gpt-oss) [out, experts].
+    const bool bias = name.ends_with(".bias");
+    if (ne.size() != (bias ? 2u : 3u)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          t.file->path(), ": tensor \"", name, "\": expected ",
+          bias ? "[out, experts]" : "[in, out, experts]", ", got ", ne.size(), " dimensions"));
     }
-    const uint64_t per_expert = info.bytes / static_cast<uint64_t>(ne[2]);
-    for (int64_t x = 0; x < ne[2]; ++x) {
+    const int64_t count = ne.back();
+    if (count <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(t.file->path(), ": tensor \"", name, "\": no experts"));
+    }
+    const uint64_t per_expert = info.bytes / static_cast<uint64_t>(count);
+    for (int64_t x = 0; x < count; ++x) {
       SafetensorsEntry ex = e;
       ex.name = m->hf;
       ex.name.replace(ex.name.find("{e}"), 3, std::to_string(x));
-      ex.shape = {ne[1], ne[0]};
+      ex.shape = bias ? std::vector<int64_t>{ne[0]} : std::vector<int64_t>{ne[1], ne[0]};
       ex.begin = info.offset + static_cast<uint64_t>(x) * per_expert;
       ex.end = ex.begin + per_expert;
       out.push_back(std::move(ex));

@@ -29,6 +29,7 @@ constexpr ArchRow kArchs[] = {
     {"phi3", "Phi3ForCausalLM", ""},
     {"gemma2", "Gemma2ForCausalLM", ""},
     {"gemma3", "Gemma3ForCausalLM", ""},
+    {"gpt-oss", "GptOssForCausalLM", ""},
 };
 
 // Reads {arch}.<key> with typed defaults; every error names the file and the key.
@@ -246,6 +247,10 @@ absl::StatusOr<std::string> GgufConfigJson(const gguf::GgufModel& g) {
       c["mlp_only_layers"] = dense;
     }
   }
+  if (arch == "gpt-oss") {  // every layer is MoE: the experts' width is the model's
+    KVS_ASSIGN_OR_RETURN(int64_t expert_ff, m.RequiredInt("expert_feed_forward_length"));
+    ff = expert_ff;
+  }
   if (!ff) {
     if (!moe) return m.Error("feed_forward_length", "missing (required)");
     KVS_ASSIGN_OR_RETURN(int64_t expert_ff, m.RequiredInt("expert_feed_forward_length"));
@@ -255,12 +260,25 @@ absl::StatusOr<std::string> GgufConfigJson(const gguf::GgufModel& g) {
 
   // Biases are present in the file or not: the tensors say so (Llama's attention_bias).
   if (arch == "llama" || arch == "qwen3" || arch == "qwen3moe" || arch == "gemma2" ||
-      arch == "gemma3") {
+      arch == "gemma3" || arch == "gpt-oss") {
     c["attention_bias"] = g.Contains("blk.0.attn_q.bias");
   }
   // A window on every layer (Mistral-style, Phi-3); Qwen's optional windows are not used by
   // its released models and llama.cpp does not apply them either.
   if (window && (arch == "phi3" || arch == "llama")) c["sliding_window"] = *window;
+  if (arch == "gpt-oss") {
+    // llama.cpp: layer i slides iff i % pattern < pattern - 1 (pattern 2: even layers, as
+    // Hugging Face's GptOssConfig alternates them).
+    if (!window) return m.Error("attention.sliding_window", "missing (required)");
+    KVS_ASSIGN_OR_RETURN(std::optional<int64_t> pattern, m.Int("attention.sliding_window_pattern"));
+    const int64_t n = pattern.value_or(2);
+    if (n < 1) return m.Error("attention.sliding_window_pattern", "must be >= 1");
+    c["sliding_window"] = *window;
+    json types = json::array();
+    for (int64_t i = 0; i < layers; ++i)
+      types.push_back(i % n < n - 1 ? "sliding_attention" : "full_attention");
+    c["layer_types"] = types;
+  }
   if (arch == "gemma2" || arch == "gemma3") {
     c["hidden_activation"] = "gelu_pytorch_tanh";
     // llama.cpp scales queries by key_length^-1/2, except Gemma 2 27B (46 layers), whose
@@ -293,7 +311,10 @@ absl::StatusOr<std::string> GgufConfigJson(const gguf::GgufModel& g) {
 
 absl::StatusOr<ModelConfig> LoadGgufModelConfig(const gguf::GgufModel& g) {
   KVS_ASSIGN_OR_RETURN(std::string text, GgufConfigJson(g));
-  return ParseModelConfig(text, g.description());
+  KVS_ASSIGN_OR_RETURN(ModelConfig c, ParseModelConfig(text, g.description()));
+  // llama.cpp's converter splits gpt-oss's fused experts (ModelConfig::MoeConfig::split_experts).
+  c.moe.split_experts = c.architecture == Architecture::kGptOss;
+  return c;
 }
 
 }  // namespace kvserve::model

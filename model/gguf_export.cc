@@ -13,10 +13,12 @@
 #include "base/absl_compat.h"
 #include "base/check.h"
 #include "gguf/gguf_writer.h"
+#include "model/checkpoint_map.h"
 #include "model/gguf_names.h"
 #include "model/model_config.h"
 #include "model/rope_table.h"
 #include "model/safetensors.h"
+#include "model/tensor_reader.h"
 #include "quant/block_type.h"
 #include "tokenizer/gguf_vocab.h"
 #include "tokenizer/gguf_vocab_io.h"
@@ -110,7 +112,8 @@ absl::StatusOr<TypePolicy> ParsePolicy(const std::string& type) {
       return p;
     }
   }
-  if (auto t = quant::FindBlockTypeByName(type)) {
+  if (auto t = quant::FindBlockTypeByName(type);
+      t && static_cast<uint32_t>(t->type) < quant::kFirstOwnBlockId) {  // ggml's types only
     p.single = t->type;
     return p;
   }
@@ -185,6 +188,8 @@ absl::Status WriteMetadata(const ModelConfig& c, const TypePolicy& policy, gguf:
   if (c.moe.num_experts > 0) {
     w.SetU32(key("expert_count"), static_cast<uint32_t>(c.moe.num_experts));
     w.SetU32(key("expert_used_count"), static_cast<uint32_t>(c.moe.top_k));
+    if (c.architecture == Architecture::kGptOss)
+      w.SetU32(key("expert_feed_forward_length"), static_cast<uint32_t>(c.moe.intermediate_size));
     if (c.architecture == Architecture::kQwen3Moe) {
       w.SetU32(key("expert_feed_forward_length"), static_cast<uint32_t>(c.moe.intermediate_size));
       if (!c.moe.renormalize) {
@@ -193,8 +198,20 @@ absl::Status WriteMetadata(const ModelConfig& c, const TypePolicy& policy, gguf:
       }
     }
   }
-  if (c.sliding_window)
+  if (c.architecture == Architecture::kGptOss) {
+    // llama.cpp's rule: even layers slide (pattern 2), all with one window. YaRN's `truncate`
+    // has no key: llama.cpp always truncates the ramp's ends, and so does a GGUF file here.
+    const int window = c.layer_window.empty() ? 0 : c.layer_window.front();
+    for (int i = 0; i < c.num_layers; ++i) {
+      if (c.layer_window[static_cast<size_t>(i)] != (i % 2 == 0 ? window : 0) || window == 0) {
+        return absl::InvalidArgumentError(
+            "gpt-oss layer_types: GGUF carries only even layers sliding with one window");
+      }
+    }
+    w.SetU32(key("attention.sliding_window"), static_cast<uint32_t>(window));
+  } else if (c.sliding_window) {
     w.SetU32(key("attention.sliding_window"), static_cast<uint32_t>(*c.sliding_window));
+  }
   const RopeScaling& rs = c.rope_scaling;
   switch (rs.kind) {
     case RopeScalingKind::kNone:
@@ -315,8 +332,10 @@ std::string GgufExportTypes() {
   std::string out = "presets:";
   for (const Preset& p : kPresets) absl::StrAppend(&out, " ", base::AsAbsl(p.name));
   absl::StrAppend(&out, "; types:");
-  for (const quant::BlockTraits& t : quant::AllBlockTypes())
+  for (const quant::BlockTraits& t : quant::AllBlockTypes()) {
+    if (static_cast<uint32_t>(t.type) >= quant::kFirstOwnBlockId) continue;  // not ggml's
     absl::StrAppend(&out, " ", base::AsAbsl(t.name));
+  }
   return out;
 }
 
@@ -326,16 +345,54 @@ absl::StatusOr<BlockType> GgufMatrixType(const std::string& type, const ModelCon
   return policy.For(config, gguf_name, layer, cols);
 }
 
+namespace {
+
+// One of gpt-oss's split expert tensors (gguf_names.h): ffn_{gate,up,down}_exps.{weight,bias},
+// gathered from every expert's slice of the fused Hugging Face tensors. gate is the first
+// half of the de-interleaved gate_up rows, up the second.
+absl::Status AddGptOssExperts(const ModelConfig& c, const CheckpointMap& map,
+                              const SafetensorsCheckpoint& ckpt, const GgufTensorName& n,
+                              const TypePolicy& policy, int layer, gguf::GgufWriter& w) {
+  const LayerWeightSpecs& l = map.layers[static_cast<size_t>(layer)];
+  if (l.experts.empty()) return absl::OkStatus();
+  const bool bias = n.gguf.ends_with(".bias");
+  const bool down = n.gguf.find("ffn_down_exps") != std::string::npos;
+  const bool up = n.gguf.find("ffn_up_exps") != std::string::npos;
+  const int64_t ie = c.moe.intermediate_size, d = c.hidden_size;
+  const int64_t rows = down ? d : ie, cols = bias ? 1 : down ? ie : d;
+  const int64_t experts = static_cast<int64_t>(l.experts.size());
+  std::vector<float> all;
+  all.reserve(static_cast<size_t>(experts * rows * cols));
+  for (const ExpertWeightSpecs& x : l.experts) {
+    const WeightSpec& spec =
+        down ? (bias ? x.down_bias : x.down) : (bias ? x.gate_up_bias : x.gate_up);
+    std::vector<float> v(static_cast<size_t>(spec.elements()));
+    KVS_RETURN_IF_ERROR(ReadF32(ckpt, spec, v));
+    const size_t first = down || !up ? 0 : static_cast<size_t>(ie * cols);
+    all.insert(all.end(), v.begin() + static_cast<ptrdiff_t>(first),
+               v.begin() + static_cast<ptrdiff_t>(first + static_cast<size_t>(rows * cols)));
+  }
+  if (bias) {
+    w.AddTensor(n.gguf, BlockType::kF32, {rows, experts},
+                Encode(BlockType::kF32, all, 1, rows * experts));
+    return absl::OkStatus();
+  }
+  const BlockType t = policy.For(c, n.gguf, layer, cols);
+  w.AddTensor(n.gguf, t, {cols, rows, experts}, Encode(t, all, rows * experts, cols));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<std::string>> ExportGguf(const std::string& hf_dir,
                                                     const std::string& out_path,
                                                     const GgufExportOptions& options) {
   KVS_ASSIGN_OR_RETURN(TypePolicy policy, ParsePolicy(options.type));
   KVS_ASSIGN_OR_RETURN(ModelConfig c, LoadModelConfig(hf_dir));
-  if (c.architecture == Architecture::kGptOss) {
-    return absl::UnimplementedError(
-        "export-gguf: gpt-oss is not supported yet (fused MXFP4 experts)");
-  }
   KVS_ASSIGN_OR_RETURN(SafetensorsCheckpoint ckpt, SafetensorsCheckpoint::Open(hf_dir));
+  // gpt-oss's experts are fused tensors in Hugging Face's layout: read through the checkpoint
+  // map's expert slices, which de-interleave gate_up (and unpack MXFP4).
+  const CheckpointMap hf_map = MapCheckpoint(c);
   gguf::GgufWriter w;
   KVS_RETURN_IF_ERROR(WriteMetadata(c, policy, w));
   KVS_RETURN_IF_ERROR(WriteTokenizer(hf_dir, c.vocab_size, w));
@@ -358,6 +415,10 @@ absl::StatusOr<std::vector<std::string>> ExportGguf(const std::string& hf_dir,
           cols > 1 ? std::vector<int64_t>{cols, rows} : std::vector<int64_t>{rows};
       w.AddTensor(n.gguf, t, std::move(ne),
                   cols > 1 ? Encode(t, v, rows, cols) : Encode(t, v, 1, rows));
+      continue;
+    }
+    if (c.architecture == Architecture::kGptOss) {
+      KVS_RETURN_IF_ERROR(AddGptOssExperts(c, hf_map, ckpt, n, policy, layer, w));
       continue;
     }
     // Experts: one 3-D tensor [in, out, E] from E Hugging Face matrices.

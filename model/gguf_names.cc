@@ -8,10 +8,10 @@ namespace kvserve::model {
 namespace {
 
 constexpr std::string_view kLayerKinds[] = {
-    "attn_norm",     "attn_q",      "attn_k",       "attn_v",   "attn_qkv",
-    "attn_output",   "attn_q_norm", "attn_k_norm",  "ffn_norm", "post_attention_norm",
-    "post_ffw_norm", "ffn_gate",    "ffn_up",       "ffn_down", "ffn_gate_inp",
-    "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+    "attn_norm",     "attn_q",      "attn_k",        "attn_v",    "attn_qkv",
+    "attn_output",   "attn_q_norm", "attn_k_norm",   "ffn_norm",  "post_attention_norm",
+    "post_ffw_norm", "ffn_gate",    "ffn_up",        "ffn_down",  "ffn_gate_inp",
+    "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "attn_sinks"};
 
 // Tensors the converter adds for llama.cpp's own use; their content is in the config.
 bool ReadIntoConfigImpl(std::string_view name) {
@@ -33,6 +33,7 @@ std::optional<GgufTensorName> MapLayerTensor(const ModelConfig& c, int layer, st
   auto plain = [&](std::string_view hf) {
     return GgufTensorName{"", absl::StrCat(p, base::AsAbsl(hf), s)};
   };
+  const bool gpt_oss = a == Architecture::kGptOss;
   auto experts = [&](std::string_view mixtral, std::string_view qwen) {
     const std::string_view e = a == Architecture::kMixtral ? mixtral : qwen;
     const std::string_view group =
@@ -49,16 +50,21 @@ std::optional<GgufTensorName> MapLayerTensor(const ModelConfig& c, int layer, st
   if (kind == "attn_output") return plain("self_attn.o_proj");
   if (kind == "attn_q_norm") return plain("self_attn.q_norm");
   if (kind == "attn_k_norm") return plain("self_attn.k_norm");
-  if (kind == "ffn_norm")
+  if (kind == "ffn_norm" && !gpt_oss)
     return plain(gemma ? "pre_feedforward_layernorm" : "post_attention_layernorm");
-  if (kind == "post_attention_norm" && gemma) return plain("post_attention_layernorm");
+  if (kind == "post_attention_norm" && (gemma || gpt_oss)) return plain("post_attention_layernorm");
+  // gpt-oss: attention sinks (one logit per head, no suffix in Hugging Face), the router, and
+  // split experts with biases (ModelConfig::MoeConfig::split_experts).
+  if (gpt_oss && kind == "attn_sinks" && suffix == "weight")
+    return GgufTensorName{"", absl::StrCat(p, "self_attn.sinks")};
+  if (gpt_oss && kind == "ffn_gate_inp") return plain("mlp.router");
   if (kind == "post_ffw_norm" && gemma) return plain("post_feedforward_layernorm");
   if (kind == "ffn_gate") return plain("mlp.gate_proj");
   if (kind == "ffn_up") return plain(a == Architecture::kPhi3 ? "mlp.gate_up_proj" : "mlp.up_proj");
   if (kind == "ffn_down") return plain("mlp.down_proj");
   if (kind == "ffn_gate_inp" && a == Architecture::kMixtral) return plain("block_sparse_moe.gate");
   if (kind == "ffn_gate_inp" && a == Architecture::kQwen3Moe) return plain("mlp.gate");
-  if (a == Architecture::kMixtral || a == Architecture::kQwen3Moe) {
+  if (a == Architecture::kMixtral || a == Architecture::kQwen3Moe || gpt_oss) {
     if (kind == "ffn_gate_exps") return experts("w1", "gate_proj");
     if (kind == "ffn_up_exps") return experts("w3", "up_proj");
     if (kind == "ffn_down_exps") return experts("w2", "down_proj");

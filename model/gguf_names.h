@@ -17,7 +17,12 @@
 //   blk.<i>.ffn_gate_inp         block_sparse_moe.gate (Mixtral), mlp.gate (Qwen3-MoE)
 //   blk.<i>.ffn_{gate,up,down}_exps  experts.<e>.{w1,w3,w2} (Mixtral),
 //                                    mlp.experts.<e>.{gate,up,down}_proj (Qwen3-MoE): one 3-D
-//                                    tensor [in, out, experts] for all experts
+//                                    tensor [in, out, experts] for all experts;
+//                                    gpt-oss: mlp.experts.<e>.{gate,up,down}_proj, biases too
+//                                    ([out, experts])
+//   blk.<i>.post_attention_norm  post_attention_layernorm      gpt-oss (its only FFN norm)
+//   blk.<i>.attn_sinks           self_attn.sinks               gpt-oss
+//   blk.<i>.ffn_gate_inp         mlp.router (+ bias)           gpt-oss
 #pragma once
 
 #include <cstdint>

@@ -12,6 +12,7 @@
 #include "gguf/gguf_source.h"
 #include "model/gguf_checkpoint.h"
 #include "model/gguf_config.h"
+#include "model/hf_quant_checkpoint.h"
 #include "model/load_model_config.h"
 #include "model/model_config.h"
 
@@ -41,6 +42,11 @@ absl::StatusOr<ModelSource> OpenModelSource(const std::string& path) {
   }
   KVS_ASSIGN_OR_RETURN(s.config, LoadModelConfig(path));
   KVS_ASSIGN_OR_RETURN(s.checkpoint, SafetensorsCheckpoint::Open(path));
+  // Hugging Face integer quantization: quantized modules become block tensors.
+  if (s.config.hf_quant) {
+    KVS_ASSIGN_OR_RETURN(s.checkpoint,
+                         OpenHfQuantCheckpoint(std::move(s.checkpoint), *s.config.hf_quant));
+  }
   return s;
 }
 

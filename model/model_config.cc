@@ -282,21 +282,43 @@ absl::Status ParseArchitecture(const ConfigReader& r, ModelConfig& c) {
 absl::Status ParseMoe(const json& root, const ConfigReader& r, ModelConfig& c) {
   c.layer_moe.assign(static_cast<size_t>(c.num_layers), 0);
   const Architecture a = c.architecture;
-  // A quantized checkpoint is only understood where its format is: gpt-oss's MXFP4 experts.
+  // ---- quantization_config dispatch (model/hf_quant_config.h) ----
   if (r.Has("quantization_config")) {
-    const json& q = root.at("quantization_config");
-    const std::string method =
-        q.is_object() && q.contains("quant_method") && q.at("quant_method").is_string()
-            ? q.at("quant_method").get<std::string>()
-            : q.dump();
-    if (a != Architecture::kGptOss || method != "mxfp4") {
-      return r.Error(
-          "quantization_config",
-          absl::StrCat("quant_method \"", method, "\" is not supported for ", c.architecture_name,
-                       " (only gpt-oss MXFP4 experts, unpacked at load)"));
+    const std::string q = root.at("quantization_config").dump();
+    std::string method;
+    switch (ClassifyQuantization(q, &method)) {
+      case QuantizationFamily::kMxfp4:  // gpt-oss's MXFP4 experts, unpacked at load
+        if (a != Architecture::kGptOss) {
+          return r.Error("quantization_config",
+                         absl::StrCat("quant_method \"mxfp4\" is only supported for gpt-oss, not ",
+                                      c.architecture_name));
+        }
+        c.moe.mxfp4 = true;
+        break;
+      case QuantizationFamily::kInteger: {  // AWQ, GPTQ, compressed-tensors int
+        if (a == Architecture::kGptOss) {
+          return r.Error("quantization_config", absl::StrCat("quant_method \"", method,
+                                                             "\" is not supported for gpt-oss"));
+        }
+        auto parsed = ParseHfQuantConfig(q, "");
+        if (!parsed.ok()) {
+          return r.Error("quantization_config", base::AsStd(parsed.status().message()));
+        }
+        c.hf_quant = *std::move(parsed);
+        break;
+      }
+      case QuantizationFamily::kFp8:  // slot for the FP8 path
+        return r.Error("quantization_config",
+                       absl::StrCat("FP8 quant_method \"", method, "\" is not supported yet"));
+      case QuantizationFamily::kOther:
+        return r.Error("quantization_config",
+                       absl::StrCat("quant_method \"", method,
+                                    "\" is not supported (supported: awq "
+                                    "GEMM int4, gptq int4/int8, compressed-tensors pack-quantized "
+                                    "int4/int8 and int-quantized W8A8, gpt-oss mxfp4)"));
     }
-    c.moe.mxfp4 = true;
   }
+  // ---- end quantization_config dispatch ----
   if (a != Architecture::kMixtral && a != Architecture::kQwen3Moe && a != Architecture::kGptOss) {
     return absl::OkStatus();
   }

@@ -4,15 +4,16 @@
 //
 //   architecture   q/k/v bias       q/k norm   norms            MLP           windows
 //   Llama          attention_bias   -          RMS              SwiGLU        -
-//   Mistral        -                -          RMS              SwiGLU        sliding_window: all layers
-//   Qwen2          always           -          RMS              SwiGLU        use_sliding_window: layers >= max_window_layers
-//   Qwen3          attention_bias   yes        RMS              SwiGLU        as Qwen2
-//   Phi3           - (fused qkv)    -          RMS              SwiGLU        sliding_window: all layers
-//   Gemma2         attention_bias   -          (1+w), sandwich  GeGLU         even layers (layer_types)
-//   Gemma3         attention_bias   (1+w)      (1+w), sandwich  GeGLU         5 of 6 (layer_types / pattern)
-//   Mixtral        -                -          RMS              MoE SwiGLU    sliding_window: all layers
-//   Qwen3MoE       attention_bias   yes        RMS              MoE SwiGLU    as Qwen2 (dense MLP on mlp_only_layers)
-//   GptOss         always (+sinks)  -          RMS              MoE clamped   even layers (layer_types)
+//   Mistral        -                -          RMS              SwiGLU        sliding_window: all
+//   layers Qwen2          always           -          RMS              SwiGLU use_sliding_window:
+//   layers >= max_window_layers Qwen3          attention_bias   yes        RMS              SwiGLU
+//   as Qwen2 Phi3           - (fused qkv)    -          RMS              SwiGLU sliding_window: all
+//   layers Gemma2         attention_bias   -          (1+w), sandwich  GeGLU         even layers
+//   (layer_types) Gemma3         attention_bias   (1+w)      (1+w), sandwich  GeGLU         5 of 6
+//   (layer_types / pattern) Mixtral        -                -          RMS              MoE SwiGLU
+//   sliding_window: all layers Qwen3MoE       attention_bias   yes        RMS              MoE
+//   SwiGLU    as Qwen2 (dense MLP on mlp_only_layers) GptOss         always (+sinks)  - RMS MoE
+//   clamped   even layers (layer_types)
 //
 // Mixture of experts (MoeConfig, model/moe_layer.h): a router picks top_k of num_experts
 // expert MLPs per token. The three families differ only in routing order (softmax then
@@ -30,6 +31,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/hf_quant_config.h"
 
 namespace kvserve::model {
 
@@ -99,11 +101,18 @@ struct MoeConfig {
   // gpt-oss: the release stores experts as MXFP4 (quantization_config.quant_method "mxfp4");
   // they are unpacked at load into bf16, which holds every finite MXFP4 value exactly.
   bool mxfp4 = false;
+  // gpt-oss from a GGUF file: each expert's gate, up and down (and their biases) are separate
+  // tensors, as llama.cpp's converter splits Hugging Face's fused, interleaved gate_up_proj
+  // (checkpoint_map.cc maps them like Qwen3-MoE's). Set by the GGUF config translation only.
+  bool split_experts = false;
 };
 
 struct ModelConfig {
   Architecture architecture = Architecture::kLlama;
   std::string architecture_name;  // as written in config.json, e.g. "Qwen2ForCausalLM"
+  // Hugging Face integer quantization (AWQ / GPTQ / compressed-tensors int): the checkpoint's
+  // projections are read by model/hf_quant_checkpoint.h. nullopt: not quantized this way.
+  std::optional<HfQuantConfig> hf_quant;
   int hidden_size = 0;
   int intermediate_size = 0;
   int num_layers = 0;
@@ -175,7 +184,9 @@ struct ModelConfig {
     return w;
   }
   // Longest context served (sliding-window layers mask their window exactly at any length).
-  int64_t max_context() const { return served_context > 0 ? served_context : max_position_embeddings; }
+  int64_t max_context() const {
+    return served_context > 0 ? served_context : max_position_embeddings;
+  }
   // (A config built by hand may leave layer_moe empty: every layer is then dense.)
   bool is_moe_layer(int layer) const {
     return static_cast<size_t>(layer) < layer_moe.size() &&

@@ -37,6 +37,9 @@ constexpr std::array kTable = {
     KVSERVE_BLOCK(IQ4_XS, 256, 136, true),
     KVSERVE_BLOCK(BF16,     1,   2, false),
     KVSERVE_BLOCK(MXFP4,   32,  17, true),
+    // Ours (ids >= kFirstOwnBlockId, never in a GGUF file): grouped_int.cc.
+    KVSERVE_BLOCK(U4_F32,  32,  24, true),
+    KVSERVE_BLOCK(U8_F32,  32,  40, true),
 };
 // clang-format on
 #undef KVSERVE_BLOCK
@@ -54,6 +57,7 @@ static_assert(IdsAscending(), "kTable must be in ggml id order");
 }  // namespace
 
 std::optional<BlockTraits> FindBlockType(uint32_t ggml_type_id) {
+  if (ggml_type_id >= kFirstOwnBlockId) return std::nullopt;  // not a ggml id
   for (const BlockTraits& t : kTable) {
     if (static_cast<uint32_t>(t.type) == ggml_type_id) return t;
   }

@@ -42,7 +42,12 @@ enum class BlockType : uint32_t {
   kIQ4_XS = 23,
   kBF16 = 30,
   kMXFP4 = 39,
+  // Our own types (not ggml's; FindBlockType never returns them): Hugging Face integer
+  // groups transcoded at load (model/hf_quant_weights.h), w = a * code + b, a and b fp32.
+  kU4_F32 = 1024,
+  kU8_F32 = 1025,
 };
+inline constexpr uint32_t kFirstOwnBlockId = 1024;
 
 // One row of a table entry: what the rest of the code may know about a type.
 struct BlockTraits {

@@ -45,9 +45,13 @@ esac
 # does (the module is shipped beside the binaries: `modules`). cuda_backend_loader_test is a
 # unit binary whose CreateEngineCudaLoading case needs a device (it skips itself on CPU CI):
 # here it runs.
-gpu_tests=(cuda_backend_test cuda_module_test cuda_backend_loader_test)
+# cuda_quant_test: the quantized-weight kernels (W4A16/W8A16 GEMV and dequantize-then-cuBLAS,
+# FP8 W8A8 through cuBLASLt, FP8 activation quantization, FP8 dequantization by block or channel)
+# against float64 references; cuda_quant_bench prints their GB/s and TFLOP/s on Llama-3-8B's
+# linear shapes next to the bf16 GEMV and cuBLAS.
+gpu_tests=(cuda_backend_test cuda_module_test cuda_backend_loader_test cuda_quant_test)
 modules=(libkvserve_cuda_backend.so)
-benches=(cuda_kv_bench cuda_e2e_bench)
+benches=(cuda_kv_bench cuda_e2e_bench cuda_quant_bench)
 # Per-benchmark arguments: cuda_e2e_bench also prints the n-gram speculation table (batches 1, 8).
 bench_args() {
   case "$1" in

@@ -49,6 +49,12 @@ absl::Status CublasGemm::SetStream(void* stream) {
   return absl::OkStatus();
 }
 
+void* CublasGemm::stream() const {
+  cudaStream_t stream = nullptr;
+  if (cublasGetStream(AsHandle(handle_), &stream) != CUBLAS_STATUS_SUCCESS) return nullptr;
+  return stream;
+}
+
 absl::Status CublasGemm::Linear(GemmDtype dtype, const void* x, int64_t x_stride, const void* w, float* y,
                                 int64_t y_stride, int64_t rows, int in, int out, bool accumulate) {
   if (rows == 0) return absl::OkStatus();
@@ -71,8 +77,9 @@ absl::Status CublasGemm::Linear(GemmDtype dtype, const void* x, int64_t x_stride
   }
   const float alpha = 1.0f;
   const float beta = accumulate ? 1.0f : 0.0f;
-  const cudaDataType_t ab = bf16 ? CUDA_R_16BF : CUDA_R_32F;
-  const cublasComputeType_t compute = bf16 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_PEDANTIC;
+  const bool fp16 = dtype == GemmDtype::kFp16;
+  const cudaDataType_t ab = bf16 ? CUDA_R_16BF : (fp16 ? CUDA_R_16F : CUDA_R_32F);
+  const cublasComputeType_t compute = (bf16 || fp16) ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_PEDANTIC;
   const cublasStatus_t s =
       cublasGemmEx(AsHandle(handle_), CUBLAS_OP_T, CUBLAS_OP_N, out, static_cast<int>(rows), in, &alpha, w, ab, in, x,
                    ab, static_cast<int>(x_stride), &beta, y, CUDA_R_32F, static_cast<int>(y_stride), compute,

@@ -1,7 +1,7 @@
 // The linear layers of the device forward pass through cuBLAS: y = x · Wᵀ (+ y), the twin of
 // kernels/cpu/packed_linear.h. Plain C++ header (cuBLAS and CUDA types stay in gemm.cc).
 //
-//   x: [rows][in] row-major (row stride x_stride), fp32 or bf16
+//   x: [rows][in] row-major (row stride x_stride), fp32, bf16 or fp16
 //   W: [out][in]  row-major (checkpoint layout), same dtype as x
 //   y: [rows][out] fp32 (row stride y_stride); accumulate: y += x·Wᵀ, else y = x·Wᵀ
 //
@@ -21,7 +21,8 @@
 
 namespace kvserve::kernels::cuda {
 
-enum class GemmDtype { kFp32, kBf16 };
+// kFp16 only where a caller says so (the quantized paths, quant_linear.h); the model runs bf16.
+enum class GemmDtype { kFp32, kBf16, kFp16 };
 
 class CublasGemm {
  public:
@@ -32,6 +33,8 @@ class CublasGemm {
   CublasGemm& operator=(const CublasGemm&) = delete;
 
   absl::Status SetStream(void* stream);
+  // The cudaStream_t the handle runs on (null: the legacy default stream).
+  void* stream() const;
   absl::Status Linear(GemmDtype dtype, const void* x, int64_t x_stride, const void* w, float* y, int64_t y_stride,
                       int64_t rows, int in, int out, bool accumulate);
 

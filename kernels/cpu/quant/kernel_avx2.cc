@@ -149,7 +149,8 @@ KVS_AVX2_TARGET void PanelRows(const QTile& t, int panel, int r0, float out[][kP
           }
           const __m256 dx = _mm256_set1_ps(xb.dx);
           __m256& a = acc[r][h];
-          if constexpr (S == Scales::kD || S == Scales::kDM || S == Scales::kK) {
+          if constexpr (S == Scales::kD || S == Scales::kDM || S == Scales::kK ||
+                        S == Scales::kAB) {
             __m256 av, bv;
             if constexpr (S == Scales::kD) {
               av = Half8(sc + 16 * h);
@@ -157,6 +158,9 @@ KVS_AVX2_TARGET void PanelRows(const QTile& t, int panel, int r0, float out[][kP
             } else if constexpr (S == Scales::kDM) {
               av = Half8(sc + 16 * h);
               bv = Half8(sc + 32 + 16 * h);
+            } else if constexpr (S == Scales::kAB) {
+              av = _mm256_loadu_ps(reinterpret_cast<const float*>(sc) + 8 * h);
+              bv = _mm256_loadu_ps(reinterpret_cast<const float*>(sc) + 16 + 8 * h);
             } else {
               av = _mm256_mul_ps(Half8(unit + 16 * h), U8x8(sc + 8 * h));
               bv = _mm256_sub_ps(_mm256_setzero_ps(),
@@ -259,6 +263,9 @@ const QKernelTable& Avx2Kernels(const PanelFormat& f) {
       return TableFor<Codes::kNibHi1, Scales::kK>();
     case Scales::kQ6:
       return TableFor<Codes::kNibHi2, Scales::kQ6>();
+    case Scales::kAB:
+      if (f.codes == Codes::kNib) return TableFor<Codes::kNib, Scales::kAB>();
+      return TableFor<Codes::kBytes, Scales::kAB>();
     case Scales::kF32:
       break;
   }

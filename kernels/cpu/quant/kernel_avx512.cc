@@ -2,7 +2,7 @@
 //   codes -> 8 (bytes) or 4 + 4 (nibbles, low and high half, plus bit planes) u8 vectors,
 //   per row: vpdpbusd with the row's 4-byte activation groups broadcast, into one int32
 //   accumulator (a, b per 32) or two (per 16: elements 0..15 and 16..31), then
-//     acc = fma(float(isum), a*dx, acc); acc = fma(b, sx, acc)       (kD, kDM, kK)
+//     acc = fma(float(isum), a*dx, acc); acc = fma(b, sx, acc)       (kD, kDM, kK, kAB)
 //     acc = fma(float(Σ sc_h*(isum_h - 32*Σq_h)), d*dx, acc)         (kQ6, exact in int32)
 //     acc = fma(float(isum_h), a_h*dx, acc); acc = fma(b_h, sx_h, acc) for h = lo, hi (kF32)
 #include <cstring>
@@ -137,7 +137,7 @@ KVS_VNNI_TARGET void KernelVnni(const QTile& t) {
 #pragma GCC unroll 4
       for (int p = 0; p < P; ++p) {
         const uint8_t* sc = unit[p] + ScalesAt(S, b);
-        if constexpr (S == Scales::kD || S == Scales::kDM || S == Scales::kK) {
+        if constexpr (S == Scales::kD || S == Scales::kDM || S == Scales::kK || S == Scales::kAB) {
           __m512 a, bb;
           if constexpr (S == Scales::kD) {
             a = Half16(sc);
@@ -145,6 +145,9 @@ KVS_VNNI_TARGET void KernelVnni(const QTile& t) {
           } else if constexpr (S == Scales::kDM) {
             a = Half16(sc);
             bb = Half16(sc + 32);
+          } else if constexpr (S == Scales::kAB) {
+            a = _mm512_loadu_ps(sc);
+            bb = _mm512_loadu_ps(sc + 64);
           } else {
             const __m128i scv = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc));
             const __m128i mnv = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16));
@@ -253,6 +256,9 @@ const QKernelTable& Avx512VnniKernels(const PanelFormat& f) {
       return TableFor<Codes::kNibHi1, Scales::kK>();
     case Scales::kQ6:
       return TableFor<Codes::kNibHi2, Scales::kQ6>();
+    case Scales::kAB:
+      if (f.codes == Codes::kNib) return TableFor<Codes::kNib, Scales::kAB>();
+      return TableFor<Codes::kBytes, Scales::kAB>();
     case Scales::kF32:
       break;
   }

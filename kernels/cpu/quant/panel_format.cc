@@ -116,6 +116,10 @@ void DecodeBlock(const PanelFormat& f, const uint8_t* unit, int b, BlockCodes& c
         }
         break;
       }
+      case Scales::kAB:
+        a[row][0] = a[row][1] = F32At(sc, row);
+        bias[row][0] = bias[row][1] = F32At(sc, 16 + row);
+        break;
       case Scales::kF32:
         for (int h = 0; h < 2; ++h) {
           a[row][h] = F32At(sc, 16 * h + row);

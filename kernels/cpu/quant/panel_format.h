@@ -36,9 +36,14 @@
 //                                                 w = (d*sc) * (code - 32) (Q6_K)
 //     kF32 scales: f32 a_lo[16], a_hi[16], b_lo[16], b_hi[16] (per 16 elements)
 //                                                 the generic scheme (Q2_K, Q3_K, IQ4_*, MXFP4)
+//     kAB  scales: f32 a[16], f32 b[16]           a, b per 32 elements (our U4_F32 / U8_F32:
+//                                                 Hugging Face AWQ/GPTQ/compressed-tensors
+//                                                 groups with a zero point or a bf16/f32 scale;
+//                                                 b = -zero*scale is exact in f32, not in f16)
 //   The scale fields are the source's own (f16 d copied bit for bit, 6-bit scales as bytes),
 //   so the repacked bytes per weight stay close to the file's: Q4_0 4.5, Q8_0 8.5, Q4_K
-//   4.625 (file 4.5), Q5_K 5.625 (5.5), Q6_K 6.625 (6.5625). Slower, documented: the generic
+//   4.625 (file 4.5), Q5_K 5.625 (5.5), Q6_K 6.625 (6.5625); kAB: U4_F32 6 (an AWQ/GPTQ
+//   int4 group-128 file ~4.16), U8_F32 10 (int8 per channel ~8). Slower, documented: the generic
 //   scheme (byte codes + f32 scales, 12 bits per weight) streams 3-4x the file's bytes of
 //   Q2_K/Q3_K/IQ4_XS/MXFP4 at batch 1, and IQ4_NL's byte codes 8.5 bits (file 4.5).
 //
@@ -71,7 +76,7 @@ inline constexpr int kPanelRows = 16;
 inline constexpr int kBlock = 32;
 
 enum class Codes : uint8_t { kNib, kNibHi1, kNibHi2, kBytes };
-enum class Scales : uint8_t { kD, kDM, kK, kQ6, kF32 };
+enum class Scales : uint8_t { kD, kDM, kK, kQ6, kF32, kAB };
 
 constexpr int CodeBytes(Codes c) {
   switch (c) {
@@ -98,6 +103,8 @@ constexpr int ScaleBytes(Scales s) {
       return 32;
     case Scales::kF32:
       return 256;
+    case Scales::kAB:
+      return 128;
   }
   return 0;
 }

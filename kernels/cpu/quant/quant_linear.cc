@@ -29,6 +29,7 @@ struct Segment {
   int64_t units = 0;
   std::vector<uint8_t> storage;
   const uint8_t* packed = nullptr;
+  int order = -1;  // index into Impl::orders, -1: input order
   // Dense (F32 / F16 / BF16): packed_linear panels.
   std::vector<float> dense_f32;
   std::vector<uint16_t> dense_16;
@@ -40,6 +41,8 @@ struct QuantMatrix::Impl {
   int64_t out = 0;
   size_t bytes = 0;
   bool any_quantized = false;
+  bool identity_used = false;  // a quantized segment reads the activations in input order
+  std::vector<std::vector<int32_t>> orders;  // distinct input orders of quantized segments
   std::vector<Segment> segments;
 };
 
@@ -140,6 +143,26 @@ absl::StatusOr<QuantMatrix> QuantMatrix::Pack(std::span<const QuantSource> segme
           absl::StrCat("quantized linear: segment ", i, ": too many rows"));
     }
     Segment seg;
+    if (src.input_order != nullptr) {
+      if (entry->pack == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat("quantized linear: segment ", i, " (",
+                                                       entry->name,
+                                                       "): an input order needs a quantized type"));
+      }
+      std::vector<int32_t> order(src.input_order, src.input_order + in);
+      std::vector<bool> seen(static_cast<size_t>(in), false);
+      for (int32_t k : order) {
+        if (k < 0 || k >= in || seen[k]) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("quantized linear: segment ", i,
+                           ": input order is not a permutation of [0, ", in, ")"));
+        }
+        seen[k] = true;
+      }
+      auto same = std::find(impl->orders.begin(), impl->orders.end(), order);
+      seg.order = static_cast<int>(same - impl->orders.begin());
+      if (same == impl->orders.end()) impl->orders.push_back(std::move(order));
+    }
     seg.entry = entry;
     seg.row0 = impl->out;
     seg.rows = src.rows;
@@ -147,6 +170,7 @@ absl::StatusOr<QuantMatrix> QuantMatrix::Pack(std::span<const QuantSource> segme
       PackQuantized(src, in, seg);
       impl->bytes += static_cast<size_t>(seg.panels * seg.panel_bytes);
       impl->any_quantized = true;
+      impl->identity_used |= seg.order < 0;
     } else {
       PackDense(src, in, seg);
       impl->bytes += seg.dense_f32.size() * 4 + seg.dense_16.size() * 2;
@@ -250,16 +274,35 @@ void QuantLinearWith(Family family, const float* x, int64_t x_stride, const Quan
   }
   if (!m.any_quantized) return;
 
-  // Activations, once per call.
+  // Activations, once per call and input order: set 0 in input order, set 1 + i gathered by
+  // orders[i] (QuantSource::input_order); a segment reads set 1 + its order.
   Scratch& scratch = CallScratch();
   const int64_t nb = m.in_pad / kBlock;
-  if (static_cast<int64_t>(scratch.q.size()) < rows * m.in_pad) scratch.q.resize(rows * m.in_pad);
-  if (static_cast<int64_t>(scratch.blocks.size()) < rows * nb) scratch.blocks.resize(rows * nb);
+  const int64_t sets = 1 + static_cast<int64_t>(m.orders.size());
+  if (static_cast<int64_t>(scratch.q.size()) < sets * rows * m.in_pad) {
+    scratch.q.resize(sets * rows * m.in_pad);
+  }
+  if (static_cast<int64_t>(scratch.blocks.size()) < sets * rows * nb) {
+    scratch.blocks.resize(sets * rows * nb);
+  }
   int8_t* xq = scratch.q.data();
   ActBlock* xb = scratch.blocks.data();
-  ParallelFor(rows, SplitFor(rows * m.in * 8), [&](int64_t r, int) {
-    QuantizeRow(x + r * x_stride, m.in, m.in_pad, xq + r * m.in_pad, xb + r * nb);
-  });
+  const int64_t first_set = m.identity_used ? 0 : 1;
+  ParallelFor((sets - first_set) * rows, SplitFor((sets - first_set) * rows * m.in * 8),
+              [&](int64_t t, int) {
+                const int64_t set = first_set + t / rows, r = t % rows;
+                const float* xr = x + r * x_stride;
+                if (set > 0) {
+                  // Gathered per worker thread into its own buffer (grown once, then reused).
+                  thread_local std::vector<float> gathered;
+                  if (static_cast<int64_t>(gathered.size()) < m.in) gathered.resize(m.in);
+                  const int32_t* order = m.orders[set - 1].data();
+                  for (int64_t k = 0; k < m.in; ++k) gathered[k] = xr[order[k]];
+                  xr = gathered.data();
+                }
+                QuantizeRow(xr, m.in, m.in_pad, xq + (set * rows + r) * m.in_pad,
+                            xb + (set * rows + r) * nb);
+              });
 
   // Tiles: one row -> 4 panels per kernel call, 2..4 rows -> 2 panels, more -> 1 panel x 8 rows.
   // (4 rows x 2 panels measured the same as 8 x 1 at 512 rows for Q8_0/Q4_K and slower for
@@ -304,9 +347,10 @@ void QuantLinearWith(Family family, const float* x, int64_t x_stride, const Quan
             static_cast<int>(std::min<int64_t>(np * kPanelRows, s.row0 + s.rows - col));
         for (int64_t r0 = rs; r0 < re; r0 += max_rows) {
           const int nr = static_cast<int>(std::min<int64_t>(max_rows, re - r0));
-          const QTile t{xq + r0 * m.in_pad,
+          const int64_t set_row = (s.order + 1) * rows + r0;
+          const QTile t{xq + set_row * m.in_pad,
                         m.in_pad,
-                        xb + r0 * nb,
+                        xb + set_row * nb,
                         nb,
                         s.packed + p * s.panel_bytes,
                         s.panel_bytes,

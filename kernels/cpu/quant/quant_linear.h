@@ -41,6 +41,12 @@ struct QuantSource {
   const std::byte* data = nullptr;
   int64_t rows = 0;
   int64_t row_stride = 0;  // bytes; RowBytes(type, in) for a dense tensor
+  // Optional input order (quantized types only): stored column k multiplies x[input_order[k]],
+  // a permutation of [0, in). GPTQ act-order files group input columns out of order; their
+  // columns are stored sorted by group (model/hf_quant_weights.h) and the activations are
+  // gathered by the same permutation per call (one quantized copy per distinct order,
+  // into the per-thread scratch). Copied at Pack; null: columns in input order.
+  const int32_t* input_order = nullptr;
 };
 
 class QuantMatrix {

@@ -58,6 +58,8 @@ void PackQ5_K(const std::byte* row, int64_t kb, int r, uint8_t* code, uint8_t* u
 void PackQ6_K(const std::byte* row, int64_t kb, int r, uint8_t* code, uint8_t* unit, uint8_t* sc);
 void PackQ2_K(const std::byte* row, int64_t kb, int r, uint8_t* code, uint8_t* unit, uint8_t* sc);
 void PackQ3_K(const std::byte* row, int64_t kb, int r, uint8_t* code, uint8_t* unit, uint8_t* sc);
+void PackU4F32(const std::byte* row, int64_t kb, int r, uint8_t* code, uint8_t* unit, uint8_t* sc);
+void PackU8F32(const std::byte* row, int64_t kb, int r, uint8_t* code, uint8_t* unit, uint8_t* sc);
 void PackIq4Xs(const std::byte* row, int64_t kb, int r, uint8_t* code, uint8_t* unit, uint8_t* sc);
 
 }  // namespace kvserve::kernels::cpu::quant

@@ -10,7 +10,7 @@ using kvserve::quant::BlockType;
 using C = Codes;
 using S = Scales;
 
-constexpr std::array<TypeEntry, 16> kTable = {{
+constexpr std::array<TypeEntry, 18> kTable = {{
     // type, name, block elements, block bytes, panel format (codes, scales, kD offset), pack, generic
     {BlockType::kQ4_0, "Q4_0", 32, 18, {C::kNib, S::kD, -8.0f}, &PackQ4_0, false},
     {BlockType::kQ4_1, "Q4_1", 32, 20, {C::kNib, S::kDM}, &PackQ4_1, false},
@@ -25,6 +25,9 @@ constexpr std::array<TypeEntry, 16> kTable = {{
     {BlockType::kQ2_K, "Q2_K", 256, 84, {C::kBytes, S::kF32}, &PackQ2_K, true},
     {BlockType::kQ3_K, "Q3_K", 256, 110, {C::kBytes, S::kF32}, &PackQ3_K, true},
     {BlockType::kIQ4_XS, "IQ4_XS", 256, 136, {C::kBytes, S::kF32}, &PackIq4Xs, true},
+    // Ours: Hugging Face integer groups (quant/blocks/grouped_int.cc), f32 a and b per 32.
+    {BlockType::kU4_F32, "U4_F32", 32, 24, {C::kNib, S::kAB}, &PackU4F32, false},
+    {BlockType::kU8_F32, "U8_F32", 32, 40, {C::kBytes, S::kAB}, &PackU8F32, false},
     // Dense segments: run by packed_linear's fp32 / fp16 / bf16 kernels (no activation rounding).
     {BlockType::kF32, "F32", 1, 4, {C::kBytes, S::kF32}, nullptr, false},
     {BlockType::kF16, "F16", 1, 2, {C::kBytes, S::kF32}, nullptr, false},

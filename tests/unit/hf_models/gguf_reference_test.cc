@@ -20,6 +20,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,6 +46,47 @@ namespace {
 constexpr double kFloatTol = 1e-4;
 constexpr double kQuantTol = 0.3;
 
+// gpt-oss: the GGUF file's split experts (gate, up, down and their biases per expert) back
+// into Hugging Face's fused tensors, written from transformers' layout independently of the
+// loader: gate_up_proj [E][hidden][2I] input-major with gate in the even and up in the odd
+// columns, gate_up_proj_bias [E][2I] likewise, down_proj [E][I][hidden], down_proj_bias
+// [E][hidden].
+void FuseGptOssExperts(const model::ModelConfig& c,
+                       std::map<std::string, std::vector<float>>& split,
+                       std::vector<TensorBlob>& blobs) {
+  const int64_t E = c.moe.num_experts, I = c.moe.intermediate_size, D = c.hidden_size;
+  for (int layer = 0; layer < c.num_layers; ++layer) {
+    const std::string p = "model.layers." + std::to_string(layer) + ".mlp.experts.";
+    std::vector<float> gu(static_cast<size_t>(E * D * 2 * I)), gub(static_cast<size_t>(E * 2 * I));
+    std::vector<float> dn(static_cast<size_t>(E * I * D)), dnb(static_cast<size_t>(E * D));
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string ep = p + std::to_string(e) + ".";
+      const auto& g = split.at(ep + "gate_proj.weight");  // [I][D]
+      const auto& u = split.at(ep + "up_proj.weight");
+      const auto& d = split.at(ep + "down_proj.weight");  // [D][I]
+      const auto& gb = split.at(ep + "gate_proj.bias");
+      const auto& ub = split.at(ep + "up_proj.bias");
+      const auto& db = split.at(ep + "down_proj.bias");
+      for (int64_t j = 0; j < I; ++j) {
+        for (int64_t k = 0; k < D; ++k) {
+          gu[static_cast<size_t>((e * D + k) * 2 * I + 2 * j)] = g[static_cast<size_t>(j * D + k)];
+          gu[static_cast<size_t>((e * D + k) * 2 * I + 2 * j + 1)] =
+              u[static_cast<size_t>(j * D + k)];
+          dn[static_cast<size_t>((e * I + j) * D + k)] = d[static_cast<size_t>(k * I + j)];
+        }
+        gub[static_cast<size_t>(e * 2 * I + 2 * j)] = gb[static_cast<size_t>(j)];
+        gub[static_cast<size_t>(e * 2 * I + 2 * j + 1)] = ub[static_cast<size_t>(j)];
+      }
+      for (int64_t k = 0; k < D; ++k)
+        dnb[static_cast<size_t>(e * D + k)] = db[static_cast<size_t>(k)];
+    }
+    blobs.push_back(MakeFloatTensor(p + "gate_up_proj", {E, D, 2 * I}, gu, false));
+    blobs.push_back(MakeFloatTensor(p + "gate_up_proj_bias", {E, 2 * I}, gub, false));
+    blobs.push_back(MakeFloatTensor(p + "down_proj", {E, I, D}, dn, false));
+    blobs.push_back(MakeFloatTensor(p + "down_proj_bias", {E, D}, dnb, false));
+  }
+}
+
 // Writes `gguf_path`'s weights, dequantized to F32 under their Hugging Face names (q/k rows
 // un-permuted, Gemma's stored (1 + w) norms back to w), with `hf_dir`'s config.json, into
 // `out_dir`: the float64 reference's view of the GGUF file.
@@ -58,6 +100,7 @@ absl::Status WriteDequantized(const std::string& gguf_path, const std::string& h
   auto ckpt = model::OpenGgufCheckpoint(g, *config);
   if (!ckpt.ok()) return ckpt.status();
   std::vector<TensorBlob> blobs;
+  std::map<std::string, std::vector<float>> split;
   for (const std::string& name : ckpt->TensorNames()) {
     auto found = ckpt->Find(name);
     if (!found.ok()) return found.status();
@@ -76,8 +119,13 @@ absl::Status WriteDequantized(const std::string& gguf_path, const std::string& h
     if (ckpt->norm_offset_stored() && name.ends_with("norm.weight")) {
       for (float& v : values) v -= 1.0f;  // exact: the stored value lies in [0.5, 2] (Sterbenz)
     }
+    if (config->moe.split_experts && name.find(".mlp.experts.") != std::string::npos) {
+      split[name] = std::move(values);  // re-fused below
+      continue;
+    }
     blobs.push_back(MakeFloatTensor(name, e->shape, values, /*bf16=*/false));
   }
+  if (config->moe.split_experts) FuseGptOssExperts(*config, split, blobs);
   std::filesystem::create_directories(out_dir);
   std::filesystem::copy_file(hf_dir + "/config.json", out_dir + "/config.json",
                              std::filesystem::copy_options::overwrite_existing);
@@ -126,6 +174,17 @@ TEST_P(GgufReferenceTest, LogprobsMatchTheDequantizedReference) {
   const bool exact = traits && !traits->quantized;
   std::printf("[ gguf ] %s: |logprob diff| max %.3g, median over positions %.3g\n", c.name.c_str(),
               worst, median);
+  if (c.type == "F32") {
+    // The lossless type also matches the original checkpoint, so the exporter's name mapping,
+    // permutation and (gpt-oss) expert splitting are checked too, not only the reader's.
+    auto original = ReferenceModel::Load(hf.path());
+    ASSERT_TRUE(original.ok()) << original.status();
+    auto ref_original = (*original)->Forward(ids);
+    ASSERT_TRUE(ref_original.ok()) << ref_original.status();
+    const std::vector<double> d = PositionLogprobDiffs(got, *ref_original, ids.size(), vocab);
+    EXPECT_LE(*std::max_element(d.begin(), d.end()), kFloatTol)
+        << "against the original checkpoint";
+  }
   if (exact || c.spec.num_experts == 0) {
     EXPECT_LE(worst, exact ? kFloatTol : kQuantTol);
   } else {
@@ -154,6 +213,8 @@ FixtureSpec Wide(FixtureSpec s) {
 // anything else), so the Gemma fixtures use that.
 FixtureSpec GgufExpressible(FixtureSpec s) {
   if (s.arch == Arch::kGemma2 || s.arch == Arch::kGemma3) s.query_pre_attn_scalar = s.head_dim;
+  // Nor for YaRN's `truncate` (gpt-oss writes false): llama.cpp always truncates.
+  if (s.arch == Arch::kGptOss) s.rope_scaling.truncate = true;
   return s;
 }
 
@@ -172,12 +233,14 @@ std::vector<GgufCase> Cases() {
     add("llama", Wide(LlamaPreset()), type);
   }
   for (const auto& [arch, preset] : AllPresets()) {
-    if (arch == "llama" || arch.starts_with("gptoss") || arch == "yarn_llama") continue;
+    if (arch == "llama" || arch == "gptoss_mxfp4" || arch == "yarn_llama") continue;
     const FixtureSpec spec = GgufExpressible(preset);
     add(arch, spec, "F32");
     add(arch, spec, "Q8_0");
     add(arch, Wide(spec), "Q4_K_M");
   }
+  // gpt-oss as llama.cpp's own files hold it: MXFP4 experts (every matrix MXFP4 here).
+  add("gptoss", Wide(GgufExpressible(GptOssPreset())), "MXFP4");
   // Experts in each K-quant alone (the preset mixes Q4_K and Q6_K experts).
   add("mixtral", Wide(MixtralPreset()), "Q4_K");
   add("mixtral", Wide(MixtralPreset()), "Q6_K");

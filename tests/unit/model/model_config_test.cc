@@ -343,9 +343,12 @@ TEST(ModelConfig, MixtureOfExpertsErrors) {
   ExpectError(Minimal(R"(, "mlp_only_layers": [0, "one"])", "Qwen3MoeForCausalLM"),
               "mlp_only_layers");
   ExpectError(Minimal(R"(, "swiglu_limit": 0)", "GptOssForCausalLM"), "swiglu_limit");
-  // A quantized checkpoint is refused by name unless it is gpt-oss's MXFP4.
-  ExpectError(Minimal(R"(, "quantization_config": {"quant_method": "gptq", "bits": 4})"),
-              "quant_method \"gptq\" is not supported for LlamaForCausalLM");
+  // Quantized checkpoints: unsupported variants are refused by name (more in
+  // tests/unit/hf_models/hf_quant_refusal_test.cc); MXFP4 is gpt-oss's alone.
+  ExpectError(Minimal(R"(, "quantization_config": {"quant_method": "gptq", "bits": 3})"),
+              "GPTQ with 3 bits is not supported");
+  ExpectError(Minimal(R"(, "quantization_config": {"quant_method": "mxfp4"})"),
+              "only supported for gpt-oss");
   ExpectError(Minimal(R"(, "quantization_config": {"quant_method": "awq"})", "GptOssForCausalLM"),
               "awq");
   ExpectError(

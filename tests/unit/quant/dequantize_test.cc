@@ -118,12 +118,41 @@ INSTANTIATE_TEST_SUITE_P(
 // Every quantized type in the table has a case above (a new type must bring its reference).
 TEST(DequantizeTest, EveryQuantizedTypeHasAReference) {
   const std::vector<BlockType> covered = {
-      BlockType::kQ4_0,   BlockType::kQ4_1,   BlockType::kQ5_0, BlockType::kQ5_1, BlockType::kQ8_0,
-      BlockType::kQ2_K,   BlockType::kQ3_K,   BlockType::kQ4_K, BlockType::kQ5_K, BlockType::kQ6_K,
-      BlockType::kIQ4_NL, BlockType::kIQ4_XS, BlockType::kMXFP4};
+      BlockType::kQ4_0,  BlockType::kQ4_1,   BlockType::kQ5_0,   BlockType::kQ5_1,
+      BlockType::kQ8_0,  BlockType::kQ2_K,   BlockType::kQ3_K,   BlockType::kQ4_K,
+      BlockType::kQ5_K,  BlockType::kQ6_K,   BlockType::kIQ4_NL, BlockType::kIQ4_XS,
+      BlockType::kMXFP4, BlockType::kU4_F32, BlockType::kU8_F32};
   for (const BlockTraits& t : AllBlockTypes()) {
     if (!t.quantized) continue;
     EXPECT_NE(std::find(covered.begin(), covered.end(), t.type), covered.end()) << t.name;
+  }
+}
+
+// Ours (U4_F32, U8_F32): finite f32 a and b = -zero * a as a Hugging Face group makes them,
+// every code value, bit for bit against the reference.
+TEST(DequantizeTest, GroupedIntMatchesReference) {
+  std::mt19937 rng(77);
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  for (BlockType type : {BlockType::kU4_F32, BlockType::kU8_F32}) {
+    const BlockTraits& t = Traits(type);
+    const int64_t blocks = 512;
+    std::vector<uint8_t> data(static_cast<size_t>(blocks * t.block_bytes));
+    for (int64_t b = 0; b < blocks; ++b) {
+      uint8_t* blk = data.data() + b * t.block_bytes;
+      for (int k = 8; k < t.block_bytes; ++k) blk[k] = static_cast<uint8_t>((b + 37 * k) & 255);
+      const float a = std::ldexp(uni(rng), -static_cast<int>(rng() % 20));
+      const float bias = -static_cast<float>(rng() % 256) * a;
+      std::memcpy(blk, &a, 4);
+      std::memcpy(blk + 4, &bias, 4);
+    }
+    std::vector<float> got(static_cast<size_t>(blocks * 32)), want(32);
+    DequantizeRows(type, reinterpret_cast<const std::byte*>(data.data()), 4, blocks / 4 * 32,
+                   got.data());
+    for (int64_t b = 0; b < blocks; ++b) {
+      (type == BlockType::kU4_F32 ? testing::RefDecodeU4_F32 : testing::RefDecodeU8_F32)(
+          data.data() + b * t.block_bytes, want.data());
+      for (int i = 0; i < 32; ++i) ASSERT_EQ(got[b * 32 + i], want[i]) << t.name << " " << b;
+    }
   }
 }
 

@@ -234,4 +234,22 @@ void RefDecodeMXFP4(const uint8_t* blk, float* out) {
   }
 }
 
+namespace {
+double F32Field(const uint8_t* p) {
+  float f;
+  std::memcpy(&f, p, 4);
+  return f;
+}
+}  // namespace
+
+void RefDecodeU4_F32(const uint8_t* blk, float* out) {
+  const double a = F32Field(blk), b = F32Field(blk + 4);
+  for (int i = 0; i < 32; ++i) out[i] = R(static_cast<double>(R(Nibble32(blk + 8, i) * a)) + b);
+}
+
+void RefDecodeU8_F32(const uint8_t* blk, float* out) {
+  const double a = F32Field(blk), b = F32Field(blk + 4);
+  for (int i = 0; i < 32; ++i) out[i] = R(static_cast<double>(R(blk[8 + i] * a)) + b);
+}
+
 }  // namespace kvserve::quant::testing

@@ -47,5 +47,8 @@ void RefDecodeQ6_K(const uint8_t* blk, float* out);
 void RefDecodeIQ4_NL(const uint8_t* blk, float* out);
 void RefDecodeIQ4_XS(const uint8_t* blk, float* out);
 void RefDecodeMXFP4(const uint8_t* blk, float* out);
+// Ours: [a f32 | b f32 | codes]; y = R(R(code * a) + b); U4: nibbles as Q4_0, U8: bytes.
+void RefDecodeU4_F32(const uint8_t* blk, float* out);
+void RefDecodeU8_F32(const uint8_t* blk, float* out);
 
 }  // namespace kvserve::quant::testing

@@ -45,6 +45,8 @@ const std::vector<TypeInfo>& Types() {
       {BlockType::kIQ4_NL, "IQ4_NL", 32, 18, ref::RefDecodeIQ4_NL, {0}},
       {BlockType::kIQ4_XS, "IQ4_XS", 256, 136, ref::RefDecodeIQ4_XS, {0}},
       {BlockType::kMXFP4, "MXFP4", 32, 17, ref::RefDecodeMXFP4, {}},
+      {BlockType::kU4_F32, "U4_F32", 32, 24, ref::RefDecodeU4_F32, {}},
+      {BlockType::kU8_F32, "U8_F32", 32, 40, ref::RefDecodeU8_F32, {}},
       {BlockType::kF32, "F32", 1, 4, nullptr, {}},
       {BlockType::kF16, "F16", 1, 2, nullptr, {}},
       {BlockType::kBF16, "BF16", 1, 2, nullptr, {}},
@@ -108,6 +110,13 @@ Weights MakeWeights(BlockType type, int64_t rows, int64_t in, std::mt19937& rng)
       std::memcpy(blk + off, &h, 2);
     }
     if (type == BlockType::kMXFP4) blk[0] = static_cast<uint8_t>(118 + byte(rng) % 8);
+    if (type == BlockType::kU4_F32 || type == BlockType::kU8_F32) {
+      // As a Hugging Face group makes them: a = scale, b = -zero * scale.
+      const float a = uni(rng) * 0.01f;
+      const float zb = -static_cast<float>(byte(rng) % (type == BlockType::kU4_F32 ? 16 : 256)) * a;
+      std::memcpy(blk, &a, 4);
+      std::memcpy(blk + 4, &zb, 4);
+    }
     info.decode(blk, &m.w[b * info.elems]);
   }
   return m;
@@ -150,6 +159,9 @@ struct Case {
   std::vector<BlockType> types;  // one segment each
   std::vector<int64_t> seg_rows;
   int64_t in;
+  // Per segment (empty: none): an input order (QuantSource::input_order), a random permutation
+  // drawn per segment; segments with the same draw index share one order.
+  std::vector<int> order_draw = {};
 };
 
 std::string CaseName(const Case& c, int64_t rows) {
@@ -169,7 +181,20 @@ void RunCase(const Case& c, const std::vector<int64_t>& batch_rows, uint32_t see
     ws.push_back(MakeWeights(c.types[i], c.seg_rows[i], c.in, rng));
     out += c.seg_rows[i];
   }
-  for (const Weights& m : ws) src.push_back({m.type, m.data.data(), m.rows, m.row_bytes});
+  // Input orders: draw d > 0 is a shuffle seeded by d; 0 or absent: input order.
+  std::vector<std::vector<int32_t>> orders(ws.size());
+  for (size_t i = 0; i < c.order_draw.size(); ++i) {
+    if (c.order_draw[i] == 0) continue;
+    orders[i].resize(c.in);
+    for (int64_t k = 0; k < c.in; ++k) orders[i][k] = static_cast<int32_t>(k);
+    std::mt19937 shuffle(static_cast<uint32_t>(c.order_draw[i]));
+    std::shuffle(orders[i].begin(), orders[i].end(), shuffle);
+  }
+  for (size_t i = 0; i < ws.size(); ++i) {
+    const Weights& m = ws[i];
+    src.push_back({m.type, m.data.data(), m.rows, m.row_bytes,
+                   orders[i].empty() ? nullptr : orders[i].data()});
+  }
   std::vector<float> w;  // stacked [out][in]
   for (const Weights& m : ws) w.insert(w.end(), m.w.begin(), m.w.end());
   absl::StatusOr<QuantMatrix> qm = QuantMatrix::Pack(src, c.in);
@@ -182,6 +207,13 @@ void RunCase(const Case& c, const std::vector<int64_t>& batch_rows, uint32_t see
   for (int64_t rows : batch_rows) {
     SCOPED_TRACE(CaseName(c, rows));
     const std::vector<float> x = MakeActivations(rows, c.in, rng);
+    // What each segment's stored columns multiply: x, or x gathered by the segment's order.
+    std::vector<std::vector<float>> xs(ws.size(), x);
+    for (size_t i = 0; i < ws.size(); ++i) {
+      if (orders[i].empty()) continue;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t k = 0; k < c.in; ++k) xs[i][r * c.in + k] = x[r * c.in + orders[i][k]];
+    }
     const int64_t y_stride = out + 3;
     std::vector<float> y_default;
     for (int kernel = 0; kernel < 3; ++kernel) {
@@ -206,19 +238,21 @@ void RunCase(const Case& c, const std::vector<int64_t>& batch_rows, uint32_t see
       int bad = 0;
       for (int64_t r = 0; r < rows; ++r) {
         for (int64_t o = 0; o < out; ++o) {
-          double ref = 0;
-          for (int64_t k = 0; k < c.in; ++k)
-            ref += static_cast<double>(w[o * c.in + k]) * x[r * c.in + k];
           int64_t seg_end = 0;
           bool dense = false;
-          for (const Weights& m : ws) {
-            seg_end += m.rows;
+          size_t seg = 0;
+          for (; seg < ws.size(); ++seg) {
+            seg_end += ws[seg].rows;
             if (o < seg_end) {
-              dense = Info(m.type).decode == nullptr;
+              dense = Info(ws[seg].type).decode == nullptr;
               break;
             }
           }
-          const double bound = Bound(w, x, r, o, c.in, dense);
+          const std::vector<float>& xo = xs[seg];
+          double ref = 0;
+          for (int64_t k = 0; k < c.in; ++k)
+            ref += static_cast<double>(w[o * c.in + k]) * xo[r * c.in + k];
+          const double bound = Bound(w, xo, r, o, c.in, dense);
           const double got = y[r * y_stride + o] - static_cast<double>(bias[o]);
           if (std::fabs(got - ref) > bound + 1e-6 * std::fabs(bias[o]) && ++bad < 5) {
             ADD_FAILURE() << "row " << r << " out " << o << ": got " << got << " ref " << ref
@@ -268,6 +302,17 @@ TEST(QuantLinear, MixedSegmentsLikeQ4KM) {
       {1, 3, 8, 37}, 99);
 }
 
+// GPTQ act-order: segments whose stored columns are in another order than the activations
+// (two distinct orders, one shared by two segments, beside a segment in input order).
+TEST(QuantLinear, InputOrdersGatherTheActivations) {
+  RunCase({{BlockType::kU4_F32, BlockType::kQ4_0, BlockType::kU8_F32, BlockType::kQ8_0},
+           {24, 17, 16, 9},
+           128,
+           {1, 2, 1, 0}},
+          {1, 3, 8, 37}, 11);
+  RunCase({{BlockType::kU4_F32}, {40}, 96, {3}}, {1, 2}, 12);
+}
+
 TEST(QuantLinear, PrefillRowsRunInSlices) {
   // 4096 inputs: QuantLinear walks rows in slices of a few dozen; 100 rows span several.
   RunCase({{BlockType::kQ4_K, BlockType::kQ8_0}, {20, 12}, 4096}, {100}, 5);
@@ -302,6 +347,11 @@ TEST(QuantLinear, RejectsBadShapesNamingTheType) {
   ASSERT_FALSE(qm.ok());
   EXPECT_NE(std::string(qm.status().message()).find("16"), std::string::npos) << qm.status();
   QuantSource short_stride{BlockType::kQ8_0, data.data(), 2, 10};
+  const std::vector<int32_t> not_a_permutation(64, 0);
+  QuantSource bad_order{BlockType::kQ8_0, data.data(), 2, 68, not_a_permutation.data()};
+  auto refused = QuantMatrix::Pack({&bad_order, 1}, 64);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(std::string(refused.status().message()).find("permutation"), std::string::npos);
   EXPECT_FALSE(QuantMatrix::Pack({&short_stride, 1}, 64).ok());
 }
 
@@ -309,7 +359,8 @@ TEST(QuantLinear, BytesStayCloseToTheFile) {
   std::mt19937 rng(3);
   const int64_t in = 4096, out = 64;
   for (BlockType t :
-       {BlockType::kQ4_0, BlockType::kQ8_0, BlockType::kQ4_K, BlockType::kQ5_K, BlockType::kQ6_K}) {
+       {BlockType::kQ4_0, BlockType::kQ8_0, BlockType::kQ4_K, BlockType::kQ5_K, BlockType::kQ6_K,
+        BlockType::kU4_F32, BlockType::kU8_F32}) {  // U4/U8_F32: 6 and 10 bits per weight
     Weights m = MakeWeights(t, out, in, rng);
     QuantSource s{t, m.data.data(), m.rows, m.row_bytes};
     absl::StatusOr<QuantMatrix> qm = QuantMatrix::Pack({&s, 1}, in);
