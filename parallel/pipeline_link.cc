@@ -111,6 +111,10 @@ absl::Status PipelineLink::HandOff(const model::ForwardBatch& batch, std::span<c
   }
   const int64_t started = NowNs();
   if (!pending_) return Fail(absl::FailedPreconditionError("HandOff without BeginStep"));
+  // The step message carries no adapters, so the other stages could not apply them.
+  if (batch.lora != nullptr) {
+    return Fail(absl::UnimplementedError("LoRA adapters are not served under pipeline parallelism yet"));
+  }
   message_.AssignBatch(batch);
   KVS_RETURN_IF_ERROR(SendStep());
   if (absl::Status st = comm_.Send(next, kTagHidden, AsBytes(x), options_.send_timeout); !st.ok()) {
