@@ -1,5 +1,10 @@
 #include "app/serve_command.h"
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
 #include <fstream>
 #include <filesystem>
 #include <ostream>
@@ -8,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "app/build_info.h"
 #include "app/model_dir.h"
+#include "app/pipeline_ranks.h"
 #include "base/check.h"
 #include "base/clock.h"
 #include "base/logger.h"
@@ -150,6 +156,26 @@ int RunServeWith(const ParsedArgs& args, char** envp, std::ostream& out, std::os
     err << "kvserve: " << model_dir.status().message() << "\n";
     return kExitFailure;
   }
+  // A model split over ranks (mpirun; pipeline_ranks.h). World size 1: no ranks, today's path.
+  std::atomic<bool> rank_failed{false};
+  std::unique_ptr<PipelineRanks> ranks;
+  if (cfg->parallel.world() > 1) {
+    absl::StatusOr<std::unique_ptr<PipelineRanks>> started_ranks =
+        PipelineRanks::Start(*cfg, *model_dir, logger, [&rank_failed, logger](const absl::Status& st) {
+          // A stage died or hangs: requests fail, then this rank drains and exits non-zero so
+          // that the orchestrator restarts the whole group.
+          logger.error("%s: stopping", std::string(st.message()));
+          rank_failed = true;
+          kill(getpid(), SIGTERM);
+        });
+    if (!started_ranks.ok()) {
+      err << "kvserve: " << started_ranks.status().message() << "\n";
+      return kExitFailure;
+    }
+    ranks = *std::move(started_ranks);
+    if (!ranks->leader()) return ranks->RunWorker(*model_dir);
+    *cfg = ranks->stage_config();
+  }
   absl::StatusOr<std::unique_ptr<server::TextCodec>> codec = factories.codec(*cfg, *model_dir);
   if (!codec.ok()) {
     err << "kvserve: cannot load the tokenizer of " << *model_dir << ": " << codec.status().message() << "\n";
@@ -175,8 +201,10 @@ int RunServeWith(const ParsedArgs& args, char** envp, std::ostream& out, std::os
   deps.logger = logger.child("engine");
   deps.clock = clock;
   deps.observer = &metrics;
+  if (ranks != nullptr) ranks->ConfigureEngine(deps);
   absl::StatusOr<std::unique_ptr<engine::ServingEngine>> engine = factories.engine(*cfg, *model_dir, deps);
   if (!engine.ok()) {
+    if (ranks != nullptr) ranks->Shutdown();  // the workers leave their loops too
     err << "kvserve: cannot start the engine: " << engine.status().message() << "\n";
     return kExitFailure;
   }
@@ -216,10 +244,21 @@ int RunServeWith(const ParsedArgs& args, char** envp, std::ostream& out, std::os
     int sig = 0;
     while ((sig = signals.Wait()) == SIGHUP) ReloadApiKeys(sources, *cfg, app, logger);
     logger.info("received %s: draining", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    // mpirun sends SIGTERM when a rank died: a step waiting on it fails its requests now.
+    if (ranks != nullptr) ranks->RequestStop();
     // A second SIGINT/SIGTERM cuts the drain short (requests still running are aborted).
     app.Drain([&](std::chrono::milliseconds d) { return signals.WaitForTermination(d).has_value(); });
   }
   engine->reset();  // after the servers: no stream is read any more
+  if (ranks != nullptr) ranks->Shutdown();
+  if (rank_failed) {
+    // A stage died or hangs: MPI cannot be torn down with a dead peer (finalizing waits for
+    // it), so the rank leaves at once; mpirun then ends the job with a non-zero status.
+    logger.error("stopped: a pipeline stage failed");
+    out.flush();
+    err.flush();
+    std::_Exit(kExitFailure);
+  }
   logger.info("stopped");
   return kExitOk;
 }

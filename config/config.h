@@ -47,6 +47,13 @@ struct EngineConfig {
   uint64_t seed = 0;   // default seed for requests that do not give one
 };
 
+// One model over several ranks (mpirun -np N with N = tensor x pipeline; docs/parallelism.md).
+struct ParallelConfig {
+  int tensor = 1;    // tensor-parallel ranks per pipeline stage
+  int pipeline = 1;  // pipeline stages (contiguous layer ranges)
+  int world() const { return tensor * pipeline; }
+};
+
 struct CacheConfig {
   int block_size = 16;                          // tokens per KV block
   uint64_t kv_bytes = 256ull << 20;             // KV pool budget (CPU backend)
@@ -214,6 +221,7 @@ struct Config {
   LoggingConfig logging;
   ModelConfig model;
   EngineConfig engine;
+  ParallelConfig parallel;
   CacheConfig cache;
   SchedulerConfig scheduler;
   CompressionConfig compression;

@@ -307,6 +307,14 @@ std::vector<Field<Config>> BuildConfigFields() {
   f.push_back(IntField<C>(
       "engine.seed", "seed for requests that give none",
       [](C & c) -> auto& { return c.engine.seed; }, 0, std::numeric_limits<int64_t>::max()));
+  // parallel
+  f.push_back(IntField<C>(
+      "parallel.tensor", "tensor-parallel ranks per pipeline stage (mpirun -np tensor x pipeline)",
+      [](C & c) -> auto& { return c.parallel.tensor; }, 1, 64));
+  f.push_back(IntField<C>(
+      "parallel.pipeline",
+      "pipeline stages, contiguous layer ranges (mpirun -np tensor x pipeline)",
+      [](C & c) -> auto& { return c.parallel.pipeline; }, 1, 64));
   // cache
   f.push_back(IntField<C>(
       "cache.block_size", "tokens per KV block", [](C & c) -> auto& { return c.cache.block_size; },

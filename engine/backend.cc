@@ -79,6 +79,12 @@ cache::KvLayout ConfiguredKvLayout(const config::CacheConfig& c, const model::Ll
                               config::EffectiveVDtype(c), c.kv_int4_group);
 }
 
+void LogStageMemory(const model::LlamaModel& model, const cache::KvLayout& layout, const base::Logger& logger) {
+  logger.info("stage memory: layers [%d, %d) of %d, weights %d bytes, KV %d bytes per token", model.layer_begin(),
+              model.layer_end(), model.config().num_layers, static_cast<int64_t>(model.weights().resident_bytes()),
+              static_cast<int64_t>(layout.bytes_per_block() / static_cast<size_t>(layout.block_size)));
+}
+
 absl::StatusOr<Backend> MakeCpuBackend(const config::Config& config, model::LlamaModel& model,
                                        const compression::PolicyContext* compression, const base::Logger& logger) {
   cache::KvLayout layout = ConfiguredKvLayout(config.cache, model);

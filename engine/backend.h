@@ -75,6 +75,10 @@ cache::KvLayout ConfiguredKvLayout(const config::CacheConfig& cache, const model
 // cache.layer_groups=false, and for models that are not hybrid). The CUDA backend keeps one table.
 cache::LayerGroups LayerGroupsFor(const config::Config& config, const model::ModelConfig& model);
 
+// Logs "stage memory: layers [b, e) of L, weights W bytes, KV K bytes per token": what this
+// process holds of the model (a pipeline stage holds its layers only; docs/parallelism.md).
+void LogStageMemory(const model::LlamaModel& model, const cache::KvLayout& layout, const base::Logger& logger);
+
 // Builds a CUDA backend for `model` (cuda::MakeCudaBackend in builds with CUDA).
 using CudaBackendFactory = std::function<absl::StatusOr<Backend>(
     const config::Config&, const model::LlamaModel&, const compression::PolicyContext*, const base::Logger&)>;

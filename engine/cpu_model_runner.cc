@@ -59,6 +59,11 @@ absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan,
                                      scheduler::StepResult& result) {
   result.clear();
   result.step_id = plan.step_id;
+  // Pipeline stage 0 (model/stage_link.h): the other stages apply the same moves to their layers.
+  model::StageLink* const link = model_.stage_link();
+  if (link != nullptr) {
+    KVS_RETURN_IF_ERROR(link->BeginStep(plan.step_id, plan.swap_out, plan.swap_in, plan.copies));
+  }
   KVS_RETURN_IF_ERROR(ApplyCopies(plan, storage_, swap_));
   KVS_RETURN_IF_ERROR(book_->Begin(plan));
 
@@ -89,6 +94,10 @@ absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan,
       const size_t all_rows = static_cast<size_t>(book_->logits_rows(i));
       const RunnerBook::Seq& ps = book_->plan_seq(i);
       if (ps.embed != scheduler::Pooling::kNone) {
+        if (link != nullptr) {  // the final hidden states stay on the last stage
+          return absl::UnimplementedError(
+              "embeddings are not served under pipeline parallelism yet");
+        }
         PoolPromptRows(q, ps, row, all_rows, result.hidden);
       }
       if (book_->scores_prompt(i) && ps.prompt_logprobs >= 0) {
@@ -119,6 +128,7 @@ absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan,
     // After verification: rejected guesses' query rows are not observed (RejectGuesses).
     if (observers != nullptr) compressor_->FinishObservers();
   }
+  if (link != nullptr) KVS_RETURN_IF_ERROR(link->EndStep());
   return book_->Finish(plan, result);
 }
 

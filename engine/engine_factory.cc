@@ -217,6 +217,10 @@ void MeasureSpeculationCosts(const config::Config& config, config::Backend kind,
   const config::SpeculativeConfig& sc = config.speculative;
   const bool speculates = sc.method != config::SpeculativeMethod::kNone || draft != nullptr;
   if (kind != config::Backend::kCpu || !speculates || deps.spec_row_cost > 0.0) return;
+  if (deps.stage_link != nullptr) {  // a pipeline stage's forward runs only inside a step
+    if (sc.row_cost > 0.0) deps.spec_row_cost = sc.row_cost;
+    return;
+  }
   if (sc.row_cost > 0.0) deps.spec_row_cost = sc.row_cost;
   if (draft != nullptr && sc.draft_guess_cost > 0.0) draft->set_guess_cost(sc.draft_guess_cost);
   const bool measure_guess = draft != nullptr && sc.draft_guess_cost <= 0.0;
@@ -335,11 +339,19 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config
   // The CUDA backend uploads straight from the mapped checkpoint: no host copy is packed.
   mo.pack_weights = kind != config::Backend::kCuda;
   mo.max_context = config.model.max_model_len;
+  mo.layer_begin = deps.layer_begin;
+  mo.layer_end = deps.layer_end;
+  mo.stage_link = deps.stage_link;
   KVS_ASSIGN_OR_RETURN(local->model, model::LlamaModel::Load(model_dir, mo));
   const model::ModelConfig& mc = local->model->config();
 
   KVS_ASSIGN_OR_RETURN(local->stats, LoadStatsFor(config, model_dir, *local->model, deps.logger));
   local->compression = compression::ContextFor(*local->model, local->stats.get(), &local->clock);
+  if (deps.stage_link != nullptr) {
+    // Rank 0 holds the KV of its own layers only, and the policies score every layer's.
+    local->compression.full_only_reason =
+        "pipeline parallelism (parallel.pipeline > 1) runs full attention only for now";
+  }
   KVS_ASSIGN_OR_RETURN(local->key_basis, LoadKeyBasisFor(config, model_dir, *local->model, deps.logger));
   local->compression.key_basis = local->key_basis.get();
   deps.compression = &local->compression;
@@ -353,6 +365,7 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config
     KVS_ASSIGN_OR_RETURN(config::Config target_config, CarveDraftPool(config, kind));
     KVS_ASSIGN_OR_RETURN(local->backend, MakeCpuBackend(target_config, *local->model, &local->compression, deps.logger));
   }
+  LogStageMemory(*local->model, local->backend.storage->layout(), deps.logger);
 
   ModelInfo info;
   // A GGUF file serves under its stem ("qwen3-8b-q4_k_m" for qwen3-8b-q4_k_m.gguf).

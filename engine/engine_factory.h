@@ -14,6 +14,7 @@
 #include "engine/backend.h"
 #include "engine/engine_client.h"
 #include "engine/engine_observer.h"
+#include "model/stage_link.h"
 #include "speculative/draft_proposer.h"
 
 namespace kvserve::engine {
@@ -60,6 +61,12 @@ struct EngineDeps {
   // measures at start-up when the server speculates by default or loads a draft model (CPU
   // backend); 0: speculative::kDefaultRowCost.
   double spec_row_cost = 0.0;
+  // Pipeline parallelism (docs/parallelism.md): this process is stage 0 and runs layers
+  // [layer_begin, layer_end) (layer_end 0: all); `stage_link` reaches the other stages.
+  // Default: the whole model in this process.
+  int layer_begin = 0;
+  int layer_end = 0;
+  model::StageLink* stage_link = nullptr;
 };
 
 absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config& config,

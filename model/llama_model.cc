@@ -85,7 +85,9 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& 
     config.served_context = std::min(config.served_context, options.max_context);
   KVS_ASSIGN_OR_RETURN(
       LlamaWeights weights,
-      LlamaWeights::Load(config, std::move(source.checkpoint), options.pack_weights));
+      LlamaWeights::Load(
+          config, std::move(source.checkpoint), options.pack_weights,
+          WeightRange{options.layer_begin, options.layer_end > 0 ? options.layer_end : -1}));
   return Create(std::move(config), std::move(weights), options);
 }
 
@@ -101,6 +103,17 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(ModelConfig confi
     return absl::InvalidArgumentError("weights and config disagree on the number of layers");
   }
   KVS_RETURN_IF_ERROR(CheckImplemented(config));
+  const int layer_end = options.layer_end > 0 ? options.layer_end : config.num_layers;
+  if (options.layer_begin < 0 || options.layer_begin >= layer_end ||
+      layer_end > config.num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("pipeline stage: layers [", options.layer_begin,
+                                                   ", ", layer_end, ") are not inside the model's ",
+                                                   config.num_layers, " layers"));
+  }
+  if ((options.layer_begin > 0 || layer_end < config.num_layers) && options.stage_link == nullptr) {
+    return absl::InvalidArgumentError(
+        "pipeline stage: a stage short of the first or last layer needs a stage link");
+  }
   for (int i = 0; i < config.num_layers; ++i) {
     if (config.is_moe_layer(i) != (weights.layer(i).moe != nullptr)) {
       return absl::InvalidArgumentError(
@@ -120,7 +133,10 @@ LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, const ModelOpti
                       : RopeTable{}),
       threads_(kernels::cpu::SetComputeThreads(options.threads)),
       max_tokens_(options.max_tokens_per_step),
-      logger_(options.logger) {
+      logger_(options.logger),
+      layer_begin_(options.layer_begin),
+      layer_end_(options.layer_end > 0 ? options.layer_end : config_.num_layers),
+      stage_link_(options.stage_link) {
   const size_t m = static_cast<size_t>(max_tokens_);
   const auto& c = config_;
   x_.resize(m * c.hidden_size);
@@ -170,8 +186,14 @@ LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, const ModelOpti
 absl::Status LlamaModel::Validate(const ForwardBatch& b, const KvCacheView& kv,
                                   std::span<float> logits,
                                   const ForwardObservers* observers) const {
+  // A pipeline stage's pool holds its own layers only (KvLayoutFor).
+  cache::KvLayout layout = kv.layout;
+  if (layout.num_layers != layer_end_ - layer_begin_) {
+    return BatchError("KV layout does not match the stage's layers");
+  }
+  layout.num_layers = config_.num_layers;
   KVS_RETURN_IF_ERROR(
-      ValidateForwardBatch(config_, max_tokens_, b, kv.layout, kv.num_blocks, kv.lower_tiers));
+      ValidateForwardBatch(config_, max_tokens_, b, layout, kv.num_blocks, kv.lower_tiers));
   KVS_RETURN_IF_ERROR(ValidateKvView(kv));
   KVS_RETURN_IF_ERROR(ValidateWindowTables(b, kv));
   KVS_RETURN_IF_ERROR(ValidateLora(config_, b));
@@ -239,20 +261,27 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv,
                                      b.block_table_offsets.data(), b.block_tables.data()};
   const int groups = PrepareWindowGroups(b, kv);
 
-  weights_.EmbedRows(b.token_ids.data(), t, x_.data());
-  if (c.scale_embedding) {
+  if (!first_stage()) {
+    // The previous stage's residual stream replaces the embedding.
+    KVS_RETURN_IF_ERROR(
+        stage_link_->ReceiveHidden(std::span<float>(x_.data(), static_cast<size_t>(t * d))));
+  } else {
+    weights_.EmbedRows(b.token_ids.data(), t, x_.data());
+  }
+  if (c.scale_embedding && first_stage()) {
     const float s = EmbeddingScale(c, weights_.embed_dtype());
     for (int64_t i = 0; i < t * d; ++i) x_[static_cast<size_t>(i)] *= s;
   }
   CosSin(b, rope_, c.rotary_dim / 2, cos_sin_.data());
   if (!cos_sin_local_.empty()) CosSin(b, local_rope_, c.rotary_dim / 2, cos_sin_local_.data());
 
-  for (int layer = 0; layer < c.num_layers; ++layer) {
+  for (int layer = layer_begin_; layer < layer_end_; ++layer) {
     const LayerWeights& w = weights_.layer(layer);
-    std::byte* data = kv.layer_data[layer];
-    float* scales = kv.layout.has_scales() ? kv.layer_scales[layer] : nullptr;
+    const int local = layer - layer_begin_;  // the stage's KV holds its layers only
+    std::byte* data = kv.layer_data[local];
+    float* scales = kv.layout.has_scales() ? kv.layer_scales[local] : nullptr;
     // A window layer of a layer group reads and writes its group's window tables.
-    const int group = groups > 0 ? kv.layer_group[static_cast<size_t>(layer)] : -1;
+    const int group = groups > 0 ? kv.layer_group[static_cast<size_t>(local)] : -1;
     const kernels::cpu::PagedSeqs layer_seqs =
         group < 0 ? seqs
                   : kernels::cpu::PagedSeqs{
@@ -291,9 +320,9 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv,
     const size_t num_tiers = 1 + kv.lower_tiers.size();
     for (size_t i = 1; i < num_tiers; ++i) {
       const kernels::cpu::KvTierStorage& st = kv.lower_tiers[i - 1];
-      tiers[i] = {st.layout, st.layer_data[layer],
-                  st.layer_scales != nullptr ? st.layer_scales[layer] : nullptr,
-                  st.key_basis != nullptr ? st.key_basis[layer] : nullptr};
+      tiers[i] = {st.layout, st.layer_data[local],
+                  st.layer_scales != nullptr ? st.layer_scales[local] : nullptr,
+                  st.key_basis != nullptr ? st.key_basis[local] : nullptr};
     }
     const std::span<const kernels::cpu::KvTierView> tier_views(tiers, num_tiers);
     const kernels::cpu::AttentionVariant variant{c.layer_window[static_cast<size_t>(layer)],
@@ -348,6 +377,12 @@ absl::Status LlamaModel::Forward(const ForwardBatch& b, const KvCacheView& kv,
     }
   }
 
+  if (!last_stage()) {
+    // The next stage continues from x; the first stage gets the logits back.
+    last_logits_rows_ = 0;
+    return stage_link_->HandOff(b, std::span<const float>(x_.data(), static_cast<size_t>(t * d)),
+                                logits);
+  }
   // Only the requested rows go through the final norm and the (large) vocabulary projection.
   const int64_t rows = static_cast<int64_t>(b.logits_rows.size());
   for (int64_t r = 0; r < rows; ++r) {

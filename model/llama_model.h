@@ -35,6 +35,7 @@
 #include "model/model_config.h"
 #include "model/moe_layer.h"
 #include "model/rope_table.h"
+#include "model/stage_link.h"
 
 namespace kvserve::model {
 
@@ -48,6 +49,14 @@ struct ModelOptions {
   // fixes dynamic-NTK and longrope frequencies (rope_table.h).
   int64_t max_context = 0;
   base::Logger logger;
+  // Pipeline stage (stage_link.h): this process holds and runs layers [layer_begin,
+  // layer_end) only (layer_end 0: to the last), the embedding only when layer_begin is 0 and
+  // the final norm and lm_head only when it runs the last layer; its KV layout has only its
+  // layers (KvLayoutFor). A stage short of either end needs `stage_link` (not owned; must
+  // outlive the model).
+  int layer_begin = 0;
+  int layer_end = 0;
+  StageLink* stage_link = nullptr;
 };
 
 class LlamaModel final : public ForwardModel {
@@ -65,7 +74,18 @@ class LlamaModel final : public ForwardModel {
   std::span<const float> rope_inv_freq() const override { return rope_.inv_freq; }
   int threads() const { return threads_; }
   int max_tokens_per_step() const override { return max_tokens_; }
-  // The KV layout this model needs for a given block size and KV dtype.
+  // The KV layout this model needs for a given block size and KV dtype: its stage's layers.
+  cache::KvLayout KvLayoutFor(int block_size, config::KvDtype dtype) const override {
+    cache::KvLayout l = ForwardModel::KvLayoutFor(block_size, dtype);
+    l.num_layers = layer_end_ - layer_begin_;
+    return l;
+  }
+  // Pipeline stage: the layers this process runs, [layer_begin, layer_end).
+  int layer_begin() const { return layer_begin_; }
+  int layer_end() const { return layer_end_; }
+  bool first_stage() const { return layer_begin_ == 0; }
+  bool last_stage() const { return layer_end_ == config_.num_layers; }
+  StageLink* stage_link() const { return stage_link_; }
 
   // Runs one step. Writes the K/V of every row with slot_mapping >= 0 into `kv` and the
   // logits of batch.logits_rows (in that order) into `logits` ([R][vocab], R =
@@ -95,6 +115,9 @@ class LlamaModel final : public ForwardModel {
   int threads_;
   int max_tokens_;
   base::Logger logger_;
+  int layer_begin_ = 0;
+  int layer_end_ = 0;
+  StageLink* stage_link_ = nullptr;
 
   // Scratch, [max_tokens_][...] each (see Forward for the roles).
   int64_t last_logits_rows_ = 0;

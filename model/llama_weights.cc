@@ -76,7 +76,8 @@ void ForEachVector(const LayerWeightSpecs& s, LayerWeights& w, MoeLayerWeights& 
 
 void LlamaWeights::FreeDeleter::operator()(std::byte* p) const { std::free(p); }
 
-absl::StatusOr<LlamaWeights> LlamaWeights::Load(const ModelConfig& c, SafetensorsCheckpoint checkpoint, bool pack) {
+absl::StatusOr<LlamaWeights> LlamaWeights::Load(const ModelConfig& c, SafetensorsCheckpoint checkpoint, bool pack,
+                                                WeightRange range) {
   LlamaWeights w;
   w.checkpoint_ = std::move(checkpoint);
   w.map_ = MapCheckpoint(c);
@@ -91,11 +92,23 @@ absl::StatusOr<LlamaWeights> LlamaWeights::Load(const ModelConfig& c, Safetensor
     w.moe_[i].experts.resize(map.layers[i].experts.size());
     w.layers_[i].moe = &w.moe_[i];
   }
+  // A pipeline stage reads only its share (WeightRange).
+  const size_t layer_begin = static_cast<size_t>(range.layer_begin);
+  const size_t layer_end = range.layer_end < 0 ? map.layers.size() : static_cast<size_t>(range.layer_end);
+  if (layer_begin >= layer_end || layer_end > map.layers.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("weights: layer range [", range.layer_begin, ", ",
+                                                   range.layer_end, ") is not inside the model's ",
+                                                   map.layers.size(), " layers"));
+  }
+  const bool first_stage = layer_begin == 0;
+  const bool last_stage = layer_end == map.layers.size();
 
   // The embedding stays mapped (scanned once for NaN/inf, then its pages released; a
   // quantized one is only size-checked).
   KVS_ASSIGN_OR_RETURN(const bool embed_blocks, SpecHasBlocks(ckpt, map.embed));
-  if (embed_blocks) {
+  if (!first_stage) {
+    // Not this stage's: the previous stage hands over the hidden states.
+  } else if (embed_blocks) {
     KVS_ASSIGN_OR_RETURN(auto found, ckpt.Find(map.embed.names.front()));
     KVS_RETURN_IF_ERROR(CheckShape(*found.first, *found.second, map.embed, 0));
     KVS_ASSIGN_OR_RETURN(const quant::BlockType type, EntryBlockType(*found.first, *found.second));
@@ -109,12 +122,12 @@ absl::StatusOr<LlamaWeights> LlamaWeights::Load(const ModelConfig& c, Safetensor
     w.embed_ = embed.data();
     w.embed_row_bytes_ = static_cast<size_t>(map.embed.cols) * WeightDtypeBytes(w.embed_dtype_);
   }
-  ReleaseTensors(ckpt, map.embed);
+  if (first_stage) ReleaseTensors(ckpt, map.embed);
 
   // Vectors (fp32, owned): plan offsets, then read.
   std::vector<std::pair<const WeightSpec*, const float**>> vectors;
-  vectors.push_back({&map.final_norm, &w.final_norm_});
-  for (size_t i = 0; i < map.layers.size(); ++i) {
+  if (last_stage) vectors.push_back({&map.final_norm, &w.final_norm_});
+  for (size_t i = layer_begin; i < layer_end; ++i) {
     ForEachVector(map.layers[i], w.layers_[i], w.moe_[i],
                   [&](const WeightSpec& s, const float*& dst) {
                     if (s.present()) vectors.push_back({&s, &dst});
@@ -140,9 +153,11 @@ absl::StatusOr<LlamaWeights> LlamaWeights::Load(const ModelConfig& c, Safetensor
   const int64_t norm_bytes = static_cast<int64_t>(floats) * 4;
   std::vector<std::pair<const WeightSpec*, PackedProjection*>> projections;
   std::vector<bool> is_expert;
-  projections.push_back({&map.lm_head, &w.lm_head_});
-  is_expert.push_back(false);
-  for (size_t i = 0; i < map.layers.size(); ++i) {
+  if (last_stage) {
+    projections.push_back({&map.lm_head, &w.lm_head_});
+    is_expert.push_back(false);
+  }
+  for (size_t i = layer_begin; i < layer_end; ++i) {
     ForEachProjection(map.layers[i], w.layers_[i], w.moe_[i],
                       [&](const WeightSpec& s, PackedProjection& dst, bool expert) {
                         projections.push_back({&s, &dst});

@@ -83,11 +83,21 @@ struct LayerWeights {
   const MoeLayerWeights* moe = nullptr;  // the layer's experts, null on a dense layer
 };
 
+// Which weights a pipeline stage holds (llama_model.h ModelOptions::layer_begin): its
+// layers, the embedding on the first stage, the final norm and lm_head on the last. The
+// default is the whole model.
+struct WeightRange {
+  int layer_begin = 0;
+  int layer_end = -1;  // -1: to the last layer
+};
+
 class LlamaWeights {
  public:
-  // Takes the opened checkpoint (it stays mapped for as long as the weights live).
+  // Takes the opened checkpoint (it stays mapped for as long as the weights live). Layers
+  // outside `range` are left empty (LayerWeights{}), as are the embedding (EmbedRows must not
+  // be called) and lm_head / final norm when the range does not reach them.
   static absl::StatusOr<LlamaWeights> Load(const ModelConfig& config, SafetensorsCheckpoint checkpoint,
-                                           bool pack = true);
+                                           bool pack = true, WeightRange range = {});
 
   LlamaWeights(LlamaWeights&&) = default;
   LlamaWeights& operator=(LlamaWeights&&) = default;

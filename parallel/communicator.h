@@ -52,7 +52,9 @@ class Communicator {
   virtual absl::Status AllReduceMin(std::span<int64_t> values, absl::Duration timeout) = 0;
 
   // Point to point, matched by (peer, tag); tag >= 0. Messages between one pair of ranks with
-  // one tag arrive in the order sent. Recv resizes `bytes` to the message.
+  // one tag arrive in the order sent. Recv resizes `bytes` to the message. Recv's timeout
+  // bounds the wait for the message to be sent: one that matched in time may take a bounded
+  // grace longer to arrive (MpiCommunicator: 10 s), so polling with short timeouts is safe.
   virtual absl::Status Send(int dest, int tag, std::span<const std::byte> bytes,
                             absl::Duration timeout) = 0;
   virtual absl::Status Recv(int source, int tag, std::vector<std::byte>& bytes,

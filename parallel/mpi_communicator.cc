@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <string>
@@ -364,6 +365,10 @@ absl::Status MpiCommunicator::Send(int dest, int tag, std::span<const std::byte>
   return s.Wait(deadline, started, what, absl::StrCat("destination rank ", dest));
 }
 
+namespace {
+constexpr absl::Duration kRecvTransferGrace = absl::Seconds(10);
+}  // namespace
+
 absl::Status MpiCommunicator::Recv(int source, int tag, std::vector<std::byte>& bytes,
                                    absl::Duration timeout) {
   State& s = *state_;
@@ -400,7 +405,12 @@ absl::Status MpiCommunicator::Recv(int source, int tag, std::vector<std::byte>& 
       !st.ok()) {
     return st;
   }
-  if (absl::Status st = s.Wait(deadline, started, what, absl::StrCat("source rank ", source));
+  // The timeout bounds the wait for a peer to send; a message that matched in time gets
+  // kRecvTransferGrace to arrive (a large one is still in transfer), so that a caller polling
+  // with short timeouts does not break the communicator in the middle of a transfer.
+  const base::Nanos transfer_deadline = std::max(deadline, s.DeadlineAfter(kRecvTransferGrace));
+  if (absl::Status st =
+          s.Wait(transfer_deadline, started, what, absl::StrCat("source rank ", source));
       !st.ok())
     return st;
   bytes.assign(s.op.buffer.begin(), s.op.buffer.end());
