@@ -14,6 +14,8 @@
 #include "engine/backend.h"
 #include "engine/engine_client.h"
 #include "engine/engine_observer.h"
+#include "lora/active_adapters.h"
+#include "lora/adapter_registry.h"
 #include "speculative/draft_proposer.h"
 
 namespace kvserve::engine {
@@ -60,6 +62,11 @@ struct EngineDeps {
   // measures at start-up when the server speculates by default or loads a draft model (CPU
   // backend); 0: speculative::kDefaultRowCost.
   double spec_row_cost = 0.0;
+  // LoRA (config lora.*): the adapters by name, and the engine thread's table of those its
+  // requests use (the runner reads it). Set by CreateEngine when lora.active(); must outlive
+  // the engine.
+  lora::AdapterRegistry* lora = nullptr;
+  lora::ActiveAdapters* lora_active = nullptr;
 };
 
 absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config& config,
