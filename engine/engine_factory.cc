@@ -345,6 +345,12 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config
     kind = config::Backend::kCpu;
     why = "backend: cpu, GGUF models run on the CPU backend's quantized kernels (engine.backend=auto)";
   }
+  // LoRA adapters run on the CPU backend only (no CUDA kernels for the deltas yet): auto
+  // picks the CPU; an explicit cuda was refused by the config's validation.
+  if (kind == config::Backend::kCuda && config.lora.active()) {
+    kind = config::Backend::kCpu;
+    why = "backend: cpu, LoRA adapters run on the CPU backend only (engine.backend=auto)";
+  }
   if (kind == config::Backend::kCuda && !deps.make_cuda_backend) {
     // Only now, with a usable device, is the CUDA backend (and with it cuBLAS) loaded.
     absl::StatusOr<CudaBackendFactory> factory = deps.load_cuda_backend();
