@@ -44,6 +44,7 @@ constexpr FlagAlias kAliases[] = {
     {"--metrics-compat", "server.metrics_compat", "none|vllm"},
     {"--speculative-method", "speculative.method", "none|ngram: speculative decoding default"},
     {"--num-speculative-tokens", "speculative.num_tokens", "draft tokens per step (1..16)"},
+    {"--lora", "lora.adapters+", "serve a LoRA adapter: name=path (PEFT directory); repeatable"},
     {"--remote-kv", "cache.remote_kv_url",
      "remote KV tier shared by replicas: redis://HOST:PORT[/DB]"},
 };

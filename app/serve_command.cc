@@ -213,6 +213,7 @@ int RunServeWith(const ParsedArgs& args, char** envp, std::ostream& out, std::os
   server::ServerAppOptions options;
   options.server = cfg->server;
   options.tenants = cfg->tenants;
+  options.lora = cfg->lora;
   options.model_name = ServedModelName(*cfg, *model_dir);
   options.chat_formats = *chat_formats;
   options.version = kBuildVersion;

@@ -156,6 +156,21 @@ struct EmbeddingConfig {
   bool normalize = true;                               // L2-normalise the vector
 };
 
+// LoRA adapters over the base model (docs/lora.md). Serving adapters is on when `adapters`
+// names any or `enabled` is set (adapters loaded only at run time through the admin endpoints).
+struct LoraConfig {
+  bool enabled = false;
+  int max_loras = 4;       // distinct adapters in one step
+  int max_lora_rank = 16;  // largest rank of any adapted module
+  int max_cpu_loras = 0;   // adapters held in host memory (LRU); 0: max(max_loras, #adapters)
+  // "name=path" entries (JSON: also an object {name: path}); `--lora name=path` appends one.
+  std::vector<std::string> adapters;
+  // When set, POST /v1/load_lora_adapter and /v1/unload_lora_adapter need 'Authorization:
+  // Bearer <admin_api_key>'; empty: only an open server (no tenant keys) accepts them.
+  std::string admin_api_key;
+  bool active() const { return enabled || !adapters.empty(); }
+};
+
 struct ServerConfig {
   std::string host = "127.0.0.1";
   int http_port = 8000;   // 0: pick a free port
@@ -213,6 +228,9 @@ struct TenantConfig {
   std::optional<KvDtype> v_dtype;
   std::vector<CompressionPolicyKind> allowed_policies;  // empty: all
   std::vector<KvDtype> allowed_kv_dtypes;  // precisions its requests may ask for; empty: all
+  // LoRA adapter names its requests may select through `model`; empty: every adapter. Any
+  // other adapter answers exactly like an unknown model (404, no existence leak).
+  std::vector<std::string> adapters;
   std::string prefix_cache_group;      // tenants sharing a group share prefix-cache blocks;
                                        // empty: the tenant's own name (isolated)
 };
@@ -227,6 +245,7 @@ struct Config {
   CompressionConfig compression;
   SpeculativeConfig speculative;
   ServerConfig server;
+  LoraConfig lora;
   std::vector<TenantConfig> tenants;
   // Not a setting: KVSERVE_* variables that LoadConfig ignored because they cannot be
   // fields (Kubernetes service links such as KVSERVE_SERVICE_HOST, a wrapper's own

@@ -250,7 +250,19 @@ absl::Status ApplyJson(std::string_view json_text, std::string_view origin, Conf
       const Field<Config>* field = FindField(fields, path);
       if (field == nullptr) return UnknownKey(origin, path, Paths(fields));
       std::string shown = field->secret ? "<redacted>" : Shown(val);
-      auto v = FromJson(field->kind, val, field->allowed);
+      // lora.adapters also takes an object {name: path} (vLLM's name=path pairs).
+      Json pairs = Json::array();
+      if (path == "lora.adapters" && val.is_object()) {
+        for (const auto& [name, dir] : val.items()) {
+          if (!dir.is_string()) {
+            return absl::InvalidArgumentError(absl::StrCat(base::AsAbsl(origin), ": lora.adapters.",
+                                                           name,
+                                                           ": must be a directory path (string)"));
+          }
+          pairs.push_back(absl::StrCat(name, "=", dir.get<std::string>()));
+        }
+      }
+      auto v = FromJson(field->kind, pairs.empty() ? val : pairs, field->allowed);
       if (!v.ok()) {
         return absl::InvalidArgumentError(
             absl::StrCat(base::AsAbsl(origin), ": ", path, "=", shown, ": ", v.status().message()));
@@ -261,12 +273,20 @@ absl::Status ApplyJson(std::string_view json_text, std::string_view origin, Conf
   return absl::OkStatus();
 }
 
-absl::Status ApplyText(const std::string& path, const std::string& text, std::string_view origin,
+absl::Status ApplyText(const std::string& path_in, const std::string& text, std::string_view origin,
                        Config& cfg) {
   const auto& fields = ConfigFields();
+  // "<list field>+": append one entry (e.g. `--lora name=path`, repeatable) instead of replacing.
+  const bool append = path_in.ends_with("+");
+  const std::string path = append ? path_in.substr(0, path_in.size() - 1) : path_in;
   const Field<Config>* field = FindField(fields, path);
   if (field == nullptr) return UnknownKey(origin, path, Paths(fields));
   std::string shown = field->secret ? "<redacted>" : text;
+  if (append && field->kind == FieldKind::kStringList) {
+    auto list = std::get<std::vector<std::string>>(field->get(cfg));
+    list.push_back(text);
+    return SetField(*field, cfg, Value{std::move(list)}, shown, "", origin);
+  }
   auto v = ParseText(field->kind, text);
   if (!v.ok()) {
     return absl::InvalidArgumentError(
@@ -347,6 +367,44 @@ absl::Status ValidateTenantCompression(const Config& cfg, const TenantConfig& t,
 
 }  // namespace
 
+// lora.*: every adapter entry is name=path with a unique name that is not the served model's.
+absl::Status ValidateLora(const Config& cfg) {
+  auto err = [](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
+  const LoraConfig& l = cfg.lora;
+  if (l.max_cpu_loras != 0 && l.max_cpu_loras < l.max_loras) {
+    return err("lora.max_cpu_loras=", l.max_cpu_loras, ": must be 0 or at least lora.max_loras (",
+               l.max_loras, ")");
+  }
+  std::vector<std::string_view> names;
+  for (size_t i = 0; i < l.adapters.size(); ++i) {
+    const std::string& e = l.adapters[i];
+    const size_t eq = e.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == e.size()) {
+      return err("lora.adapters[", i, "]=\"", e, "\": must be name=path");
+    }
+    const std::string_view name = std::string_view(e).substr(0, eq);
+    if (std::find(names.begin(), names.end(), name) != names.end()) {
+      return err("lora.adapters[", i, "]: the name '", base::AsAbsl(name), "' is listed twice");
+    }
+    if (name == cfg.model.served_name) {
+      return err("lora.adapters[", i, "]: the name '", base::AsAbsl(name),
+                 "' is the served model's (model.served_name)");
+    }
+    names.push_back(name);
+  }
+  if (l.active() && cfg.engine.backend == Backend::kCuda) {
+    return err(
+        "lora.adapters: the CUDA backend does not run LoRA adapters yet (engine.backend=cpu or "
+        "auto)");
+  }
+  // The pipeline's step message carries no adapter rows (docs/parallelism.md).
+  if (l.active() && cfg.parallel.pipeline > 1) {
+    return err("lora.adapters: LoRA adapters are not served under parallel.pipeline=",
+               cfg.parallel.pipeline, " yet (one process only)");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Validate(const Config& cfg) {
   auto err = [](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
   const auto& c = cfg.compression;
@@ -387,6 +445,7 @@ absl::Status Validate(const Config& cfg) {
   if (cfg.server.http_port != 0 && cfg.server.http_port == cfg.server.grpc_port) {
     return err("server.grpc_port=", cfg.server.grpc_port, ": must differ from server.http_port");
   }
+  KVS_RETURN_IF_ERROR(ValidateLora(cfg));
   std::vector<std::string> names;
   std::vector<std::string> keys;
   for (size_t i = 0; i < cfg.tenants.size(); ++i) {

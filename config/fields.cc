@@ -475,6 +475,27 @@ std::vector<Field<Config>> BuildConfigFields() {
       "a sequence whose recent draft acceptance falls below this stops drafting "
       "for a while (0: never)",
       [](C & c) -> auto& { return c.speculative.min_acceptance; }, 0.0, 1.0));
+  // ---- lora (docs/lora.md)
+  f.push_back(BoolField<C>(
+      "lora.enabled", "serve LoRA adapters even when lora.adapters is empty (admin loading)",
+      [](C & c) -> auto& { return c.lora.enabled; }));
+  f.push_back(IntField<C>(
+      "lora.max_loras", "distinct LoRA adapters in one step (the scheduler's bound)",
+      [](C & c) -> auto& { return c.lora.max_loras; }, 1, 64));
+  f.push_back(IntField<C>(
+      "lora.max_lora_rank", "largest rank of any adapted module; larger adapters are refused",
+      [](C & c) -> auto& { return c.lora.max_lora_rank; }, 1, 512));
+  f.push_back(IntField<C>(
+      "lora.max_cpu_loras",
+      "adapters held in host memory (LRU); 0: max(lora.max_loras, number of lora.adapters)",
+      [](C & c) -> auto& { return c.lora.max_cpu_loras; }, 0, 1 << 16));
+  f.push_back(StringListField<C>(
+      "lora.adapters", "LoRA adapters served at start, as name=path (PEFT directories)",
+      [](C & c) -> auto& { return c.lora.adapters; }, false));
+  f.push_back(StringField<C>(
+      "lora.admin_api_key",
+      "Bearer key that the adapter load/unload endpoints require; empty: open servers only",
+      [](C & c) -> auto& { return c.lora.admin_api_key; }, false, true));
   f.push_back(StringField<C>(
       "speculative.draft_model",
       "draft model directory (a smaller model with the target's tokenizer); empty: none, and "
@@ -639,6 +660,9 @@ std::vector<Field<TenantConfig>> BuildTenantFields() {
   f.push_back(EnumListField<T>(
       "allowed_kv_dtypes", "KV precisions requests may ask for; empty: all",
       [](T & t) -> auto& { return t.allowed_kv_dtypes; }, kKvDtypes));
+  f.push_back(StringListField<T>(
+      "adapters", "LoRA adapters its requests may select by `model`; empty: all",
+      [](T & t) -> auto& { return t.adapters; }, false));
   f.push_back(StringField<T>(
       "prefix_cache_group", "tenants in one group share prefix-cache blocks; empty: isolated",
       [](T & t) -> auto& { return t.prefix_cache_group; }));

@@ -55,6 +55,14 @@ CpuModelRunner::CpuModelRunner(model::LlamaModel& model, cache::KvStorage& stora
                                        grouped ? groups.num_window_groups : 0);
 }
 
+void CpuModelRunner::EnableLora(const lora::ActiveAdapters& table, int max_loras,
+                                int max_lora_rank) {
+  lora_table_ = &table;
+  lora_targets_ = std::make_unique<lora::TargetTable>(lora::TargetTable::ForModel(model_.config()));
+  lora_step_ = std::make_unique<lora::LoraStep>(*lora_targets_, max_loras, max_lora_rank,
+                                                model_.max_tokens_per_step());
+}
+
 absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan,
                                      scheduler::StepResult& result) {
   result.clear();
@@ -71,7 +79,23 @@ absl::Status CpuModelRunner::Execute(const scheduler::StepPlan& plan,
     model::BatchBuilder& builder = book_->builder();
     const int vocab = model_.config().vocab_size;
     logits_.resize(static_cast<size_t>(builder.num_logits_rows()) * static_cast<size_t>(vocab));
-    const model::ForwardBatch batch = builder.batch();
+    model::ForwardBatch batch = builder.batch();
+    if (lora_step_ != nullptr) {
+      // Batch rows follow plan order (RunnerBook::Begin), num_tokens rows per sequence.
+      lora_step_->Clear();
+      for (const scheduler::ScheduledSeq& q : plan.seqs) {
+        int slot = -1;
+        if (q.lora_id >= 0) {
+          slot = lora_step_->SlotFor(*lora_table_->Get(q.lora_id));
+          if (slot < 0) {
+            return absl::InternalError(absl::StrCat("step ", plan.step_id, " holds more than ",
+                                                    lora_step_->max_loras(), " LoRA adapters"));
+          }
+        }
+        lora_step_->AddRows(slot, q.num_tokens);
+      }
+      batch.lora = lora_step_->Finish();
+    }
     model::KvCacheView view;
     view.layout = storage_.layout();
     view.num_blocks = storage_.num_blocks();

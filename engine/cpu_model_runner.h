@@ -25,6 +25,8 @@
 #include "compression/kv_compressor.h"
 #include "engine/model_runner.h"
 #include "engine/runner_book.h"
+#include "lora/active_adapters.h"
+#include "lora/lora_step.h"
 #include "model/llama_model.h"
 #include "model/sampler.h"
 
@@ -48,6 +50,10 @@ class CpuModelRunner final : public ModelRunner {
   int vocab_size() const override { return model_.config().vocab_size; }
   bool verifies_drafts() const override { return true; }
   bool scores_prompts() const override { return true; }
+  // LoRA: each scheduled sequence with lora_id >= 0 runs its adapter (table.Get(id)) over the
+  // base; at most max_loras distinct adapters per step (the scheduler's bound). `table` must
+  // outlive the runner.
+  void EnableLora(const lora::ActiveAdapters& table, int max_loras, int max_lora_rank);
 
  private:
   // Embedding sequences: the prompt rows of this step's chunk (logits rows [row, row + rows)),
@@ -72,6 +78,11 @@ class CpuModelRunner final : public ModelRunner {
   std::unique_ptr<compression::HostKvAccess> kv_access_;  // compression's view of storage_
   std::unique_ptr<compression::KvCompressor> compressor_;
   std::unique_ptr<RunnerBook> book_;  // per-sequence state (shared with the CUDA runner)
+
+  // LoRA (EnableLora): the engine's adapter table and this step's rows.
+  const lora::ActiveAdapters* lora_table_ = nullptr;
+  std::unique_ptr<lora::TargetTable> lora_targets_;  // the step refers to it
+  std::unique_ptr<lora::LoraStep> lora_step_;
 
   // Per-step scratch, reused.
   std::vector<float> logits_;

@@ -37,6 +37,7 @@ scheduler::SchedulerOptions MakeSchedulerOptions(const config::Config& cfg, cons
   o.eos_token_ids = model.eos_token_ids;
   o.kv_window = model.kv_window;
   o.speculation = verifies_drafts;
+  o.max_loras = cfg.lora.active() ? cfg.lora.max_loras : 0;
   for (const auto& name : TenantNames(cfg)) {
     scheduler::TenantLimits limits;
     for (const auto& t : cfg.tenants) {
@@ -96,6 +97,8 @@ Engine::Engine(const config::Config& config, ModelInfo model, cache::KvCacheMana
       compression_(deps.compression),
       clock_(deps.clock ? deps.clock : std::make_shared<base::SteadyClock>()),
       tenant_names_(TenantNames(config)),
+      lora_(deps.lora),
+      lora_active_(deps.lora_active),
       draft_model_loaded_(deps.draft_proposer != nullptr),
       spec_row_cost_(deps.spec_row_cost),
       scheduler_(MakeSchedulerOptions(config, model_, runner.verifies_drafts()), cache,
@@ -247,9 +250,27 @@ absl::StatusOr<std::shared_ptr<TokenStream>> Engine::SubmitChecked(RequestSpec s
   if (!spec.sampling.seed) {
     spec.sampling.seed = MixSeed(config_.engine.seed, next_request_number_.fetch_add(1));
   }
+  // LoRA: pinned here, on the caller's thread, so that loading an adapter from disk never
+  // stalls the engine loop (adapter_registry.h). An unknown name is the front end's 404.
+  lora::AdapterHandle adapter;
+  if (!spec.lora.empty()) {
+    absl::StatusOr<lora::AdapterHandle> h =
+        lora_ != nullptr ? lora_->Acquire(spec.lora)
+                         : absl::StatusOr<lora::AdapterHandle>(absl::NotFoundError("no adapters"));
+    if (!h.ok()) {
+      tenant_queued_[tenant].fetch_sub(1);
+      queued_.fetch_sub(1);
+      if (absl::IsNotFound(h.status())) {
+        return absl::NotFoundError(absl::StrCat("The model `", spec.lora, "` does not exist."));
+      }
+      return h.status();
+    }
+    adapter = *std::move(h);
+  }
   auto stream = std::make_shared<TokenStream>();
   Command cmd;
   cmd.kind = Command::Kind::kSubmit;
+  cmd.lora = std::move(adapter);
   cmd.spec = std::move(spec);
   cmd.stream = stream;
   cmd.tenant = tenant;
@@ -335,6 +356,7 @@ void Engine::Loop() {
       if (observer_ != nullptr && tiers_->remote_available() != reported_remote_up_) ReportTiers(cache_.usage());
     }
     if (scheduler_.has_work()) Step();
+    if (lora_active_ != nullptr) ReportLora();
     // Each consumer wakes once for everything the step gave it (stream_wakeups.h).
     wakeups_.Flush();
   }
@@ -404,8 +426,17 @@ void Engine::AddRequest(Command& cmd) {
   // (its own key; after a preemption it may hit its own blocks, whose rows it already scored).
   const bool scores =
       spec.sampling.prompt_logprobs >= 0 || spec.sampling.embed == scheduler::Pooling::kMean;
+  // LoRA: the adapter's content digest (never its name) joins the model identity, so two
+  // adapters never share KV, one adapter shares with itself, and a reload with new weights
+  // never meets its old blocks; the host and remote tiers key on the same chain.
+  std::string model_key = model_.name;
+  if (cmd.lora) {
+    absl::StrAppend(&model_key, "\x1flora:", cmd.lora->digest().hex());
+    r.timeline.lora = cmd.lora.name();
+    r.lora_id = lora_active_->Add(std::move(cmd.lora));
+  }
   cache::PrefixKey prefix_key = cache::MakePrefixKey(
-      model_.name, group,
+      model_key, group,
       scores ? absl::StrCat(spec.cache_salt, "\x1fscore:", key) : spec.cache_salt);
   cache::SeqId first{next_seq_};
   for (int k = 0; k < spec.n; ++k) {
@@ -432,6 +463,7 @@ void Engine::AddRequest(Command& cmd) {
     s.stop.ignore_eos = spec.ignore_eos;
     s.stop.stop_token_ids = spec.stop_token_ids;
     s.prefix_key = prefix_key;
+    s.lora_id = r.lora_id;
     s.tokens = spec.prompt_tokens;
     s.num_prompt_tokens = static_cast<int32_t>(spec.prompt_tokens.size());
     s.compression = cmd.compression.params;
@@ -463,6 +495,7 @@ void Engine::Forget(uint64_t key) {
   }
   for (cache::SeqId s : r.seqs) seq_owner_.erase(s.value());
   request_ids_.erase(r.id);
+  if (r.lora_id >= 0) lora_active_->Release(r.lora_id, r.admitted);
   // Counters first: a consumer that sees the stream end may immediately look at them.
   in_flight_.fetch_sub(1);
   std::shared_ptr<TokenStream> stream = std::move(r.stream);
@@ -526,6 +559,7 @@ void Engine::OnScheduled(const scheduler::StepPlan& plan) {
     }
     if (!r.admitted) {
       r.admitted = true;
+      if (r.lora_id >= 0) lora_active_->MarkRunning(r.lora_id);
       r.timeline.first_scheduled = now;
       r.timeline.cached_prompt_tokens = q.first_position;  // prefix-cache hit of the first sample
       queued_.fetch_sub(1);
@@ -730,6 +764,51 @@ void Engine::UpdatePressure(double kv_usage) {
   if (before != auto_pressure_) {
     logger_.debug("auto compression %s at KV pool usage %.3f", auto_pressure_ ? "on" : "off", kv_usage);
   }
+}
+
+void Engine::ReportLora() {
+  if (observer_ == nullptr || lora_active_->version() == lora_version_) return;
+  lora_version_ = lora_active_->version();
+  LoraState now;
+  now.max_lora = config_.lora.max_loras;
+  now.running = lora_active_->RunningNames();
+  now.waiting = lora_active_->WaitingNames();
+  if (now.running == lora_reported_.running && now.waiting == lora_reported_.waiting &&
+      lora_reported_.max_lora != 0) {
+    return;
+  }
+  observer_->OnLoraState(now);
+  lora_reported_ = std::move(now);
+}
+
+bool Engine::HasAdapter(const std::string& name) const {
+  if (lora_ == nullptr) return false;
+  for (const lora::AdapterInfo& a : lora_->List()) {
+    if (a.name == name) return true;
+  }
+  return false;
+}
+
+std::vector<AdapterCard> Engine::ListAdapters() const {
+  std::vector<AdapterCard> out;
+  if (lora_ == nullptr) return out;
+  for (const lora::AdapterInfo& a : lora_->List())
+    out.push_back({a.name, a.dir, a.resident, a.digest_hex});
+  return out;
+}
+
+absl::Status Engine::LoadAdapter(const std::string& name, const std::string& path) {
+  if (lora_ == nullptr) return EngineClient::LoadAdapter(name, path);
+  if (name == model_.name) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("lora_name: '", name, "' is the base model's name"));
+  }
+  return lora_->Add(name, path, /*load_now=*/true);
+}
+
+absl::Status Engine::UnloadAdapter(const std::string& name) {
+  if (lora_ == nullptr) return EngineClient::UnloadAdapter(name);
+  return lora_->Remove(name);
 }
 
 }  // namespace kvserve::engine

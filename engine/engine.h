@@ -37,6 +37,8 @@
 #include "engine/prompt_logprobs.h"
 #include "engine/request_compression.h"
 #include "engine/stream_wakeups.h"
+#include "lora/active_adapters.h"
+#include "lora/adapter_registry.h"
 #include "scheduler/scheduler.h"
 
 namespace kvserve::engine {
@@ -76,6 +78,11 @@ class Engine final : public ServingEngine {
   int InFlight() const override { return in_flight_.load(); }
   void AbortAll() override;
   int64_t max_model_len() const override { return model_.max_model_len; }
+  bool serves_adapters() const override { return lora_ != nullptr; }
+  bool HasAdapter(const std::string& name) const override;
+  std::vector<AdapterCard> ListAdapters() const override;
+  absl::Status LoadAdapter(const std::string& name, const std::string& path) override;
+  absl::Status UnloadAdapter(const std::string& name) override;
   // Wakes the loop (the remote tier's I/O thread calls it when a lookup was answered).
   void WakeForTier();
 
@@ -89,6 +96,7 @@ class Engine final : public ServingEngine {
     base::Nanos arrival = 0;
     std::string request_id;               // kAbort
     FinishReason reason = FinishReason::kAbort;  // kAbort: kAbort, or kStop (FinishAsStopped)
+    lora::AdapterHandle lora;                    // kSubmit: the pinned adapter; empty: base
   };
 
   struct Request {
@@ -105,6 +113,7 @@ class Engine final : public ServingEngine {
     int64_t spec_accepted_tokens = 0;     // of them, accepted
     PromptLogprobsBook prompt_logprobs;   // prompt_logprobs requests (sample 0's prefill)
     EmbeddingPool embedding;              // embedding requests
+    int32_t lora_id = -1;                 // lora_active_ id; -1: base
 
     explicit Request(const ResolvedCompression& c) : compression(c) {}
   };
@@ -133,6 +142,8 @@ class Engine final : public ServingEngine {
   void FailAll(const absl::Status& status);
   void ReportStep(base::Nanos started, const scheduler::StepPlan& plan);
   void ReportTiers(const cache::CacheUsage& usage);
+  // vLLM's lora_requests_info: the observer hears the running / waiting adapters when they change.
+  void ReportLora();
 
   const config::Config config_;
   std::vector<KvTierPrecision> tier_precisions_;  // demotion tiers, for StepStats
@@ -145,6 +156,10 @@ class Engine final : public ServingEngine {
   const compression::PolicyContext* compression_;
   std::shared_ptr<const base::Clock> clock_;
   std::vector<std::string> tenant_names_;   // index = scheduler tenant index
+  lora::AdapterRegistry* lora_;             // null: no adapters served (thread-safe)
+  lora::ActiveAdapters* lora_active_;       // engine thread only
+  LoraState lora_reported_;                 // engine thread only
+  uint64_t lora_version_ = ~0ull;           // lora_active_->version() last reported
 
   // ---- shared with front-end threads
   mutable std::mutex mu_;

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -22,9 +23,36 @@ struct EngineStats {
   bool alive = true;      // false once the loop died (then /health is 503)
 };
 
+// A served LoRA adapter as /v1/models lists it.
+struct AdapterCard {
+  std::string name;
+  std::string path;
+  bool resident = false;   // held in host memory now
+  std::string digest_hex;  // SHA-256 of its weights and config; empty unless resident
+};
+
 class EngineClient {
  public:
   virtual ~EngineClient() = default;
+
+  // ---- LoRA adapters (docs/lora.md); engines without them serve none.
+  virtual bool serves_adapters() const { return false; }
+  virtual bool HasAdapter(const std::string& name) const {
+    (void)name;
+    return false;
+  }
+  virtual std::vector<AdapterCard> ListAdapters() const { return {}; }
+  // Loads and checks the adapter now (errors name the file and field); AlreadyExists if the
+  // name is taken. FailedPrecondition when the server does not serve adapters.
+  virtual absl::Status LoadAdapter(const std::string& name, const std::string& path) {
+    (void)name, (void)path;
+    return absl::FailedPreconditionError("this server does not serve LoRA adapters (lora.enabled)");
+  }
+  // Forgets the name at once; requests already running on it finish on its weights.
+  virtual absl::Status UnloadAdapter(const std::string& name) {
+    (void)name;
+    return absl::FailedPreconditionError("this server does not serve LoRA adapters (lora.enabled)");
+  }
 
   // Errors: InvalidArgument (names the field: e.g. "max_tokens", "prompt" too long),
   // PermissionDenied (the tenant may not use the requested compression policy),

@@ -7,16 +7,17 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "gguf/gguf_source.h"
 #include "base/check.h"
+#include "cache/block_hasher.h"
 #include "compression/key_basis.h"
 #include "compression/policy_factory.h"
 #include "compression/triattention_stats.h"
+#include "config/fields.h"
 #include "engine/backend.h"
+#include "engine/cpu_model_runner.h"
 #include "engine/engine.h"
 #include "engine/kv_tier_bridge.h"
-#include "cache/block_hasher.h"
-#include "config/fields.h"
+#include "gguf/gguf_source.h"
 #include "kernels/device_probe.h"
 #include "model/llama_model.h"
 #include "model/model_config.h"
@@ -37,6 +38,9 @@ class LocalEngine final : public ServingEngine {
   std::unique_ptr<speculative::DraftModelProposer> draft;  // null: no draft model
   compression::PolicyContext compression;
   Backend backend;
+  // LoRA adapters (null: lora.active() is false). Before the engine: it holds pins into them.
+  std::unique_ptr<lora::AdapterRegistry> lora;
+  std::unique_ptr<lora::ActiveAdapters> lora_active;
   std::unique_ptr<Engine> engine;
   // Declared after the engine: destroyed first, so its I/O thread never sees a dead engine.
   std::atomic<Engine*> wake_target{nullptr};
@@ -55,7 +59,52 @@ class LocalEngine final : public ServingEngine {
   int InFlight() const override { return engine->InFlight(); }
   void AbortAll() override { engine->AbortAll(); }
   int64_t max_model_len() const override { return engine->max_model_len(); }
+  bool serves_adapters() const override { return engine->serves_adapters(); }
+  bool HasAdapter(const std::string& name) const override { return engine->HasAdapter(name); }
+  std::vector<AdapterCard> ListAdapters() const override { return engine->ListAdapters(); }
+  absl::Status LoadAdapter(const std::string& name, const std::string& path) override {
+    return engine->LoadAdapter(name, path);
+  }
+  absl::Status UnloadAdapter(const std::string& name) override {
+    return engine->UnloadAdapter(name);
+  }
 };
+
+// lora.*: the registry with the configured adapters, each loaded and checked now (a bad
+// directory fails start-up naming the adapter, file and field), and the runner's table.
+absl::Status SetUpLora(const config::Config& config, config::Backend kind, LocalEngine& local,
+                       EngineDeps& deps) {
+  if (!config.lora.active()) return absl::OkStatus();
+  if (kind != config::Backend::kCpu) {
+    return absl::FailedPreconditionError(
+        "lora: the CUDA backend does not run LoRA adapters yet (engine.backend=cpu)");
+  }
+  lora::RegistryOptions ro;
+  ro.max_loras = config.lora.max_loras;
+  ro.max_lora_rank = config.lora.max_lora_rank;
+  ro.max_cpu_loras =
+      config.lora.max_cpu_loras > 0
+          ? config.lora.max_cpu_loras
+          : std::max(config.lora.max_loras, static_cast<int>(config.lora.adapters.size()));
+  KVS_ASSIGN_OR_RETURN(local.lora, lora::AdapterRegistry::Create(local.model->config(), ro));
+  for (size_t i = 0; i < config.lora.adapters.size(); ++i) {
+    const std::string& e = config.lora.adapters[i];
+    const size_t eq = e.find('=');
+    const std::string name = e.substr(0, eq);
+    if (absl::Status st = local.lora->Add(name, e.substr(eq + 1), /*load_now=*/true); !st.ok()) {
+      return absl::Status(st.code(),
+                          absl::StrCat("lora.adapters[", i, "] (", name, "): ", st.message()));
+    }
+  }
+  local.lora_active = std::make_unique<lora::ActiveAdapters>();
+  auto* runner = dynamic_cast<CpuModelRunner*>(local.backend.runner.get());
+  if (runner == nullptr)
+    return absl::InternalError("lora: the backend's runner is not the CPU runner");
+  runner->EnableLora(*local.lora_active, ro.max_loras, ro.max_lora_rank);
+  deps.lora = local.lora.get();
+  deps.lora_active = local.lora_active.get();
+  return absl::OkStatus();
+}
 
 // TriAttention statistics: an explicit compression.stats_path must load and match the model;
 // the default <model>/triattention_stats.bin is optional (triattention is then refused per
@@ -317,6 +366,12 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config
                          " checkpoints run on the CPU backend's quantized kernels (engine.backend=auto)");
     }
   }
+  // LoRA adapters run on the CPU backend only (no CUDA kernels for the deltas yet): auto
+  // picks the CPU; an explicit cuda was refused by the config's validation.
+  if (kind == config::Backend::kCuda && config.lora.active()) {
+    kind = config::Backend::kCpu;
+    why = "backend: cpu, LoRA adapters run on the CPU backend only (engine.backend=auto)";
+  }
   if (kind == config::Backend::kCuda && !deps.make_cuda_backend) {
     // Only now, with a usable device, is the CUDA backend (and with it cuBLAS) loaded.
     absl::StatusOr<CudaBackendFactory> factory = deps.load_cuda_backend();
@@ -389,6 +444,7 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config
   MeasureSpeculationCosts(config, kind, *local->model, local->draft.get(), local->clock, deps);
   // A proposer the caller injected (tests, benchmarks) stays when no draft model is configured.
   if (local->draft) deps.draft_proposer = local->draft.get();
+  KVS_RETURN_IF_ERROR(SetUpLora(config, kind, *local, deps));
   local->engine = std::make_unique<Engine>(config, info, *local->backend.manager, *local->backend.runner,
                                            std::move(deps));
   local->wake_target.store(local->engine.get());

@@ -14,6 +14,8 @@
 #include "engine/backend.h"
 #include "engine/engine_client.h"
 #include "engine/engine_observer.h"
+#include "lora/active_adapters.h"
+#include "lora/adapter_registry.h"
 #include "model/stage_link.h"
 #include "speculative/draft_proposer.h"
 
@@ -67,6 +69,11 @@ struct EngineDeps {
   int layer_begin = 0;
   int layer_end = 0;
   model::StageLink* stage_link = nullptr;
+  // LoRA (config lora.*): the adapters by name, and the engine thread's table of those its
+  // requests use (the runner reads it). Set by CreateEngine when lora.active(); must outlive
+  // the engine.
+  lora::AdapterRegistry* lora = nullptr;
+  lora::ActiveAdapters* lora_active = nullptr;
 };
 
 absl::StatusOr<std::unique_ptr<ServingEngine>> CreateEngine(const config::Config& config,

@@ -34,6 +34,15 @@ struct RequestTimeline {
   int num_preemptions = 0;
   FinishReason finish = FinishReason::kStop;
   CompressionSummary compression;
+  std::string lora;  // the LoRA adapter's name; empty: the base model
+};
+
+// Which adapters have running and waiting requests (vLLM's lora_requests_info), sent when
+// it changed. Names sorted.
+struct LoraState {
+  int max_lora = 0;
+  std::vector<std::string> running;
+  std::vector<std::string> waiting;
 };
 
 // One KV precision tier as the metrics report it: per side, a label and the bytes one token
@@ -139,6 +148,7 @@ class EngineObserver {
     (void)labels, (void)reason;
   }
   virtual void OnStep(const StepStats& step) { (void)step; }
+  virtual void OnLoraState(const LoraState& state) { (void)state; }
   virtual void OnCompressionRound(const CompressionRoundStats& round) { (void)round; }
   // After every step when the host or remote tier is on.
   virtual void OnKvTiers(const KvTierStats& tiers) { (void)tiers; }

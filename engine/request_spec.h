@@ -60,6 +60,8 @@ struct RequestSpec {
   bool ignore_eos = false;
   int priority = 0;        // lower runs first (queue_policy=priority)
   std::string cache_salt;  // per-request prefix-cache isolation
+  // LoRA adapter to run over the base (the request's `model` named it); empty: the base alone.
+  std::string lora;
   CompressionRequest compression;
   SpeculativeRequest speculative;
 };

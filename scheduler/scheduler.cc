@@ -97,6 +97,13 @@ void Scheduler::add_running(SequenceState& s) {
   s.status = SeqStatus::kRunning;
   ++running_count_;
   ++tenant_running_[s.tenant];
+  if (s.lora_id >= 0) ++running_loras_[s.lora_id];
+}
+
+bool Scheduler::lora_admissible(const SequenceState& s) const {
+  if (s.lora_id < 0) return true;
+  return running_loras_.contains(s.lora_id) ||
+         static_cast<int>(running_loras_.size()) < options_.max_loras;
 }
 
 void Scheduler::remove_running(SequenceState& s) {
@@ -106,6 +113,10 @@ void Scheduler::remove_running(SequenceState& s) {
   list.erase(it);
   --running_count_;
   --tenant_running_[s.tenant];
+  if (s.lora_id >= 0) {
+    auto l = running_loras_.find(s.lora_id);
+    if (--l->second == 0) running_loras_.erase(l);
+  }
 }
 
 void Scheduler::release(SequenceState& s) {
@@ -176,6 +187,7 @@ void Scheduler::emit(SequenceState& s, int num_tokens, const cache::AllocationDe
   q.token_begin = static_cast<int32_t>(plan.token_ids.size());
   q.num_draft = static_cast<int32_t>(draft.size());
   q.num_tokens = num_tokens + q.num_draft;
+  q.lora_id = s.lora_id;
   plan.token_ids.insert(plan.token_ids.end(), s.tokens.begin() + s.num_computed,
                         s.tokens.begin() + s.num_computed + num_tokens);
   plan.token_ids.insert(plan.token_ids.end(), draft.begin(), draft.end());
@@ -460,6 +472,7 @@ void Scheduler::admit_swapped(StepPlan& plan, int& budget) {
     SequenceState& s = seqs_.at(swapped_.begin()->second.value());
     const auto& limits = options_.tenants[s.tenant];
     if (limits.max_running > 0 && tenant_running_[s.tenant] >= limits.max_running) break;
+    if (!lora_admissible(s)) break;
     // Swap back only when the sequence can also take its next tokens without preempting
     // anyone: otherwise it would be swapped straight out again (thrashing).
     int n_next = tokens_to_feed(s, std::max(budget, 1));
@@ -498,7 +511,15 @@ void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
       blocked[best] = 1;
       continue;
     }
-    SequenceState& s = seqs_.at(waiting_[best].begin()->second.value());
+    // LoRA: the first waiting sequence whose adapter fits the running set (a sequence on an
+    // adapter that would be one too many waits; base requests and resident adapters go ahead).
+    auto head = waiting_[best].begin();
+    while (head != waiting_[best].end() && !lora_admissible(seqs_.at(head->second.value()))) ++head;
+    if (head == waiting_[best].end()) {
+      blocked[best] = 1;
+      continue;
+    }
+    SequenceState& s = seqs_.at(head->second.value());
     if (remote_lookups_enabled_ && !s.remote_checked && !s.compressing() &&
         !cache_.contains(s.id)) {
       // NOTE: compressing sequences never use the remote tier (they are never published to
@@ -513,7 +534,7 @@ void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
         cache_.prefix_hashes(s.tokens, s.prefix_key, probe.cached_blocks, probe.eligible_blocks,
                              l.hashes);
         remote_lookups_.push_back(std::move(l));
-        waiting_[best].erase(waiting_[best].begin());
+        waiting_[best].erase(head);
         s.status = SeqStatus::kWaitingForRemote;
         ++num_remote_waiting_;
         continue;
@@ -548,7 +569,7 @@ void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
       s.num_computed = 0;
       return;
     }
-    waiting_[best].erase(waiting_[best].begin());
+    waiting_[best].erase(head);
     add_running(s);
     emit(s, n, *delta, plan);
     budget -= n;

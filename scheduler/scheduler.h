@@ -73,6 +73,10 @@ struct SchedulerOptions {
   // drafts; off on backends that cannot, and for sliding-window models).
   bool speculation = false;
   std::vector<TenantLimits> tenants;  // index = SequenceState::tenant; at least one
+  // LoRA: distinct adapters (SequenceState::lora_id >= 0) among running sequences, and so in
+  // any step. Admission holds back a sequence whose adapter would be one too many (others
+  // behind it go ahead); packing checks the bound again. 0: no adapters are served.
+  int max_loras = 0;
 };
 
 // What happened to a sequence in Update: a new token and/or its end.
@@ -191,6 +195,8 @@ class Scheduler {
   void remove_running(SequenceState& s);
   void admit_swapped(StepPlan& plan, int& budget);
   void admit_waiting(StepPlan& plan, int& budget);
+  // LoRA: whether `s` may join the running set without exceeding max_loras adapters.
+  bool lora_admissible(const SequenceState& s) const;
   void refresh_virtual_times();
   std::optional<SeqFinish> check_stop(const SequenceState& s, int32_t token,
                                       std::optional<int32_t>& stop_token) const;
@@ -211,6 +217,7 @@ class Scheduler {
   std::vector<double> vtime_;
   std::vector<char> backlogged_;
   std::vector<int> tenant_running_;
+  absl::flat_hash_map<int32_t, int> running_loras_;  // lora_id -> running sequences
   std::vector<size_t> cursor_;  // scratch: phase A position per tenant
   std::vector<char> scratch_blocked_;
   bool preempted_this_step_ = false;

@@ -49,6 +49,9 @@ struct SequenceState {
   SamplingParams sampling;
   StopConditions stop;
   cache::PrefixKey prefix_key;  // extra keys of the prefix-cache hash chain (tenant group, salt)
+  // LoRA adapter (lora/active_adapters.h id; -1: the base model alone). The scheduler keeps the
+  // running sequences' distinct adapters within SchedulerOptions::max_loras.
+  int32_t lora_id = -1;
 
   std::vector<int32_t> tokens;
   int32_t num_prompt_tokens = 0;

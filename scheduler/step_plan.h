@@ -57,6 +57,7 @@ struct ScheduledSeq {
   // scheduler truncates the rejected ones after the step.
   int32_t num_draft = 0;
   int32_t num_generated = 0;   // tokens this sequence generated before this step
+  int32_t lora_id = -1;        // its LoRA adapter's id (SequenceState::lora_id); -1: base
   // Layer groups (cache/layer_groups.h): the window tables' new entries, group-major, in
   // StepPlan::window_blocks[window_blocks_begin, + num_window_blocks): group j's entries
   // [window_table_offset, + num_window_blocks / groups). With table_reset they are the whole

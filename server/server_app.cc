@@ -1,9 +1,12 @@
 #include "server/server_app.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
 #include "server/grpc/grpc_server.h"
 #include "server/http/http_server.h"
+#include "server/openai/lora_routes.h"
 #include "server/openai/openai_routes.h"
 #include "server/openai/responses_routes.h"
 
@@ -59,6 +62,14 @@ ServerApp::ServerApp(ServerAppOptions options, ServerAppDeps deps)
   ro.metrics_text = options_.metrics_text;
   if (!options_.server.metrics_api_key.empty()) ro.metrics_key.emplace(options_.server.metrics_api_key);
   RegisterOpenAiRoutes(*http_, *frontend_, std::move(ro));
+  if (options_.lora.active()) {
+    LoraRoutesOptions lo;
+    if (!options_.lora.admin_api_key.empty()) lo.admin_key.emplace(options_.lora.admin_api_key);
+    lo.open_server =
+        std::none_of(options_.tenants.begin(), options_.tenants.end(),
+                     [](const config::TenantConfig& t) { return !t.api_keys.empty(); });
+    RegisterLoraRoutes(*http_, *frontend_, std::move(lo));
+  }
   ResponsesRoutesOptions rso;  // /v1/responses (responses_routes.h)
   rso.sse = sse;
   rso.watch_connections = options_.watch_connections;

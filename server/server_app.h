@@ -32,6 +32,7 @@ struct ServerAppOptions {
   config::ServerConfig server;
   std::vector<config::TenantConfig> tenants;
   std::string model_name;
+  config::LoraConfig lora;         // lora.active(): the adapter admin endpoints (lora_routes.h)
   chat::ChatFormats chat_formats;  // resolved from model.* options and the chat template
   std::string version;
   uint64_t id_seed = 0;

@@ -1,5 +1,7 @@
 #include "server/core/frontend.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "base/absl_compat.h"
@@ -75,7 +77,13 @@ absl::StatusOr<std::unique_ptr<Generation>> Frontend::Generate(const GenerationR
   }
   KVS_ASSIGN_OR_RETURN(
       std::vector<PreparedPrompt> prepared,
-      BuildRequests(request, tenant, codec_, {options_.model_name, options_.max_model_len, options_.limits}, id));
+      BuildRequests(request, tenant, codec_,
+                    {options_.model_name, options_.max_model_len, options_.limits,
+                     engine_.serves_adapters()
+                         ? std::function<bool(const std::string&)>(
+                               [this](const std::string& name) { return engine_.HasAdapter(name); })
+                         : nullptr},
+                    id));
 
   // Rate limits, once the input tokens are known (the prompts are shared by the n samples:
   // counted once each, as usage.prompt_tokens counts them).
@@ -149,7 +157,12 @@ absl::StatusOr<std::unique_ptr<Generation>> Frontend::Generate(const GenerationR
       opts.chat_output = std::move(out);
       opts.include_reasoning = request.chat.include_reasoning;
     }
+    const std::string adapter = p.spec.lora;
     auto stream = engine_.Submit(std::move(p.spec));
+    // The adapter was unloaded after the check: the same 404 as an unknown model.
+    if (!stream.ok() && !adapter.empty() && absl::IsNotFound(stream.status())) {
+      stream = ModelNotFound(adapter);
+    }
     if (!stream.ok()) {
       for (auto& part : parts) part->Abort();
       logger_.req_info(id, "rejected: %s", stream.status().ToString());
@@ -209,6 +222,21 @@ absl::StatusOr<std::string> Frontend::Detokenize(const DetokenizeRequest& reques
 
 bool Frontend::Abort(std::string_view request_id, const config::TenantConfig* tenant) {
   return registry_.Abort(request_id, tenant == nullptr ? std::string_view() : std::string_view(tenant->name));
+}
+
+std::vector<engine::AdapterCard> Frontend::VisibleAdapters(
+    const config::TenantConfig* tenant) const {
+  std::vector<engine::AdapterCard> out;
+  if (!engine_.serves_adapters()) return out;
+  for (engine::AdapterCard& a : engine_.ListAdapters()) {
+    if (tenant != nullptr && !tenant->adapters.empty() &&
+        std::find(tenant->adapters.begin(), tenant->adapters.end(), a.name) ==
+            tenant->adapters.end()) {
+      continue;
+    }
+    out.push_back(std::move(a));
+  }
+  return out;
 }
 
 }  // namespace kvserve::server

@@ -93,6 +93,11 @@ class Frontend {
   // Requests whose response is still being produced.
   RequestRegistry& registry() { return registry_; }
 
+  // LoRA adapters `tenant` may select by `model` (its allow-list; all without one), by name.
+  std::vector<engine::AdapterCard> VisibleAdapters(const config::TenantConfig* tenant) const;
+  // The engine, for the adapter admin calls (lora_routes.h).
+  engine::EngineClient& engine() { return engine_; }
+
   const FrontendOptions& options() const { return options_; }
   const TextCodec& codec() const { return codec_; }
   const base::Logger& logger() const { return logger_; }

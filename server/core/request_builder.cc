@@ -157,9 +157,19 @@ absl::Status ValidateGenerationRequest(const GenerationRequest& r, const config:
 
 absl::Status CheckModel(std::string_view model, std::string_view served_model_name) {
   if (model.empty() || model == served_model_name) return absl::OkStatus();
-  absl::Status st = absl::NotFoundError(
-      absl::StrCat("The model `", base::AsAbsl(model), "` does not exist."));
-  return st;
+  return ModelNotFound(model);
+}
+
+absl::StatusOr<std::string> ResolveModel(const std::string& model, const ModelLimits& limits,
+                                         const config::TenantConfig* tenant) {
+  if (model.empty() || model == limits.served_model_name) return std::string();
+  if (!limits.has_adapter || !limits.has_adapter(model)) return ModelNotFound(model);
+  if (tenant != nullptr && !tenant->adapters.empty() &&
+      std::find(tenant->adapters.begin(), tenant->adapters.end(), model) ==
+          tenant->adapters.end()) {
+    return ModelNotFound(model);
+  }
+  return model;
 }
 
 absl::Status CheckTenantPolicy(const config::TenantConfig* tenant,
@@ -181,7 +191,7 @@ absl::StatusOr<std::vector<PreparedPrompt>> BuildRequests(const GenerationReques
                                                           const TextCodec& codec,
                                                           const ModelLimits& limits,
                                                           std::string_view request_id) {
-  KVS_RETURN_IF_ERROR(CheckModel(r.model, limits.served_model_name));
+  KVS_ASSIGN_OR_RETURN(const std::string adapter, ResolveModel(r.model, limits, tenant));
   KVS_RETURN_IF_ERROR(ValidateGenerationRequest(r, limits.requests));
   KVS_RETURN_IF_ERROR(CheckTenantPolicy(tenant, r.compression));
   KVS_RETURN_IF_ERROR(CheckTokenIds("stop_token_ids", r.stop_token_ids, codec.vocab_size()));
@@ -197,6 +207,7 @@ absl::StatusOr<std::vector<PreparedPrompt>> BuildRequests(const GenerationReques
 
   engine::RequestSpec base;
   base.tenant = TenantName(tenant);
+  base.lora = adapter;
   base.sampling = r.sampling;
   KVS_ASSIGN_OR_RETURN(base.sampling.bad_words, TokenizeBadWords(r.bad_words, codec));
   if (base.sampling.top_k < 0) base.sampling.top_k = 0;

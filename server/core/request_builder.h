@@ -4,6 +4,7 @@
 // Shared by the HTTP and gRPC front ends; pure functions of their inputs.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,6 +21,8 @@ struct ModelLimits {
   std::string served_model_name;
   int64_t max_model_len = 0;
   config::RequestLimits requests;  // server.max_* (configuration.md)
+  // LoRA: whether a served adapter has this name (null: none are served).
+  std::function<bool(const std::string&)> has_adapter;
 };
 
 struct PreparedPrompt {
@@ -33,6 +36,11 @@ absl::Status ValidateGenerationRequest(const GenerationRequest& request,
                                        const config::RequestLimits& limits = {});
 // NotFound unless `model` is empty or the served model's name.
 absl::Status CheckModel(std::string_view model, std::string_view served_model_name);
+// The LoRA adapter `model` selects: "" for the base (empty or the served name), the name of
+// an adapter the tenant may use, else ModelNotFound (an adapter outside the tenant's
+// allow-list answers exactly like an unknown model).
+absl::StatusOr<std::string> ResolveModel(const std::string& model, const ModelLimits& limits,
+                                         const config::TenantConfig* tenant);
 // PermissionDenied if the tenant may not use the policy the request names.
 absl::Status CheckTenantPolicy(const config::TenantConfig* tenant,
                                const engine::CompressionRequest& compression);

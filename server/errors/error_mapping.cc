@@ -11,6 +11,7 @@ namespace kvserve::server {
 namespace {
 
 constexpr std::string_view kParamPayload = "type.kvserve.dev/param";
+constexpr std::string_view kCodePayload = "type.kvserve.dev/code";
 
 bool IsFieldChar(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '.' || c == '[' ||
@@ -55,6 +56,13 @@ absl::Status FieldError(std::string_view field, std::string_view message) {
   return status;
 }
 
+absl::Status ModelNotFound(std::string_view model) {
+  absl::Status status =
+      absl::NotFoundError(absl::StrCat("The model `", base::AsAbsl(model), "` does not exist."));
+  status.SetPayload(base::AsAbsl(kCodePayload), absl::Cord("model_not_found"));
+  return status;
+}
+
 std::string ErrorParam(const absl::Status& status) {
   if (auto payload = status.GetPayload(base::AsAbsl(kParamPayload))) {
     return std::string(*payload);
@@ -80,12 +88,18 @@ HttpError ToHttpError(const absl::Status& status) {
   e.message = std::string(status.message());
   if (e.message.empty()) e.message = status.ToString();
   e.param = ErrorParam(status);
+  if (auto code = status.GetPayload(base::AsAbsl(kCodePayload))) e.code = std::string(*code);
   if (std::optional<RateLimitState> limited = RateLimitStateOf(status)) e.headers = RateLimitHeaders(*limited);
   return e;
 }
 
 HttpError MakeHttpError(int http_status, std::string message, std::string param) {
-  return HttpError{http_status, std::string(TypeFor(http_status)), std::move(message), std::move(param), {}};
+  HttpError e;
+  e.status = http_status;
+  e.type = std::string(TypeFor(http_status));
+  e.message = std::move(message);
+  e.param = std::move(param);
+  return e;
 }
 
 int ToGrpcCode(const absl::Status& status) { return static_cast<int>(status.code()); }

@@ -28,12 +28,16 @@ namespace kvserve::server {
 absl::Status FieldError(std::string_view field, std::string_view message);
 // The field a status names: its payload, else a "field: ..." message prefix; "" if none.
 std::string ErrorParam(const absl::Status& status);
+// NotFound for a `model` the caller may not see (unknown, or an adapter outside its tenant's
+// allow-list: the same answer, so nothing leaks): OpenAI's code "model_not_found".
+absl::Status ModelNotFound(std::string_view model);
 
 struct HttpError {
   int status = 500;
   std::string type;     // OpenAI error type
   std::string message;
   std::string param;    // empty: JSON null
+  std::string code;     // OpenAI's string code (e.g. "model_not_found"); empty: the HTTP status
   // Extra response headers: a tenant rate-limit refusal's retry-after and x-ratelimit-*
   // (rate_limit_status.h).
   std::vector<std::pair<std::string, std::string>> headers;

@@ -303,12 +303,23 @@ void ToProto(const ChoiceResult& result, v1::Completion* out) {
   for (const auto& lp : result.logprobs) ToProto(lp, out->add_logprobs());
 }
 
-void ToProto(const FrontendOptions& options, v1::ListModelsResponse* out) {
+void ToProto(const FrontendOptions& options, v1::ListModelsResponse* out,
+             const std::vector<engine::AdapterCard>& adapters) {
   v1::ModelCard* card = out->add_models();
   card->set_id(options.model_name);
   card->set_created(options.created_unix);
   card->set_owned_by("kvserve");
   card->set_max_model_len(static_cast<int32_t>(options.max_model_len));
+  card->set_root(options.model_name);
+  for (const engine::AdapterCard& a : adapters) {
+    v1::ModelCard* c = out->add_models();
+    c->set_id(a.name);
+    c->set_created(options.created_unix);
+    c->set_owned_by("kvserve");
+    c->set_max_model_len(static_cast<int32_t>(options.max_model_len));
+    c->set_parent(options.model_name);
+    c->set_root(a.path);
+  }
 }
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {

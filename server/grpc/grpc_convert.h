@@ -24,7 +24,8 @@ DetokenizeRequest FromProto(const v1::DetokenizeRequest& request);
 void ToProto(const std::string& request_id, const ChoiceDelta& delta, v1::GenerateChunk* chunk);
 void ToProto(const UsageSummary& usage, v1::Usage* out);
 void ToProto(const ChoiceResult& result, v1::Completion* out);
-void ToProto(const FrontendOptions& options, v1::ListModelsResponse* out);
+void ToProto(const FrontendOptions& options, v1::ListModelsResponse* out,
+             const std::vector<engine::AdapterCard>& adapters = {});
 
 grpc::Status ToGrpcStatus(const absl::Status& status);
 

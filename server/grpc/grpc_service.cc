@@ -291,7 +291,7 @@ class KvServeService final : public v1::KvServe::CallbackService {
                                        v1::ListModelsResponse* response) override {
     auto tenant = Admit(ctx);
     if (!tenant.ok()) return Done(ctx, ToGrpcStatus(tenant.status()));
-    ToProto(frontend_.options(), response);
+    ToProto(frontend_.options(), response, frontend_.VisibleAdapters(*tenant));
     return Done(ctx, grpc::Status::OK);
   }
 

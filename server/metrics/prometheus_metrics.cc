@@ -9,6 +9,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
+#include <chrono>
 
 #include <algorithm>
 #include <cctype>
@@ -16,6 +17,7 @@
 
 #include "base/absl_compat.h"
 #include "config/fields.h"
+#include "server/metrics/lora_metrics.h"
 #include "server/metrics/vllm_compat_metrics.h"
 
 namespace kvserve::server {
@@ -175,6 +177,7 @@ PrometheusMetrics::PrometheusMetrics(PrometheusMetricsOptions options)
   const Labels m = {{"model", options_.model_name}};
   kv_tiers_ = std::make_unique<KvTierMetrics>(r, options_.model_name);
   rate_limits_ = std::make_unique<RateLimitMetrics>(r, options_.model_name);
+  lora_ = std::make_unique<LoraMetrics>(r, options_.model_name);
 
   ttft_ = Build<Histogram>(r, m, "kvserve_time_to_first_token_seconds",
                            "Time from arrival at the engine to the first generated token.");
@@ -387,6 +390,13 @@ void PrometheusMetrics::OnRequestFinished(const engine::RequestTimeline& t) {
     }
   }
   if (vllm_) vllm_->OnRequestFinished(t);
+  lora_->OnRequestFinished(t);
+}
+
+void PrometheusMetrics::OnLoraState(const engine::LoraState& state) {
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  lora_->OnLoraState(state, now);
 }
 
 void PrometheusMetrics::OnRequestRejected(const engine::RequestLabels& labels, const std::string& reason) {

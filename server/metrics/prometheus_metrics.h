@@ -44,6 +44,7 @@ class Family;
 namespace kvserve::server {
 
 class VllmCompatMetrics;
+class LoraMetrics;
 class KvTierMetrics;
 class RateLimitMetrics;
 
@@ -65,6 +66,7 @@ class PrometheusMetrics final : public engine::EngineObserver {
   void OnRequestFinished(const engine::RequestTimeline& timeline) override;
   void OnRequestRejected(const engine::RequestLabels& labels, const std::string& reason) override;
   void OnStep(const engine::StepStats& step) override;
+  void OnLoraState(const engine::LoraState& state) override;
   void OnCompressionRound(const engine::CompressionRoundStats& round) override;
   void OnKvTiers(const engine::KvTierStats& tiers) override;
 
@@ -158,6 +160,7 @@ class PrometheusMetrics final : public engine::EngineObserver {
 
   std::unique_ptr<VllmCompatMetrics> vllm_;  // null unless options_.vllm_compat
   std::unique_ptr<RateLimitMetrics> rate_limits_;  // thread-safe by itself (no mu_)
+  std::unique_ptr<LoraMetrics> lora_;              // thread-safe by itself (no mu_)
 
   std::mutex mu_;  // guards the series caches and the prefix cursors below
   std::unique_ptr<KvTierMetrics> kv_tiers_;  // kvserve_kv_tier_* (kv_tier_metrics.h); under mu_

@@ -274,11 +274,11 @@ std::string ErrorJson(const HttpError& e) {
   json err = {{"message", e.message},
               {"type", e.type},
               {"param", e.param.empty() ? json(nullptr) : json(e.param)},
-              {"code", e.status}};
+              {"code", e.code.empty() ? json(e.status) : json(e.code)}};
   return Dump(json{{"error", std::move(err)}});
 }
 
-std::string ModelsJson(const FrontendOptions& o) {
+std::string ModelsJson(const FrontendOptions& o, const std::vector<engine::AdapterCard>& adapters) {
   json card = {{"id", o.model_name},
                {"object", "model"},
                {"created", o.created_unix},
@@ -287,7 +287,18 @@ std::string ModelsJson(const FrontendOptions& o) {
                {"parent", nullptr},
                {"max_model_len", o.max_model_len},
                {"permission", json::array()}};
-  return Dump(json{{"object", "list"}, {"data", json::array({std::move(card)})}});
+  json data = json::array({std::move(card)});
+  for (const engine::AdapterCard& a : adapters) {
+    data.push_back({{"id", a.name},
+                    {"object", "model"},
+                    {"created", o.created_unix},
+                    {"owned_by", "kvserve"},
+                    {"root", a.path},
+                    {"parent", o.model_name},
+                    {"max_model_len", o.max_model_len},
+                    {"permission", json::array()}});
+  }
+  return Dump(json{{"object", "list"}, {"data", std::move(data)}});
 }
 
 std::string TokenizeResponseJson(const TokenizeResult& r) {

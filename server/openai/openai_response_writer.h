@@ -42,7 +42,9 @@ std::string ChatChunkJson(const ResponseMeta& meta, const ChoiceDelta& delta, bo
 std::string UsageChunkJson(const ResponseMeta& meta, bool chat, const UsageSummary& usage);
 
 std::string ErrorJson(const HttpError& error);
-std::string ModelsJson(const FrontendOptions& options);
+// The base model's card, then one per adapter (vLLM's shape: parent = the base, root = its path).
+std::string ModelsJson(const FrontendOptions& options,
+                       const std::vector<engine::AdapterCard>& adapters = {});
 std::string TokenizeResponseJson(const TokenizeResult& result);
 std::string DetokenizeResponseJson(std::string_view prompt);
 std::string VersionJson(std::string_view version);

@@ -254,7 +254,7 @@ class Routes {
   HttpResponse Models(const HttpRequest& req) {
     auto tenant = Admit(req);
     if (!tenant.ok()) return StatusResponse(tenant.status());
-    return JsonResponse(200, ModelsJson(frontend_.options()));
+    return JsonResponse(200, ModelsJson(frontend_.options(), frontend_.VisibleAdapters(*tenant)));
   }
 
   HttpResponse Tokenize(const HttpRequest& req) {

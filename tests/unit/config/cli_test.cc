@@ -88,3 +88,20 @@ TEST(Cli, UnknownCommand) {
 
 }  // namespace
 }  // namespace kvserve::app
+
+namespace kvserve::app {
+namespace {
+
+TEST(Cli, LoraFlagIsRepeatable) {
+  auto p = ParseArgs({"config", "--dump", "--lora", "a=/x", "--lora=b=/y"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_THAT(p->overrides, ::testing::ElementsAre(
+                                std::pair<std::string, std::string>{"lora.adapters+", "a=/x"},
+                                std::pair<std::string, std::string>{"lora.adapters+", "b=/y"}));
+  auto cfg = LoadConfigFromArgs(*p, nullptr);
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_THAT(cfg->lora.adapters, ::testing::ElementsAre("a=/x", "b=/y"));
+}
+
+}  // namespace
+}  // namespace kvserve::app

@@ -579,3 +579,56 @@ TEST(ConfigFields, EveryFieldHasHelpAndEnvName) {
 
 }  // namespace
 }  // namespace kvserve::config
+
+namespace kvserve::config {
+namespace {
+
+TEST(ConfigLoader, LoraSectionParsesBothAdapterFormsAndValidatesByField) {
+  Config cfg;
+  ASSERT_TRUE(
+      ApplyJson(R"({"lora": {"max_loras": 2, "adapters": {"sql": "/a/sql", "chat": "/a/chat"}},
+                            "tenants": [{"name": "t", "adapters": ["sql"]}]})",
+                "f.json", cfg)
+          .ok());
+  EXPECT_EQ(cfg.lora.max_loras, 2);
+  EXPECT_THAT(cfg.lora.adapters, ::testing::UnorderedElementsAre("sql=/a/sql", "chat=/a/chat"));
+  EXPECT_TRUE(cfg.lora.active());
+  EXPECT_THAT(cfg.tenants[0].adapters, ::testing::ElementsAre("sql"));
+  EXPECT_TRUE(Validate(cfg).ok());
+
+  Config list;
+  ASSERT_TRUE(ApplyJson(R"({"lora": {"adapters": ["a=/x"]}})", "f.json", list).ok());
+  EXPECT_THAT(list.lora.adapters, ::testing::ElementsAre("a=/x"));
+  EXPECT_THAT(
+      std::string(ApplyJson(R"({"lora": {"adapters": {"a": 3}}})", "f.json", list).message()),
+      HasSubstr("lora.adapters.a: must be a directory path"));
+  EXPECT_THAT(std::string(ApplyJson(R"({"lora": {"max_loras": 0}})", "f.json", list).message()),
+              HasSubstr("lora.max_loras"));
+
+  cfg.lora.adapters = {"sql=/a", "noequals"};
+  EXPECT_THAT(std::string(Validate(cfg).message()),
+              HasSubstr("lora.adapters[1]=\"noequals\": must be name=path"));
+  cfg.lora.adapters = {"sql=/a", "sql=/b"};
+  EXPECT_THAT(std::string(Validate(cfg).message()),
+              HasSubstr("lora.adapters[1]: the name 'sql' is listed twice"));
+  cfg.model.served_name = "base";
+  cfg.lora.adapters = {"base=/a"};
+  EXPECT_THAT(std::string(Validate(cfg).message()), HasSubstr("model.served_name"));
+  cfg.lora.adapters = {"sql=/a"};
+  cfg.lora.max_cpu_loras = 1;
+  EXPECT_THAT(std::string(Validate(cfg).message()), HasSubstr("lora.max_cpu_loras=1"));
+  cfg.lora.max_cpu_loras = 0;
+  cfg.engine.backend = Backend::kCuda;
+  EXPECT_THAT(std::string(Validate(cfg).message()), HasSubstr("CUDA"));
+}
+
+TEST(ConfigLoader, LoraFlagAppendsAdapters) {
+  ConfigSources s;
+  s.overrides = {{"lora.adapters+", "a=/x"}, {"lora.adapters+", "b=/y,z"}};
+  auto cfg = LoadConfig(s);
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_THAT(cfg->lora.adapters, ::testing::ElementsAre("a=/x", "b=/y,z"));
+}
+
+}  // namespace
+}  // namespace kvserve::config

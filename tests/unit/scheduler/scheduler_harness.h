@@ -73,6 +73,7 @@ class Harness {
       s.compression.prompt_len = prompt_len;
       s.max_chunk = compression.kind == config::CompressionPolicyKind::kFull ? 0 : max_chunk;
       s.spec = spec;
+      s.lora_id = lora_id;
       sched_->Add(std::move(s));
     }
     return first;
@@ -139,6 +140,7 @@ class Harness {
   int max_chunk = 0;
   // Speculative decoding of the sequences Add creates from now on (needs sched.speculation).
   speculative::SpecParams spec;
+  int32_t lora_id = -1;  // LoRA adapter id of the sequences Add makes next (-1: base)
 
   Scheduler& sched() { return *sched_; }
   cache::KvCacheManager& cache() { return *cache_; }

@@ -354,6 +354,38 @@ TEST(Scheduler, SwapPreemptionWithParallelSamplesStaysExact) {
 }
 
 // What the engine and the harness use to decide whether a step must reach the runner.
+TEST(Scheduler, MaxLorasHoldsBackTheAdapterTooManyAndLetsOthersPass) {
+  HarnessOptions o = Small(64, 128);
+  o.sched.max_loras = 1;
+  Harness h(o);
+  h.lora_id = 0;
+  cache::SeqId a = h.Add(6, 5, 0, 0, 1, 1, 1);
+  h.lora_id = 1;
+  cache::SeqId b = h.Add(6, 5, 0, 0, 2, 1, 2);  // a second adapter: waits for a's to finish
+  h.lora_id = -1;
+  cache::SeqId c = h.Add(6, 5, 0, 0, 3, 1, 3);  // the base: never held back
+  h.lora_id = 0;
+  cache::SeqId d = h.Add(6, 5, 0, 0, 4, 1, 4);  // a's adapter: runs with it
+  ASSERT_TRUE(h.Step());
+  std::vector<cache::SeqId> first;
+  for (const ScheduledSeq& q : h.last_plan().seqs) first.push_back(q.seq);
+  EXPECT_THAT(first, ::testing::UnorderedElementsAre(a, c, d));
+  bool b_ran = false;
+  while (h.Step()) {
+    std::set<int32_t> adapters;
+    for (const ScheduledSeq& q : h.last_plan().seqs) {
+      if (q.lora_id >= 0) adapters.insert(q.lora_id);
+      b_ran |= q.seq == b;
+      if (q.seq == b) EXPECT_EQ(q.lora_id, 1);
+    }
+    EXPECT_LE(adapters.size(), 1u) << "a step packed more adapters than max_loras";
+  }
+  EXPECT_TRUE(b_ran);
+  EXPECT_EQ(h.output(b), RunAlone(6, 5, 2, 2));
+  EXPECT_EQ(h.output(c), RunAlone(6, 5, 3, 3));
+  h.ExpectAllFree();
+}
+
 TEST(StepPlanMovesKv, AnyCopyMakesAPlanNonEmpty) {
   StepPlan p;
   EXPECT_TRUE(p.empty());

@@ -477,6 +477,7 @@ TEST_F(HttpFrontendTest, UnknownModelAndRouteAre404) {
   Start();
   json e = ExpectError(Post("/v1/completions", R"({"model": "gpt-9", "prompt": "x"})"), 404);
   EXPECT_EQ(e["type"], "not_found_error");
+  EXPECT_EQ(e["code"], "model_not_found");
   EXPECT_NE(e["message"].get<std::string>().find("gpt-9"), std::string::npos);
   e = ExpectError(Get("/v1/nothing"), 404);
   EXPECT_NE(e["message"].get<std::string>().find("/v1/nothing"), std::string::npos);
