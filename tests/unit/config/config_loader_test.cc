@@ -620,6 +620,9 @@ TEST(ConfigLoader, LoraSectionParsesBothAdapterFormsAndValidatesByField) {
   cfg.lora.max_cpu_loras = 0;
   cfg.engine.backend = Backend::kCuda;
   EXPECT_THAT(std::string(Validate(cfg).message()), HasSubstr("CUDA"));
+  cfg.engine.backend = Backend::kAuto;
+  cfg.parallel.pipeline = 2;
+  EXPECT_THAT(std::string(Validate(cfg).message()), HasSubstr("parallel.pipeline=2"));
 }
 
 TEST(ConfigLoader, LoraFlagAppendsAdapters) {
