@@ -21,7 +21,8 @@ constexpr const char* kDefaultTenant = "default";
 std::vector<std::string> TenantNames(const config::Config& cfg) {
   std::vector<std::string> names;
   for (const auto& t : cfg.tenants) names.push_back(t.name);
-  if (std::find(names.begin(), names.end(), kDefaultTenant) == names.end()) names.push_back(kDefaultTenant);
+  if (std::find(names.begin(), names.end(), kDefaultTenant) == names.end())
+    names.push_back(kDefaultTenant);
   return names;
 }
 
@@ -51,10 +52,13 @@ scheduler::SchedulerOptions MakeSchedulerOptions(const config::Config& cfg, cons
 FinishReason ToFinishReason(scheduler::SeqFinish f) {
   switch (f) {
     case scheduler::SeqFinish::kEos:
-    case scheduler::SeqFinish::kStopToken: return FinishReason::kStop;
+    case scheduler::SeqFinish::kStopToken:
+      return FinishReason::kStop;
     case scheduler::SeqFinish::kLength:
-    case scheduler::SeqFinish::kMaxModelLen: return FinishReason::kLength;
-    case scheduler::SeqFinish::kAborted: return FinishReason::kAbort;
+    case scheduler::SeqFinish::kMaxModelLen:
+      return FinishReason::kLength;
+    case scheduler::SeqFinish::kAborted:
+      return FinishReason::kAbort;
   }
   return FinishReason::kStop;
 }
@@ -70,12 +74,18 @@ uint64_t MixSeed(uint64_t a, uint64_t b) {
 // Bounded reason label of a refused Submit.
 std::string RejectReason(absl::StatusCode code) {
   switch (code) {
-    case absl::StatusCode::kInvalidArgument: return "invalid_argument";
-    case absl::StatusCode::kPermissionDenied: return "permission_denied";
-    case absl::StatusCode::kResourceExhausted: return "queue_full";
-    case absl::StatusCode::kUnavailable: return "unavailable";
-    case absl::StatusCode::kFailedPrecondition: return "failed_precondition";
-    default: return "other";
+    case absl::StatusCode::kInvalidArgument:
+      return "invalid_argument";
+    case absl::StatusCode::kPermissionDenied:
+      return "permission_denied";
+    case absl::StatusCode::kResourceExhausted:
+      return "queue_full";
+    case absl::StatusCode::kUnavailable:
+      return "unavailable";
+    case absl::StatusCode::kFailedPrecondition:
+      return "failed_precondition";
+    default:
+      return "other";
   }
 }
 
@@ -153,15 +163,18 @@ const config::TenantConfig* Engine::tenant_config(int tenant) const {
   return nullptr;
 }
 
-absl::StatusOr<ResolvedCompression> Engine::ResolvePolicy(const RequestSpec& spec, int tenant) const {
-  KVS_ASSIGN_OR_RETURN(ResolvedCompression r, ResolveCompression(spec, config_, tenant_config(tenant), compression_));
+absl::StatusOr<ResolvedCompression> Engine::ResolvePolicy(const RequestSpec& spec,
+                                                          int tenant) const {
+  KVS_ASSIGN_OR_RETURN(ResolvedCompression r,
+                       ResolveCompression(spec, config_, tenant_config(tenant), compression_));
   // One sample must fit in the KV pool on its own, or it could never run.
   const int64_t prompt = static_cast<int64_t>(spec.prompt_tokens.size());
   int64_t need = std::min<int64_t>(r.footprint(prompt, spec.max_tokens), model_.max_model_len);
   if (model_.kv_window > 0) {
     // Every layer windowed: the KV held stays within the window, one step's rows and the
     // partial block (Scheduler releases the rest after each step).
-    need = std::min<int64_t>(need, model_.kv_window + config_.scheduler.max_num_batched_tokens + cache_.block_size());
+    need = std::min<int64_t>(
+        need, model_.kv_window + config_.scheduler.max_num_batched_tokens + cache_.block_size());
   }
   if (cache_.num_window_groups() > 0) {
     // Layer groups: each window table holds up to the window, one step's rows and a block.
@@ -171,9 +184,10 @@ absl::StatusOr<ResolvedCompression> Engine::ResolvePolicy(const RequestSpec& spe
                                     cache_.block_size());
   }
   if (need > cache_.max_tokens()) {
-    return Invalid("max_tokens", absl::StrCat("the request can hold ", need,
-                                              " KV tokens, more than the KV pool (", cache_.max_tokens(),
-                                              " tokens); lower max_tokens, compress, or raise cache.kv_bytes"));
+    return Invalid("max_tokens",
+                   absl::StrCat("the request can hold ", need,
+                                " KV tokens, more than the KV pool (", cache_.max_tokens(),
+                                " tokens); lower max_tokens, compress, or raise cache.kv_bytes"));
   }
   return r;
 }
@@ -191,7 +205,8 @@ absl::Status Engine::Validate(const RequestSpec& spec) const {
   if (spec.min_tokens < 0 || spec.min_tokens > spec.max_tokens) {
     return Invalid("min_tokens", "must be in [0, max_tokens]");
   }
-  if (spec.n < 1 || spec.n > kMaxSamples) return Invalid("n", absl::StrCat("must be in [1,", kMaxSamples, "]"));
+  if (spec.n < 1 || spec.n > kMaxSamples)
+    return Invalid("n", absl::StrCat("must be in [1,", kMaxSamples, "]"));
   KVS_RETURN_IF_ERROR(ValidateSampling(spec, model_.vocab_size));
   if (!runner_.scores_prompts() && spec.sampling.embed != scheduler::Pooling::kNone) {
     return Invalid("input", "this backend does not compute embeddings (the CPU backend does)");
@@ -203,8 +218,9 @@ absl::Status Engine::Validate(const RequestSpec& spec) const {
   KVS_RETURN_IF_ERROR(ValidateSpeculative(spec.speculative, draft_model_loaded_));
   int64_t prompt = static_cast<int64_t>(spec.prompt_tokens.size());
   if (prompt >= model_.max_model_len) {
-    return Invalid("prompt", absl::StrCat("is ", prompt, " tokens; the model's context is ",
-                                          model_.max_model_len, " tokens (prompt + at least one new token)"));
+    return Invalid("prompt",
+                   absl::StrCat("is ", prompt, " tokens; the model's context is ",
+                                model_.max_model_len, " tokens (prompt + at least one new token)"));
   }
   return absl::OkStatus();
 }
@@ -213,7 +229,8 @@ absl::StatusOr<std::shared_ptr<TokenStream>> Engine::Submit(RequestSpec spec) {
   RequestLabels labels;
   if (observer_ != nullptr) {
     labels.tenant = spec.tenant.empty() ? std::string(kDefaultTenant) : spec.tenant;
-    labels.policy = spec.compression.policy ? std::string(config::Name(*spec.compression.policy)) : std::string();
+    labels.policy = spec.compression.policy ? std::string(config::Name(*spec.compression.policy))
+                                            : std::string();
   }
   auto stream = SubmitChecked(std::move(spec));
   if (!stream.ok() && observer_ != nullptr) {
@@ -233,8 +250,8 @@ absl::StatusOr<std::shared_ptr<TokenStream>> Engine::SubmitChecked(RequestSpec s
   // Admission: reserve a queue slot, globally and for the tenant, or refuse.
   if (queued_.fetch_add(1) >= config_.scheduler.max_waiting) {
     queued_.fetch_sub(1);
-    return absl::ResourceExhaustedError(absl::StrCat("waiting queue is full (",
-                                                     config_.scheduler.max_waiting, " requests)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("waiting queue is full (", config_.scheduler.max_waiting, " requests)"));
   }
   int tenant_limit = 0;
   for (const auto& t : config_.tenants) {
@@ -243,9 +260,8 @@ absl::StatusOr<std::shared_ptr<TokenStream>> Engine::SubmitChecked(RequestSpec s
   if (tenant_queued_[tenant].fetch_add(1) >= tenant_limit && tenant_limit > 0) {
     tenant_queued_[tenant].fetch_sub(1);
     queued_.fetch_sub(1);
-    return absl::ResourceExhaustedError(absl::StrCat("tenant '", tenant_names_[tenant],
-                                                     "' has too many queued requests (",
-                                                     tenant_limit, ")"));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "tenant '", tenant_names_[tenant], "' has too many queued requests (", tenant_limit, ")"));
   }
   if (!spec.sampling.seed) {
     spec.sampling.seed = MixSeed(config_.engine.seed, next_request_number_.fetch_add(1));
@@ -293,7 +309,9 @@ absl::StatusOr<std::shared_ptr<TokenStream>> Engine::SubmitChecked(RequestSpec s
 
 void Engine::Abort(const std::string& request_id) { PostAbort(request_id, FinishReason::kAbort); }
 
-void Engine::FinishAsStopped(const std::string& request_id) { PostAbort(request_id, FinishReason::kStop); }
+void Engine::FinishAsStopped(const std::string& request_id) {
+  PostAbort(request_id, FinishReason::kStop);
+}
 
 void Engine::PostAbort(const std::string& request_id, FinishReason reason) {
   Command cmd;
@@ -333,13 +351,15 @@ void Engine::Loop() {
   logger_.info("engine loop started: max_num_seqs=%d max_num_batched_tokens=%d pool=%d tokens",
                config_.scheduler.max_num_seqs, config_.scheduler.max_num_batched_tokens,
                static_cast<int>(cache_.max_tokens()));
-  if (observer_ != nullptr && (tiers_ != nullptr || cache_.host_cache_enabled())) ReportTiers(cache_.usage());
+  if (observer_ != nullptr && (tiers_ != nullptr || cache_.host_cache_enabled()))
+    ReportTiers(cache_.usage());
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mu_);
       // Sleep when there is nothing to run (or nothing that can run: see Step).
       cv_.wait(lock, [&] {
-        return stop_ || !inbox_.empty() || tier_wakeup_ || (scheduler_.has_work() && !warned_stuck_);
+        return stop_ || !inbox_.empty() || tier_wakeup_ ||
+               (scheduler_.has_work() && !warned_stuck_);
       });
       if (stop_) break;
       tier_wakeup_ = false;
@@ -353,7 +373,8 @@ void Engine::Loop() {
     if (tiers_ != nullptr) {
       tiers_->ApplyReplies(cache_, scheduler_);
       // The link went down or came back while idle: the metrics say so without traffic.
-      if (observer_ != nullptr && tiers_->remote_available() != reported_remote_up_) ReportTiers(cache_.usage());
+      if (observer_ != nullptr && tiers_->remote_available() != reported_remote_up_)
+        ReportTiers(cache_.usage());
     }
     if (scheduler_.has_work()) Step();
     if (lora_active_ != nullptr) ReportLora();
@@ -402,7 +423,8 @@ void Engine::AddRequest(Command& cmd) {
   r.unfinished = spec.n;
   r.generated.assign(spec.n, 0);
   r.embedding.set_pooling(spec.sampling.embed);
-  r.timeline.labels = {tenant_names_[cmd.tenant], std::string(config::Name(cmd.compression.requested))};
+  r.timeline.labels = {tenant_names_[cmd.tenant],
+                       std::string(config::Name(cmd.compression.requested))};
   r.timeline.arrival = cmd.arrival;
   r.timeline.prompt_tokens = static_cast<int64_t>(spec.prompt_tokens.size());
   if (request_ids_.contains(r.id)) {
@@ -555,7 +577,8 @@ void Engine::OnScheduled(const scheduler::StepPlan& plan) {
     if (owner == seq_owner_.end()) continue;
     Request& r = requests_.at(owner->second.first);
     if (owner->second.second == 0) {
-      r.compression.OnScheduled(q.kv_len_after, q.first_position + q.num_tokens, cache_.kv_bytes_held(q.seq));
+      r.compression.OnScheduled(q.kv_len_after, q.first_position + q.num_tokens,
+                                cache_.kv_bytes_held(q.seq));
     }
     if (!r.admitted) {
       r.admitted = true;
@@ -612,8 +635,10 @@ void Engine::FailAll(const absl::Status& status) {
   std::vector<uint64_t> keys;
   for (const auto& [key, r] : requests_) keys.push_back(key);
   for (uint64_t key : keys) {
-    AbortRequest(key, status.code() == absl::StatusCode::kCancelled ? FinishReason::kAbort : FinishReason::kError,
-                 std::string(status.message()));
+    AbortRequest(
+        key,
+        status.code() == absl::StatusCode::kCancelled ? FinishReason::kAbort : FinishReason::kError,
+        std::string(status.message()));
   }
 }
 
@@ -762,53 +787,9 @@ void Engine::UpdatePressure(double kv_usage) {
   // The switch can flip many times a minute under pressure: debug, not info (the
   // kvserve_kv_cache_usage_perc gauge shows the same story).
   if (before != auto_pressure_) {
-    logger_.debug("auto compression %s at KV pool usage %.3f", auto_pressure_ ? "on" : "off", kv_usage);
+    logger_.debug("auto compression %s at KV pool usage %.3f", auto_pressure_ ? "on" : "off",
+                  kv_usage);
   }
-}
-
-void Engine::ReportLora() {
-  if (observer_ == nullptr || lora_active_->version() == lora_version_) return;
-  lora_version_ = lora_active_->version();
-  LoraState now;
-  now.max_lora = config_.lora.max_loras;
-  now.running = lora_active_->RunningNames();
-  now.waiting = lora_active_->WaitingNames();
-  if (now.running == lora_reported_.running && now.waiting == lora_reported_.waiting &&
-      lora_reported_.max_lora != 0) {
-    return;
-  }
-  observer_->OnLoraState(now);
-  lora_reported_ = std::move(now);
-}
-
-bool Engine::HasAdapter(const std::string& name) const {
-  if (lora_ == nullptr) return false;
-  for (const lora::AdapterInfo& a : lora_->List()) {
-    if (a.name == name) return true;
-  }
-  return false;
-}
-
-std::vector<AdapterCard> Engine::ListAdapters() const {
-  std::vector<AdapterCard> out;
-  if (lora_ == nullptr) return out;
-  for (const lora::AdapterInfo& a : lora_->List())
-    out.push_back({a.name, a.dir, a.resident, a.digest_hex});
-  return out;
-}
-
-absl::Status Engine::LoadAdapter(const std::string& name, const std::string& path) {
-  if (lora_ == nullptr) return EngineClient::LoadAdapter(name, path);
-  if (name == model_.name) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("lora_name: '", name, "' is the base model's name"));
-  }
-  return lora_->Add(name, path, /*load_now=*/true);
-}
-
-absl::Status Engine::UnloadAdapter(const std::string& name) {
-  if (lora_ == nullptr) return EngineClient::UnloadAdapter(name);
-  return lora_->Remove(name);
 }
 
 }  // namespace kvserve::engine

@@ -236,45 +236,6 @@ const Fp8KernelTable& Fp8Avx2Kernels() {
 
 bool Fp8CpuHasAvx2() { return false; }
 void Fp8Avx2PanelRows(const Fp8Tile&, int64_t) {}
-KVS_FP8_AVX2 void Fp8Avx2PanelRows(const Fp8Tile& t, int64_t rows) {
-  constexpr int kGroup = 64;  // rows whose accumulators stay in L1 (4 KiB)
-  alignas(32) float w[kFp8KBlock * kFp8PanelRows];
-  alignas(32) float acc[kGroup * kFp8PanelRows];
-  const int64_t kblocks = (t.in + kFp8KBlock - 1) / kFp8KBlock;
-  for (int64_t g0 = 0; g0 < rows; g0 += kGroup) {
-    const int g = static_cast<int>(std::min<int64_t>(kGroup, rows - g0));
-    std::fill(acc, acc + g * kFp8PanelRows, 0.0f);
-    for (int64_t kb = 0; kb < kblocks; ++kb) {
-      const int n = static_cast<int>(std::min<int64_t>(kFp8KBlock, t.in - kb * kFp8KBlock));
-      const uint8_t* blk = t.panels + kb * kFp8BlockBytes;
-      for (int k = 0; k < n; ++k) {
-        _mm256_store_ps(w + kFp8PanelRows * k, Widen8(blk + kFp8ScaleBytes + kFp8PanelRows * k));
-        _mm256_store_ps(w + kFp8PanelRows * k + 8,
-                        Widen8(blk + kFp8ScaleBytes + kFp8PanelRows * k + 8));
-      }
-      const float* scale = reinterpret_cast<const float*>(blk);
-      for (int r0 = 0; r0 < g; r0 += 2) {
-        const float* x = t.x + (g0 + r0) * t.x_stride + kb * kFp8KBlock;
-        float* a = acc + r0 * kFp8PanelRows;
-        if (g - r0 >= 2) {
-          BlockRows<2>(w, n, x, t.x_stride, scale, a);
-        } else {
-          BlockRows<1>(w, n, x, t.x_stride, scale, a);
-        }
-      }
-    }
-    const int lanes = std::clamp(t.valid, 0, kFp8PanelRows);
-    for (int r = 0; r < g; ++r) {
-      float* y = t.y + (g0 + r) * t.y_stride;
-      for (int i = 0; i < lanes; ++i) {
-        float v = acc[r * kFp8PanelRows + i];
-        if (t.accumulate) v = v + y[i];
-        if (t.bias != nullptr) v = v + t.bias[i];
-        y[i] = v;
-      }
-    }
-  }
-}
 
 const Fp8KernelTable& Fp8Avx2Kernels() { return Fp8PortableKernels(); }
 

@@ -223,44 +223,6 @@ const Fp8KernelTable& Fp8Avx512Kernels() {
 
 bool Fp8CpuHasAvx512() { return false; }
 void Fp8Avx512PanelRows(const Fp8Tile&, int64_t) {}
-KVS_FP8_512 void Fp8Avx512PanelRows(const Fp8Tile& t, int64_t rows) {
-  constexpr int kGroup = 64;  // rows whose accumulators stay in L1 (4 KiB)
-  alignas(64) float w[kFp8KBlock * kFp8PanelRows];
-  alignas(64) float acc[kGroup * kFp8PanelRows];
-  const int64_t kblocks = (t.in + kFp8KBlock - 1) / kFp8KBlock;
-  for (int64_t g0 = 0; g0 < rows; g0 += kGroup) {
-    const int g = static_cast<int>(std::min<int64_t>(kGroup, rows - g0));
-    std::fill(acc, acc + g * kFp8PanelRows, 0.0f);
-    for (int64_t kb = 0; kb < kblocks; ++kb) {
-      const int n = static_cast<int>(std::min<int64_t>(kFp8KBlock, t.in - kb * kFp8KBlock));
-      const uint8_t* blk = t.panels + kb * kFp8BlockBytes;
-      int k = 0;
-      for (; k + 1 < n; k += 2) {
-        __m512 w0, w1;
-        Widen32(blk + kFp8ScaleBytes + kFp8PanelRows * k, w0, w1);
-        _mm512_store_ps(w + kFp8PanelRows * k, w0);
-        _mm512_store_ps(w + kFp8PanelRows * (k + 1), w1);
-      }
-      if (k < n)
-        _mm512_store_ps(w + kFp8PanelRows * k, Widen16(blk + kFp8ScaleBytes + kFp8PanelRows * k));
-      const float* scale = reinterpret_cast<const float*>(blk);
-      for (int r0 = 0; r0 < g; r0 += 8) {
-        const int nr = std::min(8, g - r0);
-        kBlockRows[nr - 1](w, n, t.x + (g0 + r0) * t.x_stride + kb * kFp8KBlock, t.x_stride, scale,
-                           acc + r0 * kFp8PanelRows);
-      }
-    }
-    const int lanes = std::clamp(t.valid, 0, kFp8PanelRows);
-    const __mmask16 m = static_cast<__mmask16>((1u << lanes) - 1);
-    for (int r = 0; r < g; ++r) {
-      float* y = t.y + (g0 + r) * t.y_stride;
-      __m512 v = _mm512_load_ps(acc + r * kFp8PanelRows);
-      if (t.accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, y));
-      if (t.bias != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, t.bias));
-      _mm512_mask_storeu_ps(y, m, v);
-    }
-  }
-}
 
 const Fp8KernelTable& Fp8Avx512Kernels() { return Fp8PortableKernels(); }
 
