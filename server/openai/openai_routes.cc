@@ -29,7 +29,9 @@ HttpResponse JsonResponse(int status, std::string body) {
   return r;
 }
 
-HttpResponse StatusResponse(const absl::Status& status) { return ErrorResponse(ToHttpError(status)); }
+HttpResponse StatusResponse(const absl::Status& status) {
+  return ErrorResponse(ToHttpError(status));
+}
 
 int64_t UnixSeconds(const base::Clock& wall) { return wall.now_ns() / 1'000'000'000; }
 
@@ -68,7 +70,8 @@ class SseStream {
     for (const ChoiceDelta& d : deltas_) {
       if (d.finish == engine::FinishReason::kError) {
         // The status line is long gone: report the failure in-band, as vLLM does.
-        AppendSseEvent(ErrorJson(MakeHttpError(500, d.error.empty() ? "generation failed" : d.error)), out);
+        AppendSseEvent(
+            ErrorJson(MakeHttpError(500, d.error.empty() ? "generation failed" : d.error)), out);
         continue;
       }
       UsageSummary usage;
@@ -78,7 +81,8 @@ class SseStream {
         AppendSseEvent(ChatChunkJson(meta_, d, logprobs_, usage_ptr, usage_null), out);
       } else {
         int64_t& offset = text_offsets_[d.index];
-        AppendSseEvent(CompletionChunkJson(meta_, d, logprobs_, offset, usage_ptr, usage_null), out);
+        AppendSseEvent(CompletionChunkJson(meta_, d, logprobs_, offset, usage_ptr, usage_null),
+                       out);
         offset += static_cast<int64_t>(d.text.size());
       }
     }
@@ -91,7 +95,8 @@ class SseStream {
     if (deadline_ns_ != 0 && options_.clock->now_ns() >= deadline_ns_) {
       // Past the request's `timeout`: what was generated is already out; end in-band.
       generation.Abort();
-      AppendSseEvent(ErrorJson(MakeHttpError(504, "the request's timeout expired; generation stopped")), out);
+      AppendSseEvent(
+          ErrorJson(MakeHttpError(504, "the request's timeout expired; generation stopped")), out);
       if (include_usage_) AppendSseEvent(UsageChunkJson(meta_, chat_, generation.usage()), out);
       out.append(kSseDone);
       finished_ = true;
@@ -106,7 +111,7 @@ class SseStream {
 
  private:
   const base::Nanos deadline_ns_;  // 0: no timeout
-  SseLiveness liveness_;  // owns the generation
+  SseLiveness liveness_;           // owns the generation
   ResponseMeta meta_;
   bool chat_;
   bool logprobs_;
@@ -129,7 +134,8 @@ class Routes {
   // The handlers own the routes object (it lives as long as the server's handlers).
   static void Register(HttpServer& http, std::shared_ptr<Routes> self) {
     http.Post("/v1/completions", [self](const HttpRequest& r) { return self->Generate(r, false); });
-    http.Post("/v1/chat/completions", [self](const HttpRequest& r) { return self->Generate(r, true); });
+    http.Post("/v1/chat/completions",
+              [self](const HttpRequest& r) { return self->Generate(r, true); });
     http.Get("/v1/models", [self](const HttpRequest& r) { return self->Models(r); });
     http.Post("/v1/embeddings", [self](const HttpRequest& r) { return self->Embeddings(r); });
     http.Post("/tokenize", [self](const HttpRequest& r) { return self->Tokenize(r); });
@@ -159,19 +165,24 @@ class Routes {
 
     const std::string request_id = (*generation)->id();
     const RateLimitState rate_limit = (*generation)->rate_limit();
+    // `model` echoes what was asked for: a LoRA adapter's name (vLLM's and OpenAI's
+    // convention), else the served model's (Generate has resolved any other name to a 404).
+    const std::string& asked = parsed->request.model;
     ResponseMeta meta{request_id, UnixSeconds(*options_.wall_clock),
-                      frontend_.options().model_name, parsed->return_token_ids};
+                      asked.empty() ? frontend_.options().model_name : asked,
+                      parsed->return_token_ids};
     const bool logprobs = parsed->request.return_logprobs;
     const base::Nanos deadline_ns =
-        parsed->timeout_seconds ? options_.clock->now_ns() + static_cast<base::Nanos>(*parsed->timeout_seconds * 1e9)
-                                : 0;
+        parsed->timeout_seconds
+            ? options_.clock->now_ns() + static_cast<base::Nanos>(*parsed->timeout_seconds * 1e9)
+            : 0;
     // The connection's socket, to notice a client that hangs up mid-generation.
     const std::optional<int> socket_fd =
         options_.watch_connections && req.find_socket ? req.find_socket() : std::nullopt;
     if (parsed->stream) {
-      auto stream = std::make_shared<SseStream>(std::move(*generation), socket_fd, std::move(meta), chat,
-                                                logprobs, parsed->include_usage, parsed->continuous_usage,
-                                                options_, deadline_ns);
+      auto stream = std::make_shared<SseStream>(std::move(*generation), socket_fd, std::move(meta),
+                                                chat, logprobs, parsed->include_usage,
+                                                parsed->continuous_usage, options_, deadline_ns);
       HttpResponse r;
       r.content_type = std::string(kSseContentType);
       r.headers.emplace_back("Cache-Control", "no-cache");
@@ -198,10 +209,12 @@ class Routes {
           const base::Nanos left = deadline_ns - options_.clock->now_ns();
           if (left <= 0) {
             gen.Abort();
-            return ErrorResponse(MakeHttpError(504, "the request's timeout expired before the generation ended"));
+            return ErrorResponse(
+                MakeHttpError(504, "the request's timeout expired before the generation ended"));
           }
-          wait = std::min(wait, std::chrono::duration_cast<milliseconds>(std::chrono::nanoseconds(left)) +
-                                    milliseconds(1));
+          wait = std::min(wait,
+                          std::chrono::duration_cast<milliseconds>(std::chrono::nanoseconds(left)) +
+                              milliseconds(1));
         }
         if (deltas.empty() && waiter.Wait(wait) == ConnectionWaiter::Wake::kPeerClosed) {
           gen.Abort();
@@ -211,11 +224,13 @@ class Routes {
       }
     }
     if (const ChoiceResult* failed = acc.first_error()) {
-      return ErrorResponse(MakeHttpError(500, failed->error.empty() ? "generation failed" : failed->error));
+      return ErrorResponse(
+          MakeHttpError(500, failed->error.empty() ? "generation failed" : failed->error));
     }
     const UsageSummary usage = gen.usage();
-    HttpResponse r = JsonResponse(200, chat ? ChatResponseJson(meta, acc.results(), usage, logprobs)
-                                            : CompletionResponseJson(meta, acc.results(), usage, logprobs));
+    HttpResponse r =
+        JsonResponse(200, chat ? ChatResponseJson(meta, acc.results(), usage, logprobs)
+                               : CompletionResponseJson(meta, acc.results(), usage, logprobs));
     r.headers.emplace_back("X-Request-Id", request_id);
     for (auto& h : RateLimitHeaders(rate_limit)) r.headers.push_back(std::move(h));
     return r;
@@ -287,8 +302,8 @@ class Routes {
 
   HttpResponse Ready() {
     if (frontend_.ready()) return JsonResponse(200, R"({"status":"ready"})");
-    return JsonResponse(503, frontend_.draining() ? R"({"status":"draining"})"
-                                                  : R"({"status":"unavailable"})");
+    return JsonResponse(
+        503, frontend_.draining() ? R"({"status":"draining"})" : R"({"status":"unavailable"})");
   }
 
   HttpResponse Version() { return JsonResponse(200, VersionJson(frontend_.options().version)); }
@@ -319,7 +334,8 @@ HttpResponse ErrorResponse(const HttpError& error) {
   const bool has_retry = std::any_of(r.headers.begin(), r.headers.end(),
                                      [](const auto& h) { return h.first == "retry-after"; });
   if (error.status == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer");
-  if ((error.status == 429 || error.status == 503) && !has_retry) r.headers.emplace_back("Retry-After", "1");
+  if ((error.status == 429 || error.status == 503) && !has_retry)
+    r.headers.emplace_back("Retry-After", "1");
   return r;
 }
 

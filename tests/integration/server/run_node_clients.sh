@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs node/clients_test.mjs, then node/speculative_clients_test.mjs (OpenAI Node SDK +
-# @grpc/grpc-js) against a server command, or the one script KVSERVE_NODE_SCRIPT names.
+# Runs node/clients_test.mjs, then node/speculative_clients_test.mjs and, on the real daemon,
+# node/lora_clients_test.mjs (OpenAI Node SDK + @grpc/grpc-js) against a server command, or the
+# one script KVSERVE_NODE_SCRIPT names.
 # Installs the client packages itself into a temporary directory with npm.
 #   run_node_clients.sh PROTO_FILE KV_POLICY SERVER_CMD...
 # KV_POLICY is the kv_compression policy the requests ask for (and usage must report).
@@ -28,4 +29,8 @@ status=0
 node "$here/node/clients_test.mjs" --modules "$tmp/node_modules" --proto "$proto" --policy "$policy" -- "$@" || status=1
 # Speculative decoding requests (one more short server run, sharing the npm install).
 node "$here/node/speculative_clients_test.mjs" --modules "$tmp/node_modules" --proto "$proto" -- "$@" || status=1
+# LoRA adapters selected by `model` (the real daemon only: the fake engine has no adapters).
+if [ "${!#}" = serve ]; then
+  node "$here/node/lora_clients_test.mjs" --modules "$tmp/node_modules" --proto "$proto" -- "$@" || status=1
+fi
 exit $status

@@ -1,8 +1,8 @@
 // LoRA adapters served end to end: the engine on a random Llama checkpoint written at test
 // time, PEFT adapters written next to it, and the real ServerApp on 127.0.0.1 (ephemeral
-// ports) in front of it. Checked: a batch mixing the base and three adapters of different
-// ranks gives every request the tokens and logprobs it gets alone, bit for bit (greedy);
-// the max_loras bound; prefix-cache isolation by adapter digest (a reload under the same
+// ports) in front of it. Checked: a batch mixing the base and four adapters of different
+// ranks (2, 4, 8, 16) gives every request the tokens and logprobs it gets alone, bit for bit
+// (greedy); the max_loras bound; prefix-cache isolation by adapter digest (a reload under the same
 // name never hits the old blocks); the 404s (unknown, and another tenant's adapter, with the
 // same body); refusals by name at start-up and at the admin call; load and unload under
 // traffic; /v1/models; the metrics; an adapter selected over gRPC.
@@ -35,7 +35,7 @@ namespace fs = std::filesystem;
 
 // The base checkpoint and adapter directories, written once per process.
 struct Dirs {
-  std::string base, a1, a2, a3, a1v2, too_big_rank, no_such_module;
+  std::string base, a1, a2, a3, a5, a1v2, too_big_rank, no_such_module;
 };
 
 std::string WriteDir(const std::string& name) {
@@ -81,6 +81,8 @@ const Dirs& Fixture() {
                       2);
     d->a3 = WriteDir("a3");
     WriteLlamaAdapter(d->a3, c, 16, 32, {"self_attn.o_proj", "mlp.down_proj"}, 3);
+    d->a5 = WriteDir("a5");
+    WriteLlamaAdapter(d->a5, c, 2, 4, {"self_attn.k_proj", "mlp.gate_proj"}, 7);
     d->a1v2 = WriteDir("a1v2");
     WriteLlamaAdapter(d->a1v2, c, 8, 16, {"self_attn.q_proj", "self_attn.v_proj"}, 4);
     d->too_big_rank = WriteDir("too_big_rank");
@@ -102,7 +104,7 @@ config::Config Config(int max_loras = 4) {
   c.cache.kv_bytes = 16ull << 20;
   c.model.served_name = kBase;
   c.lora.max_loras = max_loras;
-  c.lora.adapters = {"a1=" + d.a1, "a2=" + d.a2, "a3=" + d.a3};
+  c.lora.adapters = {"a1=" + d.a1, "a2=" + d.a2, "a3=" + d.a3, "a5=" + d.a5};
   return c;
 }
 
@@ -189,9 +191,9 @@ Output RunOne(engine::ServingEngine& e, engine::RequestSpec spec) {
   return s.ok() ? Collect(**s) : Output{};
 }
 
-const std::vector<std::string> kModels = {"", "a1", "a2", "a3"};
+const std::vector<std::string> kModels = {"", "a1", "a2", "a3", "a5"};
 
-TEST(LoraServe, MixedBatchOfBaseAndThreeAdaptersIsBitForBitEachAlone) {
+TEST(LoraServe, MixedBatchOfBaseAndFourAdaptersIsBitForBitEachAlone) {
   // Alone: one engine per request, so nothing is shared, not even the prefix cache.
   std::vector<Output> alone;
   for (size_t i = 0; i < kModels.size(); ++i) {
@@ -225,7 +227,7 @@ TEST(LoraServe, MixedBatchOfBaseAndThreeAdaptersIsBitForBitEachAlone) {
         << "request " << k << " on '" << kModels[k % kModels.size()] << "'";
   }
   EXPECT_GE(gate.max_batch.load(), 4) << "the requests never shared a step";
-  EXPECT_EQ(gate.max_running_adapters.load(), 3);
+  EXPECT_EQ(gate.max_running_adapters.load(), 4);
   EXPECT_EQ(gate.max_lora.load(), 4);
 }
 
@@ -434,11 +436,11 @@ TEST_F(LoraHttp, ModelSelectsTheAdapterAndUnknownOrForeignAdaptersAre404Alike) {
 
   // /v1/models: the base, then the adapters the tenant may use, each with the base as parent.
   json all = json::parse(Get("/v1/models", "sk-2")->body)["data"];
-  ASSERT_EQ(all.size(), 4u) << all.dump();
+  ASSERT_EQ(all.size(), 5u) << all.dump();
   EXPECT_EQ(all[0]["id"], kBase);
   EXPECT_TRUE(all[0]["parent"].is_null());
-  for (size_t i = 1; i < 4; ++i) {
-    EXPECT_EQ(all[i]["id"], "a" + std::to_string(i));
+  for (size_t i = 1; i < 5; ++i) {
+    EXPECT_EQ(all[i]["id"], kModels[i]);
     EXPECT_EQ(all[i]["parent"], kBase);
   }
   json t1 = json::parse(Get("/v1/models", "sk-1")->body)["data"];
