@@ -7,7 +7,11 @@
 //   node bench/serve_load.mjs (--url http://H:P | --kvserve BIN [--model DIR] [--threads N])
 //        [--mode poisson --rate R | --mode concurrency --concurrency C] [--requests N]
 //        [--prompt-len 128 | 64:256] [--output-len 64 | 16:128] [--seed S]
-//        [--slo-ttft-ms 500] [--slo-tpot-ms 50] [--json OUT.json] [-- extra kvserve serve flags]
+//        [--slo-ttft-ms 500] [--slo-tpot-ms 50] [--json OUT.json] [--models A,B,...]
+//        [-- extra kvserve serve flags]
+//
+// --models: request i names models[i mod n] in `model` (LoRA adapters, bench/lora_serve.sh);
+// default: none (the served model).
 //
 // Lengths: a number, or LO:HI for uniform integers in [LO, HI]. Prompts are random token ids
 // (5..2047: ordinary tokens of the bundled tokenizer), distinct per request, so the prefix
@@ -22,7 +26,7 @@ import {KvserveProcess} from "./peer/kvserve_process.mjs";
 function parseArgs(argv) {
   const a = {mode: "concurrency", rate: 4, concurrency: 8, requests: 64, promptLen: "128", outputLen: "64",
              seed: 1, sloTtftMs: 500, sloTpotMs: 50, threads: 0, url: "", kvserve: "", model: "", json: "",
-             extra: []};
+             models: "", extra: []};
   const num = new Set(["rate", "concurrency", "requests", "seed", "sloTtftMs", "sloTpotMs", "threads"]);
   for (let i = 0; i < argv.length; ++i) {
     const k = argv[i];
@@ -66,7 +70,8 @@ async function oneRequest(server, spec) {
   let last = t0;
   try {
     r.output_tokens = await server.stream(
-        {prompt: spec.prompt, max_tokens: spec.outputLen, temperature: 0, ignore_eos: true},
+        {prompt: spec.prompt, max_tokens: spec.outputLen, temperature: 0, ignore_eos: true,
+         ...(spec.model ? {model: spec.model} : {})},
         (k, t) => {
           if (r.ttft === undefined) {
             r.ttft = t - t0;
@@ -88,9 +93,10 @@ async function main() {
   const a = parseArgs(process.argv.slice(2));
   const rand = rng(a.seed);
   const promptLen = lengthSampler(a.promptLen, rand), outputLen = lengthSampler(a.outputLen, rand);
-  const specs = Array.from({length: a.requests}, () => ({
+  const models = a.models.split(",").filter(Boolean);
+  const specs = Array.from({length: a.requests}, (_, i) => ({
     prompt: [1, ...Array.from({length: promptLen() - 1}, () => 5 + Math.floor(rand() * 2043))],
-    outputLen: outputLen()}));
+    outputLen: outputLen(), model: models.length ? models[i % models.length] : ""}));
   const server = a.url ? KvserveProcess.attach(a.url)
                        : await KvserveProcess.start(a.kvserve, a.model || undefined, a.threads, a.extra);
   const results = [];

@@ -1,7 +1,7 @@
 // LoRA adapters through independent clients (issue 39): the official OpenAI Node SDK and
 // @grpc/grpc-js select an adapter by `model` on the real daemon serving the bundled model with
-// two PEFT adapters written here (random rank-4 and rank-8 deltas on q_proj and v_proj of
-// kvs-tiny, safetensors written from the format's description). Checked: /v1/models and
+// two PEFT adapters written at test time (random rank-4 and rank-8 deltas on q_proj and v_proj
+// of kvs-tiny, tests/support/peft/peft_adapter.mjs). Checked: /v1/models and
 // ListModels list the adapters with the base as parent; greedy output per adapter is
 // deterministic, differs from the base, and is the same over HTTP and gRPC; an unknown model is
 // the SDK's NotFoundError with code model_not_found and gRPC's NOT_FOUND. Same arguments as
@@ -9,9 +9,10 @@
 //
 //   node lora_clients_test.mjs --modules DIR/node_modules --proto FILE -- SERVER_CMD...
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { llamaModules, writeAdapter } from '../../../support/peft/peft_adapter.mjs';
 import { baseConfig, check, finish, parseArgs, startServer, writeConfig } from './harness.mjs';
 
 const { opts, serverCmd, realEngine, require } = parseArgs('lora_clients_test.mjs', ['modules', 'proto']);
@@ -24,59 +25,13 @@ const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
 
 // kvs-tiny (models/kvs-tiny/config.json): hidden 192, 4 layers, 4 query heads and 2 KV heads of 48.
-const HIDDEN = 192, LAYERS = 4, Q_OUT = 4 * 48, V_OUT = 2 * 48;
-
-// A seeded uniform generator (xorshift32), so the adapters are the same every run.
-function uniform(seed) {
-  let x = seed >>> 0 || 1;
-  return () => {
-    x ^= x << 13; x >>>= 0; x ^= x >>> 17; x ^= x << 5; x >>>= 0;
-    return x / 4294967296 - 0.5;
-  };
-}
-
-// safetensors: u64 little-endian header length, the JSON header, then the raw F32 data.
-function writeSafetensors(file, tensors) {
-  const header = {};
-  let offset = 0;
-  for (const [name, { shape, data }] of Object.entries(tensors)) {
-    header[name] = { dtype: 'F32', shape, data_offsets: [offset, offset + data.byteLength] };
-    offset += data.byteLength;
-  }
-  let json = JSON.stringify(header);
-  json += ' '.repeat((8 - (json.length % 8)) % 8);
-  const len = Buffer.alloc(8);
-  len.writeBigUInt64LE(BigInt(json.length));
-  writeFileSync(file, Buffer.concat([len, Buffer.from(json), ...Object.values(tensors).map((t) => Buffer.from(t.data.buffer))]));
-}
-
-// A PEFT LoRA directory: adapter_config.json and adapter_model.safetensors.
-function writeAdapter(rank, alpha, seed) {
-  const dir = mkdtempSync(path.join(tmpdir(), `kvserve-lora-r${rank}-`));
-  mkdirSync(dir, { recursive: true });
-  writeFileSync(path.join(dir, 'adapter_config.json'), JSON.stringify({
-    peft_type: 'LORA', r: rank, lora_alpha: alpha, target_modules: ['q_proj', 'v_proj'],
-    lora_dropout: 0.0, bias: 'none', base_model_name_or_path: 'kvs-tiny', task_type: 'CAUSAL_LM' }));
-  const rand = uniform(seed);
-  const matrix = (rows, cols, scale) => {
-    const data = new Float32Array(rows * cols);
-    for (let i = 0; i < data.length; ++i) data[i] = scale * rand();
-    return { shape: [rows, cols], data };
-  };
-  const tensors = {};
-  for (let l = 0; l < LAYERS; ++l) {
-    for (const [m, out] of [['q_proj', Q_OUT], ['v_proj', V_OUT]]) {
-      const p = `base_model.model.model.layers.${l}.self_attn.${m}`;
-      tensors[`${p}.lora_A.weight`] = matrix(rank, HIDDEN, 0.5);
-      tensors[`${p}.lora_B.weight`] = matrix(out, rank, 0.5);
-    }
-  }
-  writeSafetensors(path.join(dir, 'adapter_model.safetensors'), tensors);
-  return dir;
-}
+const targets = ['q_proj', 'v_proj'];
+const modules = llamaModules({ layers: 4, hidden: 192, qOut: 4 * 48, kvOut: 2 * 48, intermediate: 512, targets });
+const adapter = (rank, alpha, seed) =>
+  writeAdapter(mkdtempSync(path.join(tmpdir(), `kvserve-lora-r${rank}-`)), { rank, alpha, modules, targets, seed });
 
 const KEY = 'sk-node-lora';
-const adapters = { 'tiny-sql': writeAdapter(4, 8, 11), 'tiny-chat': writeAdapter(8, 16, 23) };
+const adapters = { 'tiny-sql': adapter(4, 8, 11), 'tiny-chat': adapter(8, 16, 23) };
 const server = await startServer(serverCmd, writeConfig('node-lora', baseConfig(KEY, { lora: { adapters } })));
 const openai = new OpenAI({ baseURL: `http://${server.host}:${server.httpPort}/v1`, apiKey: KEY, maxRetries: 0 });
 const pkgDef = protoLoader.loadSync(opts.proto, { keepCase: true, longs: Number, defaults: true, oneofs: true });
