@@ -525,7 +525,8 @@ void Engine::Forget(uint64_t key) {
   wakeups_.Close(stream);
 }
 
-void Engine::AbortRequest(uint64_t key, FinishReason reason, const std::string& error) {
+void Engine::AbortRequest(uint64_t key, FinishReason reason, const std::string& error,
+                          bool unavailable) {
   auto it = requests_.find(key);
   if (it == requests_.end()) return;
   Request& r = it->second;
@@ -534,6 +535,7 @@ void Engine::AbortRequest(uint64_t key, FinishReason reason, const std::string& 
     scheduler_.Abort(r.seqs[k]);
     TokenEvent e;
     e.error = error;
+    e.unavailable = unavailable;
     FinishSample(r, key, static_cast<int>(k), reason, std::nullopt, std::move(e));
     if (!requests_.contains(key)) return;  // that was the last sample
   }
@@ -698,7 +700,10 @@ void Engine::Step() {
       auto owner = seq_owner_.find(q.seq.value());
       if (owner != seq_owner_.end()) keys.push_back(owner->second.first);
     }
-    for (uint64_t key : keys) AbortRequest(key, FinishReason::kError, std::string(st.message()));
+    // A stage that died or hangs (the pipeline link's Unavailable / DeadlineExceeded): 503.
+    const bool unavailable = absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st);
+    for (uint64_t key : keys)
+      AbortRequest(key, FinishReason::kError, std::string(st.message()), unavailable);
     if (tiers_ != nullptr) tiers_->DiscardWrites(cache_);
     return;
   }

@@ -131,7 +131,8 @@ class Engine final : public ServingEngine {
   void Loop();
   void Apply(Command& cmd);
   void AddRequest(Command& cmd);
-  void AbortRequest(uint64_t key, FinishReason reason, const std::string& error = {});
+  void AbortRequest(uint64_t key, FinishReason reason, const std::string& error = {},
+                    bool unavailable = false);
   void PostAbort(const std::string& request_id, FinishReason reason);
   void Step();
   void OnScheduled(const scheduler::StepPlan& plan);

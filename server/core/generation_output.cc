@@ -24,6 +24,7 @@ void ChoiceAccumulator::Add(ChoiceDelta delta) {
     r.stop_string = std::move(delta.stop_string);
     r.stop_token_id = delta.stop_token_id;
     r.error = std::move(delta.error);
+    r.unavailable = delta.unavailable;
   }
 }
 

@@ -16,7 +16,7 @@ namespace kvserve::server {
 
 struct TopLogprobEntry {
   int32_t token_id = 0;
-  std::string token;   // TokenText(token_id); may be a partial UTF-8 sequence
+  std::string token;  // TokenText(token_id); may be a partial UTF-8 sequence
   float logprob = 0.0f;
 };
 
@@ -38,14 +38,15 @@ struct ChoiceDelta {
   std::string reasoning;
   std::vector<chat::ToolCall> tool_calls;
   std::vector<int32_t> token_ids;
-  std::vector<LogprobEntry> logprobs;        // parallel to token_ids when requested
+  std::vector<LogprobEntry> logprobs;  // parallel to token_ids when requested
   // prompt_logprobs: every prompt token, the first with no_logprob (once per choice).
   std::vector<LogprobEntry> prompt_logprobs;
   std::vector<float> embedding;  // embedding requests: the pooled vector (once)
   std::optional<engine::FinishReason> finish;
-  std::optional<std::string> stop_string;    // the stop string that ended the choice
-  std::optional<int32_t> stop_token_id;      // the stop token id that ended it
-  std::string error;                         // with FinishReason::kError
+  std::optional<std::string> stop_string;  // the stop string that ended the choice
+  std::optional<int32_t> stop_token_id;    // the stop token id that ended it
+  std::string error;                       // with FinishReason::kError
+  bool unavailable = false;                // with kError: 503 / UNAVAILABLE (engine TokenEvent)
 };
 
 struct ChoiceResult {
@@ -61,6 +62,7 @@ struct ChoiceResult {
   std::optional<std::string> stop_string;
   std::optional<int32_t> stop_token_id;
   std::string error;
+  bool unavailable = false;
 };
 
 struct UsageSummary {

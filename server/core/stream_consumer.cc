@@ -184,6 +184,7 @@ void StreamConsumer::OnEvent(engine::TokenEvent& event, std::vector<ChoiceDelta>
       d.finish = *event.finish;
       d.stop_token_id = event.stop_token_id;
       d.error = event.error;
+      d.unavailable = event.unavailable;
     }
     sample.finished = true;
   }

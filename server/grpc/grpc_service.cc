@@ -16,8 +16,8 @@
 namespace kvserve::server {
 namespace {
 
-using v1::GenerateChunk;
 using std::chrono::milliseconds;
+using v1::GenerateChunk;
 
 std::string Authorization(const grpc::CallbackServerContext* ctx) {
   const auto& md = ctx->client_metadata();
@@ -30,7 +30,8 @@ std::string Authorization(const grpc::CallbackServerContext* ctx) {
 // x-ratelimit-* entries the HTTP API sends as headers (its message says the delay too).
 grpc::Status Refusal(grpc::CallbackServerContext* ctx, const absl::Status& status) {
   if (std::optional<RateLimitState> limited = RateLimitStateOf(status)) {
-    for (const auto& [key, value] : RateLimitHeaders(*limited)) ctx->AddTrailingMetadata(key, value);
+    for (const auto& [key, value] : RateLimitHeaders(*limited))
+      ctx->AddTrailingMetadata(key, value);
   }
   return ToGrpcStatus(status);
 }
@@ -121,7 +122,8 @@ class GenerateReactor final : public GenerationReactor<grpc::ServerWriteReactor<
  public:
   static grpc::ServerWriteReactor<GenerateChunk>* Start(std::unique_ptr<Generation> generation,
                                                         StreamPump& pump) {
-    return Launch(std::shared_ptr<GenerateReactor>(new GenerateReactor(std::move(generation))), pump);
+    return Launch(std::shared_ptr<GenerateReactor>(new GenerateReactor(std::move(generation))),
+                  pump);
   }
 
   void OnWriteDone(bool ok) override {
@@ -135,7 +137,8 @@ class GenerateReactor final : public GenerationReactor<grpc::ServerWriteReactor<
   }
 
  private:
-  explicit GenerateReactor(std::unique_ptr<Generation> generation) : GenerationReactor(std::move(generation)) {}
+  explicit GenerateReactor(std::unique_ptr<Generation> generation)
+      : GenerationReactor(std::move(generation)) {}
 
   void Advance() override {
     enum { kNothing, kWrite, kFinish } action = kNothing;
@@ -158,7 +161,9 @@ class GenerateReactor final : public GenerationReactor<grpc::ServerWriteReactor<
           finished_ = true;
           action = kFinish;
           status = error_.empty() ? grpc::Status::OK
-                                  : grpc::Status(grpc::StatusCode::INTERNAL, error_);
+                                  : grpc::Status(unavailable_ ? grpc::StatusCode::UNAVAILABLE
+                                                              : grpc::StatusCode::INTERNAL,
+                                                 error_);
         }
       }
     }
@@ -173,6 +178,7 @@ class GenerateReactor final : public GenerationReactor<grpc::ServerWriteReactor<
     for (const ChoiceDelta& d : deltas_) {
       if (d.finish == engine::FinishReason::kError && error_.empty()) {
         error_ = d.error.empty() ? "generation failed" : d.error;
+        unavailable_ = d.unavailable;
       }
       ToProto(generation_->id(), d, &pending_.emplace_back());
     }
@@ -187,6 +193,7 @@ class GenerateReactor final : public GenerationReactor<grpc::ServerWriteReactor<
   GenerateChunk current_;  // the message being written; untouched while write_in_flight_
   std::vector<ChoiceDelta> deltas_;
   std::string error_;
+  bool unavailable_ = false;  // the error is a stage's failure: UNAVAILABLE
   bool write_in_flight_ = false;
   bool finished_ = false;
   bool usage_sent_ = false;
@@ -223,8 +230,9 @@ class CompleteReactor final : public GenerationReactor<grpc::ServerUnaryReactor>
         for (auto& d : deltas_) acc_.Add(std::move(d));
         if (!generation_->done()) return;
         if (const ChoiceResult* failed = acc_.first_error()) {
-          status = grpc::Status(grpc::StatusCode::INTERNAL,
-                                failed->error.empty() ? "generation failed" : failed->error);
+          status = grpc::Status(
+              failed->unavailable ? grpc::StatusCode::UNAVAILABLE : grpc::StatusCode::INTERNAL,
+              failed->error.empty() ? "generation failed" : failed->error);
         } else {
           response_->set_request_id(generation_->id());
           response_->set_model(model_);
@@ -258,14 +266,17 @@ class KvServeService final : public v1::KvServe::CallbackService {
     return StartStream(ctx, Streamable(FromProto(*request)));
   }
 
-  grpc::ServerUnaryReactor* Complete(grpc::CallbackServerContext* ctx, const v1::GenerateRequest* request,
+  grpc::ServerUnaryReactor* Complete(grpc::CallbackServerContext* ctx,
+                                     const v1::GenerateRequest* request,
                                      v1::CompleteResponse* response) override {
     auto generation = StartGeneration(ctx, FromProto(*request));
     if (!generation.ok()) return Done(ctx, Refusal(ctx, generation.status()));
-    return CompleteReactor::Start(std::move(*generation), frontend_.options().model_name, response, pump_);
+    return CompleteReactor::Start(std::move(*generation), frontend_.options().model_name, response,
+                                  pump_);
   }
 
-  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* ctx, const v1::TokenizeRequest* request,
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* ctx,
+                                     const v1::TokenizeRequest* request,
                                      v1::TokenizeResponse* response) override {
     auto tenant = Admit(ctx);
     if (!tenant.ok()) return Done(ctx, ToGrpcStatus(tenant.status()));
@@ -277,7 +288,8 @@ class KvServeService final : public v1::KvServe::CallbackService {
     return Done(ctx, grpc::Status::OK);
   }
 
-  grpc::ServerUnaryReactor* Detokenize(grpc::CallbackServerContext* ctx, const v1::DetokenizeRequest* request,
+  grpc::ServerUnaryReactor* Detokenize(grpc::CallbackServerContext* ctx,
+                                       const v1::DetokenizeRequest* request,
                                        v1::DetokenizeResponse* response) override {
     auto tenant = Admit(ctx);
     if (!tenant.ok()) return Done(ctx, ToGrpcStatus(tenant.status()));
@@ -287,7 +299,8 @@ class KvServeService final : public v1::KvServe::CallbackService {
     return Done(ctx, grpc::Status::OK);
   }
 
-  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* ctx, const v1::ListModelsRequest*,
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* ctx,
+                                       const v1::ListModelsRequest*,
                                        v1::ListModelsResponse* response) override {
     auto tenant = Admit(ctx);
     if (!tenant.ok()) return Done(ctx, ToGrpcStatus(tenant.status()));
@@ -306,13 +319,14 @@ class KvServeService final : public v1::KvServe::CallbackService {
 
  private:
   absl::StatusOr<const config::TenantConfig*> Admit(grpc::CallbackServerContext* ctx) {
-    KVS_ASSIGN_OR_RETURN(const config::TenantConfig* tenant, frontend_.Authenticate(Authorization(ctx)));
+    KVS_ASSIGN_OR_RETURN(const config::TenantConfig* tenant,
+                         frontend_.Authenticate(Authorization(ctx)));
     KVS_RETURN_IF_ERROR(frontend_.CheckAccepting());
     return tenant;
   }
 
-  absl::StatusOr<std::unique_ptr<Generation>> StartGeneration(grpc::CallbackServerContext* ctx,
-                                                              absl::StatusOr<GenerationRequest> request) {
+  absl::StatusOr<std::unique_ptr<Generation>> StartGeneration(
+      grpc::CallbackServerContext* ctx, absl::StatusOr<GenerationRequest> request) {
     KVS_ASSIGN_OR_RETURN(const config::TenantConfig* tenant, Admit(ctx));
     if (!request.ok()) return request.status();
     return frontend_.Generate(*request, tenant);

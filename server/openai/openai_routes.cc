@@ -70,8 +70,9 @@ class SseStream {
     for (const ChoiceDelta& d : deltas_) {
       if (d.finish == engine::FinishReason::kError) {
         // The status line is long gone: report the failure in-band, as vLLM does.
-        AppendSseEvent(
-            ErrorJson(MakeHttpError(500, d.error.empty() ? "generation failed" : d.error)), out);
+        AppendSseEvent(ErrorJson(MakeHttpError(d.unavailable ? 503 : 500,
+                                               d.error.empty() ? "generation failed" : d.error)),
+                       out);
         continue;
       }
       UsageSummary usage;
@@ -224,8 +225,9 @@ class Routes {
       }
     }
     if (const ChoiceResult* failed = acc.first_error()) {
-      return ErrorResponse(
-          MakeHttpError(500, failed->error.empty() ? "generation failed" : failed->error));
+      return ErrorResponse(MakeHttpError(failed->unavailable ? 503 : 500, failed->error.empty()
+                                                                              ? "generation failed"
+                                                                              : failed->error));
     }
     const UsageSummary usage = gen.usage();
     HttpResponse r =
