@@ -170,6 +170,8 @@ struct Output {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
   int64_t cached_prompt_tokens = -1;
+  int64_t draft_tokens = 0;    // speculation: guesses verified
+  int64_t evicted_tokens = 0;  // compression
   bool operator==(const Output& o) const { return tokens == o.tokens && logprobs == o.logprobs; }
 };
 
@@ -180,7 +182,11 @@ Output Collect(engine::TokenStream& stream) {
     if (!e) continue;
     out.tokens.insert(out.tokens.end(), e->token_ids.begin(), e->token_ids.end());
     for (const auto& lp : e->logprobs) out.logprobs.push_back(lp.logprob);
-    if (e->usage) out.cached_prompt_tokens = e->usage->cached_prompt_tokens;
+    if (e->usage) {
+      out.cached_prompt_tokens = e->usage->cached_prompt_tokens;
+      out.draft_tokens = e->usage->spec_draft_tokens;
+      out.evicted_tokens = e->usage->compression.evicted_tokens;
+    }
   }
   return out;
 }
@@ -229,6 +235,42 @@ TEST(LoraServe, MixedBatchOfBaseAndFourAdaptersIsBitForBitEachAlone) {
   EXPECT_GE(gate.max_batch.load(), 4) << "the requests never shared a step";
   EXPECT_EQ(gate.max_running_adapters.load(), 4);
   EXPECT_EQ(gate.max_lora.load(), 4);
+}
+
+// An adapter under the other per-request features: n-gram speculation verifies drafts with the
+// adapter's deltas on every verify row (its output equals the same adapter without speculation,
+// bit for bit), and a compression policy evicts on the adapter's KV (and still runs the adapter).
+TEST(LoraServe, AdapterComposesWithSpeculationAndCompression) {
+  config::Config c = Config();
+  c.speculative.row_cost = 0.05;  // fixed: the measured cost model might not draft on this VM
+  auto e = MakeEngine(c, nullptr);
+  ASSERT_NE(e, nullptr);
+  std::vector<int32_t> prompt{1};
+  for (int r = 0; r < 6; ++r)
+    for (int t : {40, 41, 42, 43, 44}) prompt.push_back(t);  // copy-heavy: drafts to verify
+  const Output plain = RunOne(*e, Greedy("plain", "a2", prompt, 24));
+  engine::RequestSpec spec = Greedy("spec", "a2", prompt, 24);
+  spec.speculative.method = config::SpeculativeMethod::kNgram;
+  spec.speculative.num_tokens = 3;
+  spec.speculative.ngram_min = 1;
+  spec.speculative.ngram_max = 3;
+  const Output drafted = RunOne(*e, spec);
+  EXPECT_EQ(drafted, plain);
+  EXPECT_GT(drafted.draft_tokens, 0);
+  EXPECT_EQ(plain.draft_tokens, 0);
+
+  auto compressed = [&](const std::string& id, const std::string& adapter) {
+    engine::RequestSpec s = Greedy(id, adapter, Prompt(30, 3), 24);
+    s.compression.policy = config::CompressionPolicyKind::kStreamingLlm;
+    s.compression.budget = 16;
+    s.compression.protect_prompt = false;
+    return RunOne(*e, s);
+  };
+  const Output with = compressed("c1", "a2"), base = compressed("c0", "");
+  ASSERT_EQ(with.tokens.size(), 24u);
+  EXPECT_GT(with.evicted_tokens, 0);
+  EXPECT_EQ(with.evicted_tokens, base.evicted_tokens);  // the policy sees positions, not weights
+  EXPECT_NE(with.logprobs, base.logprobs);              // and the adapter still applies
 }
 
 TEST(LoraServe, SchedulerRunsAtMostMaxLorasAdaptersAtOnce) {
