@@ -240,6 +240,9 @@ absl::StatusOr<std::shared_ptr<TokenStream>> Engine::Submit(RequestSpec spec) {
 }
 
 absl::StatusOr<std::shared_ptr<TokenStream>> Engine::SubmitChecked(RequestSpec spec) {
+  if (model_unreachable_.load()) {
+    return absl::UnavailableError("the model is unreachable: a pipeline stage failed");
+  }
   if (draining_.load() || !alive_.load()) {
     return absl::UnavailableError(alive_.load() ? "server is draining" : "engine has stopped");
   }
@@ -343,7 +346,7 @@ EngineStats Engine::Stats() const {
   s.waiting = stat_waiting_.load();
   s.swapped = stat_swapped_.load();
   s.kv_usage = stat_kv_usage_.load();
-  s.alive = alive_.load();
+  s.alive = alive_.load() && !model_unreachable_.load();
   return s;
 }
 
@@ -702,6 +705,7 @@ void Engine::Step() {
     }
     // A stage that died or hangs (the pipeline link's Unavailable / DeadlineExceeded): 503.
     const bool unavailable = absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st);
+    if (unavailable) model_unreachable_.store(true);
     for (uint64_t key : keys)
       AbortRequest(key, FinishReason::kError, std::string(st.message()), unavailable);
     if (tiers_ != nullptr) tiers_->DiscardWrites(cache_);

@@ -44,7 +44,7 @@
 namespace kvserve::engine {
 
 struct ModelInfo {
-  std::string name;                  // served model name (prefix-cache key, metrics label)
+  std::string name;  // served model name (prefix-cache key, metrics label)
   int64_t max_model_len = 2048;
   std::vector<int32_t> eos_token_ids;
   int vocab_size = 0;
@@ -94,7 +94,7 @@ class Engine final : public ServingEngine {
     int tenant = 0;                       // kSubmit
     ResolvedCompression compression;      // kSubmit
     base::Nanos arrival = 0;
-    std::string request_id;               // kAbort
+    std::string request_id;                      // kAbort
     FinishReason reason = FinishReason::kAbort;  // kAbort: kAbort, or kStop (FinishAsStopped)
     lora::AdapterHandle lora;                    // kSubmit: the pinned adapter; empty: base
   };
@@ -102,18 +102,18 @@ class Engine final : public ServingEngine {
   struct Request {
     std::string id;
     std::shared_ptr<TokenStream> stream;
-    std::vector<cache::SeqId> seqs;       // one per sample
+    std::vector<cache::SeqId> seqs;  // one per sample
     int unfinished = 0;
-    bool admitted = false;                // left the waiting count
+    bool admitted = false;  // left the waiting count
     RequestTimeline timeline;
     base::Nanos last_token = 0;
-    std::vector<int64_t> generated;       // per sample
-    CompressionAccount compression;       // sample 0's rounds, peak, audit
-    int64_t spec_draft_tokens = 0;        // all samples' verified guesses (usage)
-    int64_t spec_accepted_tokens = 0;     // of them, accepted
-    PromptLogprobsBook prompt_logprobs;   // prompt_logprobs requests (sample 0's prefill)
-    EmbeddingPool embedding;              // embedding requests
-    int32_t lora_id = -1;                 // lora_active_ id; -1: base
+    std::vector<int64_t> generated;      // per sample
+    CompressionAccount compression;      // sample 0's rounds, peak, audit
+    int64_t spec_draft_tokens = 0;       // all samples' verified guesses (usage)
+    int64_t spec_accepted_tokens = 0;    // of them, accepted
+    PromptLogprobsBook prompt_logprobs;  // prompt_logprobs requests (sample 0's prefill)
+    EmbeddingPool embedding;             // embedding requests
+    int32_t lora_id = -1;                // lora_active_ id; -1: base
 
     explicit Request(const ResolvedCompression& c) : compression(c) {}
   };
@@ -156,11 +156,11 @@ class Engine final : public ServingEngine {
   KvTierBridge* tiers_;  // null: no remote tier
   const compression::PolicyContext* compression_;
   std::shared_ptr<const base::Clock> clock_;
-  std::vector<std::string> tenant_names_;   // index = scheduler tenant index
-  lora::AdapterRegistry* lora_;             // null: no adapters served (thread-safe)
-  lora::ActiveAdapters* lora_active_;       // engine thread only
-  LoraState lora_reported_;                 // engine thread only
-  uint64_t lora_version_ = ~0ull;           // lora_active_->version() last reported
+  std::vector<std::string> tenant_names_;  // index = scheduler tenant index
+  lora::AdapterRegistry* lora_;            // null: no adapters served (thread-safe)
+  lora::ActiveAdapters* lora_active_;      // engine thread only
+  LoraState lora_reported_;                // engine thread only
+  uint64_t lora_version_ = ~0ull;          // lora_active_->version() last reported
 
   // ---- shared with front-end threads
   mutable std::mutex mu_;
@@ -170,6 +170,9 @@ class Engine final : public ServingEngine {
   bool tier_wakeup_ = false;
   std::atomic<bool> draining_{false};
   std::atomic<bool> alive_{true};
+  // A step failed because the model is unreachable (a pipeline stage died or hangs): the
+  // engine reports itself dead (/health 503) and refuses new requests; rank 0 is exiting.
+  std::atomic<bool> model_unreachable_{false};
   std::atomic<int> in_flight_{0};
   std::atomic<int> queued_{0};
   std::unique_ptr<std::atomic<int>[]> tenant_queued_;
@@ -202,7 +205,8 @@ class Engine final : public ServingEngine {
   StreamWakeups wakeups_;
   bool warned_stuck_ = false;
   bool auto_pressure_ = false;
-  bool reported_remote_up_ = false;  // remote tier state in the last ReportTiers  // `auto` requests compress (pool above the high watermark)
+  bool reported_remote_up_ = false;  // remote tier state in the last ReportTiers  // `auto`
+                                     // requests compress (pool above the high watermark)
 
   std::thread thread_;
 };

@@ -348,6 +348,17 @@ TEST_P(PipelineServeFault, KillingTheWorkerFailsTheStreamAndTheJob) {
   // The model is unreachable, not broken: 503, as a load balancer retries elsewhere.
   EXPECT_NE(stream.find("\"code\":503"), std::string::npos)
       << stream.substr(stream.size() > 2000 ? stream.size() - 2000 : 0);
+  // Rank 0 reports itself unhealthy while it drains (it may also have exited already).
+  {
+    httplib::Client http("127.0.0.1", two->http_port());
+    http.set_connection_timeout(2, 0);
+    if (auto health = http.Get("/health")) {
+      EXPECT_EQ(health->status, 503) << health->body;
+      std::cerr << "/health after the failure: " << health->status << " " << health->body << "\n";
+    } else {
+      std::cerr << "/health after the failure: rank 0 already gone\n";
+    }
+  }
   const std::optional<int> status = two->WaitExit(milliseconds(30000));
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
