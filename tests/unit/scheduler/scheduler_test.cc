@@ -376,7 +376,9 @@ TEST(Scheduler, MaxLorasHoldsBackTheAdapterTooManyAndLetsOthersPass) {
     for (const ScheduledSeq& q : h.last_plan().seqs) {
       if (q.lora_id >= 0) adapters.insert(q.lora_id);
       b_ran |= q.seq == b;
-      if (q.seq == b) EXPECT_EQ(q.lora_id, 1);
+      if (q.seq == b) {
+        EXPECT_EQ(q.lora_id, 1);
+      }
     }
     EXPECT_LE(adapters.size(), 1u) << "a step packed more adapters than max_loras";
   }
