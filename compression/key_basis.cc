@@ -228,7 +228,13 @@ absl::StatusOr<KeyBasis> LoadKeyBasisForModel(const std::string& path, const mod
 }
 
 std::string KeyBasisPathFor(const std::string& configured, const std::string& model_dir) {
-  return configured.empty() ? (std::filesystem::path(model_dir) / "key_basis.bin").string() : configured;
+  if (!configured.empty()) return configured;
+  // A model given as one file (GGUF): the basis lies beside it, as `kvserve calibrate` writes it
+  // beside its statistics.
+  const std::filesystem::path m(model_dir);
+  std::error_code ec;
+  const std::filesystem::path dir = std::filesystem::is_regular_file(m, ec) ? m.parent_path() : m;
+  return (dir / "key_basis.bin").string();
 }
 
 namespace {

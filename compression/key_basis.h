@@ -103,7 +103,8 @@ absl::Status CheckCompatible(const KeyBasis& basis, const model::ModelConfig& co
 absl::StatusOr<KeyBasis> LoadKeyBasisForModel(const std::string& path, const model::ModelConfig& config,
                                               std::span<const float> inv_freq);
 
-// compression.key_basis_path when set, else <model_dir>/key_basis.bin (next to the stats).
+// compression.key_basis_path when set, else <model_dir>/key_basis.bin (next to the stats; a
+// model given as one GGUF file: beside the file).
 std::string KeyBasisPathFor(const std::string& configured, const std::string& model_dir);
 
 // The rank-r basis in the kernels' form (kernels/cpu/low_rank_keys.h): per layer, every KV

@@ -201,7 +201,12 @@ absl::StatusOr<TriAttentionStats> LoadStatsForModel(const std::string& path, con
 }
 
 std::string StatsPathFor(const std::string& configured, const std::string& model_dir) {
-  return configured.empty() ? (std::filesystem::path(model_dir) / "triattention_stats.bin").string() : configured;
+  if (!configured.empty()) return configured;
+  // A model given as one file (GGUF): the statistics lie beside it.
+  const std::filesystem::path m(model_dir);
+  std::error_code ec;
+  const std::filesystem::path dir = std::filesystem::is_regular_file(m, ec) ? m.parent_path() : m;
+  return (dir / "triattention_stats.bin").string();
 }
 
 }  // namespace kvserve::compression

@@ -96,7 +96,7 @@ absl::StatusOr<TriAttentionStats> LoadStatsForModel(const std::string& path, con
                                                     std::span<const float> inv_freq);
 
 // Where the statistics of a model live: `configured` (compression.stats_path) when set, else
-// <model_dir>/triattention_stats.bin.
+// <model_dir>/triattention_stats.bin (a model given as one GGUF file: beside the file).
 std::string StatsPathFor(const std::string& configured, const std::string& model_dir);
 
 }  // namespace kvserve::compression

@@ -334,12 +334,12 @@ std::vector<Field<Config>> BuildConfigFields() {
       [](C & c) -> auto& { return c.speculative.draft_guess_cost; }, 0.0, 16.0));
   f.push_back(StringField<C>(
       "compression.stats_path",
-      "TriAttention statistics file; empty: <model>/triattention_stats.bin",
+      "TriAttention statistics file; empty: <model>/triattention_stats.bin (beside a GGUF file)",
       [](C & c) -> auto& { return c.compression.stats_path; }));
   f.push_back(StringField<C>(
       "compression.key_basis_path",
       "low-rank key basis file (written by `kvserve calibrate`); empty: "
-      "<model>/key_basis.bin",
+      "<model>/key_basis.bin (beside a GGUF file)",
       [](C & c) -> auto& { return c.compression.key_basis_path; }));
   // server
   f.push_back(StringField<C>(

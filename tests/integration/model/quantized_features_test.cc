@@ -1,9 +1,9 @@
 // The rest of the product on a quantized model (issue 37: "everything else keeps working on
 // quantized models"), through the real daemon as a user runs it. The bundled model is exported
 // by `kvserve export-gguf` as Q8_0 (the target) and Q4_K_M (the draft); `kvserve calibrate`
-// measures TriAttention's statistics from the Q8_0 file; one daemon then serves the Q8_0 file
-// with the draft model, the calibrated statistics and the prefix cache, and each feature is
-// checked by what it must do, not by how:
+// measures TriAttention's statistics from the Q8_0 file, beside it, where the daemon finds them
+// by default; one daemon then serves the Q8_0 file with the draft model and the prefix cache, and
+// each feature is checked by what it must do, not by how:
 //  * speculative decoding with a quantized draft drafts and accepts tokens, and its greedy
 //    text equals the same daemon's without speculation (exactness, per request);
 //  * triattention evicts tokens past its budget, reports them in the audit counters, and
@@ -39,7 +39,8 @@ class QuantizedFeatures : public ::testing::Test {
     fs::create_directories(dir_);
     target_ = (dir_ / "tiny-q8.gguf").string();
     draft_ = (dir_ / "tiny-q4km.gguf").string();
-    stats_ = (dir_ / "stats.bin").string();
+    // Where the daemon looks by default for a model given as one file: beside it.
+    stats_ = (dir_ / "triattention_stats.bin").string();
     const std::string bin = KVSERVE_SERVER_BIN;
     for (const std::string& cmd : {bin + " export-gguf --model " + Source("models/kvs-tiny") +
                                        " --out " + target_ + " --type Q8_0",
@@ -53,7 +54,6 @@ class QuantizedFeatures : public ::testing::Test {
     const json config = {{"model", {{"path", target_}}},
                          {"engine", {{"threads", 1}}},
                          {"cache", {{"kv_bytes", 32 << 20}, {"enable_prefix_caching", true}}},
-                         {"compression", {{"stats_path", stats_}}},
                          {"speculative",
                           // The draft is the target's own model at 4.8 bits: as costly as the
                           // target, so the measured cost model would not draft; fixed costs make it
