@@ -169,8 +169,7 @@ constexpr Fp8KernelTable MakeTable(std::integer_sequence<int, Rs...>) {
 
 bool Fp8CpuHasAvx512() {
   static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                          __builtin_cpu_supports("f16c");
+                          __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return has;
 }
 
