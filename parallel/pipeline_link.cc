@@ -37,8 +37,13 @@ PipelineLink::PipelineLink(Communicator& comm, Options options)
 
 absl::Status PipelineLink::Fail(absl::Status st) {
   if (st.ok() || !failed_.ok()) return st;
-  failed_ = absl::Status(st.code(), absl::StrCat("pipeline stage ", comm_.rank(), " of ",
-                                                 comm_.size(), ": ", st.message()));
+  // A failed exchange means another stage is unreachable (dead, hung, or its communicator
+  // broken by an earlier timeout): Unavailable, whatever code the communicator gave (requests
+  // then end with 503). Only a step the link cannot carry (LoRA rows) keeps its own code.
+  const absl::StatusCode code =
+      absl::IsUnimplemented(st) ? st.code() : absl::StatusCode::kUnavailable;
+  failed_ = absl::Status(code, absl::StrCat("pipeline stage ", comm_.rank(), " of ", comm_.size(),
+                                            ": ", st.message()));
   if (options_.on_failure) options_.on_failure(failed_);
   return failed_;
 }
@@ -113,7 +118,8 @@ absl::Status PipelineLink::HandOff(const model::ForwardBatch& batch, std::span<c
   if (!pending_) return Fail(absl::FailedPreconditionError("HandOff without BeginStep"));
   // The step message carries no adapters, so the other stages could not apply them.
   if (batch.lora != nullptr) {
-    return Fail(absl::UnimplementedError("LoRA adapters are not served under pipeline parallelism yet"));
+    return Fail(
+        absl::UnimplementedError("LoRA adapters are not served under pipeline parallelism yet"));
   }
   message_.AssignBatch(batch);
   KVS_RETURN_IF_ERROR(SendStep());
