@@ -269,27 +269,16 @@ absl::StatusOr<std::shared_ptr<TokenStream>> Engine::SubmitChecked(RequestSpec s
   if (!spec.sampling.seed) {
     spec.sampling.seed = MixSeed(config_.engine.seed, next_request_number_.fetch_add(1));
   }
-  // LoRA: pinned here, on the caller's thread, so that loading an adapter from disk never
-  // stalls the engine loop (adapter_registry.h). An unknown name is the front end's 404.
-  lora::AdapterHandle adapter;
-  if (!spec.lora.empty()) {
-    absl::StatusOr<lora::AdapterHandle> h =
-        lora_ != nullptr ? lora_->Acquire(spec.lora)
-                         : absl::StatusOr<lora::AdapterHandle>(absl::NotFoundError("no adapters"));
-    if (!h.ok()) {
-      tenant_queued_[tenant].fetch_sub(1);
-      queued_.fetch_sub(1);
-      if (absl::IsNotFound(h.status())) {
-        return absl::NotFoundError(absl::StrCat("The model `", spec.lora, "` does not exist."));
-      }
-      return h.status();
-    }
-    adapter = *std::move(h);
+  absl::StatusOr<lora::AdapterHandle> adapter = PinAdapter(spec.lora);
+  if (!adapter.ok()) {
+    tenant_queued_[tenant].fetch_sub(1);
+    queued_.fetch_sub(1);
+    return adapter.status();
   }
   auto stream = std::make_shared<TokenStream>();
   Command cmd;
   cmd.kind = Command::Kind::kSubmit;
-  cmd.lora = std::move(adapter);
+  cmd.lora = *std::move(adapter);
   cmd.spec = std::move(spec);
   cmd.stream = stream;
   cmd.tenant = tenant;

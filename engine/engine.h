@@ -145,6 +145,8 @@ class Engine final : public ServingEngine {
   void ReportTiers(const cache::CacheUsage& usage);
   // vLLM's lora_requests_info: the observer hears the running / waiting adapters when they change.
   void ReportLora();
+  // The adapter `name` names, pinned (engine_lora.cc); empty name: no adapter.
+  absl::StatusOr<lora::AdapterHandle> PinAdapter(const std::string& name);
 
   const config::Config config_;
   std::vector<KvTierPrecision> tier_precisions_;  // demotion tiers, for StepStats

@@ -7,6 +7,19 @@
 
 namespace kvserve::engine {
 
+// Pinned on the caller's thread (Submit), so that loading an adapter from disk never stalls
+// the engine loop (adapter_registry.h). An unknown name is the front end's 404.
+absl::StatusOr<lora::AdapterHandle> Engine::PinAdapter(const std::string& name) {
+  if (name.empty()) return lora::AdapterHandle();
+  absl::StatusOr<lora::AdapterHandle> h =
+      lora_ != nullptr ? lora_->Acquire(name)
+                       : absl::StatusOr<lora::AdapterHandle>(absl::NotFoundError("no adapters"));
+  if (!h.ok() && absl::IsNotFound(h.status())) {
+    return absl::NotFoundError(absl::StrCat("The model `", name, "` does not exist."));
+  }
+  return h;
+}
+
 void Engine::ReportLora() {
   if (observer_ == nullptr || lora_active_->version() == lora_version_) return;
   lora_version_ = lora_active_->version();
