@@ -26,6 +26,7 @@
 #include "tests/support/hf_models/presets.h"
 #include "tests/support/hf_models/reference_forward.h"
 #include "tests/unit/hf_models/hf_test_util.h"
+#include "tests/unit/hf_models/reference_diffs.h"
 #include "tests/unit/model/model_test_util.h"
 
 namespace kvserve::testing::hf {
@@ -56,16 +57,10 @@ TEST_P(Fp8ReferenceTest, LogprobsMatchTheDequantizedReference) {
   ASSERT_TRUE(written.ok()) << written;
   auto m = LoadCpu(fp8.path());
   ASSERT_TRUE(m.ok()) << m.status();
-  auto ref_model = ReferenceModel::Load(deq.path());
-  ASSERT_TRUE(ref_model.ok()) << ref_model.status();
   const int vocab = c.spec.vocab_size;
-  const std::vector<int32_t> ids = TestIds(40, vocab, 1);
-  model::testing::PagedSession session(**m, 4, config::KvDtype::kFp32, 64);
-  const int s = session.NewSequence();
-  const std::vector<float> got = session.Step({{s, ids}})[0];
-  auto ref = (*ref_model)->Forward(ids);
-  ASSERT_TRUE(ref.ok()) << ref.status();
-  const std::vector<double> diffs = PositionLogprobDiffs(got, *ref, ids.size(), vocab);
+  auto d = DiffsAgainstReference(**m, deq.path(), TestIds(40, vocab, 1), vocab);
+  ASSERT_TRUE(d.ok()) << d.status();
+  const std::vector<double>& diffs = *d;
   const double worst = *std::max_element(diffs.begin(), diffs.end());
   std::printf("[ fp8 ] %s: |logprob diff| max %.3g\n", c.name.c_str(), worst);
   EXPECT_LE(worst, kFp8Tol);

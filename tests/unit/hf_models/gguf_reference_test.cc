@@ -38,6 +38,7 @@
 #include "tests/support/hf_models/reference_forward.h"
 #include "tests/support/hf_models/safetensors_writer.h"
 #include "tests/unit/hf_models/hf_test_util.h"
+#include "tests/unit/hf_models/reference_diffs.h"
 #include "tests/unit/model/model_test_util.h"
 
 namespace kvserve::testing::hf {
@@ -157,16 +158,11 @@ TEST_P(GgufReferenceTest, LogprobsMatchTheDequantizedReference) {
   opts.max_tokens_per_step = 128;
   auto m = model::LlamaModel::Load(gguf_path, opts);
   ASSERT_TRUE(m.ok()) << m.status();
-  auto ref_model = ReferenceModel::Load(deq.path());
-  ASSERT_TRUE(ref_model.ok()) << ref_model.status();
   const int vocab = c.spec.vocab_size;
   const std::vector<int32_t> ids = TestIds(40, vocab, 1);
-  model::testing::PagedSession session(**m, 4, config::KvDtype::kFp32, 64);
-  const int s = session.NewSequence();
-  const std::vector<float> got = session.Step({{s, ids}})[0];
-  auto ref = (*ref_model)->Forward(ids);
-  ASSERT_TRUE(ref.ok()) << ref.status();
-  const std::vector<double> per_position = PositionLogprobDiffs(got, *ref, ids.size(), vocab);
+  auto diffs = DiffsAgainstReference(**m, deq.path(), ids, vocab);
+  ASSERT_TRUE(diffs.ok()) << diffs.status();
+  const std::vector<double>& per_position = *diffs;
   std::vector<double> sorted = per_position;
   std::sort(sorted.begin(), sorted.end());
   const double worst = sorted.back(), median = sorted[sorted.size() / 2];
@@ -177,12 +173,9 @@ TEST_P(GgufReferenceTest, LogprobsMatchTheDequantizedReference) {
   if (c.type == "F32") {
     // The lossless type also matches the original checkpoint, so the exporter's name mapping,
     // permutation and (gpt-oss) expert splitting are checked too, not only the reader's.
-    auto original = ReferenceModel::Load(hf.path());
-    ASSERT_TRUE(original.ok()) << original.status();
-    auto ref_original = (*original)->Forward(ids);
-    ASSERT_TRUE(ref_original.ok()) << ref_original.status();
-    const std::vector<double> d = PositionLogprobDiffs(got, *ref_original, ids.size(), vocab);
-    EXPECT_LE(*std::max_element(d.begin(), d.end()), kFloatTol)
+    auto d = DiffsAgainstReference(**m, hf.path(), ids, vocab);
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_LE(*std::max_element(d->begin(), d->end()), kFloatTol)
         << "against the original checkpoint";
   }
   if (exact || c.spec.num_experts == 0) {

@@ -26,6 +26,7 @@
 #include "tests/support/hf_models/presets.h"
 #include "tests/support/hf_models/reference_forward.h"
 #include "tests/unit/hf_models/hf_test_util.h"
+#include "tests/unit/hf_models/reference_diffs.h"
 #include "tests/unit/model/model_test_util.h"
 
 namespace kvserve::testing::hf {
@@ -89,16 +90,10 @@ TEST_P(HfQuantReferenceTest, LogprobsMatchTheDequantizedReference) {
   auto float_model = model::LlamaModel::Load(deq.path(), opts);
   ASSERT_TRUE(float_model.ok()) << float_model.status();
   EXPECT_LT((*m)->weights().resident_bytes(), (*float_model)->weights().resident_bytes() / 2);
-  auto ref_model = ReferenceModel::Load(deq.path());
-  ASSERT_TRUE(ref_model.ok()) << ref_model.status();
   const int vocab = c.spec.vocab_size;
-  const std::vector<int32_t> ids = TestIds(24, vocab, 3);
-  model::testing::PagedSession session(**m, 4, config::KvDtype::kFp32, 64);
-  const int s = session.NewSequence();
-  const std::vector<float> got = session.Step({{s, ids}})[0];
-  auto ref = (*ref_model)->Forward(ids);
-  ASSERT_TRUE(ref.ok()) << ref.status();
-  std::vector<double> d = PositionLogprobDiffs(got, *ref, ids.size(), vocab);
+  auto diffs = DiffsAgainstReference(**m, deq.path(), TestIds(24, vocab, 3), vocab);
+  ASSERT_TRUE(diffs.ok()) << diffs.status();
+  std::vector<double> d = *std::move(diffs);
   std::sort(d.begin(), d.end());
   std::printf("[ hfq ] %s: |logprob diff| max %.3g, median %.3g\n", c.name.c_str(), d.back(),
               d[d.size() / 2]);
